@@ -1,0 +1,68 @@
+package v1alpha1
+
+import (
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+)
+
+// ProviderConfigSpec is a ProviderConfigSpec whose Secret refs name their
+// namespace.
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || has(self.kvm.credentials.sshKeySecretRef.namespace)",message="kvm.credentials.sshKeySecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.knownHostsSecretRef) || has(self.kvm.credentials.knownHostsSecretRef.namespace)",message="kvm.credentials.knownHostsSecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || has(self.proxmox.credentials.tokenSecretRef.namespace)",message="proxmox.credentials.tokenSecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.caSecretRef) || has(self.proxmox.credentials.caSecretRef.namespace)",message="proxmox.credentials.caSecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.gcp) || !has(self.gcp.credentials.secretRef) || has(self.gcp.credentials.secretRef.namespace)",message="gcp.credentials.secretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || !has(self.kubernetes.credentials.secretRef) || has(self.kubernetes.credentials.secretRef.namespace)",message="kubernetes.credentials.secretRef.namespace is required on a cluster-scoped config"
+type ProviderConfigSpec struct {
+	spec.ProviderConfigSpec `json:",inline"`
+}
+
+// A ProviderConfig says where cluster-scoped proxies run and with which
+// credentials.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="BACKEND",type="string",JSONPath=".status.backend"
+// +kubebuilder:printcolumn:name="HEALTHY",type="string",JSONPath=".status.conditions[?(@.type=='Healthy')].status"
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Cluster,categories={crossplane,provider,egressproxy}
+type ProviderConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProviderConfigSpec                 `json:"spec"`
+	Status spec.ProviderConfigStatus `json:"status,omitempty"`
+}
+
+// ProviderConfigList is a list of ProviderConfigs.
+// +kubebuilder:object:root=true
+type ProviderConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfig `json:"items"`
+}
+
+// A ProviderConfigUsage records that a cluster-scoped proxy uses a
+// ProviderConfig, so a config in use is not deleted.
+// +kubebuilder:object:root=true
+// +kubebuilder:printcolumn:name="CONFIG-NAME",type="string",JSONPath=".providerConfigRef.name"
+// +kubebuilder:printcolumn:name="RESOURCE-KIND",type="string",JSONPath=".resourceRef.kind"
+// +kubebuilder:printcolumn:name="RESOURCE-NAME",type="string",JSONPath=".resourceRef.name"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Cluster,categories={crossplane,provider,egressproxy}
+type ProviderConfigUsage struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	xpv2.ProviderConfigUsage `json:",inline"`
+}
+
+// ProviderConfigUsageList is a list of ProviderConfigUsages.
+// +kubebuilder:object:root=true
+type ProviderConfigUsageList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfigUsage `json:"items"`
+}

@@ -1,0 +1,55 @@
+package v1alpha1
+
+import (
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+)
+
+// KVMProxySpec is the desired state of a KVMProxy.
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || !has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is not allowed on a namespaced resource: the Secret is read from the resource's own namespace"
+type KVMProxySpec struct {
+	xpv2.ManagedResourceSpec `json:",inline"`
+	// ForProvider is the proxy to run.
+	ForProvider spec.KVMProxyParameters `json:"forProvider"`
+}
+
+// KVMProxyStatus is the observed state of a KVMProxy.
+type KVMProxyStatus struct {
+	xpv2.ManagedResourceStatus `json:",inline"`
+	// AtProvider is what the backend reports.
+	AtProvider spec.ProxyObservation `json:"atProvider,omitempty"`
+}
+
+// A KVMProxy is a Squid egress proxy running as a libvirt domain on a host reached over SSH.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
+// +kubebuilder:printcolumn:name="SYNCED",type="string",JSONPath=".status.conditions[?(@.type=='Synced')].status"
+// +kubebuilder:printcolumn:name="EXTERNAL-NAME",type="string",JSONPath=".metadata.annotations.crossplane\\.io/external-name"
+// +kubebuilder:printcolumn:name="IP",type="string",JSONPath=".status.atProvider.ip"
+// +kubebuilder:printcolumn:name="STATE",type="string",JSONPath=".status.atProvider.state"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egressproxy}
+type KVMProxy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   KVMProxySpec   `json:"spec"`
+	Status KVMProxyStatus `json:"status,omitempty"`
+}
+
+// KVMProxyList is a list of KVMProxys.
+// +kubebuilder:object:root=true
+type KVMProxyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KVMProxy `json:"items"`
+}
+
+// Parameters returns the proxy's parameters, shared by both scopes.
+func (mg *KVMProxy) Parameters() *spec.KVMProxyParameters { return &mg.Spec.ForProvider }
+
+// Observation returns the proxy's observed state, shared by both scopes.
+func (mg *KVMProxy) Observation() *spec.ProxyObservation { return &mg.Status.AtProvider }

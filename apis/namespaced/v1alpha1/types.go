@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+)
+
+// NamespacedProviderConfigSpec is a ProviderConfigSpec whose Secret refs
+// name Secrets in the config's own namespace.
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.sshKeySecretRef.namespace)",message="kvm.credentials.sshKeySecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.knownHostsSecretRef) || !has(self.kvm.credentials.knownHostsSecretRef.namespace)",message="kvm.credentials.knownHostsSecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.tokenSecretRef.namespace)",message="proxmox.credentials.tokenSecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.caSecretRef) || !has(self.proxmox.credentials.caSecretRef.namespace)",message="proxmox.credentials.caSecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.gcp) || !has(self.gcp.credentials.secretRef) || !has(self.gcp.credentials.secretRef.namespace)",message="gcp.credentials.secretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || !has(self.kubernetes.credentials.secretRef) || !has(self.kubernetes.credentials.secretRef.namespace)",message="kubernetes.credentials.secretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace"
+type NamespacedProviderConfigSpec struct {
+	spec.ProviderConfigSpec `json:",inline"`
+}
+
+// ClusterProviderConfigSpec is a ProviderConfigSpec whose Secret refs name
+// their namespace.
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || has(self.kvm.credentials.sshKeySecretRef.namespace)",message="kvm.credentials.sshKeySecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.knownHostsSecretRef) || has(self.kvm.credentials.knownHostsSecretRef.namespace)",message="kvm.credentials.knownHostsSecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || has(self.proxmox.credentials.tokenSecretRef.namespace)",message="proxmox.credentials.tokenSecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.caSecretRef) || has(self.proxmox.credentials.caSecretRef.namespace)",message="proxmox.credentials.caSecretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.gcp) || !has(self.gcp.credentials.secretRef) || has(self.gcp.credentials.secretRef.namespace)",message="gcp.credentials.secretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || !has(self.kubernetes.credentials.secretRef) || has(self.kubernetes.credentials.secretRef.namespace)",message="kubernetes.credentials.secretRef.namespace is required on a cluster-scoped config"
+type ClusterProviderConfigSpec struct {
+	spec.ProviderConfigSpec `json:",inline"`
+}
+
+// A ProviderConfig says where the proxies of its namespace run and with which
+// credentials (Secrets in the same namespace).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="BACKEND",type="string",JSONPath=".status.backend"
+// +kubebuilder:printcolumn:name="HEALTHY",type="string",JSONPath=".status.conditions[?(@.type=='Healthy')].status"
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,provider,egressproxy}
+type ProviderConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NamespacedProviderConfigSpec                 `json:"spec"`
+	Status spec.ProviderConfigStatus `json:"status,omitempty"`
+}
+
+// ProviderConfigList is a list of ProviderConfigs.
+// +kubebuilder:object:root=true
+type ProviderConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfig `json:"items"`
+}
+
+// A ClusterProviderConfig says where proxies of any namespace run and with
+// which credentials.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="BACKEND",type="string",JSONPath=".status.backend"
+// +kubebuilder:printcolumn:name="HEALTHY",type="string",JSONPath=".status.conditions[?(@.type=='Healthy')].status"
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Cluster,categories={crossplane,provider,egressproxy}
+type ClusterProviderConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterProviderConfigSpec                 `json:"spec"`
+	Status spec.ProviderConfigStatus `json:"status,omitempty"`
+}
+
+// ClusterProviderConfigList is a list of ClusterProviderConfigs.
+// +kubebuilder:object:root=true
+type ClusterProviderConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterProviderConfig `json:"items"`
+}
+
+// A ProviderConfigUsage records that a namespaced proxy uses a ProviderConfig
+// or ClusterProviderConfig, so a config in use is not deleted.
+// +kubebuilder:object:root=true
+// +kubebuilder:printcolumn:name="CONFIG-NAME",type="string",JSONPath=".providerConfigRef.name"
+// +kubebuilder:printcolumn:name="RESOURCE-KIND",type="string",JSONPath=".resourceRef.kind"
+// +kubebuilder:printcolumn:name="RESOURCE-NAME",type="string",JSONPath=".resourceRef.name"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,provider,egressproxy}
+type ProviderConfigUsage struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	xpv2.TypedProviderConfigUsage `json:",inline"`
+}
+
+// ProviderConfigUsageList is a list of ProviderConfigUsages.
+// +kubebuilder:object:root=true
+type ProviderConfigUsageList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfigUsage `json:"items"`
+}

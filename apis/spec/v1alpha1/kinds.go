@@ -1,0 +1,147 @@
+package v1alpha1
+
+// Each kind's parameters are shared by both scopes. Placement and CloudInit
+// cannot change on a running VM, so they are immutable at admission; the
+// proxy block is applied in place.
+
+// KVMProxyParameters are the desired state of a KVMProxy.
+// +kubebuilder:validation:XValidation:rule="has(self.host) == has(oldSelf.host) && (!has(self.host) || self.host == oldSelf.host)",message="host is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only"
+type KVMProxyParameters struct {
+	// Host is the name of one of the ProviderConfig's kvm.hosts. Optional
+	// when the config has exactly one host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Host string `json:"host,omitempty"`
+	// MachineType is a key of the ProviderConfig's kvm.machineTypes.
+	// Optional when the catalogue has exactly one entry.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	MachineType string `json:"machineType,omitempty"`
+	// Image is a key of the ProviderConfig's kvm.images, or an http(s) URL
+	// of a qcow2 cloud image. Optional when the catalogue has exactly one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') || self.matches('^https?://[^ ]+$')",message="must be a catalogue key (lowercase letters, digits, dashes) or an http(s) URL"
+	Image string `json:"image,omitempty"`
+	// CloudInit is extra cloud-init user-data, merged with the generated
+	// Squid setup. Treated as secret: never logged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CloudInit string `json:"cloudInit,omitempty"`
+	// Proxy is what Squid enforces.
+	Proxy ProxySettings `json:"proxy"`
+}
+
+// ProxmoxProxyParameters are the desired state of a ProxmoxProxy.
+// +kubebuilder:validation:XValidation:rule="has(self.node) == has(oldSelf.node) && (!has(self.node) || self.node == oldSelf.node)",message="node is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only"
+type ProxmoxProxyParameters struct {
+	// Node is one of the ProviderConfig's proxmox.nodes. Optional when the
+	// config has exactly one node.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	Node string `json:"node,omitempty"`
+	// MachineType is a key of the ProviderConfig's proxmox.machineTypes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	MachineType string `json:"machineType,omitempty"`
+	// Image is a key of the ProviderConfig's proxmox.templates.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Image string `json:"image,omitempty"`
+	// CloudInit is extra cloud-init user-data, merged with the generated
+	// Squid setup. Treated as secret: never logged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CloudInit string `json:"cloudInit,omitempty"`
+	// Proxy is what Squid enforces.
+	Proxy ProxySettings `json:"proxy"`
+}
+
+// GCPProxyParameters are the desired state of a GCPProxy.
+// +kubebuilder:validation:XValidation:rule="has(self.zone) == has(oldSelf.zone) && (!has(self.zone) || self.zone == oldSelf.zone)",message="zone is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only"
+// +kubebuilder:validation:XValidation:rule="has(self.address) == has(oldSelf.address) && (!has(self.address) || self.address.type == oldSelf.address.type)",message="address.type is immutable"
+type GCPProxyParameters struct {
+	// Zone is a Compute Engine zone such as europe-west1-b; it must be one
+	// of the ProviderConfig's gcp.zones when that list is set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]+-[a-z]+[0-9]+-[a-z]$`
+	Zone string `json:"zone,omitempty"`
+	// MachineType is a key of the ProviderConfig's gcp.machineTypes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	MachineType string `json:"machineType,omitempty"`
+	// Image is a key of the ProviderConfig's gcp.images.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Image string `json:"image,omitempty"`
+	// CloudInit is extra cloud-init user-data, merged with the generated
+	// Squid setup. Treated as secret: never logged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CloudInit string `json:"cloudInit,omitempty"`
+	// Address chooses the proxy's address.
+	// +optional
+	Address *GCPAddress `json:"address,omitempty"`
+	// Firewall manages a firewall rule admitting the allowed client CIDRs
+	// to the proxy port.
+	// +optional
+	Firewall *GCPFirewall `json:"firewall,omitempty"`
+	// Proxy is what Squid enforces.
+	Proxy ProxySettings `json:"proxy"`
+}
+
+// GCPAddress chooses the proxy's address on Compute Engine.
+type GCPAddress struct {
+	// Type is Ephemeral (an ephemeral external IP), Static (a reserved
+	// external address per proxy, its own egress IP) or Internal (no
+	// external IP; clients reach the internal address).
+	// +kubebuilder:default=Ephemeral
+	// +kubebuilder:validation:Enum=Ephemeral;Static;Internal
+	Type string `json:"type"`
+	// Retain keeps a Static address when the proxy is deleted.
+	// +optional
+	Retain bool `json:"retain,omitempty"`
+}
+
+// GCPFirewall manages the proxy's firewall rule.
+type GCPFirewall struct {
+	// Manage creates a firewall rule for this proxy and deletes it with the
+	// proxy. When false, admitting clients is left to the platform team.
+	// +kubebuilder:default=true
+	Manage bool `json:"manage"`
+}
+
+// PodProxyParameters are the desired state of a PodProxy.
+type PodProxyParameters struct {
+	// Service exposes the proxy through a Service. Without it clients use
+	// the pod's address.
+	// +optional
+	Service *PodService `json:"service,omitempty"`
+	// Proxy is what Squid enforces.
+	Proxy ProxySettings `json:"proxy"`
+}
+
+// PodService is the Service in front of a PodProxy.
+type PodService struct {
+	// Type is ClusterIP or LoadBalancer.
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:Enum=ClusterIP;LoadBalancer
+	Type string `json:"type"`
+}

@@ -1,0 +1,413 @@
+package v1alpha1
+
+import (
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProviderConfigSpec says where proxies run and with which credentials. It
+// holds exactly one backend block.
+// +kubebuilder:validation:XValidation:rule="[has(self.kvm), has(self.proxmox), has(self.gcp), has(self.kubernetes)].filter(x, x).size() == 1",message="exactly one of kvm, proxmox, gcp or kubernetes must be set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.installationID) || (has(self.installationID) && self.installationID == oldSelf.installationID)",message="installationID cannot change once set: instances are marked with it"
+type ProviderConfigSpec struct {
+	// InstallationID is the installation part of the ownership mark written
+	// on every instance. Optional: the provider's own installation ID (its
+	// --installation-id flag, by default the UID of the kube-system
+	// namespace) is used when absent. Set it when two control planes share a
+	// backend under the same name. Cannot change once set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	InstallationID string `json:"installationID,omitempty"`
+
+	// KVM runs proxies as libvirt domains on hosts reached over SSH.
+	// +optional
+	KVM *KVMConfig `json:"kvm,omitempty"`
+	// Proxmox runs proxies as VMs cloned from templates on Proxmox VE.
+	// +optional
+	Proxmox *ProxmoxConfig `json:"proxmox,omitempty"`
+	// GCP runs proxies as Compute Engine instances.
+	// +optional
+	GCP *GCPConfig `json:"gcp,omitempty"`
+	// Kubernetes runs proxies as pods in a Kubernetes cluster.
+	// +optional
+	Kubernetes *KubernetesConfig `json:"kubernetes,omitempty"`
+}
+
+// KVMConfig is the kvm backend block.
+type KVMConfig struct {
+	// Credentials for SSH.
+	Credentials KVMCredentials `json:"credentials"`
+	// DiskSizeGB is the size of each proxy's disk (an overlay on the image).
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2048
+	DiskSizeGB int32 `json:"diskSizeGb,omitempty"`
+	// InstallGuestAgent installs qemu-guest-agent at first boot, which the
+	// provider uses to learn the address.
+	// +optional
+	// +kubebuilder:default=true
+	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
+	// Images is the catalogue of base images by key.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="image keys must be lowercase letters, digits and dashes (at most 63): they name volumes"
+	Images map[string]KVMImage `json:"images,omitempty"`
+	// MachineTypes is the catalogue of sizes by key.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="machine type keys must be lowercase letters, digits and dashes (at most 63)"
+	MachineTypes map[string]KVMMachineType `json:"machineTypes"`
+	// Hosts are the libvirt hosts proxies may run on.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	Hosts []KVMHost `json:"hosts"`
+}
+
+// KVMCredentials are the SSH credentials for every host of a kvm block.
+// +kubebuilder:validation:XValidation:rule="has(self.knownHostsSecretRef) || (has(self.insecureIgnoreHostKey) && self.insecureIgnoreHostKey)",message="knownHostsSecretRef is required unless insecureIgnoreHostKey is true"
+type KVMCredentials struct {
+	// SSHKeySecretRef names the SSH private key (OpenSSH or PEM format).
+	SSHKeySecretRef SecretKeySelector `json:"sshKeySecretRef"`
+	// KnownHostsSecretRef names a known_hosts file used to verify hosts.
+	// +optional
+	KnownHostsSecretRef *SecretKeySelector `json:"knownHostsSecretRef,omitempty"`
+	// InsecureIgnoreHostKey turns off host key verification. Never in
+	// production: it logs a warning and sets a condition on the config.
+	// +optional
+	InsecureIgnoreHostKey bool `json:"insecureIgnoreHostKey,omitempty"`
+}
+
+// KVMImage is one base image.
+type KVMImage struct {
+	// URL to download the image from (http or https).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^ ]+$`
+	URL string `json:"url"`
+	// SHA256 of the image file, checked after download.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	SHA256 string `json:"sha256,omitempty"`
+	// Format of the image file.
+	// +optional
+	// +kubebuilder:default=qcow2
+	// +kubebuilder:validation:Enum=qcow2;raw
+	Format string `json:"format,omitempty"`
+	// Firmware the image boots with.
+	// +optional
+	// +kubebuilder:default=bios
+	// +kubebuilder:validation:Enum=bios;uefi
+	Firmware string `json:"firmware,omitempty"`
+}
+
+// KVMMachineType is one size.
+type KVMMachineType struct {
+	// VCPUs of the domain.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	VCPUs int32 `json:"vcpus"`
+	// MemoryMiB of the domain.
+	// +kubebuilder:validation:Minimum=256
+	// +kubebuilder:validation:Maximum=262144
+	MemoryMiB int32 `json:"memoryMiB"`
+}
+
+// KVMHost is one libvirt host.
+type KVMHost struct {
+	// Name of the host, used in placement and IDs.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Address is host:port of the SSH server.
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?):[0-9]{1,5}$`
+	Address string `json:"address"`
+	// User to log in as; it must be allowed to use the libvirt socket.
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]{0,31}$`
+	User string `json:"user"`
+	// Socket is the path of libvirtd's read-write socket on the host.
+	// +optional
+	// +kubebuilder:default="/var/run/libvirt/libvirt-sock"
+	// +kubebuilder:validation:Pattern=`^/[^ ]*$`
+	Socket string `json:"socket,omitempty"`
+	// Pool is the libvirt storage pool for images, disks and seeds.
+	// +optional
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_.]*$`
+	Pool string `json:"pool,omitempty"`
+	// Bridge the domain's NIC joins. Exactly one of bridge and network.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_.]{0,14}$`
+	Bridge string `json:"bridge,omitempty"`
+	// Network is a libvirt network the domain's NIC joins, instead of a
+	// bridge.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_.]*$`
+	Network string `json:"network,omitempty"`
+}
+
+// ProxmoxConfig is the proxmox backend block.
+// +kubebuilder:validation:XValidation:rule="!has(self.vmidRange) || self.vmidRange.min <= self.vmidRange.max",message="vmidRange.min must not exceed vmidRange.max"
+type ProxmoxConfig struct {
+	// URL of the Proxmox VE API, such as https://pve.example:8006.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https://[^/ ]+(:[0-9]{1,5})?/?$`
+	URL string `json:"url"`
+	// Credentials for the API.
+	Credentials ProxmoxCredentials `json:"credentials"`
+	// InsecureSkipTLSVerify turns off TLS verification. Never in
+	// production: it logs a warning and sets a condition on the config.
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+	// Nodes proxies may run on.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	// +listType=set
+	Nodes []string `json:"nodes"`
+	// ISOStorage is the storage the seed ISOs are uploaded to; the token
+	// needs Datastore.Allocate there.
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-a-zA-Z0-9_.]*$`
+	ISOStorage string `json:"isoStorage"`
+	// Bridge the VM's net0 joins; the template's when absent.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_.]{0,14}$`
+	Bridge string `json:"bridge,omitempty"`
+	// VLANTag of net0.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4094
+	VLANTag *int32 `json:"vlanTag,omitempty"`
+	// VMIDRange proxies' VMIDs are allocated from.
+	// +optional
+	VMIDRange *VMIDRange `json:"vmidRange,omitempty"`
+	// DiskGiB grows the boot disk to this size when it is smaller.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	DiskGiB int32 `json:"diskGiB,omitempty"`
+	// InstallGuestAgent installs qemu-guest-agent at first boot.
+	// +optional
+	// +kubebuilder:default=true
+	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
+	// RequestTimeoutSeconds bounds each API request.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	RequestTimeoutSeconds int32 `json:"requestTimeoutSeconds,omitempty"`
+	// Templates is the catalogue of templates by key.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="template keys must be lowercase letters, digits and dashes (at most 63)"
+	Templates map[string]ProxmoxTemplate `json:"templates"`
+	// MachineTypes is the catalogue of sizes by key.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="machine type keys must be lowercase letters, digits and dashes (at most 63)"
+	MachineTypes map[string]ProxmoxMachineType `json:"machineTypes"`
+}
+
+// ProxmoxCredentials are the API credentials of a proxmox block.
+type ProxmoxCredentials struct {
+	// TokenSecretRef names an API token in the form user@realm!tokenid=secret.
+	TokenSecretRef SecretKeySelector `json:"tokenSecretRef"`
+	// CASecretRef names a PEM CA bundle to verify the API's certificate.
+	// +optional
+	CASecretRef *SecretKeySelector `json:"caSecretRef,omitempty"`
+}
+
+// VMIDRange is an inclusive range of VMIDs.
+type VMIDRange struct {
+	// Min VMID.
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	Min int32 `json:"min"`
+	// Max VMID.
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	Max int32 `json:"max"`
+}
+
+// ProxmoxTemplate is one template VM.
+type ProxmoxTemplate struct {
+	// VMID of the template.
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	VMID int32 `json:"vmid"`
+}
+
+// ProxmoxMachineType is one size.
+type ProxmoxMachineType struct {
+	// Cores of the VM.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=128
+	Cores int32 `json:"cores"`
+	// MemoryMiB of the VM.
+	// +kubebuilder:validation:Minimum=256
+	// +kubebuilder:validation:Maximum=1048576
+	MemoryMiB int32 `json:"memoryMiB"`
+}
+
+// GCPConfig is the gcp backend block.
+// +kubebuilder:validation:XValidation:rule="self.credentials.source != 'Secret' || has(self.credentials.secretRef)",message="credentials.secretRef is required when credentials.source is Secret"
+type GCPConfig struct {
+	// Project ID instances are created in.
+	// +kubebuilder:validation:Pattern=`^[a-z][-a-z0-9]{4,28}[a-z0-9]$`
+	Project string `json:"project"`
+	// Credentials for the Compute Engine API.
+	Credentials GCPCredentials `json:"credentials"`
+	// Network is the VPC network.
+	// +optional
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Network string `json:"network,omitempty"`
+	// Subnetwork in the instance's region; the network's default when
+	// absent.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Subnetwork string `json:"subnetwork,omitempty"`
+	// NetworkTags put on every instance (firewall rules target them).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	NetworkTags []string `json:"networkTags,omitempty"`
+	// DiskSizeGB of the boot disk.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=65536
+	DiskSizeGB int32 `json:"diskSizeGb,omitempty"`
+	// Zones, when set, are the only zones proxies may use; the first is the
+	// default.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^[a-z]+-[a-z]+[0-9]+-[a-z]$`
+	// +listType=set
+	Zones []string `json:"zones,omitempty"`
+	// Images is the catalogue of images by key. Use images with cloud-init
+	// (Ubuntu, or Debian's genericcloud): Squid is installed by cloud-init.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="image keys must be lowercase letters, digits and dashes (at most 63)"
+	Images map[string]GCPImage `json:"images"`
+	// MachineTypes is the catalogue of sizes by key.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="machine type keys must be lowercase letters, digits and dashes (at most 63)"
+	MachineTypes map[string]GCPMachineType `json:"machineTypes"`
+}
+
+// GCPCredentials says how to authenticate to Compute Engine.
+type GCPCredentials struct {
+	// Source is Secret (a service-account key) or InjectedIdentity
+	// (Application Default Credentials of the provider's pod).
+	// +kubebuilder:validation:Enum=Secret;InjectedIdentity
+	Source xpv2.CredentialsSource `json:"source"`
+	// SecretRef names a service-account key (JSON).
+	// +optional
+	SecretRef *SecretKeySelector `json:"secretRef,omitempty"`
+}
+
+// GCPImage is one image.
+type GCPImage struct {
+	// Image is an image or image family URL, such as
+	// projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^(https://[^ ]+|projects/[a-z][-a-z0-9]*/global/images/[^ ]+)$`
+	Image string `json:"image"`
+}
+
+// GCPMachineType is one size.
+type GCPMachineType struct {
+	// MachineType such as e2-small.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	MachineType string `json:"machineType"`
+}
+
+// KubernetesConfig is the kubernetes backend block.
+// +kubebuilder:validation:XValidation:rule="self.credentials.source != 'Secret' || has(self.credentials.secretRef)",message="credentials.secretRef is required when credentials.source is Secret"
+type KubernetesConfig struct {
+	// Credentials for the target cluster.
+	Credentials KubernetesCredentials `json:"credentials"`
+	// Namespace proxies run in, in the target cluster. It must exist.
+	// +optional
+	// +kubebuilder:default=egress-proxies
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+	// Image is the Squid container image. It must run squid as a non-root
+	// user and ship basic_ncsa_auth.
+	// +optional
+	// +kubebuilder:default="docker.io/ubuntu/squid:6.10-24.10_beta"
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[^ ]+$`
+	Image string `json:"image,omitempty"`
+	// ImagePullSecrets for the image.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// Resources of the Squid container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// NodeSelector for the proxy pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+}
+
+// KubernetesCredentials says how to reach the target cluster.
+type KubernetesCredentials struct {
+	// Source is InjectedIdentity (this cluster, the provider's own service
+	// account) or Secret (a kubeconfig for another cluster).
+	// +kubebuilder:validation:Enum=Secret;InjectedIdentity
+	Source xpv2.CredentialsSource `json:"source"`
+	// SecretRef names a kubeconfig.
+	// +optional
+	SecretRef *SecretKeySelector `json:"secretRef,omitempty"`
+}
+
+// ProviderConfigStatus is the observed state of a ProviderConfig: whether
+// its backend is healthy, target by target.
+type ProviderConfigStatus struct {
+	xpv2.ProviderConfigStatus `json:",inline"`
+	// InstallationID in effect for this config's instances.
+	// +optional
+	InstallationID string `json:"installationID,omitempty"`
+	// Backend is the block this config holds (kvm, proxmox, gcp, kubernetes).
+	// +optional
+	Backend string `json:"backend,omitempty"`
+	// LastCheckTime is when the health check last ran.
+	// +optional
+	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
+	// Targets are the health of each backend target.
+	// +optional
+	// +listType=map
+	// +listMapKey=target
+	Targets []TargetHealth `json:"targets,omitempty"`
+}
+
+// TargetHealth is the health of one backend target (a host, a node, a
+// project, an API server).
+type TargetHealth struct {
+	// Target names what was checked.
+	Target string `json:"target"`
+	// Address where it was reached.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Healthy is true when every check passed.
+	Healthy bool `json:"healthy"`
+	// Reason why not, in CamelCase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message explains the reason.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Details found on the way (versions, free space).
+	// +optional
+	Details map[string]string `json:"details,omitempty"`
+}

@@ -1,0 +1,143 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SecretKeySelector names one key of a Secret. On namespaced resources the
+// namespace must be omitted: the Secret is read from the resource's own
+// namespace. On cluster-scoped resources it is required.
+type SecretKeySelector struct {
+	// Namespace of the Secret. Required on cluster-scoped resources, not
+	// allowed on namespaced ones.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Key within the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key"`
+}
+
+// ProxySettings is the common proxy block: what Squid enforces, the same on
+// every kind.
+type ProxySettings struct {
+	// Port Squid listens on.
+	// +optional
+	// +kubebuilder:default=3128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+
+	// AllowedClientCIDRs may use the proxy; everyone else is refused. At
+	// least one is required: the proxy is never open.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or fd00::/8 (a bare IP needs /32 or /128)"
+	// +listType=set
+	AllowedClientCIDRs []string `json:"allowedClientCIDRs"`
+
+	// AllowedPorts are the ports clients may open CONNECT tunnels to.
+	// Defaults to [443].
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	// +listType=set
+	AllowedPorts []int32 `json:"allowedPorts,omitempty"`
+
+	// AllowedDestinations, when set, is a domain allow-list: "api.github.com"
+	// matches that host, ".stripe.com" the domain and its subdomains.
+	// Everything else is refused.
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^\.?([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	// +listType=set
+	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
+
+	// Auth turns on basic authentication.
+	// +optional
+	Auth *ProxyAuth `json:"auth,omitempty"`
+}
+
+// ProxyAuth is basic authentication on the proxy.
+type ProxyAuth struct {
+	// Enabled turns authentication on.
+	Enabled bool `json:"enabled"`
+	// Username clients authenticate as.
+	// +optional
+	// +kubebuilder:default=proxy
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]{1,64}$`
+	Username string `json:"username,omitempty"`
+	// PasswordSecretRef names the Secret key holding the password. When
+	// absent a password of 32 random characters is generated, kept stable,
+	// and delivered in the connection Secret.
+	// +optional
+	PasswordSecretRef *SecretKeySelector `json:"passwordSecretRef,omitempty"`
+}
+
+// Placement is where an instance runs and what it runs, as catalogue keys
+// of the ProviderConfig. Each kind uses the word its backend uses.
+type Placement struct {
+	// Host (KVMProxy).
+	// +optional
+	Host string `json:"host,omitempty"`
+	// Node (ProxmoxProxy).
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Zone (GCPProxy).
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// MachineType key.
+	// +optional
+	MachineType string `json:"machineType,omitempty"`
+	// Image key (a template key on ProxmoxProxy), or an image URL (KVMProxy).
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// ProxyObservation is the observed state of a proxy, the same on every kind.
+type ProxyObservation struct {
+	// ID is the backend's identifier of the instance.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// State is Provisioning, Running, Stopped or Terminated.
+	// +optional
+	State string `json:"state,omitempty"`
+	// IP clients connect to.
+	// +optional
+	IP string `json:"ip,omitempty"`
+	// EgressIP is the address the proxy's traffic leaves from, when known.
+	// +optional
+	EgressIP string `json:"egressIP,omitempty"`
+	// Placement actually used.
+	// +optional
+	Placement *Placement `json:"placement,omitempty"`
+	// CreatedAt as the backend reports it.
+	// +optional
+	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
+	// ProxyReachable is true once the proxy answered on its port.
+	// +optional
+	ProxyReachable bool `json:"proxyReachable,omitempty"`
+	// Progress of long-running work (an image download, a clone).
+	// +optional
+	Progress string `json:"progress,omitempty"`
+	// Operation is an asynchronous backend operation still being followed.
+	// +optional
+	Operation string `json:"operation,omitempty"`
+	// Endpoint is host:port of the proxy.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// Details are backend-specific facts.
+	// +optional
+	Details map[string]string `json:"details,omitempty"`
+}

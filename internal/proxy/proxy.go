@@ -1,0 +1,254 @@
+// Package proxy is the backend-neutral contract between the Crossplane
+// controller layer and the backend drivers (kvm, proxmox, gcp, kubernetes).
+//
+// The controller layer knows Crossplane and nothing of any backend; a driver
+// knows its backend and nothing of Crossplane. Data goes down as a Request and
+// comes back as an Instance and a classified *Error.
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// State is the lifecycle state of a backend instance, the same on every
+// backend.
+type State string
+
+// The states a driver may report.
+const (
+	// StateProvisioning: the backend accepted the instance but it is not yet
+	// serving (cloning, booting, pulling, no address yet). Never-started
+	// instances are Provisioning, never Stopped.
+	StateProvisioning State = "Provisioning"
+	// StateRunning: the backend says running and an address is known.
+	StateRunning State = "Running"
+	// StateStopped: the instance exists but is not running (shut off,
+	// paused, suspended, or a state the driver does not know).
+	StateStopped State = "Stopped"
+	// StateTerminated: the instance has ended and will not run again
+	// without being recreated (a failed pod, a terminated VM).
+	StateTerminated State = "Terminated"
+)
+
+// Mark is the ownership mark every instance carries: the managed resource's
+// UID and the installation that created it. Create refuses to adopt an
+// instance whose mark differs; List returns only instances carrying the
+// installation's mark.
+type Mark struct {
+	// UID of the managed resource that owns the instance.
+	UID string
+	// InstallationID names the provider installation (one control plane).
+	// Two installations sharing a backend never collect each other's
+	// instances.
+	InstallationID string
+}
+
+// Placement says where an instance runs and what it runs, as catalogue keys
+// of the ProviderConfig. Empty fields mean the backend's default.
+type Placement struct {
+	// Location is the host (KVM), node (Proxmox) or zone (GCP).
+	Location string
+	// MachineType is a key of the config's machine-type catalogue.
+	MachineType string
+	// Image is a key of the config's image or template catalogue, or (KVM)
+	// an http(s) URL.
+	Image string
+}
+
+// Auth is basic authentication on the proxy. Password is resolved by the
+// controller layer (from a Secret, or generated); drivers never generate
+// credentials.
+type Auth struct {
+	Enabled  bool
+	Username string
+	Password string
+}
+
+// Settings is what the proxy itself enforces; it is the same on every
+// backend and rendered into squid.conf by internal/squid.
+type Settings struct {
+	// Port the proxy listens on.
+	Port int32
+	// AllowedClientCIDRs may use the proxy; everyone else is denied.
+	AllowedClientCIDRs []string
+	// AllowedPorts are the CONNECT targets allowed (443 when empty).
+	AllowedPorts []int32
+	// AllowedDestinations, when non-empty, is a domain allow-list
+	// (".example.com" matches subdomains).
+	AllowedDestinations []string
+	// Auth is optional basic authentication.
+	Auth Auth
+}
+
+// Exposure holds the per-kind networking choices that are not part of the
+// proxy settings.
+type Exposure struct {
+	// AddressType is Ephemeral, Static or Internal (GCP).
+	AddressType string
+	// RetainAddress keeps a static address when the instance is deleted (GCP).
+	RetainAddress bool
+	// ManageFirewall creates a firewall rule admitting the allowed client
+	// CIDRs to the proxy port (GCP).
+	ManageFirewall bool
+	// ServiceType is "", ClusterIP or LoadBalancer (PodProxy).
+	ServiceType string
+}
+
+// Request is everything a driver needs to create or update one instance.
+type Request struct {
+	// Name is the deterministic, backend-safe instance name (the managed
+	// resource's external name): lowercase letters, digits and dashes, at
+	// most 63 characters, unique across namespaces.
+	Name string
+	// Mark is written onto the instance and checked before adoption.
+	Mark Mark
+	// Placement as catalogue keys.
+	Placement Placement
+	// Proxy is what Squid enforces.
+	Proxy Settings
+	// Exposure holds per-kind networking choices.
+	Exposure Exposure
+	// CloudInit is optional user-data, merged with the generated Squid
+	// setup. It is secret: never log it.
+	CloudInit string
+	// Labels are extra, non-secret labels for backends that support them.
+	Labels map[string]string
+}
+
+// Ref identifies an existing instance for Get and Delete.
+type Ref struct {
+	// ID is the backend ID a driver returned earlier; it may be empty when
+	// the instance was never created by this managed resource (for example
+	// an Observe-only import), in which case the driver resolves Name
+	// within Placement.
+	ID string
+	// Name is the instance name (the managed resource's external name).
+	Name string
+	// Placement, as in the Request.
+	Placement Placement
+}
+
+// Instance is what a driver reports about one backend instance.
+type Instance struct {
+	// ID is the backend's identifier, stable for the instance's life, for
+	// example hosts/<host>/domains/<name> or vms/<vmid>/<name>.
+	ID string
+	// Name is the instance name.
+	Name string
+	// Mark read back from the instance; empty when the instance is unmarked.
+	Mark Mark
+	// State is the lifecycle state.
+	State State
+	// IP is the address clients connect to. Running requires it.
+	IP string
+	// EgressIP is the address the proxy's traffic leaves from, when the
+	// backend knows it.
+	EgressIP string
+	// Placement actually used.
+	Placement Placement
+	// CreatedAt is read back from the backend (zero when unknown).
+	CreatedAt time.Time
+	// ProxyReachable is true once the proxy answered on its port.
+	ProxyReachable bool
+	// Progress describes long-running work (an image download, a clone,
+	// an operation), for the Ready condition's message.
+	Progress string
+	// SpecHash is the Hash of the Request the instance was last created or
+	// updated from, as written on the instance; empty when the backend
+	// cannot store it.
+	SpecHash string
+	// Operation names an asynchronous backend operation still in flight
+	// (for example a Compute Engine operation) that Get should read next.
+	Operation string
+	// Details are extra, non-secret facts for status (backend specific).
+	Details map[string]string
+}
+
+// Driver is one backend. Every method is idempotent, takes ctx first,
+// returns promptly when ctx is cancelled, and returns errors classified as
+// *Error.
+type Driver interface {
+	// Create starts bringing up the instance and returns without waiting for
+	// boots, downloads, clones or operations. Calling it again for the same
+	// Request creates nothing new. An existing instance with the same name
+	// and a different Mark is a Permanent error: it is never adopted.
+	Create(ctx context.Context, req Request) (Instance, error)
+	// Get reads one instance. A missing instance is NotFound; an instance
+	// being deleted or a busy backend is never NotFound.
+	Get(ctx context.Context, ref Ref) (Instance, error)
+	// Update changes in place what the backend can change, so that the
+	// instance matches req.
+	Update(ctx context.Context, ref Ref, req Request) (Instance, error)
+	// Delete removes the instance and everything created for it. Deleting
+	// a missing instance succeeds.
+	Delete(ctx context.Context, ref Ref) error
+	// List returns the instances carrying installationID's mark (ID, Name,
+	// Mark and CreatedAt at least). Unmarked instances are never listed.
+	List(ctx context.Context, installationID string) ([]Instance, error)
+	// Check probes every target of the backend (hosts, nodes, a project, an
+	// API server) and reports their health.
+	Check(ctx context.Context) Health
+}
+
+// Health is the result of Driver.Check.
+type Health struct {
+	Targets []TargetHealth
+}
+
+// Healthy is true when every target is healthy and there is at least one.
+func (h Health) Healthy() bool {
+	if len(h.Targets) == 0 {
+		return false
+	}
+	for _, t := range h.Targets {
+		if !t.Healthy {
+			return false
+		}
+	}
+	return true
+}
+
+// TargetHealth is the health of one backend target.
+type TargetHealth struct {
+	// Target names what was checked (a host, a node, a project).
+	Target string
+	// Address is where it was reached.
+	Address string
+	// Healthy is true when every check passed.
+	Healthy bool
+	// Reason is a CamelCase reason from the Reason* constants or a
+	// backend-specific one; empty when healthy.
+	Reason string
+	// Message is a human-readable explanation without secrets.
+	Message string
+	// Details are facts found on the way (versions, free space).
+	Details map[string]string
+}
+
+// Health reasons shared by every backend; drivers add their own.
+const (
+	ReasonTimeout                = "Timeout"
+	ReasonUnreachable            = "Unreachable"
+	ReasonUnauthorized           = "Unauthorized"
+	ReasonForbidden              = "Forbidden"
+	ReasonCredentialsUnavailable = "CredentialsUnavailable"
+	ReasonAPIError               = "APIError"
+	ReasonNotAvailable           = "BackendNotAvailable"
+)
+
+// Hash is the stable digest of the parts of a Request that an instance is
+// built from. Drivers store it on the instance (SpecHash) so the controller
+// can tell whether an Update is needed without re-reading every setting.
+func Hash(req Request) string {
+	h := sha256.New()
+	// Mark and Name are identity, not configuration.
+	req.Mark = Mark{}
+	req.Name = ""
+	b, _ := json.Marshal(req) //nolint:errchkjson // plain structs always marshal.
+	_, _ = h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
