@@ -4,10 +4,10 @@ package apis
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 
-	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	clusterproxyv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
-	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedproxyv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 )
 
 // AddToScheme adds every group of the provider, both scopes, to s.

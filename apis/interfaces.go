@@ -3,10 +3,10 @@ package apis
 import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 
-	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	clusterproxyv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
-	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedproxyv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 )
 
 // Compile-time proof that every kind satisfies crossplane-runtime's

@@ -130,6 +130,10 @@ type Ref struct {
 	Name string
 	// Placement, as in the Request.
 	Placement Placement
+	// Operation is the asynchronous operation the last Create, Update or
+	// Get reported (Instance.Operation), so its outcome is read and never
+	// lost.
+	Operation string
 }
 
 // Instance is what a driver reports about one backend instance.

@@ -44,8 +44,8 @@ type ProviderConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   NamespacedProviderConfigSpec                 `json:"spec"`
-	Status spec.ProviderConfigStatus `json:"status,omitempty"`
+	Spec   NamespacedProviderConfigSpec `json:"spec"`
+	Status spec.ProviderConfigStatus    `json:"status,omitempty"`
 }
 
 // ProviderConfigList is a list of ProviderConfigs.
@@ -69,7 +69,7 @@ type ClusterProviderConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ClusterProviderConfigSpec                 `json:"spec"`
+	Spec   ClusterProviderConfigSpec `json:"spec"`
 	Status spec.ProviderConfigStatus `json:"status,omitempty"`
 }
 

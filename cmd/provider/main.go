@@ -1,0 +1,211 @@
+// Command provider runs provider-egressproxy: the Crossplane controllers of
+// every proxy kind in both scopes, the ProviderConfig usage and health
+// controllers, a Prometheus endpoint and, when OTEL_ environment variables
+// ask for it, OpenTelemetry tracing.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+	"github.com/egressproxy/provider-egressproxy/internal/version"
+)
+
+func main() {
+	start := time.Now()
+	var (
+		debug              = flag.Bool("debug", false, "Log at debug level (V(1) and more).")
+		logFormat          = flag.String("log-format", "json", "Log format: json or console.")
+		pollInterval       = flag.Duration("poll", time.Minute, "How often a Ready proxy is checked.")
+		notReadyPoll       = flag.Duration("poll-not-ready", 10*time.Second, "How often a proxy that is not Ready yet is checked.")
+		pollJitter         = flag.Duration("poll-jitter", 10*time.Second, "Maximum jitter added to or taken from each poll (at most a quarter of the interval).")
+		maxReconcileRate   = flag.Int("max-reconcile-rate", 100, "Reconciles per second across all controllers.")
+		maxConcurrent      = flag.Int("max-concurrent-reconciles", 10, "Concurrent reconciles per controller.")
+		leaderElection     = flag.Bool("leader-election", false, "Use leader election (run more than one replica).")
+		namespace          = flag.String("namespace", envOr("POD_NAMESPACE", "crossplane-system"), "The provider's namespace (for its password key and leader election).")
+		installationID     = flag.String("installation-id", "", "Installation part of the ownership mark on every instance; default: the UID of the kube-system namespace.")
+		metricsAddr        = flag.String("metrics-bind-address", ":8080", "Address of the Prometheus endpoint; 0 turns it off.")
+		probeAddr          = flag.String("health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns it off.")
+		healthInterval     = flag.Duration("config-check-interval", time.Minute, "How often each ProviderConfig's backend is checked.")
+		healthTimeout      = flag.Duration("config-check-timeout", 30*time.Second, "Timeout of one ProviderConfig check.")
+		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
+	)
+	flag.Parse()
+
+	zo := zap.Options{Development: *debug}
+	if *debug {
+		zo.Level = zapcore.DebugLevel
+	}
+	if *logFormat == "console" {
+		zo.Development = true
+	}
+	zl := zap.New(zap.UseFlagOptions(&zo))
+	ctrl.SetLogger(zl)
+	log := logging.NewLogrLogger(zl.WithName("provider-egressproxy"))
+
+	if err := run(start, log, runOptions{
+		poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
+		leaderElection: *leaderElection, namespace: *namespace, installationID: *installationID,
+		metricsAddr: *metricsAddr, probeAddr: *probeAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
+		managementPolicies: *enableMgmtPolicies,
+	}); err != nil {
+		log.Info("provider stopped with an error", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+type runOptions struct {
+	poll, notReadyPoll, jitter    time.Duration
+	rate, concurrent              int
+	leaderElection                bool
+	namespace, installationID     string
+	metricsAddr, probeAddr        string
+	healthInterval, healthTimeout time.Duration
+	managementPolicies            bool
+}
+
+func run(start time.Time, log logging.Logger, o runOptions) error {
+	ctx := ctrl.SetupSignalHandler()
+
+	tracing, shutdown, err := telemetry.SetupTracing(ctx, version.Version)
+	if err != nil {
+		return fmt.Errorf("cannot set up tracing: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}()
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("cannot get a kubeconfig (set KUBECONFIG or run in a cluster): %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.rate)*2, o.rate*4
+
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return err
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                     s,
+		LeaderElection:             o.leaderElection,
+		LeaderElectionID:           "provider-egressproxy.egressproxy.io",
+		LeaderElectionNamespace:    o.namespace,
+		LeaderElectionResourceLock: "leases",
+		Metrics:                    metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:     o.probeAddr,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Secrets are read uncached (credentials on every Connect), so
+			// the provider never watches every Secret of the cluster.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("cannot create the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+
+	id := o.installationID
+	if id == "" {
+		id, err = defaultInstallationID(ctx, mgr.GetAPIReader())
+		if err != nil {
+			return err
+		}
+	}
+
+	mm := managed.NewMRMetricRecorder()
+	sm := statemetrics.NewMRStateMetrics()
+	metrics.Registry.MustRegister(mm, sm)
+
+	features := &feature.Flags{}
+	if o.managementPolicies {
+		features.Enable(feature.EnableBetaManagementPolicies)
+	}
+	co := controller.Options{
+		Logger:                  log,
+		GlobalRateLimiter:       ratelimiter.NewGlobal(o.rate),
+		PollInterval:            o.poll,
+		MaxConcurrentReconciles: o.concurrent,
+		Features:                features,
+		MetricOptions: &controller.MetricOptions{
+			PollStateMetricInterval: 10 * time.Second,
+			MRMetrics:               mm,
+			MRStateMetrics:          sm,
+		},
+	}
+	jitter := o.jitter
+	if jitter > o.notReadyPoll/4 {
+		// The jitter applies to both intervals; keep fast polls fast.
+		jitter = o.notReadyPoll / 4
+	}
+	if err := pcontroller.Setup(mgr, external.Options{
+		Options:              co,
+		InstallationID:       id,
+		Namespace:            o.namespace,
+		NotReadyPollInterval: o.notReadyPoll,
+		PollJitter:           jitter,
+	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout}); err != nil {
+		return fmt.Errorf("cannot set up controllers: %w", err)
+	}
+
+	go func() {
+		if mgr.GetCache().WaitForCacheSync(ctx) {
+			log.Info("provider is serving", "version", version.Version, "startupSeconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()),
+				"installationID", id, "tracing", tracing)
+		}
+	}()
+	return mgr.Start(ctx)
+}
+
+// defaultInstallationID is the UID of the kube-system namespace: stable for
+// the life of a cluster and different between clusters.
+func defaultInstallationID(ctx context.Context, r client.Reader) (string, error) {
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, types.NamespacedName{Name: "kube-system"}, ns); err != nil {
+		return "", fmt.Errorf("cannot read the kube-system namespace for the default installation ID (set --installation-id): %w", err)
+	}
+	// 8 hex characters are enough to tell installations apart and keep
+	// backend labels short.
+	return "k" + string(ns.UID)[:8], nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

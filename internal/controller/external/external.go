@@ -1,0 +1,365 @@
+package external
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+)
+
+// Connection detail keys of the connection Secret.
+const (
+	DetailURL      = "url"
+	DetailHost     = "host"
+	DetailPort     = "port"
+	DetailUsername = "username"
+	DetailPassword = "password"
+)
+
+const (
+	defaultPort     = 3128
+	defaultUsername = "proxy"
+)
+
+type connector[P any] struct {
+	kind      Kind[P]
+	configs   ConfigReader
+	secrets   Secrets
+	passwords *Passwords
+	modern    resource.ModernTracker
+	legacy    resource.LegacyTracker
+}
+
+// Connect tracks the config's usage, resolves the config, checks that it
+// holds this kind's backend block, and builds the driver. It runs on every
+// reconcile, so changed configs and rotated credentials apply at once.
+func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (managed.ExternalClient, error) {
+	cr, ok := mg.(Resource[P])
+	if !ok {
+		return nil, errors.Errorf("%T is not a %s", mg, c.kind.Name)
+	}
+	switch m := mg.(type) {
+	case resource.ModernManaged:
+		if err := c.modern.Track(ctx, m); err != nil {
+			return nil, errors.Wrap(err, "cannot track ProviderConfig usage")
+		}
+	case resource.LegacyManaged:
+		if err := c.legacy.Track(ctx, m); err != nil {
+			return nil, errors.Wrap(err, "cannot track ProviderConfig usage")
+		}
+	}
+	cfg, err := c.configs.Resolve(ctx, mg)
+	if err != nil {
+		return nil, err
+	}
+	if b := Backend(&cfg.Spec); b != c.kind.Backend {
+		return nil, errors.Errorf("%s holds a %s block, but a %s needs a config with a %s block: point spec.providerConfigRef at one", cfg.Name, b, c.kind.Name, c.kind.Backend)
+	}
+	d, err := c.kind.Connect(ctx, cfg)
+	if err != nil {
+		return nil, errors.Wrapf(err, "cannot connect to the %s backend of %s", c.kind.Backend, cfg.Name)
+	}
+	secrets := c.secrets
+	secrets.Namespace = cr.GetNamespace()
+	return &external[P]{kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords}, nil
+}
+
+type external[P any] struct {
+	kind      Kind[P]
+	cfg       *Config
+	driver    proxy.Driver
+	secrets   Secrets
+	passwords *Passwords
+}
+
+// span starts the one span of an external-client operation.
+func (e *external[P]) span(ctx context.Context, op string, mg resource.Managed) (context.Context, func(error)) {
+	ctx, s := telemetry.Tracer().Start(ctx, "egressproxy."+op, trace.WithAttributes(
+		attribute.String("egressproxy.kind", e.kind.Name),
+		attribute.String("egressproxy.namespace", mg.GetNamespace()),
+		attribute.String("egressproxy.resource", mg.GetName()),
+		attribute.String("egressproxy.provider_config", e.cfg.Name),
+	))
+	return ctx, func(err error) {
+		if err != nil {
+			s.SetStatus(codes.Error, string(proxy.ClassOf(err)))
+		}
+		s.End()
+	}
+}
+
+func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs managed.ExternalObservation, err error) {
+	ctx, end := e.span(ctx, "Observe", mg)
+	defer func() { end(err) }()
+	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
+
+	req, err := e.request(ctx, cr)
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	status := cr.Observation()
+	inst, err := e.driver.Get(ctx, ref(req, status))
+	if proxy.IsNotFound(err) {
+		*status = spec.ProxyObservation{}
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	}
+	if err != nil {
+		return managed.ExternalObservation{}, describe(err, "cannot observe the instance")
+	}
+	if foreign := e.foreign(cr, inst); foreign != nil {
+		if meta.WasDeleted(cr) {
+			// Never ours: deleting the resource leaves the instance alone.
+			return managed.ExternalObservation{ResourceExists: false}, nil
+		}
+		return managed.ExternalObservation{}, foreign
+	}
+	setObservation(status, inst, req, e.kind.LocationField)
+	setReadiness(cr, inst)
+	return managed.ExternalObservation{
+		ResourceExists:    true,
+		ResourceUpToDate:  inst.SpecHash == "" || inst.SpecHash == proxy.Hash(req),
+		ConnectionDetails: connectionDetails(inst, req),
+	}, nil
+}
+
+func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c managed.ExternalCreation, err error) {
+	ctx, end := e.span(ctx, "Create", mg)
+	defer func() { end(err) }()
+	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
+
+	req, err := e.request(ctx, cr)
+	if err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	inst, err := e.driver.Create(ctx, req)
+	if err != nil {
+		return managed.ExternalCreation{}, describe(err, "cannot create the instance")
+	}
+	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
+	setReadiness(cr, inst)
+	return managed.ExternalCreation{ConnectionDetails: connectionDetails(inst, req)}, nil
+}
+
+func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u managed.ExternalUpdate, err error) {
+	ctx, end := e.span(ctx, "Update", mg)
+	defer func() { end(err) }()
+	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
+
+	req, err := e.request(ctx, cr)
+	if err != nil {
+		return managed.ExternalUpdate{}, err
+	}
+	inst, err := e.driver.Update(ctx, ref(req, cr.Observation()), req)
+	if err != nil {
+		return managed.ExternalUpdate{}, describe(err, "cannot update the instance")
+	}
+	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
+	setReadiness(cr, inst)
+	return managed.ExternalUpdate{ConnectionDetails: connectionDetails(inst, req)}, nil
+}
+
+func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d managed.ExternalDelete, err error) {
+	ctx, end := e.span(ctx, "Delete", mg)
+	defer func() { end(err) }()
+	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
+
+	// Delete needs only the name and placement, so a resource whose proxy
+	// block became invalid can still be deleted.
+	req := proxy.Request{Name: meta.GetExternalName(cr)}
+	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
+		return managed.ExternalDelete{}, err
+	}
+	if err := e.driver.Delete(ctx, ref(req, cr.Observation())); err != nil {
+		return managed.ExternalDelete{}, describe(err, "cannot delete the instance")
+	}
+	return managed.ExternalDelete{}, nil
+}
+
+func (e *external[P]) Disconnect(context.Context) error { return nil }
+
+// request builds the driver request: name, mark, resolved proxy settings
+// (with the password), then the kind's placement and options.
+func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Request, error) {
+	req := proxy.Request{
+		Name: meta.GetExternalName(cr),
+		Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID},
+	}
+	settings, err := e.settings(ctx, cr, e.kind.Proxy(cr.Parameters()))
+	if err != nil {
+		return proxy.Request{}, err
+	}
+	req.Proxy = settings
+	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
+		return proxy.Request{}, err
+	}
+	return req, nil
+}
+
+func (e *external[P]) settings(ctx context.Context, cr Resource[P], ps *spec.ProxySettings) (proxy.Settings, error) {
+	s := proxy.Settings{
+		Port:                defaultPort,
+		AllowedClientCIDRs:  ps.AllowedClientCIDRs,
+		AllowedPorts:        ps.AllowedPorts,
+		AllowedDestinations: ps.AllowedDestinations,
+	}
+	if ps.Port != nil {
+		s.Port = *ps.Port
+	}
+	if len(s.AllowedPorts) == 0 {
+		s.AllowedPorts = []int32{443}
+	}
+	if ps.Auth == nil || !ps.Auth.Enabled {
+		return s, nil
+	}
+	s.Auth = proxy.Auth{Enabled: true, Username: ps.Auth.Username}
+	if s.Auth.Username == "" {
+		s.Auth.Username = defaultUsername
+	}
+	if ps.Auth.PasswordSecretRef != nil {
+		pw, err := e.secrets.Get(ctx, "spec.forProvider.proxy.auth.passwordSecretRef", ps.Auth.PasswordSecretRef)
+		if err != nil {
+			return proxy.Settings{}, err
+		}
+		s.Auth.Password = string(pw)
+		return s, nil
+	}
+	pw, err := e.passwords.For(ctx, string(cr.GetUID()))
+	if err != nil {
+		return proxy.Settings{}, errors.Wrap(err, "cannot generate the proxy password")
+	}
+	s.Auth.Password = pw
+	return s, nil
+}
+
+// foreign returns an error when inst is not this resource's: it carries no
+// mark or another resource's. Observe-only resources may import anything.
+func (e *external[P]) foreign(cr Resource[P], inst proxy.Instance) error {
+	if observeOnly(cr.GetManagementPolicies()) {
+		return nil
+	}
+	switch {
+	case inst.Mark.UID == string(cr.GetUID()):
+		return nil
+	case inst.Mark.UID == "":
+		return errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", inst.Name)
+	default:
+		return errors.Errorf("instance %s exists but belongs to another resource (UID %s, installation %q); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", inst.Name, inst.Mark.UID, inst.Mark.InstallationID)
+	}
+}
+
+func observeOnly(p xpv2.ManagementPolicies) bool {
+	for _, a := range p {
+		if a != xpv2.ManagementActionObserve {
+			return false
+		}
+	}
+	return len(p) > 0
+}
+
+func ref(req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
+	return proxy.Ref{ID: status.ID, Name: req.Name, Placement: req.Placement, Operation: status.Operation}
+}
+
+func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Request, locationField string) {
+	*o = spec.ProxyObservation{
+		ID:             inst.ID,
+		State:          string(inst.State),
+		IP:             inst.IP,
+		EgressIP:       inst.EgressIP,
+		ProxyReachable: inst.ProxyReachable,
+		Progress:       inst.Progress,
+		Operation:      inst.Operation,
+		Details:        inst.Details,
+	}
+	if !inst.CreatedAt.IsZero() {
+		t := metav1.NewTime(inst.CreatedAt)
+		o.CreatedAt = &t
+	}
+	if inst.IP != "" {
+		o.Endpoint = net.JoinHostPort(inst.IP, strconv.Itoa(int(req.Proxy.Port)))
+	}
+	p := inst.Placement
+	if p == (proxy.Placement{}) {
+		p = req.Placement
+	}
+	if p != (proxy.Placement{}) {
+		o.Placement = &spec.Placement{MachineType: p.MachineType, Image: p.Image}
+		switch locationField {
+		case "host":
+			o.Placement.Host = p.Location
+		case "node":
+			o.Placement.Node = p.Location
+		case "zone":
+			o.Placement.Zone = p.Location
+		}
+	}
+}
+
+func setReadiness(cr resource.Managed, inst proxy.Instance) {
+	switch {
+	case inst.State == proxy.StateRunning && inst.IP != "" && inst.ProxyReachable:
+		cr.SetConditions(xpv2.Available())
+	case inst.State == proxy.StateRunning && inst.IP != "":
+		cr.SetConditions(xpv2.Creating().WithMessage(withProgress(fmt.Sprintf("instance %s is running at %s; waiting for the proxy to answer", inst.Name, inst.IP), inst.Progress)))
+	case inst.State == proxy.StateProvisioning || inst.State == proxy.StateRunning || inst.State == "":
+		cr.SetConditions(xpv2.Creating().WithMessage(withProgress(fmt.Sprintf("instance %s is provisioning", inst.Name), inst.Progress)))
+	default:
+		cr.SetConditions(xpv2.Unavailable().WithMessage(withProgress(fmt.Sprintf("instance %s is %s", inst.Name, inst.State), inst.Progress)))
+	}
+}
+
+func withProgress(msg, progress string) string {
+	if progress == "" {
+		return msg
+	}
+	return msg + ": " + progress
+}
+
+// connectionDetails are published once the address is known.
+func connectionDetails(inst proxy.Instance, req proxy.Request) managed.ConnectionDetails {
+	if inst.IP == "" {
+		return nil
+	}
+	port := strconv.Itoa(int(req.Proxy.Port))
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(inst.IP, port)}
+	d := managed.ConnectionDetails{
+		DetailHost: []byte(inst.IP),
+		DetailPort: []byte(port),
+	}
+	if req.Proxy.Auth.Enabled {
+		u.User = url.UserPassword(req.Proxy.Auth.Username, req.Proxy.Auth.Password)
+		d[DetailUsername] = []byte(req.Proxy.Auth.Username)
+		d[DetailPassword] = []byte(req.Proxy.Auth.Password)
+	}
+	d[DetailURL] = []byte(u.String())
+	return d
+}
+
+// describe wraps a driver error so the condition says what failed and how
+// the provider treats it.
+func describe(err error, what string) error {
+	class := proxy.ClassOf(err)
+	switch class {
+	case proxy.ClassPermanent:
+		return errors.Wrapf(err, "%s (permanent: will not succeed until the resource, its config or the backend changes)", what)
+	case proxy.ClassQuota:
+		return errors.Wrapf(err, "%s (out of quota or capacity on the backend)", what)
+	default:
+		return errors.Wrapf(err, "%s (%s, will retry)", what, class)
+	}
+}

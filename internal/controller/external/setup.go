@@ -1,0 +1,132 @@
+package external
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+)
+
+// Options configure every proxy controller.
+type Options struct {
+	controller.Options
+	// InstallationID is the provider's own installation ID, used by configs
+	// that set none.
+	InstallationID string
+	// Namespace is the provider's namespace (for its password key).
+	Namespace string
+	// NotReadyPollInterval is how soon a resource that is not Ready yet is
+	// looked at again; Ready resources wait Options.PollInterval.
+	NotReadyPollInterval time.Duration
+	// PollJitter is the maximum jitter added to or taken from each poll.
+	PollJitter time.Duration
+}
+
+// Shared is what every kind's controllers share: one password generator.
+type Shared struct {
+	Passwords *Passwords
+}
+
+// NewShared returns the state shared by every kind's controllers.
+func NewShared(mgr ctrl.Manager, o Options) *Shared {
+	return &Shared{Passwords: &Passwords{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}}
+}
+
+// Setup registers kind k's controller once for each scope: gvks are the
+// namespaced and the cluster-scoped kinds sharing parameters P.
+func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...schema.GroupVersionKind) error {
+	c := &connector[P]{
+		kind:      k,
+		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID},
+		secrets:   Secrets{Kube: mgr.GetAPIReader()},
+		passwords: sh.Passwords,
+		modern:    resource.NewProviderConfigUsageTracker(mgr.GetClient(), &namespacedv1alpha1.ProviderConfigUsage{}),
+		legacy:    resource.NewLegacyProviderConfigUsageTracker(mgr.GetClient(), &clusterv1alpha1.ProviderConfigUsage{}),
+	}
+	for _, gvk := range gvks {
+		if err := setupScope(mgr, o, k, c, gvk); err != nil {
+			return errors.Wrapf(err, "cannot set up the %s controller", gvk.GroupKind())
+		}
+	}
+	return nil
+}
+
+func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], gvk schema.GroupVersionKind) error {
+	name := managed.ControllerName(gvk.GroupKind().String())
+	obj, err := mgr.GetScheme().New(gvk)
+	if err != nil {
+		return err
+	}
+	listObj, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err != nil {
+		return err
+	}
+	opts := []managed.ReconcilerOption{
+		managed.WithExternalConnector(c),
+		managed.WithInitializers(NameInitializer{Kube: mgr.GetClient()}),
+		// Names are derived from the resource, so a create interrupted by a
+		// crash is safe to resume.
+		managed.WithDeterministicExternalName(true),
+		managed.WithLogger(o.Logger.WithValues("controller", name)),
+		managed.WithPollInterval(o.PollInterval),
+		managed.WithPollIntervalHook(PollHook(o.NotReadyPollInterval, o.PollJitter)),
+		managed.WithRecorder(event.NewAPIRecorder(mgr.GetEventRecorderFor(name))),
+		managed.WithManagementPolicies(),
+	}
+	if o.MetricOptions != nil {
+		opts = append(opts, managed.WithMetricRecorder(o.MetricOptions.MRMetrics))
+		if o.MetricOptions.MRStateMetrics != nil {
+			if l, ok := listObj.(resource.ManagedList); ok {
+				sm := statemetrics.NewMRStateRecorder(mgr.GetClient(), o.Logger, o.MetricOptions.MRStateMetrics, l, o.MetricOptions.PollStateMetricInterval)
+				if err := mgr.Add(sm); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	r := managed.NewReconciler(mgr, resource.ManagedKind(gvk), opts...)
+
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		WithOptions(o.ForControllerRuntime()).
+		WithEventFilter(resource.DesiredStateChanged()).
+		For(obj.(client.Object)) //nolint:forcetypeassert // Every registered kind is an object.
+	if k.Watches != nil {
+		l, _ := listObj.(resource.ManagedList)
+		b = k.Watches(mgr, b, l)
+	}
+	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(r), o.GlobalRateLimiter))
+}
+
+// PollHook polls a resource that is not Ready every notReady, and a Ready
+// one at the configured poll interval; both with up to jitter either way so
+// that resources created together do not poll together.
+func PollHook(notReady, jitter time.Duration) managed.PollIntervalHook {
+	return func(mg resource.Managed, interval time.Duration) time.Duration {
+		if mg.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue && notReady > 0 {
+			interval = notReady
+		}
+		if jitter <= 0 {
+			return interval
+		}
+		j := time.Duration((rand.Float64()*2 - 1) * float64(jitter)) //nolint:gosec // Jitter needs no secure randomness.
+		if interval+j <= 0 {
+			return interval
+		}
+		return interval + j
+	}
+}

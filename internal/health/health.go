@@ -1,0 +1,185 @@
+// Package health runs each ProviderConfig's backend check periodically and
+// writes the outcome into the config's status: a Healthy condition and the
+// health of each target (host, node, project, API server).
+package health
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+)
+
+// Condition types written by the health controller.
+const (
+	// TypeHealthy is True when every target of the backend passed its check.
+	TypeHealthy xpv2.ConditionType = "Healthy"
+	// TypeSecure is False when the config turns off host-key or TLS
+	// verification.
+	TypeSecure xpv2.ConditionType = "Secure"
+)
+
+// Condition reasons written by the health controller.
+const (
+	ReasonHealthy            xpv2.ConditionReason = "Healthy"
+	ReasonUnhealthy          xpv2.ConditionReason = "Unhealthy"
+	ReasonCannotConnect      xpv2.ConditionReason = "CannotConnect"
+	ReasonVerified           xpv2.ConditionReason = "Verified"
+	ReasonVerificationTurned xpv2.ConditionReason = "VerificationOff"
+)
+
+// Connector builds a backend's driver from a config, as the kinds do.
+type Connector func(ctx context.Context, cfg *external.Config) (proxy.Driver, error)
+
+// config is the part of the three config kinds the controller needs.
+type config interface {
+	client.Object
+	SetConditions(c ...xpv2.Condition)
+}
+
+// Reconciler checks one config kind.
+type Reconciler struct {
+	Kube       client.Client
+	Configs    external.ConfigReader
+	Connectors map[string]Connector
+	Interval   time.Duration
+	Timeout    time.Duration
+	Log        logging.Logger
+	newConfig  func() config
+	status     func(config) *spec.ProviderConfigStatus
+}
+
+// Setup registers a health controller for each config kind in gvks.
+func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.GroupVersionKind) error {
+	for _, gvk := range gvks {
+		rr := r
+		rr.Log = log.WithValues("controller", "health/"+strings.ToLower(gvk.Kind))
+		rr.newConfig = func() config {
+			o, _ := mgr.GetScheme().New(gvk)
+			return o.(config) //nolint:forcetypeassert // Only config kinds are passed.
+		}
+		rr.status = statusOf
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("health/"+strings.ToLower(gvk.GroupKind().String())).
+			// Spec changes only: status writes (this controller's, the usage
+			// controller's) must not trigger another check.
+			For(rr.newConfig(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Complete(&rr); err != nil {
+			return errors.Wrapf(err, "cannot set up the health controller of %s", gvk.Kind)
+		}
+	}
+	return nil
+}
+
+// Reconcile checks one config and requeues itself after the interval.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pc := r.newConfig()
+	if err := r.Kube.Get(ctx, req.NamespacedName, pc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if pc.GetDeletionTimestamp() != nil {
+		return reconcile.Result{}, nil
+	}
+	cfg := r.Configs.Of(pc)
+	status := r.status(pc)
+	backend := external.Backend(&cfg.Spec)
+	status.Backend = backend
+	status.InstallationID = cfg.InstallationID
+	pc.SetConditions(secureCondition(&cfg.Spec))
+	if insecure := secureCondition(&cfg.Spec); insecure.Status == corev1.ConditionFalse {
+		r.Log.Info("WARNING: "+insecure.Message, "config", cfg.Name)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	h := r.check(ctx, cfg, backend)
+
+	now := metav1.Now()
+	status.LastCheckTime = &now
+	status.Targets = make([]spec.TargetHealth, 0, len(h.Targets))
+	var bad []string
+	for _, t := range h.Targets {
+		status.Targets = append(status.Targets, spec.TargetHealth{
+			Target: t.Target, Address: t.Address, Healthy: t.Healthy, Reason: t.Reason, Message: t.Message, Details: t.Details,
+		})
+		if !t.Healthy {
+			bad = append(bad, fmt.Sprintf("%s: %s: %s", t.Target, t.Reason, t.Message))
+		}
+	}
+	if h.Healthy() {
+		pc.SetConditions(xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionTrue, Reason: ReasonHealthy, LastTransitionTime: now,
+			Message: fmt.Sprintf("%d of %d targets healthy", len(h.Targets), len(h.Targets))})
+	} else {
+		reason := ReasonUnhealthy
+		if len(h.Targets) == 1 && h.Targets[0].Reason == proxy.ReasonNotAvailable {
+			reason = ReasonCannotConnect
+		}
+		pc.SetConditions(xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: reason, LastTransitionTime: now,
+			Message: strings.Join(bad, "; ")})
+	}
+	if err := r.Kube.Status().Update(ctx, pc); err != nil {
+		return reconcile.Result{}, errors.Wrap(client.IgnoreNotFound(err), "cannot update the config's status")
+	}
+	return reconcile.Result{RequeueAfter: jitter(r.Interval)}, nil
+}
+
+// check runs the backend's Check; a config whose driver cannot be built is
+// one unhealthy target saying why.
+func (r *Reconciler) check(ctx context.Context, cfg *external.Config, backend string) proxy.Health {
+	connect, ok := r.Connectors[backend]
+	if !ok {
+		return proxy.Health{Targets: []proxy.TargetHealth{{Target: backend, Reason: proxy.ReasonNotAvailable,
+			Message: fmt.Sprintf("the %s backend is not available in this build of provider-egressproxy", backend)}}}
+	}
+	d, err := connect(ctx, cfg)
+	if err != nil {
+		reason := proxy.ReasonNotAvailable
+		if proxy.IsTransient(err) {
+			reason = proxy.ReasonCredentialsUnavailable
+		}
+		return proxy.Health{Targets: []proxy.TargetHealth{{Target: backend, Reason: reason, Message: err.Error()}}}
+	}
+	return telemetry.Instrument(backend, d).Check(ctx)
+}
+
+func secureCondition(s *spec.ProviderConfigSpec) xpv2.Condition {
+	c := xpv2.Condition{Type: TypeSecure, Status: corev1.ConditionTrue, Reason: ReasonVerified, LastTransitionTime: metav1.Now()}
+	switch {
+	case s.KVM != nil && s.KVM.Credentials.InsecureIgnoreHostKey:
+		c.Status, c.Reason = corev1.ConditionFalse, ReasonVerificationTurned
+		c.Message = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"
+	case s.Proxmox != nil && s.Proxmox.InsecureSkipTLSVerify:
+		c.Status, c.Reason = corev1.ConditionFalse, ReasonVerificationTurned
+		c.Message = "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"
+	}
+	return c
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d)) //nolint:gosec // Jitter needs no secure randomness.
+}
+
+func statusOf(c config) *spec.ProviderConfigStatus {
+	type statused interface {
+		ConfigStatus() *spec.ProviderConfigStatus
+	}
+	return c.(statused).ConfigStatus() //nolint:forcetypeassert // Every config kind has one.
+}

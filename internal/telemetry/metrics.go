@@ -1,0 +1,23 @@
+// Package telemetry is the provider's observability base: the backend-call
+// histogram, OpenTelemetry tracing configured from the standard OTEL_
+// environment variables, and the driver decorator that feeds both.
+package telemetry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// BackendCalls times every driver call by backend, method and error class
+// ("ok" on success).
+var BackendCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Namespace: "egressproxy",
+	Name:      "backend_call_duration_seconds",
+	Help:      "Duration of backend driver calls by backend, method and error class (ok on success).",
+	Buckets:   []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+}, []string{"backend", "method", "class"})
+
+func init() {
+	// controller-runtime's registry is what the manager serves on /metrics.
+	metrics.Registry.MustRegister(BackendCalls)
+}
