@@ -117,6 +117,10 @@ type Request struct {
 	CloudInit string
 	// Labels are extra, non-secret labels for backends that support them.
 	Labels map[string]string
+	// SecretDigest is a keyed digest of the secret parts (password,
+	// cloud-init) computed by the controller, so Hash changes when they do
+	// without exposing them.
+	SecretDigest string
 }
 
 // Ref identifies an existing instance for Get and Delete.
@@ -128,6 +132,9 @@ type Ref struct {
 	ID string
 	// Name is the instance name (the managed resource's external name).
 	Name string
+	// Mark of the managed resource, so Update and Delete can refuse an
+	// instance that is not its own.
+	Mark Mark
 	// Placement, as in the Request.
 	Placement Placement
 	// Operation is the asynchronous operation the last Create, Update or
@@ -247,11 +254,27 @@ const (
 // Hash is the stable digest of the parts of a Request that an instance is
 // built from. Drivers store it on the instance (SpecHash) so the controller
 // can tell whether an Update is needed without re-reading every setting.
+// It is written where backend readers can see it, so secrets enter it only
+// through SecretDigest (keyed by the controller), never in the clear.
 func Hash(req Request) string {
 	h := sha256.New()
 	// Mark and Name are identity, not configuration.
 	req.Mark = Mark{}
 	req.Name = ""
+	req.Proxy.Auth.Password = ""
+	req.CloudInit = ""
+	// nil and empty mean the same and must hash the same.
+	for _, l := range []*[]string{&req.Proxy.AllowedClientCIDRs, &req.Proxy.AllowedDestinations} {
+		if len(*l) == 0 {
+			*l = nil
+		}
+	}
+	if len(req.Proxy.AllowedPorts) == 0 {
+		req.Proxy.AllowedPorts = nil
+	}
+	if len(req.Labels) == 0 {
+		req.Labels = nil
+	}
 	b, _ := json.Marshal(req) //nolint:errchkjson // plain structs always marshal.
 	_, _ = h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]

@@ -180,7 +180,7 @@ func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d manage
 
 	// Delete needs only the name and placement, so a resource whose proxy
 	// block became invalid can still be deleted.
-	req := proxy.Request{Name: meta.GetExternalName(cr)}
+	req := proxy.Request{Name: meta.GetExternalName(cr), Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}}
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		return managed.ExternalDelete{}, err
 	}
@@ -205,6 +205,9 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 	}
 	req.Proxy = settings
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
+		return proxy.Request{}, err
+	}
+	if req.SecretDigest, err = e.passwords.Digest(ctx, req.Proxy.Auth.Password, req.CloudInit); err != nil {
 		return proxy.Request{}, err
 	}
 	return req, nil
@@ -272,7 +275,7 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 }
 
 func ref(req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
-	return proxy.Ref{ID: status.ID, Name: req.Name, Placement: req.Placement, Operation: status.Operation}
+	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation}
 }
 
 func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Request, locationField string) {

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"math/big"
 	"sync"
 
@@ -29,7 +30,8 @@ const (
 // password is an HMAC of the managed resource's UID under one random key,
 // kept in a Secret in the provider's namespace. The same resource always
 // gets the same password; deleting the key Secret rotates every generated
-// password (the proxies' configs roll out with the new ones).
+// password once the provider restarts (the proxies' configs then roll out
+// with the new ones).
 type Passwords struct {
 	Kube      client.Client
 	Reader    client.Reader
@@ -58,6 +60,21 @@ func (p *Passwords) For(ctx context.Context, uid string) (string, error) {
 		out[i] = passwordAlphabet[mod.Int64()]
 	}
 	return string(out), nil
+}
+
+// Digest is a keyed digest of secret values, for proxy.Request's
+// SecretDigest: it changes when they change and reveals nothing of them.
+func (p *Passwords) Digest(ctx context.Context, secrets ...string) (string, error) {
+	key, err := p.loadKey(ctx)
+	if err != nil {
+		return "", err
+	}
+	mac := hmac.New(sha256.New, key)
+	for _, s := range secrets {
+		_, _ = mac.Write([]byte(s))
+		_, _ = mac.Write([]byte{0})
+	}
+	return hex.EncodeToString(mac.Sum(nil))[:16], nil
 }
 
 func (p *Passwords) loadKey(ctx context.Context) ([]byte, error) {

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestWithContext(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name                 string
+		err                  error
+		op                   string
+		wantMsg              string
+		wantClass            Class
+		wantProvider, wantOp string
+		// keepsOriginal: the original error is still in the chain (it is
+		// copied, not wrapped, when it is itself an *Error).
+		keepsOriginal bool
+	}{
+		{
+			name:    "unclassified becomes transient",
+			err:     errors.New("boom"),
+			wantMsg: "p: get: boom", keepsOriginal: true,
+			wantClass:    ClassTransient,
+			wantProvider: "p", wantOp: "get",
+		},
+		{
+			name:    "cancelled context is transient",
+			err:     context.Canceled,
+			wantMsg: "p: get: context canceled", keepsOriginal: true,
+			wantClass:    ClassTransient,
+			wantProvider: "p", wantOp: "get",
+		},
+		{
+			name:         "classified gets provider and op",
+			err:          NotFoundf("no domain %q", "a"),
+			wantMsg:      `p: get: no domain "a"`,
+			wantClass:    ClassNotFound,
+			wantProvider: "p", wantOp: "get",
+		},
+		{
+			name:    "existing provider and op are kept",
+			err:     &Error{Class: ClassQuota, Provider: "q", Op: "create", Err: errors.New("full")},
+			wantMsg: "q: create: full", keepsOriginal: true,
+			wantClass:    ClassQuota,
+			wantProvider: "q", wantOp: "create",
+		},
+		{
+			name:    "wrapping text around a classified error is kept",
+			err:     fmt.Errorf("deleting disk vol-1: %w", NotFoundf("no such volume")),
+			op:      "delete",
+			wantMsg: "p: delete: deleting disk vol-1: no such volume", keepsOriginal: true,
+			wantClass:    ClassNotFound,
+			wantProvider: "p", wantOp: "delete",
+		},
+		{
+			name:         "an *Error without class becomes transient",
+			err:          &Error{Err: errors.New("odd")},
+			wantMsg:      "p: get: odd",
+			wantClass:    ClassTransient,
+			wantProvider: "p", wantOp: "get",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			op := tc.op
+			if op == "" {
+				op = "get"
+			}
+			got := WithContext(tc.err, "p", op)
+			if got.Error() != tc.wantMsg {
+				t.Errorf("Error() = %q, want %q", got.Error(), tc.wantMsg)
+			}
+			if c := ClassOf(got); c != tc.wantClass {
+				t.Errorf("ClassOf = %q, want %q", c, tc.wantClass)
+			}
+			var pe *Error
+			if !errors.As(got, &pe) {
+				t.Fatalf("not an *Error: %T", got)
+			}
+			if pe.Provider != tc.wantProvider || pe.Op != tc.wantOp {
+				t.Errorf("Provider, Op = %q, %q, want %q, %q", pe.Provider, pe.Op, tc.wantProvider, tc.wantOp)
+			}
+			if tc.keepsOriginal && !errors.Is(got, tc.err) {
+				t.Errorf("errors.Is(result, original) = false")
+			}
+		})
+	}
+	if WithContext(nil, "p", "get") != nil {
+		t.Error("WithContext(nil) != nil")
+	}
+}

@@ -1,0 +1,1009 @@
+package proxytest
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Names, UIDs and installations the checks use. Names and values are valid
+// as instance names and as label values on every backend.
+const (
+	nameA     = "pt-alpha"
+	nameB     = "pt-beta"
+	nameC     = "pt-gamma"
+	nameD     = "pt-delta"
+	nameNever = "pt-never-created"
+
+	uidA = "0c8f6a1e-5b7d-4e2a-9c3f-00000000000a"
+	uidB = "0c8f6a1e-5b7d-4e2a-9c3f-00000000000b"
+	uidC = "0c8f6a1e-5b7d-4e2a-9c3f-00000000000c"
+
+	otherInstallation  = "proxytest-other-installation"
+	unusedInstallation = "proxytest-unused-installation"
+
+	// Sentinel secrets put into requests; none may ever be seen outside.
+	sentinelPassword1  = "pw-S3NT1NEL-q7x2k9m4v8c1"
+	sentinelPassword2  = "pw-S3NT1NEL-r5t6y1u3w0d2"
+	sentinelCloudInit1 = "ci-S3NT1NEL-z7x4w2v8n5e3"
+	sentinelCloudInit2 = "ci-S3NT1NEL-h2j9k4l6p1f4"
+
+	// promptly is how fast a call with a cancelled context must return.
+	promptly = 500 * time.Millisecond
+	// hung is how long the suite waits before calling a call hung.
+	hung = 5 * time.Second
+	// createdAtSlack is how far CreatedAt may lie outside the Create call
+	// (clock skew, second-precision timestamps on the backend).
+	createdAtSlack = 2 * time.Minute
+)
+
+// checks is the suite, in the order subtests are started.
+func checks() []check {
+	cs := []check{
+		{"RepeatCreateCreatesNothingNew", checkRepeatCreate},
+		{"GetAfterDeleteIsNotFound", checkGetAfterDelete},
+		{"DeleteTwiceSucceeds", checkDeleteTwice},
+		{"DeleteOfNeverCreatedSucceeds", checkDeleteNeverCreated},
+		{"MalformedIDsArePermanent", checkMalformedIDs},
+		{"UnknownBackendStateReadsAsStopped", checkUnknownState},
+		{"RunningRequiresAddress", checkRunningRequiresAddress},
+		{"NeverStartedIsProvisioningNotStopped", checkNeverStarted},
+		{"MarkAndCreatedAtReadBack", checkMarkAndCreatedAt},
+		{"ListIncludesOursAndExcludesOtherInstallations", checkListInstallations},
+		{"ListExcludesUnmarkedInstances", checkListExcludesUnmarked},
+	}
+	for _, a := range adoptCases() {
+		cs = append(cs, check{a.name, a.run})
+	}
+	return append(cs,
+		check{"GetDuringDeleteIsNeverNotFound", checkGetDuringDelete},
+		check{"BusyBackendIsTransientNeverNotFound", checkBusy},
+		check{"CancelledContextReturnsPromptly", checkCancelled},
+		check{"SecretsNeverLeak", checkSecrets},
+		check{"UpdateRewritesSpecHash", checkUpdateSpecHash},
+		check{"CheckReturnsTargets", checkCheck},
+		check{"ErrorsAreClassifiedWithProvider", checkErrorsClassified},
+	)
+}
+
+// RepeatCreateCreatesNothingNew: Create is idempotent, before and after the
+// backend finished provisioning; List and Get see one instance, same ID.
+func checkRepeatCreate(e *env) {
+	req := e.f.Request(nameA, uidA)
+	first := e.create(req)
+	if again := e.create(e.f.Request(nameA, uidA)); again.ID != first.ID {
+		e.t.Errorf("second Create returned ID %q; want the first Create's %q", again.ID, first.ID)
+	}
+	e.settle(first.ID)
+	if again := e.create(req); again.ID != first.ID {
+		e.t.Errorf("Create after Settle returned ID %q; want the first Create's %q", again.ID, first.ID)
+	}
+	if diff := cmp.Diff([]string{first.ID}, ids(e.list(e.installation))); diff != "" {
+		e.t.Errorf("List after repeated Create (-want +got):\n%s", diff)
+	}
+	for _, r := range []proxy.Ref{refTo(first, req), nameRef(req)} {
+		if got := e.mustGet(r); got.ID != first.ID {
+			e.t.Errorf("Get(%s) returned ID %q; want %q", describeRef(r), got.ID, first.ID)
+		}
+	}
+}
+
+// GetAfterDeleteIsNotFound: once Delete returned (and the backend settled),
+// Get by ID and by name is NotFound.
+func checkGetAfterDelete(e *env) {
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	e.mustDelete(refTo(inst, req))
+	e.settle(inst.ID)
+	for _, r := range []proxy.Ref{refTo(inst, req), nameRef(req)} {
+		if got, err := e.get(r); !proxy.IsNotFound(err) {
+			e.t.Errorf("Get(%s) after Delete = instance %q, %s; want NotFound", describeRef(r), got.ID, describe(err))
+		}
+	}
+}
+
+// DeleteTwiceSucceeds: Delete of an already deleted instance succeeds, by
+// ID and by name.
+func checkDeleteTwice(e *env) {
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	e.mustDelete(refTo(inst, req))
+	e.settle(inst.ID)
+	for _, r := range []proxy.Ref{refTo(inst, req), nameRef(req)} {
+		if err := e.f.Driver.Delete(e.ctx, r); err != nil {
+			e.t.Errorf("second Delete(%s) = %s; want nil", describeRef(r), describe(err))
+		}
+	}
+}
+
+// DeleteOfNeverCreatedSucceeds: Delete of an instance that never existed
+// succeeds.
+func checkDeleteNeverCreated(e *env) {
+	r := nameRef(e.f.Request(nameNever, uidA))
+	if err := e.f.Driver.Delete(e.ctx, r); err != nil {
+		e.t.Errorf("Delete(%s) of a never-created instance = %s; want nil", describeRef(r), describe(err))
+	}
+}
+
+// MalformedIDsArePermanent: Get and Delete with a syntactically invalid ID
+// are Permanent, and do not fall back to the Ref's name.
+func checkMalformedIDs(e *env) {
+	if len(e.f.MalformedIDs) == 0 {
+		e.t.Skipf("proxytest: fixture lists no MalformedIDs; cannot check that malformed IDs are Permanent")
+	}
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	for _, id := range e.f.MalformedIDs {
+		if id == "" {
+			e.t.Fatalf("proxytest: Fixture.MalformedIDs holds \"\", which means \"resolve by name\", not a malformed ID")
+		}
+		r := proxy.Ref{ID: id, Name: req.Name, Placement: req.Placement}
+		if got, err := e.get(r); !proxy.IsPermanent(err) {
+			e.t.Errorf("Get(ID %q) = instance %q, %s; want Permanent", id, got.ID, describe(err))
+		}
+		if err := e.f.Driver.Delete(e.ctx, r); !proxy.IsPermanent(err) {
+			e.t.Errorf("Delete(ID %q) = %s; want Permanent", id, describe(err))
+		}
+	}
+	if _, err := e.get(refTo(inst, req)); err != nil {
+		e.t.Errorf("after Delete with malformed IDs naming %q, Get(%s) = %s; Delete must not fall back to the name",
+			req.Name, describeRef(refTo(inst, req)), describe(err))
+	}
+}
+
+// UnknownBackendStateReadsAsStopped: a state the driver does not know is
+// Stopped.
+func checkUnknownState(e *env) {
+	e.need("SetUnknownState", e.f.SetUnknownState != nil)
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	if err := e.f.SetUnknownState(e.ctx, inst.ID); err != nil {
+		e.t.Fatalf("proxytest: SetUnknownState(%q): %v", inst.ID, err)
+	}
+	if got := e.mustGet(refTo(inst, req)); got.State != proxy.StateStopped {
+		e.t.Errorf("Get in an unknown backend state: State %q; want %q", got.State, proxy.StateStopped)
+	}
+	for _, l := range e.list(e.installation) {
+		if l.ID == inst.ID && l.State != "" && l.State != proxy.StateStopped {
+			e.t.Errorf("List in an unknown backend state: State %q; want %q (or none)", l.State, proxy.StateStopped)
+		}
+	}
+}
+
+// RunningRequiresAddress: every instance the driver reports is in a known
+// state, and Running ones have an IP, before and after Settle; after Settle
+// the instance is Running.
+func checkRunningRequiresAddress(e *env) {
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.checkState("Create", inst, false)
+	for i := range 3 {
+		e.checkState(fmt.Sprintf("Get #%d before Settle", i+1), e.mustGet(refTo(inst, req)), false)
+	}
+	for _, l := range e.list(e.installation) {
+		e.checkState("List before Settle", l, true)
+	}
+	if e.f.Settle == nil {
+		e.t.Logf("proxytest: fixture has no Settle poke; checked only before provisioning finished")
+		return
+	}
+	e.settle(inst.ID)
+	got := e.mustGet(refTo(inst, req))
+	e.checkState("Get after Settle", got, false)
+	if got.State != proxy.StateRunning || got.IP == "" {
+		e.t.Errorf("Get after Settle: State %q, IP %q; want Running with an address", got.State, got.IP)
+	}
+	for _, l := range e.list(e.installation) {
+		e.checkState("List after Settle", l, true)
+	}
+}
+
+// NeverStartedIsProvisioningNotStopped: right after Create the instance is
+// Provisioning (when the fixture controls provisioning with Settle) and
+// never Stopped or Terminated.
+func checkNeverStarted(e *env) {
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	seen := []struct {
+		where string
+		inst  proxy.Instance
+	}{
+		{"Create", inst},
+		{"Get by ID", e.mustGet(refTo(inst, req))},
+		{"Get by name", e.mustGet(nameRef(req))},
+	}
+	for _, s := range seen {
+		switch {
+		case e.f.Settle != nil && s.inst.State != proxy.StateProvisioning:
+			e.t.Errorf("%s right after Create: State %q; want %q (the backend has not finished provisioning before Settle)",
+				s.where, s.inst.State, proxy.StateProvisioning)
+		case s.inst.State == proxy.StateStopped || s.inst.State == proxy.StateTerminated:
+			e.t.Errorf("%s right after Create: a never-started instance reads as %q; want %q",
+				s.where, s.inst.State, proxy.StateProvisioning)
+		}
+	}
+}
+
+// MarkAndCreatedAtReadBack: Get and List return the Mark written by Create
+// and a CreatedAt from the time of the Create, stable across reads.
+func checkMarkAndCreatedAt(e *env) {
+	req := e.f.Request(nameA, uidA)
+	before := time.Now()
+	inst := e.create(req)
+	after := time.Now()
+
+	byID := e.mustGet(refTo(inst, req))
+	byName := e.mustGet(nameRef(req))
+	for _, g := range []struct {
+		where string
+		inst  proxy.Instance
+	}{{"Get by ID", byID}, {"Get by name", byName}} {
+		if g.inst.Name != req.Name {
+			e.t.Errorf("%s: Name %q; want %q", g.where, g.inst.Name, req.Name)
+		}
+		if diff := cmp.Diff(req.Mark, g.inst.Mark); diff != "" {
+			e.t.Errorf("%s: Mark (-want +got):\n%s", g.where, diff)
+		}
+		e.checkCreatedAt(g.where, g.inst.CreatedAt, before, after)
+	}
+	if !byID.CreatedAt.Equal(byName.CreatedAt) {
+		e.t.Errorf("CreatedAt differs between reads: %v, then %v", byID.CreatedAt, byName.CreatedAt)
+	}
+
+	listed, ok := find(e.list(e.installation), inst.ID)
+	if !ok {
+		e.t.Fatalf("List(%q) does not hold the created instance %q", e.installation, inst.ID)
+	}
+	if listed.Name != req.Name {
+		e.t.Errorf("List: Name %q; want %q", listed.Name, req.Name)
+	}
+	if diff := cmp.Diff(req.Mark, listed.Mark); diff != "" {
+		e.t.Errorf("List: Mark (-want +got):\n%s", diff)
+	}
+	e.checkCreatedAt("List", listed.CreatedAt, before, after)
+}
+
+// ListIncludesOursAndExcludesOtherInstallations: List returns exactly the
+// instances marked with the installation asked for, whoever made them.
+func checkListInstallations(e *env) {
+	e.create(e.f.Request(nameA, uidA))
+	e.create(e.f.Request(nameB, uidB))
+	other := e.f.Request(nameC, uidC)
+	other.Mark.InstallationID = otherInstallation
+	e.create(other)
+	want := map[string]string{nameA: uidA, nameB: uidB}
+	if e.f.ForeignMarked != nil {
+		if err := e.f.ForeignMarked(e.ctx, nameD, uidC); err != nil {
+			e.t.Fatalf("proxytest: ForeignMarked(%q, %q): %v", nameD, uidC, err)
+		}
+		want[nameD] = uidC
+	} else {
+		e.t.Logf("proxytest: fixture has no ForeignMarked poke; not checking that instances others made with our mark are listed")
+	}
+
+	for _, l := range []struct {
+		installation string
+		want         map[string]string
+	}{
+		{e.installation, want},
+		{otherInstallation, map[string]string{nameC: uidC}},
+		{unusedInstallation, map[string]string{}},
+	} {
+		got := map[string]string{}
+		for _, inst := range e.list(l.installation) {
+			got[inst.Name] = inst.Mark.UID
+			if inst.Mark.InstallationID != l.installation {
+				e.t.Errorf("List(%q) holds %q marked %+v", l.installation, inst.Name, inst.Mark)
+			}
+		}
+		if diff := cmp.Diff(l.want, got); diff != "" {
+			e.t.Errorf("List(%q), name to UID (-want +got):\n%s", l.installation, diff)
+		}
+	}
+}
+
+// ListExcludesUnmarkedInstances: instances without a mark are never listed.
+func checkListExcludesUnmarked(e *env) {
+	e.need("Foreign", e.f.Foreign != nil)
+	if err := e.f.Foreign(e.ctx, nameD); err != nil {
+		e.t.Fatalf("proxytest: Foreign(%q): %v", nameD, err)
+	}
+	e.create(e.f.Request(nameA, uidA))
+	if diff := cmp.Diff([]string{nameA}, names(e.list(e.installation))); diff != "" {
+		e.t.Errorf("List(%q) with an unmarked instance %q present (-want +got):\n%s", e.installation, nameD, diff)
+	}
+}
+
+// adoptCase is an instance named nameA that is not ours (as uidA in the
+// fixture's installation), made in some way.
+type adoptCase struct {
+	name string
+	// poke names the fixture poke setup needs ("" for none).
+	poke string
+	has  func(Fixture) bool
+	// setup makes the instance and returns the installation it is listed
+	// under ("" when unmarked).
+	setup func(e *env) string
+}
+
+func adoptCases() []adoptCase {
+	return []adoptCase{
+		{
+			name: "CreateRefusesToAdoptUnmarkedInstance",
+			poke: "Foreign",
+			has:  func(f Fixture) bool { return f.Foreign != nil },
+			setup: func(e *env) string {
+				if err := e.f.Foreign(e.ctx, nameA); err != nil {
+					e.t.Fatalf("proxytest: Foreign(%q): %v", nameA, err)
+				}
+				return ""
+			},
+		},
+		{
+			name: "CreateRefusesToAdoptInstanceOfAnotherUID",
+			setup: func(e *env) string {
+				e.create(e.f.Request(nameA, uidB))
+				return e.installation
+			},
+		},
+		{
+			name: "CreateRefusesToAdoptInstanceOfAnotherInstallation",
+			setup: func(e *env) string {
+				req := e.f.Request(nameA, uidA)
+				req.Mark.InstallationID = otherInstallation
+				e.create(req)
+				return otherInstallation
+			},
+		},
+		{
+			name: "CreateRefusesToAdoptForeignMarkedInstance",
+			poke: "ForeignMarked",
+			has:  func(f Fixture) bool { return f.ForeignMarked != nil },
+			setup: func(e *env) string {
+				if err := e.f.ForeignMarked(e.ctx, nameA, uidB); err != nil {
+					e.t.Fatalf("proxytest: ForeignMarked(%q, %q): %v", nameA, uidB, err)
+				}
+				return e.installation
+			},
+		},
+	}
+}
+
+// run checks that Create over the instance is Permanent and changes nothing.
+func (a adoptCase) run(e *env) {
+	if a.has != nil {
+		e.need(a.poke, a.has(e.f))
+	}
+	listedUnder := a.setup(e)
+	req := e.f.Request(nameA, uidA)
+	before, err := e.get(nameRef(req))
+	if err != nil {
+		e.t.Fatalf("Get(%s) of the existing instance = %s; Get must read instances it does not own", describeRef(nameRef(req)), describe(err))
+	}
+
+	got, err := e.f.Driver.Create(e.ctx, req)
+	if !proxy.IsPermanent(err) {
+		e.t.Errorf("Create over an instance marked %+v = instance %q (mark %+v), %s; want Permanent",
+			before.Mark, got.ID, got.Mark, describe(err))
+	}
+	after := e.mustGet(nameRef(req))
+	if diff := cmp.Diff(identityOf(before), identityOf(after)); diff != "" {
+		e.t.Errorf("the refused Create changed the existing instance (-before +after):\n%s", diff)
+	}
+	for _, inst := range []string{e.installation, otherInstallation} {
+		want := 0
+		if inst == listedUnder {
+			want = 1
+		}
+		var found []proxy.Instance
+		for _, l := range e.list(inst) {
+			if l.Name == nameA {
+				found = append(found, l)
+			}
+		}
+		if len(found) != want {
+			e.t.Errorf("List(%q) after the refused Create holds %d instances named %q; want %d", inst, len(found), nameA, want)
+		}
+		for _, l := range found {
+			if l.Mark != before.Mark {
+				e.t.Errorf("List(%q) after the refused Create: %q marked %+v; want %+v", inst, nameA, l.Mark, before.Mark)
+			}
+		}
+	}
+}
+
+// GetDuringDeleteIsNeverNotFound: an instance in the middle of being deleted
+// is still found (or the error is not NotFound), and goes away once the
+// deletion finished.
+func checkGetDuringDelete(e *env) {
+	e.need("HoldDelete", e.f.HoldDelete != nil)
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	release := e.f.HoldDelete(e.ctx, inst.ID)
+	defer release()
+	for _, r := range []proxy.Ref{refTo(inst, req), nameRef(req)} {
+		got, err := e.get(r)
+		switch {
+		case proxy.IsNotFound(err):
+			e.t.Errorf("Get(%s) while being deleted = %s; want not NotFound", describeRef(r), describe(err))
+		case err == nil && got.ID != inst.ID:
+			e.t.Errorf("Get(%s) while being deleted returned ID %q; want %q", describeRef(r), got.ID, inst.ID)
+		}
+	}
+	release()
+	e.mustDelete(refTo(inst, req))
+	e.settle(inst.ID)
+	if _, err := e.get(refTo(inst, req)); !proxy.IsNotFound(err) {
+		e.t.Errorf("Get(%s) after the held deletion finished = %s; want NotFound", describeRef(refTo(inst, req)), describe(err))
+	}
+}
+
+// BusyBackendIsTransientNeverNotFound: while the backend answers busy, Get
+// is never NotFound, what must reach the backend fails Transient, and
+// nothing is lost.
+func checkBusy(e *env) {
+	e.need("SetBusy", e.f.SetBusy != nil)
+	d := e.f.Driver
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	byID := refTo(inst, req)
+	changed := changedRequest(req)
+
+	e.f.SetBusy(e.ctx, true)
+	defer e.f.SetBusy(e.ctx, false)
+
+	// Reads may be answered from a cache; they must never say NotFound.
+	reads := []struct {
+		call string
+		r    proxy.Ref
+	}{
+		{"Get by ID", byID},
+		{"Get by name", nameRef(req)},
+		{"Get of a never-created instance", nameRef(e.f.Request(nameNever, uidA))},
+	}
+	for _, rd := range reads {
+		got, err := e.get(rd.r)
+		switch {
+		case err == nil && rd.r.Name == nameNever:
+			e.t.Errorf("%s while busy returned instance %q; want Transient", rd.call, got.ID)
+		case err == nil && got.ID != inst.ID:
+			e.t.Errorf("%s while busy returned ID %q; want %q", rd.call, got.ID, inst.ID)
+		case err != nil && !proxy.IsTransient(err):
+			e.t.Errorf("%s while busy = %s; want Transient", rd.call, describe(err))
+		}
+	}
+	// Work that must reach the backend cannot have succeeded.
+	writes := []struct {
+		call string
+		fn   func() error
+	}{
+		{"Create of a new instance", func() error { _, err := d.Create(e.ctx, e.f.Request(nameB, uidB)); return err }},
+		{"Update with changed settings", func() error { _, err := d.Update(e.ctx, byID, changed); return err }},
+		{"Delete", func() error { return d.Delete(e.ctx, byID) }},
+	}
+	for _, w := range writes {
+		if err := w.fn(); err == nil || !proxy.IsTransient(err) {
+			e.t.Errorf("%s while busy = %s; want Transient", w.call, describe(err))
+		}
+	}
+	if got, err := d.Create(e.ctx, req); err == nil && got.ID != inst.ID {
+		e.t.Errorf("repeat Create while busy returned ID %q; want %q or a Transient error", got.ID, inst.ID)
+	} else if err != nil && !proxy.IsTransient(err) {
+		e.t.Errorf("repeat Create while busy = %s; want Transient", describe(err))
+	}
+	if l, err := d.List(e.ctx, e.installation); err != nil && !proxy.IsTransient(err) {
+		e.t.Errorf("List while busy = %s; want Transient", describe(err))
+	} else if _, ok := find(l, inst.ID); err == nil && !ok {
+		e.t.Errorf("List while busy returned %v without error and without %q; want a Transient error", ids(l), inst.ID)
+	}
+
+	e.f.SetBusy(e.ctx, false)
+	if got := e.mustGet(byID); got.ID != inst.ID {
+		e.t.Errorf("Get after the backend recovered returned ID %q; want %q", got.ID, inst.ID)
+	}
+}
+
+// CancelledContextReturnsPromptly: with a cancelled or expired context
+// every method returns well under a second, with an error that is not
+// NotFound.
+func checkCancelled(e *env) {
+	d := e.f.Driver
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	byID := refTo(inst, req)
+	changed := changedRequest(req)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Minute))
+	defer cancel2()
+
+	for _, c := range []struct {
+		kind string
+		ctx  context.Context
+	}{{"cancelled", cancelled}, {"expired", expired}} {
+		ops := []struct {
+			op string
+			fn func() error
+		}{
+			{"Create", func() error { _, err := d.Create(c.ctx, e.f.Request(nameB, uidB)); return err }},
+			{"Get", func() error { _, err := d.Get(c.ctx, byID); return err }},
+			{"Update", func() error { _, err := d.Update(c.ctx, byID, changed); return err }},
+			{"Delete", func() error { return d.Delete(c.ctx, byID) }},
+			{"List", func() error { _, err := d.List(c.ctx, e.installation); return err }},
+			{"Check", func() error { d.Check(c.ctx); return nil }},
+		}
+		for _, o := range ops {
+			took, done, err := timed(o.fn)
+			switch {
+			case !done:
+				e.t.Errorf("%s with a %s context did not return within %v", o.op, c.kind, hung)
+				continue
+			case took > promptly:
+				e.t.Errorf("%s with a %s context took %v; want under %v", o.op, c.kind, took, promptly)
+			}
+			if o.op == "Check" {
+				continue
+			}
+			if err == nil || proxy.IsNotFound(err) {
+				e.t.Errorf("%s with a %s context = %s; want an error that is not NotFound", o.op, c.kind, describe(err))
+			}
+		}
+	}
+}
+
+// SecretsNeverLeak: the request's password and cloud-init and the fixture's
+// secrets appear in no error, instance, health report or log, whatever the
+// call and however it fails.
+func checkSecrets(e *env) {
+	outs := e.exercise()
+	secrets := map[string]string{
+		"Proxy.Auth.Password":         sentinelPassword1,
+		"updated Proxy.Auth.Password": sentinelPassword2,
+		"CloudInit":                   sentinelCloudInit1,
+		"updated CloudInit":           sentinelCloudInit2,
+	}
+	for i, s := range e.f.Secrets {
+		if s != "" {
+			secrets[fmt.Sprintf("Fixture.Secrets[%d]", i)] = s
+		}
+	}
+	labels := make([]string, 0, len(secrets))
+	for l := range secrets {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	scan := func(where, text string) {
+		e.t.Helper()
+		for _, l := range labels {
+			if form, ok := leaks(text, secrets[l]); ok {
+				e.t.Errorf("%s leaks the %s (as %q): %s", where, l, form, excerpt(text, form))
+			}
+		}
+	}
+	for _, o := range outs {
+		if o.err != nil {
+			scan(o.call+": error %v", fmt.Sprintf("%v", o.err))
+			scan(o.call+": error %+v", fmt.Sprintf("%+v", o.err))
+		}
+		for _, inst := range o.insts {
+			scan(o.call+": instance", fmt.Sprintf("%+v", inst))
+		}
+		if o.health != nil {
+			scan(o.call+": health", fmt.Sprintf("%+v", *o.health))
+		}
+	}
+	if e.f.LogOutput == nil {
+		e.t.Logf("proxytest: fixture has no LogOutput; logs not checked for secrets")
+		return
+	}
+	scan("the driver's log", e.f.LogOutput())
+}
+
+// UpdateRewritesSpecHash: on a backend that stores SpecHash, it is
+// proxy.Hash of the Request the instance was last created or updated from.
+func checkUpdateSpecHash(e *env) {
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	byID := refTo(inst, req)
+	got := e.mustGet(byID)
+	if got.SpecHash == "" {
+		e.t.Skipf("proxytest: the backend does not store SpecHash (empty after Create)")
+	}
+	if want := proxy.Hash(req); got.SpecHash != want {
+		e.t.Errorf("Get after Create: SpecHash %q; want proxy.Hash(request) %q", got.SpecHash, want)
+	}
+	changed := changedRequest(req)
+	want := proxy.Hash(changed)
+	updated, err := e.f.Driver.Update(e.ctx, byID, changed)
+	if err != nil {
+		e.t.Fatalf("Update(%s) with changed settings: %s", describeRef(byID), describe(err))
+	}
+	if updated.SpecHash != "" && updated.SpecHash != want {
+		e.t.Errorf("Update returned SpecHash %q; want proxy.Hash(new request) %q", updated.SpecHash, want)
+	}
+	e.settle(inst.ID)
+	got = e.mustGet(byID)
+	if got.SpecHash != want {
+		e.t.Errorf("Get after Update: SpecHash %q; want proxy.Hash(new request) %q", got.SpecHash, want)
+	}
+	if got.ID != inst.ID || got.Mark != req.Mark {
+		e.t.Errorf("Get after Update: ID %q, Mark %+v; want %q, %+v unchanged", got.ID, got.Mark, inst.ID, req.Mark)
+	}
+}
+
+// CheckReturnsTargets: Check reports at least one named target, and an
+// unhealthy target says why.
+func checkCheck(e *env) {
+	h := e.f.Driver.Check(e.ctx)
+	if len(h.Targets) == 0 {
+		e.t.Errorf("Check returned no targets; want at least one")
+	}
+	for i, t := range h.Targets {
+		if t.Target == "" {
+			e.t.Errorf("Check: target %d has no name: %+v", i, t)
+		}
+		if !t.Healthy && t.Reason == "" {
+			e.t.Errorf("Check: unhealthy target %q has no Reason", t.Target)
+		}
+	}
+}
+
+// ErrorsAreClassifiedWithProvider: every error leaving the driver, from
+// every method and failure, is a *proxy.Error with a known class, the
+// configured provider and the operation.
+func checkErrorsClassified(e *env) {
+	n := 0
+	for _, o := range e.exercise() {
+		if o.err == nil {
+			continue
+		}
+		n++
+		var pe *proxy.Error
+		if !errors.As(o.err, &pe) {
+			e.t.Errorf("%s: error %q (%T) is not a *proxy.Error", o.call, o.err, o.err)
+			continue
+		}
+		switch pe.Class {
+		case proxy.ClassNotFound, proxy.ClassTransient, proxy.ClassPermanent, proxy.ClassQuota:
+		default:
+			e.t.Errorf("%s: error %q has unknown class %q", o.call, o.err, pe.Class)
+		}
+		switch {
+		case pe.Provider == "":
+			e.t.Errorf("%s: error %q has no Provider", o.call, o.err)
+		case e.f.Provider != "" && pe.Provider != e.f.Provider:
+			e.t.Errorf("%s: error %q has Provider %q; want %q", o.call, o.err, pe.Provider, e.f.Provider)
+		}
+		if pe.Op == "" {
+			e.t.Errorf("%s: error %q has no Op", o.call, o.err)
+		}
+	}
+	if n == 0 {
+		e.t.Fatalf("proxytest: exercising the driver produced no errors to check")
+	}
+}
+
+// outcome is what one call of exercise returned.
+type outcome struct {
+	call   string
+	insts  []proxy.Instance
+	health *proxy.Health
+	err    error
+}
+
+// exercise calls every method with requests holding sentinel secrets, in
+// ways that succeed and in every way the fixture can make them fail.
+func (e *env) exercise() []outcome {
+	e.t.Helper()
+	d := e.f.Driver
+	var outs []outcome
+	add := func(call string, err error, insts ...proxy.Instance) {
+		outs = append(outs, outcome{call: call, insts: insts, err: err})
+	}
+	check := func(call string, ctx context.Context) {
+		h := d.Check(ctx)
+		outs = append(outs, outcome{call: call, health: &h})
+	}
+
+	req := secretRequest(e.f.Request(nameA, uidA), 1)
+	inst, err := d.Create(e.ctx, req)
+	add("Create", err, inst)
+	if err != nil {
+		e.t.Fatalf("Create(%q) with a password and cloud-init: %s", req.Name, describe(err))
+	}
+	byID := refTo(inst, req)
+	updated := secretRequest(changedRequest(req), 2)
+	never := nameRef(e.f.Request(nameNever, uidA))
+	other := secretRequest(e.f.Request(nameB, uidB), 1)
+
+	got, err := d.Create(e.ctx, req)
+	add("repeat Create", err, got)
+	got, err = d.Get(e.ctx, byID)
+	add("Get by ID", err, got)
+	got, err = d.Get(e.ctx, nameRef(req))
+	add("Get by name", err, got)
+	l, err := d.List(e.ctx, e.installation)
+	add("List", err, l...)
+	check("Check", e.ctx)
+	e.settle(inst.ID)
+	got, err = d.Update(e.ctx, byID, updated)
+	add("Update", err, got)
+	e.settle(inst.ID)
+	got, err = d.Get(e.ctx, byID)
+	add("Get after Update", err, got)
+
+	got, err = d.Create(e.ctx, secretRequest(e.f.Request(nameA, uidB), 2))
+	add("Create over another UID's instance", err, got)
+	got, err = d.Get(e.ctx, never)
+	add("Get of a never-created instance", err, got)
+	got, err = d.Update(e.ctx, never, updated)
+	add("Update of a never-created instance", err, got)
+	for _, id := range e.f.MalformedIDs {
+		r := proxy.Ref{ID: id, Name: req.Name, Placement: req.Placement}
+		got, err = d.Get(e.ctx, r)
+		add(fmt.Sprintf("Get(ID %q)", id), err, got)
+		got, err = d.Update(e.ctx, r, updated)
+		add(fmt.Sprintf("Update(ID %q)", id), err, got)
+		add(fmt.Sprintf("Delete(ID %q)", id), d.Delete(e.ctx, r))
+	}
+
+	failing := func(when string, ctx context.Context) {
+		got, err := d.Create(ctx, other)
+		add("Create "+when, err, got)
+		got, err = d.Get(ctx, byID)
+		add("Get "+when, err, got)
+		got, err = d.Update(ctx, byID, updated)
+		add("Update "+when, err, got)
+		l, err := d.List(ctx, e.installation)
+		add("List "+when, err, l...)
+		check("Check "+when, ctx)
+		add("Delete "+when, d.Delete(ctx, byID))
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	failing("with a cancelled context", cancelled)
+	if e.f.SetBusy != nil {
+		e.f.SetBusy(e.ctx, true)
+		failing("while busy", e.ctx)
+		e.f.SetBusy(e.ctx, false)
+	}
+
+	add("Delete", d.Delete(e.ctx, byID))
+	e.settle(inst.ID)
+	add("repeat Delete", d.Delete(e.ctx, byID))
+	got, err = d.Get(e.ctx, byID)
+	add("Get after Delete", err, got)
+	return outs
+}
+
+// --- helpers ---
+
+func (e *env) need(poke string, ok bool) {
+	e.t.Helper()
+	if !ok {
+		e.t.Skipf("proxytest: fixture has no %s poke", poke)
+	}
+}
+
+func (e *env) create(req proxy.Request) proxy.Instance {
+	e.t.Helper()
+	inst, err := e.f.Driver.Create(e.ctx, req)
+	if err != nil {
+		e.t.Fatalf("Create(%q, UID %q, installation %q): %s", req.Name, req.Mark.UID, req.Mark.InstallationID, describe(err))
+	}
+	if inst.ID == "" {
+		e.t.Fatalf("Create(%q) returned an instance without ID: %+v", req.Name, inst)
+	}
+	return inst
+}
+
+// settle calls the fixture's Settle, if it has one.
+func (e *env) settle(id string) {
+	e.t.Helper()
+	if e.f.Settle == nil {
+		return
+	}
+	if err := e.f.Settle(e.ctx, id); err != nil {
+		e.t.Fatalf("proxytest: Settle(%q): %v", id, err)
+	}
+}
+
+func (e *env) get(r proxy.Ref) (proxy.Instance, error) {
+	return e.f.Driver.Get(e.ctx, r)
+}
+
+func (e *env) mustGet(r proxy.Ref) proxy.Instance {
+	e.t.Helper()
+	inst, err := e.get(r)
+	if err != nil {
+		e.t.Fatalf("Get(%s): %s", describeRef(r), describe(err))
+	}
+	return inst
+}
+
+func (e *env) mustDelete(r proxy.Ref) {
+	e.t.Helper()
+	if err := e.f.Driver.Delete(e.ctx, r); err != nil {
+		e.t.Fatalf("Delete(%s): %s", describeRef(r), describe(err))
+	}
+}
+
+func (e *env) list(installation string) []proxy.Instance {
+	e.t.Helper()
+	l, err := e.f.Driver.List(e.ctx, installation)
+	if err != nil {
+		e.t.Fatalf("List(%q): %s", installation, describe(err))
+	}
+	return l
+}
+
+// checkState reports an unknown state, and Running without an address.
+// List need not report a state (emptyOK).
+func (e *env) checkState(where string, inst proxy.Instance, emptyOK bool) {
+	e.t.Helper()
+	switch inst.State {
+	case proxy.StateProvisioning, proxy.StateRunning, proxy.StateStopped, proxy.StateTerminated:
+	case "":
+		if !emptyOK {
+			e.t.Errorf("%s: instance %q has no State", where, inst.ID)
+		}
+	default:
+		e.t.Errorf("%s: instance %q has State %q, which is not a proxy.State", where, inst.ID, inst.State)
+	}
+	if inst.State == proxy.StateRunning && inst.IP == "" {
+		e.t.Errorf("%s: instance %q is Running without an IP", where, inst.ID)
+	}
+}
+
+func (e *env) checkCreatedAt(where string, at, before, after time.Time) {
+	e.t.Helper()
+	switch {
+	case at.IsZero():
+		e.t.Errorf("%s: CreatedAt is zero; want the creation time", where)
+	case at.Before(before.Add(-createdAtSlack)) || at.After(after.Add(createdAtSlack)):
+		e.t.Errorf("%s: CreatedAt %v is not within %v of the Create call (%v to %v)", where, at, createdAtSlack, before, after)
+	}
+}
+
+// refTo is the Ref the controller would use for inst, carrying the
+// operation inst reported.
+func refTo(inst proxy.Instance, req proxy.Request) proxy.Ref {
+	return proxy.Ref{ID: inst.ID, Name: req.Name, Placement: req.Placement, Operation: inst.Operation}
+}
+
+// nameRef is a Ref without ID, resolved by name within the placement.
+func nameRef(req proxy.Request) proxy.Ref {
+	return proxy.Ref{Name: req.Name, Placement: req.Placement}
+}
+
+func describeRef(r proxy.Ref) string {
+	if r.ID != "" {
+		return fmt.Sprintf("ID %q", r.ID)
+	}
+	return fmt.Sprintf("name %q", r.Name)
+}
+
+// describe renders an error with its class.
+func describe(err error) string {
+	if err == nil {
+		return "nil error"
+	}
+	return fmt.Sprintf("%s error %q", proxy.ClassOf(err), err.Error())
+}
+
+func ids(l []proxy.Instance) []string {
+	out := []string{}
+	for _, i := range l {
+		out = append(out, i.ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func names(l []proxy.Instance) []string {
+	out := []string{}
+	for _, i := range l {
+		out = append(out, i.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func find(l []proxy.Instance, id string) (proxy.Instance, bool) {
+	for _, i := range l {
+		if i.ID == id {
+			return i, true
+		}
+	}
+	return proxy.Instance{}, false
+}
+
+// identity is what a refused Create must leave alone.
+type identity struct {
+	ID, Name  string
+	Mark      proxy.Mark
+	SpecHash  string
+	CreatedAt time.Time
+}
+
+func identityOf(i proxy.Instance) identity {
+	return identity{ID: i.ID, Name: i.Name, Mark: i.Mark, SpecHash: i.SpecHash, CreatedAt: i.CreatedAt}
+}
+
+// changedRequest is req with different proxy settings (and so a different
+// Hash), sharing no slices with req.
+func changedRequest(req proxy.Request) proxy.Request {
+	req.Proxy.AllowedClientCIDRs = append(slices.Clone(req.Proxy.AllowedClientCIDRs), "192.0.2.0/24")
+	req.Proxy.AllowedDestinations = append(slices.Clone(req.Proxy.AllowedDestinations), ".example.org")
+	return req
+}
+
+// secretRequest sets sentinel set n (1 or 2) as the proxy password and in
+// the cloud-init.
+func secretRequest(req proxy.Request, n int) proxy.Request {
+	pw, ci := sentinelPassword1, sentinelCloudInit1
+	if n == 2 {
+		pw, ci = sentinelPassword2, sentinelCloudInit2
+	}
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "proxytest", Password: pw}
+	req.CloudInit = "#cloud-config\nbootcmd:\n  - echo " + ci + "\n"
+	return req
+}
+
+// timed runs fn, giving up after hung.
+func timed(fn func() error) (took time.Duration, done bool, err error) {
+	start := time.Now()
+	ch := make(chan error, 1)
+	go func() { ch <- fn() }()
+	select {
+	case err := <-ch:
+		return time.Since(start), true, err
+	case <-time.After(hung):
+		return time.Since(start), false, nil
+	}
+}
+
+// leaks reports whether text holds secret, as is or base64-encoded (as in
+// user-data or metadata) at any alignment.
+func leaks(text, secret string) (string, bool) {
+	if strings.Contains(text, secret) {
+		return secret, true
+	}
+	if len(secret) < 12 {
+		return "", false // too short for a base64 core without false alarms
+	}
+	for k := range 3 {
+		b := []byte(secret[k:])
+		b = b[:len(b)/3*3]
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+			if form := enc.EncodeToString(b); strings.Contains(text, form) {
+				return form, true
+			}
+		}
+	}
+	return "", false
+}
+
+// excerpt is the text around form, so a report shows where a leak is.
+func excerpt(text, form string) string {
+	i := strings.Index(text, form)
+	from, to := max(0, i-60), min(len(text), i+len(form)+60)
+	return "…" + text[from:to] + "…"
+}

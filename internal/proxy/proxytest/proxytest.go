@@ -1,0 +1,178 @@
+// Package proxytest holds the conformance suite every proxy.Driver must pass
+// (Run) and Memory, an in-memory reference driver that passes it and that the
+// controller layer's tests use as their backend.
+//
+// A driver's test hands Run a Harness whose New builds a fresh driver on an
+// empty (fake) backend, plus optional "pokes" that make the backend do what
+// a test needs (finish a boot, answer busy, hold a deletion). A subtest that
+// needs a poke the fixture lacks is skipped with a message naming it.
+//
+//	func TestConformance(t *testing.T) {
+//		proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+//			backend := newFakeBackend(t)
+//			return proxytest.Fixture{
+//				Driver:   New(backend.Config(), "kvm-lab"),
+//				Provider: "kvm-lab",
+//				Request:  backend.Request,
+//				Settle:   backend.Boot,
+//				// ...
+//			}
+//		}})
+//	}
+package proxytest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Harness is how a driver's test hands its driver to Run.
+type Harness struct {
+	// New returns a fresh driver on an empty backend for one subtest.
+	// Subtests run in parallel; each calls New once and gets its own
+	// backend. Register cleanups with t.Cleanup.
+	New func(t *testing.T) Fixture
+}
+
+// Fixture is one driver on one empty backend, plus the backend pokes the
+// suite needs. Every poke is optional: nil means the backend cannot do it,
+// and the subtests that need it are skipped with a message saying which
+// capability is missing.
+type Fixture struct {
+	// Driver under test. Required.
+	Driver proxy.Driver
+	// Provider is the provider name the driver was configured with; every
+	// error leaving the driver must carry it in (*proxy.Error).Provider.
+	// Empty means any non-empty Provider is accepted.
+	Provider string
+	// Request returns a valid request for this backend: placement keys
+	// that exist, Mark{UID: uid, InstallationID: <the fixture's
+	// installation>}. Required. The suite copies and changes the result
+	// (other UIDs, another installation, sentinel secrets, changed proxy
+	// settings), so such variations must be acceptable too.
+	Request func(name, uid string) proxy.Request
+
+	// Settle makes the backend finish whatever is pending for the instance
+	// with this driver ID: the boot and address lease after Create (so the
+	// instance is Running with an address), a task or operation, or the
+	// deletion after Delete. Settle on an instance that no longer exists
+	// returns nil. Until Settle, a created instance must not have finished
+	// provisioning.
+	Settle func(ctx context.Context, id string) error
+	// Foreign creates, in the placement Request uses, an instance with this
+	// name that carries no mark (made by a human).
+	Foreign func(ctx context.Context, name string) error
+	// ForeignMarked creates, in the placement Request uses, an instance
+	// with this name marked with the fixture's installation and this UID,
+	// made by someone other than the driver under test.
+	ForeignMarked func(ctx context.Context, name, uid string) error
+	// SetUnknownState makes the backend report, for this instance, a state
+	// the driver does not know.
+	SetUnknownState func(ctx context.Context, id string) error
+	// SetBusy makes the backend answer every call with "busy", "locked" or
+	// a 5xx (busy=true), or behave normally again (busy=false).
+	SetBusy func(ctx context.Context, busy bool)
+	// HoldDelete puts the instance in the middle of being deleted until
+	// release is called; release finishes the deletion and is idempotent.
+	HoldDelete func(ctx context.Context, id string) (release func())
+	// LogOutput returns everything the driver logged so far.
+	LogOutput func() string
+	// Secrets are secret values configured for this fixture (keys, tokens,
+	// passwords of the backend) that must never appear in logs or errors.
+	Secrets []string
+	// MalformedIDs are IDs that are syntactically invalid for this backend.
+	MalformedIDs []string
+}
+
+// tb is the part of testing.TB the checks use. *testing.T implements it;
+// the suite's own tests implement it with a recorder, to prove that each
+// check fails on a driver that breaks its property.
+type tb interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+// check is one subtest of the suite.
+type check struct {
+	name string
+	fn   func(e *env)
+}
+
+// Run runs the conformance suite: one parallel subtest per property of the
+// proxy.Driver contract, each on a fresh Fixture from h.New:
+//
+//	RepeatCreateCreatesNothingNew
+//	GetAfterDeleteIsNotFound
+//	DeleteTwiceSucceeds
+//	DeleteOfNeverCreatedSucceeds
+//	MalformedIDsArePermanent                          (MalformedIDs)
+//	UnknownBackendStateReadsAsStopped                 (SetUnknownState)
+//	RunningRequiresAddress
+//	NeverStartedIsProvisioningNotStopped
+//	MarkAndCreatedAtReadBack
+//	ListIncludesOursAndExcludesOtherInstallations
+//	ListExcludesUnmarkedInstances                     (Foreign)
+//	CreateRefusesToAdoptUnmarkedInstance              (Foreign)
+//	CreateRefusesToAdoptInstanceOfAnotherUID
+//	CreateRefusesToAdoptInstanceOfAnotherInstallation
+//	CreateRefusesToAdoptForeignMarkedInstance         (ForeignMarked)
+//	GetDuringDeleteIsNeverNotFound                    (HoldDelete)
+//	BusyBackendIsTransientNeverNotFound               (SetBusy)
+//	CancelledContextReturnsPromptly
+//	SecretsNeverLeak
+//	UpdateRewritesSpecHash                            (skipped when SpecHash is not stored)
+//	CheckReturnsTargets
+//	ErrorsAreClassifiedWithProvider
+//
+// A subtest whose fixture field (in parentheses) is missing is skipped.
+// Settle, LogOutput and Secrets are used where present and make the
+// checks that use them stricter.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("proxytest: Harness.New is nil")
+	}
+	for _, c := range checks() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			runCheck(t, h.New(t), c)
+		})
+	}
+}
+
+// checkTimeout bounds one subtest; a driver that hangs fails rather than
+// stalling the test binary.
+const checkTimeout = 20 * time.Second
+
+// runCheck runs one check against one fixture, reporting to t.
+func runCheck(t tb, f Fixture, c check) {
+	t.Helper()
+	if f.Driver == nil {
+		t.Fatalf("proxytest: Fixture.Driver is nil")
+	}
+	if f.Request == nil {
+		t.Fatalf("proxytest: Fixture.Request is nil")
+	}
+	req := f.Request(nameA, uidA)
+	if req.Name != nameA || req.Mark.UID != uidA || req.Mark.InstallationID == "" {
+		t.Fatalf("proxytest: Fixture.Request(%q, %q) = Name %q, Mark %+v; want that name and UID and a non-empty InstallationID",
+			nameA, uidA, req.Name, req.Mark)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	c.fn(&env{t: t, f: f, ctx: ctx, installation: req.Mark.InstallationID})
+}
+
+// env is what a check works with.
+type env struct {
+	t            tb
+	f            Fixture
+	ctx          context.Context
+	installation string
+}
