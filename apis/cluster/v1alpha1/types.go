@@ -9,12 +9,12 @@ import (
 
 // ProviderConfigSpec is a ProviderConfigSpec whose Secret refs name their
 // namespace.
-// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || has(self.kvm.credentials.sshKeySecretRef.namespace)",message="kvm.credentials.sshKeySecretRef.namespace is required on a cluster-scoped config"
-// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.knownHostsSecretRef) || has(self.kvm.credentials.knownHostsSecretRef.namespace)",message="kvm.credentials.knownHostsSecretRef.namespace is required on a cluster-scoped config"
-// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || has(self.proxmox.credentials.tokenSecretRef.namespace)",message="proxmox.credentials.tokenSecretRef.namespace is required on a cluster-scoped config"
-// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.caSecretRef) || has(self.proxmox.credentials.caSecretRef.namespace)",message="proxmox.credentials.caSecretRef.namespace is required on a cluster-scoped config"
-// +kubebuilder:validation:XValidation:rule="!has(self.gcp) || !has(self.gcp.credentials.secretRef) || has(self.gcp.credentials.secretRef.namespace)",message="gcp.credentials.secretRef.namespace is required on a cluster-scoped config"
-// +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || !has(self.kubernetes.credentials.secretRef) || has(self.kubernetes.credentials.secretRef.namespace)",message="kubernetes.credentials.secretRef.namespace is required on a cluster-scoped config"
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || has(self.kvm.credentials.sshKeySecretRef.namespace)",message="kvm.credentials.sshKeySecretRef.namespace is required on a cluster-scoped config",fieldPath=".kvm.credentials.sshKeySecretRef.namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.knownHostsSecretRef) || has(self.kvm.credentials.knownHostsSecretRef.namespace)",message="kvm.credentials.knownHostsSecretRef.namespace is required on a cluster-scoped config",fieldPath=".kvm.credentials.knownHostsSecretRef.namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || has(self.proxmox.credentials.tokenSecretRef.namespace)",message="proxmox.credentials.tokenSecretRef.namespace is required on a cluster-scoped config",fieldPath=".proxmox.credentials.tokenSecretRef.namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.caSecretRef) || has(self.proxmox.credentials.caSecretRef.namespace)",message="proxmox.credentials.caSecretRef.namespace is required on a cluster-scoped config",fieldPath=".proxmox.credentials.caSecretRef.namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.gcp) || !has(self.gcp.credentials.secretRef) || has(self.gcp.credentials.secretRef.namespace)",message="gcp.credentials.secretRef.namespace is required on a cluster-scoped config",fieldPath=".gcp.credentials.secretRef.namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || !has(self.kubernetes.credentials.secretRef) || has(self.kubernetes.credentials.secretRef.namespace)",message="kubernetes.credentials.secretRef.namespace is required on a cluster-scoped config",fieldPath=".kubernetes.credentials.secretRef.namespace"
 type ProviderConfigSpec struct {
 	spec.ProviderConfigSpec `json:",inline"`
 }

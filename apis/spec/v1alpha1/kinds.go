@@ -5,10 +5,10 @@ package v1alpha1
 // proxy block is applied in place.
 
 // KVMProxyParameters are the desired state of a KVMProxy.
-// +kubebuilder:validation:XValidation:rule="has(self.host) == has(oldSelf.host) && (!has(self.host) || self.host == oldSelf.host)",message="host is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only"
+// +kubebuilder:validation:XValidation:rule="has(self.host) == has(oldSelf.host) && (!has(self.host) || self.host == oldSelf.host)",message="host is immutable",fieldPath=".host"
+// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable",fieldPath=".machineType"
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only",fieldPath=".cloudInit"
 type KVMProxyParameters struct {
 	// Host is the name of one of the ProviderConfig's kvm.hosts. Optional
 	// when the config has exactly one host.
@@ -38,10 +38,10 @@ type KVMProxyParameters struct {
 }
 
 // ProxmoxProxyParameters are the desired state of a ProxmoxProxy.
-// +kubebuilder:validation:XValidation:rule="has(self.node) == has(oldSelf.node) && (!has(self.node) || self.node == oldSelf.node)",message="node is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only"
+// +kubebuilder:validation:XValidation:rule="has(self.node) == has(oldSelf.node) && (!has(self.node) || self.node == oldSelf.node)",message="node is immutable",fieldPath=".node"
+// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable",fieldPath=".machineType"
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only",fieldPath=".cloudInit"
 type ProxmoxProxyParameters struct {
 	// Node is one of the ProviderConfig's proxmox.nodes. Optional when the
 	// config has exactly one node.
@@ -69,11 +69,11 @@ type ProxmoxProxyParameters struct {
 }
 
 // GCPProxyParameters are the desired state of a GCPProxy.
-// +kubebuilder:validation:XValidation:rule="has(self.zone) == has(oldSelf.zone) && (!has(self.zone) || self.zone == oldSelf.zone)",message="zone is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only"
-// +kubebuilder:validation:XValidation:rule="has(self.address) == has(oldSelf.address) && (!has(self.address) || self.address.type == oldSelf.address.type)",message="address.type is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.zone) == has(oldSelf.zone) && (!has(self.zone) || self.zone == oldSelf.zone)",message="zone is immutable",fieldPath=".zone"
+// +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable",fieldPath=".machineType"
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only",fieldPath=".cloudInit"
+// +kubebuilder:validation:XValidation:rule="has(self.address) == has(oldSelf.address) && (!has(self.address) || self.address.type == oldSelf.address.type)",message="address.type is immutable",fieldPath=".address"
 type GCPProxyParameters struct {
 	// Zone is a Compute Engine zone such as europe-west1-b; it must be one
 	// of the ProviderConfig's gcp.zones when that list is set.

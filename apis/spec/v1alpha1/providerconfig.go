@@ -9,7 +9,7 @@ import (
 // ProviderConfigSpec says where proxies run and with which credentials. It
 // holds exactly one backend block.
 // +kubebuilder:validation:XValidation:rule="[has(self.kvm), has(self.proxmox), has(self.gcp), has(self.kubernetes)].filter(x, x).size() == 1",message="exactly one of kvm, proxmox, gcp or kubernetes must be set"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.installationID) || (has(self.installationID) && self.installationID == oldSelf.installationID)",message="installationID cannot change once set: instances are marked with it"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.installationID) || (has(self.installationID) && self.installationID == oldSelf.installationID)",message="installationID cannot change once set: instances are marked with it",fieldPath=".installationID"
 type ProviderConfigSpec struct {
 	// InstallationID is the installation part of the ownership mark written
 	// on every instance. Optional: the provider's own installation ID (its
@@ -69,7 +69,7 @@ type KVMConfig struct {
 }
 
 // KVMCredentials are the SSH credentials for every host of a kvm block.
-// +kubebuilder:validation:XValidation:rule="has(self.knownHostsSecretRef) || (has(self.insecureIgnoreHostKey) && self.insecureIgnoreHostKey)",message="knownHostsSecretRef is required unless insecureIgnoreHostKey is true"
+// +kubebuilder:validation:XValidation:rule="has(self.knownHostsSecretRef) || (has(self.insecureIgnoreHostKey) && self.insecureIgnoreHostKey)",message="knownHostsSecretRef is required unless insecureIgnoreHostKey is true",fieldPath=".knownHostsSecretRef"
 type KVMCredentials struct {
 	// SSHKeySecretRef names the SSH private key (OpenSSH or PEM format).
 	SSHKeySecretRef SecretKeySelector `json:"sshKeySecretRef"`
@@ -151,7 +151,7 @@ type KVMHost struct {
 }
 
 // ProxmoxConfig is the proxmox backend block.
-// +kubebuilder:validation:XValidation:rule="!has(self.vmidRange) || self.vmidRange.min <= self.vmidRange.max",message="vmidRange.min must not exceed vmidRange.max"
+// +kubebuilder:validation:XValidation:rule="!has(self.vmidRange) || self.vmidRange.min <= self.vmidRange.max",message="vmidRange.min must not exceed vmidRange.max",fieldPath=".vmidRange"
 type ProxmoxConfig struct {
 	// URL of the Proxmox VE API, such as https://pve.example:8006.
 	// +kubebuilder:validation:MaxLength=2048
@@ -254,7 +254,7 @@ type ProxmoxMachineType struct {
 }
 
 // GCPConfig is the gcp backend block.
-// +kubebuilder:validation:XValidation:rule="self.credentials.source != 'Secret' || has(self.credentials.secretRef)",message="credentials.secretRef is required when credentials.source is Secret"
+// +kubebuilder:validation:XValidation:rule="self.credentials.source != 'Secret' || has(self.credentials.secretRef)",message="credentials.secretRef is required when credentials.source is Secret",fieldPath=".credentials"
 type GCPConfig struct {
 	// Project ID instances are created in.
 	// +kubebuilder:validation:Pattern=`^[a-z][-a-z0-9]{4,28}[a-z0-9]$`
@@ -331,7 +331,7 @@ type GCPMachineType struct {
 }
 
 // KubernetesConfig is the kubernetes backend block.
-// +kubebuilder:validation:XValidation:rule="self.credentials.source != 'Secret' || has(self.credentials.secretRef)",message="credentials.secretRef is required when credentials.source is Secret"
+// +kubebuilder:validation:XValidation:rule="self.credentials.source != 'Secret' || has(self.credentials.secretRef)",message="credentials.secretRef is required when credentials.source is Secret",fieldPath=".credentials"
 type KubernetesConfig struct {
 	// Credentials for the target cluster.
 	Credentials KubernetesCredentials `json:"credentials"`

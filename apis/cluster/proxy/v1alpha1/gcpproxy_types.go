@@ -8,7 +8,7 @@ import (
 )
 
 // GCPProxySpec is the desired state of a GCPProxy.
-// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
 type GCPProxySpec struct {
 	xpv2.ClusterManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.

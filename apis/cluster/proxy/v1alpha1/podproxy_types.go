@@ -8,7 +8,7 @@ import (
 )
 
 // PodProxySpec is the desired state of a PodProxy.
-// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
 type PodProxySpec struct {
 	xpv2.ClusterManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.

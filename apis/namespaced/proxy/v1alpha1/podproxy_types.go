@@ -8,7 +8,7 @@ import (
 )
 
 // PodProxySpec is the desired state of a PodProxy.
-// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || !has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is not allowed on a namespaced resource: the Secret is read from the resource's own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || !has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is not allowed on a namespaced resource: the Secret is read from the resource's own namespace",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
 type PodProxySpec struct {
 	xpv2.ManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.

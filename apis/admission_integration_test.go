@@ -1,0 +1,246 @@
+package apis_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+)
+
+// loadExamples reads every object of examples/, in file order.
+func loadExamples(t *testing.T, root string) []*unstructured.Unstructured {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "examples", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples found under %s/examples: %v", root, err)
+	}
+	sort.Strings(files)
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := d.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// find returns a deep copy of the example of kind in group with name.
+func find(t *testing.T, objs []*unstructured.Unstructured, group, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if gvk.Group == group && gvk.Kind == kind && o.GetName() == name {
+			return o.DeepCopy()
+		}
+	}
+	t.Fatalf("no example %s.%s %s", kind, group, name)
+	return nil
+}
+
+func set(path string, v any) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) {
+		if err := unstructured.SetNestedField(u.Object, v, strings.Split(path, ".")...); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func unset(path string) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, strings.Split(path, ".")...) }
+}
+
+const (
+	nsProxy     = "proxy.m.egressproxy.io"
+	clProxy     = "proxy.egressproxy.io"
+	nsConfig    = "m.egressproxy.io"
+	legacyGroup = "egressproxy.io"
+)
+
+// TestAdmissionIntegration sends every example and every kind of bad input
+// to a real kube-apiserver with the provider's CRDs, and asserts that the
+// examples are accepted and that each rejection names the field at fault.
+func TestAdmissionIntegration(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
+	kube, err := client.New(cp.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	examples := loadExamples(t, root)
+
+	// Every example is accepted (and later cases build on them).
+	{
+		kinds := map[string]bool{}
+		for _, o := range examples {
+			if err := kube.Create(ctx, o.DeepCopy()); err != nil {
+				t.Errorf("%s %s/%s rejected: %v", o.GroupVersionKind(), o.GetNamespace(), o.GetName(), err)
+			}
+			kinds[o.GroupVersionKind().GroupKind().String()] = true
+		}
+		for _, want := range []string{
+			"KVMProxy." + nsProxy, "ProxmoxProxy." + nsProxy, "GCPProxy." + nsProxy, "PodProxy." + nsProxy,
+			"KVMProxy." + clProxy, "ProxmoxProxy." + clProxy, "GCPProxy." + clProxy, "PodProxy." + clProxy,
+			"ProviderConfig." + nsConfig, "ClusterProviderConfig." + nsConfig, "ProviderConfig." + legacyGroup,
+		} {
+			if !kinds[want] {
+				t.Errorf("examples/ has no %s", want)
+			}
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	type example struct{ group, kind, name string }
+	var (
+		nsPod   = example{nsProxy, "PodProxy", "payments-egress"}
+		clPod   = example{clProxy, "PodProxy", "shared-egress"}
+		nsKVM   = example{nsProxy, "KVMProxy", "payments-egress"}
+		nsGCP   = example{nsProxy, "GCPProxy", "payments-egress"}
+		cpcKVM  = example{nsConfig, "ClusterProviderConfig", "home-kvm"}
+		cpcPVE  = example{nsConfig, "ClusterProviderConfig", "home-pve"}
+		cpcGCP  = example{nsConfig, "ClusterProviderConfig", "gcp-prod"}
+		cpcPods = example{nsConfig, "ClusterProviderConfig", "pods"}
+		nsPC    = example{nsConfig, "ProviderConfig", "team-pods"}
+		legKVM  = example{legacyGroup, "ProviderConfig", "home-kvm"}
+	)
+	kvmCreds := func(u *unstructured.Unstructured) {
+		set("spec.kubernetes.credentials", map[string]any{"source": "Secret", "secretRef": map[string]any{"namespace": "x", "name": "kc", "key": "kubeconfig"}})(u)
+	}
+
+	cases := []struct {
+		name   string
+		base   example
+		mutate []func(*unstructured.Unstructured)
+		want   []string // substrings of the rejection: the field path and the reason
+	}{
+		{"PortZero", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(0))}, []string{"spec.forProvider.proxy.port", "greater than or equal to 1"}},
+		{"PortTooHigh", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(70000))}, []string{"spec.forProvider.proxy.port", "less than or equal to 65535"}},
+		{"NoClientCIDRs", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "at least 1 items"}},
+		{"ClientCIDRsMissing", clPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.allowedClientCIDRs")}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "Required value"}},
+		{"BareIPIsNotACIDR", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.1"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs[0]", "must be a CIDR"}},
+		{"GarbageCIDR", clPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "everyone"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs[1]", "must be a CIDR"}},
+		{"ConnectPortZero", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedPorts", []any{int64(0)})}, []string{"spec.forProvider.proxy.allowedPorts[0]", "greater than or equal to 1"}},
+		{"BadDestination", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"exa mple.com"})}, []string{"spec.forProvider.proxy.allowedDestinations[0]", "should match"}},
+		{"BadUsername", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth.username", "a user")}, []string{"spec.forProvider.proxy.auth.username", "should match"}},
+		{"NamespacedPasswordRefWithNamespace", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth.passwordSecretRef", map[string]any{"namespace": "other", "name": "pw", "key": "password"})}, []string{"spec.forProvider.proxy.auth.passwordSecretRef", "not allowed on a namespaced resource"}},
+		{"ClusterPasswordRefWithoutNamespace", clPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth.passwordSecretRef", map[string]any{"name": "pw", "key": "password"})}, []string{"spec.forProvider.proxy.auth.passwordSecretRef", "required on a cluster-scoped resource"}},
+		{"HostNotAName", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.host", "Bad_Host")}, []string{"spec.forProvider.host", "should match"}},
+		{"ImageNeitherKeyNorURL", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "ftp://example.com/img")}, []string{"spec.forProvider.image", "catalogue key"}},
+		{"ZoneNotAZone", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.zone", "europe")}, []string{"spec.forProvider.zone", "should match"}},
+		{"UnknownAddressType", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.address.type", "Floating")}, []string{"spec.forProvider.address.type", "Unsupported value"}},
+		{"UnknownServiceType", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.service.type", "NodePort")}, []string{"spec.forProvider.service.type", "Unsupported value"}},
+		{"ConfigWithTwoBlocks", cpcPods, []func(*unstructured.Unstructured){set("spec.gcp", find(t, examples, nsConfig, "ClusterProviderConfig", "gcp-prod").Object["spec"].(map[string]any)["gcp"])}, []string{"spec", "exactly one of kvm, proxmox, gcp or kubernetes"}},
+		{"ConfigWithNoBlock", cpcPods, []func(*unstructured.Unstructured){unset("spec.kubernetes")}, []string{"spec", "exactly one of kvm, proxmox, gcp or kubernetes"}},
+		{"ClusterConfigRefWithoutNamespace", cpcKVM, []func(*unstructured.Unstructured){unset("spec.kvm.credentials.sshKeySecretRef.namespace")}, []string{"spec.kvm.credentials.sshKeySecretRef.namespace", "required on a cluster-scoped config"}},
+		{"LegacyConfigRefWithoutNamespace", legKVM, []func(*unstructured.Unstructured){unset("spec.kvm.credentials.knownHostsSecretRef.namespace")}, []string{"spec.kvm.credentials.knownHostsSecretRef.namespace", "required on a cluster-scoped config"}},
+		{"NamespacedConfigRefWithNamespace", nsPC, []func(*unstructured.Unstructured){kvmCreds}, []string{"spec.kubernetes.credentials.secretRef.namespace", "not allowed on a namespaced ProviderConfig"}},
+		{"HostAddressWithoutPort", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.hosts", []any{map[string]any{"name": "beelink", "address": "10.0.0.5", "user": "proxy"}})}, []string{"spec.kvm.hosts[0].address", "should match"}},
+		{"DuplicateHostNames", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.hosts", []any{map[string]any{"name": "a", "address": "h:22", "user": "proxy"}, map[string]any{"name": "a", "address": "h:23", "user": "proxy"}})}, []string{"spec.kvm.hosts[1]", "Duplicate value"}},
+		{"ImageKeyNotAName", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.images", map[string]any{"Debian_12": map[string]any{"url": "https://example.com/d.qcow2"}})}, []string{"spec.kvm.images", "image keys must be lowercase"}},
+		{"ImageSHA256Malformed", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.images.debian-12.sha256", "abc")}, []string{"spec.kvm.images.debian-12.sha256", "should match"}},
+		{"NoKnownHostsWithoutInsecure", cpcKVM, []func(*unstructured.Unstructured){unset("spec.kvm.credentials.knownHostsSecretRef")}, []string{"spec.kvm.credentials.knownHostsSecretRef", "required unless insecureIgnoreHostKey"}},
+		{"NoMachineTypes", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.machineTypes", map[string]any{})}, []string{"spec.kvm.machineTypes", "at least 1 properties"}},
+		{"ProxmoxPlainHTTP", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.url", "http://pve.example:8006")}, []string{"spec.proxmox.url", "should match"}},
+		{"VMIDRangeInverted", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.vmidRange", map[string]any{"min": int64(2000), "max": int64(1000)})}, []string{"spec.proxmox.vmidRange", "min must not exceed"}},
+		{"VLANTagTooHigh", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.vlanTag", int64(5000))}, []string{"spec.proxmox.vlanTag", "less than or equal to 4094"}},
+		{"ProxmoxNoISOStorage", cpcPVE, []func(*unstructured.Unstructured){unset("spec.proxmox.isoStorage")}, []string{"spec.proxmox.isoStorage", "Required value"}},
+		{"GCPSecretSourceWithoutRef", cpcGCP, []func(*unstructured.Unstructured){unset("spec.gcp.credentials.secretRef")}, []string{"spec.gcp.credentials", "secretRef is required"}},
+		{"GCPUnknownCredentialsSource", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.source", "Environment")}, []string{"spec.gcp.credentials.source", "Unsupported value"}},
+		{"GCPProjectNotAnID", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.project", "X")}, []string{"spec.gcp.project", "should match"}},
+		{"InstallationIDNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.installationID", "Prod EU")}, []string{"spec.installationID", "should match"}},
+		{"KubernetesNamespaceNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.namespace", "Egress_Proxies")}, []string{"spec.kubernetes.namespace", "should match"}},
+	}
+	for _, tc := range cases {
+		t.Run("Rejects"+tc.name, func(t *testing.T) {
+			u := find(t, examples, tc.base.group, tc.base.kind, tc.base.name)
+			u.SetName("bad-" + strings.ToLower(tc.name))
+			for _, m := range tc.mutate {
+				m(u)
+			}
+			err := kube.Create(ctx, u)
+			if err == nil {
+				t.Fatalf("accepted, want a rejection naming %q", tc.want)
+			}
+			t.Logf("rejected: %v", err)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("rejection does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+
+	updates := []struct {
+		name   string
+		base   example
+		mutate func(*unstructured.Unstructured)
+		want   []string // empty: the update is accepted
+	}{
+		{"HostIsImmutable", nsKVM, set("spec.forProvider.host", "other"), []string{"spec.forProvider.host", "host is immutable"}},
+		{"MachineTypeIsImmutable", nsKVM, set("spec.forProvider.machineType", "large"), []string{"spec.forProvider.machineType", "machineType is immutable"}},
+		{"CloudInitIsImmutable", nsKVM, unset("spec.forProvider.cloudInit"), []string{"spec.forProvider.cloudInit", "cloudInit is immutable"}},
+		{"ImageIsImmutable", nsGCP, set("spec.forProvider.image", "debian-12"), []string{"spec.forProvider.image", "image is immutable"}},
+		{"AddressTypeIsImmutable", nsGCP, set("spec.forProvider.address.type", "Ephemeral"), []string{"spec.forProvider.address", "address.type is immutable"}},
+		{"ProxyBlockIsMutable", nsPod, set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.1.0.0/16", "fd00::/8"}), nil},
+		{"InstallationIDCanBeSetOnce", cpcPods, set("spec.installationID", "prod-eu"), nil},
+		{"InstallationIDCannotChange", cpcPods, set("spec.installationID", "prod-us"), []string{"spec.installationID", "cannot change once set"}},
+	}
+	for _, tc := range updates {
+		t.Run("Update"+tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(schema.GroupVersionKind{Group: tc.base.group, Version: "v1alpha1", Kind: tc.base.kind})
+			ex := find(t, examples, tc.base.group, tc.base.kind, tc.base.name)
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(ex), u); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(u)
+			err := kube.Update(ctx, u)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("update rejected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("update accepted, want a rejection naming %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("rejection does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
