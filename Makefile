@@ -1,0 +1,111 @@
+# provider-egressproxy. The two commands a newcomer needs:
+#   make run    set up and run the provider (on an embedded local control
+#               plane unless KUBECONFIG points at a cluster)
+#   make test   the whole test suite, installing what it needs
+# Quicker loops: make test-unit, make test-integration, make test-pod.
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+PKG       := github.com/egressproxy/provider-egressproxy
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+LDFLAGS   := -s -w -X $(PKG)/internal/version.Version=$(VERSION)
+GOTEST    ?= $(GO) test
+TESTFLAGS ?= -count=1 -timeout 40m
+
+export GOFLAGS := -buildvcs=false
+
+.PHONY: all
+all: build
+
+## Code generation ----------------------------------------------------------
+
+# Deepcopy functions, CRDs (package/crds) and method sets. Never edit
+# zz_generated.* or package/crds by hand.
+.PHONY: generate
+generate:
+	cd apis && $(GO) generate -tags generate ./...
+
+# Fails when the generated files in the tree are not what `make generate`
+# produces from the sources.
+.PHONY: check-generated
+check-generated: generate
+	@if [ -n "$$(git status --porcelain -- apis package/crds)" ]; then \
+		echo "Generated files are stale: run 'make generate' and commit the result:"; \
+		git status --porcelain -- apis package/crds; git --no-pager diff --stat -- apis package/crds; exit 1; \
+	fi
+
+## Build ---------------------------------------------------------------------
+
+.PHONY: build
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/provider ./cmd/provider
+	$(GO) build -trimpath -o $(BIN)/local-control-plane ./cmd/local-control-plane
+
+## Dependencies the tests and `make run` install themselves -------------------
+
+# kube-apiserver, etcd and kube-controller-manager, built from the Go module
+# proxy into a cache outside the repo (~/.cache/provider-egressproxy) and
+# only when missing: about 7 minutes cold, instant after.
+.PHONY: controlplane-bins
+controlplane-bins:
+	@bash hack/controlplane-bins.sh >/dev/null
+
+# Debian's squid, for the tests that run real Squid.
+.PHONY: test-deps
+test-deps: controlplane-bins
+	@bash hack/install-squid.sh
+
+## Run -----------------------------------------------------------------------
+
+# With KUBECONFIG set, runs the provider against that cluster after applying
+# the CRDs. Without, starts a local control plane (kube-apiserver, etcd and
+# the garbage collector), installs the CRDs, runs the provider on it and
+# prints the KUBECONFIG to use; Ctrl-C stops everything it started.
+.PHONY: run
+run: build
+	@if [ -n "$$KUBECONFIG" ]; then \
+		echo "Running against the cluster in KUBECONFIG=$$KUBECONFIG"; \
+		$(GO) run ./hack/applycrds package/crds && $(BIN)/provider --log-format console $(ARGS); \
+	else \
+		$(MAKE) --no-print-directory controlplane-bins && \
+		$(BIN)/local-control-plane --crds package/crds --kubeconfig-out $(CURDIR)/.cache/kubeconfig -- $(BIN)/provider --log-format console --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(ARGS); \
+	fi
+
+## Test ----------------------------------------------------------------------
+
+# The whole suite: generated files up to date, vet, unit and integration
+# tests on a real control plane, real Squid, real Crossplane core.
+.PHONY: test
+test: test-deps check-generated vet
+	CI=$${CI:-true} EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./...
+
+.PHONY: vet
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "Not gofmt'ed:"; echo "$$out"; exit 1; fi
+
+# Unit tests only: no control plane, no Squid.
+.PHONY: test-unit
+test-unit:
+	$(GOTEST) -count=1 -skip Integration ./...
+
+# Integration tests only.
+.PHONY: test-integration
+test-integration: test-deps
+	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) -run Integration ./...
+
+# One backend: the PodProxy driver and its end-to-end test.
+.PHONY: test-pod
+test-pod: test-deps
+	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./internal/backend/kubernetes/... ./internal/controller/pod/... ./internal/squid/...
+
+## Benchmarks -----------------------------------------------------------------
+
+# make bench-podproxy N=200 DELAY=3s
+.PHONY: bench-podproxy
+bench-podproxy: build controlplane-bins
+	bash hack/bench-podproxy.sh $(or $(N),200) $(or $(DELAY),3s)
+
+.PHONY: clean
+clean:
+	rm -rf $(BIN) .cache

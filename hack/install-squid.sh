@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs Debian's squid package, which the real-Squid tests of
+# internal/squid run (go test ./internal/squid/...). Idempotent: it does
+# nothing when /usr/sbin/squid already exists.
+#
+# The tests start their own squids in the foreground with generated
+# configs; a system squid would only hold port 3128 and a PID file, so this
+# script makes sure none is left running after the install (Debian's
+# postinst starts one through invoke-rc.d where an init system allows it).
+set -euo pipefail
+
+log() { echo "install-squid: $*" >&2; }
+
+if [ -x /usr/sbin/squid ]; then
+  log "/usr/sbin/squid present: $(/usr/sbin/squid -v | head -n1)"
+  exit 0
+fi
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { log "need root or sudo to run apt-get"; exit 1; }
+  SUDO=sudo
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# policy-rc.d exit 101 tells invoke-rc.d not to start services, so the
+# postinst cannot start a system squid in the first place. Only add one if
+# none exists, and only remove the one we added.
+POLICY=/usr/sbin/policy-rc.d
+ADDED_POLICY=
+if [ ! -e "$POLICY" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
+  $SUDO chmod 0755 "$POLICY"
+  ADDED_POLICY=1
+fi
+cleanup() { if [ -n "$ADDED_POLICY" ]; then $SUDO rm -f "$POLICY"; fi; }
+trap cleanup EXIT
+
+log "installing Debian's squid package"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends squid >/dev/null
+
+# Belt and braces: if a squid got started anyway (policy-rc.d was already
+# present and allowed it, or an init system ignored it), stop it.
+if [ -x /etc/init.d/squid ]; then
+  $SUDO /etc/init.d/squid stop >/dev/null 2>&1 || true
+fi
+if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now squid >/dev/null 2>&1 || true
+fi
+if [ -s /run/squid.pid ]; then
+  pid=$(cat /run/squid.pid)
+  if kill -0 "$pid" 2>/dev/null; then $SUDO kill "$pid" || true; fi
+fi
+
+log "installed: $(/usr/sbin/squid -v | head -n1)"

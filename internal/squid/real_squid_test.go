@@ -1,0 +1,534 @@
+package squid
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// These tests run Debian's real Squid. hack/install-squid.sh installs it.
+
+const installHint = "squid not found in PATH or at /usr/sbin/squid: run hack/install-squid.sh (installs Debian's squid package)"
+
+// squidBinary finds squid. Without it, the test skips on a developer's
+// machine but fails in CI (CI set) or when EGRESSPROXY_REQUIRE_SQUID=1, so
+// that a CI machine without Squid never passes by skipping.
+func squidBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("squid"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/squid"); err == nil {
+		return "/usr/sbin/squid"
+	}
+	if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
+		t.Fatal(installHint + " (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)")
+	}
+	t.Skip(installHint)
+	return ""
+}
+
+// helperPath is basic_ncsa_auth where Debian puts it, or next to squid.
+func helperPath(t *testing.T, squid string) string {
+	t.Helper()
+	for _, p := range []string{
+		DefaultAuthHelperPath,
+		filepath.Join(filepath.Dir(squid), "..", "lib", "squid", "basic_ncsa_auth"),
+		filepath.Join(filepath.Dir(squid), "..", "libexec", "squid", "basic_ncsa_auth"),
+	} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("basic_ncsa_auth not found next to %s; run hack/install-squid.sh", squid)
+	return ""
+}
+
+// worldReadableDir makes a temporary folder that Squid can read after it
+// drops from root to its effective user (proxy on Debian): t.TempDir is
+// 0700.
+func worldReadableDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "egressproxy-squid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // Squid's user must read the files.
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func writeReadable(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil { //nolint:gosec // see worldReadableDir.
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil { //nolint:gosec // umask-proof.
+		t.Fatal(err)
+	}
+}
+
+// TestSquidParsesEveryVariant runs `squid -k parse` on rendered variants
+// and fails on any ERROR, FATAL or unexpected WARNING, so that overlap
+// warnings (which mean Squid silently changed the ACL) are caught too.
+func TestSquidParsesEveryVariant(t *testing.T) {
+	bin := squidBinary(t)
+	auth := proxy.Auth{Enabled: true, Username: "alice", Password: "secret"}
+	for name, tc := range map[string]struct {
+		s proxy.Settings
+		o Options
+	}{
+		"minimal":                {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+		"auth":                   {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: auth}},
+		"destinations":           {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinations: []string{"example.com", ".example.com", "a.example.org", ".b.example.org", ".example.org", "localhost"}}},
+		"auth and destinations":  {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinations: []string{".example.com"}, Auth: auth}},
+		"several ports":          {s: proxy.Settings{Port: 8080, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443, 8443, 22, 5432, 443}}},
+		"IPv6 CIDRs":             {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"fd00::/8", "2001:db8::/32", "10.0.0.0/8", "::ffff:192.168.0.0/112"}}},
+		"overlapping CIDRs":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.3/32", "10.1.2.3/8", "fd00::/8", "fd00:1::/32"}}},
+		"0.0.0.0/0":              {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"0.0.0.0/0", "10.0.0.0/8"}}},
+		"::/0":                   {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"::/0", "fd00::/8", "::1/128"}}},
+		"IPv6 listen address":    {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"::1/128"}}, o: Options{ListenAddress: "::1"}},
+		"VM-like options":        {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: auth}, o: Options{PIDFile: "/run/squid.pid", AccessLog: "stdio:/var/log/squid/access.log", CacheLogPath: "/var/log/squid/cache.log", EffectiveUser: "proxy"}},
+		"syslog access log":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}, o: Options{AccessLog: "syslog:daemon.info"}},
+		"loopback for tests":     {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"127.0.0.0/8"}}, o: Options{AllowLoopbackDestinations: true, ListenAddress: "127.0.0.1"}},
+		"everything at once":     {s: proxy.Settings{Port: 65535, AllowedClientCIDRs: []string{"0.0.0.0/0", "::/0"}, AllowedPorts: []int32{1, 65535}, AllowedDestinations: []string{"xn--bcher-kva.example", "_srv.example.net"}, Auth: auth}, o: Options{ShutdownLifetime: time.Minute}},
+		"username with specials": {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: "Mixed.Case-user_1@corp", Password: "x"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f, err := Render(tc.s, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf := filepath.Join(t.TempDir(), "squid.conf")
+			writeReadable(t, conf, f.SquidConf)
+			out, err := exec.Command(bin, "-k", "parse", "-f", conf).CombinedOutput()
+			if err != nil {
+				t.Fatalf("squid -k parse: %v\n%s\nsquid.conf:\n%s", err, out, f.SquidConf)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				bad := strings.Contains(l, "ERROR") || strings.Contains(l, "FATAL") || strings.Contains(l, "WARNING")
+				// via off is required of us; Squid says so every time.
+				if bad && !strings.Contains(l, "WARNING: HTTP requires the use of Via") {
+					t.Errorf("squid -k parse: %s", l)
+				}
+			}
+			if t.Failed() {
+				t.Logf("squid.conf:\n%s", f.SquidConf)
+			}
+		})
+	}
+}
+
+// rfc1738Escape escapes s as Squid does before handing credentials to a
+// basic auth helper.
+func rfc1738Escape(s string) string {
+	var b strings.Builder
+	for i := range len(s) {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// TestHtpasswdAcceptedByBasicNCSAAuth proves the hash format with the
+// helper Squid runs, without a proxy in between.
+func TestHtpasswdAcceptedByBasicNCSAAuth(t *testing.T) {
+	helper := helperPath(t, squidBinary(t))
+	const user, pw = "Alice", "pä ss:w%rd with spaces and a long tail 0123456789012345678901234567890123456789"
+	f, err := Render(proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: user, Password: pw}}, Options{HtpasswdSalt: "uid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ht := filepath.Join(t.TempDir(), "htpasswd")
+	writeReadable(t, ht, f.Htpasswd)
+
+	in := strings.Join([]string{
+		rfc1738Escape(user) + " " + rfc1738Escape(pw),
+		rfc1738Escape(user) + " " + rfc1738Escape(pw[:len(pw)-1]),
+		rfc1738Escape(user) + " " + rfc1738Escape(pw[:8]), // DES-crypt would accept this
+		rfc1738Escape("alice") + " " + rfc1738Escape(pw),
+	}, "\n") + "\n"
+	cmd := exec.Command(helper, ht)
+	cmd.Stdin = strings.NewReader(in)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", helper, err, out)
+	}
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{"OK", "ERR", "ERR", "ERR"}
+	if len(got) != len(want) {
+		t.Fatalf("basic_ncsa_auth answered %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("answer %d = %q, want %s", i, got[i], want[i])
+		}
+	}
+}
+
+// liveSquid is a squid running in the foreground for one test.
+type liveSquid struct {
+	// addr is host:port to use as the proxy.
+	addr string
+	log  string
+}
+
+// startSquid renders s and o, starts `squid -N` on a free loopback port and
+// waits until it accepts connections. The process group is killed when the
+// test ends.
+func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSquid {
+	t.Helper()
+	dir := worldReadableDir(t)
+	network, host := "tcp4", "127.0.0.1"
+	if o.ListenAddress != "" {
+		host = o.ListenAddress
+		if strings.Contains(host, ":") {
+			network = "tcp6"
+		}
+	} else {
+		o.ListenAddress = host
+	}
+	l, err := net.Listen(network, net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Port = int32(l.Addr().(*net.TCPAddr).Port) //nolint:gosec // a port fits.
+	_ = l.Close()
+
+	o.HtpasswdPath = filepath.Join(dir, "htpasswd")
+	f, err := Render(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "squid.conf")
+	writeReadable(t, conf, f.SquidConf)
+	if f.Htpasswd != "" {
+		writeReadable(t, o.HtpasswdPath, f.Htpasswd)
+	}
+	// Squid opens /dev/stdout by name after dropping privileges, so its
+	// stdout must be a file its user may open, not a pipe of ours.
+	logPath := filepath.Join(dir, "squid.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666) //nolint:gosec // see above.
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	if err := os.Chmod(logPath, 0o666); err != nil { //nolint:gosec // umask-proof.
+		t.Fatal(err)
+	}
+
+	// A service name of its own per squid: Squid names its shared memory
+	// segments (/dev/shm/<name>-cf__*.shm) after it, and squids running in
+	// parallel must not share them.
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	name := "ept" + hex.EncodeToString(rnd[:]) // Squid takes letters and digits only
+	cmd := exec.Command(bin, "-N", "-n", name, "-f", conf)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	sq := &liveSquid{addr: net.JoinHostPort(host, strconv.Itoa(int(s.Port))), log: logPath}
+	t.Cleanup(func() {
+		// Squid's helpers run in sessions of their own and exit when
+		// squid's end of their pipes closes; the group is for anything else
+		// squid may have started.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		// A killed squid leaves its segments behind; only ours are removed.
+		shm, _ := filepath.Glob("/dev/shm/" + name + "-*")
+		for _, p := range shm {
+			_ = os.Remove(p)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("squid.conf:\n%s\nsquid output:\n%s", f.SquidConf, b)
+		}
+	})
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", sq.addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return sq
+		}
+		select {
+		case err := <-exited:
+			exited <- err // for the cleanup
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("squid exited before listening: %v\n%s", err, b)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("squid did not listen on %s within 15 s", sq.addr)
+		}
+	}
+}
+
+// seen is what the upstream test server received, echoed in its body.
+type seen struct {
+	Via, XForwardedFor, Forwarded, ProxyAuthorization string
+}
+
+// upstream answers every request with what it saw of the proxy.
+func upstream(w http.ResponseWriter, r *http.Request) {
+	_ = json.NewEncoder(w).Encode(seen{
+		Via:                r.Header.Get("Via"),
+		XForwardedFor:      r.Header.Get("X-Forwarded-For"),
+		Forwarded:          r.Header.Get("Forwarded"),
+		ProxyAuthorization: r.Header.Get("Proxy-Authorization"),
+	})
+}
+
+// result is one request's outcome through the proxy.
+type result struct {
+	status     int    // the proxy's status for CONNECT, else the response's
+	squidError string // X-Squid-Error: ERR_ACCESS_DENIED, ERR_CACHE_ACCESS_DENIED
+	challenge  string // Proxy-Authenticate
+	seen       seen
+	err        error
+}
+
+// client sends requests through a proxy with Go's own proxy support.
+type client struct {
+	proxy *url.URL
+	roots *x509.CertPool
+	// serverName overrides the TLS name to verify (the test certificate
+	// names example.com, 127.0.0.1 and ::1, not localhost).
+	serverName string
+}
+
+func (c client) get(t *testing.T, target string) result {
+	t.Helper()
+	var res result
+	tr := &http.Transport{
+		Proxy:             http.ProxyURL(c.proxy),
+		DisableKeepAlives: true,
+		TLSClientConfig:   &tls.Config{RootCAs: c.roots, ServerName: c.serverName, MinVersion: tls.VersionTLS12},
+		OnProxyConnectResponse: func(_ context.Context, _ *url.URL, _ *http.Request, r *http.Response) error {
+			res.status = r.StatusCode
+			res.squidError = r.Header.Get("X-Squid-Error")
+			res.challenge = r.Header.Get("Proxy-Authenticate")
+			return nil
+		},
+	}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer resp.Body.Close()
+	res.status = resp.StatusCode
+	res.squidError = resp.Header.Get("X-Squid-Error")
+	res.challenge = resp.Header.Get("Proxy-Authenticate")
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body.Bytes(), &res.seen); err != nil {
+			res.err = fmt.Errorf("upstream body %q: %w", body.String(), err)
+		}
+	}
+	return res
+}
+
+// expect checks a result: want is the status; for 403 and 407 it must be
+// Squid's own denial (not, say, a 403 from the upstream).
+func expect(t *testing.T, what string, got result, want int) {
+	t.Helper()
+	if got.status != want {
+		t.Errorf("%s: status %d (X-Squid-Error %q, err %v), want %d", what, got.status, got.squidError, got.err, want)
+		return
+	}
+	switch want {
+	case http.StatusOK:
+		if got.err != nil {
+			t.Errorf("%s: %v", what, got.err)
+		}
+		if got.seen != (seen{}) {
+			t.Errorf("%s: upstream saw proxy headers %+v, want none (via off, forwarded_for delete, credentials consumed)", what, got.seen)
+		}
+	case http.StatusForbidden:
+		if !strings.HasPrefix(got.squidError, "ERR_ACCESS_DENIED") {
+			t.Errorf("%s: X-Squid-Error %q, want ERR_ACCESS_DENIED", what, got.squidError)
+		}
+	case http.StatusProxyAuthRequired:
+		if !strings.HasPrefix(got.squidError, "ERR_CACHE_ACCESS_DENIED") {
+			t.Errorf("%s: X-Squid-Error %q, want ERR_CACHE_ACCESS_DENIED", what, got.squidError)
+		}
+		if want := `Basic realm="` + Realm + `"`; got.challenge != want {
+			t.Errorf("%s: Proxy-Authenticate %q, want %q", what, got.challenge, want)
+		}
+	}
+}
+
+// TestRealSquid runs rendered configurations in real squids and talks to
+// local upstream servers through them.
+func TestRealSquid(t *testing.T) {
+	bin := squidBinary(t)
+	helper := helperPath(t, bin)
+
+	plain := httptest.NewServer(http.HandlerFunc(upstream))
+	t.Cleanup(plain.Close)
+	secure := httptest.NewTLSServer(http.HandlerFunc(upstream))
+	t.Cleanup(secure.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(secure.Certificate())
+	port := func(u string) int32 {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := strconv.Atoi(pu.Port())
+		return int32(p) //nolint:gosec // a port fits.
+	}
+	plainPort, securePort := port(plain.URL), port(secure.URL)
+	// Nothing listens on the discard port; Squid must refuse before trying.
+	const otherPort = 9
+	ports := []int32{plainPort, securePort}
+
+	const user, pw = "Alice", "pä ss:w%rd@with/odd#chars"
+	auth := proxy.Auth{Enabled: true, Username: user, Password: pw}
+	test := Options{AuthHelperPath: helper, AllowLoopbackDestinations: true, HtpasswdSalt: "test-uid"}
+
+	proxyURL := func(sq *liveSquid, ui *url.Userinfo) *url.URL {
+		return &url.URL{Scheme: "http", Host: sq.addr, User: ui}
+	}
+	at := func(host string, p int32) string { return net.JoinHostPort(host, strconv.Itoa(int(p))) }
+
+	t.Run("allowed client", func(t *testing.T) {
+		t.Parallel()
+		sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedPorts: ports}, test)
+		c := client{proxy: proxyURL(sq, nil), roots: roots}
+		expect(t, "plain http", c.get(t, plain.URL), http.StatusOK)
+		expect(t, "https through CONNECT", c.get(t, secure.URL), http.StatusOK)
+		expect(t, "CONNECT to a port not allowed", c.get(t, "https://"+at("127.0.0.1", otherPort)+"/"), http.StatusForbidden)
+		expect(t, "plain http to a port not allowed", c.get(t, "http://"+at("127.0.0.1", otherPort)+"/"), http.StatusForbidden)
+	})
+
+	t.Run("basic auth", func(t *testing.T) {
+		t.Parallel()
+		sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedPorts: ports, Auth: auth}, test)
+		for name, ui := range map[string]*url.Userinfo{
+			"no credentials":   nil,
+			"wrong password":   url.UserPassword(user, pw+"x"),
+			"password prefix":  url.UserPassword(user, pw[:8]),
+			"wrong user":       url.UserPassword("Bob", pw),
+			"lower-case user":  url.UserPassword("alice", pw),
+			"username only":    url.User(user),
+			"empty everything": url.UserPassword("", ""),
+		} {
+			c := client{proxy: proxyURL(sq, ui), roots: roots}
+			expect(t, name+", plain http", c.get(t, plain.URL), http.StatusProxyAuthRequired)
+			expect(t, name+", CONNECT", c.get(t, secure.URL), http.StatusProxyAuthRequired)
+		}
+		c := client{proxy: proxyURL(sq, url.UserPassword(user, pw)), roots: roots}
+		expect(t, "right credentials, plain http", c.get(t, plain.URL), http.StatusOK)
+		expect(t, "right credentials, CONNECT", c.get(t, secure.URL), http.StatusOK)
+		expect(t, "right credentials, port not allowed", c.get(t, "https://"+at("127.0.0.1", otherPort)+"/"), http.StatusForbidden)
+	})
+
+	t.Run("client outside the CIDRs gets 403 not 407", func(t *testing.T) {
+		t.Parallel()
+		sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"10.9.0.0/16"}, AllowedPorts: ports, Auth: auth}, test)
+		for name, ui := range map[string]*url.Userinfo{"no credentials": nil, "right credentials": url.UserPassword(user, pw)} {
+			c := client{proxy: proxyURL(sq, ui), roots: roots}
+			expect(t, name+", plain http", c.get(t, plain.URL), http.StatusForbidden)
+			expect(t, name+", CONNECT", c.get(t, secure.URL), http.StatusForbidden)
+		}
+	})
+
+	t.Run("destination allow-list", func(t *testing.T) {
+		t.Parallel()
+		// localhost resolves to 127.0.0.1 (/etc/hosts); 127.0.0.1 itself is
+		// not a listed name, and -n keeps Squid from matching it by reverse
+		// DNS (which would say localhost).
+		sq := startSquid(t, bin, proxy.Settings{
+			AllowedClientCIDRs:  []string{"127.0.0.0/8"},
+			AllowedPorts:        ports,
+			AllowedDestinations: []string{"localhost", ".example.test"},
+		}, test)
+		c := client{proxy: proxyURL(sq, nil), roots: roots, serverName: "example.com"}
+		expect(t, "listed name, plain http", c.get(t, "http://"+at("localhost", plainPort)+"/"), http.StatusOK)
+		expect(t, "listed name, CONNECT", c.get(t, "https://"+at("localhost", securePort)+"/"), http.StatusOK)
+		expect(t, "IP address, plain http", c.get(t, plain.URL), http.StatusForbidden)
+		expect(t, "IP address, CONNECT", c.get(t, secure.URL), http.StatusForbidden)
+		expect(t, "unlisted name", c.get(t, "http://"+at("example.com", plainPort)+"/"), http.StatusForbidden)
+	})
+
+	t.Run("loopback destinations denied by default", func(t *testing.T) {
+		t.Parallel()
+		o := test
+		o.AllowLoopbackDestinations = false
+		sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedPorts: ports}, o)
+		c := client{proxy: proxyURL(sq, nil), roots: roots, serverName: "example.com"}
+		expect(t, "127.0.0.1, plain http", c.get(t, plain.URL), http.StatusForbidden)
+		expect(t, "localhost, CONNECT", c.get(t, "https://"+at("localhost", securePort)+"/"), http.StatusForbidden)
+	})
+
+	// Squid reads 0.0.0.0/0 as every client, IPv6 too, and matches IPv4
+	// clients against IPv6 CIDRs; the rendering undoes both.
+	t.Run("0.0.0.0/0 and ::/0 keep to their family", func(t *testing.T) {
+		t.Parallel()
+		if l, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+			t.Skipf("no IPv6 loopback here: %v", err)
+		} else {
+			_ = l.Close()
+		}
+		for name, tc := range map[string]struct {
+			listen string
+			cidrs  []string
+			want   int
+		}{
+			"IPv6 client, 0.0.0.0/0": {"::1", []string{"0.0.0.0/0"}, http.StatusForbidden},
+			"IPv4 client, 0.0.0.0/0": {"127.0.0.1", []string{"0.0.0.0/0"}, http.StatusOK},
+			"IPv6 client, ::/0":      {"::1", []string{"::/0"}, http.StatusOK},
+			"IPv4 client, ::/0":      {"127.0.0.1", []string{"::/0"}, http.StatusForbidden},
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				o := test
+				o.ListenAddress = tc.listen
+				sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: tc.cidrs, AllowedPorts: ports}, o)
+				expect(t, "plain http", client{proxy: proxyURL(sq, nil)}.get(t, plain.URL), tc.want)
+			})
+		}
+	})
+}
