@@ -29,8 +29,9 @@ type HealthOptions struct {
 // config usage controllers and the config health controllers.
 func Setup(mgr ctrl.Manager, o external.Options, ho HealthOptions) error {
 	sh := external.NewShared(mgr, o)
+	podKind := pod.NewKind(mgr)
 	for _, setup := range []func(ctrl.Manager, external.Options, *external.Shared) error{
-		kvm.Setup, proxmox.Setup, gcp.Setup, pod.Setup,
+		kvm.Setup, proxmox.Setup, gcp.Setup, podKind.Setup,
 	} {
 		if err := setup(mgr, o, sh); err != nil {
 			return err
@@ -46,7 +47,7 @@ func Setup(mgr ctrl.Manager, o external.Options, ho HealthOptions) error {
 			kvm.Kind.Backend:     kvm.Kind.Connect,
 			proxmox.Kind.Backend: proxmox.Kind.Connect,
 			gcp.Kind.Backend:     gcp.Kind.Connect,
-			pod.Kind.Backend:     pod.Kind.Connect,
+			podKind.Backend:      podKind.Connect,
 		},
 		Interval: ho.Interval,
 		Timeout:  ho.Timeout,

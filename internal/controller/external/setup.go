@@ -81,6 +81,10 @@ func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], 
 		// Names are derived from the resource, so a create interrupted by a
 		// crash is safe to resume.
 		managed.WithDeterministicExternalName(true),
+		// Drivers read their backends consistently (an operation in flight
+		// is followed through Ref.Operation), so the runtime's 30 s wait for
+		// a new instance to show up would only delay deleting a new proxy.
+		managed.WithCreationGracePeriod(5 * time.Second),
 		managed.WithLogger(o.Logger.WithValues("controller", name)),
 		managed.WithPollInterval(o.PollInterval),
 		managed.WithPollIntervalHook(PollHook(o.NotReadyPollInterval, o.PollJitter)),

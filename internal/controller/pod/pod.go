@@ -3,22 +3,76 @@
 package pod
 
 import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// Kind is the PodProxy binding.
-var Kind = external.Kind[spec.PodProxyParameters]{
-	Name:    "PodProxy",
-	Backend: "kubernetes",
-	Proxy:   func(p *spec.PodProxyParameters) *spec.ProxySettings { return &p.Proxy },
-	Request: request,
-	Connect: external.NotAvailable("kubernetes"),
+// uidIndex indexes PodProxies by UID in the manager's cache, so that an
+// event on a pod (which carries the proxy's UID as a label) finds its
+// managed resource with one cache lookup.
+const uidIndex = "metadata.uid"
+
+// Binding is the PodProxy kind bound to one manager: its Connect builds
+// drivers on the manager's cached client for this cluster, and on pooled
+// clients for remote ones; its Watches make a pod's, Deployment's or
+// Service's change reconcile the proxy at once.
+type Binding struct {
+	external.Kind[spec.PodProxyParameters]
+
+	local    *kubernetes.Cluster
+	localErr error
+	remote   *kubernetes.Remote
+	prober   *kubernetes.Prober
+
+	mu          sync.Mutex
+	subscribers []chan event.GenericEvent
+}
+
+// NewKind returns the PodProxy binding for mgr.
+func NewKind(mgr ctrl.Manager) *Binding {
+	b := &Binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
+	b.prober = &kubernetes.Prober{Notify: b.notify}
+	b.local, b.localErr = kubernetes.NewCluster(mgr.GetConfig(), mgr.GetClient(), mgr.GetAPIReader())
+	b.Kind = external.Kind[spec.PodProxyParameters]{
+		Name:    "PodProxy",
+		Backend: "kubernetes",
+		Proxy:   func(p *spec.PodProxyParameters) *spec.ProxySettings { return &p.Proxy },
+		Request: request,
+		Connect: b.connect,
+		Watches: b.watches,
+	}
+	return b
+}
+
+// Setup registers the PodProxy controllers of both scopes.
+func (b *Binding) Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
+	return external.Setup(mgr, o, sh, b.Kind, nsproxy.PodProxyGroupVersionKind, clusterproxy.PodProxyGroupVersionKind)
 }
 
 func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request) error {
@@ -28,7 +82,182 @@ func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request)
 	return nil
 }
 
-// Setup registers the PodProxy controllers of both scopes.
-func Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
-	return external.Setup(mgr, o, sh, Kind, nsproxy.PodProxyGroupVersionKind, clusterproxy.PodProxyGroupVersionKind)
+// connect builds the driver of one config: this cluster through the
+// manager's client (InjectedIdentity), or the cluster of a kubeconfig read
+// from its Secret on every Connect (pooled by the kubeconfig's digest, so a
+// rotated Secret takes effect at once).
+func (b *Binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+	k := cfg.Spec.Kubernetes
+	if k == nil {
+		return nil, errors.Errorf("%s has no kubernetes block", cfg.Name)
+	}
+	c := kubernetes.Config{
+		Namespace:    k.Namespace,
+		Image:        k.Image,
+		Resources:    k.Resources,
+		NodeSelector: k.NodeSelector,
+	}
+	for _, s := range k.ImagePullSecrets {
+		c.ImagePullSecrets = append(c.ImagePullSecrets, s.Name)
+	}
+	var cl *kubernetes.Cluster
+	switch k.Credentials.Source {
+	case xpv2.CredentialsSourceInjectedIdentity:
+		if b.localErr != nil {
+			return nil, errors.Wrap(b.localErr, "cannot reach this cluster")
+		}
+		cl = b.local
+	case xpv2.CredentialsSourceSecret:
+		kc, err := cfg.Secrets.Get(ctx, "spec.kubernetes.credentials.secretRef", k.Credentials.SecretRef)
+		if err != nil {
+			return nil, err
+		}
+		if cl, err = b.remote.Cluster(kc); err != nil {
+			return nil, errors.Wrap(err, "spec.kubernetes.credentials.secretRef")
+		}
+	default:
+		return nil, errors.Errorf("spec.kubernetes.credentials.source %q is not supported: want InjectedIdentity or Secret", k.Credentials.Source)
+	}
+	return cl.Driver(cfg.Name, c, b.prober), nil
+}
+
+// watches makes changes to a proxy's objects in this cluster reconcile its
+// managed resource at once: a pod turning Ready, losing readiness or being
+// deleted, a Deployment being deleted or failing to create pods, a Service
+// getting its address; and a reachability check that finished in the
+// background. They bypass the controller's event filter (which passes
+// only changes of the managed resource's desired state) by being raw
+// sources, and are filtered to the changes Get would see.
+func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list resource.ManagedList) *builder.Builder {
+	log := mgr.GetLogger().WithName("podproxy-watches")
+	gvk, err := apiutil.GVKForObject(list, mgr.GetScheme())
+	if err != nil {
+		log.Error(err, "cannot watch the proxies' objects; falling back to polling")
+		return bld
+	}
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	obj, err := mgr.GetScheme().New(gvk)
+	if err != nil {
+		log.Error(err, "cannot watch the proxies' objects; falling back to polling")
+		return bld
+	}
+	mr, _ := obj.(client.Object)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), mr, uidIndex, func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	}); err != nil {
+		log.Error(err, "cannot index the proxies by UID; falling back to polling", "kind", gvk.Kind)
+		return bld
+	}
+
+	// toRequests maps an object labelled with a proxy's UID to that proxy,
+	// if it is of this controller's kind (the other scope's controller
+	// finds nothing).
+	toRequests := func(ctx context.Context, o client.Object) []reconcile.Request {
+		uid := o.GetLabels()[kubernetes.LabelUID]
+		if uid == "" {
+			return nil
+		}
+		l, _ := list.DeepCopyObject().(resource.ManagedList)
+		if err := mgr.GetClient().List(ctx, l, client.MatchingFields{uidIndex: uid}); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, m := range l.GetItems() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}})
+		}
+		return out
+	}
+	h := handler.EnqueueRequestsFromMapFunc(toRequests)
+
+	ch := make(chan event.GenericEvent, 1024)
+	b.mu.Lock()
+	b.subscribers = append(b.subscribers, ch)
+	b.mu.Unlock()
+
+	return bld.
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, p *corev1.Pod) []reconcile.Request { return toRequests(ctx, p) }),
+			changed(podDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, d *appsv1.Deployment) []reconcile.Request { return toRequests(ctx, d) }),
+			changed(deploymentDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, s *corev1.Service) []reconcile.Request { return toRequests(ctx, s) }),
+			changed(serviceDigest))).
+		WatchesRawSource(source.Channel(ch, h))
+}
+
+// notify is the prober's: a check that finished in the background
+// reconciles its proxy (the key starts with the proxy's UID).
+func (b *Binding) notify(key string) {
+	uid, _, _ := strings.Cut(key, "/")
+	ev := event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kubernetes.LabelUID: uid}}}}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ch := range b.subscribers {
+		select {
+		case ch <- ev:
+		default: // full: the next poll sees the result
+		}
+	}
+}
+
+// changed passes deletions and the updates that change digest; creations
+// are the driver's own doing and change nothing Get reports, except for a
+// Service (its address may be assigned at creation).
+func changed[T client.Object](digest func(T) string) predicate.TypedPredicate[T] {
+	return predicate.TypedFuncs[T]{
+		CreateFunc:  func(e event.TypedCreateEvent[T]) bool { _, svc := any(e.Object).(*corev1.Service); return svc },
+		UpdateFunc:  func(e event.TypedUpdateEvent[T]) bool { return digest(e.ObjectOld) != digest(e.ObjectNew) },
+		DeleteFunc:  func(event.TypedDeleteEvent[T]) bool { return true },
+		GenericFunc: func(event.TypedGenericEvent[T]) bool { return true },
+	}
+}
+
+// podDigest is what Get reads of a pod.
+func podDigest(p *corev1.Pod) string {
+	var b strings.Builder
+	b.WriteString(string(p.Status.Phase))
+	b.WriteString("|" + p.Status.PodIP)
+	if p.DeletionTimestamp != nil {
+		b.WriteString("|deleting")
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
+			b.WriteString("|" + string(c.Type) + "=" + string(c.Status) + ":" + c.Reason)
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			b.WriteString("|" + cs.Name + ":" + w.Reason)
+		}
+	}
+	return b.String()
+}
+
+// deploymentDigest is what Get reads of a Deployment besides its pods.
+func deploymentDigest(d *appsv1.Deployment) string {
+	var b strings.Builder
+	if d.DeletionTimestamp != nil {
+		b.WriteString("deleting")
+	}
+	if d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
+		b.WriteString("|zero")
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentReplicaFailure {
+			b.WriteString("|" + string(c.Status) + ":" + c.Message)
+		}
+	}
+	return b.String()
+}
+
+// serviceDigest is what Get reads of a Service.
+func serviceDigest(s *corev1.Service) string {
+	var b strings.Builder
+	b.WriteString(s.Spec.ClusterIP)
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		b.WriteString("|" + in.IP + in.Hostname)
+	}
+	return b.String()
 }

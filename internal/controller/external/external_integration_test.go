@@ -1,0 +1,487 @@
+package external_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/health"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+const testInstallation = "test-install"
+
+// env is a real control plane with the KVMProxy controllers of both scopes
+// running in-process against an in-memory backend.
+type env struct {
+	kube client.Client
+	mem  *proxytest.Memory
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := proxytest.NewMemory("memory", testInstallation)
+	// The KVMProxy binding with its backend swapped for the in-memory one:
+	// everything else (config resolution, catalogue checks, names, marks,
+	// conditions, secrets) is the production code.
+	kind := kvm.Kind
+	kind.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return mem, nil }
+	features := &feature.Flags{}
+	features.Enable(feature.EnableBetaManagementPolicies)
+	log := logging.NewNopLogger()
+	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
+		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	}
+	o := external.Options{
+		Options: controller.Options{
+			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
+			MaxConcurrentReconciles: 4, Features: features,
+		},
+		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 300 * time.Millisecond,
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, ns := range []string{"crossplane-system", "team-a", "team-b"} {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind, nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.Setup(mgr, o.Options); err != nil {
+		t.Fatal(err)
+	}
+	if err := health.Setup(mgr, health.Reconciler{
+		Kube:       mgr.GetClient(),
+		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation},
+		Connectors: map[string]health.Connector{"kvm": kind.Connect},
+		Interval:   time.Minute, Timeout: 10 * time.Second,
+	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	kvmBlock := func() *spec.KVMConfig {
+		return &spec.KVMConfig{
+			Credentials: spec.KVMCredentials{
+				SSHKeySecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}, InsecureIgnoreHostKey: true,
+			},
+			Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/d.qcow2"}},
+			MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
+			Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy"}, {Name: "nuc", Address: "10.0.0.6:22", User: "proxy"}},
+		}
+	}
+	for _, o := range []client.Object{
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}}}},
+		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-a-kvm", Namespace: "team-a"},
+			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: func() *spec.KVMConfig {
+				k := kvmBlock()
+				k.Credentials.SSHKeySecretRef.Namespace = "" // a namespaced config reads its own namespace
+				return k
+			}()}}},
+		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "legacy-kvm"},
+			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: "team-a"}, StringData: map[string]string{"password": "from-a-secret-0123456789"}},
+	} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &env{kube: kube, mem: mem}
+}
+
+func nsProxy(ns, name string, mutate ...func(*nsproxy.KVMProxy)) *nsproxy.KVMProxy {
+	p := &nsproxy.KVMProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: nsproxy.KVMProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home-kvm"},
+				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: name + "-conn"},
+			},
+			ForProvider: spec.KVMProxyParameters{
+				Host: "beelink",
+				Proxy: spec.ProxySettings{
+					AllowedClientCIDRs: []string{"10.0.0.0/8"},
+					Auth:               &spec.ProxyAuth{Enabled: true},
+				},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+// waitFor polls until cond holds, or fails with what it saw last.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+}
+
+func conditionOf(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType) func() xpv2.Condition {
+	return func() xpv2.Condition {
+		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatalf("get %s: %v", obj.GetName(), err)
+		}
+		return obj.GetCondition(ct)
+	}
+}
+
+func waitCondition(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msgContains string) xpv2.Condition {
+	t.Helper()
+	var c xpv2.Condition
+	waitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msgContains), func() (bool, string) {
+		c = conditionOf(t, kube, obj, ct)()
+		return c.Status == status && strings.Contains(c.Message, msgContains), fmt.Sprintf("%s=%s %s: %s", ct, c.Status, c.Reason, c.Message)
+	})
+	return c
+}
+
+func secretData(t *testing.T, kube client.Client, ns, name string) map[string]string {
+	t.Helper()
+	s := &corev1.Secret{}
+	var out map[string]string
+	waitFor(t, "Secret "+ns+"/"+name, func() (bool, string) {
+		if err := kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+			return false, err.Error()
+		}
+		out = map[string]string{}
+		for k, v := range s.Data {
+			out[k] = string(v)
+		}
+		return out["url"] != "", fmt.Sprintf("keys %v", len(out))
+	})
+	return out
+}
+
+// settle plays the backend finishing its work (boot, delete) on the
+// instance named name, once it exists.
+func (e *env) settle(t *testing.T, name string) {
+	t.Helper()
+	waitFor(t, "instance "+name+" to exist", func() (bool, string) {
+		for _, i := range e.mem.Instances() {
+			if i.Name == name {
+				return e.mem.Settle(name) == nil, ""
+			}
+		}
+		return false, "absent"
+	})
+}
+
+func TestExternalIntegrationLifecycle(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+
+	t.Run("NamespacedProxyBecomesReadyAndPublishesItsURL", func(t *testing.T) {
+		p := nsProxy("team-a", "payments")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionFalse, "provisioning")
+		t.Logf("before boot: %s", c.Message)
+		name := meta.GetExternalName(p)
+		if want := external.InstanceName(p); name != want {
+			t.Fatalf("external name %q, want the deterministic %q", name, want)
+		}
+		e.settle(t, name)
+		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
+		obs := p.Status.AtProvider
+		if obs.State != "Running" || obs.IP == "" || obs.ID != proxytest.MemoryIDPrefix+name || obs.Placement == nil || obs.Placement.Host != "beelink" || !obs.ProxyReachable {
+			t.Errorf("status.atProvider = %+v", obs)
+		}
+		d := secretData(t, e.kube, "team-a", "payments-conn")
+		if len(d["password"]) != 32 || d["username"] != "proxy" || d["host"] != obs.IP || d["port"] != "3128" {
+			t.Errorf("connection secret: username %q, password of %d chars, host %q, port %q", d["username"], len(d["password"]), d["host"], d["port"])
+		}
+		if want := fmt.Sprintf("http://proxy:%s@%s:3128", d["password"], obs.IP); d["url"] != want {
+			t.Errorf("url = %q, want %q", d["url"], want)
+		}
+		inst := e.mem.Instances()
+		var mark proxy.Mark
+		for _, i := range inst {
+			if i.Name == name {
+				mark = i.Mark
+			}
+		}
+		if mark.UID != string(p.GetUID()) || mark.InstallationID != testInstallation {
+			t.Errorf("instance mark = %+v, want the resource's UID and the installation", mark)
+		}
+
+		// The password is stable across reconciles and restarts: it is
+		// derived, not stored.
+		p2 := p.DeepCopy()
+		meta.SetExternalName(p2, meta.GetExternalName(p))
+
+		t.Run("ChangingTheProxyBlockUpdatesTheInstance", func(t *testing.T) {
+			before, _ := e.mem.Spec(name)
+			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"192.168.0.0/16"}
+			if err := e.kube.Update(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the instance to get the new CIDRs", func() (bool, string) {
+				after, _ := e.mem.Spec(name)
+				return strings.Join(after.Proxy.AllowedClientCIDRs, ",") == "192.168.0.0/16", strings.Join(after.Proxy.AllowedClientCIDRs, ",")
+			})
+			after, _ := e.mem.Spec(name)
+			if after.Proxy.Auth.Password != before.Proxy.Auth.Password {
+				t.Error("the generated password changed on update")
+			}
+		})
+
+		t.Run("ConfigUsageIsTracked", func(t *testing.T) {
+			waitFor(t, "a ProviderConfigUsage for the proxy", func() (bool, string) {
+				l := &nsv1alpha1.ProviderConfigUsageList{}
+				if err := e.kube.List(ctx, l, client.InNamespace("team-a")); err != nil {
+					return false, err.Error()
+				}
+				for _, u := range l.Items {
+					if u.ResourceReference.Name == "payments" && u.ProviderConfigReference.Name == "home-kvm" && u.ProviderConfigReference.Kind == "ClusterProviderConfig" {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprintf("%d usages", len(l.Items))
+			})
+			pc := &nsv1alpha1.ClusterProviderConfig{}
+			waitFor(t, "the config to count its user", func() (bool, string) {
+				_ = e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc)
+				return pc.Status.Users >= 1, fmt.Sprint(pc.Status.Users)
+			})
+		})
+
+		t.Run("DeletingTheResourceDeletesTheInstance", func(t *testing.T) {
+			if err := e.kube.Delete(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the resource to be gone", func() (bool, string) {
+				_ = e.mem.Settle(name) // the backend finishes deleting
+				err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+				return kerrors.IsNotFound(err), fmt.Sprintf("%v finalizers %v conditions %+v calls %v", err, p.GetFinalizers(), p.Status.Conditions, e.mem.Calls()[max(0, len(e.mem.Calls())-5):])
+			})
+			for _, i := range e.mem.Instances() {
+				if i.Name == name {
+					t.Errorf("instance %s still exists after its resource was deleted", name)
+				}
+			}
+		})
+	})
+
+	t.Run("ClusterScopedProxyWithLegacyConfig", func(t *testing.T) {
+		p := &clusterproxy.KVMProxy{
+			ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+			Spec: clusterproxy.KVMProxySpec{
+				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
+					ProviderConfigReference:          &xpv2.Reference{Name: "legacy-kvm"},
+					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-conn"},
+				},
+				ForProvider: spec.KVMProxyParameters{Host: "nuc", Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+			},
+		}
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the external name", func() (bool, string) {
+			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return meta.GetExternalName(p) != "", ""
+		})
+		e.settle(t, meta.GetExternalName(p))
+		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		d := secretData(t, e.kube, "crossplane-system", "shared-conn")
+		if _, ok := d["password"]; ok {
+			t.Error("auth is off, yet the connection secret has a password")
+		}
+		if d["url"] != "http://"+p.Status.AtProvider.IP+":3128" {
+			t.Errorf("url = %q", d["url"])
+		}
+		waitFor(t, "a legacy ProviderConfigUsage", func() (bool, string) {
+			l := &clusterv1alpha1.ProviderConfigUsageList{}
+			_ = e.kube.List(ctx, l)
+			for _, u := range l.Items {
+				if u.ResourceReference.Name == "shared" && u.ProviderConfigReference.Name == "legacy-kvm" {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d usages", len(l.Items))
+		})
+	})
+
+	t.Run("PasswordFromASecret", func(t *testing.T) {
+		p := nsProxy("team-a", "with-secret", func(p *nsproxy.KVMProxy) {
+			p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw", Key: "password"}
+		})
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(t, external.InstanceName(p))
+		d := secretData(t, e.kube, "team-a", "with-secret-conn")
+		if d["password"] != "from-a-secret-0123456789" {
+			t.Errorf("password = %q, want the Secret's", d["password"])
+		}
+	})
+
+	t.Run("ConditionsSayWhatIsWrong", func(t *testing.T) {
+		cases := []struct {
+			name string
+			p    *nsproxy.KVMProxy
+			want string
+		}{
+			{"WrongBackendBlock", nsProxy("team-a", "wrong-block", func(p *nsproxy.KVMProxy) {
+				p.Spec.ProviderConfigReference.Name = "pods"
+			}), "ClusterProviderConfig pods holds a kubernetes block, but a KVMProxy needs a config with a kvm block"},
+			{"UnknownHost", nsProxy("team-a", "unknown-host", func(p *nsproxy.KVMProxy) {
+				p.Spec.ForProvider.Host = "nas1"
+			}), `spec.forProvider.host: "nas1" is not in ClusterProviderConfig home-kvm: want one of beelink, nuc`},
+			{"HostRequiredWithSeveral", nsProxy("team-a", "no-host", func(p *nsproxy.KVMProxy) {
+				p.Spec.ForProvider.Host = ""
+			}), "spec.forProvider.host is required: ClusterProviderConfig home-kvm has several (beelink, nuc)"},
+			{"ConfigOfAnotherNamespace", nsProxy("team-b", "other-ns", func(p *nsproxy.KVMProxy) {
+				p.Spec.ProviderConfigReference = &xpv2.ProviderConfigReference{Kind: "ProviderConfig", Name: "team-a-kvm"}
+			}), `ProviderConfig "team-a-kvm" in namespace "team-b" does not exist`},
+			{"MissingPasswordSecret", nsProxy("team-b", "no-secret", func(p *nsproxy.KVMProxy) {
+				p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw", Key: "password"}
+			}), "spec.forProvider.proxy.auth.passwordSecretRef: Secret team-b/pw does not exist"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				if err := e.kube.Create(ctx, tc.p); err != nil {
+					t.Fatal(err)
+				}
+				c := waitCondition(t, e.kube, tc.p, xpv2.TypeSynced, corev1.ConditionFalse, tc.want)
+				t.Logf("Synced=False: %s", c.Message)
+			})
+		}
+	})
+
+	t.Run("ForeignInstanceIsNotAdopted", func(t *testing.T) {
+		p := nsProxy("team-b", "taken")
+		name := external.InstanceName(p)
+		if err := e.mem.Foreign(name); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to adopt it")
+
+		t.Run("ButCanBeImportedObserveOnly", func(t *testing.T) {
+			imp := nsProxy("team-b", "import", func(p *nsproxy.KVMProxy) {
+				p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve}
+				meta.SetExternalName(p, name)
+			})
+			if err := e.kube.Create(ctx, imp); err != nil {
+				t.Fatal(err)
+			}
+			waitCondition(t, e.kube, imp, xpv2.TypeReady, corev1.ConditionTrue, "")
+			waitCondition(t, e.kube, imp, xpv2.TypeSynced, corev1.ConditionTrue, "")
+		})
+	})
+
+	t.Run("QuotaErrorsReachTheCondition", func(t *testing.T) {
+		// Every retry meets the same answer until capacity is freed.
+		for range 100 {
+			e.mem.FailNext(proxytest.OpCreate, proxy.Quotaf("pool default has 1 GiB free, needs 11 GiB"))
+		}
+		p := nsProxy("team-b", "quota")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "pool default has 1 GiB free, needs 11 GiB")
+		if !strings.Contains(c.Message, "out of quota or capacity on the backend") {
+			t.Errorf("the condition does not say the backend is out of capacity: %s", c.Message)
+		}
+	})
+
+	t.Run("ConfigHealthIsReported", func(t *testing.T) {
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		waitFor(t, "Healthy=True on the config", func() (bool, string) {
+			_ = e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc)
+			c := pc.GetCondition(health.TypeHealthy)
+			return c.Status == corev1.ConditionTrue && len(pc.Status.Targets) == 1 && pc.Status.Targets[0].Target == proxytest.MemoryTarget, c.Message
+		})
+		if pc.Status.Backend != "kvm" || pc.Status.InstallationID != testInstallation {
+			t.Errorf("status backend %q installation %q", pc.Status.Backend, pc.Status.InstallationID)
+		}
+		if c := pc.GetCondition(health.TypeSecure); c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "insecureIgnoreHostKey") {
+			t.Errorf("Secure condition = %+v, want False naming insecureIgnoreHostKey", c)
+		}
+	})
+}
