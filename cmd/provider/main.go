@@ -13,19 +13,25 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/customresourcesgate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -54,6 +60,7 @@ func main() {
 		healthInterval     = flag.Duration("config-check-interval", time.Minute, "How often each ProviderConfig's backend is checked.")
 		healthTimeout      = flag.Duration("config-check-timeout", 30*time.Second, "Timeout of one ProviderConfig check.")
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
+		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
 	)
 	flag.Parse()
 
@@ -72,7 +79,7 @@ func main() {
 		poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
 		leaderElection: *leaderElection, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
-		managementPolicies: *enableMgmtPolicies,
+		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart,
 	}); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
 		os.Exit(1)
@@ -86,7 +93,7 @@ type runOptions struct {
 	namespace, installationID     string
 	metricsAddr, probeAddr        string
 	healthInterval, healthTimeout time.Duration
-	managementPolicies            bool
+	managementPolicies, safeStart bool
 }
 
 func run(start time.Time, log logging.Logger, o runOptions) error {
@@ -115,6 +122,9 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 	if err := apis.AddToScheme(s); err != nil {
 		return err
 	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                     s,
 		LeaderElection:             o.leaderElection,
@@ -127,6 +137,10 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 			// Secrets are read uncached (credentials on every Connect), so
 			// the provider never watches every Secret of the cluster.
 			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// The safe-start gate needs only names and conditions of CRDs.
+			&apiextensionsv1.CustomResourceDefinition{}: {Transform: customresourcesgate.TransformStripCRDSchema},
 		}},
 	})
 	if err != nil {
@@ -167,6 +181,12 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 			MRStateMetrics:          sm,
 		},
 	}
+	if o.safeStart {
+		co.Gate = new(gate.Gate[schema.GroupVersionKind])
+		if err := customresourcesgate.Setup(mgr, co); err != nil {
+			return fmt.Errorf("cannot set up the safe-start gate: %w", err)
+		}
+	}
 	jitter := o.jitter
 	if jitter > o.notReadyPoll/4 {
 		// The jitter applies to both intervals; keep fast polls fast.
@@ -182,12 +202,16 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		return fmt.Errorf("cannot set up controllers: %w", err)
 	}
 
-	go func() {
-		if mgr.GetCache().WaitForCacheSync(ctx) {
-			log.Info("provider is serving", "version", version.Version, "startupSeconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()),
-				"installationID", id, "tracing", tracing)
-		}
-	}()
+	// Runnables start once the caches are synced (and, with leader
+	// election, once elected): the controllers start with this one.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		log.Info("provider started", "version", version.Version, "startupSeconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()),
+			"installationID", id, "tracing", tracing, "safeStart", o.safeStart)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return err
+	}
 	return mgr.Start(ctx)
 }
 

@@ -13,6 +13,9 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,7 +113,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
+	ctx, span := telemetry.Tracer().Start(ctx, "egressproxy.CheckConfig", trace.WithAttributes(
+		attribute.String("egressproxy.provider_config", cfg.Name), attribute.String("egressproxy.backend", backend)))
 	h := r.check(ctx, cfg, backend)
+	if !h.Healthy() {
+		span.SetStatus(codes.Error, "unhealthy")
+	}
+	span.End()
 
 	now := metav1.Now()
 	status.LastCheckTime = &now

@@ -58,6 +58,16 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...sc
 		legacy:    resource.NewLegacyProviderConfigUsageTracker(mgr.GetClient(), &clusterv1alpha1.ProviderConfigUsage{}),
 	}
 	for _, gvk := range gvks {
+		if o.Gate != nil {
+			// Safe start: the controller starts once Crossplane has
+			// activated the kind (its CRD exists and is established).
+			o.Gate.Register(func() {
+				if err := setupScope(mgr, o, k, c, gvk); err != nil {
+					o.Logger.Info("cannot set up a controller", "kind", gvk.GroupKind().String(), "error", err.Error())
+				}
+			}, gvk)
+			continue
+		}
 		if err := setupScope(mgr, o, k, c, gvk); err != nil {
 			return errors.Wrapf(err, "cannot set up the %s controller", gvk.GroupKind())
 		}

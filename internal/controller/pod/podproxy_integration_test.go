@@ -1,0 +1,582 @@
+package pod_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+const (
+	installation = "e2e"
+	proxyNS      = "egress-proxies"
+)
+
+// env is the provider's controllers, set up as cmd/provider sets them up,
+// running in-process on a real control plane (with the garbage collector
+// and the Deployment controller), with the kubelet stand-in running a real
+// Squid per pod, and an HTTP server for the proxies to reach.
+type env struct {
+	kube     client.Client
+	kubelet  *kubelettest.Kubelet
+	upstream string // http://<a non-loopback address of this machine>:<port>/
+	port     int32  // the upstream's port
+}
+
+// squidBinary fails (never skips) when CI is set and squid is missing.
+func squidBinary(t *testing.T) string {
+	t.Helper()
+	p, err := kubelettest.SquidPath("")
+	if err == nil {
+		return p
+	}
+	if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
+		t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
+	}
+	t.Skip(err.Error())
+	return ""
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	bin := squidBinary(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}, ControllerManager: true})
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	// As cmd/provider: Secrets uncached, the proxies' objects cached by
+	// their label only.
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:  s,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Cache:   cache.Options{ByObject: kubernetes.CacheByObject()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logging.NewNopLogger()
+	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
+		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	}
+	features := &feature.Flags{}
+	features.Enable(feature.EnableBetaManagementPolicies)
+	if err := pcontroller.Setup(mgr, external.Options{
+		Options: controller.Options{
+			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
+			MaxConcurrentReconciles: 4, Features: features,
+		},
+		InstallationID: installation, Namespace: "crossplane-system",
+		// Long: the watches, not the polls, must make the proxies Ready.
+		NotReadyPollInterval: 30 * time.Second,
+	}, pcontroller.HealthOptions{Interval: time.Minute, Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	for _, ns := range []string{"crossplane-system", proxyNS, "team-a", "team-b"} {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+
+	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		k.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	e := &env{kube: kube, kubelet: k}
+	e.upstream, e.port = upstream(t)
+
+	block := func(ns string) *spec.KubernetesConfig {
+		return &spec.KubernetesConfig{
+			Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
+			Namespace:   ns,
+		}
+	}
+	for _, o := range []client.Object{
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
+		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods", Namespace: "team-b"},
+			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
+		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
+				Credentials:  spec.KVMCredentials{SSHKeySecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}, InsecureIgnoreHostKey: true},
+				Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/d.qcow2"}},
+				MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
+				Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy"}},
+			}}}},
+	} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// upstream serves HTTP on an address of this machine that is not loopback:
+// the provider's squid.conf denies loopback destinations (the proxy host's
+// own services), and the test runs exactly that squid.conf.
+func upstream(t *testing.T) (string, int32) {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ip net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			ip = n.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Fatal("this machine has no non-loopback IPv4 address for the upstream HTTP server (Squid denies loopback destinations)")
+	}
+	l, err := net.Listen("tcp4", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello from upstream")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := l.Addr().(*net.TCPAddr).Port                    //nolint:forcetypeassert // a TCP listener.
+	return "http://" + l.Addr().String() + "/", int32(port) //nolint:gosec // a port fits.
+}
+
+// get sends one request to the upstream through proxyURL (credentials from
+// its userinfo, if any) and returns the status and Squid's error code.
+func (e *env) get(t *testing.T, proxyURL string) (int, string) {
+	t.Helper()
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
+	resp, err := c.Get(e.upstream)
+	if err != nil {
+		t.Fatalf("GET %s through %s: %v", e.upstream, u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK && string(body) != "hello from upstream" {
+		t.Errorf("body through the proxy = %q", body)
+	}
+	return resp.StatusCode, resp.Header.Get("X-Squid-Error")
+}
+
+// waitFor polls until cond holds, or fails with what it saw last.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+}
+
+func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msg string) xpv2.Condition {
+	t.Helper()
+	var c xpv2.Condition
+	waitFor(t, fmt.Sprintf("%s %s=%s %q", mg.GetName(), ct, status, msg), 30*time.Second, func() (bool, string) {
+		if err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
+			return false, err.Error()
+		}
+		c = mg.GetCondition(ct)
+		return c.Status == status && strings.Contains(c.Message, msg), fmt.Sprintf("%s=%s %s %q", ct, c.Status, c.Reason, c.Message)
+	})
+	return c
+}
+
+// connection reads the connection Secret once its url differs from not.
+func (e *env) connection(t *testing.T, ns, name, not string) map[string]string {
+	t.Helper()
+	var out map[string]string
+	waitFor(t, "connection Secret "+ns+"/"+name, 30*time.Second, func() (bool, string) {
+		s := &corev1.Secret{}
+		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+			return false, err.Error()
+		}
+		out = map[string]string{}
+		for k, v := range s.Data {
+			out[k] = string(v)
+		}
+		return out["url"] != "" && out["url"] != not, "url " + out["host"]
+	})
+	return out
+}
+
+// update changes a managed resource, retrying on conflicts.
+func (e *env) update(t *testing.T, mg client.Object, mutate func()) {
+	t.Helper()
+	for range 20 {
+		if err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
+			t.Fatal(err)
+		}
+		mutate()
+		err := e.kube.Update(context.Background(), mg)
+		if err == nil {
+			return
+		}
+		if !kerrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("too many conflicts")
+}
+
+// objects lists what exists of the proxy with this MR UID: Deployment,
+// Secret, Service and pods.
+func (e *env) objects(t *testing.T, uid types.UID) []string {
+	t.Helper()
+	sel := client.MatchingLabels{kubernetes.LabelUID: string(uid)}
+	var out []string
+	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{}, &appsv1.ReplicaSetList{}} {
+		if err := e.kube.List(context.Background(), l, sel); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := apimeta.ExtractList(l)
+		for _, o := range items {
+			co, _ := o.(client.Object)
+			out = append(out, fmt.Sprintf("%T %s/%s", o, co.GetNamespace(), co.GetName()))
+		}
+	}
+	return out
+}
+
+// checkObjects asserts the objects of a proxy: marked, owned by the
+// Deployment, and the pod running the Secret's configuration.
+func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
+	t.Helper()
+	ctx := context.Background()
+	name := meta.GetExternalName(mg)
+	key := types.NamespacedName{Namespace: proxyNS, Name: name}
+	dep := &appsv1.Deployment{}
+	if err := e.kube.Get(ctx, key, dep); err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := map[string]string{
+		kubernetes.LabelManagedBy: kubernetes.ManagedBy, kubernetes.LabelName: name,
+		kubernetes.LabelUID: string(mg.GetUID()), kubernetes.LabelInstallation: installation,
+	}
+	sec := &corev1.Secret{}
+	if err := e.kube.Get(ctx, key, sec); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{dep, sec}
+	if service {
+		svc := &corev1.Service{}
+		if err := e.kube.Get(ctx, key, svc); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, svc)
+	}
+	for _, o := range objs {
+		for k, v := range wantLabels {
+			if o.GetLabels()[k] != v {
+				t.Errorf("%T %s: label %s=%q; want %q", o, o.GetName(), k, o.GetLabels()[k], v)
+			}
+		}
+		if o == client.Object(dep) {
+			if len(o.GetOwnerReferences()) != 0 {
+				t.Errorf("the Deployment (the root) has owners %v", o.GetOwnerReferences())
+			}
+			continue
+		}
+		if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != dep.UID || !ptr.Deref(refs[0].BlockOwnerDeletion, false) {
+			t.Errorf("%T %s: owner references %+v; want the Deployment, blocking its deletion", o, o.GetName(), refs)
+		}
+	}
+	if dep.Annotations[kubernetes.AnnotationSpecHash] == "" || dep.Annotations[kubernetes.AnnotationCreatedAt] == "" {
+		t.Errorf("Deployment annotations %v; want the spec hash and the creation time", dep.Annotations)
+	}
+	files := squid.Files{SquidConf: string(sec.Data[kubernetes.KeySquidConf]), Htpasswd: string(sec.Data[kubernetes.KeyHtpasswd])}
+	if got, want := dep.Spec.Template.Annotations[kubernetes.AnnotationConfigHash], squid.Hash(files); got != want {
+		t.Errorf("pod template config hash %q; want squid.Hash of the Secret %q", got, want)
+	}
+	sc := dep.Spec.Template.Spec.SecurityContext
+	c := dep.Spec.Template.Spec.Containers[0]
+	if !ptr.Deref(sc.RunAsNonRoot, false) || ptr.Deref(sc.RunAsUser, 0) == 0 || !ptr.Deref(c.SecurityContext.ReadOnlyRootFilesystem, false) ||
+		c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("pod runs as root or without limits: pod %+v, container %+v, resources %+v", sc, c.SecurityContext, c.Resources)
+	}
+}
+
+// TestPodProxyIntegration is the end-to-end test of PodProxy: the
+// provider's controllers on a real control plane, real Squid processes run
+// by the kubelet stand-in with the squid.conf the provider wrote, and real
+// HTTP requests through the connection Secret's URL.
+func TestPodProxyIntegration(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+
+	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
+		p := &nsproxy.PodProxy{
+			ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
+			Spec: nsproxy.PodProxySpec{
+				ManagedResourceSpec: xpv2.ManagedResourceSpec{
+					ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "pods"},
+					WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
+				},
+				ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{
+					AllowedClientCIDRs: []string{"127.0.0.0/8"},
+					AllowedPorts:       []int32{443, e.port},
+				}},
+			},
+		}
+		start := time.Now()
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		t.Logf("Ready %.2fs after creation", time.Since(start).Seconds())
+		obs := p.Status.AtProvider
+		name := meta.GetExternalName(p)
+		if obs.State != "Running" || !obs.ProxyReachable || obs.ID != proxyNS+"/"+name || !strings.HasPrefix(obs.IP, "127.") {
+			t.Errorf("status.atProvider = %+v", obs)
+		}
+		d := e.connection(t, "team-a", "payments-proxy", "")
+		if want := map[string]string{"url": "http://" + obs.IP + ":3128", "host": obs.IP, "port": "3128"}; fmt.Sprint(d) != fmt.Sprint(want) {
+			t.Errorf("connection Secret = %v; want %v (no credentials without auth)", d, want)
+		}
+		if code, _ := e.get(t, d["url"]); code != http.StatusOK {
+			t.Fatalf("GET through %s = %d; want 200", d["url"], code)
+		}
+		e.checkObjects(t, p, false)
+
+		// Clients from 127.0.0.0/8 no longer allowed: the pod rolls out
+		// and the new Squid refuses them.
+		e.update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8"} })
+		d2 := e.connection(t, "team-a", "payments-proxy", d["url"])
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden || squidErr != "ERR_ACCESS_DENIED 0" {
+			t.Errorf("GET from 127.0.0.1 after excluding it = %d %q; want 403 ERR_ACCESS_DENIED", code, squidErr)
+		}
+
+		// Back in, with authentication: another rollout; the URL now holds
+		// the credentials, and a request without them is challenged.
+		e.update(t, p, func() {
+			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"127.0.0.0/8"}
+			p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "payments"}
+		})
+		d3 := e.connection(t, "team-a", "payments-proxy", d2["url"])
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		if d3["username"] != "payments" || len(d3["password"]) != 32 ||
+			d3["url"] != fmt.Sprintf("http://payments:%s@%s:3128", d3["password"], d3["host"]) {
+			t.Errorf("connection Secret with auth: username %q, password of %d chars, url with credentials %v, host %q",
+				d3["username"], len(d3["password"]), strings.Contains(d3["url"], d3["password"]), d3["host"])
+		}
+		if code, _ := e.get(t, d3["url"]); code != http.StatusOK {
+			t.Errorf("GET with the connection Secret's credentials = %d; want 200", code)
+		}
+		if code, _ := e.get(t, "http://"+net.JoinHostPort(d3["host"], d3["port"])); code != http.StatusProxyAuthRequired {
+			t.Errorf("GET without credentials = %d; want 407", code)
+		}
+		wrong := fmt.Sprintf("http://payments:%s@%s", "not-the-password", net.JoinHostPort(d3["host"], d3["port"]))
+		if code, _ := e.get(t, wrong); code != http.StatusProxyAuthRequired {
+			t.Errorf("GET with a wrong password = %d; want 407", code)
+		}
+
+		uid := p.GetUID()
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the PodProxy to be gone", 30*time.Second, func() (bool, string) {
+			err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if left := e.objects(t, uid); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
+		waitFor(t, "the stand-in to stop the proxy's Squid", 10*time.Second, func() (bool, string) {
+			conn, err := (&net.Dialer{Timeout: time.Second}).Dial("tcp", net.JoinHostPort(d3["host"], d3["port"]))
+			if err == nil {
+				_ = conn.Close()
+			}
+			return err != nil, "still answering"
+		})
+	})
+
+	t.Run("ClusterScopedProxyWithServiceAndLegacyConfig", func(t *testing.T) {
+		p := &clusterproxy.PodProxy{
+			ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
+			Spec: clusterproxy.PodProxySpec{
+				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
+					ProviderConfigReference:          &xpv2.Reference{Name: "pods"},
+					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-egress"},
+				},
+				ForProvider: spec.PodProxyParameters{
+					Service: &spec.PodService{Type: "ClusterIP"},
+					Proxy: spec.ProxySettings{
+						Port:               ptr.To[int32](8080),
+						AllowedClientCIDRs: []string{"127.0.0.0/8"},
+						AllowedPorts:       []int32{443, e.port},
+						Auth:               &spec.ProxyAuth{Enabled: true},
+					},
+				},
+			},
+		}
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		name := meta.GetExternalName(p)
+		svc := &corev1.Service{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: name}, svc); err != nil {
+			t.Fatal(err)
+		}
+		d := e.connection(t, "crossplane-system", "shared-egress", "")
+		if d["host"] != svc.Spec.ClusterIP || d["port"] != "8080" || d["username"] != "proxy" || d["password"] == "" {
+			t.Errorf("connection Secret: host %q port %q username %q; want the Service's cluster IP %q, 8080, proxy", d["host"], d["port"], d["username"], svc.Spec.ClusterIP)
+		}
+		e.checkObjects(t, p, true)
+		// No kube-proxy here, so the cluster IP routes nowhere; the pod's
+		// own address proves the Squid behind it.
+		pod := p.Status.AtProvider.Details["pod"]
+		pods := &corev1.Pod{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: pod}, pods); err != nil {
+			t.Fatal(err)
+		}
+		viaPod := fmt.Sprintf("http://proxy:%s@%s", d["password"], net.JoinHostPort(pods.Status.PodIP, d["port"]))
+		if code, _ := e.get(t, viaPod); code != http.StatusOK {
+			t.Errorf("GET through the pod behind the Service = %d; want 200", code)
+		}
+
+		uid := p.GetUID()
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the PodProxy to be gone", 30*time.Second, func() (bool, string) {
+			err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if left := e.objects(t, uid); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
+	})
+
+	t.Run("NamespacedProviderConfigOfItsOwnNamespace", func(t *testing.T) {
+		p := nsPodProxy("team-b", "reports", "ProviderConfig", "team-pods")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("NamespacedProxyCannotUseAnotherNamespacesProviderConfig", func(t *testing.T) {
+		p := nsPodProxy("team-a", "borrower", "ProviderConfig", "team-pods")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.condition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, `ProviderConfig "team-pods" in namespace "team-a" does not exist`)
+		t.Logf("Synced: %s", c.Message)
+		if left := e.objects(t, p.GetUID()); len(left) != 0 {
+			t.Errorf("objects were created with another namespace's config: %v", left)
+		}
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("ConfigWithAnotherBackendsBlock", func(t *testing.T) {
+		p := nsPodProxy("team-a", "confused", "ClusterProviderConfig", "home-kvm")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.condition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "ClusterProviderConfig home-kvm holds a kvm block, but a PodProxy needs a config with a kubernetes block")
+		t.Logf("Synced: %s", c.Message)
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func nsPodProxy(ns, name, kind, config string) *nsproxy.PodProxy {
+	return &nsproxy.PodProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: nsproxy.PodProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: kind, Name: config},
+			},
+			ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"127.0.0.0/8"}}},
+		},
+	}
+}
