@@ -15,6 +15,12 @@ mkdir -p "$BIN" "$WORK"
 export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
 log() { echo "controlplane-bins: $*" >&2; }
 
+# One build at a time: test packages run in parallel may all call this.
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE/controlplane/.lock"
+  flock -n 9 || { log "another build is running; waiting for it"; flock 9; }
+fi
+
 build_etcd() {
   [ -x "$BIN/etcd" ] && return
   log "building etcd $ETCD_VERSION (about 90 s cold)"
@@ -31,7 +37,7 @@ require (
 )
 MOD
   printf '//go:build tools\npackage tools\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$d/tools.go"
-  (cd "$d" && go mod tidy >/dev/null 2>&1 && go build -trimpath -ldflags="-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3)
+  (cd "$d" && go mod tidy >/dev/null && go build -trimpath -ldflags="-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$BIN/etcd.tmp" "$BIN/etcd"
 }
 
