@@ -38,8 +38,8 @@ check-generated: generate
 
 .PHONY: build
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/provider ./cmd/provider
-	$(GO) build -trimpath -o $(BIN)/local-control-plane ./cmd/local-control-plane
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/provider ./cmd/provider
+	$(GO) build -o $(BIN)/local-control-plane ./cmd/local-control-plane
 
 ## Dependencies the tests and `make run` install themselves -------------------
 

@@ -146,7 +146,9 @@ func serve(shutdown context.Context, again <-chan os.Signal, cp *controlplane.Co
 	kubeconfig := cp.KubeconfigPath
 	if kubeconfigOut != "" {
 		if kubeconfig, err = filepath.Abs(kubeconfigOut); err == nil {
-			err = os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600)
+			if err = os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err == nil {
+				err = os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600)
+			}
 		}
 		if err != nil {
 			say("writing the kubeconfig: %v", err)
