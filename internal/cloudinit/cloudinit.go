@@ -1,0 +1,171 @@
+// Package cloudinit is how Squid gets into a VM: the cloud-init user-data
+// that installs and configures it (merged with the user's own cloudInit),
+// the NoCloud meta-data, and the seed ISO that carries both to KVM and
+// Proxmox guests. Compute Engine takes the same user-data as metadata.
+package cloudinit
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"mime/multipart"
+	"net/textproto"
+	"strings"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// Paths of Squid's files on a Debian or Ubuntu guest.
+const (
+	SquidConfPath = "/etc/squid/squid.conf"
+	HtpasswdPath  = "/etc/squid/egressproxy.htpasswd"
+)
+
+// SquidOptions are the squid.Options for a Debian or Ubuntu guest running
+// the distribution's squid package under systemd: logs in /var/log/squid
+// (logrotate reopens them through /run/squid.pid), the htpasswd next to
+// the config. uid seeds the htpasswd salt so a render is reproducible.
+func SquidOptions(uid string) squid.Options {
+	return squid.Options{
+		HtpasswdPath:   HtpasswdPath,
+		AuthHelperPath: squid.DefaultAuthHelperPath,
+		PIDFile:        "/run/squid.pid",
+		AccessLog:      "stdio:/var/log/squid/access.log",
+		CacheLogPath:   "/var/log/squid/cache.log",
+		HtpasswdSalt:   uid,
+	}
+}
+
+// Options are what the user-data is made of.
+type Options struct {
+	// Squid are the rendered files (rendered with SquidOptions).
+	Squid squid.Files
+	// InstallGuestAgent installs and starts qemu-guest-agent, through which
+	// KVM and Proxmox learn the guest's address.
+	InstallGuestAgent bool
+	// UserData is the user's own cloudInit (#cloud-config, a #! script, or
+	// another cloud-init part type). Secret: never logged or quoted.
+	UserData string
+	// Hostname of the guest.
+	Hostname string
+}
+
+const boundary = "==egressproxy-boundary=="
+
+// UserData returns MIME multipart user-data: the user's part first, then
+// the generated part, which merges into it (lists appended, the user's
+// keys kept), so a user's write_files or runcmd never drops Squid's.
+func UserData(o Options) (string, error) {
+	if o.Squid.SquidConf == "" {
+		return "", proxy.Permanentf("cloudinit: no squid.conf to install")
+	}
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "Content-Type: multipart/mixed; boundary=\"%s\"\nMIME-Version: 1.0\n\n", boundary)
+	w := multipart.NewWriter(&buf)
+	if err := w.SetBoundary(boundary); err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(o.UserData) != "" {
+		ct, err := partType(o.UserData)
+		if err != nil {
+			return "", err
+		}
+		if err := writePart(w, ct, "user.cfg", o.UserData); err != nil {
+			return "", err
+		}
+	}
+	if err := writePart(w, "text/cloud-config", "egressproxy.cfg", generated(o)); err != nil {
+		return "", err
+	}
+	if err := w.Close(); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
+}
+
+// partType maps the first line of a user's cloudInit to its MIME type, as
+// cloud-init itself does for single-part user-data.
+func partType(s string) (string, error) {
+	first := strings.TrimSpace(strings.SplitN(strings.TrimLeft(s, " \t\r\n"), "\n", 2)[0])
+	switch {
+	case strings.HasPrefix(first, "#cloud-config"):
+		return "text/cloud-config", nil
+	case strings.HasPrefix(first, "#!"):
+		return "text/x-shellscript", nil
+	case strings.HasPrefix(first, "#cloud-boothook"):
+		return "text/cloud-boothook", nil
+	case strings.HasPrefix(first, "#include"):
+		return "text/x-include-url", nil
+	case strings.HasPrefix(first, "## template: jinja"):
+		return "text/jinja2", nil
+	}
+	// The content itself is secret: name only what was expected.
+	return "", proxy.Permanentf("spec.forProvider.cloudInit must start with #cloud-config, #!, #cloud-boothook, #include or \"## template: jinja\"")
+}
+
+func writePart(w *multipart.Writer, contentType, filename, body string) error {
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Type", contentType+`; charset="us-ascii"`)
+	h.Set("MIME-Version", "1.0")
+	h.Set("Content-Transfer-Encoding", "7bit")
+	h.Set("Content-Disposition", `attachment; filename="`+filename+`"`)
+	pw, err := w.CreatePart(h)
+	if err != nil {
+		return err
+	}
+	if !strings.HasSuffix(body, "\n") {
+		body += "\n"
+	}
+	_, err = pw.Write([]byte(body))
+	return err
+}
+
+// generated is the cloud-config that stages Squid's config and htpasswd
+// (write_files runs early, before any package is installed), installs
+// Squid and the guest agent unless the image has them (a guest without a
+// package mirror still works with a prepared image), then installs the
+// staged files over the package's defaults and restarts Squid.
+func generated(o Options) string {
+	var b strings.Builder
+	b.WriteString("#cloud-config\n")
+	// Merge into the user's part: append lists, keep the user's keys.
+	b.WriteString("merge_how:\n  - name: list\n    settings: [append]\n  - name: dict\n    settings: [no_replace, recurse_list]\n")
+	if o.Hostname != "" {
+		fmt.Fprintf(&b, "hostname: %s\n", o.Hostname)
+	}
+	b.WriteString("write_files:\n")
+	writeFile(&b, stageDir+"/squid.conf", o.Squid.SquidConf)
+	if o.Squid.Htpasswd != "" {
+		writeFile(&b, stageDir+"/htpasswd", o.Squid.Htpasswd)
+	}
+	b.WriteString("runcmd:\n")
+	var script []string
+	if o.InstallGuestAgent {
+		script = append(script, "command -v qemu-ga >/dev/null || { apt-get update && apt-get install -y --no-install-recommends qemu-guest-agent; }",
+			"systemctl enable --now qemu-guest-agent || true")
+	}
+	script = append(script,
+		"command -v squid >/dev/null || { apt-get update && apt-get install -y --no-install-recommends squid; }",
+		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+SquidConfPath)
+	if o.Squid.Htpasswd != "" {
+		script = append(script, "install -m 0640 -o root -g proxy "+stageDir+"/htpasswd "+HtpasswdPath)
+	}
+	script = append(script, "systemctl enable squid", "systemctl restart squid")
+	fmt.Fprintf(&b, "  - [sh, -ec, %q]\n", "export DEBIAN_FRONTEND=noninteractive; "+strings.Join(script, "; "))
+	return b.String()
+}
+
+// stageDir holds the files until Squid is installed; root only.
+const stageDir = "/var/lib/egressproxy"
+
+func writeFile(b *strings.Builder, path, content string) {
+	fmt.Fprintf(b, "  - path: %s\n    owner: root:root\n    permissions: '0600'\n    encoding: b64\n    content: %s\n",
+		path, base64.StdEncoding.EncodeToString([]byte(content)))
+}
+
+// MetaData is the NoCloud meta-data: the instance ID (a new one makes
+// cloud-init run again) and the hostname.
+func MetaData(instanceID, hostname string) string {
+	return fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", instanceID, hostname)
+}
