@@ -2,6 +2,7 @@ package external
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -37,6 +40,7 @@ const (
 )
 
 type connector[P any] struct {
+	kube      client.Client
 	kind      Kind[P]
 	configs   ConfigReader
 	secrets   Secrets
@@ -76,10 +80,11 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	return &external[P]{kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords}, nil
+	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords}, nil
 }
 
 type external[P any] struct {
+	kube      client.Client
 	kind      Kind[P]
 	cfg       *Config
 	driver    proxy.Driver
@@ -152,7 +157,27 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
 	setReadiness(cr, inst)
+	if err := e.saveObservation(ctx, cr); err != nil {
+		return managed.ExternalCreation{}, err
+	}
 	return managed.ExternalCreation{ConnectionDetails: connectionDetails(inst, req)}, nil
+}
+
+// saveObservation writes status.atProvider at once. crossplane-runtime
+// re-reads the resource after Create (to save its annotations) and so
+// drops status set by Create; the backend ID and an operation in flight
+// must survive, or an asynchronous failure would be lost. A merge patch
+// of the status subresource needs no resourceVersion and cannot conflict.
+func (e *external[P]) saveObservation(ctx context.Context, cr Resource[P]) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"atProvider": cr.Observation()}})
+	if err != nil {
+		return err
+	}
+	obj, ok := any(cr).(client.Object)
+	if !ok {
+		return nil
+	}
+	return errors.Wrap(e.kube.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)), "cannot save status.atProvider")
 }
 
 func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u managed.ExternalUpdate, err error) {

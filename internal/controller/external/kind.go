@@ -9,6 +9,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
@@ -49,6 +50,8 @@ type Kind[P any] struct {
 	Connect func(ctx context.Context, cfg *Config) (proxy.Driver, error)
 	// Watches, when set, adds watches to the controller (for example on
 	// objects a driver creates in this cluster) so a change reconciles the
-	// managed resource at once instead of at the next poll.
-	Watches func(mgr manager.Manager, b *builder.Builder, list resource.ManagedList) *builder.Builder
+	// managed resource at once instead of at the next poll. list is an
+	// empty list of the controller's kind, of either scope (a legacy
+	// scope's list is not a resource.ManagedList).
+	Watches func(mgr manager.Manager, b *builder.Builder, list client.ObjectList) *builder.Builder
 }

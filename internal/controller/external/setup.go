@@ -50,6 +50,7 @@ func NewShared(mgr ctrl.Manager, o Options) *Shared {
 // namespaced and the cluster-scoped kinds sharing parameters P.
 func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...schema.GroupVersionKind) error {
 	c := &connector[P]{
+		kube:      mgr.GetClient(),
 		kind:      k,
 		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID},
 		secrets:   Secrets{Kube: mgr.GetAPIReader()},
@@ -120,8 +121,7 @@ func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], 
 		WithEventFilter(resource.DesiredStateChanged()).
 		For(obj.(client.Object)) //nolint:forcetypeassert // Every registered kind is an object.
 	if k.Watches != nil {
-		l, _ := listObj.(resource.ManagedList)
-		b = k.Watches(mgr, b, l)
+		b = k.Watches(mgr, b, listObj.(client.ObjectList)) //nolint:forcetypeassert // Every registered list kind is a list.
 	}
 	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(r), o.GlobalRateLimiter))
 }

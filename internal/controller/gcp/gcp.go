@@ -2,24 +2,83 @@
 package gcp
 
 import (
+	"context"
+
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	gcpbackend "github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// Kind is the GCPProxy binding.
-var Kind = external.Kind[spec.GCPProxyParameters]{
-	Name:          "GCPProxy",
-	Backend:       "gcp",
-	LocationField: "zone",
-	Proxy:         func(p *spec.GCPProxyParameters) *spec.ProxySettings { return &p.Proxy },
-	Request:       request,
-	Connect:       external.NotAvailable("gcp"),
+// Kind is the GCPProxy binding on the production connector (real Compute
+// Engine, credentials from the config).
+var Kind = NewKind(&gcpbackend.Connector{})
+
+// NewKind returns the GCPProxy binding whose drivers come from c: one
+// connector per process, so its pooled clients are shared by both scopes
+// and the health checks. Tests hand it a connector pointed at a fake.
+func NewKind(c *gcpbackend.Connector) external.Kind[spec.GCPProxyParameters] {
+	return external.Kind[spec.GCPProxyParameters]{
+		Name:          "GCPProxy",
+		Backend:       "gcp",
+		LocationField: "zone",
+		Proxy:         func(p *spec.GCPProxyParameters) *spec.ProxySettings { return &p.Proxy },
+		Request:       request,
+		Connect:       Connect(c),
+	}
+}
+
+// Connect builds a driver from a config: the service-account key is read
+// from its Secret on every call (the connector pools clients by the key's
+// digest, so a rotated key applies at once), or Application Default
+// Credentials are used (InjectedIdentity).
+func Connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+	return func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+		g := cfg.Spec.GCP
+		if g == nil {
+			return nil, errors.Errorf("%s has no gcp block", cfg.Name)
+		}
+		var creds gcpbackend.Credentials
+		switch g.Credentials.Source {
+		case xpv2.CredentialsSourceInjectedIdentity:
+			creds.Injected = true
+		case xpv2.CredentialsSourceSecret:
+			key, err := cfg.Secrets.Get(ctx, "spec.gcp.credentials.secretRef", g.Credentials.SecretRef)
+			if err != nil {
+				return nil, err
+			}
+			creds.Key = key
+		default:
+			return nil, errors.Errorf("spec.gcp.credentials.source %q is not supported: want Secret or InjectedIdentity", g.Credentials.Source)
+		}
+		bc := gcpbackend.Config{
+			Project:      g.Project,
+			Network:      g.Network,
+			Subnetwork:   g.Subnetwork,
+			NetworkTags:  g.NetworkTags,
+			DiskSizeGB:   g.DiskSizeGB,
+			Zones:        g.Zones,
+			Images:       map[string]string{},
+			MachineTypes: map[string]string{},
+		}
+		for k, v := range g.Images {
+			bc.Images[k] = v.Image
+		}
+		for k, v := range g.MachineTypes {
+			bc.MachineTypes[k] = v.MachineType
+		}
+		d, err := c.Driver(ctx, cfg.Name, bc, creds)
+		if err != nil {
+			return nil, errors.Wrap(err, "spec.gcp.credentials")
+		}
+		return d, nil
+	}
 }
 
 func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Request) error {
@@ -44,7 +103,7 @@ func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Reques
 		return err
 	}
 	req.CloudInit = p.CloudInit
-	req.Exposure.AddressType = "Ephemeral"
+	req.Exposure.AddressType = gcpbackend.AddressEphemeral
 	req.Exposure.ManageFirewall = true
 	if p.Address != nil {
 		req.Exposure.AddressType = p.Address.Type

@@ -1,0 +1,270 @@
+package gcp
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	gax "github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/proto"
+)
+
+// API is the seam: exactly the Compute Engine calls the driver makes, ctx
+// first, for one project. The production implementation wraps the SDK's
+// REST clients (NewSDK); tests point those same clients at an in-process
+// fake (gcptest). Every call is one HTTP request.
+type API interface {
+	GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error)
+	InsertInstance(ctx context.Context, zone string, inst *computepb.Instance) (*computepb.Operation, error)
+	// UpdateInstance replaces the instance's updatable fields (labels,
+	// metadata, tags) from inst, which carries the fingerprint of the read
+	// it was built from; minimalAction RESTART restarts the VM.
+	UpdateInstance(ctx context.Context, zone string, inst *computepb.Instance, minimalAction string) (*computepb.Operation, error)
+	DeleteInstance(ctx context.Context, zone, name string) (*computepb.Operation, error)
+	// AggregatedInstances reads one page of the project-wide listing.
+	AggregatedInstances(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.InstanceAggregatedList, error)
+
+	// GetOperation reads a zone, region or global operation.
+	GetOperation(ctx context.Context, op OpRef) (*computepb.Operation, error)
+
+	GetAddress(ctx context.Context, region, name string) (*computepb.Address, error)
+	InsertAddress(ctx context.Context, region string, a *computepb.Address) (*computepb.Operation, error)
+	SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computepb.Operation, error)
+	DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error)
+
+	GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error)
+	InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error)
+	PatchFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error)
+	DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error)
+
+	// GetRegion reads a region, for its quotas.
+	GetRegion(ctx context.Context, region string) (*computepb.Region, error)
+
+	// Close releases the clients' connections.
+	Close() error
+}
+
+// DefaultCallTimeout bounds one API call, so that a hung endpoint cannot
+// hold a reconcile worker.
+const DefaultCallTimeout = 30 * time.Second
+
+// sdk is API on the SDK's REST clients.
+type sdk struct {
+	project   string
+	timeout   time.Duration
+	instances *compute.InstancesClient
+	zoneOps   *compute.ZoneOperationsClient
+	regionOps *compute.RegionOperationsClient
+	globalOps *compute.GlobalOperationsClient
+	addresses *compute.AddressesClient
+	firewalls *compute.FirewallsClient
+	regions   *compute.RegionsClient
+}
+
+// NewSDK builds the production API for project from client options
+// (credentials, or an endpoint and no authentication in tests).
+func NewSDK(ctx context.Context, project string, opts ...option.ClientOption) (API, error) {
+	s := &sdk{project: project, timeout: DefaultCallTimeout}
+	var err error
+	if s.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
+		return nil, err
+	}
+	// Every constructor reads the same options; a failure after the first
+	// would be odd, but must not leak what was already built.
+	steps := []func() error{
+		func() (err error) { s.zoneOps, err = compute.NewZoneOperationsRESTClient(ctx, opts...); return err },
+		func() (err error) { s.regionOps, err = compute.NewRegionOperationsRESTClient(ctx, opts...); return err },
+		func() (err error) { s.globalOps, err = compute.NewGlobalOperationsRESTClient(ctx, opts...); return err },
+		func() (err error) { s.addresses, err = compute.NewAddressesRESTClient(ctx, opts...); return err },
+		func() (err error) { s.firewalls, err = compute.NewFirewallsRESTClient(ctx, opts...); return err },
+		func() (err error) { s.regions, err = compute.NewRegionsRESTClient(ctx, opts...); return err },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// noRetry turns off the SDK's own retries (Get retries 503 and 504 for up
+// to ten minutes): the reconciler retries with backoff, a poll must cost
+// one request, and a busy backend must answer at once.
+var noRetry = gax.WithRetry(func() gax.Retryer { return nil })
+
+// call runs fn within the call budget. The SDK does not put ctx on every
+// request (AggregatedList builds its request without it), so a done ctx is
+// checked first.
+func call[T any](ctx context.Context, timeout time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+func opProto(op *compute.Operation, err error) (*computepb.Operation, error) {
+	if err != nil {
+		return nil, err
+	}
+	return op.Proto(), nil
+}
+
+func (s *sdk) GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Instance, error) {
+		return s.instances.Get(ctx, &computepb.GetInstanceRequest{Project: s.project, Zone: zone, Instance: name}, noRetry)
+	})
+}
+
+func (s *sdk) InsertInstance(ctx context.Context, zone string, inst *computepb.Instance) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.instances.Insert(ctx, &computepb.InsertInstanceRequest{Project: s.project, Zone: zone, InstanceResource: inst}, noRetry))
+	})
+}
+
+func (s *sdk) UpdateInstance(ctx context.Context, zone string, inst *computepb.Instance, minimalAction string) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.instances.Update(ctx, &computepb.UpdateInstanceRequest{
+			Project: s.project, Zone: zone, Instance: inst.GetName(), InstanceResource: inst,
+			MinimalAction: proto.String(minimalAction), MostDisruptiveAllowedAction: proto.String("RESTART"),
+		}, noRetry))
+	})
+}
+
+func (s *sdk) DeleteInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.instances.Delete(ctx, &computepb.DeleteInstanceRequest{Project: s.project, Zone: zone, Instance: name}, noRetry))
+	})
+}
+
+func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.InstanceAggregatedList, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.InstanceAggregatedList, error) {
+		req := &computepb.AggregatedListInstancesRequest{
+			Project:              s.project,
+			ReturnPartialSuccess: proto.Bool(true),
+		}
+		if filter != "" {
+			req.Filter = proto.String(filter)
+		}
+		it := s.instances.AggregatedList(ctx, req, noRetry)
+		// One page, one request: InternalFetch is the iterator's page
+		// function, and Response the page it read.
+		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
+			return nil, err
+		}
+		page, ok := it.Response.(*computepb.InstanceAggregatedList)
+		if !ok {
+			return nil, errors.New("aggregated list: unexpected response type")
+		}
+		return page, nil
+	})
+}
+
+func (s *sdk) GetOperation(ctx context.Context, op OpRef) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		switch {
+		case op.Zone != "":
+			return s.zoneOps.Get(ctx, &computepb.GetZoneOperationRequest{Project: s.project, Zone: op.Zone, Operation: op.Name}, noRetry)
+		case op.Region != "":
+			return s.regionOps.Get(ctx, &computepb.GetRegionOperationRequest{Project: s.project, Region: op.Region, Operation: op.Name}, noRetry)
+		default:
+			return s.globalOps.Get(ctx, &computepb.GetGlobalOperationRequest{Project: s.project, Operation: op.Name}, noRetry)
+		}
+	})
+}
+
+func (s *sdk) GetAddress(ctx context.Context, region, name string) (*computepb.Address, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Address, error) {
+		return s.addresses.Get(ctx, &computepb.GetAddressRequest{Project: s.project, Region: region, Address: name}, noRetry)
+	})
+}
+
+func (s *sdk) InsertAddress(ctx context.Context, region string, a *computepb.Address) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.addresses.Insert(ctx, &computepb.InsertAddressRequest{Project: s.project, Region: region, AddressResource: a}, noRetry))
+	})
+}
+
+func (s *sdk) SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.addresses.SetLabels(ctx, &computepb.SetLabelsAddressRequest{
+			Project: s.project, Region: region, Resource: name,
+			RegionSetLabelsRequestResource: &computepb.RegionSetLabelsRequest{LabelFingerprint: proto.String(fingerprint), Labels: labels},
+		}, noRetry))
+	})
+}
+
+func (s *sdk) DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.addresses.Delete(ctx, &computepb.DeleteAddressRequest{Project: s.project, Region: region, Address: name}, noRetry))
+	})
+}
+
+func (s *sdk) GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Firewall, error) {
+		return s.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: s.project, Firewall: name}, noRetry)
+	})
+}
+
+func (s *sdk) InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: s.project, FirewallResource: fw}, noRetry))
+	})
+}
+
+func (s *sdk) PatchFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.firewalls.Patch(ctx, &computepb.PatchFirewallRequest{Project: s.project, Firewall: name, FirewallResource: fw}, noRetry))
+	})
+}
+
+func (s *sdk) DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
+		return opProto(s.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: s.project, Firewall: name}, noRetry))
+	})
+}
+
+func (s *sdk) GetRegion(ctx context.Context, region string) (*computepb.Region, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Region, error) {
+		return s.regions.Get(ctx, &computepb.GetRegionRequest{Project: s.project, Region: region}, noRetry)
+	})
+}
+
+// Close closes every client built; it is safe on a partly built sdk.
+func (s *sdk) Close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{s.instances, s.zoneOps, s.regionOps, s.globalOps, s.addresses, s.firewalls, s.regions} {
+		if c == nil || isNilClient(c) {
+			continue
+		}
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// isNilClient reports a typed nil pointer inside the interface.
+func isNilClient(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case *compute.InstancesClient:
+		return v == nil
+	case *compute.ZoneOperationsClient:
+		return v == nil
+	case *compute.RegionOperationsClient:
+		return v == nil
+	case *compute.GlobalOperationsClient:
+		return v == nil
+	case *compute.AddressesClient:
+		return v == nil
+	case *compute.FirewallsClient:
+		return v == nil
+	case *compute.RegionsClient:
+		return v == nil
+	}
+	return false
+}

@@ -1,0 +1,298 @@
+package gcp
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Labels the driver writes on instances and static addresses. Label
+// values are lowercase letters, digits, dashes and underscores, at most 63
+// characters: the UID, the installation ID, the hash and the catalogue
+// keys all are.
+const (
+	// LabelUID is the ownership mark's managed-resource UID.
+	LabelUID = "egressproxy-uid"
+	// LabelInstallation is the ownership mark's installation ID; List
+	// filters on it.
+	LabelInstallation = "egressproxy-installation"
+	// LabelSpec is proxy.Hash of the request the instance was last created
+	// or updated from.
+	LabelSpec = "egressproxy-spec"
+	// LabelPort is the proxy port, so that Get (whose Ref carries no
+	// settings) can probe it.
+	LabelPort = "egressproxy-port"
+	// LabelAddress is the address type: ephemeral, static or internal.
+	LabelAddress = "egressproxy-address"
+	// LabelImage and LabelMachineType are the catalogue keys used, for
+	// status.atProvider.placement.
+	LabelImage       = "egressproxy-image"
+	LabelMachineType = "egressproxy-machine-type"
+	// LabelRetain on a static address keeps it when the proxy is deleted.
+	LabelRetain = "egressproxy-retain"
+	// LabelDeleting on a static address says the proxy is being deleted,
+	// so Get keeps reporting it until the address is released.
+	LabelDeleting = "egressproxy-deleting"
+)
+
+// Metadata keys of the instance.
+const (
+	// MetadataUserData is read by cloud-init's GCE datasource.
+	MetadataUserData = "user-data"
+	// MetadataStartupScript is run by the guest environment at every boot.
+	MetadataStartupScript = "startup-script"
+	// MetadataSquidConf and MetadataHtpasswd hold the current Squid files;
+	// the startup script installs them at every boot, which is how an
+	// Update reaches a VM whose cloud-init ran once.
+	MetadataSquidConf = "egressproxy-squid-conf"
+	MetadataHtpasswd  = "egressproxy-htpasswd"
+)
+
+// Address types of proxy.Exposure.AddressType.
+const (
+	AddressEphemeral = "Ephemeral"
+	AddressStatic    = "Static"
+	AddressInternal  = "Internal"
+)
+
+// accessConfigName is the name GCE gives the one external NAT.
+const accessConfigName = "external-nat"
+
+// firewallMarkPrefix starts a managed firewall rule's description; the
+// ownership mark follows, since firewall rules carry no labels.
+const firewallMarkPrefix = "egress proxy, managed by provider-egressproxy:"
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	zoneRE  = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	labelRE = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
+	// labelKeyRE: a label key starts with a lowercase letter.
+	labelKeyRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+)
+
+// regionOf is the region of a zone: europe-west1-b is in europe-west1.
+func regionOf(zone string) string {
+	if i := strings.LastIndex(zone, "-"); i > 0 {
+		return zone[:i]
+	}
+	return zone
+}
+
+// startupScript installs the Squid files kept in metadata and restarts
+// Squid, at every boot after the first: the first boot's cloud-init
+// installs Squid itself, and until it has, there is nothing to configure.
+func startupScript() string {
+	return fmt.Sprintf(`#!/bin/sh
+# Written by provider-egressproxy: installs the current Squid configuration
+# from instance metadata at every boot (an update restarts the VM).
+command -v squid >/dev/null 2>&1 || exit 0
+md=http://metadata.google.internal/computeMetadata/v1/instance/attributes
+get() { curl -sf -H 'Metadata-Flavor: Google' "$md/$1"; }
+get %[1]s > %[2]s.new && install -m 0644 -o root -g root %[2]s.new %[2]s
+rm -f %[2]s.new
+if get %[3]s > %[4]s.new; then install -m 0640 -o root -g proxy %[4]s.new %[4]s; else rm -f %[4]s; fi
+rm -f %[4]s.new
+systemctl restart squid
+`, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath)
+}
+
+// spec is a request resolved against the config: everything an instance
+// is built from.
+type spec struct {
+	zone, region       string
+	machineType, image string // URLs
+	addressType        string
+	req                proxy.Request
+	userData           string // secret: never logged
+	squidConf          string
+	htpasswd           string // a hash, but as secret as the password
+}
+
+// labels are the instance's labels for s.
+func (s *spec) labels() map[string]string {
+	l := maps.Clone(s.req.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	maps.Copy(l, map[string]string{
+		LabelUID:          s.req.Mark.UID,
+		LabelInstallation: s.req.Mark.InstallationID,
+		LabelSpec:         proxy.Hash(s.req),
+		LabelPort:         strconv.Itoa(int(s.req.Proxy.Port)),
+		LabelAddress:      strings.ToLower(s.addressType),
+		LabelImage:        s.req.Placement.Image,
+		LabelMachineType:  s.req.Placement.MachineType,
+	})
+	return l
+}
+
+// metadata is the instance's metadata for s.
+func (s *spec) metadata() map[string]string {
+	m := map[string]string{
+		MetadataUserData:      s.userData,
+		MetadataStartupScript: startupScript(),
+		MetadataSquidConf:     s.squidConf,
+	}
+	if s.htpasswd != "" {
+		m[MetadataHtpasswd] = s.htpasswd
+	}
+	return m
+}
+
+// buildInstance is the instances.insert body. natIP is the reserved
+// address of a Static proxy.
+func buildInstance(cfg Config, s *spec, natIP string) *computepb.Instance {
+	nic := &computepb.NetworkInterface{Network: proto.String(fmt.Sprintf("projects/%s/global/networks/%s", cfg.Project, cfg.Network))}
+	if cfg.Subnetwork != "" {
+		nic.Subnetwork = proto.String(fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", cfg.Project, s.region, cfg.Subnetwork))
+	}
+	switch s.addressType {
+	case AddressEphemeral:
+		nic.AccessConfigs = []*computepb.AccessConfig{{Name: proto.String(accessConfigName), Type: proto.String("ONE_TO_ONE_NAT")}}
+	case AddressStatic:
+		nic.AccessConfigs = []*computepb.AccessConfig{{Name: proto.String(accessConfigName), Type: proto.String("ONE_TO_ONE_NAT"), NatIP: proto.String(natIP)}}
+	}
+	// The proxy's own tag lets its firewall rule target it alone.
+	tags := append(slices.Clone(cfg.NetworkTags), s.req.Name)
+	slices.Sort(tags)
+	tags = slices.Compact(tags)
+	return &computepb.Instance{
+		Name:        proto.String(s.req.Name),
+		Description: proto.String("egress proxy, managed by provider-egressproxy"),
+		MachineType: proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", s.zone, s.machineType)),
+		Disks: []*computepb.AttachedDisk{{
+			Boot:       proto.Bool(true),
+			AutoDelete: proto.Bool(true),
+			InitializeParams: &computepb.AttachedDiskInitializeParams{
+				SourceImage: proto.String(s.image),
+				DiskSizeGb:  proto.Int64(int64(cfg.DiskSizeGB)),
+			},
+		}},
+		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+		Metadata:          &computepb.Metadata{Items: metadataItems(s.metadata())},
+		Labels:            s.labels(),
+		Tags:              &computepb.Tags{Items: tags},
+	}
+}
+
+// metadataItems sorts by key, so that a body is reproducible.
+func metadataItems(m map[string]string) []*computepb.Items {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make([]*computepb.Items, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, &computepb.Items{Key: proto.String(k), Value: proto.String(m[k])})
+	}
+	return out
+}
+
+// metadataMap reads an instance's metadata.
+func metadataMap(md *computepb.Metadata) map[string]string {
+	out := map[string]string{}
+	for _, it := range md.GetItems() {
+		out[it.GetKey()] = it.GetValue()
+	}
+	return out
+}
+
+// firewallSources are the rule's source ranges: the IPv4 client CIDRs. A
+// rule cannot mix families, and the proxy's NIC is IPv4 only.
+func firewallSources(cidrs []string) []string {
+	var out []string
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+			out = append(out, p.Masked().String())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// buildFirewall is the proxy's rule: TCP to the proxy port, from the
+// allowed client CIDRs only, to this proxy's network tag only.
+func buildFirewall(cfg Config, req proxy.Request) *computepb.Firewall {
+	return &computepb.Firewall{
+		Name:         proto.String(req.Name),
+		Description:  proto.String(firewallDescription(req.Mark)),
+		Network:      proto.String(fmt.Sprintf("projects/%s/global/networks/%s", cfg.Project, cfg.Network)),
+		Direction:    proto.String("INGRESS"),
+		Priority:     proto.Int32(1000),
+		SourceRanges: firewallSources(req.Proxy.AllowedClientCIDRs),
+		TargetTags:   []string{req.Name},
+		Allowed:      []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{strconv.Itoa(int(req.Proxy.Port))}}},
+		Disabled:     proto.Bool(false),
+	}
+}
+
+func firewallDescription(m proxy.Mark) string {
+	return fmt.Sprintf("%s uid=%s installation=%s", firewallMarkPrefix, m.UID, m.InstallationID)
+}
+
+// firewallMark reads the mark back from a rule's description; ok is false
+// for a rule the driver did not make.
+func firewallMark(fw *computepb.Firewall) (proxy.Mark, bool) {
+	rest, ok := strings.CutPrefix(fw.GetDescription(), firewallMarkPrefix)
+	if !ok {
+		return proxy.Mark{}, false
+	}
+	var m proxy.Mark
+	for _, f := range strings.Fields(rest) {
+		if v, ok := strings.CutPrefix(f, "uid="); ok {
+			m.UID = v
+		}
+		if v, ok := strings.CutPrefix(f, "installation="); ok {
+			m.InstallationID = v
+		}
+	}
+	return m, m.UID != ""
+}
+
+// firewallCurrent reports whether fw already is what want describes.
+func firewallCurrent(fw, want *computepb.Firewall) bool {
+	if fw.GetDisabled() || !slices.Equal(slices.Sorted(slices.Values(fw.GetSourceRanges())), want.GetSourceRanges()) ||
+		!slices.Equal(fw.GetTargetTags(), want.GetTargetTags()) || len(fw.GetAllowed()) != 1 {
+		return false
+	}
+	a := fw.GetAllowed()[0]
+	return a.GetIPProtocol() == "tcp" && slices.Equal(a.GetPorts(), want.GetAllowed()[0].GetPorts())
+}
+
+// buildAddress is the reserved external address of a Static proxy.
+func buildAddress(req proxy.Request, region string) *computepb.Address {
+	return &computepb.Address{
+		Name:        proto.String(req.Name),
+		Description: proto.String("egress address of an egress proxy, managed by provider-egressproxy"),
+		AddressType: proto.String("EXTERNAL"),
+		Region:      proto.String(region),
+		Labels:      addressLabels(req.Mark, req.Exposure.RetainAddress),
+	}
+}
+
+func addressLabels(m proxy.Mark, retain bool) map[string]string {
+	return map[string]string{LabelUID: m.UID, LabelInstallation: m.InstallationID, LabelRetain: strconv.FormatBool(retain)}
+}
+
+// markOf reads the ownership mark from labels.
+func markOf(labels map[string]string) proxy.Mark {
+	return proxy.Mark{UID: labels[LabelUID], InstallationID: labels[LabelInstallation]}
+}
+
+// validLabels checks the request's extra labels, which GCE would refuse
+// with a 400 after the rest of the work was done.
+func validLabels(l map[string]string) error {
+	for k, v := range l {
+		if !labelKeyRE.MatchString(k) || !labelRE.MatchString(v) {
+			return proxy.Permanentf("label %q=%q is not a valid Compute Engine label (lowercase letters, digits, - and _, at most 63)", k, v)
+		}
+	}
+	return nil
+}

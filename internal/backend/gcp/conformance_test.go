@@ -1,0 +1,45 @@
+package gcp_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+// TestConformance runs the proxy.Driver conformance suite on the real
+// driver and the real SDK clients against the fake Compute Engine.
+func TestConformance(t *testing.T) {
+	proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+		f := newFixture(t)
+		return proxytest.Fixture{
+			Driver:   f.driver,
+			Provider: testProvider,
+			Request:  request,
+			Settle: func(_ context.Context, id string) error {
+				f.srv.Settle(id)
+				return nil
+			},
+			Foreign: func(_ context.Context, name string) error {
+				f.srv.PutInstance(testZone, name, nil)
+				return nil
+			},
+			ForeignMarked: func(_ context.Context, name, uid string) error {
+				f.srv.PutInstance(testZone, name, map[string]string{"egressproxy-uid": uid, "egressproxy-installation": testInstallation})
+				return nil
+			},
+			SetUnknownState: func(_ context.Context, id string) error { return f.srv.SetStatus(id, "HIBERNATING_SIDEWAYS") },
+			SetBusy:         func(_ context.Context, busy bool) { f.srv.SetBusy(busy) },
+			HoldDelete:      func(_ context.Context, id string) func() { return f.srv.HoldDelete(id) },
+			LogOutput:       f.logs.String,
+			MalformedIDs: []string{
+				"pt-alpha",                              // a name, not an ID
+				"zones/europe-west1-b/instances/",       // no name
+				"zones/Europe_West/instances/pt-alpha",  // not a zone
+				"zones/europe-west1-b/disks/pt-alpha",   // another resource
+				"zones/europe-west1-b/instances/A_name", // not a name
+				"memory/pt-alpha",                       // another backend's ID
+			},
+		}
+	}})
+}

@@ -1,0 +1,201 @@
+package gcp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"google.golang.org/api/option"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Credentials say how to authenticate to Compute Engine.
+type Credentials struct {
+	// Key is a service-account key (JSON), read from the config's Secret
+	// on every Connect. Secret: never logged, never in an error.
+	Key []byte
+	// Injected uses Application Default Credentials (workload identity,
+	// a metadata server, GOOGLE_APPLICATION_CREDENTIALS) instead of Key.
+	Injected bool
+}
+
+// ClientOptions turns credentials into SDK client options. The default,
+// ProductionClientOptions, authenticates; tests point the clients at a
+// fake with option.WithEndpoint and option.WithoutAuthentication.
+type ClientOptions func(ctx context.Context, c Credentials) ([]option.ClientOption, error)
+
+// ProductionClientOptions authenticates with the service-account key, or
+// with Application Default Credentials.
+func ProductionClientOptions(_ context.Context, c Credentials) ([]option.ClientOption, error) {
+	if c.Injected {
+		return nil, nil
+	}
+	if err := checkKey(c.Key); err != nil {
+		return nil, err
+	}
+	return []option.ClientOption{option.WithAuthCredentialsJSON(option.ServiceAccount, c.Key)}, nil
+}
+
+// checkKey validates a service-account key before the SDK sees it, with
+// messages of its own: a parser's error could quote the key.
+func checkKey(key []byte) error {
+	var k struct {
+		Type        string `json:"type"`
+		ClientEmail string `json:"client_email"`
+		PrivateKey  string `json:"private_key"`
+	}
+	if err := json.Unmarshal(key, &k); err != nil {
+		return proxy.Permanentf("the service-account key is not JSON")
+	}
+	switch {
+	case k.Type != "service_account":
+		return proxy.Permanentf("the key is not a service-account key (its type is %q)", truncate(k.Type, 32))
+	case k.ClientEmail == "" || k.PrivateKey == "":
+		return proxy.Permanentf("the service-account key has no client_email or private_key")
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// Connector builds drivers, pooling one set of SDK clients per project and
+// credentials: the key is read on every Connect and pooled by its digest,
+// so a rotated Secret takes effect at once. Clients no one uses any more
+// (superseded by rotated credentials, or idle) are closed. The zero value
+// is ready for production.
+type Connector struct {
+	// ClientOptions default to ProductionClientOptions.
+	ClientOptions ClientOptions
+	// Endpoint, when set, is passed to the clients (option.WithEndpoint)
+	// and reported by Check.
+	Endpoint string
+	// Defaults are the driver options applied to every driver built (Probe, UserData,
+	// FailedOperationHold, Log, Now); Provider, Config and API are set by
+	// Driver.
+	Defaults Options
+	// IdleTimeout closes clients not used for this long; default 10
+	// minutes.
+	IdleTimeout time.Duration
+
+	mu    sync.Mutex
+	conns map[string]*conn
+}
+
+// conn is one pooled set of clients.
+type conn struct {
+	api      API
+	pending  *pendingOps
+	provider string
+	lastUsed time.Time
+	// superseded: the provider's credentials changed; close once idle.
+	superseded bool
+}
+
+// Driver returns a driver for the config named provider, on pooled
+// clients.
+func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, creds Credentials) (*Driver, error) {
+	opts := c.ClientOptions
+	if opts == nil {
+		opts = ProductionClientOptions
+	}
+	key := poolKey(cfg.Project, c.Endpoint, creds)
+	now := time.Now()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conns == nil {
+		c.conns = map[string]*conn{}
+	}
+	cn, ok := c.conns[key]
+	if !ok {
+		co, err := opts(ctx, creds)
+		if err != nil {
+			return nil, proxy.WithContext(err, provider, "connect")
+		}
+		if c.Endpoint != "" {
+			co = append(co, option.WithEndpoint(c.Endpoint))
+		}
+		api, err := NewSDK(ctx, cfg.Project, co...)
+		if err != nil {
+			// The SDK's message on a bad key names the problem, not the key.
+			return nil, proxy.WithContext(proxy.Classify(proxy.ClassPermanent, err), provider, "connect")
+		}
+		cn = &conn{api: api, pending: &pendingOps{ops: map[string]OpRef{}}, provider: provider}
+		c.conns[key] = cn
+		for k, other := range c.conns {
+			if k != key && other.provider == provider {
+				other.superseded = true
+			}
+		}
+	}
+	cn.lastUsed = now
+	c.sweep(now)
+
+	o := c.Defaults
+	o.Provider, o.Config, o.API, o.pending = provider, cfg, cn.api, cn.pending
+	if c.Endpoint != "" && o.Endpoint == "" {
+		o.Endpoint = c.Endpoint
+	}
+	return New(o), nil
+}
+
+// sweep closes clients that are superseded and past one call budget (no
+// call can still be running on them), or idle. Called with mu held.
+func (c *Connector) sweep(now time.Time) {
+	idle := c.IdleTimeout
+	if idle <= 0 {
+		idle = 10 * time.Minute
+	}
+	for k, cn := range c.conns {
+		quiet := now.Sub(cn.lastUsed)
+		if (cn.superseded && quiet > 2*DefaultCallTimeout) || quiet > idle {
+			_ = cn.api.Close()
+			delete(c.conns, k)
+		}
+	}
+}
+
+// Open returns how many client sets are pooled (for tests and metrics).
+func (c *Connector) Open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.conns)
+}
+
+// Close closes every pooled client.
+func (c *Connector) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, cn := range c.conns {
+		_ = cn.api.Close()
+		delete(c.conns, k)
+	}
+	return nil
+}
+
+// poolKey is a digest of what the clients are built from; the key itself
+// only enters through the hash.
+func poolKey(project, endpoint string, c Credentials) string {
+	h := sha256.New()
+	for _, p := range [][]byte{[]byte(project), []byte(endpoint), {boolByte(c.Injected)}, c.Key} {
+		_, _ = h.Write(p)
+		_, _ = h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,1160 @@
+// Package gcptest is an in-process fake of the Compute Engine v1 REST API,
+// for driving the real SDK clients (cloud.google.com/go/compute/apiv1)
+// with option.WithEndpoint(s.URL) and option.WithoutAuthentication().
+//
+// It answers in the wire format of the real API, as recorded in
+// shared/data/gcp (instances, addresses, firewalls, zone, region and
+// global operations, error bodies, the aggregated list with its
+// NO_RESULTS_ON_PAGE warnings), for the calls the gcp driver makes:
+//
+//	zones/{z}/instances              POST insert, GET list
+//	zones/{z}/instances/{n}          GET, PUT update, DELETE
+//	zones/{z}/instances/{n}/setLabels POST
+//	aggregated/instances             GET (filter on labels, maxResults, pageToken)
+//	zones/{z}/operations/{op}        GET   (and regions/{r}/..., global/...)
+//	regions/{r}/addresses[/{n}]      POST, GET, DELETE, {n}/setLabels POST
+//	global/firewalls[/{n}]           POST, GET, PATCH, DELETE
+//	regions/{r}                      GET (quotas)
+//
+// Work is asynchronous as on GCE: a call that changes something answers
+// 200 with an operation RUNNING at progress 0. Operations finish when a
+// test calls Settle (or after AutoComplete, checked lazily on every
+// request), and can be made to fail (FailNextOperation), to answer
+// synchronously with an error (FailNext, SetBusy), or be held (HoldDelete).
+// A duplicate insert is a 409. Every address handed out is a loopback
+// address (127.0.x.y), so probing one never leaves the machine.
+package gcptest
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Zones the fake knows (the aggregated list reports every one).
+var Zones = []string{"europe-west1-b", "europe-west1-c", "us-central1-a", "us-central1-b"}
+
+const linkBase = "https://www.googleapis.com/compute/v1/projects/"
+
+// Server is the fake. Create it with New; it is safe for concurrent use.
+type Server struct {
+	// URL is the endpoint to hand option.WithEndpoint.
+	URL     string
+	Project string
+
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	instances map[string]*instance // zone/name
+	addresses map[string]*address  // region/name
+	firewalls map[string]*firewall // name
+	ops       map[string]*operation
+	order     []string // op keys in creation order
+	requests  []string
+	busy      bool
+	failNext  []failure
+	failOps   []opFailure
+	held      map[string]bool // zone/name of instances whose deletion is held
+	auto      time.Duration
+	quotas    map[string][]Quota
+	lastIP    map[string]int
+	seq       uint64
+	unreach   []string
+	auth      string
+	// Dial addresses: the IPs handed out, keyed by resource, so a test
+	// can put a listener on them.
+	natPort int
+}
+
+// Quota is one regional quota.
+type Quota struct {
+	Metric string  `json:"metric"`
+	Limit  float64 `json:"limit"`
+	Usage  float64 `json:"usage"`
+}
+
+type instance struct {
+	body      map[string]any // the stored resource (secret user-data included)
+	zone      string
+	name      string
+	status    string
+	natIP     string
+	static    bool
+	insertOp  string
+	deleting  bool
+	restartOp string
+}
+
+type address struct {
+	body   map[string]any
+	region string
+	name   string
+}
+
+type firewall struct {
+	body map[string]any
+	name string
+}
+
+type operation struct {
+	key       string
+	body      map[string]any
+	scope     string // zones/z, regions/r, global
+	started   time.Time
+	done      bool
+	finish    func() *opFailure // applied when the operation ends; a non-nil result fails it
+	target    string            // resource key the op works on
+	held      bool
+	preFailed *opFailure
+}
+
+type failure struct {
+	method, path string
+	status       int
+	reason       string
+	message      string
+}
+
+type opFailure struct {
+	resource   string
+	opType     string
+	code       string
+	message    string
+	httpStatus int
+	httpMsg    string
+}
+
+// New starts a fake for project; it stops with the test.
+func New(t interface{ Cleanup(func()) }, project string) *Server {
+	s := &Server{
+		Project:   project,
+		instances: map[string]*instance{},
+		addresses: map[string]*address{},
+		firewalls: map[string]*firewall{},
+		ops:       map[string]*operation{},
+		held:      map[string]bool{},
+		quotas:    map[string][]Quota{},
+		lastIP:    map[string]int{},
+	}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// --- test controls ---
+
+// AutoComplete makes every operation finish by itself d after it started
+// (checked on each request). Zero turns it off: operations then finish
+// only at Settle.
+func (s *Server) AutoComplete(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.auto = d
+}
+
+// Settle finishes every operation in flight on the named proxy's
+// resources (instance, address, firewall rule of that name), except held
+// deletions. name may be an instance ID (zones/z/instances/n).
+func (s *Server) Settle(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name = lastSegment(name)
+	for _, k := range slices.Clone(s.order) {
+		op := s.ops[k]
+		if op != nil && !op.done && !op.held && lastSegment(op.target) == name {
+			s.finish(op)
+		}
+	}
+}
+
+// SettleAll finishes every operation in flight except held deletions.
+func (s *Server) SettleAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range slices.Clone(s.order) {
+		if op := s.ops[k]; op != nil && !op.done && !op.held {
+			s.finish(op)
+		}
+	}
+}
+
+// SetBusy makes every call answer 503 backendError, or behave again.
+func (s *Server) SetBusy(busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy = busy
+}
+
+// FailNext makes the next request whose method is method and whose path
+// contains pathPart answer status with one error of reason (quotaExceeded,
+// rateLimitExceeded, forbidden, ...).
+func (s *Server) FailNext(method, pathPart string, status int, reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext = append(s.failNext, failure{method: method, path: pathPart, status: status, reason: reason, message: message})
+}
+
+// FailNextOperation makes the next operation of opType (insert, delete)
+// on a resource of that collection (instances, addresses, firewalls)
+// accepted from now on finish DONE with error code and message, and
+// httpErrorStatusCode httpStatus (0 for none). A failed insert leaves no
+// resource behind.
+func (s *Server) FailNextOperation(resource, opType, code, message string, httpStatus int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failOps = append(s.failOps, opFailure{resource: resource, opType: opType, code: code, message: message, httpStatus: httpStatus, httpMsg: strings.ToUpper(http.StatusText(httpStatus))})
+}
+
+// ClearFailures drops the failures FailNext and FailNextOperation queued
+// and not yet used.
+func (s *Server) ClearFailures() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext, s.failOps = nil, nil
+}
+
+// HoldDelete puts the instance (an ID or a name) in the middle of being
+// deleted, as if someone had called delete: STOPPING, with a delete
+// operation RUNNING, until release, which finishes the deletion. A
+// deletion the driver starts meanwhile is held too.
+func (s *Server) HoldDelete(id string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := s.instanceKey(id)
+	s.held[key] = true
+	if in, ok := s.instances[key]; ok && !in.deleting {
+		s.deleteInstance(in)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.held, key)
+			for _, k := range slices.Clone(s.order) {
+				if op := s.ops[k]; op.target == "instances/"+key && op.held {
+					op.held = false
+					s.finish(op)
+				}
+			}
+		})
+	}
+}
+
+// SetQuotas sets a region's quotas, as regions.get reports them.
+func (s *Server) SetQuotas(region string, q []Quota) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.quotas[region] = q
+}
+
+// SetUnreachable makes the aggregated list report these scopes
+// unreachable (partial success).
+func (s *Server) SetUnreachable(scopes ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreach = scopes
+}
+
+// SetStatus sets an instance's status as Get will report it (any string:
+// a status the driver does not know too).
+func (s *Server) SetStatus(id, status string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.instances[s.instanceKey(id)]
+	if !ok {
+		return fmt.Errorf("gcptest: no instance %q", id)
+	}
+	in.status = status
+	in.body["status"] = status
+	return nil
+}
+
+// PutInstance creates a RUNNING instance with these labels directly, as
+// someone else (a human, another installation) would.
+func (s *Server) PutInstance(zone, name string, labels map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	body := map[string]any{"name": name, "machineType": "zones/" + zone + "/machineTypes/e2-small", "labels": toAny(labels),
+		"networkInterfaces": []any{map[string]any{"accessConfigs": []any{map[string]any{"name": "external-nat", "type": "ONE_TO_ONE_NAT"}}}}}
+	in := s.newInstance(zone, name, body)
+	s.boot(in)
+	s.instances[zone+"/"+name] = in
+}
+
+// Requests returns every request served, oldest first, as
+// "METHOD /path?query" with the /compute/v1/projects/<p>/ prefix cut.
+func (s *Server) Requests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// LastAuthorization is the Authorization header of the last request.
+func (s *Server) LastAuthorization() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.auth
+}
+
+// ResetRequests forgets the requests served so far.
+func (s *Server) ResetRequests() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+}
+
+// Instance returns the stored instance resource (JSON-like), false when
+// there is none.
+func (s *Server) Instance(zone, name string) (map[string]any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.instances[zone+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return clone(s.instanceJSON(in)), true
+}
+
+// Address returns the stored address, false when there is none.
+func (s *Server) Address(region, name string) (map[string]any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.addresses[region+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return clone(a.body), true
+}
+
+// Firewall returns the stored firewall rule, false when there is none.
+func (s *Server) Firewall(name string) (map[string]any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.firewalls[name]
+	if !ok {
+		return nil, false
+	}
+	return clone(f.body), true
+}
+
+// Names lists the stored instances, addresses and firewalls as
+// "instance zone/name", "address region/name", "firewall name", sorted.
+func (s *Server) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.instances {
+		out = append(out, "instance "+k)
+	}
+	for k := range s.addresses {
+		out = append(out, "address "+k)
+	}
+	for k := range s.firewalls {
+		out = append(out, "firewall "+k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// --- HTTP ---
+
+var pathRE = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/(.*)$`)
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	m := pathRE.FindStringSubmatch(r.URL.Path)
+	if m == nil {
+		writeError(w, http.StatusNotFound, "notFound", "The requested URL "+r.URL.Path+" was not found on this server.")
+		return
+	}
+	rest := m[2]
+	var body map[string]any
+	if r.Body != nil && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch) {
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil && err.Error() != "EOF" {
+			writeError(w, http.StatusBadRequest, "parseError", "Parse Error")
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	line := r.Method + " " + rest
+	if r.URL.RawQuery != "" {
+		line += "?" + r.URL.RawQuery
+	}
+	s.requests = append(s.requests, line)
+	s.auth = r.Header.Get("Authorization")
+	s.advance()
+	if m[1] != s.Project {
+		writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Required 'compute.instances.get' permission for 'projects/%s'", m[1]))
+		return
+	}
+	if s.busy {
+		writeError(w, http.StatusServiceUnavailable, "backendError", "Backend Error")
+		return
+	}
+	for i, f := range s.failNext {
+		if f.method == r.Method && strings.Contains(rest, f.path) {
+			s.failNext = slices.Delete(s.failNext, i, i+1)
+			writeError(w, f.status, f.reason, f.message)
+			return
+		}
+	}
+	status, resp := s.route(r, strings.Split(rest, "/"), body)
+	if status >= 400 {
+		e := resp.(apiErr) //nolint:forcetypeassert // route returns apiErr with error statuses.
+		writeError(w, status, e.reason, e.message)
+		return
+	}
+	writeJSON(w, status, resp)
+}
+
+type apiErr struct{ reason, message string }
+
+func notFound(what string) (int, any) {
+	return http.StatusNotFound, apiErr{"notFound", fmt.Sprintf("The resource '%s' was not found", what)}
+}
+
+func exists(what string) (int, any) {
+	return http.StatusConflict, apiErr{"alreadyExists", fmt.Sprintf("The resource '%s' already exists", what)}
+}
+
+func (s *Server) route(r *http.Request, p []string, body map[string]any) (int, any) {
+	q := r.URL.Query()
+	switch {
+	case len(p) == 3 && p[0] == "zones" && p[2] == "instances" && r.Method == http.MethodPost:
+		return s.insertInstance(p[1], body)
+	case len(p) == 4 && p[0] == "zones" && p[2] == "instances":
+		key := p[1] + "/" + p[3]
+		in, ok := s.instances[key]
+		if !ok {
+			return notFound(fmt.Sprintf("projects/%s/zones/%s/instances/%s", s.Project, p[1], p[3]))
+		}
+		switch r.Method {
+		case http.MethodGet:
+			return http.StatusOK, s.instanceJSON(in)
+		case http.MethodDelete:
+			return s.deleteInstance(in)
+		case http.MethodPut:
+			return s.updateInstance(in, body, q.Get("minimalAction"))
+		}
+	case len(p) == 5 && p[0] == "zones" && p[2] == "instances" && p[4] == "setLabels" && r.Method == http.MethodPost:
+		in, ok := s.instances[p[1]+"/"+p[3]]
+		if !ok {
+			return notFound(fmt.Sprintf("projects/%s/zones/%s/instances/%s", s.Project, p[1], p[3]))
+		}
+		if body["labelFingerprint"] != in.body["labelFingerprint"] {
+			return http.StatusPreconditionFailed, apiErr{"conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"}
+		}
+		in.body["labels"] = body["labels"]
+		in.body["labelFingerprint"] = fingerprint(body["labels"])
+		return http.StatusOK, s.newOp("zones/"+in.zone, "compute.instance.setLabels", "instances/"+in.zone+"/"+in.name, in.body["selfLink"], in.body["id"], nil)
+	case len(p) == 2 && p[0] == "aggregated" && p[1] == "instances" && r.Method == http.MethodGet:
+		return s.aggregated(q)
+	case len(p) == 4 && p[1] != "" && p[2] == "operations" && (p[0] == "zones" || p[0] == "regions") && r.Method == http.MethodGet:
+		return s.getOp(p[0] + "/" + p[1] + "/" + p[3])
+	case len(p) == 3 && p[0] == "global" && p[1] == "operations" && r.Method == http.MethodGet:
+		return s.getOp("global/" + p[2])
+	case len(p) == 3 && p[0] == "regions" && p[2] == "addresses" && r.Method == http.MethodPost:
+		return s.insertAddress(p[1], body)
+	case len(p) >= 4 && p[0] == "regions" && p[2] == "addresses":
+		a, ok := s.addresses[p[1]+"/"+p[3]]
+		if !ok {
+			return notFound(fmt.Sprintf("projects/%s/regions/%s/addresses/%s", s.Project, p[1], p[3]))
+		}
+		switch {
+		case len(p) == 4 && r.Method == http.MethodGet:
+			return http.StatusOK, a.body
+		case len(p) == 4 && r.Method == http.MethodDelete:
+			return s.deleteAddress(a)
+		case len(p) == 5 && p[4] == "setLabels" && r.Method == http.MethodPost:
+			if body["labelFingerprint"] != a.body["labelFingerprint"] {
+				return http.StatusPreconditionFailed, apiErr{"conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"}
+			}
+			a.body["labels"] = body["labels"]
+			a.body["labelFingerprint"] = fingerprint(body["labels"])
+			op := s.newOp("regions/"+a.region, "setLabels", "addresses/"+a.region+"/"+a.name, a.body["selfLink"], a.body["id"], nil)
+			return http.StatusOK, op
+		}
+	case len(p) == 2 && p[0] == "global" && p[1] == "firewalls" && r.Method == http.MethodPost:
+		return s.insertFirewall(body)
+	case len(p) == 3 && p[0] == "global" && p[1] == "firewalls":
+		f, ok := s.firewalls[p[2]]
+		if !ok {
+			return notFound(fmt.Sprintf("projects/%s/global/firewalls/%s", s.Project, p[2]))
+		}
+		switch r.Method {
+		case http.MethodGet:
+			return http.StatusOK, f.body
+		case http.MethodPatch:
+			for k, v := range body {
+				if k != "name" {
+					f.body[k] = v
+				}
+			}
+			return http.StatusOK, s.newOp("global", "patch", "firewalls/"+f.name, f.body["selfLink"], f.body["id"], nil)
+		case http.MethodDelete:
+			return s.deleteFirewall(f)
+		}
+	case len(p) == 2 && p[0] == "regions" && r.Method == http.MethodGet:
+		return s.region(p[1])
+	}
+	return http.StatusBadRequest, apiErr{"badRequest", fmt.Sprintf("Invalid request: %s %s", r.Method, strings.Join(p, "/"))}
+}
+
+// --- instances ---
+
+func (s *Server) link(rest string) string { return linkBase + s.Project + "/" + rest }
+
+func (s *Server) newInstance(zone, name string, body map[string]any) *instance {
+	now := stamp(time.Now())
+	body = clone(body)
+	body["kind"] = "compute#instance"
+	body["id"] = s.id(zone + "/" + name)
+	body["creationTimestamp"] = now
+	body["selfLink"] = s.link("zones/" + zone + "/instances/" + name)
+	body["zone"] = s.link("zones/" + zone)
+	body["status"] = "PROVISIONING"
+	body["fingerprint"] = fingerprint(now)
+	body["labelFingerprint"] = fingerprint(body["labels"])
+	body["canIpForward"] = false
+	body["deletionProtection"] = false
+	body["startRestricted"] = false
+	body["cpuPlatform"] = "Unknown CPU Platform"
+	if mt, ok := body["machineType"].(string); ok && !strings.HasPrefix(mt, "https://") {
+		body["machineType"] = s.link(strings.TrimPrefix(mt, "projects/"+s.Project+"/"))
+	}
+	md, _ := body["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["kind"] = "compute#metadata"
+	md["fingerprint"] = fingerprint(md["items"])
+	body["metadata"] = md
+	tags, _ := body["tags"].(map[string]any)
+	if tags == nil {
+		tags = map[string]any{}
+	}
+	tags["fingerprint"] = fingerprint(tags["items"])
+	body["tags"] = tags
+	body["scheduling"] = map[string]any{"automaticRestart": true, "onHostMaintenance": "MIGRATE", "preemptible": false, "provisioningModel": "STANDARD"}
+	body["shieldedInstanceConfig"] = map[string]any{"enableIntegrityMonitoring": true, "enableSecureBoot": false, "enableVtpm": true}
+	body["shieldedInstanceIntegrityPolicy"] = map[string]any{"updateAutoLearnPolicy": true}
+	body["resourceStatus"] = map[string]any{"scheduling": map[string]any{}}
+	body["satisfiesPzi"] = true
+	var disks []any
+	for i, d := range asList(body["disks"]) {
+		dm, _ := d.(map[string]any)
+		size := "10"
+		if ip, ok := dm["initializeParams"].(map[string]any); ok && ip["diskSizeGb"] != nil {
+			size = fmt.Sprint(ip["diskSizeGb"])
+		}
+		disks = append(disks, map[string]any{
+			"kind": "compute#attachedDisk", "type": "PERSISTENT", "mode": "READ_WRITE",
+			"source":     s.link(fmt.Sprintf("zones/%s/disks/%s", zone, name)),
+			"deviceName": fmt.Sprintf("persistent-disk-%d", i), "index": i, "boot": dm["boot"] == true,
+			"autoDelete": dm["autoDelete"] == true, "interface": "SCSI", "diskSizeGb": size,
+			"architecture": "X86_64", "guestOsFeatures": []any{map[string]any{"type": "VIRTIO_SCSI_MULTIQUEUE"}, map[string]any{"type": "GVNIC"}},
+		})
+	}
+	body["disks"] = disks
+	var nics []any
+	natIP := ""
+	for i, n := range asList(body["networkInterfaces"]) {
+		nm, _ := n.(map[string]any)
+		nic := map[string]any{
+			"kind": "compute#networkInterface", "name": fmt.Sprintf("nic%d", i), "stackType": "IPV4_ONLY",
+			"network":     s.link("global/networks/default"),
+			"subnetwork":  s.link("regions/" + regionOf(zone) + "/subnetworks/default"),
+			"networkIP":   s.nextIP("internal"),
+			"fingerprint": fingerprint(name + "nic"),
+		}
+		if v, ok := nm["network"].(string); ok {
+			nic["network"] = s.link(strings.TrimPrefix(v, "projects/"+s.Project+"/"))
+		}
+		if v, ok := nm["subnetwork"].(string); ok {
+			nic["subnetwork"] = s.link(strings.TrimPrefix(v, "projects/"+s.Project+"/"))
+		}
+		var acs []any
+		for _, ac := range asList(nm["accessConfigs"]) {
+			am, _ := ac.(map[string]any)
+			out := map[string]any{"kind": "compute#accessConfig", "name": "external-nat", "type": "ONE_TO_ONE_NAT", "networkTier": "PREMIUM"}
+			if v, ok := am["name"].(string); ok {
+				out["name"] = v
+			}
+			if v, ok := am["natIP"].(string); ok && v != "" {
+				out["natIP"] = v
+				natIP = v
+			}
+			acs = append(acs, out)
+		}
+		if acs != nil {
+			nic["accessConfigs"] = acs
+		}
+		nics = append(nics, nic)
+	}
+	body["networkInterfaces"] = nics
+	in := &instance{body: body, zone: zone, name: name, status: "PROVISIONING", natIP: natIP}
+	for _, a := range s.addresses {
+		if natIP != "" && a.body["address"] == natIP {
+			a.body["status"] = "IN_USE"
+			a.body["users"] = []any{body["selfLink"]}
+		}
+	}
+	return in
+}
+
+// boot makes an instance RUNNING, with an ephemeral NAT IP where its
+// access config has none.
+func (s *Server) boot(in *instance) {
+	in.status = "RUNNING"
+	in.body["status"] = "RUNNING"
+	in.body["lastStartTimestamp"] = stamp(time.Now())
+	for _, n := range asList(in.body["networkInterfaces"]) {
+		for _, ac := range asList(n.(map[string]any)["accessConfigs"]) { //nolint:forcetypeassert // Built by newInstance.
+			am := ac.(map[string]any) //nolint:forcetypeassert // Built by newInstance.
+			if am["natIP"] == nil {
+				am["natIP"] = s.nextIP("ephemeral")
+			}
+			in.natIP, _ = am["natIP"].(string)
+		}
+	}
+}
+
+func (s *Server) insertInstance(zone string, body map[string]any) (int, any) {
+	name, _ := body["name"].(string)
+	what := fmt.Sprintf("projects/%s/zones/%s/instances/%s", s.Project, zone, name)
+	if _, ok := s.instances[zone+"/"+name]; ok {
+		return exists(what)
+	}
+	if !slices.Contains(Zones, zone) {
+		return http.StatusBadRequest, apiErr{"invalid", fmt.Sprintf("Invalid value for field 'zone': '%s'. Unknown zone.", zone)}
+	}
+	if name == "" {
+		return http.StatusBadRequest, apiErr{"required", "Required field 'resource.name' not specified"}
+	}
+	in := s.newInstance(zone, name, body)
+	key := zone + "/" + name
+	s.instances[key] = in
+	fail := s.takeOpFailure("instances", "insert")
+	op := s.newOp("zones/"+zone, "insert", "instances/"+key, in.body["selfLink"], in.body["id"], func() *opFailure {
+		if fail != nil {
+			delete(s.instances, key)
+			return fail
+		}
+		if cur := s.instances[key]; cur == in {
+			s.boot(in)
+		}
+		return nil
+	})
+	in.insertOp = op["name"].(string) //nolint:forcetypeassert // newOp sets it.
+	return http.StatusOK, op
+}
+
+func (s *Server) deleteInstance(in *instance) (int, any) {
+	key := in.zone + "/" + in.name
+	in.status, in.deleting = "STOPPING", true
+	in.body["status"] = "STOPPING"
+	fail := s.takeOpFailure("instances", "delete")
+	op := s.newOp("zones/"+in.zone, "delete", "instances/"+key, in.body["selfLink"], in.body["id"], func() *opFailure {
+		if fail != nil {
+			in.deleting = false
+			return fail
+		}
+		if s.instances[key] == in {
+			delete(s.instances, key)
+			for _, a := range s.addresses {
+				if a.body["status"] == "IN_USE" && a.body["address"] == in.natIP {
+					a.body["status"] = "RESERVED"
+					delete(a.body, "users")
+				}
+			}
+		}
+		return nil
+	})
+	if s.held[key] {
+		s.ops[s.opKeyOf(op)].held = true
+	}
+	return http.StatusOK, op
+}
+
+func (s *Server) updateInstance(in *instance, body map[string]any, minimalAction string) (int, any) {
+	if body["fingerprint"] != in.body["fingerprint"] {
+		return http.StatusPreconditionFailed, apiErr{"conditionNotMet", "Supplied fingerprint does not match current fingerprint."}
+	}
+	if md, ok := body["metadata"].(map[string]any); ok {
+		cur, _ := in.body["metadata"].(map[string]any)
+		if md["fingerprint"] != cur["fingerprint"] {
+			return http.StatusPreconditionFailed, apiErr{"conditionNotMet", "Supplied fingerprint does not match current metadata fingerprint."}
+		}
+		in.body["metadata"] = map[string]any{"kind": "compute#metadata", "items": md["items"], "fingerprint": fingerprint(md["items"])}
+	}
+	if l, ok := body["labels"]; ok {
+		in.body["labels"] = l
+		in.body["labelFingerprint"] = fingerprint(l)
+	}
+	in.body["fingerprint"] = fingerprint(stamp(time.Now()) + in.name + fmt.Sprint(s.seq))
+	key := in.zone + "/" + in.name
+	restart := minimalAction == "RESTART"
+	if restart {
+		in.status = "STOPPING"
+		in.body["status"] = "STOPPING"
+	}
+	return http.StatusOK, s.newOp("zones/"+in.zone, "update", "instances/"+key, in.body["selfLink"], in.body["id"], func() *opFailure {
+		if restart && s.instances[key] == in {
+			s.boot(in)
+		}
+		return nil
+	})
+}
+
+func (s *Server) instanceJSON(in *instance) map[string]any {
+	return in.body
+}
+
+func (s *Server) instanceKey(id string) string {
+	p := strings.Split(id, "/")
+	if len(p) == 4 && p[0] == "zones" {
+		return p[1] + "/" + p[3]
+	}
+	for k := range s.instances {
+		if strings.HasSuffix(k, "/"+id) {
+			return k
+		}
+	}
+	return id
+}
+
+var filterRE = regexp.MustCompile(`labels\.([-a-z0-9_]+)\s*=\s*"?([^"\s)]*)"?`)
+
+func (s *Server) aggregated(q map[string][]string) (int, any) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	want := map[string]string{}
+	for _, m := range filterRE.FindAllStringSubmatch(get("filter"), -1) {
+		want[m[1]] = m[2]
+	}
+	var keys []string
+	for k, in := range s.instances {
+		labels, _ := in.body["labels"].(map[string]any)
+		ok := true
+		for lk, lv := range want {
+			if labels[lk] != lv {
+				ok = false
+			}
+		}
+		if ok && !slices.Contains(s.unreach, "zones/"+in.zone) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	start, _ := strconv.Atoi(get("pageToken"))
+	max := len(keys)
+	if m, err := strconv.Atoi(get("maxResults")); err == nil && m > 0 {
+		max = m
+	}
+	end := min(len(keys), start+max)
+	items := map[string]any{}
+	for _, z := range Zones {
+		items["zones/"+z] = map[string]any{"warning": map[string]any{
+			"code": "NO_RESULTS_ON_PAGE", "message": fmt.Sprintf("No results for the scope 'zones/%s'.", z),
+			"data": []any{map[string]any{"key": "scope", "value": "zones/" + z}},
+		}}
+	}
+	for _, k := range keys[start:end] {
+		in := s.instances[k]
+		scope := "zones/" + in.zone
+		sl, _ := items[scope].(map[string]any)
+		list, _ := sl["instances"].([]any)
+		items[scope] = map[string]any{"instances": append(list, in.body)}
+	}
+	resp := map[string]any{
+		"kind":     "compute#instanceAggregatedList",
+		"id":       "projects/" + s.Project + "/aggregated/instances",
+		"selfLink": s.link("aggregated/instances"),
+		"items":    items,
+	}
+	if end < len(keys) {
+		resp["nextPageToken"] = strconv.Itoa(end)
+	}
+	if len(s.unreach) > 0 {
+		resp["unreachables"] = s.unreach
+	}
+	return http.StatusOK, resp
+}
+
+// --- addresses ---
+
+func (s *Server) insertAddress(region string, body map[string]any) (int, any) {
+	name, _ := body["name"].(string)
+	key := region + "/" + name
+	if _, ok := s.addresses[key]; ok {
+		return exists(fmt.Sprintf("projects/%s/regions/%s/addresses/%s", s.Project, region, name))
+	}
+	b := clone(body)
+	b["kind"] = "compute#address"
+	b["id"] = s.id("address/" + key)
+	b["creationTimestamp"] = stamp(time.Now())
+	b["selfLink"] = s.link("regions/" + region + "/addresses/" + name)
+	b["region"] = s.link("regions/" + region)
+	b["status"] = "RESERVING"
+	b["networkTier"] = "PREMIUM"
+	b["labelFingerprint"] = fingerprint(b["labels"])
+	if b["description"] == nil {
+		b["description"] = ""
+	}
+	if b["addressType"] == nil {
+		b["addressType"] = "EXTERNAL"
+	}
+	a := &address{body: b, region: region, name: name}
+	s.addresses[key] = a
+	fail := s.takeOpFailure("addresses", "insert")
+	return http.StatusOK, s.newOp("regions/"+region, "insert", "addresses/"+key, b["selfLink"], b["id"], func() *opFailure {
+		if fail != nil {
+			delete(s.addresses, key)
+			return fail
+		}
+		b["status"] = "RESERVED"
+		b["address"] = s.nextIP("static")
+		return nil
+	})
+}
+
+func (s *Server) deleteAddress(a *address) (int, any) {
+	key := a.region + "/" + a.name
+	for _, in := range s.instances {
+		if in.natIP != "" && in.natIP == a.body["address"] {
+			// Recorded as RESOURCE_IN_USE_BY_ANOTHER_RESOURCE on a
+			// finished operation.
+			return http.StatusOK, s.newOp("regions/"+a.region, "delete", "addresses/"+key, a.body["selfLink"], a.body["id"], func() *opFailure {
+				return &opFailure{code: "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", message: fmt.Sprintf("The address resource 'projects/%s/regions/%s/addresses/%s' is already being used by 'projects/%s/zones/%s/instances/%s'", s.Project, a.region, a.name, s.Project, in.zone, in.name), httpStatus: 400, httpMsg: "BAD REQUEST"}
+			})
+		}
+	}
+	return http.StatusOK, s.newOp("regions/"+a.region, "delete", "addresses/"+key, a.body["selfLink"], a.body["id"], func() *opFailure {
+		delete(s.addresses, key)
+		return nil
+	})
+}
+
+// --- firewalls ---
+
+func (s *Server) insertFirewall(body map[string]any) (int, any) {
+	name, _ := body["name"].(string)
+	if _, ok := s.firewalls[name]; ok {
+		return exists(fmt.Sprintf("projects/%s/global/firewalls/%s", s.Project, name))
+	}
+	b := clone(body)
+	b["kind"] = "compute#firewall"
+	b["id"] = s.id("firewall/" + name)
+	b["creationTimestamp"] = stamp(time.Now())
+	b["selfLink"] = s.link("global/firewalls/" + name)
+	if v, ok := b["network"].(string); ok {
+		b["network"] = s.link(strings.TrimPrefix(v, "projects/"+s.Project+"/"))
+	}
+	defaults := map[string]any{"direction": "INGRESS", "priority": 1000, "description": "", "disabled": false, "sourceRanges": []any{"0.0.0.0/0"}, "logConfig": map[string]any{"enable": false}}
+	for k, v := range defaults {
+		if b[k] == nil {
+			b[k] = v
+		}
+	}
+	f := &firewall{body: b, name: name}
+	s.firewalls[name] = f
+	fail := s.takeOpFailure("firewalls", "insert")
+	return http.StatusOK, s.newOp("global", "insert", "firewalls/"+name, b["selfLink"], b["id"], func() *opFailure {
+		if fail != nil {
+			delete(s.firewalls, name)
+			return fail
+		}
+		return nil
+	})
+}
+
+func (s *Server) deleteFirewall(f *firewall) (int, any) {
+	return http.StatusOK, s.newOp("global", "delete", "firewalls/"+f.name, f.body["selfLink"], f.body["id"], func() *opFailure {
+		if s.firewalls[f.name] == f {
+			delete(s.firewalls, f.name)
+		}
+		return nil
+	})
+}
+
+func (s *Server) region(name string) (int, any) {
+	if !slices.ContainsFunc(Zones, func(z string) bool { return regionOf(z) == name }) {
+		return notFound(fmt.Sprintf("projects/%s/regions/%s", s.Project, name))
+	}
+	q := s.quotas[name]
+	if q == nil {
+		q = []Quota{{"CPUS", 24, 0}, {"INSTANCES", 6000, 0}, {"IN_USE_ADDRESSES", 8, 0}, {"STATIC_ADDRESSES", 8, 0}}
+	}
+	var zones []any
+	for _, z := range Zones {
+		if regionOf(z) == name {
+			zones = append(zones, s.link("zones/"+z))
+		}
+	}
+	var quotas []any
+	for _, x := range q {
+		quotas = append(quotas, map[string]any{"metric": x.Metric, "limit": x.Limit, "usage": x.Usage})
+	}
+	return http.StatusOK, map[string]any{
+		"kind": "compute#region", "id": s.id("region/" + name), "name": name, "description": name,
+		"creationTimestamp": "1969-12-31T16:00:00.000-08:00", "status": "UP",
+		"selfLink": s.link("regions/" + name), "zones": zones, "quotas": quotas, "supportsPzs": false,
+	}
+}
+
+// --- operations ---
+
+func (s *Server) opKeyOf(op map[string]any) string {
+	return op["x-key"].(string) //nolint:forcetypeassert // newOp sets it.
+}
+
+// newOp starts an operation on target; finish runs when it ends.
+func (s *Server) newOp(scope, opType, target string, targetLink, targetID any, finish func() *opFailure) map[string]any {
+	s.seq++
+	now := time.Now()
+	name := fmt.Sprintf("operation-%d-%016x-%08x", now.UnixMilli(), s.seq*0x9e3779b97f4a7c15, s.seq)
+	body := map[string]any{
+		"kind":          "compute#operation",
+		"id":            s.id("op/" + name),
+		"name":          name,
+		"operationType": opType,
+		"progress":      0,
+		"selfLink":      s.link(scope + "/operations/" + name),
+		"startTime":     stamp(now),
+		"insertTime":    stamp(now),
+		"status":        "RUNNING",
+		"targetId":      targetID,
+		"targetLink":    targetLink,
+		"user":          "egressproxy-test@" + s.Project + ".iam.gserviceaccount.com",
+	}
+	switch {
+	case strings.HasPrefix(scope, "zones/"):
+		body["zone"] = s.link(scope)
+	case strings.HasPrefix(scope, "regions/"):
+		body["region"] = s.link(scope)
+	}
+	if finish == nil {
+		finish = func() *opFailure { return nil }
+	}
+	key := scope + "/" + name
+	s.ops[key] = &operation{key: key, body: body, scope: scope, started: now, finish: finish, target: target}
+	s.order = append(s.order, key)
+	out := clone(body)
+	out["x-key"] = key
+	return out
+}
+
+func (s *Server) getOp(key string) (int, any) {
+	op, ok := s.ops[key]
+	if !ok {
+		p := strings.Split(key, "/")
+		return notFound(fmt.Sprintf("projects/%s/%s/operations/%s", s.Project, strings.Join(p[:len(p)-1], "/"), p[len(p)-1]))
+	}
+	return http.StatusOK, op.body
+}
+
+// advance finishes operations past AutoComplete, and reports progress on
+// the others. Called with mu held.
+func (s *Server) advance() {
+	if s.auto <= 0 {
+		return
+	}
+	now := time.Now()
+	for _, k := range slices.Clone(s.order) {
+		op := s.ops[k]
+		if op == nil || op.done || op.held {
+			continue
+		}
+		if el := now.Sub(op.started); el >= s.auto {
+			s.finish(op)
+		} else {
+			op.body["progress"] = int(100 * el / s.auto)
+		}
+	}
+}
+
+// finish ends op, applying its effect. Called with mu held.
+func (s *Server) finish(op *operation) {
+	op.done = true
+	f := op.finish()
+	op.body["status"] = "DONE"
+	op.body["progress"] = 100
+	op.body["endTime"] = stamp(time.Now())
+	if f != nil {
+		op.body["error"] = map[string]any{"errors": []any{map[string]any{"code": f.code, "message": f.message}}}
+		if f.httpStatus != 0 {
+			op.body["httpErrorStatusCode"] = f.httpStatus
+			op.body["httpErrorMessage"] = f.httpMsg
+		}
+	}
+}
+
+func (s *Server) takeOpFailure(resource, opType string) *opFailure {
+	for i, f := range s.failOps {
+		if f.opType == opType && f.resource == resource {
+			s.failOps = slices.Delete(s.failOps, i, i+1)
+			return &f
+		}
+	}
+	return nil
+}
+
+// --- helpers ---
+
+// nextIP hands out loopback addresses: ephemeral NAT IPs in 127.0.1.0/24,
+// static ones in 127.0.2.0/24, internal ones in 127.0.3.0/24.
+func (s *Server) nextIP(kind string) string {
+	s.lastIP[kind]++
+	n := s.lastIP[kind]%250 + 1
+	third := map[string]int{"ephemeral": 1, "static": 2, "internal": 3}[kind]
+	return fmt.Sprintf("127.0.%d.%d", third, n)
+}
+
+// id is a stable numeric ID, as a string (uint64 on the wire is a string).
+func (s *Server) id(key string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.Project + "/" + key))
+	return strconv.FormatUint(h.Sum64()>>1, 10)
+}
+
+// fingerprint has the shape of GCE's: base64 of 8 bytes ("abcdef0123A=").
+func fingerprint(v any) string {
+	b, _ := json.Marshal(v)
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return base64.StdEncoding.EncodeToString(h.Sum(nil))
+}
+
+func stamp(t time.Time) string { return t.Format("2006-01-02T15:04:05.000-07:00") }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	if m, ok := v.(map[string]any); ok {
+		if _, internal := m["x-key"]; internal {
+			m = maps.Clone(m)
+			delete(m, "x-key")
+			v = m
+		}
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.Header().Set("Server", "ESF")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes the error body of the recorded 404s:
+// {"error": {"code", "message", "errors": [{"domain", "message", "reason"}]}}.
+func writeError(w http.ResponseWriter, status int, reason, message string) {
+	domain := "global"
+	if reason == "quotaExceeded" || reason == "rateLimitExceeded" {
+		domain = "usageLimits"
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"code":    status,
+		"message": message,
+		"errors":  []any{map[string]any{"domain": domain, "message": message, "reason": reason}},
+	}})
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// clone deep-copies JSON-like values.
+func clone(m map[string]any) map[string]any {
+	b, _ := json.Marshal(m)
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func regionOf(zone string) string {
+	if i := strings.LastIndex(zone, "-"); i > 0 {
+		return zone[:i]
+	}
+	return zone
+}
+
+func lastSegment(s string) string {
+	if i := strings.LastIndex(s, "/"); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// Exchange is one request and its answer from a recorded .http.log (the
+// format of shared/data/gcp): "METHOD URL", headers, an optional JSON
+// body, then "STATUS TEXT", headers and the JSON answer; entries are
+// separated by "---" lines.
+type Exchange struct {
+	Method, URL  string
+	RequestBody  string
+	Status       int
+	ResponseBody string
+}
+
+// ParseHTTPLog reads a recorded .http.log.
+func ParseHTTPLog(text string) []Exchange {
+	var out []Exchange
+	for _, entry := range strings.Split(text, "\n---\n") {
+		lines := strings.Split(strings.Trim(entry, "\n"), "\n")
+		if len(lines) == 0 {
+			continue
+		}
+		method, url, ok := strings.Cut(lines[0], " ")
+		if !ok {
+			continue
+		}
+		ex := Exchange{Method: method, URL: url}
+		statusAt := -1
+		for i := 1; i < len(lines); i++ {
+			if len(lines[i]) > 4 && lines[i][3] == ' ' {
+				if n, err := strconv.Atoi(lines[i][:3]); err == nil && n >= 100 {
+					ex.Status, statusAt = n, i
+					break
+				}
+			}
+		}
+		if statusAt < 0 {
+			continue
+		}
+		ex.RequestBody = bodyAfterHeaders(lines[1:statusAt])
+		ex.ResponseBody = bodyAfterHeaders(lines[statusAt+1:])
+		out = append(out, ex)
+	}
+	return out
+}
+
+// bodyAfterHeaders is what follows the first blank line.
+func bodyAfterHeaders(lines []string) string {
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			return strings.TrimSpace(strings.Join(lines[i+1:], "\n"))
+		}
+	}
+	return ""
+}

@@ -1,0 +1,125 @@
+package gcp_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"google.golang.org/api/option"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+const (
+	testProject      = "egressproxy-test"
+	testProvider     = "ClusterProviderConfig gcp-test"
+	testInstallation = "proxytest-installation"
+	testZone         = "europe-west1-b"
+	testRegion       = "europe-west1"
+)
+
+// testConfig is the gcp block every test uses.
+func testConfig() gcp.Config {
+	return gcp.Config{
+		Project:      testProject,
+		Network:      "default",
+		NetworkTags:  []string{"egress-proxy"},
+		Images:       map[string]string{"ubuntu-2404": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"},
+		MachineTypes: map[string]string{"small": "e2-small"},
+		Zones:        []string{testZone},
+	}
+}
+
+// fixture is the real driver on the real SDK clients, pointed at the fake.
+type fixture struct {
+	srv    *gcptest.Server
+	driver *gcp.Driver
+	logs   *logBuffer
+	probed *probeRecorder
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) write(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(prefix + " " + args + "\n")
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// probeRecorder is the readiness probe seam: it answers up and records
+// the addresses asked.
+type probeRecorder struct {
+	mu    sync.Mutex
+	addrs []string
+	down  bool
+}
+
+func (p *probeRecorder) probe(_ context.Context, addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addrs = append(p.addrs, addr)
+	return !p.down
+}
+
+func newSDK(t *testing.T, srv *gcptest.Server) gcp.API {
+	t.Helper()
+	api, err := gcp.NewSDK(context.Background(), srv.Project, option.WithEndpoint(srv.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	return api
+}
+
+func newFixture(t *testing.T, mutate ...func(*gcp.Options)) *fixture {
+	t.Helper()
+	f := &fixture{srv: gcptest.New(t, testProject), logs: &logBuffer{}, probed: &probeRecorder{}}
+	log := funcr.New(f.logs.write, funcr.Options{Verbosity: 5})
+	o := gcp.Options{
+		Provider: testProvider,
+		Config:   testConfig(),
+		API:      newSDK(t, f.srv),
+		Probe:    f.probed.probe,
+		Log:      &log,
+	}
+	for _, m := range mutate {
+		m(&o)
+	}
+	f.driver = gcp.New(o)
+	return f
+}
+
+// request is a valid request: an ephemeral address and no firewall rule
+// unless a test asks.
+func request(name, uid string) proxy.Request {
+	return proxy.Request{
+		Name:      name,
+		Mark:      proxy.Mark{UID: uid, InstallationID: testInstallation},
+		Placement: proxy.Placement{Location: testZone, MachineType: "small", Image: "ubuntu-2404"},
+		Proxy: proxy.Settings{
+			Port:               3128,
+			AllowedClientCIDRs: []string{"10.0.0.0/8"},
+			AllowedPorts:       []int32{443},
+		},
+		Exposure: proxy.Exposure{AddressType: gcp.AddressEphemeral},
+	}
+}
+
+// noAuth is the test ClientOptions: the key is accepted unread and the
+// clients go to the fake without authentication.
+func noAuth(context.Context, gcp.Credentials) ([]option.ClientOption, error) {
+	return []option.ClientOption{option.WithoutAuthentication()}, nil
+}

@@ -1,0 +1,574 @@
+package gcp_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr/funcr"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/api/option"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	gcpbackend "github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/health"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+const (
+	testInstallation = "gcp-it"
+	project          = "egressproxy-it"
+	zone             = "europe-west1-b"
+	region           = "europe-west1"
+	// keySentinel is in the credentials Secret; it must never reach a
+	// condition, an event or a log line.
+	keySentinel = "KEY-S3NT1NEL-7c1d9e2f4a6b8c0d"
+)
+
+// env is a real control plane running the GCPProxy controllers of both
+// scopes in-process, their drivers on the real SDK clients pointed at the
+// fake Compute Engine.
+type env struct {
+	kube  client.Client
+	srv   *gcptest.Server
+	gets  atomic.Int64 // driver Get calls (one per Observe)
+	logs  *syncBuf
+	ports []int
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// countingDriver counts Get, which the controller calls once per Observe.
+type countingDriver struct {
+	proxy.Driver
+	gets *atomic.Int64
+}
+
+func (c countingDriver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	c.gets.Add(1)
+	return c.Driver.Get(ctx, ref)
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{srv: gcptest.New(t, project), logs: &syncBuf{}}
+	e.srv.AutoComplete(300 * time.Millisecond)
+
+	// Everything the provider logs, driver included, goes to one buffer
+	// that the key sentinel is looked for in.
+	zl := zap.New(zap.UseDevMode(true), zap.WriteTo(e.logs), zap.Level(zapcore.Level(-5)))
+	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
+		zl = zap.New(zap.UseDevMode(true), zap.WriteTo(ioMulti{e.logs, os.Stderr}), zap.Level(zapcore.Level(-5)))
+	}
+	driverLog := funcr.New(func(prefix, args string) { _, _ = fmt.Fprintf(e.logs, "%s %s\n", prefix, args) }, funcr.Options{Verbosity: 5})
+	conn := &gcpbackend.Connector{
+		// The production code path minus authentication: the key is read
+		// from its Secret and checked, then the clients go to the fake.
+		ClientOptions: func(ctx context.Context, c gcpbackend.Credentials) ([]option.ClientOption, error) {
+			if !strings.Contains(string(c.Key), keySentinel) {
+				return nil, proxy.Permanentf("test: the key Secret was not read")
+			}
+			return []option.ClientOption{option.WithoutAuthentication()}, nil
+		},
+		Endpoint: e.srv.URL,
+		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog},
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	kind := gcp.NewKind(conn)
+	connect := kind.Connect
+	kind.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+		d, err := connect(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return countingDriver{Driver: d, gets: &e.gets}, nil
+	}
+	features := &feature.Flags{}
+	features.Enable(feature.EnableBetaManagementPolicies)
+	o := external.Options{
+		Options: controller.Options{
+			Logger: logging.NewLogrLogger(zl), GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Second,
+			MaxConcurrentReconciles: 4, Features: features,
+		},
+		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 300 * time.Millisecond,
+	}
+	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind, nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.Setup(mgr, o.Options); err != nil {
+		t.Fatal(err)
+	}
+	if err := health.Setup(mgr, health.Reconciler{
+		Kube:       mgr.GetClient(),
+		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation},
+		Connectors: map[string]health.Connector{"gcp": connect},
+		Interval:   time.Minute, Timeout: 10 * time.Second,
+	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := fmt.Sprintf(`{"type":"service_account","client_email":"it@%s.iam.gserviceaccount.com","private_key":"%s"}`, project, keySentinel)
+	block := func() *spec.GCPConfig {
+		return &spec.GCPConfig{
+			Project:      project,
+			Credentials:  spec.GCPCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Namespace: "crossplane-system", Name: "gcp-sa", Key: "key.json"}},
+			Network:      "default",
+			NetworkTags:  []string{"egress-proxy"},
+			DiskSizeGB:   10,
+			Zones:        []string{zone},
+			Images:       map[string]spec.GCPImage{"ubuntu-2404": {Image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}},
+			MachineTypes: map[string]spec.GCPMachineType{"small": {MachineType: "e2-small"}},
+		}
+	}
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gcp-sa", Namespace: "crossplane-system"}, StringData: map[string]string{"key.json": key}},
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-prod"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
+		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-legacy"},
+			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
+	} {
+		if err := kube.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	e.kube = kube
+	return e
+}
+
+type ioMulti []interface{ Write([]byte) (int, error) }
+
+func (m ioMulti) Write(p []byte) (int, error) {
+	for _, w := range m {
+		_, _ = w.Write(p)
+	}
+	return len(p), nil
+}
+
+// freePort is a port free on loopback, for a proxy's listener.
+func freePort(t *testing.T) int32 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert,gosec // A TCP listener; ports fit.
+}
+
+// listen plays the proxy answering on ip:port once the fake handed out
+// ip: a real TCP listener, so the readiness probe is the production one.
+func listen(t *testing.T, ip string, port int32) {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
+	if err != nil {
+		t.Fatalf("listen on %s:%d: %v", ip, port, err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+}
+
+func waitCondition(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msgContains string) xpv2.Condition {
+	t.Helper()
+	var c xpv2.Condition
+	waitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msgContains), 45*time.Second, func() (bool, string) {
+		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err.Error()
+		}
+		c = obj.GetCondition(ct)
+		return c.Status == status && strings.Contains(c.Message, msgContains), fmt.Sprintf("%s=%s %s: %s", ct, c.Status, c.Reason, c.Message)
+	})
+	return c
+}
+
+func nsProxy(name string, port int32, mutate ...func(*nsproxy.GCPProxy)) *nsproxy.GCPProxy {
+	p := &nsproxy.GCPProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
+		Spec: nsproxy.GCPProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "gcp-prod"},
+				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: name + "-conn"},
+			},
+			ForProvider: spec.GCPProxyParameters{
+				Zone: zone, MachineType: "small", Image: "ubuntu-2404",
+				Proxy: spec.ProxySettings{Port: &port, AllowedClientCIDRs: []string{"10.20.0.0/16"}, Auth: &spec.ProxyAuth{Enabled: true}},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+// countOf counts requests whose line starts with prefix.
+func countOf(reqs []string, prefix string) int {
+	n := 0
+	for _, r := range reqs {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestGCPProxyIntegration(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+
+	t.Run("StaticAddressAndFirewallLifecycle", func(t *testing.T) {
+		port := freePort(t)
+		p := nsProxy("payments", port, func(p *nsproxy.GCPProxy) {
+			p.Spec.ForProvider.Address = &spec.GCPAddress{Type: "Static"}
+			p.Spec.ForProvider.Firewall = &spec.GCPFirewall{Manage: true}
+		})
+		e.srv.ResetRequests()
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the external name", 30*time.Second, func() (bool, string) {
+			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return meta.GetExternalName(p) != "", ""
+		})
+		name := meta.GetExternalName(p)
+
+		// The address is reserved before the instance, and becomes its
+		// NAT IP; the proxy answers there once the instance runs.
+		var staticIP string
+		waitFor(t, "the static address to be reserved", 30*time.Second, func() (bool, string) {
+			a, ok := e.srv.Address(region, name)
+			staticIP, _ = a["address"].(string)
+			return ok && staticIP != "", fmt.Sprint(e.srv.Names())
+		})
+		listen(t, staticIP, port)
+		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
+		obs := p.Status.AtProvider
+		if obs.State != "Running" || obs.IP != staticIP || obs.EgressIP != staticIP || !obs.ProxyReachable ||
+			obs.ID != "zones/"+zone+"/instances/"+name || obs.Placement == nil || obs.Placement.Zone != zone || obs.CreatedAt == nil {
+			t.Errorf("status.atProvider = %+v; want Running at the static address %s", obs, staticIP)
+		}
+		inst, _ := e.srv.Instance(zone, name)
+		labels, _ := inst["labels"].(map[string]any)
+		if labels["egressproxy-uid"] != string(p.GetUID()) || labels["egressproxy-installation"] != testInstallation {
+			t.Errorf("instance labels %v; want the ownership mark", labels)
+		}
+		fw, ok := e.srv.Firewall(name)
+		if !ok {
+			t.Fatalf("no firewall rule %s: %v", name, e.srv.Names())
+		}
+		if fmt.Sprint(fw["sourceRanges"]) != "[10.20.0.0/16]" || fmt.Sprint(fw["targetTags"]) != "["+name+"]" ||
+			!strings.Contains(fmt.Sprint(fw["allowed"]), fmt.Sprint(port)) {
+			t.Errorf("firewall rule = sourceRanges %v targetTags %v allowed %v", fw["sourceRanges"], fw["targetTags"], fw["allowed"])
+		}
+		conn := &corev1.Secret{}
+		waitFor(t, "the connection secret", 30*time.Second, func() (bool, string) {
+			err := e.kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "payments-conn"}, conn)
+			return err == nil && string(conn.Data["host"]) == staticIP, fmt.Sprint(err)
+		})
+		if u := string(conn.Data["url"]); !strings.HasPrefix(u, "http://proxy:") || !strings.HasSuffix(u, fmt.Sprintf("@%s:%d", staticIP, port)) {
+			t.Errorf("url = %q", u)
+		}
+		t.Logf("API requests to become Ready: %d", len(e.srv.Requests()))
+
+		t.Run("OneRequestPerObserveAtSteadyState", func(t *testing.T) {
+			time.Sleep(500 * time.Millisecond) // let in-flight reconciles end
+			e.srv.ResetRequests()
+			before := e.gets.Load()
+			time.Sleep(4 * time.Second)
+			reqs := e.srv.Requests()
+			observes := e.gets.Load() - before
+			mine := countOf(reqs, "GET zones/"+zone+"/instances/"+name)
+			if observes == 0 {
+				t.Fatal("no Observe in 4 s; the poll interval is 1 s")
+			}
+			for _, r := range reqs {
+				if !strings.HasPrefix(r, "GET zones/"+zone+"/instances/") {
+					t.Errorf("request at steady state that is not instances.get: %s", r)
+				}
+			}
+			t.Logf("steady state: %d Observes, %d API requests (%d instances.get of this proxy): %.2f requests per Observe",
+				observes, len(reqs), mine, float64(len(reqs))/float64(observes))
+			if len(reqs) != int(observes) {
+				t.Errorf("%d API requests for %d Observes; want exactly one each", len(reqs), observes)
+			}
+		})
+
+		t.Run("ChangingTheClientCIDRsPatchesTheRuleAndRestartsSquid", func(t *testing.T) {
+			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.30.0.0/16", "192.168.0.0/24"}
+			if err := e.kube.Update(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the rule to admit the new CIDRs", 30*time.Second, func() (bool, string) {
+				fw, _ := e.srv.Firewall(name)
+				return fmt.Sprint(fw["sourceRanges"]) == "[10.30.0.0/16 192.168.0.0/24]", fmt.Sprint(fw["sourceRanges"])
+			})
+			waitFor(t, "the new squid.conf in metadata", 30*time.Second, func() (bool, string) {
+				inst, _ := e.srv.Instance(zone, name)
+				return strings.Contains(fmt.Sprint(inst["metadata"]), "acl clients src 10.30.0.0/16 192.168.0.0/24"), ""
+			})
+			waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+			if !slices.ContainsFunc(e.srv.Requests(), func(r string) bool {
+				return strings.HasPrefix(r, "PUT zones/"+zone+"/instances/"+name+"?") && strings.Contains(r, "minimalAction=RESTART")
+			}) {
+				t.Errorf("no instances.update with minimalAction=RESTART among %v", e.srv.Requests())
+			}
+		})
+
+		t.Run("DeletingRemovesInstanceAddressAndRule", func(t *testing.T) {
+			e.srv.ResetRequests()
+			if err := e.kube.Delete(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the resource to be gone", 45*time.Second, func() (bool, string) {
+				err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+				return kerrors.IsNotFound(err), fmt.Sprintf("%v; backend %v; conditions %+v", err, e.srv.Names(), p.Status.Conditions)
+			})
+			for _, n := range e.srv.Names() {
+				if strings.HasSuffix(n, name) {
+					t.Errorf("%s remains after its proxy was deleted", n)
+				}
+			}
+			reqs := e.srv.Requests()
+			var order []string
+			for _, r := range reqs {
+				rest, ok := strings.CutPrefix(r, "DELETE ")
+				if !ok {
+					continue
+				}
+				p := strings.Split(rest, "/")
+				kind := p[len(p)-2]
+				if len(order) == 0 || order[len(order)-1] != kind {
+					order = append(order, kind)
+				}
+			}
+			if want := []string{"instances", "addresses", "firewalls"}; !slices.Equal(order, want) {
+				t.Errorf("deletions in the order %v; want %v", order, want)
+			}
+			t.Logf("API requests to delete: %d: %v", len(reqs), reqs)
+		})
+	})
+
+	t.Run("AsynchronousFailureReachesTheCondition", func(t *testing.T) {
+		// Accepted, then failed: the stockout arrives on the operation.
+		e.srv.FailNextOperation("instances", "insert", "ZONE_RESOURCE_POOL_EXHAUSTED",
+			"The zone 'projects/"+project+"/zones/"+zone+"' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.", 503)
+		p := nsProxy("stockout", freePort(t))
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "ZONE_RESOURCE_POOL_EXHAUSTED")
+		if !strings.Contains(c.Message, "out of quota or capacity on the backend") || !strings.Contains(c.Message, "ClusterProviderConfig gcp-prod") {
+			t.Errorf("condition %q: want the quota class and the config's name", c.Message)
+		}
+		t.Logf("Synced=False: %s", c.Message)
+		if p.Status.AtProvider.Operation == "" {
+			t.Errorf("status.atProvider.operation is empty; the failed insert's operation should be kept while it is reported")
+		}
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("SynchronousQuotaErrorReachesTheCondition", func(t *testing.T) {
+		for range 20 {
+			e.srv.FailNext("POST", "zones/"+zone+"/instances", 403, "quotaExceeded", "Quota 'CPUS' exceeded.  Limit: 24.0 in region europe-west1.")
+		}
+		p := nsProxy("quota", freePort(t), func(p *nsproxy.GCPProxy) { p.Spec.ForProvider.Firewall = &spec.GCPFirewall{Manage: false} })
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "quotaExceeded")
+		e.srv.ClearFailures()
+		if !strings.Contains(c.Message, "out of quota or capacity") {
+			t.Errorf("condition %q: want the quota class", c.Message)
+		}
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("ClusterScopedProxyWithLegacyConfig", func(t *testing.T) {
+		port := freePort(t)
+		p := &clusterproxy.GCPProxy{
+			ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+			Spec: clusterproxy.GCPProxySpec{
+				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
+					ProviderConfigReference:          &xpv2.Reference{Name: "gcp-legacy"},
+					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-conn"},
+				},
+				ForProvider: spec.GCPProxyParameters{Proxy: spec.ProxySettings{Port: &port, AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+			},
+		}
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		var ip string
+		waitFor(t, "an ephemeral NAT IP", 30*time.Second, func() (bool, string) {
+			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			inst, ok := e.srv.Instance(zone, meta.GetExternalName(p))
+			if !ok {
+				return false, "no instance"
+			}
+			ip = natIP(inst)
+			return ip != "", fmt.Sprint(inst["status"])
+		})
+		listen(t, ip, port)
+		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		if p.Status.AtProvider.EgressIP != ip {
+			t.Errorf("egressIP %q, want the ephemeral NAT IP %q", p.Status.AtProvider.EgressIP, ip)
+		}
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the cluster-scoped resource to be gone", 45*time.Second, func() (bool, string) {
+			return kerrors.IsNotFound(e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)), fmt.Sprint(e.srv.Names())
+		})
+	})
+
+	t.Run("ConfigHealthReportsTheProjectAndQuota", func(t *testing.T) {
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		waitFor(t, "Healthy=True on the config", 30*time.Second, func() (bool, string) {
+			_ = e.kube.Get(ctx, types.NamespacedName{Name: "gcp-prod"}, pc)
+			c := pc.GetCondition(health.TypeHealthy)
+			return c.Status == corev1.ConditionTrue && len(pc.Status.Targets) == 1, c.Message
+		})
+		tg := pc.Status.Targets[0]
+		if tg.Target != "projects/"+project || tg.Details["quota."+region+".CPUS"] == "" {
+			t.Errorf("target %+v; want the project with quota details", tg)
+		}
+	})
+
+	t.Run("TheKeyNeverLeaks", func(t *testing.T) {
+		if strings.Contains(e.logs.String(), keySentinel) {
+			t.Error("the service-account key appears in the provider's log")
+		}
+		for _, l := range []client.ObjectList{&nsproxy.GCPProxyList{}, &clusterproxy.GCPProxyList{}, &corev1.EventList{}} {
+			if err := e.kube.List(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(fmt.Sprintf("%+v", l), keySentinel) {
+				t.Errorf("the service-account key appears in a %T", l)
+			}
+		}
+	})
+}
+
+func natIP(inst map[string]any) string {
+	nics, _ := inst["networkInterfaces"].([]any)
+	for _, n := range nics {
+		acs, _ := n.(map[string]any)["accessConfigs"].([]any) //nolint:forcetypeassert // JSON objects.
+		for _, ac := range acs {
+			if ip, _ := ac.(map[string]any)["natIP"].(string); ip != "" { //nolint:forcetypeassert // JSON objects.
+				return ip
+			}
+		}
+	}
+	return ""
+}
