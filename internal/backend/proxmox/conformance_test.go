@@ -1,0 +1,57 @@
+package proxmox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+// TestConformance runs the contract's suite on the driver over the fake
+// cluster, every task held until Settle (which ends them and lets the
+// driver take its next steps, as reconciles would).
+func TestConformance(t *testing.T) {
+	proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+		f := newFixture(t)
+		token := f.fake.Token()
+		return proxytest.Fixture{
+			Driver:   f.rec,
+			Provider: testProvider,
+			Request:  f.request,
+			Settle:   f.settle,
+			Foreign: func(_ context.Context, name string) error {
+				f.fake.AddVM(pvetest.VMSpec{Name: name, Running: true})
+				return nil
+			},
+			ForeignMarked: func(_ context.Context, name, uid string) error {
+				mark := proxy.Mark{UID: uid, InstallationID: testInstallation}
+				f.fake.AddVM(pvetest.VMSpec{Name: name, Running: true, Tags: proxmox.MarkTags(mark, "0123456789abcdef"),
+					Description: proxmox.MarkDescription(name, mark, time.Now())})
+				return nil
+			},
+			SetUnknownState: func(_ context.Context, id string) error {
+				return f.fake.SetQMPStatus(vmidOf(t, id), "internal-error")
+			},
+			SetBusy: func(_ context.Context, busy bool) { f.fake.SetBusy(busy) },
+			HoldDelete: func(_ context.Context, id string) func() {
+				return f.fake.HoldDestroy(vmidOf(t, id))
+			},
+			LogOutput: f.logs.String,
+			Secrets:   []string{token, token[len("egress@pve!provider="):]},
+			MalformedIDs: []string{
+				"pt-alpha",               // a name, not an ID
+				"vms/",                   // nothing
+				"vms/abc/pt-alpha",       // VMID not a number
+				"vms/99/pt-alpha",        // below the lowest VMID
+				"vms/0100/pt-alpha",      // leading zero
+				"vms/100/Not_A_Name",     // not a name
+				"vms/100/pt-alpha/extra", // too many parts
+				"memory/pt-alpha",        // another backend's ID
+			},
+		}
+	}})
+}

@@ -1,0 +1,186 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// delete takes one step of the deletion per call, decided from the VM:
+//
+//	a task running on it      -> wait (nil)
+//	seed on storage           -> delete it where it was uploaded
+//	running                   -> stop (in the same call)
+//	stopped, seed gone        -> destroy (purge, unreferenced disks)
+//	gone                      -> delete any seed of the resource still on
+//	                             a node (a VM destroyed by hand), nil
+//
+// The seed goes before the VM, so that once Get says NotFound nothing of
+// the proxy is left. A VM that is not the resource's is left alone.
+func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ref.ID != "" {
+		if _, _, err := parseID(ref.ID); err != nil {
+			return err
+		}
+	}
+	res, err := d.api.Resources(ctx, "")
+	if err != nil {
+		return err
+	}
+	d.shared.forgetClones(d.cfg.URL, res)
+	idx := indexVMs(res)
+	f, ok, err := d.locate(idx, ref)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return d.sweep(ctx, idx, ref)
+	}
+	e := f.res
+	if e.Name == "" {
+		if f.clone != nil && f.clone.mark != ref.Mark {
+			return d.sweep(ctx, idx, ref)
+		}
+		return proxy.Transientf("VM %d is still being cloned (locked: clone); it is deleted once the clone ends", e.VMID)
+	}
+	if e.Status == "unknown" {
+		return proxy.Transientf("node %s is not answering, so VM %d (%s) cannot be deleted now", e.Node, e.VMID, f.name)
+	}
+	switch e.Lock {
+	case "":
+	case "suspended":
+		return proxy.Transientf("%s", hibernatedMessage(e, "Proxmox will not destroy it; the deletion continues by itself once it is resumed or its state discarded"))
+	default:
+		return proxy.Transientf("%s", lockedMessage(e, "deleted"))
+	}
+	cfg, err := d.api.VMConfig(ctx, e.Node, e.VMID)
+	if isNotExist(err) {
+		return d.sweep(ctx, idx, ref)
+	}
+	if err != nil {
+		return err
+	}
+	t := parseTags(cfg["tags"])
+	desc := parseDescription(cfg["description"])
+	mark := desc.mark
+	if t.managed {
+		mark = t.mark
+	}
+	if ref.Mark.UID == "" || mark != ref.Mark {
+		d.logger(ctx).V(1).Info("proxmox vm left alone: not this resource's", "name", f.name, "vmid", e.VMID, "mark", describeMark(mark))
+		return d.sweep(ctx, idx, ref)
+	}
+	log := d.logger(ctx).WithValues("name", f.name, "vmid", e.VMID, "node", e.Node)
+	tasks, err := d.api.Tasks(ctx, e.Node, e.VMID)
+	if err != nil {
+		return err
+	}
+	if r := firstRunning(tasks); r != nil {
+		log.V(1).Info("proxmox vm deletion waits for a task", "task", r.Type, "upid", r.UPID)
+		return nil
+	}
+	// The seed, where it was uploaded (its node matters on node-local
+	// storage, also after the VM migrated). It goes in the same step as
+	// the stop: a running guest does not need its seed, and each step of
+	// a deletion costs the controller a requeue.
+	seedGone := true
+	if desc.seedVolID != "" {
+		vols, err := d.api.ISOs(ctx, desc.seedNode, d.cfg.ISOStorage)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == desc.seedVolID }) {
+			seedGone = false
+			upid, err := d.api.DeleteVolume(ctx, desc.seedNode, desc.seedVolID)
+			if err != nil {
+				return err
+			}
+			log.V(1).Info("proxmox seed deleting", "seedNode", desc.seedNode, "volume", desc.seedVolID, "upid", upid)
+		}
+	}
+	if e.Status == "running" {
+		if err := d.recentFailure(ctx, tasks, "qmstop", fmt.Sprintf("stopping VM %d", e.VMID)); err != nil {
+			return err
+		}
+		upid, err := d.api.Stop(ctx, e.Node, e.VMID)
+		if err != nil {
+			return err
+		}
+		log.V(1).Info("proxmox vm stopping", "upid", upid)
+		return nil
+	}
+	if !seedGone {
+		// Destroyed only once the seed is seen gone: then nothing is left
+		// when Get says NotFound.
+		return nil
+	}
+	// Without a record (a crash between the upload and the config), the
+	// seed may be on any node.
+	if deleted, err := d.sweepSeeds(ctx, idx, ref, e.Node); err != nil || deleted {
+		return err
+	}
+	if err := d.recentFailure(ctx, tasks, "qmdestroy", fmt.Sprintf("destroying VM %d", e.VMID)); err != nil {
+		return err
+	}
+	upid, err := d.api.Destroy(ctx, e.Node, e.VMID)
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	log.V(1).Info("proxmox vm destroying", "upid", upid)
+	return nil
+}
+
+// sweep is sweepSeeds for a VM that is gone (or not the resource's): its
+// seed deletion is not waited for, since nothing else is left to do.
+func (d *Driver) sweep(ctx context.Context, idx vmIndex, ref proxy.Ref) error {
+	_, err := d.sweepSeeds(ctx, idx, ref, "")
+	return err
+}
+
+// sweepSeeds deletes the resource's seed ISO from every configured node
+// (and also, when set, from node) that holds it, and reports whether it
+// found one. Offline nodes are skipped: a proxy never created there must
+// not wait for them.
+func (d *Driver) sweepSeeds(ctx context.Context, idx vmIndex, ref proxy.Ref, node string) (bool, error) {
+	if ref.Mark.UID == "" || !nameRe.MatchString(ref.Name) {
+		return false, nil
+	}
+	deleted := false
+	vol := d.isoVolID(ref.Name, ref.Mark.UID)
+	nodes := slices.Clone(d.cfg.Nodes)
+	if node != "" && !slices.Contains(nodes, node) {
+		nodes = append(nodes, node)
+	}
+	for _, n := range nodes {
+		if st, known := idx.nodes[n]; known && st != "online" {
+			d.logger(ctx).V(1).Info("proxmox seed sweep skips an offline node", "node", n, "volume", vol)
+			continue
+		}
+		vols, err := d.api.ISOs(ctx, n, d.cfg.ISOStorage)
+		if err != nil {
+			if statusOf(err) == 500 {
+				// The storage is not on this node.
+				continue
+			}
+			return deleted, err
+		}
+		if !slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == vol }) {
+			continue
+		}
+		upid, err := d.api.DeleteVolume(ctx, n, vol)
+		if err != nil {
+			return deleted, err
+		}
+		deleted = true
+		d.logger(ctx).V(1).Info("proxmox seed deleting", "node", n, "volume", vol, "upid", upid)
+	}
+	return deleted, nil
+}

@@ -1,0 +1,72 @@
+package proxmox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// TestDeleteFindsTheSeedWhereItLives: the seed ISO is deleted from the node
+// it was uploaded to, also after the VM migrated to another node (on
+// node-local storage the file stays behind), and from wherever it is when
+// the VM was removed by hand.
+func TestDeleteFindsTheSeedWhereItLives(t *testing.T) {
+	ctx := context.Background()
+	t.Run("after a migration", func(t *testing.T) {
+		f := newFixture(t)
+		r := ready(t, f, "pt-migrated", "80910213-0001-4a5e-9d55-0a9c1f1e2b3c")
+		if v := f.fake.Volumes(); len(v) != 1 || v[0].Node != "pve1" {
+			t.Fatalf("seed: %+v; want one on pve1", v)
+		}
+		if err := f.fake.Migrate(vmidOf(t, r.status.ID), "pve2"); err != nil {
+			t.Fatal(err)
+		}
+		r.deleted = true
+		r.converge(ctx, 20)
+		assertNothingLeft(t, f.fake)
+	})
+	t.Run("VM removed by hand", func(t *testing.T) {
+		f := newFixture(t)
+		r := ready(t, f, "pt-removed", "80910213-0002-4a5e-9d55-0a9c1f1e2b3c")
+		f.fake.Remove(vmidOf(t, r.status.ID))
+		if err := f.drv.Delete(ctx, r.ref()); err != nil {
+			t.Fatal(err)
+		}
+		f.fake.FinishTasks()
+		assertNothingLeft(t, f.fake)
+	})
+	t.Run("shared ISO storage", func(t *testing.T) {
+		f := newFixture(t, withConfig(func(c *proxmox.Config) { c.ISOStorage = "shared-iso" }))
+		r := ready(t, f, "pt-shared", "80910213-0003-4a5e-9d55-0a9c1f1e2b3c")
+		if v := f.fake.Volumes(); len(v) != 1 || v[0].Node != "" {
+			t.Fatalf("seed: %+v; want one on the shared storage", v)
+		}
+		r.deleted = true
+		r.converge(ctx, 20)
+		assertNothingLeft(t, f.fake)
+	})
+}
+
+// TestDeleteLeavesOthersAlone: a VM with the resource's name that is not
+// the resource's (no mark, or another UID) is never stopped or destroyed.
+func TestDeleteLeavesOthersAlone(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	other := ready(t, f, "pt-other", "80910213-0004-4a5e-9d55-0a9c1f1e2b3c")
+	ref := other.ref()
+	ref.ID = ""
+	ref.Mark.UID = "80910213-9999-4a5e-9d55-0a9c1f1e2b3c"
+	if err := f.drv.Delete(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	f.fake.FinishTasks()
+	if vm := vmNamed(t, f.fake, "pt-other"); vm.Status != "running" {
+		t.Errorf("another resource's VM is %s after Delete; want untouched", vm.Status)
+	}
+	inst, err := f.drv.Get(ctx, other.ref())
+	if err != nil || inst.State != proxy.StateRunning {
+		t.Errorf("Get = %+v, %v; want still Running", inst, err)
+	}
+}
