@@ -148,6 +148,13 @@ type KVMHost struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_.]*$`
 	Network string `json:"network,omitempty"`
+	// DomainType is the libvirt domain type: kvm (hardware
+	// virtualisation) or qemu (software emulation, for hosts without it;
+	// much slower).
+	// +optional
+	// +kubebuilder:default=kvm
+	// +kubebuilder:validation:Enum=kvm;qemu
+	DomainType string `json:"domainType,omitempty"`
 }
 
 // ProxmoxConfig is the proxmox backend block.

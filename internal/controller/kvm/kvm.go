@@ -2,13 +2,17 @@
 package kvm
 
 import (
+	"context"
 	"strings"
+	"sync"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	kvmbackend "github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -20,7 +24,65 @@ var Kind = external.Kind[spec.KVMProxyParameters]{
 	LocationField: "host",
 	Proxy:         func(p *spec.KVMProxyParameters) *spec.ProxySettings { return &p.Proxy },
 	Request:       request,
-	Connect:       external.NotAvailable("kvm"),
+	Connect:       Connect,
+}
+
+// backend is the process-wide kvm state (pooled SSH connections, locks,
+// the image cache and creates waiting on it), shared by every config and
+// both scopes; Connect only builds a cheap driver over it.
+var backend = sync.OnceValue(func() *kvmbackend.Backend { return kvmbackend.NewBackend(kvmbackend.Options{}) })
+
+// Connect builds the driver of one config. The SSH key and known_hosts are
+// read from the config's Secrets on every call; the backend pools
+// connections by the material they were built from, so a rotated Secret
+// takes effect on the next dial. A Secret that cannot be read does not
+// fail Connect: every dial then fails Transient naming it, and the health
+// check reports CredentialsUnavailable per host.
+func Connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+	return connectWith(ctx, cfg, backend())
+}
+
+func connectWith(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (proxy.Driver, error) {
+	k := cfg.Spec.KVM
+	if k == nil {
+		return nil, errors.Errorf("%s has no kvm block", cfg.Name)
+	}
+	const keyField, khField = "spec.kvm.credentials.sshKeySecretRef", "spec.kvm.credentials.knownHostsSecretRef"
+	creds := kvmbackend.Credentials{InsecureIgnoreHostKey: k.Credentials.InsecureIgnoreHostKey, KeyField: keyField, KnownHostsField: khField}
+	key, err := cfg.Secrets.Get(ctx, keyField, &k.Credentials.SSHKeySecretRef)
+	if err != nil {
+		creds.Err = err
+	}
+	creds.Key = key
+	if !k.Credentials.InsecureIgnoreHostKey {
+		kh, err := cfg.Secrets.Get(ctx, khField, k.Credentials.KnownHostsSecretRef)
+		if err != nil && creds.Err == nil {
+			creds.Err = err
+		}
+		creds.KnownHosts = kh
+	}
+	c := kvmbackend.Config{
+		Name:              cfg.Name,
+		Credentials:       creds,
+		DiskSizeGB:        k.DiskSizeGB,
+		InstallGuestAgent: k.InstallGuestAgent == nil || *k.InstallGuestAgent,
+		Images:            map[string]kvmbackend.Image{},
+		MachineTypes:      map[string]kvmbackend.MachineType{},
+	}
+	if c.DiskSizeGB == 0 {
+		c.DiskSizeGB = 10
+	}
+	for key, im := range k.Images {
+		c.Images[key] = kvmbackend.Image{URL: im.URL, SHA256: im.SHA256, Format: im.Format, Firmware: im.Firmware}
+	}
+	for key, mt := range k.MachineTypes {
+		c.MachineTypes[key] = kvmbackend.MachineType{VCPUs: mt.VCPUs, MemoryMiB: mt.MemoryMiB}
+	}
+	for _, h := range k.Hosts {
+		c.Hosts = append(c.Hosts, kvmbackend.Host{Name: h.Name, Address: h.Address, User: h.User, Socket: h.Socket, Pool: h.Pool,
+			Bridge: h.Bridge, Network: h.Network, DomainType: h.DomainType})
+	}
+	return b.Driver(c), nil
 }
 
 func request(cfg *external.Config, p *spec.KVMProxyParameters, req *proxy.Request) error {

@@ -1,0 +1,166 @@
+package kvm
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+)
+
+// adapter is the production Libvirt: go-libvirt over one link, each call
+// within its budget.
+type adapter struct {
+	l       *libvirt.Libvirt
+	link    *link
+	budgets Budgets
+}
+
+var _ Libvirt = (*adapter)(nil)
+
+func rpc[T any](ctx context.Context, a *adapter, fn func() (T, error)) (T, error) {
+	return callValue(ctx, a.link, budgetOf(ctx, a.budgets.RPC), fn)
+}
+
+func rpcErr(ctx context.Context, a *adapter, budget time.Duration, fn func() error) error {
+	return a.link.call(ctx, budgetOf(ctx, budget), fn)
+}
+
+func (a *adapter) ConnectGetLibVersion(ctx context.Context) (uint64, error) {
+	return rpc(ctx, a, a.l.ConnectGetLibVersion)
+}
+
+func (a *adapter) ConnectGetHostname(ctx context.Context) (string, error) {
+	return rpc(ctx, a, a.l.ConnectGetHostname)
+}
+
+func (a *adapter) ConnectListAllDomains(ctx context.Context, flags libvirt.ConnectListAllDomainsFlags) ([]libvirt.Domain, error) {
+	return rpc(ctx, a, func() ([]libvirt.Domain, error) {
+		d, _, err := a.l.ConnectListAllDomains(1, flags)
+		return d, err
+	})
+}
+
+func (a *adapter) DomainLookupByName(ctx context.Context, name string) (libvirt.Domain, error) {
+	return rpc(ctx, a, func() (libvirt.Domain, error) { return a.l.DomainLookupByName(name) })
+}
+
+func (a *adapter) DomainDefineXML(ctx context.Context, xml string) (libvirt.Domain, error) {
+	return rpc(ctx, a, func() (libvirt.Domain, error) { return a.l.DomainDefineXML(xml) })
+}
+
+func (a *adapter) DomainCreate(ctx context.Context, dom libvirt.Domain) error {
+	return rpcErr(ctx, a, a.budgets.DomainCreate, func() error { return a.l.DomainCreate(dom) })
+}
+
+func (a *adapter) DomainDestroy(ctx context.Context, dom libvirt.Domain) error {
+	return rpcErr(ctx, a, a.budgets.RPC, func() error { return a.l.DomainDestroy(dom) })
+}
+
+func (a *adapter) DomainUndefineFlags(ctx context.Context, dom libvirt.Domain, flags libvirt.DomainUndefineFlagsValues) error {
+	return rpcErr(ctx, a, a.budgets.RPC, func() error { return a.l.DomainUndefineFlags(dom, flags) })
+}
+
+type domainState struct {
+	s      libvirt.DomainState
+	reason int32
+}
+
+func (a *adapter) DomainGetState(ctx context.Context, dom libvirt.Domain) (libvirt.DomainState, int32, error) {
+	st, err := rpc(ctx, a, func() (domainState, error) {
+		s, r, err := a.l.DomainGetState(dom, 0)
+		return domainState{libvirt.DomainState(s), r}, err
+	})
+	return st.s, st.reason, err
+}
+
+func (a *adapter) DomainGetMetadata(ctx context.Context, dom libvirt.Domain, uri string) (string, error) {
+	return rpc(ctx, a, func() (string, error) {
+		return a.l.DomainGetMetadata(dom, int32(libvirt.DomainMetadataElement), libvirt.OptString{uri}, libvirt.DomainAffectCurrent)
+	})
+}
+
+func (a *adapter) DomainSetMetadata(ctx context.Context, dom libvirt.Domain, xml, key, uri string) error {
+	return rpcErr(ctx, a, a.budgets.RPC, func() error {
+		// Config and live: the mark must survive a restart of the domain.
+		return a.l.DomainSetMetadata(dom, int32(libvirt.DomainMetadataElement), libvirt.OptString{xml}, libvirt.OptString{key}, libvirt.OptString{uri},
+			libvirt.DomainAffectConfig|libvirt.DomainAffectLive)
+	})
+}
+
+func (a *adapter) DomainInterfaceAddresses(ctx context.Context, dom libvirt.Domain, src libvirt.DomainInterfaceAddressesSource) ([]libvirt.DomainInterface, error) {
+	return rpc(ctx, a, func() ([]libvirt.DomainInterface, error) { return a.l.DomainInterfaceAddresses(dom, uint32(src), 0) })
+}
+
+func (a *adapter) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string) (string, error) {
+	return rpc(ctx, a, func() (string, error) {
+		r, err := a.l.QEMUDomainAgentCommand(dom, cmd, int32(libvirt.DomainAgentResponseTimeoutDefault), 0)
+		if len(r) > 0 {
+			return r[0], err
+		}
+		return "", err
+	})
+}
+
+func (a *adapter) StoragePoolLookupByName(ctx context.Context, name string) (libvirt.StoragePool, error) {
+	return rpc(ctx, a, func() (libvirt.StoragePool, error) { return a.l.StoragePoolLookupByName(name) })
+}
+
+func (a *adapter) StoragePoolRefresh(ctx context.Context, pool libvirt.StoragePool) error {
+	return rpcErr(ctx, a, a.budgets.RPC, func() error { return a.l.StoragePoolRefresh(pool, 0) })
+}
+
+func (a *adapter) StoragePoolGetInfo(ctx context.Context, pool libvirt.StoragePool) (PoolInfo, error) {
+	return rpc(ctx, a, func() (PoolInfo, error) {
+		st, c, al, av, err := a.l.StoragePoolGetInfo(pool)
+		return PoolInfo{State: libvirt.StoragePoolState(st), Capacity: c, Allocation: al, Available: av}, err
+	})
+}
+
+func (a *adapter) StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
+	return rpc(ctx, a, func() (libvirt.StorageVol, error) { return a.l.StorageVolLookupByName(pool, name) })
+}
+
+func (a *adapter) StorageVolGetPath(ctx context.Context, vol libvirt.StorageVol) (string, error) {
+	return rpc(ctx, a, func() (string, error) { return a.l.StorageVolGetPath(vol) })
+}
+
+func (a *adapter) StorageVolGetXMLDesc(ctx context.Context, vol libvirt.StorageVol) (string, error) {
+	return rpc(ctx, a, func() (string, error) { return a.l.StorageVolGetXMLDesc(vol, 0) })
+}
+
+func (a *adapter) StorageVolCreateXML(ctx context.Context, pool libvirt.StoragePool, xml string) (libvirt.StorageVol, error) {
+	return rpc(ctx, a, func() (libvirt.StorageVol, error) { return a.l.StorageVolCreateXML(pool, xml, 0) })
+}
+
+// StorageVolUpload streams r. An abandoned upload may still read from r
+// until the link closes; callers hand it a reader nobody else reads.
+func (a *adapter) StorageVolUpload(ctx context.Context, vol libvirt.StorageVol, r io.Reader, length uint64) error {
+	return rpcErr(ctx, a, a.budgets.SeedUpload, func() error { return a.l.StorageVolUpload(vol, r, 0, length, 0) })
+}
+
+// StorageVolDownload downloads into a buffer of its own (the driver reads
+// markers of 64 bytes), so an abandoned download never writes to w.
+func (a *adapter) StorageVolDownload(ctx context.Context, vol libvirt.StorageVol, w io.Writer, length uint64) error {
+	b, err := rpc(ctx, a, func() ([]byte, error) {
+		var buf bytes.Buffer
+		err := a.l.StorageVolDownload(vol, &buf, 0, length, 0)
+		return buf.Bytes(), err
+	})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func (a *adapter) StorageVolDelete(ctx context.Context, vol libvirt.StorageVol) error {
+	return rpcErr(ctx, a, a.budgets.RPC, func() error { return a.l.StorageVolDelete(vol, 0) })
+}
+
+// Close closes the link now.
+func (a *adapter) Close() error {
+	a.link.close("closed by its owner")
+	return nil
+}

@@ -1,0 +1,59 @@
+package kvm
+
+import (
+	"context"
+	"testing"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+// TestConformance runs the contract's suite on the driver over the fake
+// host. The image is not cached, so every instance goes through the
+// background download and the background finish.
+func TestConformance(t *testing.T) {
+	proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+		e := newTestEnv(t)
+		return proxytest.Fixture{
+			Driver:   e.d,
+			Provider: testProvider,
+			Request:  e.request,
+			Settle:   e.settle,
+			Foreign: func(ctx context.Context, name string) error {
+				_, err := e.host.conn().DomainDefineXML(ctx, "<domain type='kvm'><name>"+name+"</name></domain>")
+				return err
+			},
+			ForeignMarked: func(ctx context.Context, name, uid string) error {
+				m := instanceMeta{Managed: true, UID: uid, InstallationID: testInstallation, CreatedAt: "2026-01-02T03:04:05Z"}
+				_, err := e.host.conn().DomainDefineXML(ctx, "<domain type='kvm'><name>"+name+"</name><metadata>"+m.element(true)+"</metadata></domain>")
+				return err
+			},
+			SetUnknownState: func(_ context.Context, id string) error {
+				_, name, _ := parseID(id)
+				e.host.mu.Lock()
+				defer e.host.mu.Unlock()
+				e.host.domains[name].state = libvirt.DomainState(42)
+				return nil
+			},
+			SetBusy: func(_ context.Context, busy bool) {
+				e.host.mu.Lock()
+				e.host.busy = busy
+				e.host.mu.Unlock()
+			},
+			HoldDelete: func(_ context.Context, id string) func() {
+				// Mid-teardown: libvirt reports the domain shutting down.
+				_, name, _ := parseID(id)
+				e.host.mu.Lock()
+				if d := e.host.domains[name]; d != nil {
+					d.state = libvirt.DomainShutdown
+				}
+				e.host.mu.Unlock()
+				return func() {}
+			},
+			LogOutput:    e.logs.String,
+			Secrets:      []string{sentinelKey, sentinelKnownHosts, "S3NT1NEL-key-material-9f8e7d6c5b4a", "S3NT1NEL-known-hosts-1a2b3c4d5e6f"},
+			MalformedIDs: []string{"pt-alpha", "hosts/lab/domains/", "hosts/lab/vms/pt-alpha", "hosts/lab/domains/pt-alpha/x", "memory/pt-alpha", "hosts//domains/pt-alpha"},
+		}
+	}})
+}

@@ -1,0 +1,439 @@
+package kvm
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// seedReserve is what the precheck reserves for a seed ISO.
+const seedReserve = 16 << 20
+
+// plan is a validated Create request with everything resolved.
+type plan struct {
+	req       proxy.Request
+	host      Host
+	machine   MachineType
+	image     resolvedImage
+	userData  string // secret: never logged
+	metaData  string
+	createdAt time.Time
+}
+
+func (p *plan) key() string { return Target{Host: p.host}.endpoint() + "/" + p.req.Name }
+
+// plan checks the request against the config before any backend call.
+func (d *Driver) plan(req proxy.Request) (*plan, error) {
+	if !validName.MatchString(req.Name) {
+		return nil, proxy.Permanentf("instance name %q is not a valid domain name (lowercase letters, digits, dashes, at most 63)", req.Name)
+	}
+	if req.Mark.UID == "" || req.Mark.InstallationID == "" {
+		return nil, proxy.Permanentf("request for %q carries no complete ownership mark", req.Name)
+	}
+	h, err := d.host(req.Placement.Location)
+	if err != nil {
+		return nil, err
+	}
+	mt, ok := d.cfg.MachineTypes[req.Placement.MachineType]
+	if !ok {
+		return nil, proxy.Permanentf("placement: machine type %q is not in the config's kvm.machineTypes", req.Placement.MachineType)
+	}
+	img, err := d.image(req.Placement.Image)
+	if err != nil {
+		return nil, err
+	}
+	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID))
+	if err != nil {
+		return nil, err
+	}
+	ud, err := cloudinit.UserData(cloudinit.Options{Squid: files, InstallGuestAgent: d.cfg.InstallGuestAgent, UserData: req.CloudInit, Hostname: req.Name})
+	if err != nil {
+		return nil, err
+	}
+	return &plan{req: req, host: h, machine: mt, image: img, userData: ud, metaData: cloudinit.MetaData(req.Name, req.Name),
+		createdAt: time.Now().UTC().Truncate(time.Second)}, nil
+}
+
+// image resolves a catalogue key or an http(s) URL.
+func (d *Driver) image(key string) (resolvedImage, error) {
+	if strings.HasPrefix(key, "http://") || strings.HasPrefix(key, "https://") {
+		return resolvedImage{Key: "url", URL: key, Format: "qcow2", Firmware: "bios"}, nil
+	}
+	im, ok := d.cfg.Images[key]
+	if !ok {
+		return resolvedImage{}, proxy.Permanentf("placement: image %q is neither a key of the config's kvm.images nor an http(s) URL", key)
+	}
+	return resolvedImage{Key: key, URL: im.URL, SHA256: strings.ToLower(im.SHA256), Format: orDefault(im.Format, "qcow2"), Firmware: orDefault(im.Firmware, "bios")}, nil
+}
+
+// Create implements proxy.Driver. It never waits for a boot or a download:
+// with the base image cached it creates the overlay and seed, defines and
+// starts the domain and returns; otherwise it starts (or joins) the
+// image's background download and returns, and the rest follows in the
+// background once the image is there. Every step resumes after a crash.
+func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	inst, err := d.create(ctx, req)
+	if err != nil {
+		d.log(ctx).V(1).Info("kvm create failed", "name", req.Name, "error", err.Error())
+	}
+	return inst, d.wrap(err, opCreate)
+}
+
+func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	p, err := d.plan(req)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	log := d.log(ctx).WithValues("host", p.host.Name, "name", req.Name)
+	log.V(2).Info("kvm create", "machineType", req.Placement.MachineType, "image", p.image.Key, "cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData))
+	unlock, err := d.b.names.lock(ctx, p.key())
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	defer unlock()
+	api, err := d.conn(ctx, p.host)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	dom, err := api.DomainLookupByName(ctx, req.Name)
+	if err == nil {
+		return d.adopt(ctx, api, p, dom)
+	}
+	if !isCode(err, libvirt.ErrNoDomain) {
+		return proxy.Instance{}, err
+	}
+	if pe := d.b.pendingFor(p.key()); pe != nil && pe.failure() != nil {
+		d.b.removePending(pe) // failed in the background: start over
+	} else if pe != nil {
+		if pe.plan.req.Mark != req.Mark {
+			return proxy.Instance{}, proxy.Permanentf("instance %s is being created for another resource (UID %s, installation %q); refusing to adopt it",
+				req.Name, pe.plan.req.Mark.UID, pe.plan.req.Mark.InstallationID)
+		}
+		return pe.view(), nil
+	}
+
+	pool, err := api.StoragePoolLookupByName(ctx, p.host.pool())
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	info, err := api.StoragePoolGetInfo(ctx, pool)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if info.State != libvirt.StoragePoolRunning {
+		return proxy.Instance{}, proxy.Permanentf("storage pool %s on host %s is not active", pool.Name, p.host.Name)
+	}
+	need := uint64(d.cfg.DiskSizeGB)<<30 + seedReserve
+	ready, err := imageReady(ctx, api, pool, p.image)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if !ready {
+		need += uint64(max(d.b.imageSize(ctx, p.image), 0))
+	}
+	if info.Available < need {
+		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
+			"storage pool %s on host %s has %d MiB available; this proxy needs %d MiB", pool.Name, p.host.Name, info.Available>>20, need>>20)}
+	}
+	if !ready {
+		job := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, &d.b.wg, func(j *imageJob) error {
+			return d.b.fetchImage(d.b.ctx, d.target(p.host), p.image, j)
+		})
+		done, jerr := job.finished()
+		switch {
+		case done && jerr != nil:
+			return proxy.Instance{}, jerr
+		case !done:
+			pe := d.b.addPending(d, p, job)
+			log.V(1).Info("kvm create waits for the base image", "image", p.image.Key)
+			return pe.view(), nil
+		}
+	}
+	if err := d.finish(ctx, api, pool, p); err != nil {
+		return proxy.Instance{}, err
+	}
+	log.V(1).Info("kvm domain defined and started")
+	return d.provisioning(p, ""), nil
+}
+
+// provisioning is the view of an instance Create just started.
+func (d *Driver) provisioning(p *plan, progress string) proxy.Instance {
+	return proxy.Instance{
+		ID:        formatID(p.host.Name, p.req.Name),
+		Name:      p.req.Name,
+		Mark:      p.req.Mark,
+		State:     proxy.StateProvisioning,
+		Placement: p.req.Placement,
+		CreatedAt: p.createdAt,
+		Progress:  progress,
+		SpecHash:  proxy.Hash(p.req),
+	}
+}
+
+// adopt handles a domain that already has the name: ours (same mark) is
+// started when it was defined but never started (a crash between define
+// and start); anyone else's is never touched.
+func (d *Driver) adopt(ctx context.Context, api Libvirt, p *plan, dom libvirt.Domain) (proxy.Instance, error) {
+	meta, err := readMeta(ctx, api, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	switch m := meta.mark(); {
+	case m == (proxy.Mark{}):
+		return proxy.Instance{}, proxy.Permanentf("domain %s exists on host %s and was not created by provider-egressproxy (no ownership mark); refusing to adopt it",
+			p.req.Name, p.host.Name)
+	case m != p.req.Mark:
+		return proxy.Instance{}, proxy.Permanentf("domain %s on host %s belongs to another resource (UID %s, installation %q), not UID %s of installation %q; refusing to adopt it",
+			p.req.Name, p.host.Name, m.UID, m.InstallationID, p.req.Mark.UID, p.req.Mark.InstallationID)
+	}
+	state, _, err := api.DomainGetState(ctx, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	switch state {
+	case libvirt.DomainPaused, libvirt.DomainPmsuspended:
+		return proxy.Instance{}, proxy.Permanentf("domain %s on host %s is paused or suspended and cannot be started by the provider; resume or destroy it on the host", p.req.Name, p.host.Name)
+	case libvirt.DomainShutoff, libvirt.DomainCrashed:
+		if err := startDomain(ctx, api, dom); err != nil {
+			return proxy.Instance{}, err
+		}
+	}
+	return d.read(ctx, api, p.host, dom, meta)
+}
+
+// finish creates the overlay (reused when complete and right), the seed
+// (always rebuilt: an upload cut off by a crash must not be trusted),
+// defines the domain with its mark and starts it.
+func (d *Driver) finish(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan) error {
+	base, err := api.StorageVolLookupByName(ctx, pool, p.image.volume())
+	if err != nil {
+		return err
+	}
+	basePath, err := api.StorageVolGetPath(ctx, base)
+	if err != nil {
+		return err
+	}
+	overlay, err := d.ensureOverlay(ctx, api, pool, p, basePath)
+	if err != nil {
+		return err
+	}
+	seed, err := d.writeSeed(ctx, api, pool, p)
+	if err != nil {
+		return err
+	}
+	overlayPath, err := api.StorageVolGetPath(ctx, overlay)
+	if err != nil {
+		return err
+	}
+	seedPath, err := api.StorageVolGetPath(ctx, seed)
+	if err != nil {
+		return err
+	}
+	meta := instanceMeta{Managed: true, UID: p.req.Mark.UID, InstallationID: p.req.Mark.InstallationID, CreatedAt: p.createdAt.Format(time.RFC3339),
+		SpecHash: proxy.Hash(p.req), Port: p.req.Proxy.Port, MachineType: p.req.Placement.MachineType, Image: p.image.Key}
+	x := domainXML(domainSpec{Name: p.req.Name, Type: p.host.DomainType, VCPUs: p.machine.VCPUs, MemoryMiB: p.machine.MemoryMiB,
+		Firmware: p.image.Firmware, Overlay: overlayPath, Seed: seedPath, Bridge: p.host.Bridge, Network: p.host.Network, Meta: meta})
+	dom, err := api.DomainDefineXML(ctx, x)
+	if err != nil {
+		return err
+	}
+	return startDomain(ctx, api, dom)
+}
+
+func overlayName(name string) string { return name + ".qcow2" }
+func seedName(name string) string    { return name + "-seed.iso" }
+
+// ensureOverlay creates the overlay, or reuses one a crashed attempt left
+// when it backs onto this base with this capacity (creation is atomic, so
+// an existing overlay is complete); a different one is replaced, which is
+// safe because no domain uses it yet.
+func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan, basePath string) (libvirt.StorageVol, error) {
+	name := overlayName(p.req.Name)
+	capacity := uint64(d.cfg.DiskSizeGB) << 30
+	v, err := api.StorageVolLookupByName(ctx, pool, name)
+	if err == nil {
+		x, err := api.StorageVolGetXMLDesc(ctx, v)
+		if err != nil {
+			return libvirt.StorageVol{}, err
+		}
+		if desc, perr := parseVolDesc(x); perr == nil && desc.BackingStore.Path == basePath && desc.Capacity == capacity {
+			return v, nil
+		}
+		d.log(ctx).V(1).Info("replacing an overlay that does not match", "host", p.host.Name, "name", p.req.Name)
+		if err := api.StorageVolDelete(ctx, v); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
+			return libvirt.StorageVol{}, err
+		}
+	} else if !isCode(err, libvirt.ErrNoStorageVol) {
+		return libvirt.StorageVol{}, err
+	}
+	v, err = api.StorageVolCreateXML(ctx, pool, volumeXML(name, capacity, "qcow2", basePath, p.image.Format))
+	if isCode(err, libvirt.ErrStorageVolExist) {
+		return api.StorageVolLookupByName(ctx, pool, name)
+	}
+	return v, err
+}
+
+// writeSeed rebuilds the NoCloud seed and uploads it.
+func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan) (libvirt.StorageVol, error) {
+	iso, err := cloudinit.SeedISO(p.userData, p.metaData)
+	if err != nil {
+		return libvirt.StorageVol{}, err
+	}
+	name := seedName(p.req.Name)
+	if err := deleteVolume(ctx, api, pool, name); err != nil {
+		return libvirt.StorageVol{}, err
+	}
+	v, err := api.StorageVolCreateXML(ctx, pool, volumeXML(name, uint64(len(iso)), "raw", "", ""))
+	if err != nil {
+		return libvirt.StorageVol{}, err
+	}
+	if err := api.StorageVolUpload(withBudget(ctx, d.b.budgets.SeedUpload), v, bytes.NewReader(iso), uint64(len(iso))); err != nil {
+		return libvirt.StorageVol{}, err
+	}
+	return v, nil
+}
+
+// startDomain starts dom; already running is success.
+func startDomain(ctx context.Context, api Libvirt, dom libvirt.Domain) error {
+	if err := api.DomainCreate(ctx, dom); err != nil && !isCode(err, libvirt.ErrOperationInvalid) {
+		return err
+	}
+	return nil
+}
+
+// pending is a Create waiting for its base image in this process. Get and
+// List report it (Provisioning, with the download's progress); once the
+// image is there it finishes in the background. After a restart it is
+// gone and the next Create starts over, which every step allows.
+type pending struct {
+	plan   *plan
+	job    *imageJob
+	d      *Driver
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+func (pe *pending) view() proxy.Instance {
+	progress := pe.job.progress()
+	if done, err := pe.job.finished(); done && err == nil {
+		progress = "image " + pe.job.image.label() + " downloaded; creating the domain"
+	}
+	return pe.d.provisioning(pe.plan, progress)
+}
+
+func (pe *pending) failure() error {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	return pe.err
+}
+
+func (b *Backend) pendingFor(key string) *pending {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending[key]
+}
+
+// pendingOn returns the pending creates on endpoint's host.
+func (b *Backend) pendingOn(endpoint string) []*pending {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*pending
+	for k, pe := range b.pending {
+		if strings.HasPrefix(k, endpoint+"/") {
+			out = append(out, pe)
+		}
+	}
+	return out
+}
+
+// addPending records p as waiting for job and starts its finisher.
+func (b *Backend) addPending(d *Driver, p *plan, job *imageJob) *pending {
+	ctx, cancel := context.WithCancel(b.ctx)
+	pe := &pending{plan: p, job: job, d: d, cancel: cancel, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending[p.key()] = pe
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(pe.done)
+		defer cancel()
+		select {
+		case <-job.done:
+		case <-ctx.Done():
+			b.removePending(pe)
+			return
+		}
+		err := job.err
+		if err == nil {
+			err = d.finishPending(ctx, pe)
+		}
+		if ctx.Err() != nil {
+			b.removePending(pe) // deleted, or the process is stopping
+			return
+		}
+		if err != nil {
+			pe.mu.Lock()
+			pe.err = d.wrap(err, opCreate)
+			pe.mu.Unlock()
+			d.log(ctx).Info("kvm background create failed", "host", p.host.Name, "name", p.req.Name, "error", err.Error())
+			return // Get reports the error once, then forgets the pending create
+		}
+		b.removePending(pe)
+	}()
+	return pe
+}
+
+func (b *Backend) removePending(pe *pending) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending[pe.plan.key()] == pe {
+		delete(b.pending, pe.plan.key())
+	}
+}
+
+// finishPending is the rest of Create once the image is there, under the
+// name's lock like any Create.
+func (d *Driver) finishPending(ctx context.Context, pe *pending) error {
+	p := pe.plan
+	unlock, err := d.b.names.lock(ctx, p.key())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	api, err := d.conn(ctx, p.host)
+	if err != nil {
+		return err
+	}
+	if _, err := api.DomainLookupByName(ctx, p.req.Name); err == nil {
+		return nil // another Create finished it
+	} else if !isCode(err, libvirt.ErrNoDomain) {
+		return err
+	}
+	pool, err := api.StoragePoolLookupByName(ctx, p.host.pool())
+	if err != nil {
+		return err
+	}
+	if err := d.finish(ctx, api, pool, p); err != nil {
+		return err
+	}
+	d.log(ctx).V(1).Info("kvm domain defined and started", "host", p.host.Name, "name", p.req.Name)
+	return nil
+}

@@ -1,0 +1,424 @@
+package kvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// observeOrCreate is one reconcile as the controller does it: Get, and
+// Create when the instance does not exist.
+func (e *testEnv) observeOrCreate(req proxy.Request) (proxy.Instance, error) {
+	r := proxy.Ref{ID: formatID("lab", req.Name), Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	inst, err := e.d.Get(context.Background(), r)
+	if proxy.IsNotFound(err) {
+		return e.d.Create(context.Background(), req)
+	}
+	return inst, err
+}
+
+// waitBackground waits until no create of this backend is pending.
+func (e *testEnv) waitBackground() {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		e.b.mu.Lock()
+		n := 0
+		for _, pe := range e.b.pending {
+			if pe.failure() == nil {
+				n++
+			}
+		}
+		e.b.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.t.Fatal("background work did not finish")
+}
+
+// TestCreate_resumesAfterCrashAtEveryStep stops the provider at every
+// backend call a Create makes (the call fails, and so does every later
+// one; an upload cut off leaves half its bytes), restarts it with no
+// memory, and reconciles again: the proxy comes up with exactly one
+// domain, one overlay, one seed, one verified base image, and Delete
+// leaves only the shared base.
+func TestCreate_resumesAfterCrashAtEveryStep(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("imageCached=%t", cached), func(t *testing.T) {
+			// A reference run counts the calls of one full create.
+			refEnv := newTestEnv(t)
+			if cached {
+				warm(t, refEnv)
+			}
+			before := refEnv.host.ncallsNow()
+			createAndBoot(t, refEnv, "web", "uid-1")
+			n := refEnv.host.ncallsNow() - before
+			if n < 10 {
+				t.Fatalf("a full create made only %d calls", n)
+			}
+			for k := 1; k <= n; k++ {
+				e := newTestEnv(t)
+				if cached {
+					warm(t, e)
+				}
+				e.host.setCrashAt(e.host.ncallsNow() + k)
+				req := e.request("web", "uid-1")
+				_, _ = e.observeOrCreate(req)
+				e.waitBackground()
+				e.crash()
+				e.host.setCrashAt(0)
+				inst := createAndBoot(t, e, "web", "uid-1")
+				where := fmt.Sprintf("crash at call %d of %d (%s)", k, n, e.host.callAt(before+k))
+				if inst.State != proxy.StateRunning || !inst.ProxyReachable || inst.Mark != req.Mark {
+					t.Errorf("%s: after resuming: %+v", where, inst)
+				}
+				if diff := cmp.Diff([]string{"web"}, e.host.domainNames()); diff != "" {
+					t.Errorf("%s: domains (-want +got):\n%s", where, diff)
+				}
+				base := imageOf(e).volume()
+				want := []string{base, base + ".sha256", "web-seed.iso", "web.qcow2"}
+				slices.Sort(want)
+				if diff := cmp.Diff(want, e.host.volNames()); diff != "" {
+					t.Errorf("%s: volumes (-want +got):\n%s", where, diff)
+				}
+				e.checkVolumes(where, base)
+				if err := e.d.Delete(context.Background(), ref(inst)); err != nil {
+					t.Fatalf("%s: Delete: %v", where, err)
+				}
+				if got := e.host.domainNames(); len(got) != 0 {
+					t.Errorf("%s: domains left after Delete: %v", where, got)
+				}
+				if diff := cmp.Diff([]string{base, base + ".sha256"}, e.host.volNames()); diff != "" {
+					t.Errorf("%s: volumes after Delete (-want +got):\n%s", where, diff)
+				}
+			}
+		})
+	}
+}
+
+// checkVolumes asserts the base holds the image, the marker its digest,
+// the seed a whole ISO, the overlay backs onto the base.
+func (e *testEnv) checkVolumes(where, base string) {
+	e.t.Helper()
+	e.host.mu.Lock()
+	defer e.host.mu.Unlock()
+	vols := e.host.pools["default"].vols
+	if got := vols[base].content; string(got) != string(e.images.content) {
+		e.t.Errorf("%s: base holds %d bytes, not the image's %d", where, len(got), len(e.images.content))
+	}
+	if got := string(vols[base+".sha256"].content); got != e.images.sha() {
+		e.t.Errorf("%s: marker holds %q", where, got)
+	}
+	seed := vols["web-seed.iso"]
+	if uint64(len(seed.content)) != seed.capacity || len(seed.content) < 32774 || string(seed.content[32769:32774]) != "CD001" {
+		e.t.Errorf("%s: the seed is not a whole ISO (%d of %d bytes)", where, len(seed.content), seed.capacity)
+	}
+	if o := vols["web.qcow2"]; o.backing != "/var/lib/libvirt/images/"+base || o.capacity != 10<<30 {
+		e.t.Errorf("%s: overlay backs onto %q with capacity %d", where, o.backing, o.capacity)
+	}
+}
+
+func imageOf(e *testEnv) resolvedImage {
+	img, _ := e.d.image("debian")
+	return img
+}
+
+// warm puts the base image into the pool.
+func warm(t *testing.T, e *testEnv) {
+	t.Helper()
+	createAndBoot(t, e, "warm", "uid-warm")
+	if err := e.d.Delete(context.Background(), proxy.Ref{ID: formatID("lab", "warm"), Name: "warm"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createAndBoot reconciles until the instance is Running and answering.
+func createAndBoot(t *testing.T, e *testEnv, name, uid string) proxy.Instance {
+	t.Helper()
+	req := e.request(name, uid)
+	var inst proxy.Instance
+	var err error
+	for range 20 {
+		inst, err = e.observeOrCreate(req)
+		if err == nil && inst.ProxyReachable {
+			return inst
+		}
+		e.waitBackground()
+		if err == nil && inst.ID != "" {
+			_ = e.settle(context.Background(), inst.ID)
+		}
+	}
+	t.Fatalf("%s never became Running: %+v, %v", name, inst, err)
+	return inst
+}
+
+func (h *fakeHost) ncallsNow() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ncalls
+}
+
+func (h *fakeHost) setCrashAt(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.crashAt = n
+}
+
+func (h *fakeHost) callAt(i int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i-1 < len(h.calls) && i >= 1 {
+		return h.calls[i-1].method + " " + h.calls[i-1].arg
+	}
+	return "?"
+}
+
+// TestCreate_neverBlocksOnImageDownload: with the image not cached, Create
+// returns at once; Get reports the download's progress in percent; the
+// domain follows in the background once the image is in.
+func TestCreate_neverBlocksOnImageDownload(t *testing.T) {
+	e := newTestEnv(t)
+	release := e.images.holdBodies()
+	defer release()
+	start := time.Now()
+	inst := e.mustCreate(e.request("web", "uid-1"))
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Create took %v while the image downloads", took)
+	}
+	if inst.State != proxy.StateProvisioning || !strings.Contains(inst.Progress, "downloading image debian") {
+		t.Errorf("Create: %+v", inst)
+	}
+	var got proxy.Instance
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got = e.mustGet(ref(inst))
+		if strings.Contains(got.Progress, "50%") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(got.Progress, "downloading image debian: 50% (1 of 3 MiB)") || got.State != proxy.StateProvisioning {
+		t.Errorf("Get during the download: State %q, Progress %q; want Provisioning at 50%%", got.State, got.Progress)
+	}
+	if len(e.host.domainNames()) != 0 {
+		t.Errorf("a domain was defined before its image was in")
+	}
+	release()
+	if err := e.settle(context.Background(), inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.mustGet(ref(inst)); got.State != proxy.StateRunning || !got.ProxyReachable || got.CreatedAt != inst.CreatedAt {
+		t.Errorf("after the download: %+v (Create said CreatedAt %v)", got, inst.CreatedAt)
+	}
+}
+
+// TestImage_sharedByConcurrentCreates: three proxies on one image, one
+// download, one base.
+func TestImage_sharedByConcurrentCreates(t *testing.T) {
+	e := newTestEnv(t)
+	release := e.images.holdBodies()
+	for _, n := range []string{"a", "b", "c"} {
+		e.mustCreate(e.request(n, "uid-"+n))
+	}
+	release()
+	for _, n := range []string{"a", "b", "c"} {
+		createAndBoot(t, e, n, "uid-"+n)
+	}
+	if got := e.images.gets.Load(); got != 1 {
+		t.Errorf("the image was downloaded %d times; want once", got)
+	}
+	if got := len(e.host.callsOf("StorageVolCreateXML")); got != 2+3*2 {
+		t.Errorf("%d volumes created; want base, marker and an overlay and a seed per proxy", got)
+	}
+}
+
+// TestImage_downloadUsesADedicatedConnection: the download runs on its
+// own connection, so cancelling a reconcile cannot cut it off.
+func TestImage_downloadUsesADedicatedConnection(t *testing.T) {
+	e := newTestEnv(t)
+	inst := createAndBoot(t, e, "web", "uid-1")
+	_ = inst
+	uploads := e.host.callsOf("StorageVolUpload")
+	lookups := e.host.callsOf("DomainLookupByName")
+	if uploads[0].conn == lookups[0].conn {
+		t.Errorf("the image upload ran on the pooled connection %d", uploads[0].conn)
+	}
+	if e.host.closed < 1 {
+		t.Errorf("the download's connection was not closed")
+	}
+}
+
+func TestImage_failures(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(e *testEnv)
+		class proxy.Class
+		want  string
+	}{
+		{"Sha256Mismatch", func(e *testEnv) {
+			im := e.cfg.Images["debian"]
+			im.SHA256 = strings.Repeat("ab", 32)
+			e.cfg.Images["debian"] = im
+		}, proxy.ClassPermanent, "sha256 is"},
+		{"NotFound", func(e *testEnv) { e.images.status = 404 }, proxy.ClassPermanent, "404 Not Found"},
+		{"ServerError", func(e *testEnv) { e.images.status = 503 }, proxy.ClassTransient, "503"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, tc.setup)
+			inst, err := e.d.Create(context.Background(), e.request("web", "uid-1"))
+			if err == nil {
+				e.waitBackgroundDone()
+				_, err = e.d.Get(context.Background(), ref(inst))
+			}
+			if proxy.ClassOf(err) != tc.class || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v (%s); want %s containing %q", err, proxy.ClassOf(err), tc.class, tc.want)
+			}
+			var pe *proxy.Error
+			if !errors.As(err, &pe) || pe.Provider != testProvider || pe.Op == "" {
+				t.Errorf("error %v lacks provider or op", err)
+			}
+			if got := e.host.volNames(); len(got) != 0 {
+				t.Errorf("volumes left: %v", got)
+			}
+			// Reported once; the failed download is remembered a while, so
+			// an immediate retry is not a new download.
+			_, err = e.d.Create(context.Background(), e.request("web", "uid-1"))
+			e.waitBackgroundDone()
+			if tc.class == proxy.ClassPermanent && e.images.gets.Load() > 1 {
+				t.Errorf("the image was fetched %d times", e.images.gets.Load())
+			}
+		})
+	}
+}
+
+// waitBackgroundDone waits until every pending create has finished,
+// failed ones included.
+func (e *testEnv) waitBackgroundDone() {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		e.b.mu.Lock()
+		busy := false
+		for _, pe := range e.b.pending {
+			select {
+			case <-pe.done:
+			default:
+				busy = true
+			}
+		}
+		e.b.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.t.Fatal("background work did not finish")
+}
+
+// TestImage_withoutContentLength: a chunked mirror is spooled to disk and
+// works.
+func TestImage_withoutContentLength(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) { e.images.chunked = true })
+	createAndBoot(t, e, "web", "uid-1")
+	e.checkVolumes("chunked", imageOf(e).volume())
+}
+
+// TestImage_markerOfAnotherDigestIsPermanent: a base whose marker says
+// other content is never replaced under running overlays.
+func TestImage_markerOfAnotherDigestIsPermanent(t *testing.T) {
+	e := newTestEnv(t)
+	warm(t, e)
+	e.host.mu.Lock()
+	e.host.pools["default"].vols[imageOf(e).marker()].content = []byte(strings.Repeat("cd", 32))
+	e.host.mu.Unlock()
+	_, err := e.d.Create(context.Background(), e.request("web", "uid-1"))
+	if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "it is not replaced") {
+		t.Fatalf("Create = %v; want Permanent", err)
+	}
+}
+
+// TestCreate_poolSpacePrecheckIsQuota: not enough room is Quota, before
+// anything is created.
+func TestCreate_poolSpacePrecheckIsQuota(t *testing.T) {
+	e := newTestEnv(t)
+	e.host.pools["default"].available = 5 << 30
+	_, err := e.d.Create(context.Background(), e.request("web", "uid-1"))
+	if !proxy.IsQuota(err) || !strings.Contains(err.Error(), "storage pool default on host lab has 5120 MiB available; this proxy needs 10259 MiB") {
+		t.Fatalf("Create = %v (%s); want Quota naming the pool and sizes", err, proxy.ClassOf(err))
+	}
+	if got := e.host.volNames(); len(got) != 0 {
+		t.Errorf("volumes created: %v", got)
+	}
+}
+
+// TestCreate_replacesAnOverlayThatDoesNotMatch: an overlay left behind on
+// another base or size is replaced, not reused.
+func TestCreate_replacesAnOverlayThatDoesNotMatch(t *testing.T) {
+	e := newTestEnv(t)
+	warm(t, e)
+	e.host.mu.Lock()
+	e.host.pools["default"].vols["web.qcow2"] = &fakeVol{name: "web.qcow2", format: "qcow2", capacity: 1 << 30, backing: "/elsewhere.qcow2"}
+	e.host.mu.Unlock()
+	createAndBoot(t, e, "web", "uid-1")
+	e.checkVolumes("stale overlay", imageOf(e).volume())
+}
+
+// TestCreate_placementErrorsArePermanentBeforeAnyCall.
+func TestCreate_placementErrorsArePermanentBeforeAnyCall(t *testing.T) {
+	e := newTestEnv(t)
+	for _, tc := range []struct {
+		mutate func(*proxy.Request)
+		want   string
+	}{
+		{func(r *proxy.Request) { r.Placement.Location = "nas1" }, `host "nas1" is not in the config's kvm.hosts (lab)`},
+		{func(r *proxy.Request) { r.Placement.MachineType = "huge" }, `machine type "huge"`},
+		{func(r *proxy.Request) { r.Placement.Image = "arch" }, `image "arch" is neither`},
+		{func(r *proxy.Request) { r.Name = "Bad_Name" }, `not a valid domain name`},
+		{func(r *proxy.Request) { r.Proxy.AllowedClientCIDRs = nil }, `allowedClientCIDRs`},
+	} {
+		req := e.request("web", "uid-1")
+		tc.mutate(&req)
+		_, err := e.d.Create(context.Background(), req)
+		if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Create = %v; want Permanent containing %q", err, tc.want)
+		}
+	}
+	if n := e.dials.Load(); n != 0 {
+		t.Errorf("%d dials for invalid requests", n)
+	}
+}
+
+// TestCreate_cloudInitSentinelNeverLoggedOrInErrors covers the user-data
+// at every log level, including failures.
+func TestCreate_cloudInitSentinelNeverLoggedOrInErrors(t *testing.T) {
+	const sentinel = "ci-S3NT1NEL-0x5eed"
+	e := newTestEnv(t)
+	req := e.request("web", "uid-1")
+	req.CloudInit = "#cloud-config\nruncmd:\n  - echo " + sentinel + "\n"
+	createAndBoot(t, e, "web", "uid-1")
+	_, _ = e.d.Create(context.Background(), req)
+	e.host.failNext["StorageVolUpload"] = []error{lverr(1, "internal error")}
+	req.Name = "web2"
+	inst, err := e.d.Create(context.Background(), req)
+	for _, s := range []string{e.logs.String(), fmt.Sprint(err), fmt.Sprintf("%+v", inst)} {
+		if strings.Contains(s, sentinel) {
+			t.Fatalf("the cloud-init sentinel leaked: %s", s)
+		}
+	}
+	for _, sp := range e.spans.Ended() {
+		for _, a := range sp.Attributes() {
+			if strings.Contains(a.Value.Emit(), sentinel) {
+				t.Fatalf("span %s attribute %s leaks the sentinel", sp.Name(), a.Key)
+			}
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package kvm
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/digitalocean/go-libvirt"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// libvirtCode returns the libvirt error code in err's chain.
+func libvirtCode(err error) (libvirt.ErrorNumber, bool) {
+	var le libvirt.Error
+	if errors.As(err, &le) {
+		return libvirt.ErrorNumber(le.Code), true
+	}
+	return 0, false
+}
+
+// isCode reports whether err carries one of the libvirt codes.
+func isCode(err error, codes ...libvirt.ErrorNumber) bool {
+	c, ok := libvirtCode(err)
+	if !ok {
+		return false
+	}
+	for _, want := range codes {
+		if c == want {
+			return true
+		}
+	}
+	return false
+}
+
+// errCredentials marks a credential that is missing (the Secret has not
+// landed): Transient, and CredentialsUnavailable in Check.
+var errCredentials = errors.New("credentials unavailable")
+
+// isSSHAuth reports an SSH authentication or host-key refusal: only an
+// administrator can fix it, so it is never retried as if transient.
+func isSSHAuth(err error) bool {
+	var ke *knownhosts.KeyError
+	if errors.As(err, &ke) {
+		return true
+	}
+	var re *knownhosts.RevokedError
+	if errors.As(err, &re) {
+		return true
+	}
+	return err != nil && strings.Contains(err.Error(), "ssh: unable to authenticate")
+}
+
+// classify gives err its class, once, where it comes from a backend call.
+// op is the driver operation: inside create a vanished domain or volume is
+// Transient (it disappeared mid-call), never NotFound. Errors that already
+// carry a class keep it.
+func classify(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *proxy.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	if code, ok := libvirtCode(err); ok {
+		e := &proxy.Error{Class: proxy.ClassTransient, Reason: codeName(code), Err: err}
+		switch code {
+		case libvirt.ErrNoDomain, libvirt.ErrNoStorageVol:
+			if op != "create" {
+				e.Class = proxy.ClassNotFound
+			}
+		case libvirt.ErrNoStoragePool, libvirt.ErrXMLError, libvirt.ErrNoSupport, libvirt.ErrInvalidArg,
+			libvirt.ErrAuthFailed, libvirt.ErrAccessDenied:
+			e.Class = proxy.ClassPermanent
+		}
+		return e
+	}
+	switch {
+	case isSSHAuth(err):
+		return &proxy.Error{Class: proxy.ClassPermanent, Reason: "SSHAuth", Err: err}
+	case errors.Is(err, errCredentials), errors.Is(err, fs.ErrNotExist):
+		return &proxy.Error{Class: proxy.ClassTransient, Reason: "CredentialsUnavailable", Err: err}
+	}
+	// Cancellation, deadlines, EOF, network errors and anything unknown:
+	// worth a retry.
+	return proxy.Classify(proxy.ClassTransient, err)
+}
+
+// codeName is the libvirt constant's name without its Err prefix, for
+// Reason, logs and spans.
+func codeName(c libvirt.ErrorNumber) string {
+	if s := c.String(); s != "" && !strings.HasPrefix(s, "ErrorNumber(") {
+		return strings.TrimPrefix(s, "Err")
+	}
+	return fmt.Sprintf("code%d", int(c))
+}

@@ -1,0 +1,253 @@
+package kvm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// formatID is hosts/<host>/domains/<name>.
+func formatID(host, name string) string { return "hosts/" + host + "/domains/" + name }
+
+// parseID is strict: exactly four segments, literal hosts and domains,
+// a valid host and name.
+func parseID(id string) (host, name string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 || parts[0] != "hosts" || parts[2] != "domains" || !validName.MatchString(parts[1]) || !validName.MatchString(parts[3]) {
+		return "", "", proxy.Permanentf("%q is not a kvm instance ID (hosts/<host>/domains/<name>)", id)
+	}
+	return parts[1], parts[3], nil
+}
+
+// resolve finds the host and name a Ref means: its ID when set, else its
+// name on the placement's host.
+func (d *Driver) resolve(ref proxy.Ref) (Host, string, error) {
+	if ref.ID != "" {
+		hn, name, err := parseID(ref.ID)
+		if err != nil {
+			return Host{}, "", err
+		}
+		h, err := d.host(hn)
+		if err != nil {
+			return Host{}, "", errHostGone{hn}
+		}
+		return h, name, nil
+	}
+	if !validName.MatchString(ref.Name) {
+		return Host{}, "", proxy.Permanentf("instance name %q is not a valid domain name", ref.Name)
+	}
+	h, err := d.host(ref.Placement.Location)
+	return h, ref.Name, err
+}
+
+// errHostGone is an ID naming a host the config no longer has.
+type errHostGone struct{ host string }
+
+func (e errHostGone) Error() string {
+	return fmt.Sprintf("host %q is no longer in the config's kvm.hosts", e.host)
+}
+
+// Get implements proxy.Driver: the domain's state, address and mark, and
+// whether Squid answers. A Create waiting for its image reads as
+// Provisioning with the download's progress.
+func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	inst, err := d.get(ctx, ref)
+	return inst, d.wrap(err, opGet)
+}
+
+func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	h, name, err := d.resolve(ref)
+	if gone, ok := err.(errHostGone); ok {
+		return proxy.Instance{}, proxy.Permanentf("%v: the provider cannot reach its instances", gone)
+	}
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	api, err := d.conn(ctx, h)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	dom, err := api.DomainLookupByName(ctx, name)
+	if isCode(err, libvirt.ErrNoDomain) {
+		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
+			if ferr := pe.failure(); ferr != nil {
+				d.b.removePending(pe) // reported once; the next Create starts over
+				return proxy.Instance{}, ferr
+			}
+			return pe.view(), nil
+		}
+		return proxy.Instance{}, proxy.NotFoundf("domain %s does not exist on host %s", name, h.Name)
+	}
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	meta, err := readMeta(ctx, api, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if err := d.resumeStart(ctx, api, h, dom, meta, ref.Mark); err != nil {
+		return proxy.Instance{}, err
+	}
+	return d.read(ctx, api, h, dom, meta)
+}
+
+// resumeStart starts a domain of this resource that was defined but never
+// started: the provider stopped between define and start. Observe finds
+// it (so Create is not called again) and must not leave it waiting
+// forever. Only for the resource's own mark, and never while a Create or
+// Delete of the name is running.
+func (d *Driver) resumeStart(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta, mark proxy.Mark) error {
+	if mark.UID == "" || meta.mark() != mark {
+		return nil
+	}
+	state, reason, err := api.DomainGetState(ctx, dom)
+	if err != nil || state != libvirt.DomainShutoff || reason != int32(libvirt.DomainShutoffUnknown) {
+		return err
+	}
+	unlock, ok := d.b.names.tryLock(Target{Host: h}.endpoint() + "/" + dom.Name)
+	if !ok {
+		return nil
+	}
+	defer unlock()
+	d.log(ctx).Info("kvm: starting a domain whose create was interrupted between define and start", "host", h.Name, "name", dom.Name)
+	return startDomain(ctx, api, dom)
+}
+
+// readMeta reads the ownership element; a domain without one is unmarked.
+func readMeta(ctx context.Context, api Libvirt, dom libvirt.Domain) (instanceMeta, error) {
+	x, err := api.DomainGetMetadata(ctx, dom, metadataURI)
+	if isCode(err, libvirt.ErrNoDomainMetadata) {
+		return instanceMeta{}, nil
+	}
+	if err != nil {
+		return instanceMeta{}, err
+	}
+	return parseMeta(x)
+}
+
+// read builds the Instance of an existing domain.
+func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta) (proxy.Instance, error) {
+	state, reason, err := api.DomainGetState(ctx, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	inst := proxy.Instance{
+		ID:        formatID(h.Name, dom.Name),
+		Name:      dom.Name,
+		Mark:      meta.mark(),
+		CreatedAt: meta.createdAt(),
+		SpecHash:  meta.SpecHash,
+		Placement: proxy.Placement{Location: h.Name, MachineType: meta.MachineType, Image: meta.Image},
+	}
+	active := state == libvirt.DomainRunning || state == libvirt.DomainBlocked
+	if active {
+		ip, err := address(ctx, api, dom)
+		if err != nil {
+			return proxy.Instance{}, err
+		}
+		inst.IP, inst.EgressIP = ip, ip
+	}
+	inst.State = mapState(state, reason, inst.IP)
+	port := meta.Port
+	if port == 0 {
+		port = 3128
+	}
+	switch {
+	case inst.State == proxy.StateRunning:
+		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
+		inst.ProxyReachable = d.b.prober.reachable(ctx, addr)
+		if !inst.ProxyReachable {
+			inst.Progress = "booting: waiting for Squid to answer on " + addr
+		}
+	case inst.State == proxy.StateProvisioning && active:
+		inst.Progress = "booting: waiting for an address from the guest agent or the DHCP lease"
+	case inst.State == proxy.StateProvisioning:
+		inst.Progress = "defined; starting"
+	}
+	d.log(ctx).V(1).Info("kvm domain fetched", "host", h.Name, "name", dom.Name, "state", inst.State, "ip", inst.IP, "uid", inst.Mark.UID)
+	return inst, nil
+}
+
+// mapState maps libvirt's state. A shut-off domain that never ran (reason
+// unknown: defined, not yet started, as after a crash between define and
+// start) is Provisioning, never Stopped.
+func mapState(s libvirt.DomainState, reason int32, ip string) proxy.State {
+	switch s {
+	case libvirt.DomainNostate:
+		return proxy.StateProvisioning
+	case libvirt.DomainRunning, libvirt.DomainBlocked:
+		if ip == "" {
+			return proxy.StateProvisioning
+		}
+		return proxy.StateRunning
+	case libvirt.DomainShutoff:
+		if reason == int32(libvirt.DomainShutoffUnknown) {
+			return proxy.StateProvisioning
+		}
+		return proxy.StateStopped
+	}
+	return proxy.StateStopped
+}
+
+// addressSources are asked in order: the guest agent knows the address
+// first and on any network; the lease works on libvirt networks; ARP needs
+// the host to have talked to the guest.
+var addressSources = []libvirt.DomainInterfaceAddressesSource{
+	libvirt.DomainInterfaceAddressesSrcAgent,
+	libvirt.DomainInterfaceAddressesSrcLease,
+	libvirt.DomainInterfaceAddressesSrcArp,
+}
+
+// address is the first routable IPv4 any source knows. A source failing
+// (the agent not up yet) means "ask the next"; every source failing is
+// Transient, since a running domain whose address cannot be read is not a
+// domain without an address.
+func address(ctx context.Context, api Libvirt, dom libvirt.Domain) (string, error) {
+	var errs []string
+	for _, src := range addressSources {
+		ifs, err := api.DomainInterfaceAddresses(ctx, dom, src)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			errs = append(errs, sourceName(src)+": "+err.Error())
+			continue
+		}
+		if ip := firstIPv4(ifs); ip != "" {
+			return ip, nil
+		}
+	}
+	if len(errs) == len(addressSources) {
+		return "", proxy.Transientf("no address source answered for domain %s: %s", dom.Name, strings.Join(errs, "; "))
+	}
+	return "", nil
+}
+
+func firstIPv4(ifs []libvirt.DomainInterface) string {
+	for _, i := range ifs {
+		if i.Name == "lo" {
+			continue
+		}
+		for _, a := range i.Addrs {
+			ip, err := netip.ParseAddr(a.Addr)
+			if err != nil || !ip.Is4() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+				continue
+			}
+			if a.Type != int32(libvirt.IPAddrTypeIpv4) {
+				continue
+			}
+			return ip.String()
+		}
+	}
+	return ""
+}

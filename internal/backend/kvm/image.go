@@ -1,0 +1,330 @@
+package kvm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// resolvedImage is a catalogue entry (or a URL) with the names of its
+// volumes.
+type resolvedImage struct {
+	// Key is the catalogue key, or "url" for an image given as a URL.
+	Key      string
+	URL      string
+	SHA256   string
+	Format   string
+	Firmware string
+}
+
+// volume is the base volume's name. It holds a digest of the URL, the
+// configured sha256 and the format, so that two configs using one key for
+// different images, or an edited entry, never share (or overwrite) a base
+// file that running overlays back onto.
+func (i resolvedImage) volume() string {
+	h := sha256.Sum256([]byte(i.URL + "\n" + i.SHA256 + "\n" + i.Format))
+	return fmt.Sprintf("egressproxy-base-%s-%s.%s", i.Key, hex.EncodeToString(h[:])[:12], i.Format)
+}
+
+// marker is the sidecar volume holding the digest of the verified upload,
+// written last: a base without it is incomplete.
+func (i resolvedImage) marker() string { return i.volume() + ".sha256" }
+
+// label names the image in progress messages.
+func (i resolvedImage) label() string {
+	if i.Key == "url" {
+		if u, err := url.Parse(i.URL); err == nil {
+			return u.Host + u.Path
+		}
+	}
+	return i.Key
+}
+
+// imageCache runs one background download per (host, pool, base volume),
+// shared by every Create that needs it. A finished download is forgotten
+// (the marker on the host is the truth); a failed one is remembered for
+// failedTTL so that Creates report its error instead of retrying at once.
+type imageCache struct {
+	failedTTL time.Duration
+
+	mu   sync.Mutex
+	jobs map[string]*imageJob
+}
+
+type imageJob struct {
+	image   resolvedImage
+	done    chan struct{}
+	err     error
+	total   atomic.Int64
+	written atomic.Int64
+	ended   time.Time
+}
+
+func newImageCache() *imageCache {
+	return &imageCache{failedTTL: 30 * time.Second, jobs: map[string]*imageJob{}}
+}
+
+// progress is the job's progress for the Ready condition.
+func (j *imageJob) progress() string {
+	total, written := j.total.Load(), j.written.Load()
+	if total <= 0 {
+		return fmt.Sprintf("downloading image %s: starting", j.image.label())
+	}
+	return fmt.Sprintf("downloading image %s: %d%% (%d of %d MiB)", j.image.label(), written*100/total, written>>20, total>>20)
+}
+
+func (j *imageJob) finished() (bool, error) {
+	select {
+	case <-j.done:
+		return true, j.err
+	default:
+		return false, nil
+	}
+}
+
+// start returns the job for key, starting run in the background when
+// there is none (or the last one failed longer than failedTTL ago).
+func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, run func(j *imageJob) error) *imageJob {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j := c.jobs[key]; j != nil {
+		if done, err := j.finished(); !done || (err != nil && time.Since(j.ended) < c.failedTTL) {
+			return j
+		}
+	}
+	j := &imageJob{image: img, done: make(chan struct{})}
+	c.jobs[key] = j
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := run(j)
+		c.mu.Lock()
+		j.err, j.ended = err, time.Now()
+		if err == nil && c.jobs[key] == j {
+			delete(c.jobs, key)
+		}
+		c.mu.Unlock()
+		close(j.done)
+	}()
+	return j
+}
+
+// imageReady reports whether the base volume and a marker matching the
+// configured digest are in the pool. A marker whose digest differs from
+// the configured sha256 is Permanent: replacing the base would corrupt the
+// overlays backed by it.
+func imageReady(ctx context.Context, api Libvirt, pool libvirt.StoragePool, img resolvedImage) (bool, error) {
+	m, err := api.StorageVolLookupByName(ctx, pool, img.marker())
+	if isCode(err, libvirt.ErrNoStorageVol) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var buf bytes.Buffer
+	if err := api.StorageVolDownload(ctx, m, &buf, 64); err != nil {
+		return false, err
+	}
+	got := strings.TrimSpace(buf.String())
+	if len(got) != 64 {
+		return false, nil // a marker cut short: redo
+	}
+	if img.SHA256 != "" && got != img.SHA256 {
+		return false, proxy.Permanentf("base image %s in pool %s holds sha256 %s, but the config says %s; it is not replaced because overlays back onto it: add a new image key",
+			img.volume(), pool.Name, got, img.SHA256)
+	}
+	if _, err := api.StorageVolLookupByName(ctx, pool, img.volume()); err != nil {
+		if isCode(err, libvirt.ErrNoStorageVol) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// imageSize asks the server for the image's size (HEAD), for the pool
+// space precheck; 0 when unknown.
+func (b *Backend) imageSize(ctx context.Context, img resolvedImage) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, img.URL, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 || resp.ContentLength < 0 {
+		return 0
+	}
+	return resp.ContentLength
+}
+
+// fetchImage downloads img into the pool on a connection of its own (a
+// cancelled reconcile elsewhere cannot cut it off, and it cannot cut off
+// anyone's calls), streaming from the URL into StorageVolUpload with a
+// running sha256: memory stays constant whatever the image's size. A base
+// left without a marker by an earlier attempt is deleted and redone.
+func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j *imageJob) (err error) {
+	ctx, cancel := context.WithTimeout(withBudget(ctx, b.budgets.ImageUpload), b.budgets.ImageUpload)
+	defer cancel()
+	c, err := b.pool.fresh(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer c.link.close("image download finished")
+	api := c.api
+	pool, err := api.StoragePoolLookupByName(ctx, t.Host.pool())
+	if err != nil {
+		return classify(opCreate, err)
+	}
+	if ok, err := imageReady(ctx, api, pool, img); err != nil || ok {
+		return err
+	}
+	for _, name := range []string{img.marker(), img.volume()} {
+		if err := deleteVolume(ctx, api, pool, name); err != nil {
+			return err
+		}
+	}
+
+	body, size, err := b.download(ctx, img, j)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = body.Close() }()
+	j.total.Store(size)
+
+	vol, err := api.StorageVolCreateXML(ctx, pool, volumeXML(img.volume(), uint64(size), "raw", "", ""))
+	if err != nil {
+		return classify(opCreate, err)
+	}
+	h := sha256.New()
+	cr := &countingReader{r: io.TeeReader(body, h), n: &j.written}
+	if err := api.StorageVolUpload(ctx, vol, cr, uint64(size)); err != nil {
+		return classify(opCreate, err)
+	}
+	if n := j.written.Load(); n != size {
+		return proxy.Transientf("image %s: got %d of %d bytes", img.label(), n, size)
+	}
+	digest := hex.EncodeToString(h.Sum(nil))
+	if img.SHA256 != "" && digest != img.SHA256 {
+		_ = deleteVolume(ctx, api, pool, img.volume())
+		return proxy.Permanentf("image %s: sha256 is %s, the config says %s", img.label(), digest, img.SHA256)
+	}
+	mvol, err := api.StorageVolCreateXML(ctx, pool, volumeXML(img.marker(), 64, "raw", "", ""))
+	if err != nil {
+		return classify(opCreate, err)
+	}
+	if err := api.StorageVolUpload(ctx, mvol, strings.NewReader(digest), 64); err != nil {
+		return classify(opCreate, err)
+	}
+	// Libvirt learns the uploaded file's real format and size.
+	return classify(opCreate, api.StoragePoolRefresh(ctx, pool))
+}
+
+// download opens img's URL. Without a Content-Length (a chunked mirror)
+// the body is spooled to a temporary file first, since the volume's size
+// must be declared before the upload; memory stays constant either way.
+func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob) (body io.ReadCloser, size int64, err error) {
+	u, _ := url.Parse(img.URL)
+	host := ""
+	if u != nil {
+		host = u.Host
+	}
+	ctx, span := b.tracer.Start(ctx, spanDownload, trace.WithAttributes(
+		attribute.String("kvm.url_host", host), attribute.Bool("kvm.sha256_configured", img.SHA256 != "")))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.SetAttributes(attribute.Int64("kvm.bytes", size))
+		span.End()
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, img.URL, nil)
+	if err != nil {
+		return nil, 0, proxy.Permanentf("image %s: %v", img.label(), err)
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return nil, 0, proxy.Transientf("image %s: %v", img.label(), err)
+	}
+	switch {
+	case resp.StatusCode/100 == 2:
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		_ = resp.Body.Close()
+		return nil, 0, proxy.Transientf("image %s: the server answered %s", img.label(), resp.Status)
+	default:
+		_ = resp.Body.Close()
+		return nil, 0, proxy.Permanentf("image %s: the server answered %s", img.label(), resp.Status)
+	}
+	if resp.ContentLength > 0 {
+		return resp.Body, resp.ContentLength, nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	f, err := os.CreateTemp("", "kvm-image-*")
+	if err != nil {
+		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
+	}
+	_ = os.Remove(f.Name()) // unlinked: gone when closed, whatever happens
+	n, err := io.Copy(f, &countingReader{r: resp.Body, n: &j.written})
+	j.written.Store(0)
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
+	}
+	if n == 0 {
+		_ = f.Close()
+		return nil, 0, proxy.Permanentf("image %s: the server sent an empty body", img.label())
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		_ = f.Close()
+		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
+	}
+	return f, n, nil
+}
+
+// countingReader counts the bytes read, for progress.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// deleteVolume deletes name from pool when it is there.
+func deleteVolume(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name string) error {
+	v, err := api.StorageVolLookupByName(ctx, pool, name)
+	if isCode(err, libvirt.ErrNoStorageVol) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := api.StorageVolDelete(ctx, v); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
+		return err
+	}
+	return nil
+}

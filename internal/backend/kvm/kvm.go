@@ -1,0 +1,216 @@
+// Package kvm is the KVMProxy driver: Squid in a libvirt domain on a host
+// reached over SSH. It implements proxy.Driver behind a seam of exactly the
+// go-libvirt calls it makes (Libvirt), over pooled SSH connections, with an
+// image cache that downloads base images in the background so that Create
+// never waits for a download or a boot.
+//
+// What lands on a host, per proxy: a domain named after the instance
+// carrying an ownership element in the provider's metadata namespace, a
+// qcow2 overlay <name>.qcow2 on a shared base image, and a NoCloud seed
+// <name>-seed.iso. Per image and host: the base volume
+// egressproxy-base-<key>-<hash>.<format> and its .sha256 marker.
+package kvm
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+)
+
+// DefaultSocket and DefaultPool are the host defaults.
+const (
+	DefaultSocket = "/var/run/libvirt/libvirt-sock"
+	DefaultPool   = "default"
+)
+
+// Config is one ProviderConfig's kvm block, resolved (Secrets read).
+type Config struct {
+	// Name is the configured provider name errors carry.
+	Name string
+	// Credentials for every host.
+	Credentials Credentials
+	// DiskSizeGB is each proxy's overlay capacity.
+	DiskSizeGB int32
+	// InstallGuestAgent installs qemu-guest-agent at first boot when the
+	// image lacks it.
+	InstallGuestAgent bool
+	// Images by catalogue key.
+	Images map[string]Image
+	// MachineTypes by catalogue key.
+	MachineTypes map[string]MachineType
+	// Hosts in config order.
+	Hosts []Host
+}
+
+// Image is one base image.
+type Image struct {
+	URL      string
+	SHA256   string
+	Format   string // qcow2 (default) or raw
+	Firmware string // bios (default) or uefi
+}
+
+// MachineType is one size.
+type MachineType struct {
+	VCPUs     int32
+	MemoryMiB int32
+}
+
+// Host is one libvirt host.
+type Host struct {
+	Name    string
+	Address string
+	User    string
+	Socket  string
+	Pool    string
+	Bridge  string
+	Network string
+	// DomainType is kvm (default) or qemu (TCG, for hosts without
+	// hardware virtualisation).
+	DomainType string
+}
+
+func (h Host) socket() string { return orDefault(h.Socket, DefaultSocket) }
+func (h Host) pool() string   { return orDefault(h.Pool, DefaultPool) }
+
+// Options configure a Backend.
+type Options struct {
+	// Budgets per call; zero fields take DefaultBudgets.
+	Budgets Budgets
+	// Tracer for the driver's spans; default telemetry.Tracer().
+	Tracer trace.Tracer
+	// Log, when set, replaces the logger from each call's context.
+	Log *logr.Logger
+	// HTTPClient downloads images; default a client without timeout (each
+	// download's ctx carries the budget).
+	HTTPClient *http.Client
+	// Probe checks that a proxy answers; default a TCP connect plus an HTTP
+	// request Squid answers itself.
+	Probe ProbeFunc
+
+	// dial replaces the SSH dialer (tests).
+	dial dialFunc
+}
+
+// Backend is the process-wide state every kvm driver shares: pooled
+// connections, the per-name and per-image locks, the image cache and the
+// creates waiting on it. Build one per process; Driver is cheap.
+type Backend struct {
+	budgets Budgets
+	tracer  trace.Tracer
+	logOpt  *logr.Logger
+	http    *http.Client
+	pool    *connPool
+	prober  *prober
+	images  *imageCache
+
+	names keyedLocks
+
+	// ctx is the background work's; cancelled by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	pending map[string]*pending // by host endpoint + name
+	wg      sync.WaitGroup
+}
+
+// NewBackend returns a Backend.
+func NewBackend(o Options) *Backend {
+	b := &Backend{budgets: o.Budgets.withDefaults(), tracer: o.Tracer, logOpt: o.Log, http: o.HTTPClient, pending: map[string]*pending{}}
+	if b.tracer == nil {
+		b.tracer = telemetry.Tracer()
+	}
+	if b.http == nil {
+		b.http = &http.Client{}
+	}
+	dial := o.dial
+	if dial == nil {
+		dial = (&sshDialer{budgets: b.budgets, tracer: b.tracer}).dial
+	}
+	b.pool = newConnPool(dial, b.tracer, b.logger)
+	b.prober = newProber(o.Probe)
+	b.images = newImageCache()
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b
+}
+
+// Close stops background work and closes pooled connections.
+func (b *Backend) Close() {
+	b.cancel()
+	b.wg.Wait()
+	b.pool.close()
+}
+
+func (b *Backend) logger(ctx context.Context) logr.Logger {
+	if b.logOpt != nil {
+		return b.logOpt.WithName("kvm")
+	}
+	return logr.FromContextOrDiscard(ctx).WithName("kvm")
+}
+
+// Driver returns the proxy.Driver of one config.
+func (b *Backend) Driver(cfg Config) *Driver {
+	return &Driver{b: b, cfg: cfg}
+}
+
+// Driver is the kvm proxy.Driver of one config.
+type Driver struct {
+	b   *Backend
+	cfg Config
+}
+
+var _ proxy.Driver = (*Driver)(nil)
+
+func (d *Driver) log(ctx context.Context) logr.Logger {
+	return d.b.logger(ctx).WithValues("provider", d.cfg.Name)
+}
+
+// wrap names the provider and operation on every error leaving the driver.
+func (d *Driver) wrap(err error, op string) error {
+	return proxy.WithContext(classify(op, err), d.cfg.Name, op)
+}
+
+// Operation names, as in (*proxy.Error).Op.
+const (
+	opCreate = "create"
+	opGet    = "get"
+	opUpdate = "update"
+	opDelete = "delete"
+	opList   = "list"
+)
+
+var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// host returns the configured host named name; empty means the only one.
+func (d *Driver) host(name string) (Host, error) {
+	if name == "" && len(d.cfg.Hosts) == 1 {
+		return d.cfg.Hosts[0], nil
+	}
+	names := make([]string, 0, len(d.cfg.Hosts))
+	for _, h := range d.cfg.Hosts {
+		if h.Name == name {
+			return h, nil
+		}
+		names = append(names, h.Name)
+	}
+	if name == "" {
+		return Host{}, proxy.Permanentf("placement: a host is required: the config has several (%s)", strings.Join(names, ", "))
+	}
+	return Host{}, proxy.Permanentf("placement: host %q is not in the config's kvm.hosts (%s)", name, strings.Join(names, ", "))
+}
+
+func (d *Driver) target(h Host) Target { return Target{Host: h, Creds: d.cfg.Credentials} }
+
+// conn returns the pooled connection to h.
+func (d *Driver) conn(ctx context.Context, h Host) (Libvirt, error) {
+	return d.b.pool.get(ctx, d.target(h))
+}

@@ -1,0 +1,138 @@
+package kvm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Target is one host with the credentials to reach it.
+type Target struct {
+	Host  Host
+	Creds Credentials
+}
+
+// key identifies the connection t builds: the same host reached with other
+// credentials (a rotated Secret) is another connection.
+func (t Target) key() string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", t.Host.Address, t.Host.User, t.Host.socket(), t.Creds.digest()))
+	return hex.EncodeToString(h[:16])
+}
+
+// endpoint identifies the libvirtd t reaches, whatever the credentials.
+func (t Target) endpoint() string { return t.Host.Address + t.Host.socket() }
+
+// conn is one dialled connection: the seam over it, and its link.
+type conn struct {
+	api  Libvirt
+	link *link
+}
+
+// dialFunc dials one connection (production: sshDialer.dial; tests: a fake).
+type dialFunc func(ctx context.Context, t Target) (*conn, error)
+
+// connPool holds one pooled connection per host and credentials. Callers
+// for one key dial once and share the result; a connection that closed or
+// was retired is replaced on the next get; when the credentials for an
+// endpoint change, the connection built from the old ones is retired (its
+// running calls finish) and the next get dials with the new ones.
+type connPool struct {
+	dial   dialFunc
+	tracer trace.Tracer
+	log    func(context.Context) logr.Logger
+
+	mu      sync.Mutex
+	conns   map[string]*conn  // by Target.key
+	current map[string]string // endpoint to the key last dialled for it
+	dials   keyedLocks
+}
+
+func newConnPool(dial dialFunc, tracer trace.Tracer, log func(context.Context) logr.Logger) *connPool {
+	return &connPool{dial: dial, tracer: tracer, log: log, conns: map[string]*conn{}, current: map[string]string{}}
+}
+
+// get returns the pooled connection for t, dialling it when there is none.
+func (p *connPool) get(ctx context.Context, t Target) (Libvirt, error) {
+	key := t.key()
+	if c := p.live(key); c != nil {
+		return c.api, nil
+	}
+	unlock, err := p.dials.lock(ctx, key)
+	if err != nil {
+		return nil, classify("", err)
+	}
+	defer unlock()
+	if c := p.live(key); c != nil {
+		return c.api, nil
+	}
+	c, err := p.fresh(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	c.link.setOnRetire(func(l *link) { p.drop(key, l) })
+	p.mu.Lock()
+	p.conns[key] = c
+	old := p.current[t.endpoint()]
+	p.current[t.endpoint()] = key
+	var retire *conn
+	if old != "" && old != key {
+		retire = p.conns[old]
+		delete(p.conns, old)
+	}
+	p.mu.Unlock()
+	if retire != nil {
+		p.log(ctx).V(1).Info("credentials changed; retiring the connection built from the old ones", "host", t.Host.Name)
+		retire.link.retire("credentials changed")
+	}
+	p.log(ctx).V(1).Info("libvirt host connected", "host", t.Host.Name, "address", t.Host.Address)
+	return c.api, nil
+}
+
+// fresh dials a connection outside the pool (health checks, image
+// downloads): the caller closes it, and nobody else's work depends on it.
+func (p *connPool) fresh(ctx context.Context, t Target) (*conn, error) {
+	c, err := p.dial(ctx, t)
+	if err != nil {
+		p.log(ctx).V(1).Info("libvirt host connect failed", "host", t.Host.Name, "address", t.Host.Address, "error", err.Error())
+		return nil, classify("", err)
+	}
+	c.api = &observed{next: c.api, host: t.Host.Name, tracer: p.tracer, log: p.log}
+	return c, nil
+}
+
+func (p *connPool) live(key string) *conn {
+	p.mu.Lock()
+	c := p.conns[key]
+	p.mu.Unlock()
+	if c != nil && c.link.usable() {
+		return c
+	}
+	return nil
+}
+
+func (p *connPool) drop(key string, l *link) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[key]; c != nil && c.link == l {
+		delete(p.conns, key)
+	}
+}
+
+// close closes every pooled connection.
+func (p *connPool) close() {
+	p.mu.Lock()
+	cs := make([]*conn, 0, len(p.conns))
+	for _, c := range p.conns {
+		cs = append(cs, c)
+	}
+	p.conns = map[string]*conn{}
+	p.mu.Unlock()
+	for _, c := range cs {
+		c.link.close("pool closed")
+	}
+}

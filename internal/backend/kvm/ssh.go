@@ -1,0 +1,258 @@
+package kvm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Credentials are the SSH material of one config, read from its Secrets on
+// every Connect. Never logged, never in errors or spans.
+type Credentials struct {
+	// Key is the private key (OpenSSH or PEM).
+	Key []byte
+	// KnownHosts is an OpenSSH known_hosts file.
+	KnownHosts []byte
+	// InsecureIgnoreHostKey turns host key verification off.
+	InsecureIgnoreHostKey bool
+	// Err, when set, is why the material could not be read (a Secret that
+	// does not exist yet): every dial fails with it, Transient.
+	Err error
+	// KeyField and KnownHostsField name where the material came from, for
+	// error messages.
+	KeyField, KnownHostsField string
+}
+
+// digest identifies the material without revealing it: the pool key.
+func (c Credentials) digest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:", len(c.Key))
+	h.Write(c.Key)
+	fmt.Fprintf(h, "%d:", len(c.KnownHosts))
+	h.Write(c.KnownHosts)
+	fmt.Fprintf(h, "%t", c.InsecureIgnoreHostKey)
+	if c.Err != nil {
+		fmt.Fprintf(h, "err:%s", c.Err.Error())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// clientConfig builds the SSH client config. Parse failures never quote
+// the parser's message: it can hold a fragment of the material.
+func (c Credentials) clientConfig(user string) (*ssh.ClientConfig, error) {
+	if c.Err != nil {
+		return nil, fmt.Errorf("%w: %s", errCredentials, c.Err.Error())
+	}
+	if len(c.Key) == 0 {
+		return nil, fmt.Errorf("%w: %s is empty", errCredentials, orDefault(c.KeyField, "the SSH key"))
+	}
+	signer, err := ssh.ParsePrivateKey(c.Key)
+	if err != nil {
+		var missing *ssh.PassphraseMissingError
+		if errors.As(err, &missing) {
+			return nil, proxy.Permanentf("%s holds a passphrase-protected key; the provider needs one without a passphrase", orDefault(c.KeyField, "the SSH key"))
+		}
+		return nil, proxy.Permanentf("%s does not parse as an SSH private key (OpenSSH or PEM)", orDefault(c.KeyField, "the SSH key"))
+	}
+	cfg := &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}}
+	switch {
+	case c.InsecureIgnoreHostKey:
+		cfg.HostKeyCallback = ssh.InsecureIgnoreHostKey() //nolint:gosec // Asked for explicitly; the config's Secure condition says so.
+	case len(c.KnownHosts) == 0:
+		return nil, fmt.Errorf("%w: %s is not set or empty (required unless insecureIgnoreHostKey)", errCredentials, orDefault(c.KnownHostsField, "known_hosts"))
+	default:
+		cb, err := knownHostsCallback(c.KnownHosts)
+		if err != nil {
+			return nil, proxy.Permanentf("%s does not parse as a known_hosts file", orDefault(c.KnownHostsField, "known_hosts"))
+		}
+		cfg.HostKeyCallback = cb
+		// Offer the key types known_hosts holds, so a host with several keys
+		// is verified against the one we know.
+		cfg.HostKeyAlgorithms = nil
+	}
+	return cfg, nil
+}
+
+// knownHostsCallback parses known_hosts content. knownhosts reads files
+// only, so the content goes through a private temporary file removed at
+// once.
+func knownHostsCallback(content []byte) (ssh.HostKeyCallback, error) {
+	f, err := os.CreateTemp("", "kvm-known-hosts-*")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	if _, err := f.Write(content); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return knownhosts.New(f.Name())
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// dialStage says how far a dial got, for Check's reasons.
+type dialStage string
+
+const (
+	stageCredentials dialStage = "credentials"
+	stageTCP         dialStage = "tcp"
+	stageSSH         dialStage = "ssh"
+	stageSocket      dialStage = "socket"
+	stageLibvirt     dialStage = "libvirt"
+)
+
+// dialError is a failed dial and the stage it failed at.
+type dialError struct {
+	stage dialStage
+	err   error
+}
+
+func (e *dialError) Error() string { return fmt.Sprintf("%s: %v", e.stage, e.err) }
+func (e *dialError) Unwrap() error { return e.err }
+
+// sshDialer is the production dialer: TCP, SSH handshake, a
+// direct-streamlocal channel to libvirtd's socket, go-libvirt on top.
+type sshDialer struct {
+	budgets Budgets
+	tracer  trace.Tracer
+	netDial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// dial connects to t's host. The whole sequence is bounded by the dial
+// budget; the result is one link with keepalive.
+func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
+	ctx, span := d.tracer.Start(ctx, spanDial, trace.WithAttributes(
+		attribute.String(attrHost, t.Host.Name), attribute.String("kvm.address", t.Host.Address), attribute.String("kvm.user", t.Host.User)))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, d.budgets.Dial)
+	defer cancel()
+
+	cfg, err := t.Creds.clientConfig(t.Host.User)
+	if err != nil {
+		return nil, &dialError{stageCredentials, err}
+	}
+	netDial := d.netDial
+	if netDial == nil {
+		netDial = (&net.Dialer{}).DialContext
+	}
+	tcp, err := netDial(ctx, "tcp", t.Host.Address)
+	if err != nil {
+		return nil, &dialError{stageTCP, err}
+	}
+	// The handshake takes no ctx: bound it with a deadline and by closing
+	// the connection when ctx ends.
+	if dl, ok := ctx.Deadline(); ok {
+		_ = tcp.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = tcp.Close() })
+	sc, chans, reqs, err := ssh.NewClientConn(tcp, t.Host.Address, cfg)
+	if err != nil {
+		stop()
+		_ = tcp.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, &dialError{stageSSH, err}
+	}
+	client := ssh.NewClient(sc, chans, reqs)
+	sock, err := client.DialContext(ctx, "unix", t.Host.socket())
+	if err != nil {
+		stop()
+		_ = client.Close()
+		return nil, &dialError{stageSocket, err}
+	}
+	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(sock))
+	connected := make(chan error, 1)
+	go func() { connected <- l.ConnectToURI(libvirt.QEMUSystem) }()
+	select {
+	case err = <-connected:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	stop()
+	if err != nil {
+		_ = sock.Close()
+		_ = client.Close()
+		return nil, &dialError{stageLibvirt, err}
+	}
+	_ = tcp.SetDeadline(time.Time{})
+
+	lk := newLink(func() error {
+		_ = sock.Close()
+		return client.Close()
+	}, d.budgets.Linger)
+	go keepalive(client, lk, d.budgets.Keepalive)
+	go func() {
+		select {
+		case <-l.Disconnected():
+			lk.close("libvirt disconnected")
+		case <-lk.done:
+		}
+	}()
+	go func() {
+		// The SSH transport ending (host gone, sshd restarted) ends the link.
+		_ = client.Wait()
+		lk.close("ssh connection ended")
+	}()
+	return &conn{api: &adapter{l: l, link: lk, budgets: d.budgets}, link: lk}, nil
+}
+
+// keepalive sends keepalive@openssh.com every interval; an unanswered one
+// closes the link, so the next call redials instead of hanging.
+func keepalive(c *ssh.Client, lk *link, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-lk.done:
+			return
+		case <-t.C:
+		}
+		answered := make(chan error, 1)
+		go func() {
+			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+			answered <- err
+		}()
+		select {
+		case err := <-answered:
+			if err != nil {
+				lk.close("keepalive failed: " + err.Error())
+				return
+			}
+		case <-time.After(interval):
+			lk.close("keepalive unanswered")
+			return
+		case <-lk.done:
+			return
+		}
+	}
+}

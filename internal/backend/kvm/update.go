@@ -1,0 +1,179 @@
+package kvm
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// stageDir is where Update stages files in the guest, as the first boot's
+// cloud-config does.
+const stageDir = "/var/lib/egressproxy"
+
+// Update implements proxy.Driver. The proxy block is applied in place
+// through the guest agent: squid.conf and htpasswd are written, Squid is
+// reloaded, and the new spec hash goes into the domain's metadata.
+// Placement and cloud-init are immutable at admission.
+func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	inst, err := d.update(ctx, ref, req)
+	return inst, d.wrap(err, opUpdate)
+}
+
+func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	h, name, err := d.resolve(ref)
+	if gone, ok := err.(errHostGone); ok {
+		return proxy.Instance{}, proxy.Permanentf("%v", gone)
+	}
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID))
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	unlock, err := d.b.names.lock(ctx, Target{Host: h}.endpoint()+"/"+name)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	defer unlock()
+	api, err := d.conn(ctx, h)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	dom, err := api.DomainLookupByName(ctx, name)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	meta, err := readMeta(ctx, api, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if m := meta.mark(); m == (proxy.Mark{}) || (ref.Mark.UID != "" && m != ref.Mark) {
+		return proxy.Instance{}, proxy.Permanentf("domain %s on host %s is not this resource's (mark %+v); refusing to change it", name, h.Name, m)
+	}
+	want := proxy.Hash(req)
+	if meta.SpecHash != want {
+		state, _, err := api.DomainGetState(ctx, dom)
+		if err != nil {
+			return proxy.Instance{}, err
+		}
+		if state != libvirt.DomainRunning {
+			return proxy.Instance{}, proxy.Transientf("domain %s is not running; its proxy settings are applied once it runs", name)
+		}
+		if err := applyFiles(ctx, api, dom, files); err != nil {
+			return proxy.Instance{}, err
+		}
+		meta.SpecHash, meta.Port = want, req.Proxy.Port
+		if err := api.DomainSetMetadata(ctx, dom, meta.element(false), metadataPrefix, metadataURI); err != nil {
+			return proxy.Instance{}, err
+		}
+		d.log(ctx).V(1).Info("kvm proxy settings applied", "host", h.Name, "name", name)
+	}
+	return d.read(ctx, api, h, dom, meta)
+}
+
+// applyFiles writes Squid's files through the guest agent and reloads
+// Squid. The agent not answering yet is Transient.
+func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Files) error {
+	script := []string{"install -m 0644 -o root -g root " + stageDir + "/squid.conf " + cloudinit.SquidConfPath}
+	if err := agentWrite(ctx, api, dom, stageDir+"/squid.conf", f.SquidConf); err != nil {
+		return err
+	}
+	if f.Htpasswd != "" {
+		if err := agentWrite(ctx, api, dom, stageDir+"/htpasswd", f.Htpasswd); err != nil {
+			return err
+		}
+		script = append(script, "install -m 0640 -o root -g proxy "+stageDir+"/htpasswd "+cloudinit.HtpasswdPath)
+	}
+	script = append(script, "systemctl reload-or-restart squid")
+	return agentRun(ctx, api, dom, strings.Join(script, " && "))
+}
+
+type agentReturn[T any] struct {
+	Return T `json:"return"`
+}
+
+func agentWrite(ctx context.Context, api Libvirt, dom libvirt.Domain, path, content string) error {
+	out, err := api.QEMUDomainAgentCommand(ctx, dom, agentCommand("guest-file-open", map[string]string{"path": path, "mode": "w"}))
+	if err != nil {
+		return agentErr(err)
+	}
+	var h agentReturn[int64]
+	if err := json.Unmarshal([]byte(out), &h); err != nil {
+		return proxy.Transientf("guest agent: guest-file-open answered something unexpected")
+	}
+	_, werr := api.QEMUDomainAgentCommand(ctx, dom, agentCommand("guest-file-write", map[string]any{"handle": h.Return, "buf-b64": base64.StdEncoding.EncodeToString([]byte(content))}))
+	_, cerr := api.QEMUDomainAgentCommand(ctx, dom, agentCommand("guest-file-close", map[string]any{"handle": h.Return}))
+	if werr != nil {
+		return agentErr(werr)
+	}
+	if cerr != nil {
+		return agentErr(cerr)
+	}
+	return nil
+}
+
+// agentRun runs a shell script as root in the guest and waits (briefly)
+// for it to end successfully.
+func agentRun(ctx context.Context, api Libvirt, dom libvirt.Domain, script string) error {
+	out, err := api.QEMUDomainAgentCommand(ctx, dom, agentCommand("guest-exec", map[string]any{"path": "/bin/sh", "arg": []string{"-ec", script}, "capture-output": true}))
+	if err != nil {
+		return agentErr(err)
+	}
+	var pid agentReturn[struct {
+		PID int64 `json:"pid"`
+	}]
+	if err := json.Unmarshal([]byte(out), &pid); err != nil {
+		return proxy.Transientf("guest agent: guest-exec answered something unexpected")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := api.QEMUDomainAgentCommand(ctx, dom, agentCommand("guest-exec-status", map[string]any{"pid": pid.Return.PID}))
+		if err != nil {
+			return agentErr(err)
+		}
+		var st agentReturn[struct {
+			Exited   bool `json:"exited"`
+			ExitCode int  `json:"exitcode"`
+		}]
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			return proxy.Transientf("guest agent: guest-exec-status answered something unexpected")
+		}
+		if st.Return.Exited {
+			if st.Return.ExitCode != 0 {
+				return proxy.Transientf("applying the proxy settings in the guest failed (exit code %d)", st.Return.ExitCode)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return proxy.Transientf("applying the proxy settings in the guest did not finish within 20s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// agentErr makes every guest-agent failure Transient: the agent not being
+// up yet is the usual cause.
+func agentErr(err error) error {
+	var pe *proxy.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return &proxy.Error{Class: proxy.ClassTransient, Reason: "GuestAgent", Err: err}
+}

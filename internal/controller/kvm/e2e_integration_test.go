@@ -1,0 +1,369 @@
+package kvm_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/health"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	kvmtest.Down()
+	os.Exit(code)
+}
+
+// TestIntegrationKVMProxyEndToEnd is the real path: a Debian guest image
+// built by hack/guest-image.sh and served over HTTP on loopback as the
+// image URL, a real libvirtd (TCG) behind a real sshd set up by
+// hack/libvirt-up.sh, the KVMProxy controllers running in-process on a real
+// control plane with the production binding. A KVMProxy becomes Ready, a
+// real request goes through the VM's Squid with the connection Secret's
+// URL, and deleting the KVMProxy leaves no domain, overlay or seed.
+// Traffic stays on this machine: the guest sits on an isolated network
+// and the request's destination is the host's address on it.
+func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
+	total := time.Now()
+	phase := func(name string, since time.Time) { t.Logf("phase %-28s %6.1fs", name, time.Since(since).Seconds()) }
+
+	t0 := time.Now()
+	h := kvmtest.Up(t)
+	phase("libvirt host up", t0)
+
+	t0 = time.Now()
+	image := kvmtest.GuestImage(t)
+	phase("guest image", t0)
+	sum, size := fileSHA256(t, image)
+	t.Logf("guest image %s: %d MiB, sha256 %s", filepath.Base(image), size>>20, sum)
+
+	// The image, served on loopback: the provider downloads it.
+	imgSrv := serve(t, "127.0.0.1:0", http.FileServer(http.Dir(filepath.Dir(image))))
+	imageURL := "http://" + imgSrv + "/" + filepath.Base(image)
+	// The destination of the request through the proxy: the host itself,
+	// on the isolated network.
+	const hello = "hello from the host, through the VM's squid"
+	dest := serve(t, net.JoinHostPort(h.Values["HOST_IP"], "80"), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, hello)
+	}))
+
+	// The image URL's port is new each run, and so is the base volume's
+	// name (it holds a digest of the URL): remove what this run adds to
+	// the pool, so runs do not pile up half-GiB bases.
+	before := h.Volumes(t)
+	t.Cleanup(func() {
+		for _, v := range h.Volumes(t) {
+			if !slices.Contains(before, v) {
+				h.Virsh(t, "vol-delete", "--pool", h.Values["POOL"], v)
+			}
+		}
+	})
+
+	t0 = time.Now()
+	kube := startControllers(t)
+	phase("control plane and controllers", t0)
+
+	ctx := context.Background()
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-e2e"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvm-ssh", Namespace: "crossplane-system"},
+			Data: map[string][]byte{"id_ed25519": h.Key, "known_hosts": h.KnownHosts}},
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "local-kvm"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
+				Credentials: spec.KVMCredentials{
+					SSHKeySecretRef:     spec.SecretKeySelector{Namespace: "crossplane-system", Name: "kvm-ssh", Key: "id_ed25519"},
+					KnownHostsSecretRef: &spec.SecretKeySelector{Namespace: "crossplane-system", Name: "kvm-ssh", Key: "known_hosts"},
+				},
+				DiskSizeGB:   3,
+				Images:       map[string]spec.KVMImage{"debian-12": {URL: imageURL, SHA256: sum, Format: "qcow2", Firmware: "bios"}},
+				MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 2, MemoryMiB: 768}},
+				Hosts: []spec.KVMHost{{Name: "local", Address: h.Values["SSH_ADDRESS"], User: h.Values["SSH_USER"],
+					Socket: h.Values["SOCKET"], Pool: h.Values["POOL"], Network: h.Values["NETWORK"], DomainType: "qemu"}},
+			}}}},
+	} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p := &nsproxy.KVMProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e", Namespace: "team-e2e"},
+		Spec: nsproxy.KVMProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "local-kvm"},
+				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "e2e-proxy"},
+			},
+			ForProvider: spec.KVMProxyParameters{
+				Proxy: spec.ProxySettings{
+					AllowedClientCIDRs: []string{h.Values["HOST_IP"] + "/32"},
+					Auth:               &spec.ProxyAuth{Enabled: true},
+				},
+			},
+		},
+	}
+	// A run killed before its Delete leaves its domain; its name is this
+	// run's too (names are deterministic), and the provider rightly refuses
+	// to adopt another resource's domain.
+	if stale := external.InstanceName(p); slices.Contains(h.Domains(t), stale) {
+		t.Logf("removing domain %s left by an earlier run", stale)
+		h.Purge(stale)
+	}
+	t0 = time.Now()
+	if err := kube.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// Every distinct Ready message on the way, so the log shows the
+	// download's percentages, the boot and the wait for Squid.
+	last := ""
+	waitFor(t, 15*time.Minute, "the KVMProxy to become Ready", func() (bool, string) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return false, err.Error()
+		}
+		r, s := p.GetCondition(xpv2.TypeReady), p.GetCondition(xpv2.TypeSynced)
+		if msg := fmt.Sprintf("Ready=%s %s | Synced=%s %s", r.Status, r.Message, s.Status, s.Message); msg != last {
+			t.Logf("%6.1fs %s", time.Since(t0).Seconds(), msg)
+			last = msg
+		}
+		return r.Status == corev1.ConditionTrue, last
+	})
+	phase("KVMProxy Ready", t0)
+	obs := p.Status.AtProvider
+	t.Logf("status.atProvider: id %s, state %s, ip %s, endpoint %s", obs.ID, obs.State, obs.IP, obs.Endpoint)
+	if obs.State != "Running" || !obs.ProxyReachable || obs.ID != "hosts/local/domains/"+meta.GetExternalName(p) {
+		t.Errorf("status.atProvider = %+v", obs)
+	}
+
+	t0 = time.Now()
+	conn := &corev1.Secret{}
+	if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-e2e", Name: "e2e-proxy"}, conn); err != nil {
+		t.Fatal(err)
+	}
+	proxyURL, err := url.Parse(string(conn.Data["url"]))
+	if err != nil || proxyURL.User == nil {
+		t.Fatalf("connection secret url %q: %v", proxyURL.Redacted(), err)
+	}
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	var body string
+	name := meta.GetExternalName(p)
+	t.Cleanup(func() {
+		if t.Failed() && slices.Contains(h.Domains(t), name) {
+			t.Logf("guest diagnostics:\n%s", h.GuestExec(t, name,
+				"systemctl status squid --no-pager -l | tail -20; journalctl -b -u squid --no-pager | tail -30; tail -40 /var/log/cloud-init-output.log; ss -ltnp"))
+		}
+		if t.Failed() {
+			h.Purge(name)
+		}
+	})
+	waitFor(t, 2*time.Minute, "a request through the VM's squid", func() (bool, string) {
+		resp, err := c.Get("http://" + dest + "/")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	if body != hello {
+		t.Errorf("body through the proxy = %q", body)
+	}
+	// Without the password Squid says 407: the proxy is never open.
+	noAuth := *proxyURL
+	noAuth.User = nil
+	resp, err := (&http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&noAuth)}}).Get("http://" + dest + "/")
+	if err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("request without credentials = %v, %v; want 407", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+	phase("requests through squid", t0)
+
+	// The proxy block changes in place: the guest agent writes Squid's new
+	// config and reloads it; the connection Secret follows.
+	t0 = time.Now()
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	port := int32(3129)
+	p.Spec.ForProvider.Proxy.Port = &port
+	if err := kube.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, "the proxy to serve on the new port", func() (bool, string) {
+		if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-e2e", Name: "e2e-proxy"}, conn); err != nil {
+			return false, err.Error()
+		}
+		u, err := url.Parse(string(conn.Data["url"]))
+		if err != nil || u.Port() != "3129" {
+			_ = kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return false, fmt.Sprintf("url port %s; %s", u.Port(), p.GetCondition(xpv2.TypeSynced).Message)
+		}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u)}}
+		resp, err := c.Get("http://" + dest + "/")
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	phase("update in place", t0)
+
+	t0 = time.Now()
+	if err := kube.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, "the KVMProxy to be gone", func() (bool, string) {
+		err := kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+		return kerrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	phase("delete", t0)
+	if slices.Contains(h.Domains(t), name) {
+		t.Errorf("domain %s is still on the host", name)
+	}
+	for _, v := range h.Volumes(t) {
+		if v == name+".qcow2" || v == name+"-seed.iso" {
+			t.Errorf("volume %s is still in the pool", v)
+		}
+	}
+	phase("total", total)
+}
+
+// startControllers runs a real control plane and, in-process, the
+// KVMProxy controllers with the production binding (kvm.Kind, its real
+// Connect) and the config health checks.
+func startControllers(t *testing.T) client.Client {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logging.NewNopLogger()
+	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
+		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	}
+	features := &feature.Flags{}
+	features.Enable(feature.EnableBetaManagementPolicies)
+	o := external.Options{
+		Options: controller.Options{Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
+			MaxConcurrentReconciles: 2, Features: features},
+		InstallationID: "e2e", Namespace: "crossplane-system", NotReadyPollInterval: 2 * time.Second,
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kvm.Setup(mgr, o, external.NewShared(mgr, o)); err != nil {
+		t.Fatal(err)
+	}
+	if err := health.Setup(mgr, health.Reconciler{
+		Kube:       mgr.GetClient(),
+		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "e2e"},
+		Connectors: map[string]health.Connector{"kvm": kvm.Kind.Connect},
+		Interval:   time.Minute, Timeout: 30 * time.Second,
+	}, log, nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return kube
+}
+
+func serve(t *testing.T, addr string, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+func fileSHA256(t *testing.T, path string) (string, int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+}
