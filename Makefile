@@ -50,9 +50,11 @@ build:
 controlplane-bins:
 	@bash hack/controlplane-bins.sh >/dev/null
 
-# Debian's squid, for the tests that run real Squid.
+# Debian's squid, for the tests that run real Squid; Crossplane core for
+# the compositions. (The KVM tests bring up libvirt and build their guest
+# image themselves, through hack/libvirt-up.sh and hack/guest-image.sh.)
 .PHONY: test-deps
-test-deps: controlplane-bins
+test-deps: controlplane-bins crossplane-bins
 	@bash hack/install-squid.sh
 
 ## Run -----------------------------------------------------------------------
@@ -109,3 +111,30 @@ bench-podproxy: build controlplane-bins
 .PHONY: clean
 clean:
 	rm -rf $(BIN) .cache
+
+## Compositions and packages ---------------------------------------------------
+
+# Crossplane core v2.4.0, built from the Go module proxy into the cache
+# outside the repo (a few minutes cold, instant after). The compositions'
+# end-to-end test runs hack/crossplane-bins.sh itself when it is missing.
+.PHONY: crossplane-bins
+crossplane-bins:
+	@bash hack/crossplane-bins.sh >/dev/null
+
+# The compositions on real Crossplane core with the function and the
+# provider (test/compositions), the function's unit tests, and the
+# packages opened (test/packages).
+.PHONY: test-compositions
+test-compositions: test-deps crossplane-bins
+	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./function/... ./test/...
+
+# The provider, Configuration and function packages as .xpkg files in
+# bin/xpkg (hack/xpkg.sh; no docker).
+.PHONY: xpkg
+xpkg:
+	VERSION=$(VERSION) bash hack/xpkg.sh $(BIN)/xpkg
+
+# Claim-to-Ready time on real Crossplane core: make bench-claim-ready N=10
+.PHONY: bench-claim-ready
+bench-claim-ready: test-deps crossplane-bins
+	bash hack/crossplane-claim-ready.sh $(or $(N),10)
