@@ -36,6 +36,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/egressproxy/provider-egressproxy/apis"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -138,10 +139,12 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 			// the provider never watches every Secret of the cluster.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// The safe-start gate needs only names and conditions of CRDs.
-			&apiextensionsv1.CustomResourceDefinition{}: {Transform: customresourcesgate.TransformStripCRDSchema},
-		}},
+		Cache: cache.Options{
+			ByObject: cacheByObject(),
+			// Nothing reads managed fields; without them a thousand
+			// resources take a fraction of the memory.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("cannot create the manager: %w", err)
@@ -213,6 +216,17 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// cacheByObject configures the manager's cache per type.
+func cacheByObject() map[client.Object]cache.ByObject {
+	// The PodProxy driver reads its Deployments, pods and Services through
+	// the cache: only those carrying its label are cached, pods without
+	// their spec.
+	m := kubernetes.CacheByObject()
+	// The safe-start gate needs only names and conditions of CRDs.
+	m[&apiextensionsv1.CustomResourceDefinition{}] = cache.ByObject{Transform: customresourcesgate.TransformStripCRDSchema}
+	return m
 }
 
 // defaultInstallationID is the UID of the kube-system namespace: stable for

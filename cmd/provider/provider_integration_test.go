@@ -180,7 +180,7 @@ func TestProviderIntegration(t *testing.T) {
 
 	// Every managed resource carries a Synced condition with a message.
 	want := map[string]string{
-		"KVMProxy":     "the kvm backend is not available in this build",
+		"KVMProxy":     "does not parse as an SSH private key", // the examples hold a placeholder key
 		"ProxmoxProxy": "the proxmox backend is not available in this build",
 		"GCPProxy":     "the gcp backend is not available in this build",
 	}

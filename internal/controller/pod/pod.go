@@ -8,16 +8,20 @@ import (
 	"sync"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -59,6 +63,10 @@ func NewKind(mgr ctrl.Manager) *Binding {
 	b := &Binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
 	b.prober = &kubernetes.Prober{Notify: b.notify}
 	b.local, b.localErr = kubernetes.NewCluster(mgr.GetConfig(), mgr.GetClient(), mgr.GetAPIReader())
+	if b.local != nil {
+		// The provider runs in this cluster: it reaches the pods.
+		b.local.DialPods = true
+	}
 	b.Kind = external.Kind[spec.PodProxyParameters]{
 		Name:    "PodProxy",
 		Backend: "kubernetes",
@@ -128,13 +136,16 @@ func (b *Binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 // background. They bypass the controller's event filter (which passes
 // only changes of the managed resource's desired state) by being raw
 // sources, and are filtered to the changes Get would see.
-func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list resource.ManagedList) *builder.Builder {
+func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list client.ObjectList) *builder.Builder {
 	log := mgr.GetLogger().WithName("podproxy-watches")
 	gvk, err := apiutil.GVKForObject(list, mgr.GetScheme())
 	if err != nil {
 		log.Error(err, "cannot watch the proxies' objects; falling back to polling")
 		return bld
 	}
+	// list is shared with other users (the MR state metrics list into it):
+	// only its kind is read here, and each lookup uses a list of its own.
+	listGVK := gvk
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	obj, err := mgr.GetScheme().New(gvk)
 	if err != nil {
@@ -157,34 +168,73 @@ func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list resour
 		if uid == "" {
 			return nil
 		}
-		l, _ := list.DeepCopyObject().(resource.ManagedList)
+		o2, err := mgr.GetScheme().New(listGVK)
+		if err != nil {
+			return nil
+		}
+		l, _ := o2.(client.ObjectList)
 		if err := mgr.GetClient().List(ctx, l, client.MatchingFields{uidIndex: uid}); err != nil {
 			return nil
 		}
 		var out []reconcile.Request
-		for _, m := range l.GetItems() {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}})
-		}
+		_ = apimeta.EachListItem(l, func(o runtime.Object) error {
+			if m, ok := o.(client.Object); ok {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}})
+			}
+			return nil
+		})
 		return out
 	}
-	h := handler.EnqueueRequestsFromMapFunc(toRequests)
-
 	ch := make(chan event.GenericEvent, 1024)
 	b.mu.Lock()
 	b.subscribers = append(b.subscribers, ch)
 	b.mu.Unlock()
 
 	return bld.
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, p *corev1.Pod) []reconcile.Request { return toRequests(ctx, p) }),
-			changed(podDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, d *appsv1.Deployment) []reconcile.Request { return toRequests(ctx, d) }),
-			changed(deploymentDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, s *corev1.Service) []reconcile.Request { return toRequests(ctx, s) }),
-			changed(serviceDigest))).
-		WatchesRawSource(source.Channel(ch, h))
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(podDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(deploymentDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(serviceDigest))).
+		WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests)))
+}
+
+// watchPriority is the work-queue priority of reconciles these watches
+// cause. Above the default (0) of new and polled resources: under load,
+// finishing a proxy whose pod just turned Ready comes before starting new
+// ones, so a Ready pod makes a Ready resource at once rather than behind
+// the queue. The priority stays with the item through its requeues.
+const watchPriority = 10
+
+// enqueue maps an event's object to its proxy and queues it at
+// watchPriority (the object's labels, and so its proxy, never change, so
+// an update maps the new object only).
+func enqueue[T client.Object](toRequests func(context.Context, client.Object) []reconcile.Request) handler.TypedEventHandler[T, reconcile.Request] {
+	add := func(ctx context.Context, o T, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		reqs := toRequests(ctx, o)
+		if len(reqs) == 0 {
+			return
+		}
+		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(watchPriority)}, reqs...)
+			return
+		}
+		for _, r := range reqs {
+			q.Add(r)
+		}
+	}
+	return handler.TypedFuncs[T, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+	}
 }
 
 // notify is the prober's: a check that finished in the background

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -105,10 +107,12 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := logging.NewNopLogger()
+	log, rl := logging.NewNopLogger(), logr.Discard()
 	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+		rl = zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+		log = logging.NewLogrLogger(rl)
 	}
+	ctrl.SetLogger(rl)
 	features := &feature.Flags{}
 	features.Enable(feature.EnableBetaManagementPolicies)
 	if err := pcontroller.Setup(mgr, external.Options{
@@ -135,7 +139,13 @@ func start(t *testing.T) *env {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 
-	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: bin})
+	klog := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kubelet stand-in:\n%s", klog.String())
+		}
+	})
+	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: bin, Log: klog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +273,8 @@ func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType
 	return c
 }
 
-// connection reads the connection Secret once its url differs from not.
+// connection reads the connection Secret once its host differs from not
+// (a rollout gives the proxy a new pod, and so a new address).
 func (e *env) connection(t *testing.T, ns, name, not string) map[string]string {
 	t.Helper()
 	var out map[string]string
@@ -276,7 +287,7 @@ func (e *env) connection(t *testing.T, ns, name, not string) map[string]string {
 		for k, v := range s.Data {
 			out[k] = string(v)
 		}
-		return out["url"] != "" && out["url"] != not, "url " + out["host"]
+		return out["url"] != "" && out["host"] != not, "host " + out["host"]
 	})
 	return out
 }
@@ -317,6 +328,40 @@ func (e *env) objects(t *testing.T, uid types.UID) []string {
 		}
 	}
 	return out
+}
+
+// deleteAndWait deletes mg and waits until it is gone. It deletes no
+// sooner than 6 s after mg was created: crossplane-runtime treats a
+// resource whose backend instance is missing within its creation grace
+// period (5 s, external.Options) as not yet visible, and requeues it with a
+// backoff that the deletion's own events have raised (often 16 s or more),
+// which is not what a user deleting a proxy sees.
+func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
+	t.Helper()
+	if wait := time.Until(mg.GetCreationTimestamp().Add(6 * time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	start := time.Now()
+	if err := e.kube.Delete(context.Background(), mg); err != nil {
+		t.Fatal(err)
+	}
+	e.gone(t, mg)
+	return time.Since(start)
+}
+
+// gone waits until mg is deleted.
+func (e *env) gone(t *testing.T, mg resource.Managed) {
+	t.Helper()
+	// Up to a minute: crossplane-runtime holds a resource deleted within
+	// its creation grace period (5 s here) in a requeue whose backoff the
+	// deletion's own events have raised, typically 16 s.
+	waitFor(t, mg.GetName()+" to be gone", time.Minute, func() (bool, string) {
+		err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
+		if kerrors.IsNotFound(err) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%v; conditions %+v; objects %v", err, mg.GetCondition(xpv2.TypeSynced), e.objects(t, mg.GetUID()))
+	})
 }
 
 // checkObjects asserts the objects of a proxy: marked, owned by the
@@ -386,6 +431,7 @@ func TestPodProxyIntegration(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
+		t.Parallel()
 		p := &nsproxy.PodProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
 			Spec: nsproxy.PodProxySpec{
@@ -422,8 +468,10 @@ func TestPodProxyIntegration(t *testing.T) {
 		// Clients from 127.0.0.0/8 no longer allowed: the pod rolls out
 		// and the new Squid refuses them.
 		e.update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8"} })
-		d2 := e.connection(t, "team-a", "payments-proxy", d["url"])
+		mark := time.Now()
+		d2 := e.connection(t, "team-a", "payments-proxy", d["host"])
 		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		t.Logf("rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
 		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden || squidErr != "ERR_ACCESS_DENIED 0" {
 			t.Errorf("GET from 127.0.0.1 after excluding it = %d %q; want 403 ERR_ACCESS_DENIED", code, squidErr)
 		}
@@ -434,8 +482,10 @@ func TestPodProxyIntegration(t *testing.T) {
 			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"127.0.0.0/8"}
 			p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "payments"}
 		})
-		d3 := e.connection(t, "team-a", "payments-proxy", d2["url"])
+		mark = time.Now()
+		d3 := e.connection(t, "team-a", "payments-proxy", d2["host"])
 		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		t.Logf("rolled out to %s %.2fs after the change", d3["host"], time.Since(mark).Seconds())
 		if d3["username"] != "payments" || len(d3["password"]) != 32 ||
 			d3["url"] != fmt.Sprintf("http://payments:%s@%s:3128", d3["password"], d3["host"]) {
 			t.Errorf("connection Secret with auth: username %q, password of %d chars, url with credentials %v, host %q",
@@ -453,13 +503,7 @@ func TestPodProxyIntegration(t *testing.T) {
 		}
 
 		uid := p.GetUID()
-		if err := e.kube.Delete(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the PodProxy to be gone", 30*time.Second, func() (bool, string) {
-			err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
-			return kerrors.IsNotFound(err), fmt.Sprint(err)
-		})
+		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
 		if left := e.objects(t, uid); len(left) != 0 {
 			t.Errorf("after the PodProxy is gone, these remain: %v", left)
 		}
@@ -473,6 +517,7 @@ func TestPodProxyIntegration(t *testing.T) {
 	})
 
 	t.Run("ClusterScopedProxyWithServiceAndLegacyConfig", func(t *testing.T) {
+		t.Parallel()
 		p := &clusterproxy.PodProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
 			Spec: clusterproxy.PodProxySpec{
@@ -518,30 +563,28 @@ func TestPodProxyIntegration(t *testing.T) {
 		}
 
 		uid := p.GetUID()
-		if err := e.kube.Delete(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the PodProxy to be gone", 30*time.Second, func() (bool, string) {
-			err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
-			return kerrors.IsNotFound(err), fmt.Sprint(err)
-		})
+		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
 		if left := e.objects(t, uid); len(left) != 0 {
 			t.Errorf("after the PodProxy is gone, these remain: %v", left)
 		}
 	})
 
 	t.Run("NamespacedProviderConfigOfItsOwnNamespace", func(t *testing.T) {
+		t.Parallel()
 		p := nsPodProxy("team-b", "reports", "ProviderConfig", "team-pods")
 		if err := e.kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
-		if err := e.kube.Delete(ctx, p); err != nil {
-			t.Fatal(err)
+		uid := p.GetUID()
+		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
+		if left := e.objects(t, uid); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
 		}
 	})
 
 	t.Run("NamespacedProxyCannotUseAnotherNamespacesProviderConfig", func(t *testing.T) {
+		t.Parallel()
 		p := nsPodProxy("team-a", "borrower", "ProviderConfig", "team-pods")
 		if err := e.kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -557,6 +600,7 @@ func TestPodProxyIntegration(t *testing.T) {
 	})
 
 	t.Run("ConfigWithAnotherBackendsBlock", func(t *testing.T) {
+		t.Parallel()
 		p := nsPodProxy("team-a", "confused", "ClusterProviderConfig", "home-kvm")
 		if err := e.kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -579,4 +623,22 @@ func nsPodProxy(ns, name, kind, config string) *nsproxy.PodProxy {
 			ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"127.0.0.0/8"}}},
 		},
 	}
+}
+
+// lockedBuffer is an io.Writer for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

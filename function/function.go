@@ -1,0 +1,421 @@
+// Package function is the composition function behind the EgressProxy
+// composite resources (package/configuration): it turns an application
+// team's request (a class, a size, allowed clients and destinations, auth
+// on or off) into the managed resource the platform team's class names
+// (KVMProxy, ProxmoxProxy, GCPProxy or PodProxy, in the composite's scope),
+// with the platform's defaults, reports the managed resource's readiness
+// as the composite's, and delivers the proxy URL:
+//
+//   - a cluster-scoped (legacy) composite gets the managed resource's
+//     connection details as its own, which Crossplane writes to the
+//     composite's connection Secret and from there to its claim's;
+//   - a namespaced composite, which in Crossplane v2 has no connection
+//     Secret, gets a composed Secret in its namespace holding them.
+//
+// The mapping from classes to backends is the function's input
+// (ProxyClasses), written by the platform team in the Composition.
+package function
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/crossplane/function-sdk-go/errors"
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/request"
+	"github.com/crossplane/function-sdk-go/resource"
+	"github.com/crossplane/function-sdk-go/resource/composed"
+	"github.com/crossplane/function-sdk-go/response"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Names of the composed resources, as the Composition's pipeline knows
+// them.
+const (
+	// ResourceProxyPrefix, followed by the lowercase kind, names the
+	// managed resource. The kind is part of the name so that a composite
+	// whose class moved to another backend gets a new managed resource and
+	// loses the old one, instead of Crossplane trying to turn one kind into
+	// another.
+	ResourceProxyPrefix = "proxy-"
+	// ResourceSecret names the composed connection Secret of a namespaced
+	// composite.
+	ResourceSecret = "connection-secret"
+)
+
+// API groups and version of the managed resources, by the composite's
+// scope.
+const (
+	// GroupNamespaced is the group of the kinds a namespaced composite gets.
+	GroupNamespaced = "proxy.m.egressproxy.io"
+	// GroupCluster is the group of the kinds a cluster-scoped (legacy)
+	// composite gets.
+	GroupCluster = "proxy.egressproxy.io"
+	// Version of both.
+	Version = "v1alpha1"
+)
+
+// Kinds are the managed resource kinds a class may name.
+var Kinds = []string{"GCPProxy", "KVMProxy", "PodProxy", "ProxmoxProxy"}
+
+// Defaults.
+const (
+	// DefaultSize is the size of a request that names none, when its class
+	// sets no defaultSize.
+	DefaultSize = "small"
+	// DefaultConnectionSecretNamespace is where cluster-scoped managed
+	// resources write their connection Secrets when nothing else says.
+	DefaultConnectionSecretNamespace = "crossplane-system"
+	// SecretSuffix names a namespaced composite's connection Secret when
+	// the request names none: <composite name>-proxy.
+	SecretSuffix = "-proxy"
+	// BackendSecretSuffix names the managed resource's own connection
+	// Secret, which the function reads and application teams need not:
+	// <composite name>-backend in the composite's namespace, or
+	// <composite UID>-backend in the legacy connection namespace.
+	BackendSecretSuffix = "-backend"
+)
+
+// ConnectionKeys are the keys of the connection Secret, as the provider
+// publishes them.
+var ConnectionKeys = []string{"url", "host", "port", "username", "password"}
+
+// Request is what an application team writes in a composite's (or
+// claim's) spec.
+type Request struct {
+	// Class the platform team maps to a backend.
+	Class string `json:"class,omitempty"`
+	// Size: small, medium, large; the class says what each means.
+	Size string `json:"size,omitempty"`
+	// AllowedClientCIDRs may use the proxy.
+	AllowedClientCIDRs []string `json:"allowedClientCIDRs,omitempty"`
+	// AllowedDestinations is an optional domain allow-list.
+	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
+	// AllowedPorts are the CONNECT ports; the class's default otherwise.
+	AllowedPorts []int64 `json:"allowedPorts,omitempty"`
+	// Auth turns basic authentication on.
+	Auth bool `json:"auth,omitempty"`
+	// ConnectionSecretName names a namespaced composite's connection
+	// Secret. Default: <composite name>-proxy.
+	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
+}
+
+// Function is the composition function.
+type Function struct {
+	fnv1.UnimplementedFunctionRunnerServiceServer
+
+	log logging.Logger
+}
+
+// New returns the function, logging to log.
+func New(log logging.Logger) *Function { return &Function{log: log} }
+
+// RunFunction composes the managed resource (and, for a namespaced
+// composite, its connection Secret) for one composite resource.
+func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	rsp := response.To(req, response.DefaultTTL)
+
+	in := &ProxyClasses{}
+	if err := request.GetInput(req, in); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the function's input (ProxyClasses)"))
+		return rsp, nil
+	}
+	oxr, err := request.GetObservedCompositeResource(req)
+	if err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composite resource"))
+		return rsp, nil
+	}
+	var r Request
+	if err := oxr.Resource.GetValueInto("spec", &r); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the composite resource's spec"))
+		return rsp, nil
+	}
+	log := f.log.WithValues("xr", oxr.Resource.GetName(), "namespace", oxr.Resource.GetNamespace(), "class", r.Class, "size", r.Size)
+
+	mr, plan, err := Compose(in, oxr.Resource.GetNamespace(), oxr.Resource.GetName(), string(oxr.Resource.GetUID()), connectionNamespace(in, oxr), r)
+	if err != nil {
+		// The application team's mistake (an unknown class or size) or
+		// the platform team's (a class without a ProviderConfig): say
+		// so on the composite and its claim, and compose nothing new.
+		response.Fatal(rsp, err)
+		return rsp, nil
+	}
+
+	observed, err := request.GetObservedComposedResources(req)
+	if err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composed resources"))
+		return rsp, nil
+	}
+	desired, err := request.GetDesiredComposedResources(req)
+	if err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the desired composed resources"))
+		return rsp, nil
+	}
+	dxr, err := request.GetDesiredCompositeResource(req)
+	if err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the desired composite resource"))
+		return rsp, nil
+	}
+
+	name := resource.Name(ResourceProxyPrefix + strings.ToLower(plan.Kind))
+	omr, exists := observed[name]
+	ready := resource.ReadyFalse
+	var conn resource.ConnectionDetails
+	status := map[string]any{"class": plan.Class, "size": plan.Size, "backend": plan.Kind}
+	if exists {
+		if omr.Resource.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
+			ready = resource.ReadyTrue
+		}
+		if c := omr.Resource.GetCondition(xpv2.TypeSynced); c.Status == corev1.ConditionFalse && c.Message != "" {
+			// Whatever the provider refuses (an unknown catalogue key,
+			// a missing ProviderConfig) is the team's to see.
+			response.Warning(rsp, errors.Errorf("%s %s: %s", plan.Kind, omr.Resource.GetName(), c.Message)).TargetCompositeAndClaim()
+		}
+		conn = omr.ConnectionDetails
+		if s, err := omr.Resource.GetString("status.atProvider.endpoint"); err == nil && s != "" {
+			status["endpoint"] = s
+		}
+		if s, err := omr.Resource.GetString("status.atProvider.state"); err == nil && s != "" {
+			status["state"] = s
+		}
+	}
+	desired[name] = &resource.DesiredComposed{Resource: mr, Ready: ready}
+
+	details := resource.ConnectionDetails{}
+	for _, k := range ConnectionKeys {
+		if v, ok := conn[k]; ok && len(v) > 0 {
+			details[k] = v
+		}
+	}
+	if plan.Namespaced {
+		// The composed Secret appears once there is something to put in
+		// it: an empty Secret would only tell a client to retry.
+		if len(details["url"]) > 0 {
+			desired[ResourceSecret] = &resource.DesiredComposed{Resource: ConnectionSecret(oxr.Resource.GetNamespace(), plan.SecretName, details), Ready: resource.ReadyTrue}
+			status["connectionSecret"] = plan.SecretName
+		}
+	} else if len(details) > 0 {
+		if dxr.ConnectionDetails == nil {
+			dxr.ConnectionDetails = resource.ConnectionDetails{}
+		}
+		maps.Copy(dxr.ConnectionDetails, details)
+	}
+
+	if err := response.SetDesiredComposedResources(rsp, desired); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composed resources"))
+		return rsp, nil
+	}
+	if err := dxr.Resource.SetValue("status.proxy", status); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot set the composite's status"))
+		return rsp, nil
+	}
+	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composite resource"))
+		return rsp, nil
+	}
+	log.Debug("Composed", "plan", plan.String(), "ready", ready, "connectionKeys", len(details))
+	return rsp, nil
+}
+
+// connectionNamespace is where a cluster-scoped managed resource writes its
+// connection Secret: the composite's own connection namespace (set from the
+// Composition's writeConnectionSecretsToNamespace), else the input's, else
+// crossplane-system.
+func connectionNamespace(in *ProxyClasses, oxr *resource.Composite) string {
+	if ref := oxr.Resource.GetWriteConnectionSecretToReference(); ref != nil && ref.Namespace != "" {
+		return ref.Namespace
+	}
+	if in.ConnectionSecretNamespace != "" {
+		return in.ConnectionSecretNamespace
+	}
+	return DefaultConnectionSecretNamespace
+}
+
+// Plan is what Compose decided, besides the managed resource itself.
+type Plan struct {
+	// Class and Size chosen (the request's, or the defaults), and the
+	// managed resource Kind the class names.
+	Class, Size, Kind string
+	// Namespaced is true for a namespaced composite.
+	Namespaced bool
+	// SecretName is a namespaced composite's connection Secret.
+	SecretName string
+}
+
+// Compose returns the managed resource for a request of the composite
+// namespace/name (namespace empty for a cluster-scoped composite, whose UID
+// names the managed resource's connection Secret in connNamespace).
+func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Request) (*composed.Unstructured, Plan, error) {
+	p := Plan{Class: r.Class, Size: r.Size, Namespaced: namespace != ""}
+	if p.Class == "" {
+		p.Class = in.DefaultClass
+	}
+	if p.Class == "" {
+		return nil, p, errors.Errorf("the request names no class and the Composition sets no defaultClass; classes offered: %s", keys(in.Classes))
+	}
+	c, ok := in.Classes[p.Class]
+	if !ok {
+		return nil, p, errors.Errorf("class %q is not offered; classes offered: %s", p.Class, keys(in.Classes))
+	}
+	if !slices.Contains(Kinds, c.Kind) {
+		return nil, p, errors.Errorf("class %q names kind %q; the Composition must name one of %s", p.Class, c.Kind, strings.Join(Kinds, ", "))
+	}
+	p.Kind = c.Kind
+	if p.Size == "" {
+		p.Size = c.DefaultSize
+	}
+	if p.Size == "" {
+		p.Size = DefaultSize
+	}
+	sz, ok := c.Sizes[p.Size]
+	if !ok {
+		return nil, p, errors.Errorf("size %q is not offered by class %q; sizes offered: %s", p.Size, p.Class, keys(c.Sizes))
+	}
+	pc := c.ProviderConfigRef
+	if sz.ProviderConfigRef != nil {
+		pc = *sz.ProviderConfigRef
+	}
+	if pc.Name == "" {
+		return nil, p, errors.Errorf("class %q (size %q) names no providerConfigRef in the Composition", p.Class, p.Size)
+	}
+	if len(r.AllowedClientCIDRs) == 0 {
+		// The XRD requires them; a composite written around it (or an
+		// older schema) must not get an open proxy.
+		return nil, p, errors.New("spec.allowedClientCIDRs is required: the proxy is never open")
+	}
+
+	fp := merge(merge(map[string]any{}, c.Parameters), sz.Parameters)
+	proxy, _ := fp["proxy"].(map[string]any)
+	if proxy == nil {
+		proxy = map[string]any{}
+	}
+	proxy["allowedClientCIDRs"] = strs(r.AllowedClientCIDRs)
+	if len(r.AllowedDestinations) > 0 {
+		proxy["allowedDestinations"] = strs(r.AllowedDestinations)
+	}
+	if len(r.AllowedPorts) > 0 {
+		ports := make([]any, len(r.AllowedPorts))
+		for i, v := range r.AllowedPorts {
+			ports[i] = v
+		}
+		proxy["allowedPorts"] = ports
+	}
+	if r.Auth {
+		auth, _ := proxy["auth"].(map[string]any)
+		if auth == nil {
+			auth = map[string]any{}
+		}
+		auth["enabled"] = true
+		proxy["auth"] = auth
+	} else {
+		// Off means off, whatever the class's defaults say.
+		delete(proxy, "auth")
+	}
+	fp["proxy"] = proxy
+
+	mr := composed.New()
+	mr.SetKind(c.Kind)
+	mr.SetName(name)
+	specm := map[string]any{"forProvider": fp}
+	if p.Namespaced {
+		mr.SetAPIVersion(GroupNamespaced + "/" + Version)
+		mr.SetNamespace(namespace)
+		kind := pc.Kind
+		if kind == "" {
+			kind = "ClusterProviderConfig"
+		}
+		specm["providerConfigRef"] = map[string]any{"kind": kind, "name": pc.Name}
+		specm["writeConnectionSecretToRef"] = map[string]any{"name": name + BackendSecretSuffix}
+		p.SecretName = r.ConnectionSecretName
+		if p.SecretName == "" {
+			p.SecretName = name + SecretSuffix
+		}
+	} else {
+		mr.SetAPIVersion(GroupCluster + "/" + Version)
+		specm["providerConfigRef"] = map[string]any{"name": pc.Name}
+		specm["writeConnectionSecretToRef"] = map[string]any{"namespace": connNamespace, "name": uid + BackendSecretSuffix}
+	}
+	mr.Object["spec"] = specm
+	return mr, p, nil
+}
+
+// ConnectionSecret is a namespaced composite's connection Secret.
+func ConnectionSecret(namespace, name string, details resource.ConnectionDetails) *composed.Unstructured {
+	s := composed.New()
+	s.SetAPIVersion("v1")
+	s.SetKind("Secret")
+	s.SetNamespace(namespace)
+	s.SetName(name)
+	data := map[string]any{}
+	for k, v := range details {
+		// Unstructured Secrets carry data base64-encoded, as the API does.
+		data[k] = base64.StdEncoding.EncodeToString(v)
+	}
+	s.Object["type"] = string(corev1.SecretTypeOpaque)
+	s.Object["data"] = data
+	return s
+}
+
+// merge copies src into dst, recursively for maps, and returns dst. Lists
+// and scalars in src replace dst's.
+func merge(dst, src map[string]any) map[string]any {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			dm, _ := dst[k].(map[string]any)
+			if dm == nil {
+				dm = map[string]any{}
+			}
+			dst[k] = merge(dm, sm)
+			continue
+		}
+		dst[k] = deepCopy(v)
+	}
+	return dst
+}
+
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		return merge(map[string]any{}, t)
+	case []any:
+		out := make([]any, len(t))
+		for i := range t {
+			out[i] = deepCopy(t[i])
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+func strs(s []string) []any {
+	out := make([]any, len(s))
+	for i := range s {
+		out[i] = s[i]
+	}
+	return out
+}
+
+func keys[V any](m map[string]V) string {
+	if len(m) == 0 {
+		return "(none)"
+	}
+	k := make([]string, 0, len(m))
+	for n := range m {
+		k = append(k, n)
+	}
+	sort.Strings(k)
+	return strings.Join(k, ", ")
+}
+
+// String describes a plan for logs and messages.
+func (p Plan) String() string {
+	return fmt.Sprintf("class %s, size %s: %s", p.Class, p.Size, p.Kind)
+}

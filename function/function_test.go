@@ -1,0 +1,342 @@
+package function
+
+import (
+	"context"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
+	"sigs.k8s.io/yaml"
+)
+
+// classes is the input of the shipped namespaced Composition, so that the
+// tests exercise what platform teams install.
+func classes(t *testing.T, file string) *structpb.Struct {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "package", "configuration", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var comp struct {
+		Spec struct {
+			Pipeline []struct {
+				Input map[string]any `json:"input"`
+			} `json:"pipeline"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &comp); err != nil {
+		t.Fatal(err)
+	}
+	s, err := structpb.NewStruct(comp.Spec.Pipeline[0].Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func obj(t *testing.T, y string) *structpb.Struct {
+	t.Helper()
+	m := map[string]any{}
+	if err := yaml.Unmarshal([]byte(y), &m); err != nil {
+		t.Fatal(err)
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const namespacedXR = `
+apiVersion: platform.egressproxy.io/v1alpha1
+kind: EgressProxy
+metadata: {name: payments, namespace: team-a, uid: "1234"}
+spec:
+  class: %CLASS%
+  size: %SIZE%
+  allowedClientCIDRs: [10.20.0.0/16]
+  allowedDestinations: [.stripe.com]
+  auth: %AUTH%
+`
+
+const legacyXR = `
+apiVersion: legacy.platform.egressproxy.io/v1alpha1
+kind: XEgressProxy
+metadata: {name: payments-x7k2p, uid: "5678"}
+spec:
+  class: standard
+  allowedClientCIDRs: [10.20.0.0/16]
+  writeConnectionSecretToRef: {namespace: crossplane-system, name: "5678"}
+`
+
+func xr(class, size, auth string) string {
+	return strings.NewReplacer("%CLASS%", class, "%SIZE%", size, "%AUTH%", auth).Replace(namespacedXR)
+}
+
+func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	rsp, err := New(logging.NewNopLogger()).RunFunction(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rsp
+}
+
+func fatal(rsp *fnv1.RunFunctionResponse) string {
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			return r.GetMessage()
+		}
+	}
+	return ""
+}
+
+func TestComposeManagedResource(t *testing.T) {
+	cases := map[string]struct {
+		xr   string
+		file string
+		name string
+		want string // the desired managed resource
+	}{
+		"NamespacedStandardIsAPodProxyOnTheClusterConfig": {
+			xr: xr("standard", "small", "false"), file: "composition-namespaced.yaml", name: "proxy-podproxy",
+			want: `
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: PodProxy
+metadata: {name: payments, namespace: team-a}
+spec:
+  providerConfigRef: {kind: ClusterProviderConfig, name: pods}
+  writeConnectionSecretToRef: {name: payments-backend}
+  forProvider:
+    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]}
+`,
+		},
+		"NamespacedDedicatedMediumIsAKVMProxyWithAuth": {
+			xr: xr("dedicated", "medium", "true"), file: "composition-namespaced.yaml", name: "proxy-kvmproxy",
+			want: `
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: KVMProxy
+metadata: {name: payments, namespace: team-a}
+spec:
+  providerConfigRef: {kind: ClusterProviderConfig, name: home-kvm}
+  writeConnectionSecretToRef: {name: payments-backend}
+  forProvider:
+    image: debian-12
+    machineType: medium
+    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443], auth: {enabled: true}}
+`,
+		},
+		"NamespacedCloudLargeIsAGCPProxyWithAStaticAddress": {
+			xr: xr("cloud", "large", "false"), file: "composition-namespaced.yaml", name: "proxy-gcpproxy",
+			want: `
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: GCPProxy
+metadata: {name: payments, namespace: team-a}
+spec:
+  providerConfigRef: {kind: ClusterProviderConfig, name: gcp-prod}
+  writeConnectionSecretToRef: {name: payments-backend}
+  forProvider:
+    image: ubuntu-2404
+    machineType: large
+    address: {type: Static}
+    firewall: {manage: true}
+    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]}
+`,
+		},
+		"NamespacedDatacenterIsAProxmoxProxy": {
+			xr: xr("datacenter", "small", "false"), file: "composition-namespaced.yaml", name: "proxy-proxmoxproxy",
+			want: `
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: ProxmoxProxy
+metadata: {name: payments, namespace: team-a}
+spec:
+  providerConfigRef: {kind: ClusterProviderConfig, name: home-pve}
+  writeConnectionSecretToRef: {name: payments-backend}
+  forProvider:
+    image: debian-12
+    machineType: small
+    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]}
+`,
+		},
+		"LegacyIsAClusterScopedPodProxyWritingToTheConnectionNamespace": {
+			xr: legacyXR, file: "composition-legacy.yaml", name: "proxy-podproxy",
+			want: `
+apiVersion: proxy.egressproxy.io/v1alpha1
+kind: PodProxy
+metadata: {name: payments-x7k2p}
+spec:
+  providerConfigRef: {name: pods}
+  writeConnectionSecretToRef: {namespace: crossplane-system, name: 5678-backend}
+  forProvider:
+    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedPorts: [443]}
+`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, &fnv1.RunFunctionRequest{
+				Input:    classes(t, tc.file),
+				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, tc.xr)}},
+			})
+			if msg := fatal(rsp); msg != "" {
+				t.Fatalf("fatal result: %s", msg)
+			}
+			got := rsp.GetDesired().GetResources()[tc.name]
+			if got == nil {
+				t.Fatalf("no desired resource %q; desired: %v", tc.name, rsp.GetDesired().GetResources())
+			}
+			if diff := cmp.Diff(obj(t, tc.want).AsMap(), got.GetResource().AsMap()); diff != "" {
+				t.Errorf("desired managed resource (-want +got):\n%s", diff)
+			}
+			if got.GetReady() != fnv1.Ready_READY_FALSE {
+				t.Errorf("ready = %v before the managed resource exists; want false", got.GetReady())
+			}
+			if _, ok := rsp.GetDesired().GetResources()[ResourceSecret]; ok {
+				t.Error("a connection Secret was composed before there were connection details")
+			}
+		})
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	cases := map[string]struct {
+		xr   string
+		want string
+	}{
+		"UnknownClass": {xr: xr("premium", "small", "false"), want: `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`},
+		"UnknownSize":  {xr: xr("standard", "huge", "false"), want: `size "huge" is not offered by class "standard"; sizes offered: large, medium, small`},
+		"NoClients": {xr: `
+apiVersion: platform.egressproxy.io/v1alpha1
+kind: EgressProxy
+metadata: {name: p, namespace: a}
+spec: {class: standard}
+`, want: "spec.allowedClientCIDRs is required"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, &fnv1.RunFunctionRequest{
+				Input:    classes(t, "composition-namespaced.yaml"),
+				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, tc.xr)}},
+			})
+			if got := fatal(rsp); !strings.Contains(got, tc.want) {
+				t.Errorf("fatal result %q; want it to say %q", got, tc.want)
+			}
+			if n := len(rsp.GetDesired().GetResources()); n != 0 {
+				t.Errorf("%d resources composed for a refused request", n)
+			}
+		})
+	}
+}
+
+// observedMR is a PodProxy as the provider leaves it once Ready.
+func observedMR(t *testing.T, ready, synced string) *fnv1.Resource {
+	t.Helper()
+	return &fnv1.Resource{
+		Resource: obj(t, `
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: PodProxy
+metadata: {name: payments, namespace: team-a}
+status:
+  atProvider: {endpoint: "10.1.2.3:3128", state: Running}
+  conditions:
+  - {type: Ready, status: "`+ready+`", reason: Available}
+  - {type: Synced, status: "`+synced+`", reason: ReconcileError, message: "machineType: unknown key"}
+`),
+		ConnectionDetails: map[string][]byte{"url": []byte("http://u:p@10.1.2.3:3128"), "host": []byte("10.1.2.3"), "port": []byte("3128"), "username": []byte("u"), "password": []byte("p"), "other": []byte("x")},
+	}
+}
+
+func TestNamespacedReadyAndConnectionSecret(t *testing.T) {
+	rsp := run(t, &fnv1.RunFunctionRequest{
+		Input: classes(t, "composition-namespaced.yaml"),
+		Observed: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: obj(t, xr("standard", "small", "true"))},
+			Resources: map[string]*fnv1.Resource{"proxy-podproxy": observedMR(t, "True", "True")},
+		},
+	})
+	if msg := fatal(rsp); msg != "" {
+		t.Fatal(msg)
+	}
+	res := rsp.GetDesired().GetResources()
+	if res["proxy-podproxy"].GetReady() != fnv1.Ready_READY_TRUE {
+		t.Errorf("managed resource ready = %v; want true", res["proxy-podproxy"].GetReady())
+	}
+	sec := res[ResourceSecret]
+	if sec == nil || sec.GetReady() != fnv1.Ready_READY_TRUE {
+		t.Fatalf("connection Secret %v; want one, ready", sec)
+	}
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	want := obj(t, `
+apiVersion: v1
+kind: Secret
+metadata: {name: payments-proxy, namespace: team-a}
+type: Opaque
+data: {url: `+b64("http://u:p@10.1.2.3:3128")+`, host: `+b64("10.1.2.3")+`, port: `+b64("3128")+`, username: `+b64("u")+`, password: `+b64("p")+`}
+`)
+	if diff := cmp.Diff(want.AsMap(), sec.GetResource().AsMap()); diff != "" {
+		t.Errorf("connection Secret (-want +got):\n%s", diff)
+	}
+	status := rsp.GetDesired().GetComposite().GetResource().AsMap()["status"]
+	wantStatus := map[string]any{"proxy": map[string]any{"class": "standard", "size": "small", "backend": "PodProxy", "endpoint": "10.1.2.3:3128", "state": "Running", "connectionSecret": "payments-proxy"}}
+	if diff := cmp.Diff(wantStatus, status); diff != "" {
+		t.Errorf("composite status (-want +got):\n%s", diff)
+	}
+	if n := len(rsp.GetDesired().GetComposite().GetConnectionDetails()); n != 0 {
+		t.Errorf("a namespaced composite got %d connection details; it has no connection Secret", n)
+	}
+}
+
+func TestLegacyConnectionDetailsAndWarning(t *testing.T) {
+	rsp := run(t, &fnv1.RunFunctionRequest{
+		Input: classes(t, "composition-legacy.yaml"),
+		Observed: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: obj(t, legacyXR)},
+			Resources: map[string]*fnv1.Resource{"proxy-podproxy": observedMR(t, "False", "False")},
+		},
+	})
+	if msg := fatal(rsp); msg != "" {
+		t.Fatal(msg)
+	}
+	if r := rsp.GetDesired().GetResources()["proxy-podproxy"].GetReady(); r != fnv1.Ready_READY_FALSE {
+		t.Errorf("ready = %v for a managed resource that is not Ready; want false", r)
+	}
+	got := map[string]string{}
+	for k, v := range rsp.GetDesired().GetComposite().GetConnectionDetails() {
+		got[k] = string(v)
+	}
+	want := map[string]string{"url": "http://u:p@10.1.2.3:3128", "host": "10.1.2.3", "port": "3128", "username": "u", "password": "p"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("composite connection details (-want +got):\n%s", diff)
+	}
+	if _, ok := rsp.GetDesired().GetResources()[ResourceSecret]; ok {
+		t.Error("a legacy composite got a composed Secret; its connection Secret is Crossplane's")
+	}
+	var warned bool
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && strings.Contains(r.GetMessage(), "machineType: unknown key") &&
+			r.GetTarget() == fnv1.Target_TARGET_COMPOSITE_AND_CLAIM {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning for the claim carrying the managed resource's Synced=False message; results: %v", rsp.GetResults())
+	}
+}
+
+// TestKeepsEarlierSteps: resources an earlier pipeline step composed stay.
+func TestKeepsEarlierSteps(t *testing.T) {
+	rsp := run(t, &fnv1.RunFunctionRequest{
+		Input:    classes(t, "composition-namespaced.yaml"),
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, xr("standard", "small", "false"))}},
+		Desired:  &fnv1.State{Resources: map[string]*fnv1.Resource{"other": {Resource: obj(t, "{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}")}}},
+	})
+	if _, ok := rsp.GetDesired().GetResources()["other"]; !ok {
+		t.Error("the earlier step's resource was dropped")
+	}
+}

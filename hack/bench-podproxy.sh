@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Benchmark of the PodProxy controller on a local control plane, with the
+# kubelet stand-in (internal/backend/kubernetes/kubelettest) playing the
+# nodes. Not a test: it prints figures (see hack/benchpodproxy/main.go).
+#
+#   hack/bench-podproxy.sh N [KUBELET_DELAY] [-- extra benchpodproxy flags]
+#
+#   hack/bench-podproxy.sh 200 3s     200 PodProxies, 3 s from pod to Ready
+#   hack/bench-podproxy.sh 1000       1000, an instant kubelet
+#
+# KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
+# Needs the control-plane binaries (hack/controlplane-bins.sh builds them
+# when missing); builds bin/provider.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N="${1:-200}"
+DELAY="${2:-0s}"
+shift $(( $# > 2 ? 2 : $# ))
+[ "${1:-}" = "--" ] && shift
+case "$DELAY" in
+  *[a-z]*) ;;
+  *) DELAY="${DELAY}s" ;;
+esac
+
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+mkdir -p bin
+go build -trimpath -o bin/provider ./cmd/provider
+go build -o bin/benchpodproxy ./hack/benchpodproxy
+exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/provider "$@"

@@ -1,0 +1,787 @@
+// Command benchpodproxy measures the PodProxy controller: it starts a local
+// control plane (internal/controlplane, plus a kube-controller-manager of
+// its own with rate limits raised for a thousand Deployments), runs the
+// built provider binary against it, creates N PodProxies, plays the
+// kubelet with internal/backend/kubernetes/kubelettest, and prints:
+//
+//   - the time from the first create until all N are Ready;
+//   - the median, p95 and maximum delay from a pod turning Ready (the
+//     stand-in's status write returned) to its PodProxy turning Ready (this
+//     program's watch saw Ready=True);
+//   - the provider's peak RSS (VmHWM) and CPU seconds, from /proc;
+//   - the provider's API requests per PodProxy until all were Ready: the
+//     growth of its rest_client_requests_total (every request its clients
+//     sent, by HTTP method) from just before the first create, divided by N.
+//
+// Run it through hack/bench-podproxy.sh.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+)
+
+type options struct {
+	n           int
+	delay       time.Duration
+	provider    string
+	rate        int
+	concurrent  int
+	creators    int
+	timeout     time.Duration
+	listen      bool
+	deleteAfter bool
+	keepLogs    bool
+	debug       bool
+	profile     string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.n, "n", 200, "PodProxies to create.")
+	flag.DurationVar(&o.delay, "kubelet-delay", 0, "How long the kubelet stand-in takes from seeing a pod to reporting it Ready.")
+	flag.StringVar(&o.provider, "provider", "bin/provider", "The provider binary.")
+	flag.IntVar(&o.rate, "max-reconcile-rate", 500, "The provider's --max-reconcile-rate (its client allows twice as many requests per second).")
+	flag.IntVar(&o.concurrent, "max-concurrent-reconciles", 50, "The provider's --max-concurrent-reconciles.")
+	flag.IntVar(&o.creators, "creators", 16, "PodProxies created in parallel.")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up waiting for Ready after this long.")
+	flag.BoolVar(&o.listen, "listen", true, "Run a TCP listener per pod (the provider checks that the proxy answers); false runs nothing and no PodProxy becomes Ready.")
+	flag.BoolVar(&o.deleteAfter, "delete", true, "Delete the PodProxies at the end and time it.")
+	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
+	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
+	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "benchpodproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, o options) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "benchpodproxy-")
+	if err != nil {
+		return err
+	}
+	if !o.keepLogs {
+		defer os.RemoveAll(dir)
+	}
+
+	logf("starting the control plane (kube-apiserver, etcd)")
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
+		Dir:            filepath.Join(dir, "controlplane"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cp.Stop() }()
+	stopKCM, kcmPID, err := startControllerManager(cp, dir)
+	if err != nil {
+		return err
+	}
+	defer stopKCM()
+	pids := cp.PIDs()
+	pids["kube-controller-manager"] = kcmPID
+	pids["benchpodproxy (kubelet stand-in, watches)"] = os.Getpid()
+
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return err
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	kube, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	for _, ns := range []string{"crossplane-system", "egress-proxies", "bench"} {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	if err := kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+			Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
+			Namespace:   "egress-proxies",
+		}}},
+	}); err != nil {
+		return err
+	}
+
+	prov, err := startProvider(ctx, o, cp, dir)
+	if err != nil {
+		return err
+	}
+	defer prov.stop()
+	startCPU, _ := cpuSeconds(prov.pid)
+	startRSS, _ := rss(prov.pid)
+	pids["provider"] = prov.pid
+	cpuBefore := map[string]float64{}
+
+	// The kubelet stand-in, and the times pods turned Ready.
+	var mu sync.Mutex
+	podReady := map[string]time.Time{} // by PodProxy UID
+	mode := kubelettest.Listen
+	if !o.listen {
+		mode = kubelettest.NoListener
+	}
+	kl, err := kubelettest.New(cfg, kubelettest.Options{Mode: mode, Delay: o.delay, Workers: 64,
+		OnReady: func(p *corev1.Pod, _ string, at time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			if uid := p.Labels[kubernetes.LabelUID]; uid != "" {
+				if _, ok := podReady[uid]; !ok {
+					podReady[uid] = at
+				}
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	defer kl.Stop()
+	if err := kl.Run(ctx); err != nil {
+		return err
+	}
+
+	// Watch the PodProxies turn Ready, and their Deployments and pods
+	// appear, for the timeline.
+	mrReady := map[string]time.Time{}
+	mrCreated := map[string]time.Time{} // by name
+	mrUID := map[string]string{}        // name by UID
+	depSeen := map[string]time.Time{}   // by PodProxy UID
+	podSeen := map[string]time.Time{}   // by PodProxy UID
+	allReady := make(chan struct{})
+	ca, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: kubernetes.CacheByObject()})
+	if err != nil {
+		return err
+	}
+	first := func(m map[string]time.Time) func(obj any) {
+		return func(obj any) {
+			o, ok := obj.(client.Object)
+			if !ok {
+				return
+			}
+			at := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if uid := o.GetLabels()[kubernetes.LabelUID]; uid != "" {
+				if _, ok := m[uid]; !ok {
+					m[uid] = at
+				}
+			}
+		}
+	}
+	for obj, m := range map[client.Object]map[string]time.Time{&appsv1.Deployment{}: depSeen, &corev1.Pod{}: podSeen} {
+		i, err := ca.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if _, err := i.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: first(m)}); err != nil {
+			return err
+		}
+	}
+	inf, err := ca.GetInformer(ctx, &nsproxy.PodProxy{})
+	if err != nil {
+		return err
+	}
+	seen := func(obj any) {
+		p, ok := obj.(*nsproxy.PodProxy)
+		if !ok || p.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
+			return
+		}
+		at := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		mrUID[string(p.UID)] = p.Name
+		if _, ok := mrReady[string(p.UID)]; ok {
+			return
+		}
+		mrReady[string(p.UID)] = at
+		if len(mrReady) == o.n {
+			close(allReady)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, n any) { seen(n) }}); err != nil {
+		return err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return errors.New("the PodProxy cache did not sync")
+	}
+
+	before, err := prov.requests(ctx)
+	if err != nil {
+		return err
+	}
+	apiBefore, err := apiserverRequests(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for name, pid := range pids {
+		cpuBefore[name], _ = cpuSeconds(pid)
+	}
+	logf("creating %d PodProxies (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
+	if o.profile != "" {
+		go func() {
+			rc, err := rest.RESTClientFor(withCodec(cfg))
+			if err != nil {
+				return
+			}
+			b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").Timeout(30 * time.Second).Do(ctx).Raw()
+			if err == nil {
+				_ = os.WriteFile(o.profile, b, 0o644)
+			}
+		}()
+	}
+	start := time.Now()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var createErr error
+	var errOnce sync.Once
+	for range o.creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				p := podProxy(i)
+				at := time.Now()
+				if err := kube.Create(ctx, p); err != nil {
+					errOnce.Do(func() { createErr = err })
+				}
+				mu.Lock()
+				mrCreated[p.Name] = at
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range o.n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if createErr != nil {
+		return createErr
+	}
+	created := time.Since(start)
+	logf("created all in %.2fs; waiting for Ready", created.Seconds())
+
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	deadline := time.After(o.timeout)
+	timedOut := false
+wait:
+	for {
+		select {
+		case <-allReady:
+			break wait
+		case <-progress.C:
+			mu.Lock()
+			logf("%d of %d Ready (%d pods Ready)", len(mrReady), o.n, len(podReady))
+			mu.Unlock()
+		case <-deadline:
+			timedOut = true
+			break wait
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	took := time.Since(start)
+	after, err := prov.requests(ctx)
+	if err != nil {
+		return err
+	}
+	metricsText, _ := prov.scrape(ctx)
+	apiAfter, err := apiserverRequests(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	endCPU, _ := cpuSeconds(prov.pid)
+	peakRSS, _ := rss(prov.pid)
+	var cpuRows []string
+	for name, pid := range pids {
+		c, _ := cpuSeconds(pid)
+		cpuRows = append(cpuRows, fmt.Sprintf("%s %.1f s", name, c-cpuBefore[name]))
+	}
+	sort.Strings(cpuRows)
+
+	mu.Lock()
+	var delays []time.Duration
+	for uid, m := range mrReady {
+		if p, ok := podReady[uid]; ok {
+			delays = append(delays, m.Sub(p))
+		}
+	}
+	ready := len(mrReady)
+	var stages [4][]time.Duration
+	for uid, m := range mrReady {
+		c, ok := mrCreated[mrUID[uid]]
+		if !ok {
+			continue
+		}
+		for i, t := range []time.Time{depSeen[uid], podSeen[uid], podReady[uid], m} {
+			if !t.IsZero() {
+				stages[i] = append(stages[i], t.Sub(c))
+			}
+		}
+	}
+	mu.Unlock()
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+
+	fmt.Printf("\nPodProxy benchmark: %d PodProxies (namespaced, ClusterProviderConfig, connection Secret), kubelet stand-in delay %v\n", o.n, o.delay)
+	fmt.Printf("kubelet stand-in: %s; one status write per pod\n", mode)
+	fmt.Printf("provider: %s --max-reconcile-rate %d --max-concurrent-reconciles %d --poll-not-ready 30s (Ready comes from watches, not polls)\n", o.provider, o.rate, o.concurrent)
+	fmt.Printf("machine: %d CPUs; control plane, provider, kube-controller-manager and this program share them\n\n", numCPU())
+	if timedOut {
+		fmt.Printf("TIMED OUT after %v: %d of %d Ready\n", o.timeout, ready, o.n)
+	}
+	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
+	fmt.Printf("all Ready:                       %7.2f s after the first create\n", took.Seconds())
+	if len(delays) > 0 {
+		fmt.Printf("pod Ready -> PodProxy Ready:     median %.3f s, p95 %.3f s, max %.3f s (%d proxies)\n",
+			pct(delays, 50).Seconds(), pct(delays, 95).Seconds(), delays[len(delays)-1].Seconds(), len(delays))
+	}
+	var timeline []string
+	for i, name := range []string{"Deployment seen", "pod seen", "pod Ready", "PodProxy Ready"} {
+		d := stages[i]
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		if len(d) > 0 {
+			timeline = append(timeline, fmt.Sprintf("%s %.2f/%.2f", name, pct(d, 50).Seconds(), pct(d, 95).Seconds()))
+		}
+	}
+	fmt.Printf("timeline after each create:      %s s (median/p95)\n", strings.Join(timeline, ", "))
+	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create)\n", float64(peakRSS)/1024, float64(startRSS)/1024)
+	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
+	total := 0.0
+	var methods []string
+	for m, v := range after {
+		total += v - before[m]
+		if d := v - before[m]; d > 0 {
+			methods = append(methods, fmt.Sprintf("%s %.2f", m, d/float64(o.n)))
+		}
+	}
+	sort.Strings(methods)
+	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time on %d CPUs)\n", strings.Join(cpuRows, ", "), took.Seconds(), numCPU())
+	fmt.Printf("provider API requests per MR:    %7.2f until all were Ready (%s)\n", total/float64(o.n), strings.Join(methods, ", "))
+	fmt.Printf("                                 counted: the growth of the provider's rest_client_requests_total from just before the first create\n")
+	fmt.Printf("                                 (every request of its clients, events included, for every controller), divided by %d\n", o.n)
+
+	ctl := `controller="managed/podproxy.proxy.m.egressproxy.io"`
+	wq := `name="managed/podproxy.proxy.m.egressproxy.io"`
+	mean := func(name, filter string) float64 {
+		c := metricSum(metricsText, name+"_count", filter)
+		if c == 0 {
+			return 0
+		}
+		return metricSum(metricsText, name+"_sum", filter) / c
+	}
+	fmt.Printf("provider Go heap at the end:     %.1f MiB in use, %.1f MiB from the OS (go_memstats)\n",
+		metricSum(metricsText, "go_memstats_heap_inuse_bytes", "")/(1<<20), metricSum(metricsText, "go_memstats_sys_bytes", "")/(1<<20))
+	fmt.Printf("provider internals (whole run):  %.2f reconciles per MR, mean reconcile %.0f ms, mean wait in the work queue %.0f ms\n",
+		metricSum(metricsText, "controller_runtime_reconcile_total", ctl)/float64(o.n),
+		1000*mean("controller_runtime_reconcile_time_seconds", ctl), 1000*mean("workqueue_queue_duration_seconds", wq))
+	fmt.Printf("\nAPI server requests per MR by resource and verb, all clients (the provider; kube-controller-manager on\n")
+	fmt.Printf("deployments, replicasets, pods and events; the stand-in on pods; this program: one podproxies create per MR):\n")
+	var rows []string
+	for k, v := range apiAfter {
+		if d := v - apiBefore[k]; d/float64(o.n) >= 0.05 {
+			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(o.n)))
+		}
+	}
+	sort.Strings(rows)
+	fmt.Println(strings.Join(rows, "\n"))
+
+	if o.deleteAfter && !timedOut {
+		logf("deleting the PodProxies")
+		t0 := time.Now()
+		del := make(chan int)
+		var dwg sync.WaitGroup
+		for range o.creators {
+			dwg.Add(1)
+			go func() {
+				defer dwg.Done()
+				for i := range del {
+					_ = kube.Delete(ctx, podProxy(i))
+				}
+			}()
+		}
+		for i := range o.n {
+			del <- i
+		}
+		close(del)
+		dwg.Wait()
+		for {
+			l := &nsproxy.PodProxyList{}
+			if err := kube.List(ctx, l, client.InNamespace("bench")); err != nil {
+				return err
+			}
+			if len(l.Items) == 0 {
+				break
+			}
+			if time.Since(t0) > o.timeout {
+				fmt.Printf("deleting: %d PodProxies left after %v\n", len(l.Items), o.timeout)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		fmt.Printf("all deleted:                     %7.2f s after deleting them (their Deployments, Secrets and pods removed first)\n", time.Since(t0).Seconds())
+	}
+	if o.keepLogs {
+		fmt.Printf("\nlogs in %s\n", dir)
+	}
+	if timedOut {
+		return errors.New("not all PodProxies became Ready")
+	}
+	return nil
+}
+
+func podProxy(i int) *nsproxy.PodProxy {
+	name := fmt.Sprintf("p-%04d", i)
+	return &nsproxy.PodProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
+		Spec: nsproxy.PodProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "pods"},
+				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: name + "-proxy"},
+			},
+			ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+		},
+	}
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	i := (len(d)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return d[min(i, len(d)-1)]
+}
+
+// startControllerManager runs kube-controller-manager with the garbage
+// collector and the Deployment and ReplicaSet controllers, with API rate
+// limits and worker counts raised: at its defaults (20 requests per second,
+// 5 workers) a thousand Deployments take minutes to get their pods.
+func startControllerManager(cp *controlplane.ControlPlane, dir string) (func(), int, error) {
+	logFile, err := os.Create(filepath.Join(dir, "kube-controller-manager.log"))
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd := exec.Command(filepath.Join(cp.BinDir, "kube-controller-manager"), //nolint:gosec // our own binary.
+		"--kubeconfig="+cp.KubeconfigPath,
+		"--controllers=garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller",
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
+		"--kube-api-qps=1000", "--kube-api-burst=2000",
+		"--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20", "--concurrent-gc-syncs=50",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		_ = logFile.Close()
+	}, cmd.Process.Pid, nil
+}
+
+type provider struct {
+	pid     int
+	metrics string
+	stop    func()
+}
+
+// startProvider runs the provider binary on the control plane and waits
+// until its PodProxy controllers run.
+func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir string) (*provider, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "provider.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(o.provider, //nolint:gosec // the provider under test.
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
+		"--health-probe-bind-address", "0",
+		"--namespace", "crossplane-system",
+		"--installation-id", "bench",
+		"--max-reconcile-rate", strconv.Itoa(o.rate),
+		"--max-concurrent-reconciles", strconv.Itoa(o.concurrent),
+		"--poll", "10m", "--poll-not-ready", "30s", "--poll-jitter", "0s",
+		"--config-check-interval", "10m",
+	)
+	if o.debug {
+		cmd.Args = append(cmd.Args, "--debug")
+	}
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logf("starting the provider (%s)", o.provider)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &provider{pid: cmd.Process.Pid, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
+	p.stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = logFile.Close()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		body, err := p.scrape(ctx)
+		if err == nil && strings.Contains(body, `controller="managed/podproxy.proxy.m.egressproxy.io"`) {
+			return p, nil
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the provider exited:\n%s", tail(string(b), 40))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the provider's PodProxy controller did not start within 60 s:\n%s", tail(string(b), 40))
+		}
+	}
+}
+
+func (p *provider) scrape(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// requests sums the provider's rest_client_requests_total by method.
+func (p *provider) requests(ctx context.Context) (map[string]float64, error) {
+	body, err := p.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "rest_client_requests_total{") {
+			continue
+		}
+		labels, value, ok := strings.Cut(strings.TrimPrefix(l, "rest_client_requests_total{"), "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		method := "?"
+		for _, kv := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok && k == "method" {
+				method = strings.Trim(val, `"`)
+			}
+		}
+		out[method] += v
+	}
+	return out, sc.Err()
+}
+
+// metricSum sums the samples of one metric whose labels contain filter.
+func metricSum(text, name, filter string) float64 {
+	total := 0.0
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		if filter != "" && !strings.Contains(l, filter) {
+			continue
+		}
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// apiserverRequests reads the API server's apiserver_request_total, summed
+// by "resource[/subresource] VERB", leaving out watches.
+func apiserverRequests(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	rc, err := rest.RESTClientFor(withCodec(cfg))
+	if err != nil {
+		return nil, err
+	}
+	b, err := rc.Get().AbsPath("/metrics").Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		kv := map[string]string{}
+		for _, p := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(p, "="); ok {
+				kv[k] = strings.Trim(val, `"`)
+			}
+		}
+		if kv["verb"] == "WATCH" || kv["resource"] == "" {
+			continue
+		}
+		res := kv["resource"]
+		if kv["subresource"] != "" {
+			res += "/" + kv["subresource"]
+		}
+		out[res+" "+kv["verb"]] += v
+	}
+	return out, nil
+}
+
+func withCodec(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	return c
+}
+
+// cpuSeconds is utime+stime of pid (USER_HZ is 100 on Linux).
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	s = s[strings.LastIndexByte(s, ')')+2:]
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100, nil
+}
+
+// rss is VmHWM (peak resident set) of pid in KiB.
+func rss(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, errors.New("no VmHWM")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "processor\t:")
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

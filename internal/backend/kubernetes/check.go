@@ -1,0 +1,74 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Health reasons of this backend, beside the proxy.Reason* ones.
+const (
+	// ReasonNamespaceMissing: the config's namespace does not exist.
+	ReasonNamespaceMissing = "NamespaceMissing"
+)
+
+// CheckTarget names the one target Check reports.
+const CheckTarget = "apiserver"
+
+// Check implements proxy.Driver: it reads the config's namespace, lists at
+// most one labelled pod there (proving read and list access where the
+// proxies live) and reads the API server's version, all from the API
+// server itself, never from a cache.
+func (d *Driver) Check(ctx context.Context) proxy.Health {
+	t := proxy.TargetHealth{Target: CheckTarget, Address: d.host, Details: map[string]string{"namespace": d.cfg.Namespace}}
+	fail := func(reason string, err error) proxy.Health {
+		t.Reason, t.Message = reason, err.Error()
+		return proxy.Health{Targets: []proxy.TargetHealth{t}}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(proxy.ReasonTimeout, err)
+	}
+	if d.version != nil {
+		v, err := d.version(ctx)
+		if err != nil {
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot read the server version: %w", err))
+		}
+		t.Details["serverVersion"] = v
+	}
+	ns := &corev1.Namespace{}
+	if err := d.live.Get(ctx, types.NamespacedName{Name: d.cfg.Namespace}, ns); err != nil {
+		if kerrors.IsNotFound(err) {
+			return fail(ReasonNamespaceMissing, fmt.Errorf("namespace %q does not exist: create it, or set spec.kubernetes.namespace to one that does", d.cfg.Namespace))
+		}
+		return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err))
+	}
+	pods := &corev1.PodList{}
+	if err := d.live.List(ctx, pods, client.InNamespace(d.cfg.Namespace), client.MatchingLabels{LabelManagedBy: ManagedBy}, client.Limit(1)); err != nil {
+		return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err))
+	}
+	t.Healthy = true
+	return proxy.Health{Targets: []proxy.TargetHealth{t}}
+}
+
+// checkReason maps a failed check onto a health reason.
+func checkReason(ctx context.Context, err error) string {
+	var status kerrors.APIStatus
+	switch {
+	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || kerrors.IsTimeout(err) || kerrors.IsServerTimeout(err):
+		return proxy.ReasonTimeout
+	case kerrors.IsUnauthorized(err):
+		return proxy.ReasonUnauthorized
+	case kerrors.IsForbidden(err):
+		return proxy.ReasonForbidden
+	case errors.As(err, &status):
+		return proxy.ReasonAPIError
+	}
+	return proxy.ReasonUnreachable
+}

@@ -1,0 +1,226 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Cluster is how the driver reaches one target cluster.
+type Cluster struct {
+	// Client reads (possibly from a cache) and writes.
+	Client client.Client
+	// Live reads from the API server; nil when Client's reads already do.
+	Live client.Reader
+	// Host is the API server's address.
+	Host string
+	// Version reads the API server's version.
+	Version func(ctx context.Context) (string, error)
+	// DialPods: the provider runs in this cluster and reaches its pods.
+	DialPods bool
+}
+
+// NewCluster is the Cluster of a rest config: c (which may read from a
+// cache) and live (nil when c reads directly). Set DialPods on the result
+// for the cluster the provider runs in.
+func NewCluster(cfg *rest.Config, c client.Client, live client.Reader) (*Cluster, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc := dc.RESTClient()
+	return &Cluster{
+		Client: c,
+		Live:   live,
+		Host:   cfg.Host,
+		Version: func(ctx context.Context) (string, error) {
+			// The discovery client's ServerVersion takes no context.
+			b, err := rc.Get().AbsPath("/version").Do(ctx).Raw()
+			if err != nil {
+				return "", err
+			}
+			var v version.Info
+			if err := json.Unmarshal(b, &v); err != nil {
+				return "", err
+			}
+			return v.GitVersion, nil
+		},
+	}, nil
+}
+
+// Driver returns a driver for cl.
+func (cl *Cluster) Driver(provider string, cfg Config, prober *Prober) *Driver {
+	return New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
+}
+
+// Remote builds and pools the Clusters of kubeconfigs. A Cluster is keyed
+// by a digest of the kubeconfig's bytes, so a rotated Secret makes a new
+// one at the next Connect, and the old one is dropped once unused.
+type Remote struct {
+	// Scheme of the clients; it must know apps/v1 and core/v1.
+	Scheme *runtime.Scheme
+	// Max is how many Clusters are kept; default 32.
+	Max int
+
+	mu    sync.Mutex
+	pool  map[[32]byte]*remoteCluster
+	build func(kubeconfig []byte) (*Cluster, error)
+}
+
+type remoteCluster struct {
+	cluster *Cluster
+	used    time.Time
+}
+
+// Cluster returns the pooled Cluster of kubeconfig, building it if needed.
+// Errors are Permanent: only a changed kubeconfig helps.
+func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
+	key := sha256.Sum256(kubeconfig)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pool == nil {
+		r.pool = map[[32]byte]*remoteCluster{}
+	}
+	if e, ok := r.pool[key]; ok {
+		e.used = time.Now()
+		return e.cluster, nil
+	}
+	build := r.build
+	if build == nil {
+		build = r.newCluster
+	}
+	cl, err := build(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	max := r.Max
+	if max <= 0 {
+		max = 32
+	}
+	for len(r.pool) >= max {
+		var oldest [32]byte
+		var at time.Time
+		for k, e := range r.pool {
+			if at.IsZero() || e.used.Before(at) {
+				oldest, at = k, e.used
+			}
+		}
+		delete(r.pool, oldest)
+	}
+	r.pool[key] = &remoteCluster{cluster: cl, used: time.Now()}
+	return cl, nil
+}
+
+func (r *Remote) newCluster(kubeconfig []byte) (*Cluster, error) {
+	cfg, err := RESTConfigFromKubeconfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: r.Scheme})
+	if err != nil {
+		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
+	}
+	cl, err := NewCluster(cfg, c, nil)
+	if err != nil {
+		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
+	}
+	return cl, nil
+}
+
+// RESTConfigFromKubeconfig parses a kubeconfig for a remote cluster. It
+// refuses what would make the provider run a program (exec and
+// auth-provider plugins) or read its own files (paths to tokens, keys,
+// certificates: a kubeconfig naming the provider's own service-account
+// token would send it to whichever server the kubeconfig names). Requests
+// time out after 30 s.
+func RESTConfigFromKubeconfig(kubeconfig []byte) (*rest.Config, error) {
+	cc, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, proxy.Permanentf("cannot parse the kubeconfig: %v", err)
+	}
+	for name, ai := range cc.AuthInfos {
+		switch {
+		case ai.Exec != nil || ai.AuthProvider != nil:
+			return nil, proxy.Permanentf("kubeconfig user %q uses a credential plugin, which the provider does not run: use a token or a client certificate", name)
+		case ai.TokenFile != "" || ai.ClientCertificate != "" || ai.ClientKey != "":
+			return nil, proxy.Permanentf("kubeconfig user %q refers to files; the provider accepts only inline credentials (token, client-certificate-data, client-key-data)", name)
+		}
+	}
+	for name, c := range cc.Clusters {
+		if c.CertificateAuthority != "" {
+			return nil, proxy.Permanentf("kubeconfig cluster %q refers to a CA file; use certificate-authority-data", name)
+		}
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*cc, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, proxy.Permanentf("cannot use the kubeconfig: %v", err)
+	}
+	cfg.Timeout = 30 * time.Second
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "provider-egressproxy"
+	return cfg, nil
+}
+
+// CacheByObject is the manager cache configuration the driver needs for
+// the provider's own cluster: only the objects carrying the managed-by
+// label, so the provider never caches every pod of the cluster, and pods
+// without the spec (the driver reads their metadata and status only).
+// Secrets are not cached: the driver only writes its own.
+func CacheByObject() map[client.Object]cache.ByObject {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}:        {Label: sel, Transform: StripPod},
+		&appsv1.Deployment{}: {Label: sel, Transform: StripDeployment},
+		&corev1.Service{}:    {Label: sel, Transform: cache.TransformStripManagedFields()},
+	}
+}
+
+// StripPod is the cache transform of pods: their metadata and status, which
+// is all Get reads, without the spec and the managed fields.
+func StripPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil
+	}
+	p.ManagedFields = nil
+	p.Spec = corev1.PodSpec{}
+	return p, nil
+}
+
+// StripDeployment is the cache transform of Deployments: what Get and
+// Update read (metadata, replicas, selector, the pod template's metadata
+// and the container ports, status), without the rest of the pod template
+// and the managed fields. A thousand proxies' Deployments then take a
+// fraction of the memory.
+func StripDeployment(o any) (any, error) {
+	d, ok := o.(*appsv1.Deployment)
+	if !ok {
+		return o, nil
+	}
+	d.ManagedFields = nil
+	var containers []corev1.Container
+	for _, c := range d.Spec.Template.Spec.Containers {
+		containers = append(containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+	}
+	d.Spec.Template.Spec = corev1.PodSpec{Containers: containers}
+	return d, nil
+}
+
+// String describes cl without credentials.
+func (cl *Cluster) String() string { return fmt.Sprintf("cluster at %s", cl.Host) }

@@ -1,0 +1,274 @@
+package kubernetes_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// namespace creates a fresh namespace.
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("dt-%d", e.seq.Add(1))
+	if err := e.live.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.live.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	return ns
+}
+
+// quota creates a ResourceQuota and plays the quota controller (not
+// running here): it sets the quota's status, without which the quota
+// admission refuses everything as "status unknown".
+func (e *env) quota(t *testing.T, ns, name string, hard corev1.ResourceList) {
+	t.Helper()
+	ctx := context.Background()
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	if err := e.live.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	used := corev1.ResourceList{}
+	for k := range hard {
+		used[k] = resource.MustParse("0")
+	}
+	q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: used}
+	if err := e.live.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	// The quota admission plugin reads quotas from an informer.
+	time.Sleep(1500 * time.Millisecond)
+}
+
+// driver is a driver on this cluster, reading through the cache, for cfg.
+func (e *env) driver(cfg kubernetes.Config, now func() time.Time) *kubernetes.Driver {
+	return kubernetes.New(kubernetes.Options{
+		Provider: testProvider, Config: cfg, Client: e.cached, Live: e.live,
+		Version: e.remote.Version, Host: e.cp.Config.Host, Now: now, DialPods: true,
+	})
+}
+
+func request(name string) proxy.Request {
+	return proxy.Request{
+		Name:  name,
+		Mark:  proxy.Mark{UID: "0c8f6a1e-5b7d-4e2a-9c3f-" + fmt.Sprintf("%012d", len(name)), InstallationID: testInstallation},
+		Proxy: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443}},
+	}
+}
+
+func (e *env) driverTests(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("QuotaRefusingTheDeploymentIsQuota", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		e.quota(t, ns, "no-deployments", corev1.ResourceList{"count/deployments.apps": resource.MustParse("0")})
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		_, err := d.Create(ctx, request("quota"))
+		var pe *proxy.Error
+		if !errors.As(err, &pe) || pe.Class != proxy.ClassQuota || pe.Provider != testProvider || pe.Op != "create" {
+			t.Fatalf("Create under a quota of no Deployments = %v; want a Quota error from %q in create", err, testProvider)
+		}
+		if !strings.Contains(err.Error(), "exceeded quota") {
+			t.Errorf("error %q does not say which quota", err)
+		}
+	})
+
+	t.Run("QuotaRefusingThePodShowsInProgress", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		e.quota(t, ns, "no-pods", corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")})
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		inst, err := d.Create(ctx, request("nopods"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the quota to show in Progress", func() (bool, string) {
+			got, err := d.Get(ctx, proxy.Ref{ID: inst.ID})
+			if err != nil {
+				return false, err.Error()
+			}
+			return got.State == proxy.StateProvisioning && strings.Contains(got.Progress, "(ResourceQuota)") && strings.Contains(got.Progress, "exceeded quota"),
+				fmt.Sprintf("%s: %s", got.State, got.Progress)
+		})
+	})
+
+	t.Run("MissingNamespace", func(t *testing.T) {
+		t.Parallel()
+		d := e.driver(kubernetes.Config{Namespace: "does-not-exist"}, nil)
+		_, err := d.Create(ctx, request("nowhere"))
+		if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), `namespace "does-not-exist" does not exist`) || !strings.Contains(err.Error(), testProvider) {
+			t.Errorf("Create in a missing namespace = %v; want Permanent, naming the namespace and the config", err)
+		}
+		h := d.Check(ctx)
+		if h.Healthy() || h.Targets[0].Reason != kubernetes.ReasonNamespaceMissing {
+			t.Errorf("Check with a missing namespace = %+v; want unhealthy, %s", h, kubernetes.ReasonNamespaceMissing)
+		}
+	})
+
+	t.Run("CheckReportsTheServerVersion", func(t *testing.T) {
+		t.Parallel()
+		h := e.driver(kubernetes.Config{Namespace: e.namespace(t)}, nil).Check(ctx)
+		if !h.Healthy() || !strings.HasPrefix(h.Targets[0].Details["serverVersion"], "v1.") {
+			t.Errorf("Check = %+v; want healthy with the server version", h)
+		}
+	})
+
+	t.Run("MissingChildrenAreCreatedAgain", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		later := func() time.Time { return time.Now().Add(time.Minute) }
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		req := request("orphan")
+		req.Exposure.ServiceType = "ClusterIP"
+		inst, err := d.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := types.NamespacedName{Namespace: ns, Name: "orphan"}
+		if err := e.live.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.live.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"}}); err != nil {
+			t.Fatal(err)
+		}
+		// A minute later, no pod serving: the driver looks for the Secret.
+		dl := e.driver(kubernetes.Config{Namespace: ns}, later)
+		var got proxy.Instance
+		waitFor(t, "Get to report the proxy out of date", func() (bool, string) {
+			got, err = dl.Get(ctx, proxy.Ref{ID: inst.ID})
+			if err != nil {
+				return false, err.Error()
+			}
+			return got.SpecHash != proxy.Hash(req) && strings.Contains(got.Progress, "Service and Secret"), got.SpecHash + ": " + got.Progress
+		})
+		if _, err := dl.Update(ctx, proxy.Ref{ID: inst.ID}, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.live.Get(ctx, key, &corev1.Secret{}); err != nil {
+			t.Errorf("Secret after Update: %v", err)
+		}
+		if err := e.live.Get(ctx, key, &corev1.Service{}); err != nil {
+			t.Errorf("Service after Update: %v", err)
+		}
+		waitFor(t, "Get to report the proxy up to date", func() (bool, string) {
+			got, err = dl.Get(ctx, proxy.Ref{ID: inst.ID})
+			if err != nil {
+				return false, err.Error()
+			}
+			return got.SpecHash == proxy.Hash(req), got.SpecHash
+		})
+	})
+
+	t.Run("ReachabilityInThisClusterAndARemoteOne", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		req := request("reach")
+		inst, err := e.driver(kubernetes.Config{Namespace: ns}, nil).Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.settle(ctx, inst.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		refused := &kubernetes.Prober{Dial: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("no route to host")
+		}}
+		for _, c := range []struct {
+			dialPods bool
+			want     bool
+		}{
+			// In this cluster the pod's address is dialled: refused, not reachable.
+			{dialPods: true, want: false},
+			// From outside, the pod's readiness probe stands for the check.
+			{dialPods: false, want: true},
+		} {
+			d := kubernetes.New(kubernetes.Options{Provider: testProvider, Config: kubernetes.Config{Namespace: ns},
+				Client: e.cached, Live: e.live, Prober: refused, DialPods: c.dialPods})
+			got, err := d.Get(ctx, proxy.Ref{ID: inst.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != proxy.StateRunning || got.ProxyReachable != c.want {
+				t.Errorf("DialPods %v, dial refused: State %s, ProxyReachable %v (%s); want Running, %v", c.dialPods, got.State, got.ProxyReachable, got.Progress, c.want)
+			}
+		}
+	})
+
+	t.Run("ConfigChangeRollsThePods", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		old := e.driver(kubernetes.Config{Namespace: ns, Image: "example.com/squid:1"}, nil)
+		req := request("rolling")
+		inst, err := old.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.settle(ctx, inst.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}}
+		changed := e.driver(kubernetes.Config{Namespace: ns, Image: "example.com/squid:2", Resources: &res}, nil)
+		got, err := changed.Get(ctx, proxy.Ref{ID: inst.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.SpecHash == proxy.Hash(req) {
+			t.Fatalf("after the config's image changed, Get reports SpecHash %q, the request's: the controller would not update", got.SpecHash)
+		}
+		if _, err := changed.Update(ctx, proxy.Ref{ID: inst.ID}, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.settle(ctx, inst.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		dep := &appsv1.Deployment{}
+		if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rolling"}, dep); err != nil {
+			t.Fatal(err)
+		}
+		c := dep.Spec.Template.Spec.Containers[0]
+		if c.Image != "example.com/squid:2" || c.Resources.Limits.Memory().String() != "512Mi" {
+			t.Errorf("after Update: image %q, memory limit %v; want the config's", c.Image, c.Resources.Limits.Memory())
+		}
+		pods, err := e.pods(ctx, e.live, ns, "rolling")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods) != 1 || pods[0].Spec.Containers[0].Image != "example.com/squid:2" {
+			t.Errorf("pods after the rollout: %d, want 1 with the new image", len(pods))
+		}
+		if got, err := changed.Get(ctx, proxy.Ref{ID: inst.ID}); err != nil || got.SpecHash != proxy.Hash(req) || got.State != proxy.StateRunning {
+			t.Errorf("Get after the rollout = %+v, %v; want Running and up to date", got, err)
+		}
+	})
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+}

@@ -1,0 +1,75 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// classify gives an error from the Kubernetes API its class, once, where it
+// happens:
+//
+//	404 Not Found                               NotFound
+//	403 whose message says "exceeded quota"     Quota (a ResourceQuota refused it)
+//	403 in a namespace being terminated         Transient
+//	other 403, 401                              Permanent (RBAC, credentials)
+//	400, 422 Invalid, 413, 405, 406, 415        Permanent
+//	409 Conflict and AlreadyExists              Transient (a stale read; retry)
+//	429, 5xx, timeouts, network, ctx            Transient
+//
+// A ResourceQuota's 403 and an RBAC 403 share a status and a reason; only
+// the message (the quota admission plugin's "exceeded quota: <name>, ...")
+// tells them apart. "failed quota" (a quota requiring limits the object does
+// not set) is Permanent: only a changed config helps.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *proxy.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return proxy.Classify(proxy.ClassTransient, err)
+	}
+	var status kerrors.APIStatus
+	if !errors.As(err, &status) {
+		// Network errors, TLS handshakes, a kubeconfig's server gone.
+		return proxy.Classify(proxy.ClassTransient, err)
+	}
+	switch {
+	case kerrors.IsNotFound(err):
+		return proxy.Classify(proxy.ClassNotFound, err)
+	case kerrors.IsForbidden(err):
+		msg := status.Status().Message
+		switch {
+		case strings.Contains(msg, "exceeded quota"):
+			return &proxy.Error{Class: proxy.ClassQuota, Reason: "exceeded quota", Err: err}
+		case hasCause(status, "NamespaceTerminating") || strings.Contains(msg, "being terminated"):
+			return proxy.Classify(proxy.ClassTransient, err)
+		}
+		return proxy.Classify(proxy.ClassPermanent, err)
+	case kerrors.IsUnauthorized(err), kerrors.IsInvalid(err), kerrors.IsBadRequest(err),
+		kerrors.IsRequestEntityTooLargeError(err), kerrors.IsMethodNotSupported(err),
+		kerrors.IsNotAcceptable(err), kerrors.IsUnsupportedMediaType(err):
+		return proxy.Classify(proxy.ClassPermanent, err)
+	}
+	// Conflicts, AlreadyExists out of context, throttling, timeouts, 5xx.
+	return proxy.Classify(proxy.ClassTransient, err)
+}
+
+func hasCause(status kerrors.APIStatus, t metav1.CauseType) bool {
+	if d := status.Status().Details; d != nil {
+		for _, c := range d.Causes {
+			if c.Type == t {
+				return true
+			}
+		}
+	}
+	return false
+}

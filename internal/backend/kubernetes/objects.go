@@ -1,0 +1,429 @@
+package kubernetes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// Labels every object of a proxy carries. The managed-by label is what the
+// provider's cache selects on; the name and UID labels select a proxy's
+// pods; the UID and installation labels are the ownership mark.
+const (
+	LabelManagedBy    = "app.kubernetes.io/managed-by"
+	ManagedBy         = "provider-egressproxy"
+	LabelName         = "egressproxy.io/name"
+	LabelUID          = "egressproxy.io/uid"
+	LabelInstallation = "egressproxy.io/installation"
+)
+
+// Annotations the driver writes.
+const (
+	// AnnotationSpecHash (Deployment) is proxy.Hash of the request the
+	// proxy was last created or updated from. It is written last, once the
+	// Secret and Service are in place, so a create interrupted half-way reads
+	// as out of date and the next Update completes it.
+	AnnotationSpecHash = "egressproxy.io/spec-hash"
+	// AnnotationCreatedAt (Deployment) is when the driver created the proxy.
+	AnnotationCreatedAt = "egressproxy.io/created-at"
+	// AnnotationTemplateHash (Deployment) digests what the pod template is
+	// built from besides the request (the config's image, resources, node
+	// selector, pull secrets, and this code's template version), so a
+	// ProviderConfig change or a provider upgrade rolls the pods too.
+	AnnotationTemplateHash = "egressproxy.io/template-hash"
+	// AnnotationService (Deployment) is the type of the Service in front of
+	// the proxy, absent without one, so Get reads a Service only when one
+	// should exist.
+	AnnotationService = "egressproxy.io/service"
+	// AnnotationConfigHash (pod template) is squid.Hash of the files in the
+	// Secret: a changed squid.conf or htpasswd changes the template and so
+	// rolls the pods.
+	AnnotationConfigHash = "egressproxy.io/config-hash"
+)
+
+// Where things are in the pod. The paths are those of Debian's and Ubuntu's
+// squid packages (the default image is Ubuntu's).
+const (
+	// ConfigMountPath is where the Secret (squid.conf, htpasswd) is mounted.
+	ConfigMountPath = "/etc/squid-egress"
+	// KeySquidConf and KeyHtpasswd are the Secret's keys.
+	KeySquidConf = "squid.conf"
+	KeyHtpasswd  = "htpasswd"
+	// ContainerName is the Squid container's name.
+	ContainerName = "squid"
+	// PortName names the container and Service port.
+	PortName = "proxy"
+	// SquidBinary is squid in the image.
+	SquidBinary = "/usr/sbin/squid"
+	// SquidUser is the uid and gid of Debian's "proxy" user, which Squid
+	// runs as: the container never runs as root.
+	SquidUser = 13
+)
+
+// Defaults for an empty Config.
+const (
+	DefaultNamespace = "egress-proxies"
+	DefaultImage     = "docker.io/ubuntu/squid:6.10-24.10_beta"
+)
+
+// templateVersion is part of AnnotationTemplateHash: bump it when a change
+// to this file changes the Deployment, so existing proxies roll out.
+const templateVersion = "1"
+
+// terminationGrace leaves Squid its shutdown_lifetime to drain connections
+// after SIGTERM, plus a margin.
+var terminationGrace = int64((squid.DefaultShutdownLifetime + 5*time.Second) / time.Second)
+
+// DefaultResources are the Squid container's resources when the config
+// sets none: enough for a few hundred concurrent tunnels.
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+	}
+}
+
+// Config is the driver's part of a ProviderConfig's kubernetes block.
+type Config struct {
+	// Namespace proxies are created in; DefaultNamespace when empty.
+	Namespace string
+	// Image is the Squid image; DefaultImage when empty.
+	Image string
+	// ImagePullSecrets name Secrets in Namespace.
+	ImagePullSecrets []string
+	// Resources of the Squid container; DefaultResources when nil.
+	Resources *corev1.ResourceRequirements
+	// NodeSelector for the pods.
+	NodeSelector map[string]string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if c.Resources == nil {
+		r := DefaultResources()
+		c.Resources = &r
+	}
+	return c
+}
+
+// templateHash digests c (and the template version) for
+// AnnotationTemplateHash.
+func (c Config) templateHash() string {
+	b, _ := json.Marshal(struct { //nolint:errchkjson // plain data always marshals.
+		V string
+		C Config
+	}{templateVersion, c})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// validName is a name every object kind accepts: a DNS-1035 label (Services
+// need one).
+var validName = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// dnsLabel is a namespace name.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// labelValue is a valid label value.
+var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$`)
+
+// squidOptions are the internal/squid options for the image: the
+// htpasswd from the mounted Secret, logs to the container's streams, no PID
+// file (read-only root), and a per-proxy salt.
+func squidOptions(req proxy.Request) squid.Options {
+	return squid.Options{
+		HtpasswdPath: ConfigMountPath + "/" + KeyHtpasswd,
+		HtpasswdSalt: req.Mark.UID,
+	}
+}
+
+// selectorLabels select one proxy's pods. Both are fixed for the life of a
+// Deployment (its selector is immutable).
+func selectorLabels(req proxy.Request) map[string]string {
+	return map[string]string{LabelName: req.Name, LabelUID: req.Mark.UID}
+}
+
+// markLabels are the labels of every object of the proxy.
+func markLabels(req proxy.Request) map[string]string {
+	l := map[string]string{
+		LabelManagedBy:    ManagedBy,
+		LabelName:         req.Name,
+		LabelUID:          req.Mark.UID,
+		LabelInstallation: req.Mark.InstallationID,
+	}
+	// Extra labels of the request never override the mark.
+	for k, v := range req.Labels {
+		if _, ok := l[k]; !ok {
+			l[k] = v
+		}
+	}
+	return l
+}
+
+// buildDeployment is the root object of a proxy: one replica of Squid, run
+// as a non-root user with nothing writable but its scratch folders.
+// specHash is written as AnnotationSpecHash ("" leaves it out: see
+// AnnotationSpecHash).
+func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash string, now time.Time) *appsv1.Deployment {
+	c = c.withDefaults()
+	port := req.Proxy.Port
+	annotations := map[string]string{
+		AnnotationCreatedAt:    now.UTC().Format(time.RFC3339),
+		AnnotationTemplateHash: c.templateHash(),
+	}
+	if specHash != "" {
+		annotations[AnnotationSpecHash] = specHash
+	}
+	if req.Exposure.ServiceType != "" {
+		annotations[AnnotationService] = req.Exposure.ServiceType
+	}
+	pullSecrets := make([]corev1.LocalObjectReference, 0, len(c.ImagePullSecrets))
+	for _, s := range c.ImagePullSecrets {
+		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	var sysctls []corev1.Sysctl
+	if port < 1024 {
+		// A non-root Squid may bind a low port only when the pod's network
+		// namespace allows it; this sysctl is namespaced and "safe".
+		sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
+	}
+	probe := func(period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   2,
+			FailureThreshold: failures,
+		}
+	}
+	scratch := []struct{ name, path string }{
+		// Squid writes nothing with this squid.conf (no cache, no PID file,
+		// logs to the streams), but its helpers and a core dump may want
+		// these; an emptyDir keeps the root filesystem read-only.
+		{"run", "/var/run/squid"},
+		{"spool", "/var/spool/squid"},
+		{"logs", "/var/log/squid"},
+		{"tmp", "/tmp"},
+	}
+	volumes := []corev1.Volume{{
+		Name: "config",
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: req.Name,
+			// Readable by Squid's group only (fsGroup), not by everyone.
+			DefaultMode: ptr.To[int32](0o440),
+		}},
+	}}
+	mounts := []corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}}
+	for _, s := range scratch {
+		volumes = append(volumes, corev1.Volume{Name: s.name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: s.name, MountPath: s.path})
+	}
+
+	return &appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        req.Name,
+			Namespace:   c.Namespace,
+			Labels:      markLabels(req),
+			Annotations: annotations,
+		},
+		Spec: appsv1.DeploymentSpec{
+			// One replica: a Deployment (not a bare pod) so that a pod lost
+			// with its node is replaced.
+			Replicas:             ptr.To[int32](1),
+			RevisionHistoryLimit: ptr.To[int32](1),
+			Selector:             &metav1.LabelSelector{MatchLabels: selectorLabels(req)},
+			// The new pod first, the old one only once the new one is ready:
+			// a configuration change never leaves the proxy without a pod.
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      markLabels(req),
+					Annotations: map[string]string{AnnotationConfigHash: squid.Hash(files)},
+				},
+				Spec: corev1.PodSpec{
+					// Squid needs no Kubernetes API access, and a namespace
+					// of many proxies would otherwise hand each pod an
+					// environment variable per Service.
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To(terminationGrace),
+					NodeSelector:                  maps.Clone(c.NodeSelector),
+					ImagePullSecrets:              pullSecrets,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To[int64](SquidUser),
+						RunAsGroup:     ptr.To[int64](SquidUser),
+						FSGroup:        ptr.To[int64](SquidUser),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+						Sysctls:        sysctls,
+					},
+					Containers: []corev1.Container{{
+						Name:            ContainerName,
+						Image:           c.Image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						// In the foreground, with the mounted configuration
+						// and nothing from the image's own.
+						Command: []string{SquidBinary},
+						Args:    []string{"-N", "-f", ConfigMountPath + "/" + KeySquidConf},
+						Ports: []corev1.ContainerPort{{
+							Name: PortName, ContainerPort: port, Protocol: corev1.ProtocolTCP,
+						}},
+						Resources:      *c.Resources.DeepCopy(),
+						ReadinessProbe: probe(5, 2),
+						LivenessProbe:  probe(20, 3),
+						SecurityContext: &corev1.SecurityContext{
+							RunAsNonRoot:             ptr.To(true),
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+						VolumeMounts:             mounts,
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}},
+					Volumes: volumes,
+				},
+			},
+		},
+	}
+}
+
+// ownerRef makes dep the owner of a child, so deleting dep (foreground)
+// waits for the child and a bypassed finalizer still leaves nothing behind.
+func ownerRef(dep *appsv1.Deployment) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         "apps/v1",
+		Kind:               "Deployment",
+		Name:               dep.Name,
+		UID:                dep.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// buildSecret holds Squid's files, owned by dep.
+func buildSecret(dep *appsv1.Deployment, req proxy.Request, files squid.Files) *corev1.Secret {
+	data := map[string][]byte{KeySquidConf: []byte(files.SquidConf)}
+	if files.Htpasswd != "" {
+		data[KeyHtpasswd] = []byte(files.Htpasswd)
+	}
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            dep.Name,
+			Namespace:       dep.Namespace,
+			Labels:          markLabels(req),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(dep)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}
+
+// buildService puts a ClusterIP or LoadBalancer Service in front of the
+// proxy, owned by dep; nil when the request wants none.
+func buildService(dep *appsv1.Deployment, req proxy.Request) *corev1.Service {
+	t := corev1.ServiceType(req.Exposure.ServiceType)
+	if t == "" {
+		return nil
+	}
+	svc := &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            dep.Name,
+			Namespace:       dep.Namespace,
+			Labels:          markLabels(req),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(dep)},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:     t,
+			Selector: selectorLabels(req),
+			Ports: []corev1.ServicePort{{
+				Name:       PortName,
+				Port:       req.Proxy.Port,
+				TargetPort: intstr.FromString(PortName),
+				Protocol:   corev1.ProtocolTCP,
+			}},
+		},
+	}
+	if t == corev1.ServiceTypeLoadBalancer {
+		// Squid admits clients by source address: the load balancer must
+		// not replace it with a node's. Local also keeps traffic off nodes
+		// without the pod.
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		// Defence in depth: the cloud's firewall admits the same clients.
+		svc.Spec.LoadBalancerSourceRanges = sourceRanges(req.Proxy.AllowedClientCIDRs)
+	}
+	return svc
+}
+
+// sourceRanges are the CIDRs in the form the API accepts (masked, IPv4 as
+// IPv4), sorted so that reordering them changes nothing.
+func sourceRanges(cidrs []string) []string {
+	var out []string
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			continue // squid.Validate reported it already
+		}
+		p = p.Masked()
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// instanceID is the driver's ID of a proxy: its namespace and name.
+func instanceID(namespace, name string) string { return namespace + "/" + name }
+
+// portOf is the proxy port of a Deployment built by buildDeployment.
+func portOf(dep *appsv1.Deployment) int32 {
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if c.Name != ContainerName {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.Name == PortName {
+				return p.ContainerPort
+			}
+		}
+	}
+	return 0
+}
+
+// formatPort is a port for messages and addresses.
+func formatPort(p int32) string { return strconv.Itoa(int(p)) }

@@ -1,0 +1,244 @@
+package kubernetes
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// observation is what Get learned from the objects, before the
+// reachability check.
+type observation struct {
+	inst proxy.Instance
+	// probe is the pod address (ip:port) to check for the proxy answering;
+	// empty when no pod is serving.
+	probe string
+	// probeKey identifies the serving pod for the probe cache.
+	probeKey string
+}
+
+// observe maps a proxy's Deployment, its pods and its Service (nil when it
+// has none) onto an Instance. templateHash is the Deployment template
+// digest of the driver's current config.
+//
+//	Deployment being deleted                 Stopped, "being deleted"
+//	Deployment scaled to zero                Stopped
+//	a serving pod (below)                    Running, IP of the pod or Service
+//	  ... Service without an address yet     Provisioning
+//	pods pending, starting, not ready        Provisioning, with why
+//	only pods in phase Unknown or a phase
+//	  this driver does not know              Stopped
+//	no pods (Failed ones are being replaced) Provisioning, with why
+//
+// A serving pod is Running, Ready, has an address and is not being deleted:
+// a pod on its way out never reads as Running. Pods with the current
+// configuration are preferred; while a new configuration rolls out, the old
+// pod keeps serving and Progress says so.
+func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, templateHash string) observation {
+	inst := proxy.Instance{
+		ID:        instanceID(dep.Namespace, dep.Name),
+		Name:      dep.Name,
+		Mark:      proxy.Mark{UID: dep.Labels[LabelUID], InstallationID: dep.Labels[LabelInstallation]},
+		CreatedAt: createdAt(dep),
+		SpecHash:  dep.Annotations[AnnotationSpecHash],
+		Details:   map[string]string{"namespace": dep.Namespace, "deployment": dep.Name},
+	}
+	if name := dep.Labels[LabelName]; name != "" {
+		inst.Name = name
+	}
+	if inst.SpecHash != "" && dep.Annotations[AnnotationTemplateHash] != templateHash {
+		// The config (image, resources...) changed since the last write:
+		// reading as out of date makes the controller call Update.
+		inst.SpecHash += "+template-changed"
+	}
+	if svc != nil {
+		inst.Details["service"] = svc.Name
+	}
+
+	switch {
+	case dep.DeletionTimestamp != nil:
+		inst.State, inst.Progress = proxy.StateStopped, "being deleted"
+		return observation{inst: inst}
+	case dep.Spec.Replicas != nil && *dep.Spec.Replicas == 0:
+		inst.State, inst.Progress = proxy.StateStopped, "the Deployment is scaled to zero replicas"
+		return observation{inst: inst}
+	}
+
+	want := dep.Spec.Template.Annotations[AnnotationConfigHash]
+	var current, old *corev1.Pod
+	var waiting []string
+	stopped := 0
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	for i := range pods {
+		p := &pods[i]
+		switch {
+		case p.DeletionTimestamp != nil:
+			continue
+		case serving(p):
+			if p.Annotations[AnnotationConfigHash] == want {
+				if current == nil {
+					current = p
+				}
+			} else if old == nil {
+				old = p
+			}
+		case p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning:
+			waiting = append(waiting, podProgress(p))
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+			// Replaced by the ReplicaSet; nothing to report.
+		default: // Unknown (its node is gone) or a phase we do not know
+			stopped++
+			waiting = append(waiting, fmt.Sprintf("pod %s is in phase %q", p.Name, p.Status.Phase))
+		}
+	}
+
+	pod := current
+	if pod == nil && old != nil {
+		pod = old
+		inst.Progress = "rolling out a new configuration; the previous pod serves meanwhile"
+		if len(waiting) > 0 {
+			inst.Progress += ": " + waiting[0]
+		}
+	}
+	if pod != nil {
+		inst.Details["pod"] = pod.Name
+		o := observation{
+			inst:     inst,
+			probe:    net.JoinHostPort(pod.Status.PodIP, formatPort(portOf(dep))),
+			probeKey: string(pod.UID),
+		}
+		o.inst.State, o.inst.IP = proxy.StateRunning, pod.Status.PodIP
+		if svc != nil {
+			ip, why := serviceAddress(svc)
+			if ip == "" {
+				o.inst.State, o.inst.IP, o.inst.Progress = proxy.StateProvisioning, "", why
+			} else {
+				o.inst.IP = ip
+			}
+		}
+		return o
+	}
+
+	switch {
+	case len(waiting) > 0 && stopped == len(waiting):
+		inst.State = proxy.StateStopped
+	default:
+		inst.State = proxy.StateProvisioning
+	}
+	switch {
+	case len(waiting) > 0:
+		inst.Progress = strings.Join(waiting, "; ")
+	case replicaFailure(dep) != "":
+		inst.Progress = replicaFailure(dep)
+	default:
+		inst.Progress = "waiting for the pod to be created"
+	}
+	return observation{inst: inst}
+}
+
+// serving is a pod that can take traffic.
+func serving(p *corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && podReady(p)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podProgress says why a pod is not serving yet.
+func podProgress(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("pod %s is not scheduled: %s", p.Name, strings.TrimSpace(c.Reason+" "+c.Message))
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
+			return fmt.Sprintf("pod %s: container %s is waiting: %s", p.Name, cs.Name, strings.TrimSpace(w.Reason+" "+w.Message))
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 && !cs.Ready {
+			return fmt.Sprintf("pod %s: container %s restarted %d times, last exit %d (%s)", p.Name, cs.Name, cs.RestartCount, t.ExitCode, t.Reason)
+		}
+	}
+	if p.Status.Phase == corev1.PodRunning {
+		if p.Status.PodIP == "" {
+			return fmt.Sprintf("pod %s is running without an address yet", p.Name)
+		}
+		return fmt.Sprintf("pod %s is running, not ready yet", p.Name)
+	}
+	return fmt.Sprintf("pod %s is pending", p.Name)
+}
+
+// replicaFailure is the Deployment's ReplicaFailure condition (a pod the
+// ReplicaSet could not create: a ResourceQuota, a LimitRange, an admission
+// webhook), or "".
+func replicaFailure(dep *appsv1.Deployment) string {
+	for _, c := range dep.Status.Conditions {
+		if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
+			msg := "cannot create the pod: " + c.Message
+			if strings.Contains(c.Message, "exceeded quota") {
+				msg = "cannot create the pod (ResourceQuota): " + c.Message
+			}
+			return msg
+		}
+	}
+	return ""
+}
+
+// serviceAddress is where clients reach the proxy through svc, or "" and why
+// not yet.
+func serviceAddress(svc *corev1.Service) (string, string) {
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeLoadBalancer:
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IP != "" {
+				return in.IP, ""
+			}
+			if in.Hostname != "" {
+				return in.Hostname, ""
+			}
+		}
+		return "", fmt.Sprintf("waiting for the load balancer of Service %s to get an address", svc.Name)
+	default:
+		if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+			return ip, ""
+		}
+		return "", fmt.Sprintf("Service %s has no cluster IP yet", svc.Name)
+	}
+}
+
+// createdAt is the driver's created-at annotation, else the Deployment's
+// creation time (for instances the driver did not create).
+func createdAt(dep *appsv1.Deployment) time.Time {
+	if t, err := time.Parse(time.RFC3339, dep.Annotations[AnnotationCreatedAt]); err == nil {
+		return t
+	}
+	return dep.CreationTimestamp.UTC()
+}
+
+// listed is the cheap view List returns: identity, mark and creation time.
+func listed(dep *appsv1.Deployment) proxy.Instance {
+	name := dep.Labels[LabelName]
+	if name == "" {
+		name = dep.Name
+	}
+	return proxy.Instance{
+		ID:        instanceID(dep.Namespace, dep.Name),
+		Name:      name,
+		Mark:      proxy.Mark{UID: dep.Labels[LabelUID], InstallationID: dep.Labels[LabelInstallation]},
+		CreatedAt: createdAt(dep),
+		SpecHash:  dep.Annotations[AnnotationSpecHash],
+	}
+}

@@ -1,0 +1,678 @@
+// Package compositions_test is the end-to-end test of the compositions in
+// package/configuration: real Crossplane core v2.4.0 out of cluster on the
+// local control plane, the composition function in this process over
+// mTLS, the provider's controllers in this process, and the kubelet
+// stand-in running a real Squid for every proxy pod.
+package compositions_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+)
+
+const proxyNS = "egress-proxies"
+
+var (
+	gvkXR      = schema.GroupVersionKind{Group: "platform.egressproxy.io", Version: "v1alpha1", Kind: "EgressProxy"}
+	gvkClaim   = schema.GroupVersionKind{Group: "legacy.platform.egressproxy.io", Version: "v1alpha1", Kind: "EgressProxyClaim"}
+	gvkLegacy  = schema.GroupVersionKind{Group: "legacy.platform.egressproxy.io", Version: "v1alpha1", Kind: "XEgressProxy"}
+	gvkPodNS   = schema.GroupVersionKind{Group: "proxy.m.egressproxy.io", Version: "v1alpha1", Kind: "PodProxy"}
+	gvkPodClus = schema.GroupVersionKind{Group: "proxy.egressproxy.io", Version: "v1alpha1", Kind: "PodProxy"}
+)
+
+// env is everything running for the test.
+type env struct {
+	kube     client.Client
+	upstream string // http://<a non-loopback address of this machine>:<port>/
+	port     int64
+}
+
+func requireSquid(t testing.TB) string {
+	t.Helper()
+	p, err := kubelettest.SquidPath("")
+	if err == nil {
+		return p
+	}
+	if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
+		t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
+	}
+	t.Skip(err.Error())
+	return ""
+}
+
+func start(t testing.TB) *env {
+	t.Helper()
+	squid := requireSquid(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins := crossplaneBins(t, root)
+	dir := t.TempDir()
+	t0 := time.Now()
+	// Crossplane's CRDs are installed (and established) with the
+	// provider's: `core init` applies them again, but its client's REST
+	// mapper may otherwise not know them yet when it writes the Lock.
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds"), filepath.Join(bins, "crds")}})
+
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, ns := range []string{"crossplane-system", proxyNS, "team-a", "team-b", "team-c"} {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	xp := startCrossplane(t, kube, bins, cp.KubeconfigPath, dir)
+	xp.serveFunction(t, kube, "function-egressproxy")
+	t.Logf("Crossplane core and the function up %.1fs after the start", time.Since(t0).Seconds())
+
+	// The platform team's side: the Configuration's XRDs and Compositions,
+	// and the ProviderConfigs the standard class names.
+	cfg := filepath.Join(root, "package", "configuration")
+	for _, f := range []string{"xrd-namespaced.yaml", "xrd-legacy.yaml", "composition-namespaced.yaml", "composition-legacy.yaml"} {
+		applyFile(t, kube, filepath.Join(cfg, f))
+	}
+	waitFor(t, "the XRDs to be established and offered", 60*time.Second, func() (bool, string) {
+		var seen []string
+		ok := true
+		for _, n := range []string{"egressproxies.platform.egressproxy.io", "xegressproxies.legacy.platform.egressproxy.io"} {
+			x := &unstructured.Unstructured{}
+			x.SetAPIVersion("apiextensions.crossplane.io/v1")
+			x.SetKind("CompositeResourceDefinition")
+			if err := kube.Get(ctx, types.NamespacedName{Name: n}, x); err != nil {
+				return false, err.Error()
+			}
+			for _, c := range []string{"Established", "Offered"} {
+				if n == "egressproxies.platform.egressproxy.io" && c == "Offered" {
+					continue // no claims in the namespaced style
+				}
+				st := condition(x, c)
+				seen = append(seen, n+" "+c+"="+st)
+				ok = ok && st == "True"
+			}
+		}
+		return ok, strings.Join(seen, ", ")
+	})
+	startControllerManager(t, cp, dir)
+
+	block := &spec.KubernetesConfig{Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}, Namespace: proxyNS}
+	for _, o := range []client.Object{
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block}}},
+		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block}}},
+	} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	startProvider(ctx, t, cp.Config, s)
+
+	klog := &lockedBuffer{}
+	// Squid's files, kept until the end for its logs. Not under
+	// t.TempDir(), whose 0700 folders Squid's unprivileged user (reading
+	// htpasswd) cannot enter.
+	kdir, err := os.MkdirTemp("", "compositions-kubelet-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(kdir) })
+	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: squid, Log: klog, Dir: kdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k.Stop()
+		if t.Failed() {
+			t.Logf("kubelet stand-in:\n%s", klog.String())
+			logs, _ := filepath.Glob(filepath.Join(kdir, "*", "squid.log"))
+			for _, l := range logs {
+				t.Logf("%s:\n%s", l, tailFile(l, 30))
+			}
+		}
+	})
+	e := &env{kube: kube}
+	e.upstream, e.port = upstream(t)
+	t.Logf("everything up %.1fs after the start", time.Since(t0).Seconds())
+	return e
+}
+
+// startProvider runs the provider's controllers in this process, as
+// cmd/provider sets them up.
+func startProvider(ctx context.Context, t testing.TB, cfg *rest.Config, s *runtime.Scheme) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  s,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Cache:   cache.Options{ByObject: kubernetes.CacheByObject()},
+		// BenchmarkClaimToReady starts the stack once per b.N round in
+		// this process: the controllers' metric names repeat.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, rl := logging.NewNopLogger(), logr.Discard()
+	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
+		rl = zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+		log = logging.NewLogrLogger(rl)
+	}
+	ctrl.SetLogger(rl)
+	features := &feature.Flags{}
+	features.Enable(feature.EnableBetaManagementPolicies)
+	if err := pcontroller.Setup(mgr, external.Options{
+		Options: controller.Options{
+			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
+			MaxConcurrentReconciles: 4, Features: features,
+		},
+		InstallationID: "compositions", Namespace: "crossplane-system",
+		NotReadyPollInterval: 30 * time.Second,
+	}, pcontroller.HealthOptions{Interval: time.Minute, Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("provider manager: %v", err)
+		}
+	})
+}
+
+// TestCompositionsIntegration: an application team's namespaced
+// EgressProxy and another team's EgressProxyClaim each get a PodProxy that
+// becomes Ready, and a Secret in their namespace whose URL proxies a real
+// request through a real Squid; a change to the claim rolls through to the
+// proxy; deleting the claim or the composite removes everything.
+func TestCompositionsIntegration(t *testing.T) {
+	e := start(t)
+
+	t.Run("NamespacedEgressProxy", func(t *testing.T) {
+		t.Parallel()
+		xr := newObject(gvkXR, "team-a", "payments", map[string]any{
+			"class":              "standard",
+			"allowedClientCIDRs": []any{"127.0.0.0/8"},
+			"allowedPorts":       []any{int64(443), e.port},
+		})
+		t0 := time.Now()
+		e.create(t, xr)
+		e.ready(t, xr, 90*time.Second)
+		t.Logf("EgressProxy Ready %.2fs after creation", time.Since(t0).Seconds())
+
+		mr := e.get(t, gvkPodNS, "team-a", "payments")
+		if c := condition(mr, "Ready"); c != "True" {
+			t.Errorf("PodProxy team-a/payments Ready=%s", c)
+		}
+		if ref := mr.GetOwnerReferences(); len(ref) != 1 || ref[0].UID != xr.GetUID() {
+			t.Errorf("PodProxy owners %v; want the EgressProxy", ref)
+		}
+		d := e.secret(t, "team-a", "payments-proxy", "")
+		e.secret(t, "team-a", "payments-backend", "") // the PodProxy's own, read by the function
+		if d["url"] != "http://"+d["host"]+":3128" || d["username"] != "" {
+			t.Errorf("connection Secret %v; want url http://host:3128 and no credentials", d)
+		}
+		if code, _ := e.request(t, d["url"]); code != http.StatusOK {
+			t.Errorf("GET through %s = %d; want 200", d["url"], code)
+		}
+		if st, _, _ := unstructured.NestedString(e.get(t, gvkXR, "team-a", "payments").Object, "status", "proxy", "endpoint"); st != d["host"]+":3128" {
+			t.Errorf("EgressProxy status.proxy.endpoint = %q; want %s:3128", st, d["host"])
+		}
+
+		e.deleteAndWait(t, xr, 6*time.Second)
+		e.gone(t, "the PodProxy, its pods and the Secret", func() []string {
+			left := e.leftovers(t, "team-a", "payments-proxy", gvkPodNS, "team-a", "payments")
+			// The PodProxy's own connection Secret, which the function
+			// reads, goes with it.
+			if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "payments-backend"}, &corev1.Secret{}); err == nil {
+				left = append(left, "Secret team-a/payments-backend")
+			}
+			return left
+		})
+	})
+
+	// The other backends cannot run here, but their classes must compose
+	// managed resources that Crossplane applies and their CRDs admit.
+	t.Run("EveryBackendComposes", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct{ class, kind, machineType string }{
+			{"dedicated", "KVMProxy", "medium"},
+			{"datacenter", "ProxmoxProxy", "medium"},
+			{"cloud", "GCPProxy", "medium"},
+		} {
+			e.create(t, newObject(gvkXR, "team-c", c.class, map[string]any{
+				"class": c.class, "size": "medium", "allowedClientCIDRs": []any{"10.0.0.0/8"}, "auth": true,
+			}))
+			gvk := schema.GroupVersionKind{Group: "proxy.m.egressproxy.io", Version: "v1alpha1", Kind: c.kind}
+			waitFor(t, c.kind+" team-c/"+c.class, 30*time.Second, func() (bool, string) {
+				mr, err := e.tryGet(gvk, "team-c", c.class)
+				if err != nil {
+					xr, _ := e.tryGet(gvkXR, "team-c", c.class)
+					return false, err.Error() + "; composite: " + conditions(xr)
+				}
+				mt, _, _ := unstructured.NestedString(mr.Object, "spec", "forProvider", "machineType")
+				auth, _, _ := unstructured.NestedBool(mr.Object, "spec", "forProvider", "proxy", "auth", "enabled")
+				return mt == c.machineType && auth, fmt.Sprintf("machineType %q, auth %v", mt, auth)
+			})
+			if xr := e.get(t, gvkXR, "team-c", c.class); condition(xr, "Ready") == "True" {
+				t.Errorf("EgressProxy %s Ready with a %s whose backend does not exist here", c.class, c.kind)
+			}
+		}
+	})
+
+	t.Run("UnknownClassIsRefusedWithTheChoices", func(t *testing.T) {
+		t.Parallel()
+		xr := newObject(gvkXR, "team-a", "premium", map[string]any{
+			"class":              "premium",
+			"allowedClientCIDRs": []any{"10.0.0.0/8"},
+		})
+		e.create(t, xr)
+		want := `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`
+		waitFor(t, "EgressProxy premium Synced=False naming the classes", 30*time.Second, func() (bool, string) {
+			got, err := e.tryGet(gvkXR, "team-a", "premium")
+			if err != nil {
+				return false, err.Error()
+			}
+			return condition(got, "Synced") == "False" && strings.Contains(conditionMessage(got, "Synced"), want), conditions(got)
+		})
+		if _, err := e.tryGet(gvkPodNS, "team-a", "premium"); !kerrors.IsNotFound(err) {
+			t.Errorf("a PodProxy for a refused request: %v", err)
+		}
+		e.deleteAndWait(t, xr, 0)
+	})
+
+	t.Run("Claim", func(t *testing.T) {
+		t.Parallel()
+		claim := newObject(gvkClaim, "team-b", "orders", map[string]any{
+			"allowedClientCIDRs":         []any{"127.0.0.0/8"},
+			"allowedPorts":               []any{int64(443), e.port},
+			"writeConnectionSecretToRef": map[string]any{"name": "orders-proxy"},
+		})
+		t0 := time.Now()
+		e.create(t, claim)
+		e.ready(t, claim, 90*time.Second)
+		t.Logf("EgressProxyClaim Ready %.2fs after creation", time.Since(t0).Seconds())
+
+		claim = e.get(t, gvkClaim, "team-b", "orders")
+		xrName, _, _ := unstructured.NestedString(claim.Object, "spec", "resourceRef", "name")
+		if xrName == "" {
+			t.Fatal("the claim has no spec.resourceRef")
+		}
+		xrUID := string(e.get(t, gvkLegacy, "", xrName).GetUID())
+		mr := e.get(t, gvkPodClus, "", xrName)
+		if c := condition(mr, "Ready"); c != "True" {
+			t.Errorf("PodProxy %s Ready=%s", xrName, c)
+		}
+		d := e.secret(t, "team-b", "orders-proxy", "")
+		// Where it came from: the PodProxy's and the composite's Secrets.
+		e.secret(t, "crossplane-system", xrUID+"-backend", "")
+		e.secret(t, "crossplane-system", xrUID, "")
+		if d["url"] != "http://"+d["host"]+":3128" {
+			t.Errorf("claim's connection Secret %v; want url http://host:3128", d)
+		}
+		if code, _ := e.request(t, d["url"]); code != http.StatusOK {
+			t.Errorf("GET through %s = %d; want 200", d["url"], code)
+		}
+
+		// The team turns authentication on: the change goes from the
+		// claim to the composite, the function, the PodProxy, a new pod,
+		// and back as credentials in the claim's Secret.
+		e.update(t, claim, func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, true, "spec", "auth") })
+		mark := time.Now()
+		d2 := e.secret(t, "team-b", "orders-proxy", d["host"])
+		e.ready(t, claim, 60*time.Second)
+		t.Logf("auth rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
+		if d2["username"] == "" || len(d2["password"]) < 16 || d2["url"] != fmt.Sprintf("http://%s:%s@%s:3128", d2["username"], d2["password"], d2["host"]) {
+			t.Errorf("claim's Secret with auth: username %q, password of %d chars, url with credentials %v",
+				d2["username"], len(d2["password"]), strings.Contains(d2["url"], d2["password"]))
+		}
+		if code, _ := e.request(t, d2["url"]); code != http.StatusOK {
+			t.Errorf("GET with the Secret's credentials = %d; want 200", code)
+		}
+		if code, _ := e.request(t, "http://"+net.JoinHostPort(d2["host"], "3128")); code != http.StatusProxyAuthRequired {
+			t.Errorf("GET without credentials = %d; want 407", code)
+		}
+
+		e.deleteAndWait(t, claim, 0)
+		e.gone(t, "the composite, the PodProxy, its pods and the Secrets", func() []string {
+			left := e.leftovers(t, "team-b", "orders-proxy", gvkPodClus, "", xrName)
+			if _, err := e.tryGet(gvkLegacy, "", xrName); err == nil {
+				left = append(left, "XEgressProxy "+xrName)
+			}
+			// The composite's and the PodProxy's connection Secrets in
+			// crossplane-system.
+			for _, n := range []string{xrUID, xrUID + "-backend"} {
+				if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: "crossplane-system", Name: n}, &corev1.Secret{}); err == nil {
+					left = append(left, "Secret crossplane-system/"+n)
+				}
+			}
+			return left
+		})
+	})
+}
+
+func newObject(gvk schema.GroupVersionKind, ns, name string, specm map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": specm}}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+func (e *env) create(t testing.TB, u *unstructured.Unstructured) {
+	t.Helper()
+	if err := e.kube.Create(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) tryGet(gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, u)
+	return u, err
+}
+
+func (e *env) get(t testing.TB, gvk schema.GroupVersionKind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u, err := e.tryGet(gvk, ns, name)
+	if err != nil {
+		t.Fatalf("%s %s/%s: %v", gvk.Kind, ns, name, err)
+	}
+	return u
+}
+
+func condition(u *unstructured.Unstructured, typ string) string {
+	cs, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func conditionMessage(u *unstructured.Unstructured, typ string) string {
+	cs, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			s, _ := m["message"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func conditions(u *unstructured.Unstructured) string {
+	cs, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out []string
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		out = append(out, fmt.Sprintf("%v=%v %v %q", m["type"], m["status"], m["reason"], m["message"]))
+	}
+	return strings.Join(out, "; ")
+}
+
+// ready waits until u (a composite or a claim) is Ready.
+func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, u.GetKind()+" "+u.GetName()+" Ready", timeout, func() (bool, string) {
+		got, err := e.tryGet(u.GroupVersionKind(), u.GetNamespace(), u.GetName())
+		if err != nil {
+			return false, err.Error()
+		}
+		u.Object = got.Object
+		return condition(got, "Ready") == "True", conditions(got)
+	})
+}
+
+// secret reads a connection Secret once it has a URL and its host differs
+// from not (a rollout gives the proxy a new pod, and so a new address).
+func (e *env) secret(t testing.TB, ns, name, not string) map[string]string {
+	t.Helper()
+	var out map[string]string
+	waitFor(t, "Secret "+ns+"/"+name, 60*time.Second, func() (bool, string) {
+		s := &corev1.Secret{}
+		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+			return false, err.Error()
+		}
+		out = map[string]string{}
+		for k, v := range s.Data {
+			out[k] = string(v)
+		}
+		return out["url"] != "" && out["host"] != not, "host " + out["host"]
+	})
+	return out
+}
+
+func (e *env) update(t testing.TB, u *unstructured.Unstructured, mutate func(*unstructured.Unstructured)) {
+	t.Helper()
+	for range 20 {
+		got := e.get(t, u.GroupVersionKind(), u.GetNamespace(), u.GetName())
+		mutate(got)
+		err := e.kube.Update(context.Background(), got)
+		if err == nil {
+			u.Object = got.Object
+			return
+		}
+		if !kerrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("too many conflicts")
+}
+
+// deleteAndWait deletes u, no sooner than minAge after its creation (see
+// internal/controller/pod's deleteAndWait: the provider's creation grace
+// period), and waits until it is gone.
+func (e *env) deleteAndWait(t testing.TB, u *unstructured.Unstructured, minAge time.Duration) {
+	t.Helper()
+	if wait := time.Until(u.GetCreationTimestamp().Add(minAge)); wait > 0 {
+		time.Sleep(wait)
+	}
+	if err := e.kube.Delete(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, u.GetKind()+" "+u.GetName()+" to be gone", 90*time.Second, func() (bool, string) {
+		got, err := e.tryGet(u.GroupVersionKind(), u.GetNamespace(), u.GetName())
+		if kerrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, fmt.Sprintf("finalizers %v; %s", got.GetFinalizers(), conditions(got))
+	})
+}
+
+// leftovers lists what remains of a proxy: its connection Secret, its
+// managed resource, and the Deployments, pods and Secrets the provider
+// made for it.
+func (e *env) leftovers(t testing.TB, secretNS, secret string, gvk schema.GroupVersionKind, ns, name string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var left []string
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: secret}, &corev1.Secret{}); err == nil {
+		left = append(left, "Secret "+secretNS+"/"+secret)
+	}
+	if mr, err := e.tryGet(gvk, ns, name); err == nil {
+		left = append(left, fmt.Sprintf("%s %s (%s)", gvk.Kind, name, conditions(mr)))
+	}
+	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.SecretList{}} {
+		if err := e.kube.List(ctx, l, client.InNamespace(proxyNS), client.HasLabels{kubernetes.LabelUID}); err != nil {
+			t.Fatal(err)
+		}
+		switch l := l.(type) {
+		case *appsv1.DeploymentList:
+			for _, o := range l.Items {
+				if strings.Contains(o.Name, name) {
+					left = append(left, "Deployment "+o.Name)
+				}
+			}
+		case *corev1.PodList:
+			for _, o := range l.Items {
+				if strings.Contains(o.Name, name) {
+					left = append(left, "Pod "+o.Name)
+				}
+			}
+		case *corev1.SecretList:
+			for _, o := range l.Items {
+				if strings.Contains(o.Name, name) {
+					left = append(left, "Secret "+o.Name)
+				}
+			}
+		}
+	}
+	return left
+}
+
+func (e *env) gone(t testing.TB, what string, left func() []string) {
+	t.Helper()
+	waitFor(t, what+" to be gone", 90*time.Second, func() (bool, string) {
+		l := left()
+		return len(l) == 0, strings.Join(l, ", ")
+	})
+}
+
+// request sends one GET to the upstream through proxyURL (credentials from
+// its userinfo, if any) and returns the status and Squid's error code.
+func (e *env) request(t testing.TB, proxyURL string) (int, string) {
+	t.Helper()
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
+	// A connection error (not a refusal, which is a status) is retried
+	// for a few seconds and logged: once, on a loaded machine, both
+	// proxies' first requests got EOF right after Ready.
+	var resp *http.Response
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err = c.Get(e.upstream)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s through %s: %v", e.upstream, u.Redacted(), err)
+		}
+		t.Logf("GET %s through %s: %v; retrying", e.upstream, u.Redacted(), err)
+		time.Sleep(500 * time.Millisecond)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK && string(body) != "hello from upstream" {
+		t.Errorf("body through the proxy = %q", body)
+	}
+	return resp.StatusCode, resp.Header.Get("X-Squid-Error")
+}
+
+// upstream serves HTTP on an address of this machine that is not loopback:
+// the provider's squid.conf denies loopback destinations.
+func upstream(t testing.TB) (string, int64) {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ip net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			ip = n.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Fatal("this machine has no non-loopback IPv4 address for the upstream HTTP server (Squid denies loopback destinations)")
+	}
+	l, err := net.Listen("tcp4", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello from upstream")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + l.Addr().String() + "/", int64(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // a TCP listener.
+}
+
+// waitFor polls until cond holds, or fails with what it saw last.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+}

@@ -1,0 +1,322 @@
+// Package packages_test builds the project's three Crossplane packages with
+// hack/xpkg.sh (the packaging tool built from the Go module proxy) and
+// opens each .xpkg, as Crossplane's package manager would, to check what is
+// inside: the metadata, every object, the examples, the runtime image.
+package packages_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+)
+
+const version = "v0.0.0-test"
+
+// pkg is an opened .xpkg: an OCI image tarball.
+type pkg struct {
+	// objects of package.yaml (the layer labelled base), meta first.
+	objects []*unstructured.Unstructured
+	// examples are the objects of the examples layer, if any.
+	examples []*unstructured.Unstructured
+	// files of the other layers (the runtime image), by path.
+	files map[string][]byte
+	// config is the image configuration.
+	config struct {
+		Architecture string `json:"architecture"`
+		OS           string `json:"os"`
+		Config       struct {
+			Entrypoint []string          `json:"Entrypoint"`
+			User       string            `json:"User"`
+			Labels     map[string]string `json:"Labels"`
+		} `json:"config"`
+	}
+	size int64
+}
+
+func open(t *testing.T, path string) *pkg {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := untar(t, path, false)
+	var manifest []struct {
+		Config string   `json:"Config"`
+		Layers []string `json:"Layers"`
+	}
+	if err := json.Unmarshal(entries["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+		t.Fatalf("%s: manifest.json %q: %v", path, entries["manifest.json"], err)
+	}
+	p := &pkg{files: map[string][]byte{}, size: fi.Size()}
+	if err := json.Unmarshal(entries[manifest[0].Config], &p.config); err != nil {
+		t.Fatalf("%s: image config: %v", path, err)
+	}
+	for _, l := range manifest[0].Layers {
+		digest := "sha256:" + strings.TrimSuffix(l, ".tar.gz")
+		files := untarBytes(t, entries[l], true)
+		switch p.config.Config.Labels["io.crossplane.xpkg:"+digest] {
+		case "base":
+			p.objects = decode(t, files["package.yaml"])
+		case "upbound":
+			p.examples = decode(t, files[".up/examples.yaml"])
+			if len(p.examples) == 0 {
+				for name, b := range files {
+					if strings.HasSuffix(name, ".yaml") {
+						p.examples = append(p.examples, decode(t, b)...)
+					}
+				}
+			}
+		default:
+			for n, b := range files {
+				p.files[n] = b
+			}
+		}
+	}
+	if len(p.objects) == 0 {
+		t.Fatalf("%s has no package.yaml in a layer labelled io.crossplane.xpkg=base; labels %v", path, p.config.Config.Labels)
+	}
+	return p
+}
+
+func untar(t *testing.T, path string, gz bool) map[string][]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return untarBytes(t, b, gz)
+}
+
+func untarBytes(t *testing.T, b []byte, gz bool) map[string][]byte {
+	t.Helper()
+	var r io.Reader = bytes.NewReader(b)
+	if gz {
+		z, err := gzip.NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = z
+	}
+	out := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimPrefix(h.Name, "/")] = data
+	}
+}
+
+func decode(t *testing.T, b []byte) []*unstructured.Unstructured {
+	t.Helper()
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := d.Decode(&u.Object); err != nil {
+			if err == io.EOF {
+				return out
+			}
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// kinds lists "apiVersion kind name" of objects, sorted.
+func kinds(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, fmt.Sprintf("%s %s %s", o.GetAPIVersion(), o.GetKind(), o.GetName()))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// build runs hack/xpkg.sh once for all the tests.
+func build(t *testing.T) map[string]*pkg {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "xpkg.sh"), out)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "VERSION="+version)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/xpkg.sh: %v\n%s", err, b)
+	}
+	t.Logf("hack/xpkg.sh:\n%s", b)
+	pkgs := map[string]*pkg{}
+	for _, n := range []string{"provider", "configuration", "function"} {
+		pkgs[n] = open(t, filepath.Join(out, n+"-egressproxy-"+version+".xpkg"))
+	}
+	return pkgs
+}
+
+// TestPackagesIntegration opens the three packages make xpkg builds.
+func TestPackagesIntegration(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := build(t)
+
+	t.Run("Provider", func(t *testing.T) {
+		p := pkgs["provider"]
+		meta := p.objects[0]
+		if meta.GetAPIVersion() != "meta.pkg.crossplane.io/v1" || meta.GetKind() != "Provider" || meta.GetName() != "provider-egressproxy" {
+			t.Errorf("meta = %s %s %s; want meta.pkg.crossplane.io/v1 Provider provider-egressproxy", meta.GetAPIVersion(), meta.GetKind(), meta.GetName())
+		}
+		// The v1 CLI drops this; Crossplane v2 needs it to activate the
+		// provider's MRDs.
+		if caps, _, _ := unstructured.NestedStringSlice(meta.Object, "spec", "capabilities"); !slices.Contains(caps, "safe-start") {
+			t.Errorf("spec.capabilities = %v; want safe-start", caps)
+		}
+		var want []string
+		crds, _ := filepath.Glob(filepath.Join(root, "package", "crds", "*.yaml"))
+		for _, f := range crds {
+			// controller-gen names the files <group>_<plural>.yaml.
+			group, plural, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".yaml"), "_")
+			want = append(want, "apiextensions.k8s.io/v1 CustomResourceDefinition "+plural+"."+group)
+		}
+		sort.Strings(want)
+		if got := kinds(p.objects[1:]); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("provider objects:\n%s\nwant every CRD of package/crds:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if len(p.examples) == 0 {
+			t.Error("no examples layer (examples/)")
+		}
+		checkRuntime(t, p, "provider")
+	})
+
+	t.Run("Configuration", func(t *testing.T) {
+		p := pkgs["configuration"]
+		meta := p.objects[0]
+		if meta.GetKind() != "Configuration" || meta.GetName() != "configuration-egressproxy" {
+			t.Errorf("meta = %s %s", meta.GetKind(), meta.GetName())
+		}
+		deps, _, _ := unstructured.NestedSlice(meta.Object, "spec", "dependsOn")
+		var got []string
+		for _, d := range deps {
+			m, _ := d.(map[string]any)
+			for _, k := range []string{"provider", "function"} {
+				if v, ok := m[k]; ok {
+					got = append(got, fmt.Sprintf("%s %v %v", k, v, m["version"]))
+				}
+			}
+		}
+		wantDeps := []string{"provider xpkg.upbound.io/egressproxy/provider-egressproxy >=v0.1.0", "function xpkg.upbound.io/egressproxy/function-egressproxy >=v0.1.0"}
+		if strings.Join(got, "; ") != strings.Join(wantDeps, "; ") {
+			t.Errorf("dependsOn = %v; want %v", got, wantDeps)
+		}
+		wantObjs := []string{
+			"apiextensions.crossplane.io/v1 Composition egressproxies.platform.egressproxy.io",
+			"apiextensions.crossplane.io/v1 Composition xegressproxies.legacy.platform.egressproxy.io",
+			"apiextensions.crossplane.io/v1 CompositeResourceDefinition xegressproxies.legacy.platform.egressproxy.io",
+			"apiextensions.crossplane.io/v2 CompositeResourceDefinition egressproxies.platform.egressproxy.io",
+		}
+		sort.Strings(wantObjs)
+		if got := kinds(p.objects[1:]); strings.Join(got, "\n") != strings.Join(wantObjs, "\n") {
+			t.Errorf("configuration objects:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantObjs, "\n"))
+		}
+		for _, o := range p.objects[1:] {
+			switch o.GetKind() {
+			case "CompositeResourceDefinition":
+				if o.GetAPIVersion() == "apiextensions.crossplane.io/v2" {
+					if s, _, _ := unstructured.NestedString(o.Object, "spec", "scope"); s != "Namespaced" {
+						t.Errorf("%s: scope %q; want Namespaced", o.GetName(), s)
+					}
+				} else if k, _, _ := unstructured.NestedString(o.Object, "spec", "claimNames", "kind"); k != "EgressProxyClaim" {
+					t.Errorf("%s: claimNames.kind %q; want EgressProxyClaim", o.GetName(), k)
+				}
+			case "Composition":
+				steps, _, _ := unstructured.NestedSlice(o.Object, "spec", "pipeline")
+				mode, _, _ := unstructured.NestedString(o.Object, "spec", "mode")
+				if mode != "Pipeline" || len(steps) != 1 {
+					t.Errorf("%s: mode %q, %d steps; want one Pipeline step", o.GetName(), mode, len(steps))
+					continue
+				}
+				step, _ := steps[0].(map[string]any)
+				fn, _, _ := unstructured.NestedString(step, "functionRef", "name")
+				in, _, _ := unstructured.NestedMap(step, "input")
+				classes, _, _ := unstructured.NestedMap(in, "classes")
+				var backends []string
+				for _, c := range classes {
+					k, _, _ := unstructured.NestedString(c.(map[string]any), "kind") //nolint:forcetypeassert // a YAML map.
+					backends = append(backends, k)
+				}
+				sort.Strings(backends)
+				if fn != "function-egressproxy" || in["kind"] != "ProxyClasses" || strings.Join(backends, ",") != "GCPProxy,KVMProxy,PodProxy,ProxmoxProxy" {
+					t.Errorf("%s: function %q, input kind %v, backends %v; want function-egressproxy, ProxyClasses, a class for every backend", o.GetName(), fn, in["kind"], backends)
+				}
+			}
+		}
+		if got := kinds(p.examples); len(got) != 2 {
+			t.Errorf("examples %v; want an EgressProxy and an EgressProxyClaim", got)
+		}
+		if len(p.files) != 0 {
+			t.Errorf("a Configuration has no runtime, but the package holds %d files", len(p.files))
+		}
+	})
+
+	t.Run("Function", func(t *testing.T) {
+		p := pkgs["function"]
+		meta := p.objects[0]
+		if meta.GetAPIVersion() != "meta.pkg.crossplane.io/v1beta1" || meta.GetKind() != "Function" || meta.GetName() != "function-egressproxy" {
+			t.Errorf("meta = %s %s %s", meta.GetAPIVersion(), meta.GetKind(), meta.GetName())
+		}
+		if got := kinds(p.objects[1:]); len(got) != 1 || got[0] != "apiextensions.k8s.io/v1 CustomResourceDefinition proxyclasses.function.egressproxy.io" {
+			t.Errorf("function objects %v; want the ProxyClasses input CRD", got)
+		}
+		checkRuntime(t, p, "function-egressproxy")
+	})
+
+	for n, p := range pkgs {
+		t.Logf("%s package: %d bytes (%.1f MiB)", n, p.size, float64(p.size)/(1<<20))
+	}
+}
+
+// checkRuntime: the runtime image runs the static binary as non-root.
+func checkRuntime(t *testing.T, p *pkg, bin string) {
+	t.Helper()
+	path := "usr/local/bin/" + bin
+	b := p.files[path]
+	if len(b) < 1<<20 || !bytes.HasPrefix(b, []byte("\x7fELF")) {
+		t.Errorf("runtime image: %s is %d bytes; want the ELF binary", path, len(b))
+	}
+	c := p.config
+	if strings.Join(c.Config.Entrypoint, " ") != "/"+path || c.OS != "linux" || c.Config.User == "" || strings.HasPrefix(c.Config.User, "0") {
+		t.Errorf("runtime image config: entrypoint %v, os %q, user %q; want /%s on linux as non-root", c.Config.Entrypoint, c.OS, c.Config.User, path)
+	}
+}
