@@ -128,6 +128,11 @@ func TestProviderIntegration(t *testing.T) {
 		if o.GetKind() == "KVMProxy" && o.GetNamespace() == "team-payments" {
 			_ = unstructured.SetNestedField(o.Object, "#cloud-config\nwrite_files: [{path: /x, content: "+cloudInitSentinel+"}]\n", "spec", "forProvider", "cloudInit")
 		}
+		// The examples' Proxmox API is a placeholder host: point it at a
+		// closed local port so the test sends nothing off this machine.
+		if _, found, _ := unstructured.NestedString(o.Object, "spec", "proxmox", "url"); found {
+			_ = unstructured.SetNestedField(o.Object, "https://127.0.0.1:9", "spec", "proxmox", "url")
+		}
 	}
 
 	for _, o := range objs {
@@ -146,7 +151,10 @@ func TestProviderIntegration(t *testing.T) {
 	cmd := exec.CommandContext(pctx, bin, "--debug", "--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr,
 		"--poll-not-ready", "2s", "--config-check-interval", "2s")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath,
-		"OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=200")
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=200",
+		// Application Default Credentials would probe the GCE metadata
+		// server; keep that on a closed local port.
+		"GCE_METADATA_HOST=127.0.0.1:9")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	started := time.Now()
@@ -181,13 +189,19 @@ func TestProviderIntegration(t *testing.T) {
 	// Every managed resource carries a Synced condition with a message.
 	want := map[string]string{
 		"KVMProxy":     "does not parse as an SSH private key", // the examples hold a placeholder key
-		"ProxmoxProxy": "the proxmox backend is not available in this build",
-		"GCPProxy":     "the gcp backend is not available in this build",
+		"ProxmoxProxy": "connection refused",                   // nothing listens on the test's API port
+		"GCPProxy":     "service-account key",                  // the examples hold a placeholder key
 	}
+	// The GCP examples with InjectedIdentity reach for the metadata server,
+	// which the test keeps on a closed local port.
+	wantByConfig := map[string]string{"gcp-workload-identity": "127.0.0.1:9", "team-pve": "holds no PEM certificate"}
 	for _, o := range objs {
 		msg, ok := want[o.GetKind()]
 		if !ok || !strings.HasPrefix(o.GetAPIVersion(), "proxy.") {
 			continue
+		}
+		if pc, _, _ := unstructured.NestedString(o.Object, "spec", "providerConfigRef", "name"); wantByConfig[pc] != "" {
+			msg = wantByConfig[pc]
 		}
 		u := o.DeepCopy()
 		waitFor(t, 30*time.Second, fmt.Sprintf("%s %s/%s Synced=False", o.GetKind(), o.GetNamespace(), o.GetName()), func() (bool, string) {
