@@ -71,6 +71,7 @@ type options struct {
 	keepLogs    bool
 	debug       bool
 	profile     string
+	env         string
 }
 
 func main() {
@@ -86,6 +87,7 @@ func main() {
 	flag.BoolVar(&o.deleteAfter, "delete", true, "Delete the PodProxies at the end and time it.")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
 	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
+	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOMEMLIMIT=80MiB, say).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
@@ -383,6 +385,9 @@ wait:
 	fmt.Printf("\nPodProxy benchmark: %d PodProxies (namespaced, ClusterProviderConfig, connection Secret), kubelet stand-in delay %v\n", o.n, o.delay)
 	fmt.Printf("kubelet stand-in: %s; one status write per pod\n", mode)
 	fmt.Printf("provider: %s --max-reconcile-rate %d --max-concurrent-reconciles %d --poll-not-ready 30s (Ready comes from watches, not polls)\n", o.provider, o.rate, o.concurrent)
+	if o.env != "" {
+		fmt.Printf("provider environment: %s\n", o.env)
+	}
 	fmt.Printf("machine: %d CPUs; control plane, provider, kube-controller-manager and this program share them\n\n", numCPU())
 	if timedOut {
 		fmt.Printf("TIMED OUT after %v: %d of %d Ready\n", o.timeout, ready, o.n)
@@ -575,6 +580,9 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 		cmd.Args = append(cmd.Args, "--debug")
 	}
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath)
+	if o.env != "" {
+		cmd.Env = append(cmd.Env, strings.Split(o.env, ",")...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logf("starting the provider (%s)", o.provider)

@@ -191,15 +191,37 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// StripPod is the cache transform of pods: their metadata and status, which
-// is all Get reads, without the spec and the managed fields.
+// StripPod is the cache transform of pods: what Get reads (the metadata
+// without owner references and managed fields, only the config-hash
+// annotation; the phase, address, Ready and PodScheduled conditions and
+// why containers wait or restarted), nothing else.
 func StripPod(o any) (any, error) {
 	p, ok := o.(*corev1.Pod)
 	if !ok {
 		return o, nil
 	}
 	p.ManagedFields = nil
+	p.OwnerReferences = nil
+	if h, ok := p.Annotations[AnnotationConfigHash]; ok {
+		p.Annotations = map[string]string{AnnotationConfigHash: h}
+	} else {
+		p.Annotations = nil
+	}
 	p.Spec = corev1.PodSpec{}
+	st := corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
+			st.Conditions = append(st.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: cs.Name, Ready: cs.Ready, RestartCount: cs.RestartCount,
+			State:                corev1.ContainerState{Waiting: cs.State.Waiting},
+			LastTerminationState: corev1.ContainerState{Terminated: cs.LastTerminationState.Terminated},
+		})
+	}
+	p.Status = st
 	return p, nil
 }
 

@@ -4,6 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -64,5 +69,26 @@ func TestRemotePoolsByKubeconfig(t *testing.T) {
 	r.Cluster([]byte("c"))
 	if len(r.pool) != 2 {
 		t.Errorf("pool holds %d clusters; want at most Max (2)", len(r.pool))
+	}
+}
+
+func TestStripKeepsWhatGetReads(t *testing.T) {
+	req := testRequest()
+	dep := buildDeployment(Config{}, req, render(t, req), "spec", now)
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: dep.Spec.Template.Labels, Annotations: map[string]string{AnnotationConfigHash: dep.Spec.Template.Annotations[AnnotationConfigHash], "other": "x"}}}
+	pod.Spec = dep.Spec.Template.Spec
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.5", HostIP: "10.0.0.1",
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "squid", Ready: true, Image: "squid:6"}}}
+	before := observe(dep.DeepCopy(), []corev1.Pod{*pod.DeepCopy()}, nil, Config{}.withDefaults().templateHash())
+
+	sd, _ := StripDeployment(dep.DeepCopy())
+	sp, _ := StripPod(pod.DeepCopy())
+	after := observe(sd.(*appsv1.Deployment), []corev1.Pod{*sp.(*corev1.Pod)}, nil, Config{}.withDefaults().templateHash())
+	if diff := cmp.Diff(before, after, cmp.AllowUnexported(observation{})); diff != "" {
+		t.Errorf("observe differs on stripped objects (-full +stripped):\n%s", diff)
+	}
+	if d := sd.(*appsv1.Deployment); d.Spec.Selector == nil || len(d.Spec.Template.Spec.Volumes) != 0 {
+		t.Errorf("stripped Deployment: selector %v, %d volumes; want the selector kept and the rest of the pod spec gone", d.Spec.Selector, len(d.Spec.Template.Spec.Volumes))
 	}
 }

@@ -153,9 +153,11 @@ func (d *Driver) wrap(err error, op string) error {
 	return proxy.WithContext(classify(err), d.provider, op)
 }
 
-// Create implements proxy.Driver: it creates the Deployment, then the
-// Secret and the Service owned by it, then marks the Deployment complete
-// (AnnotationSpecHash). It returns without waiting for the pod.
+// Create implements proxy.Driver: it creates the Deployment (the root,
+// carrying the mark and the spec hash), then applies the Secret and the
+// Service owned by it. It returns without waiting for the pod. An existing
+// Deployment of the same name is adopted only when it carries this
+// request's mark, and then completed; otherwise Create is Permanent.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	inst, err := d.create(ctx, req)
 	return inst, d.wrap(err, opCreate)
@@ -219,7 +221,9 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 
 // complete brings dep (ours, not being deleted) and its children in line
 // with req. force rewrites the children even when dep's hashes say they are
-// current (a repeated Create: the first may have stopped half-way).
+// current (a repeated Create may follow one that stopped half-way; Update
+// is also called for a missing child). The Deployment is rewritten only
+// when a hash differs.
 func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, force bool) (proxy.Instance, error) {
 	want := proxy.Hash(req)
 	configHash := squid.Hash(files)
