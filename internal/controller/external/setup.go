@@ -121,7 +121,13 @@ func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], 
 		WithEventFilter(resource.DesiredStateChanged()).
 		For(obj.(client.Object)) //nolint:forcetypeassert // Every registered kind is an object.
 	if k.Watches != nil {
-		b = k.Watches(mgr, b, listObj.(client.ObjectList)) //nolint:forcetypeassert // Every registered list kind is a list.
+		// A list object of its own: the state-metrics recorder lists into
+		// listObj concurrently.
+		l, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err != nil {
+			return err
+		}
+		b = k.Watches(mgr, b, l.(client.ObjectList)) //nolint:forcetypeassert // Every registered list kind is a list.
 	}
 	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(r), o.GlobalRateLimiter))
 }
