@@ -28,6 +28,9 @@ if [ -s "$OUT" ]; then
   echo "$OUT"
   exit 0
 fi
+# Stdout carries only the image's path: the build's tools (mkfs, sfdisk,
+# mmdebstrap) talk on stderr.
+exec 3>&1 1>&2
 
 need=
 for b in /usr/bin/mmdebstrap /usr/bin/qemu-img /usr/sbin/sfdisk /usr/bin/grub-mkimage /usr/lib/grub/i386-pc/boot.img /usr/sbin/mkfs.ext4; do
@@ -90,4 +93,4 @@ dd if="$WORK/core.img" of="$WORK/disk.raw" bs=512 seek=1 conv=notrunc status=non
 qemu-img convert -f raw -O qcow2 "$WORK/disk.raw" "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 log "built $OUT in $((SECONDS - t0)) s ($(du -h "$OUT" | cut -f1))"
-echo "$OUT"
+echo "$OUT" >&3

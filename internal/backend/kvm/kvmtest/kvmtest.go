@@ -174,7 +174,10 @@ func GuestImage(tb testing.TB) string {
 	if err := cmd.Run(); err != nil {
 		Unavailable(tb, "the guest image", fmt.Errorf("hack/guest-image.sh: %v", err))
 	}
-	return strings.TrimSpace(stdout.String())
+	// The path is the last line: nothing else should be on stdout, but a
+	// tool that talks there must not corrupt it.
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // GuestExec runs a shell script in the guest through its agent and returns
