@@ -37,7 +37,7 @@ func Setup(mgr ctrl.Manager, o external.Options, ho HealthOptions) error {
 			return err
 		}
 	}
-	if err := config.Setup(mgr, o.Options); err != nil {
+	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
 		return err
 	}
 	return health.Setup(mgr, health.Reconciler{

@@ -141,6 +141,11 @@ type Ref struct {
 	// Get reported (Instance.Operation), so its outcome is read and never
 	// lost.
 	Operation string
+	// Import is set when the managed resource does not create (its
+	// management policies leave Create out): the instance, if any, was
+	// made by someone else, so a driver reading through a cache that holds
+	// only the instances it made must read the backend itself.
+	Import bool
 }
 
 // Instance is what a driver reports about one backend instance.

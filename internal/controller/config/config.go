@@ -15,8 +15,10 @@ import (
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 )
 
-// Setup registers usage accounting for every config kind.
-func Setup(mgr ctrl.Manager, o controller.Options) error {
+// Setup registers usage accounting for every config kind. rm is the
+// manager the reconcilers take their client from (a config whose finalizer
+// is in place needs no update each time a usage comes or goes).
+func Setup(mgr, rm ctrl.Manager, o controller.Options) error {
 	for _, c := range []struct {
 		config, usage client.Object
 		kinds         resource.ProviderConfigKinds
@@ -36,7 +38,7 @@ func Setup(mgr ctrl.Manager, o controller.Options) error {
 		}, ""},
 	} {
 		name := providerconfig.ControllerName(c.kinds.Config.GroupKind().String())
-		r := providerconfig.NewReconciler(mgr, c.kinds,
+		r := providerconfig.NewReconciler(rm, c.kinds,
 			providerconfig.WithLogger(o.Logger.WithValues("controller", name)),
 			providerconfig.WithRecorder(event.NewAPIRecorder(mgr.GetEventRecorderFor(name))))
 		if err := ctrl.NewControllerManagedBy(mgr).

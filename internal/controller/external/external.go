@@ -118,7 +118,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 		return managed.ExternalObservation{}, err
 	}
 	status := cr.Observation()
-	inst, err := e.driver.Get(ctx, ref(req, status))
+	inst, err := e.driver.Get(ctx, ref(cr, req, status))
 	if proxy.IsNotFound(err) {
 		*status = spec.ProxyObservation{}
 		return managed.ExternalObservation{ResourceExists: false}, nil
@@ -157,17 +157,22 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
 	setReadiness(cr, inst)
-	if err := e.saveObservation(ctx, cr); err != nil {
-		return managed.ExternalCreation{}, err
+	if inst.Operation != "" {
+		if err := e.saveObservation(ctx, cr); err != nil {
+			return managed.ExternalCreation{}, err
+		}
 	}
 	return managed.ExternalCreation{ConnectionDetails: connectionDetails(inst, req)}, nil
 }
 
-// saveObservation writes status.atProvider at once. crossplane-runtime
-// re-reads the resource after Create (to save its annotations) and so
-// drops status set by Create; the backend ID and an operation in flight
-// must survive, or an asynchronous failure would be lost. A merge patch
-// of the status subresource needs no resourceVersion and cannot conflict.
+// saveObservation writes status.atProvider at once, for an instance with
+// an operation in flight: its outcome (an asynchronous failure) is read
+// through the operation and must not be lost. Otherwise the observation is
+// saved with the conditions in the status write that follows Create
+// (annotationUpdater keeps it through the annotation update), and if that
+// write fails the next Observe finds the instance by its name. A merge
+// patch of the status subresource needs no resourceVersion and cannot
+// conflict.
 func (e *external[P]) saveObservation(ctx context.Context, cr Resource[P]) error {
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"atProvider": cr.Observation()}})
 	if err != nil {
@@ -189,7 +194,7 @@ func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u manage
 	if err != nil {
 		return managed.ExternalUpdate{}, err
 	}
-	inst, err := e.driver.Update(ctx, ref(req, cr.Observation()), req)
+	inst, err := e.driver.Update(ctx, ref(cr, req, cr.Observation()), req)
 	if err != nil {
 		return managed.ExternalUpdate{}, describe(err, "cannot update the instance")
 	}
@@ -209,7 +214,7 @@ func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d manage
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		return managed.ExternalDelete{}, err
 	}
-	if err := e.driver.Delete(ctx, ref(req, cr.Observation())); err != nil {
+	if err := e.driver.Delete(ctx, ref(cr, req, cr.Observation())); err != nil {
 		return managed.ExternalDelete{}, describe(err, "cannot delete the instance")
 	}
 	return managed.ExternalDelete{}, nil
@@ -299,8 +304,20 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 	return len(p) > 0
 }
 
-func ref(req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
-	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation}
+func ref(mg resource.Managed, req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
+	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation,
+		Import: !creates(mg.GetManagementPolicies())}
+}
+
+// creates reports whether management policies p let the resource create
+// its instance (no policies means the default, everything).
+func creates(p xpv2.ManagementPolicies) bool {
+	for _, a := range p {
+		if a == xpv2.ManagementActionAll || a == xpv2.ManagementActionCreate {
+			return true
+		}
+	}
+	return len(p) == 0
 }
 
 func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Request, locationField string) {

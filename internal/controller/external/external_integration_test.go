@@ -98,10 +98,11 @@ func start(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind, nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind); err != nil {
+	sh := external.NewShared(mgr, o)
+	if err := external.Setup(mgr, o, sh, kind, nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind); err != nil {
 		t.Fatal(err)
 	}
-	if err := config.Setup(mgr, o.Options); err != nil {
+	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
 		t.Fatal(err)
 	}
 	if err := health.Setup(mgr, health.Reconciler{

@@ -1,12 +1,15 @@
 package external
 
 import (
+	"context"
+	"maps"
 	"math/rand/v2"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
@@ -15,7 +18,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
@@ -36,21 +42,39 @@ type Options struct {
 	PollJitter time.Duration
 }
 
-// Shared is what every kind's controllers share: one password generator.
+// Shared is what every kind's controllers share: one password generator,
+// and one client for the managed reconcilers (its record of what the API
+// server holds spans every kind).
 type Shared struct {
 	Passwords *Passwords
+	Client    *SavingClient
 }
 
-// NewShared returns the state shared by every kind's controllers.
+// NewShared returns the state shared by every kind's controllers. It adds a
+// watch of connection Secrets to mgr for the managed reconcilers' client;
+// if that cannot be built, connection Secrets are read from the API server.
 func NewShared(mgr ctrl.Manager, o Options) *Shared {
-	return &Shared{Passwords: &Passwords{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}}
+	var secrets client.Reader
+	if c, err := ConnectionSecretCache(mgr.GetConfig(), mgr.GetScheme()); err != nil {
+		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
+	} else if _, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false)); err != nil {
+		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
+	} else if err := mgr.Add(c); err != nil {
+		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
+	} else {
+		secrets = c
+	}
+	return &Shared{
+		Passwords: &Passwords{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace},
+		Client:    NewSavingClient(mgr.GetClient(), secrets),
+	}
 }
 
 // Setup registers kind k's controller once for each scope: gvks are the
 // namespaced and the cluster-scoped kinds sharing parameters P.
 func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...schema.GroupVersionKind) error {
 	c := &connector[P]{
-		kube:      mgr.GetClient(),
+		kube:      sh.Client,
 		kind:      k,
 		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID},
 		secrets:   Secrets{Kube: mgr.GetAPIReader()},
@@ -63,20 +87,20 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...sc
 			// Safe start: the controller starts once Crossplane has
 			// activated the kind (its CRD exists and is established).
 			o.Gate.Register(func() {
-				if err := setupScope(mgr, o, k, c, gvk); err != nil {
+				if err := setupScope(mgr, o, sh, k, c, gvk); err != nil {
 					o.Logger.Info("cannot set up a controller", "kind", gvk.GroupKind().String(), "error", err.Error())
 				}
 			}, gvk)
 			continue
 		}
-		if err := setupScope(mgr, o, k, c, gvk); err != nil {
+		if err := setupScope(mgr, o, sh, k, c, gvk); err != nil {
 			return errors.Wrapf(err, "cannot set up the %s controller", gvk.GroupKind())
 		}
 	}
 	return nil
 }
 
-func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], gvk schema.GroupVersionKind) error {
+func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *connector[P], gvk schema.GroupVersionKind) error {
 	name := managed.ControllerName(gvk.GroupKind().String())
 	obj, err := mgr.GetScheme().New(gvk)
 	if err != nil {
@@ -88,7 +112,8 @@ func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], 
 	}
 	opts := []managed.ReconcilerOption{
 		managed.WithExternalConnector(c),
-		managed.WithInitializers(NameInitializer{Kube: mgr.GetClient()}),
+		managed.WithInitializers(NameInitializer{Kube: sh.Client}),
+		managed.WithCriticalAnnotationUpdater(annotationUpdater{inner: managed.NewRetryingCriticalAnnotationUpdater(sh.Client)}),
 		// Names are derived from the resource, so a create interrupted by a
 		// crash is safe to resume.
 		managed.WithDeterministicExternalName(true),
@@ -113,12 +138,14 @@ func setupScope[P any](mgr ctrl.Manager, o Options, k Kind[P], c *connector[P], 
 			}
 		}
 	}
-	r := managed.NewReconciler(mgr, resource.ManagedKind(gvk), opts...)
+	// The reconciler takes its client (and its default finalizer's and
+	// connection publisher's) from the manager: give it the SavingClient.
+	r := managed.NewReconciler(sh.ReconcilerManager(mgr), resource.ManagedKind(gvk), opts...)
 
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(o.ForControllerRuntime()).
-		WithEventFilter(resource.DesiredStateChanged()).
+		WithEventFilter(desiredStateChanged()).
 		For(obj.(client.Object)) //nolint:forcetypeassert // Every registered kind is an object.
 	if k.Watches != nil {
 		// A list object of its own: the state-metrics recorder lists into
@@ -149,4 +176,36 @@ func PollHook(notReady, jitter time.Duration) managed.PollIntervalHook {
 		}
 		return interval + j
 	}
+}
+
+// desiredStateChanged is crossplane-runtime's DesiredStateChanged, except
+// that the annotations the managed reconciler writes around Create
+// (external-create-pending, -succeeded and -failed) are not a change: the
+// reconciler requeues the resource itself after writing them, so the
+// event would only reconcile it once more.
+func desiredStateChanged() predicate.Predicate {
+	return predicate.Or(
+		annotationsChanged{ignored: []string{meta.AnnotationKeyExternalCreatePending, meta.AnnotationKeyExternalCreateSucceeded, meta.AnnotationKeyExternalCreateFailed}},
+		predicate.LabelChangedPredicate{},
+		predicate.GenerationChangedPredicate{},
+	)
+}
+
+// annotationsChanged passes updates that change an annotation other than
+// the ignored ones.
+type annotationsChanged struct {
+	predicate.Funcs
+	ignored []string
+}
+
+func (a annotationsChanged) Update(e ctrlevent.UpdateEvent) bool {
+	if e.ObjectOld == nil || e.ObjectNew == nil {
+		return false
+	}
+	o, n := maps.Clone(e.ObjectOld.GetAnnotations()), maps.Clone(e.ObjectNew.GetAnnotations())
+	for _, k := range a.ignored {
+		delete(o, k)
+		delete(n, k)
+	}
+	return !maps.Equal(o, n)
 }

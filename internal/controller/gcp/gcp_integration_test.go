@@ -158,10 +158,11 @@ func start(t *testing.T) *env {
 		},
 		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 300 * time.Millisecond,
 	}
-	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind, nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind); err != nil {
+	sh := external.NewShared(mgr, o)
+	if err := external.Setup(mgr, o, sh, kind, nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind); err != nil {
 		t.Fatal(err)
 	}
-	if err := config.Setup(mgr, o.Options); err != nil {
+	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
 		t.Fatal(err)
 	}
 	if err := health.Setup(mgr, health.Reconciler{

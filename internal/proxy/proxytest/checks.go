@@ -388,9 +388,12 @@ func (a adoptCase) run(e *env) {
 	}
 	listedUnder := a.setup(e)
 	req := e.f.Request(nameA, uidA)
-	before, err := e.get(nameRef(req))
+	// Another's instance is read as an import reads it.
+	imported := nameRef(req)
+	imported.Import = true
+	before, err := e.get(imported)
 	if err != nil {
-		e.t.Fatalf("Get(%s) of the existing instance = %s; Get must read instances it does not own", describeRef(nameRef(req)), describe(err))
+		e.t.Fatalf("Get(%s, Import) of the existing instance = %s; Get must read instances it does not own when importing", describeRef(imported), describe(err))
 	}
 
 	got, err := e.f.Driver.Create(e.ctx, req)
@@ -398,7 +401,7 @@ func (a adoptCase) run(e *env) {
 		e.t.Errorf("Create over an instance marked %+v = instance %q (mark %+v), %s; want Permanent",
 			before.Mark, got.ID, got.Mark, describe(err))
 	}
-	after := e.mustGet(nameRef(req))
+	after := e.mustGet(imported)
 	if diff := cmp.Diff(identityOf(before), identityOf(after)); diff != "" {
 		e.t.Errorf("the refused Create changed the existing instance (-before +after):\n%s", diff)
 	}
