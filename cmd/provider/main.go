@@ -59,6 +59,7 @@ func main() {
 		installationID     = flag.String("installation-id", "", "Installation part of the ownership mark on every instance; default: the UID of the kube-system namespace.")
 		metricsAddr        = flag.String("metrics-bind-address", ":8080", "Address of the Prometheus endpoint; 0 turns it off.")
 		probeAddr          = flag.String("health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns it off.")
+		pprofAddr          = flag.String("pprof-bind-address", "0", "Address of Go's /debug/pprof profiles (for example 127.0.0.1:6060); 0, the default, turns it off.")
 		healthInterval     = flag.Duration("config-check-interval", time.Minute, "How often each ProviderConfig's backend is checked.")
 		healthTimeout      = flag.Duration("config-check-timeout", 30*time.Second, "Timeout of one ProviderConfig check.")
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
@@ -85,7 +86,7 @@ func main() {
 	if err := run(start, log, runOptions{
 		poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
 		leaderElection: *leaderElection, namespace: *namespace, installationID: *installationID,
-		metricsAddr: *metricsAddr, probeAddr: *probeAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
+		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart,
 	}); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
@@ -99,6 +100,7 @@ type runOptions struct {
 	leaderElection                bool
 	namespace, installationID     string
 	metricsAddr, probeAddr        string
+	pprofAddr                     string
 	healthInterval, healthTimeout time.Duration
 	managementPolicies, safeStart bool
 }
@@ -140,6 +142,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		LeaderElectionResourceLock: "leases",
 		Metrics:                    metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:     o.probeAddr,
+		PprofBindAddress:           o.pprofAddr,
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read uncached (credentials on every Connect), so
 			// the provider never watches every Secret of the cluster.

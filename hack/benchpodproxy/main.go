@@ -71,6 +71,7 @@ type options struct {
 	keepLogs    bool
 	debug       bool
 	profile     string
+	provProfile string
 	env         string
 }
 
@@ -87,6 +88,7 @@ func main() {
 	flag.BoolVar(&o.deleteAfter, "delete", true, "Delete the PodProxies at the end and time it.")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
 	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
+	flag.StringVar(&o.provProfile, "provider-profile", "", "Write a 10 s CPU profile of the provider, taken from the first create, to this file.")
 	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOMEMLIMIT=80MiB, say).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
@@ -286,6 +288,22 @@ func run(ctx context.Context, o options) error {
 			if err == nil {
 				_ = os.WriteFile(o.profile, b, 0o644)
 			}
+		}()
+	}
+	if o.provProfile != "" {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+prov.pprof+"/debug/pprof/profile?seconds=10", nil)
+			if err != nil {
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				logf("provider profile: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			_ = os.WriteFile(o.provProfile, b, 0o644)
 		}()
 	}
 	start := time.Now()
@@ -551,6 +569,7 @@ func startControllerManager(cp *controlplane.ControlPlane, dir string) (func(), 
 type provider struct {
 	pid     int
 	metrics string
+	pprof   string
 	stop    func()
 }
 
@@ -558,6 +577,10 @@ type provider struct {
 // until its PodProxy controllers run.
 func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir string) (*provider, error) {
 	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pprofPort, err := freePort()
 	if err != nil {
 		return nil, err
 	}
@@ -569,6 +592,7 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	cmd := exec.Command(o.provider, //nolint:gosec // the provider under test.
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
 		"--health-probe-bind-address", "0",
+		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort),
 		"--namespace", "crossplane-system",
 		"--installation-id", "bench",
 		"--max-reconcile-rate", strconv.Itoa(o.rate),
@@ -591,7 +615,7 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	p := &provider{pid: cmd.Process.Pid, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
+	p := &provider{pid: cmd.Process.Pid, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), pprof: fmt.Sprintf("127.0.0.1:%d", pprofPort)}
 	p.stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
