@@ -56,6 +56,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 type options struct {
@@ -72,6 +73,8 @@ type options struct {
 	debug       bool
 	profile     string
 	provProfile string
+	provHeap    string
+	floor       bool
 	env         string
 }
 
@@ -89,6 +92,8 @@ func main() {
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
 	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
 	flag.StringVar(&o.provProfile, "provider-profile", "", "Write a 10 s CPU profile of the provider, taken from the first create, to this file.")
+	flag.StringVar(&o.provHeap, "provider-heap", "", "Write a heap profile of the provider, taken when all are Ready, to this file.")
+	flag.BoolVar(&o.floor, "floor", false, "Measure the floor instead: no provider and no PodProxies; this program creates the N proxies' Deployments and Secrets with the kubernetes driver itself, and times until all their pods are Ready (what kube-controller-manager, the stand-in and the API server take on their own).")
 	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOMEMLIMIT=80MiB, say).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
@@ -165,6 +170,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	if o.floor {
+		return floor(ctx, o, cfg, kube, pids)
+	}
 	prov, err := startProvider(ctx, o, cp, dir)
 	if err != nil {
 		return err
@@ -368,6 +376,11 @@ wait:
 	if err != nil {
 		return err
 	}
+	if o.provHeap != "" {
+		if err := prov.saveHeap(ctx, o.provHeap); err != nil {
+			logf("provider heap profile: %v", err)
+		}
+	}
 	endCPU, _ := cpuSeconds(prov.pid)
 	peakRSS, _ := rss(prov.pid)
 	var cpuRows []string
@@ -425,7 +438,7 @@ wait:
 		}
 	}
 	fmt.Printf("timeline after each create:      %s s (median/p95)\n", strings.Join(timeline, ", "))
-	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create)\n", float64(peakRSS)/1024, float64(startRSS)/1024)
+	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, rssParts(prov.pid))
 	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
 	total := 0.0
 	var methods []string
@@ -507,6 +520,121 @@ wait:
 	if timedOut {
 		return errors.New("not all PodProxies became Ready")
 	}
+	return nil
+}
+
+// floor creates n proxies through the kubernetes driver directly (the two
+// requests a PodProxy's Create sends: the Deployment and its Secret) and
+// times until the stand-in reports all their pods Ready.
+func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client, pids map[string]int) error {
+	var mu sync.Mutex
+	ready := 0
+	all := make(chan struct{})
+	kl, err := kubelettest.New(cfg, kubelettest.Options{Mode: kubelettest.Listen, Delay: o.delay, Workers: 64,
+		OnReady: func(*corev1.Pod, string, time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			ready++
+			if ready == o.n {
+				close(all)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	defer kl.Stop()
+	if err := kl.Run(ctx); err != nil {
+		return err
+	}
+	// The driver reads through a cache, as in the provider.
+	ca, err := cache.New(cfg, cache.Options{Scheme: kube.Scheme(), ByObject: kubernetes.CacheByObject()})
+	if err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.Deployment{}, &corev1.Service{}} {
+		if _, err := ca.GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return errors.New("the driver's cache did not sync")
+	}
+	cached, err := client.New(cfg, client.Options{Scheme: kube.Scheme(), Cache: &client.CacheOptions{Reader: ca, DisableFor: []client.Object{&corev1.Secret{}}}})
+	if err != nil {
+		return err
+	}
+	d := kubernetes.New(kubernetes.Options{Provider: "benchpodproxy", Config: kubernetes.Config{Namespace: "egress-proxies"}, Client: cached, Live: kube})
+	apiBefore, err := apiserverRequests(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	cpuBefore := map[string]float64{}
+	for name, pid := range pids {
+		cpuBefore[name], _ = cpuSeconds(pid)
+	}
+	logf("creating %d proxies with the driver (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
+	start := time.Now()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var createErr error
+	var errOnce sync.Once
+	for range o.creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				req := proxy.Request{
+					Name: fmt.Sprintf("floor-%04d", i),
+					Mark: proxy.Mark{UID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i), InstallationID: "bench"},
+					Proxy: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443}},
+				}
+				if _, err := d.Create(ctx, req); err != nil {
+					errOnce.Do(func() { createErr = err })
+				}
+			}
+		}()
+	}
+	for i := range o.n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if createErr != nil {
+		return createErr
+	}
+	created := time.Since(start)
+	select {
+	case <-all:
+	case <-time.After(o.timeout):
+		return fmt.Errorf("not all pods Ready after %v", o.timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	took := time.Since(start)
+	apiAfter, err := apiserverRequests(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var cpuRows []string
+	for name, pid := range pids {
+		c, _ := cpuSeconds(pid)
+		cpuRows = append(cpuRows, fmt.Sprintf("%s %.1f s", name, c-cpuBefore[name]))
+	}
+	sort.Strings(cpuRows)
+	fmt.Printf("\nFloor: %d proxies created by the kubernetes driver itself (no provider, no PodProxies), kubelet stand-in delay %v\n", o.n, o.delay)
+	fmt.Printf("machine: %d CPUs; control plane, kube-controller-manager and this program share them\n\n", numCPU())
+	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
+	fmt.Printf("all pods Ready:                  %7.2f s after the first create\n", took.Seconds())
+	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time)\n", strings.Join(cpuRows, ", "), took.Seconds())
+	var rows []string
+	for k, v := range apiAfter {
+		if d := v - apiBefore[k]; d/float64(o.n) >= 0.05 {
+			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(o.n)))
+		}
+	}
+	sort.Strings(rows)
+	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
 	return nil
 }
 
@@ -660,6 +788,24 @@ func (p *provider) scrape(ctx context.Context) (string, error) {
 	return string(b), err
 }
 
+// saveHeap writes the provider's heap profile to path.
+func (p *provider) saveHeap(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.pprof+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // requests sums the provider's rest_client_requests_total by method.
 func (p *provider) requests(ctx context.Context) (map[string]float64, error) {
 	body, err := p.scrape(ctx)
@@ -791,6 +937,25 @@ func rss(pid int) (int, error) {
 		}
 	}
 	return 0, errors.New("no VmHWM")
+}
+
+// rssParts is the resident set's parts now: anonymous (heap, stacks),
+// file-backed (the binary's pages) and shared memory, from /proc.
+func rssParts(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	var parts []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"RssAnon:", "RssFile:"} {
+			if v, ok := strings.CutPrefix(l, k); ok {
+				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(k, "Rss")), ":"), float64(kb)/1024))
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func freePort() (int, error) {
