@@ -74,7 +74,7 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 	want := dep.Spec.Template.Annotations[AnnotationConfigHash]
 	var current, old *corev1.Pod
 	var waiting []string
-	stopped := 0
+	stopped, starting := 0, 0
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	for i := range pods {
 		p := &pods[i]
@@ -90,7 +90,11 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 				old = p
 			}
 		case p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning:
-			waiting = append(waiting, podProgress(p))
+			if why := podProgress(p); why != "" {
+				waiting = append(waiting, why)
+			} else {
+				starting++
+			}
 		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 			// Replaced by the ReplicaSet; nothing to report.
 		default: // Unknown (its node is gone) or a phase we do not know
@@ -127,7 +131,7 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 	}
 
 	switch {
-	case len(waiting) > 0 && stopped == len(waiting):
+	case stopped > 0 && stopped == len(waiting) && starting == 0:
 		inst.State = proxy.StateStopped
 	default:
 		inst.State = proxy.StateProvisioning
@@ -138,7 +142,7 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 	case replicaFailure(dep) != "":
 		inst.Progress = replicaFailure(dep)
 	default:
-		inst.Progress = "waiting for the pod to be created"
+		inst.Progress = startingProgress
 	}
 	return observation{inst: inst}
 }
@@ -157,7 +161,17 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// podProgress says why a pod is not serving yet.
+// startingProgress is the progress of a proxy whose pod is on its way
+// (being created, scheduled, pulled, started, probed): none, so the
+// resource reads plain Creating. Reporting each step would be a status
+// write of its own, for a thousand proxies at once, and says nothing a
+// user acts on; what does (an unschedulable pod, an image that cannot be
+// pulled, restarts, a quota) is reported.
+const startingProgress = ""
+
+// podProgress says why a pod is not serving yet when that is worth a
+// user's attention (it cannot be scheduled, its image cannot be pulled,
+// it keeps restarting); "" when it is on its way.
 func podProgress(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
@@ -172,13 +186,7 @@ func podProgress(p *corev1.Pod) string {
 			return fmt.Sprintf("pod %s: container %s restarted %d times, last exit %d (%s)", p.Name, cs.Name, cs.RestartCount, t.ExitCode, t.Reason)
 		}
 	}
-	if p.Status.Phase == corev1.PodRunning {
-		if p.Status.PodIP == "" {
-			return fmt.Sprintf("pod %s is running without an address yet", p.Name)
-		}
-		return fmt.Sprintf("pod %s is running, not ready yet", p.Name)
-	}
-	return fmt.Sprintf("pod %s is pending", p.Name)
+	return ""
 }
 
 // replicaFailure is the Deployment's ReplicaFailure condition (a pod the

@@ -48,11 +48,11 @@ func TestObserve(t *testing.T) {
 		wantProgress string
 	}{
 		"no pod yet": {
-			wantState: proxy.StateProvisioning, wantProgress: "waiting for the pod to be created",
+			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
 		},
 		"pending": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodPending, false, "")},
-			wantState: proxy.StateProvisioning, wantProgress: "pod p1 is pending",
+			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
 		},
 		"unschedulable": {
 			pods: []corev1.Pod{pod("p1", corev1.PodPending, false, "", func(p *corev1.Pod) {
@@ -68,7 +68,7 @@ func TestObserve(t *testing.T) {
 		},
 		"running, not ready": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, false, "10.1.0.5")},
-			wantState: proxy.StateProvisioning, wantProgress: "pod p1 is running, not ready yet",
+			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
 		},
 		"ready": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, true, "10.1.0.5")},
@@ -76,11 +76,11 @@ func TestObserve(t *testing.T) {
 		},
 		"ready without an address is not running": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, true, "")},
-			wantState: proxy.StateProvisioning, wantProgress: "pod p1 is running without an address yet",
+			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
 		},
 		"a deleting pod never reads as running": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, true, "10.1.0.5", gone)},
-			wantState: proxy.StateProvisioning, wantProgress: "waiting for the pod to be created",
+			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
 		},
 		"a deleting pod and its replacement": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, true, "10.1.0.5", gone), pod("p2", corev1.PodRunning, true, "10.1.0.6")},
@@ -89,7 +89,7 @@ func TestObserve(t *testing.T) {
 		"rolling out: the old pod serves": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, true, "10.1.0.5", old), pod("p2", corev1.PodPending, false, "")},
 			wantState: proxy.StateRunning, wantIP: "10.1.0.5", wantProbe: "10.1.0.5:3128",
-			wantProgress: "rolling out a new configuration; the previous pod serves meanwhile: pod p2 is pending",
+			wantProgress: "rolling out a new configuration; the previous pod serves meanwhile",
 		},
 		"rolled out: the new pod is preferred": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, true, "10.1.0.5", old), pod("p2", corev1.PodRunning, true, "10.1.0.6")},
@@ -97,7 +97,11 @@ func TestObserve(t *testing.T) {
 		},
 		"failed pod being replaced": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodFailed, false, "")},
-			wantState: proxy.StateProvisioning, wantProgress: "waiting for the pod to be created",
+			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
+		},
+		"node lost, its replacement starting": {
+			pods:      []corev1.Pod{pod("p1", corev1.PodUnknown, false, "10.1.0.5"), pod("p2", corev1.PodPending, false, "")},
+			wantState: proxy.StateProvisioning, wantProgress: `pod p1 is in phase "Unknown"`,
 		},
 		"node lost": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodUnknown, false, "10.1.0.5")},

@@ -355,17 +355,25 @@ func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Req
 	}
 }
 
+// setReadiness sets the Ready condition, with the generation it observed.
+// An instance that is provisioning with nothing to report reads plain
+// Creating, as crossplane-runtime marks a resource right after Create: the
+// first Observe after Create then changes no condition and writes nothing.
 func setReadiness(cr resource.Managed, inst proxy.Instance) {
+	var c xpv2.Condition
 	switch {
 	case inst.State == proxy.StateRunning && inst.IP != "" && inst.ProxyReachable:
-		cr.SetConditions(xpv2.Available())
+		c = xpv2.Available()
 	case inst.State == proxy.StateRunning && inst.IP != "":
-		cr.SetConditions(xpv2.Creating().WithMessage(withProgress(fmt.Sprintf("instance %s is running at %s; waiting for the proxy to answer", inst.Name, inst.IP), inst.Progress)))
+		c = xpv2.Creating().WithMessage(withProgress(fmt.Sprintf("instance %s is running at %s; waiting for the proxy to answer", inst.Name, inst.IP), inst.Progress))
+	case (inst.State == proxy.StateProvisioning || inst.State == proxy.StateRunning || inst.State == "") && inst.Progress == "":
+		c = xpv2.Creating()
 	case inst.State == proxy.StateProvisioning || inst.State == proxy.StateRunning || inst.State == "":
-		cr.SetConditions(xpv2.Creating().WithMessage(withProgress(fmt.Sprintf("instance %s is provisioning", inst.Name), inst.Progress)))
+		c = xpv2.Creating().WithMessage(withProgress(fmt.Sprintf("instance %s is provisioning", inst.Name), inst.Progress))
 	default:
-		cr.SetConditions(xpv2.Unavailable().WithMessage(withProgress(fmt.Sprintf("instance %s is %s", inst.Name, inst.State), inst.Progress)))
+		c = xpv2.Unavailable().WithMessage(withProgress(fmt.Sprintf("instance %s is %s", inst.Name, inst.State), inst.Progress))
 	}
+	cr.SetConditions(c.WithObservedGeneration(cr.GetGeneration()))
 }
 
 func withProgress(msg, progress string) string {
