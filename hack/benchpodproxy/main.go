@@ -410,8 +410,31 @@ wait:
 			}
 		}
 	}
+	type slow struct {
+		name   string
+		stages [4]time.Duration
+	}
+	var slowest []slow
+	for uid, m := range mrReady {
+		c, ok := mrCreated[mrUID[uid]]
+		if !ok {
+			continue
+		}
+		var sl slow
+		sl.name = mrUID[uid]
+		for i, t := range []time.Time{depSeen[uid], podSeen[uid], podReady[uid], m} {
+			if !t.IsZero() {
+				sl.stages[i] = t.Sub(c)
+			}
+		}
+		slowest = append(slowest, sl)
+	}
 	mu.Unlock()
 	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	sort.Slice(slowest, func(i, j int) bool { return slowest[i].stages[3] > slowest[j].stages[3] })
+	if len(slowest) > 3 {
+		slowest = slowest[:3]
+	}
 
 	fmt.Printf("\nPodProxy benchmark: %d PodProxies (namespaced, ClusterProviderConfig, connection Secret), kubelet stand-in delay %v\n", o.n, o.delay)
 	fmt.Printf("kubelet stand-in: %s; one status write per pod\n", mode)
@@ -438,6 +461,9 @@ wait:
 		}
 	}
 	fmt.Printf("timeline after each create:      %s s (median/p95)\n", strings.Join(timeline, ", "))
+	for _, sl := range slowest {
+		fmt.Printf("  slowest %s: Deployment seen %.2f, pod seen %.2f, pod Ready %.2f, PodProxy Ready %.2f s\n", sl.name, sl.stages[0].Seconds(), sl.stages[1].Seconds(), sl.stages[2].Seconds(), sl.stages[3].Seconds())
+	}
 	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, rssParts(prov.pid))
 	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
 	total := 0.0
