@@ -315,33 +315,16 @@ func run(ctx context.Context, o options) error {
 		}()
 	}
 	start := time.Now()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var createErr error
-	var errOnce sync.Once
-	for range o.creators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				p := podProxy(i)
-				at := time.Now()
-				if err := kube.Create(ctx, p); err != nil {
-					errOnce.Do(func() { createErr = err })
-				}
-				mu.Lock()
-				mrCreated[p.Name] = at
-				mu.Unlock()
-			}
-		}()
-	}
-	for i := range o.n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if createErr != nil {
-		return createErr
+	if err := inParallel(o.n, o.creators, func(i int) error {
+		p := podProxy(i)
+		at := time.Now()
+		err := kube.Create(ctx, p)
+		mu.Lock()
+		mrCreated[p.Name] = at
+		mu.Unlock()
+		return err
+	}); err != nil {
+		return err
 	}
 	created := time.Since(start)
 	logf("created all in %.2fs; waiting for Ready", created.Seconds())
@@ -383,12 +366,7 @@ wait:
 	}
 	endCPU, _ := cpuSeconds(prov.pid)
 	peakRSS, _ := rss(prov.pid)
-	var cpuRows []string
-	for name, pid := range pids {
-		c, _ := cpuSeconds(pid)
-		cpuRows = append(cpuRows, fmt.Sprintf("%s %.1f s", name, c-cpuBefore[name]))
-	}
-	sort.Strings(cpuRows)
+	cpuRows := cpuSince(pids, cpuBefore)
 
 	mu.Lock()
 	var delays []time.Duration
@@ -496,34 +474,17 @@ wait:
 		1000*mean("controller_runtime_reconcile_time_seconds", ctl), 1000*mean("workqueue_queue_duration_seconds", wq))
 	fmt.Printf("\nAPI server requests per MR by resource and verb, all clients (the provider; kube-controller-manager on\n")
 	fmt.Printf("deployments, replicasets, pods and events; the stand-in on pods; this program: one podproxies create per MR):\n")
-	var rows []string
-	for k, v := range apiAfter {
-		if d := v - apiBefore[k]; d/float64(o.n) >= 0.05 {
-			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(o.n)))
-		}
-	}
-	sort.Strings(rows)
+	rows := perProxy(apiBefore, apiAfter, o.n)
 	fmt.Println(strings.Join(rows, "\n"))
 
 	if o.deleteAfter && !timedOut {
 		logf("deleting the PodProxies")
 		t0 := time.Now()
-		del := make(chan int)
-		var dwg sync.WaitGroup
-		for range o.creators {
-			dwg.Add(1)
-			go func() {
-				defer dwg.Done()
-				for i := range del {
-					_ = kube.Delete(ctx, podProxy(i))
-				}
-			}()
+		if err := inParallel(o.n, o.creators, func(i int) error {
+			return client.IgnoreNotFound(kube.Delete(ctx, podProxy(i)))
+		}); err != nil {
+			return err
 		}
-		for i := range o.n {
-			del <- i
-		}
-		close(del)
-		dwg.Wait()
 		for {
 			l := &nsproxy.PodProxyList{}
 			if err := kube.List(ctx, l, client.InNamespace("bench")); err != nil {
@@ -601,33 +562,15 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 	}
 	logf("creating %d proxies with the driver (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
 	start := time.Now()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var createErr error
-	var errOnce sync.Once
-	for range o.creators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				req := proxy.Request{
-					Name: fmt.Sprintf("floor-%04d", i),
-					Mark: proxy.Mark{UID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i), InstallationID: "bench"},
-					Proxy: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443}},
-				}
-				if _, err := d.Create(ctx, req); err != nil {
-					errOnce.Do(func() { createErr = err })
-				}
-			}
-		}()
-	}
-	for i := range o.n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if createErr != nil {
-		return createErr
+	if err := inParallel(o.n, o.creators, func(i int) error {
+		_, err := d.Create(ctx, proxy.Request{
+			Name:  fmt.Sprintf("floor-%04d", i),
+			Mark:  proxy.Mark{UID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i), InstallationID: "bench"},
+			Proxy: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443}},
+		})
+		return err
+	}); err != nil {
+		return err
 	}
 	created := time.Since(start)
 	select {
@@ -642,26 +585,63 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 	if err != nil {
 		return err
 	}
-	var cpuRows []string
-	for name, pid := range pids {
-		c, _ := cpuSeconds(pid)
-		cpuRows = append(cpuRows, fmt.Sprintf("%s %.1f s", name, c-cpuBefore[name]))
-	}
-	sort.Strings(cpuRows)
+	cpuRows := cpuSince(pids, cpuBefore)
 	fmt.Printf("\nFloor: %d proxies created by the kubernetes driver itself (no provider, no PodProxies), kubelet stand-in delay %v\n", o.n, o.delay)
 	fmt.Printf("machine: %d CPUs; control plane, kube-controller-manager and this program share them\n\n", numCPU())
 	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
 	fmt.Printf("all pods Ready:                  %7.2f s after the first create\n", took.Seconds())
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time)\n", strings.Join(cpuRows, ", "), took.Seconds())
+	rows := perProxy(apiBefore, apiAfter, o.n)
+	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
+	return nil
+}
+
+// inParallel calls fn for 0..n-1 on workers goroutines and returns the
+// first error.
+func inParallel(n, workers int, fn func(i int) error) error {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var first error
+	var once sync.Once
+	for range workers {
+		wg.Go(func() {
+			for i := range work {
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return first
+}
+
+// cpuSince is each process's CPU seconds since before, sorted by name.
+func cpuSince(pids map[string]int, before map[string]float64) []string {
 	var rows []string
-	for k, v := range apiAfter {
-		if d := v - apiBefore[k]; d/float64(o.n) >= 0.05 {
-			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(o.n)))
+	for name, pid := range pids {
+		c, _ := cpuSeconds(pid)
+		rows = append(rows, fmt.Sprintf("%s %.1f s", name, c-before[name]))
+	}
+	sort.Strings(rows)
+	return rows
+}
+
+// perProxy is the growth of each API server request count, per proxy, for
+// those of at least 0.05.
+func perProxy(before, after map[string]float64, n int) []string {
+	var rows []string
+	for k, v := range after {
+		if d := v - before[k]; d/float64(n) >= 0.05 {
+			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(n)))
 		}
 	}
 	sort.Strings(rows)
-	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
-	return nil
+	return rows
 }
 
 func podProxy(i int) *nsproxy.PodProxy {

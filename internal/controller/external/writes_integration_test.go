@@ -3,7 +3,6 @@ package external_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,16 +13,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // countingTransport counts the requests sent through it.
@@ -41,18 +38,7 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the SavingClient leaves out (by counting the requests it sends) and that
 // what the server holds is what a plain client would have written.
 func TestSavingClientIntegration(t *testing.T) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	cp, s := testenv.Start(t, controlplane.Options{})
 	var sent atomic.Int64
 	counted := rest.CopyConfig(cp.Config)
 	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, n: &sent} }
