@@ -141,11 +141,13 @@ type Ref struct {
 	// Get reported (Instance.Operation), so its outcome is read and never
 	// lost.
 	Operation string
-	// Import is set when the managed resource does not create (its
-	// management policies leave Create out): the instance, if any, was
-	// made by someone else, so a driver reading through a cache that holds
-	// only the instances it made must read the backend itself.
-	Import bool
+	// Live asks a driver that reads through a cache to confirm a miss with
+	// the backend itself. It is set for an import (management policies
+	// without Create: the instance was made by someone else and is not in
+	// a cache of the driver's own instances) and for a resource being
+	// deleted (a miss then ends the resource, so it must not come from a
+	// cache that has not yet seen an instance created a moment ago).
+	Live bool
 }
 
 // Instance is what a driver reports about one backend instance.

@@ -320,11 +320,10 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 
 // deployment reads the Deployment ref names: by ID (namespace/name) when
 // it has one, else by name in the config's namespace. The cache holds only
-// the Deployments the driver made, so a miss is confirmed with a live read
-// for an import (someone else's Deployment is never in it). A miss is
-// otherwise trusted: a Deployment created a moment ago and not in the
-// cache yet is covered by the managed reconciler's creation grace period,
-// and Create adopts one that exists with this resource's mark.
+// the Deployments the driver made and may lag a create by a moment, so a
+// miss is confirmed with a live read when ref asks (an import, a resource
+// being deleted). A miss is otherwise trusted: at worst Create finds the
+// Deployment exists and adopts it, as it carries this resource's mark.
 func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deployment, error) {
 	key, err := d.key(ref)
 	if err != nil {
@@ -332,7 +331,7 @@ func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deploym
 	}
 	dep := &appsv1.Deployment{}
 	err = d.client.Get(ctx, key, dep)
-	if kerrors.IsNotFound(err) && ref.Import && d.live != client.Reader(d.client) {
+	if kerrors.IsNotFound(err) && ref.Live && d.live != client.Reader(d.client) {
 		err = d.live.Get(ctx, key, dep)
 	}
 	if kerrors.IsNotFound(err) {

@@ -306,7 +306,7 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 
 func ref(mg resource.Managed, req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
 	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation,
-		Import: !creates(mg.GetManagementPolicies())}
+		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg)}
 }
 
 // creates reports whether management policies p let the resource create

@@ -117,10 +117,12 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 		// Names are derived from the resource, so a create interrupted by a
 		// crash is safe to resume.
 		managed.WithDeterministicExternalName(true),
-		// Drivers read their backends consistently (an operation in flight
-		// is followed through Ref.Operation), so the runtime's 30 s wait for
-		// a new instance to show up would only delay deleting a new proxy.
-		managed.WithCreationGracePeriod(5 * time.Second),
+		// No wait for a new instance to show up: drivers read their
+		// backends consistently (an operation in flight is followed through
+		// Ref.Operation; a cached read is confirmed live when a miss would
+		// end a resource being deleted). A wait would only hold up deleting
+		// a new proxy, by the runtime's growing backoff.
+		managed.WithCreationGracePeriod(0),
 		managed.WithLogger(o.Logger.WithValues("controller", name)),
 		managed.WithPollInterval(o.PollInterval),
 		managed.WithPollIntervalHook(PollHook(o.NotReadyPollInterval, o.PollJitter)),

@@ -330,17 +330,9 @@ func (e *env) objects(t *testing.T, uid types.UID) []string {
 	return out
 }
 
-// deleteAndWait deletes mg and waits until it is gone. It deletes no
-// sooner than 6 s after mg was created: crossplane-runtime treats a
-// resource whose backend instance is missing within its creation grace
-// period (5 s, external.Options) as not yet visible, and requeues it with a
-// backoff that the deletion's own events have raised (often 16 s or more),
-// which is not what a user deleting a proxy sees.
+// deleteAndWait deletes mg and waits until it is gone.
 func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 	t.Helper()
-	if wait := time.Until(mg.GetCreationTimestamp().Add(6 * time.Second)); wait > 0 {
-		time.Sleep(wait)
-	}
 	start := time.Now()
 	if err := e.kube.Delete(context.Background(), mg); err != nil {
 		t.Fatal(err)
@@ -349,13 +341,11 @@ func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 	return time.Since(start)
 }
 
-// gone waits until mg is deleted.
+// gone waits until mg is deleted: a few seconds (the Deployment goes in
+// the foreground, after its pod, ReplicaSet and Secret), 20 s at most.
 func (e *env) gone(t *testing.T, mg resource.Managed) {
 	t.Helper()
-	// Up to a minute: crossplane-runtime holds a resource deleted within
-	// its creation grace period (5 s here) in a requeue whose backoff the
-	// deletion's own events have raised, typically 16 s.
-	waitFor(t, mg.GetName()+" to be gone", time.Minute, func() (bool, string) {
+	waitFor(t, mg.GetName()+" to be gone", 20*time.Second, func() (bool, string) {
 		err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
 		if kerrors.IsNotFound(err) {
 			return true, ""
@@ -581,6 +571,25 @@ func TestPodProxyIntegration(t *testing.T) {
 		if left := e.objects(t, uid); len(left) != 0 {
 			t.Errorf("after the PodProxy is gone, these remain: %v", left)
 		}
+	})
+
+	t.Run("DeletedRightAfterCreateLeavesNothing", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-b", "fleeting", "ProviderConfig", "team-pods")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		uid := p.GetUID()
+		// As soon as its Deployment exists (the managed reconciler's
+		// cache may not have seen it yet), before any pod is Ready.
+		waitFor(t, "the Deployment of "+p.Name, 20*time.Second, func() (bool, string) {
+			return len(e.objects(t, uid)) > 0, "no objects yet"
+		})
+		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
+		waitFor(t, "the objects of "+p.Name+" to be gone", 20*time.Second, func() (bool, string) {
+			left := e.objects(t, uid)
+			return len(left) == 0, fmt.Sprintf("these remain: %v", left)
+		})
 	})
 
 	t.Run("NamespacedProxyCannotUseAnotherNamespacesProviderConfig", func(t *testing.T) {

@@ -390,10 +390,10 @@ func (a adoptCase) run(e *env) {
 	req := e.f.Request(nameA, uidA)
 	// Another's instance is read as an import reads it.
 	imported := nameRef(req)
-	imported.Import = true
+	imported.Live = true
 	before, err := e.get(imported)
 	if err != nil {
-		e.t.Fatalf("Get(%s, Import) of the existing instance = %s; Get must read instances it does not own when importing", describeRef(imported), describe(err))
+		e.t.Fatalf("Get(%s, Live) of the existing instance = %s; Get must read instances it does not own when asked to read live", describeRef(imported), describe(err))
 	}
 
 	got, err := e.f.Driver.Create(e.ctx, req)
