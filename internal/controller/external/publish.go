@@ -48,6 +48,9 @@ func ConnectionSecretCache(cfg *rest.Config, s *runtime.Scheme) (cache.Cache, er
 // published and one per change, and nothing on the reconciles between.
 type connectionSecrets struct {
 	cache client.Reader
+	// synced reports whether the watch has synced; until it has (or when
+	// the provider may not list Secrets) reads go to the API server.
+	synced func() bool
 
 	mu      sync.Mutex
 	created map[types.NamespacedName]time.Time
@@ -64,6 +67,9 @@ func isConnectionSecret(obj client.Object) (*corev1.Secret, bool) {
 
 // get reads a Secret; live is the API server.
 func (cs *connectionSecrets) get(ctx context.Context, live client.Reader, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if cs.synced != nil && !cs.synced() {
+		return live.Get(ctx, key, obj, opts...)
+	}
 	err := cs.cache.Get(ctx, key, obj, opts...)
 	if !kerrors.IsNotFound(err) {
 		return err

@@ -55,18 +55,19 @@ type Shared struct {
 // if that cannot be built, connection Secrets are read from the API server.
 func NewShared(mgr ctrl.Manager, o Options) *Shared {
 	var secrets client.Reader
+	var synced func() bool
 	if c, err := ConnectionSecretCache(mgr.GetConfig(), mgr.GetScheme()); err != nil {
 		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
-	} else if _, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false)); err != nil {
+	} else if i, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false)); err != nil {
 		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
 	} else if err := mgr.Add(c); err != nil {
 		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
 	} else {
-		secrets = c
+		secrets, synced = c, i.HasSynced
 	}
 	return &Shared{
 		Passwords: &Passwords{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace},
-		Client:    NewSavingClient(mgr.GetClient(), secrets),
+		Client:    NewSavingClient(mgr.GetClient(), secrets, synced),
 	}
 }
 

@@ -60,11 +60,13 @@ type seenState struct {
 }
 
 // NewSavingClient wraps c. secretCache, when not nil, is a reader of
-// the cluster's connection Secrets (ConnectionSecretCache).
-func NewSavingClient(c client.Client, secretCache client.Reader) *SavingClient {
+// the cluster's connection Secrets (ConnectionSecretCache); synced, when
+// not nil, reports whether it has synced (reads go to the API server
+// until then).
+func NewSavingClient(c client.Client, secretCache client.Reader, synced func() bool) *SavingClient {
 	sc := &SavingClient{Client: c, seen: map[string]seenState{}}
 	if secretCache != nil {
-		sc.secrets = &connectionSecrets{cache: secretCache, created: map[types.NamespacedName]time.Time{}}
+		sc.secrets = &connectionSecrets{cache: secretCache, synced: synced, created: map[types.NamespacedName]time.Time{}}
 	}
 	return sc
 }
@@ -143,10 +145,9 @@ func (c *SavingClient) Get(ctx context.Context, key client.ObjectKey, obj client
 	case err == nil:
 		c.record(obj)
 	case kerrors.IsNotFound(err):
+		// Gone: forget it.
 		c.mu.Lock()
-		obj.SetNamespace(key.Namespace)
-		obj.SetName(key.Name)
-		delete(c.seen, seenKey(obj))
+		delete(c.seen, fmt.Sprintf("%T/%s/%s", obj, key.Namespace, key.Name))
 		c.mu.Unlock()
 	}
 	return err

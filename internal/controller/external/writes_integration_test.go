@@ -60,7 +60,11 @@ func TestSavingClientIntegration(t *testing.T) {
 	if !secrets.WaitForCacheSync(ctx) {
 		t.Fatal("the connection Secret cache did not sync")
 	}
-	sc := external.NewSavingClient(inner, secrets)
+	informer, err := secrets.GetInformer(ctx, &corev1.Secret{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := external.NewSavingClient(inner, secrets, informer.HasSynced)
 
 	// requests runs fn and returns how many requests it sent.
 	requests := func(t *testing.T, what string, fn func() error) int64 {
