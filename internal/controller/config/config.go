@@ -3,13 +3,19 @@
 package config
 
 import (
+	"context"
+	"time"
+
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/providerconfig"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
@@ -45,10 +51,48 @@ func Setup(mgr, rm ctrl.Manager, o controller.Options) error {
 			Named(name).
 			WithOptions(o.ForControllerRuntime()).
 			For(c.config).
-			Watches(c.usage, &resource.EnqueueRequestForProviderConfig{Kind: c.kind}).
+			Watches(c.usage, batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: c.kind}, after: usageBatch}).
 			Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// usageBatch is how long a config's usage count waits for more usages to
+// come or go: a thousand proxies created at once update the count a few
+// times instead of a thousand (a write each). Deletion is still refused
+// while any usage exists: the reconciler lists them on every reconcile.
+const usageBatch = time.Second
+
+// batchedUsages is crossplane-runtime's handler for usage events, with
+// every request delayed by after (requests for one config within that
+// window become one).
+type batchedUsages struct {
+	inner *resource.EnqueueRequestForProviderConfig
+	after time.Duration
+}
+
+func (b batchedUsages) Create(ctx context.Context, e ctrlevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Create(ctx, e, delayedAdds{q, b.after})
+}
+
+func (b batchedUsages) Update(ctx context.Context, e ctrlevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Update(ctx, e, delayedAdds{q, b.after})
+}
+
+func (b batchedUsages) Delete(ctx context.Context, e ctrlevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Delete(ctx, e, delayedAdds{q, b.after})
+}
+
+func (b batchedUsages) Generic(ctx context.Context, e ctrlevent.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Generic(ctx, e, delayedAdds{q, b.after})
+}
+
+// delayedAdds turns Add into AddAfter.
+type delayedAdds struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	after time.Duration
+}
+
+func (d delayedAdds) Add(r reconcile.Request) { d.AddAfter(r, d.after) }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -57,6 +58,9 @@ type SavingClient struct {
 type seenState struct {
 	version        string
 	object, status [sha256.Size]byte // without managed fields, resourceVersion and the pending annotation; the status alone
+	// wrote is set when the state is the response to this client's own
+	// write: a read from the cache may then still be older.
+	wrote bool
 }
 
 // NewSavingClient wraps c. secretCache, when not nil, is a reader of
@@ -104,25 +108,46 @@ func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
 	return sha256.Sum256(ob), sha256.Sum256(st), nil
 }
 
-// record notes obj as the server's state at its resourceVersion.
-func (c *SavingClient) record(obj client.Object) {
+// record notes obj as the server's state at its resourceVersion; wrote
+// says it is the response to this client's write. A read older than a
+// state this client wrote is not noted.
+func (c *SavingClient) record(obj client.Object, wrote bool) {
 	o, s, err := digests(obj)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	key := seenKey(obj)
 	if err != nil || obj.GetResourceVersion() == "" {
-		delete(c.seen, seenKey(obj))
+		delete(c.seen, key)
 		return
 	}
-	c.seen[seenKey(obj)] = seenState{version: obj.GetResourceVersion(), object: o, status: s}
+	if prev, ok := c.seen[key]; ok && !wrote && prev.wrote && older(obj.GetResourceVersion(), prev.version) {
+		return
+	}
+	c.seen[key] = seenState{version: obj.GetResourceVersion(), object: o, status: s, wrote: wrote}
+}
+
+// older reports whether resourceVersion a is older than b. Versions are
+// opaque to clients, but every API server numbers them from etcd's
+// revision; anything that does not parse is never called older.
+func older(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
 }
 
 // unchanged reports whether the server already holds obj: its object
-// (status left out) when status is false, its status when true.
+// (status left out) when status is false, its status when true. obj may
+// be at the last version seen, or older than a version this client wrote
+// (read from a cache that has not caught up): a write of the same content
+// from there would only fail with a conflict.
 func (c *SavingClient) unchanged(obj client.Object, status bool) bool {
 	c.mu.Lock()
 	s, ok := c.seen[seenKey(obj)]
 	c.mu.Unlock()
-	if !ok || s.version == "" || s.version != obj.GetResourceVersion() {
+	if !ok || s.version == "" {
+		return false
+	}
+	if v := obj.GetResourceVersion(); v != s.version && !(s.wrote && older(v, s.version)) {
 		return false
 	}
 	o, st, err := digests(obj)
@@ -143,7 +168,7 @@ func (c *SavingClient) Get(ctx context.Context, key client.ObjectKey, obj client
 	err := c.Client.Get(ctx, key, obj, opts...)
 	switch {
 	case err == nil:
-		c.record(obj)
+		c.record(obj, false)
 	case kerrors.IsNotFound(err):
 		// Gone: forget it.
 		c.mu.Lock()
@@ -186,7 +211,7 @@ func (c *SavingClient) Update(ctx context.Context, obj client.Object, opts ...cl
 	if err := c.Client.Update(ctx, obj, opts...); err != nil {
 		return err
 	}
-	c.record(obj)
+	c.record(obj, true)
 	return nil
 }
 
@@ -207,7 +232,7 @@ func (w savingStatusWriter) Update(ctx context.Context, obj client.Object, opts 
 	if err := w.SubResourceWriter.Update(ctx, obj, opts...); err != nil {
 		return err
 	}
-	w.c.record(obj)
+	w.c.record(obj, true)
 	return nil
 }
 
@@ -215,7 +240,7 @@ func (w savingStatusWriter) Patch(ctx context.Context, obj client.Object, patch 
 	if err := w.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {
 		return err
 	}
-	w.c.record(obj)
+	w.c.record(obj, true)
 	return nil
 }
 

@@ -131,6 +131,24 @@ func TestSavingClientIntegration(t *testing.T) {
 			t.Errorf("the same status again sent %d requests, want 0", n)
 		}
 	})
+	t.Run("StaleReadOfOwnWriteIsNotSent", func(t *testing.T) {
+		before := obj.DeepCopy()
+		obj.SetConditions(xpv2.Creating().WithMessage("stale check"))
+		if n := requests(t, "status update", func() error { return sc.Status().Update(ctx, obj) }); n != 1 {
+			t.Errorf("a changed status sent %d requests, want 1", n)
+		}
+		// The same status computed from a read older than that write (a
+		// cache that has not caught up): the server holds it already.
+		before.SetConditions(xpv2.Creating().WithMessage("stale check"))
+		if n := requests(t, "status update", func() error { return sc.Status().Update(ctx, before) }); n != 0 {
+			t.Errorf("the written status again from an older read sent %d requests, want 0", n)
+		}
+		// Another status from the older read is sent, and conflicts.
+		before.SetConditions(xpv2.Available())
+		if err := sc.Status().Update(ctx, before); !kerrors.IsConflict(err) {
+			t.Errorf("another status from an older read = %v, want a conflict", err)
+		}
+	})
 	t.Run("PendingAnnotationAloneIsNotSent", func(t *testing.T) {
 		meta.SetExternalCreatePending(obj, time.Now())
 		rv := obj.GetResourceVersion()
