@@ -26,25 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
-
-// syncWriter collects the provider's output for assertions.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // collector is an OTLP/HTTP trace receiver that records span names.
 type collector struct {
@@ -146,7 +129,7 @@ func TestProviderIntegration(t *testing.T) {
 	defer otlp.Close()
 
 	metricsAddr, probeAddr := freePort(t), freePort(t)
-	out := &syncWriter{}
+	out := &testenv.Buffer{}
 	pctx, stop := context.WithCancel(ctx)
 	cmd := exec.CommandContext(pctx, bin, "--debug", "--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr,
 		"--poll-not-ready", "2s", "--config-check-interval", "2s")
@@ -303,17 +286,7 @@ func examples(t *testing.T, root string) []*unstructured.Unstructured {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+	testenv.WaitFor(t, what, timeout, cond)
 }
 
 func tail(s string, n int) string {

@@ -5,7 +5,10 @@ package testenv
 
 import (
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -38,4 +41,42 @@ func Scheme(t *testing.T) *runtime.Scheme {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// WaitFor polls cond until it holds, or fails t after timeout with what
+// cond saw last. It polls often for short waits and at most every second
+// for long ones.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (ok bool, seen string)) {
+	t.Helper()
+	every := min(max(timeout/200, 50*time.Millisecond), time.Second)
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(every)
+	}
+	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+}
+
+// Buffer is a strings.Builder for concurrent writers (a process's output
+// and the test reading it).
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -51,6 +51,7 @@ import (
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const proxyNS = "egress-proxies"
@@ -127,7 +128,7 @@ func start(t testing.TB) *env {
 	for _, f := range []string{"xrd-namespaced.yaml", "xrd-legacy.yaml", "composition-namespaced.yaml", "composition-legacy.yaml"} {
 		applyFile(t, kube, filepath.Join(cfg, f))
 	}
-	waitFor(t, "the XRDs to be established and offered", 60*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "the XRDs to be established and offered", 60*time.Second, func() (bool, string) {
 		var seen []string
 		ok := true
 		for _, n := range []string{"egressproxies.platform.egressproxy.io", "xegressproxies.legacy.platform.egressproxy.io"} {
@@ -164,7 +165,7 @@ func start(t testing.TB) *env {
 
 	startProvider(ctx, t, cp.Config, s)
 
-	klog := &lockedBuffer{}
+	klog := &testenv.Buffer{}
 	// Squid's files, kept until the end for its logs. Not under
 	// t.TempDir(), whose 0700 folders Squid's unprivileged user (reading
 	// htpasswd) cannot enter.
@@ -305,7 +306,7 @@ func TestCompositionsIntegration(t *testing.T) {
 				"class": c.class, "size": "medium", "allowedClientCIDRs": []any{"10.0.0.0/8"}, "auth": true,
 			}))
 			gvk := schema.GroupVersionKind{Group: "proxy.m.egressproxy.io", Version: "v1alpha1", Kind: c.kind}
-			waitFor(t, c.kind+" team-c/"+c.class, 30*time.Second, func() (bool, string) {
+			testenv.WaitFor(t, c.kind+" team-c/"+c.class, 30*time.Second, func() (bool, string) {
 				mr, err := e.tryGet(gvk, "team-c", c.class)
 				if err != nil {
 					xr, _ := e.tryGet(gvkXR, "team-c", c.class)
@@ -329,7 +330,7 @@ func TestCompositionsIntegration(t *testing.T) {
 		})
 		e.create(t, xr)
 		want := `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`
-		waitFor(t, "EgressProxy premium Synced=False naming the classes", 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "EgressProxy premium Synced=False naming the classes", 30*time.Second, func() (bool, string) {
 			got, err := e.tryGet(gvkXR, "team-a", "premium")
 			if err != nil {
 				return false, err.Error()
@@ -480,7 +481,7 @@ func conditions(u *unstructured.Unstructured) string {
 // ready waits until u (a composite or a claim) is Ready.
 func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, u.GetKind()+" "+u.GetName()+" Ready", timeout, func() (bool, string) {
+	testenv.WaitFor(t, u.GetKind()+" "+u.GetName()+" Ready", timeout, func() (bool, string) {
 		got, err := e.tryGet(u.GroupVersionKind(), u.GetNamespace(), u.GetName())
 		if err != nil {
 			return false, err.Error()
@@ -495,7 +496,7 @@ func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Dur
 func (e *env) secret(t testing.TB, ns, name, not string) map[string]string {
 	t.Helper()
 	var out map[string]string
-	waitFor(t, "Secret "+ns+"/"+name, 60*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "Secret "+ns+"/"+name, 60*time.Second, func() (bool, string) {
 		s := &corev1.Secret{}
 		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
 			return false, err.Error()
@@ -537,7 +538,7 @@ func (e *env) deleteAndWait(t testing.TB, u *unstructured.Unstructured, minAge t
 	if err := e.kube.Delete(context.Background(), u); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, u.GetKind()+" "+u.GetName()+" to be gone", 90*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, u.GetKind()+" "+u.GetName()+" to be gone", 90*time.Second, func() (bool, string) {
 		got, err := e.tryGet(u.GroupVersionKind(), u.GetNamespace(), u.GetName())
 		if kerrors.IsNotFound(err) {
 			return true, ""
@@ -592,7 +593,7 @@ func (e *env) leftovers(t testing.TB, secretNS, secret string, gvk schema.GroupV
 
 func (e *env) gone(t testing.TB, what string, left func() []string) {
 	t.Helper()
-	waitFor(t, what+" to be gone", 90*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, what+" to be gone", 90*time.Second, func() (bool, string) {
 		l := left()
 		return len(l) == 0, strings.Join(l, ", ")
 	})
@@ -659,20 +660,4 @@ func upstream(t testing.TB) (string, int64) {
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + l.Addr().String() + "/", int64(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // a TCP listener.
-}
-
-// waitFor polls until cond holds, or fails with what it saw last.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
 }

@@ -349,21 +349,3 @@ func startControllerManager(t testing.TB, cp *controlplane.ControlPlane, dir str
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
 	)
 }
-
-// lockedBuffer collects the kubelet stand-in's log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}

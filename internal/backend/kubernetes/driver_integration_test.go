@@ -17,6 +17,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // namespace creates a fresh namespace.
@@ -260,15 +261,5 @@ func (e *env) driverTests(t *testing.T) {
 // waitFor polls cond for up to 20 s.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+	testenv.WaitFor(t, what, 20*time.Second, cond)
 }

@@ -168,17 +168,7 @@ func nsProxy(ns, name string, mutate ...func(*nsproxy.KVMProxy)) *nsproxy.KVMPro
 // waitFor polls until cond holds, or fails with what it saw last.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+	testenv.WaitFor(t, what, 30*time.Second, cond)
 }
 
 func conditionOf(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType) func() xpv2.Condition {

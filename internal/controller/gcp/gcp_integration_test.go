@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,25 +63,8 @@ type env struct {
 	kube  client.Client
 	srv   *gcptest.Server
 	gets  atomic.Int64 // driver Get calls (one per Observe)
-	logs  *syncBuf
+	logs  *testenv.Buffer
 	ports []int
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // countingDriver counts Get, which the controller calls once per Observe.
@@ -103,7 +85,7 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{srv: gcptest.New(t, project), logs: &syncBuf{}}
+	e := &env{srv: gcptest.New(t, project), logs: &testenv.Buffer{}}
 	e.srv.AutoComplete(300 * time.Millisecond)
 
 	// Everything the provider logs, driver included, goes to one buffer
@@ -243,25 +225,10 @@ func listen(t *testing.T, ip string, port int32) {
 	}()
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
-}
-
 func waitCondition(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msgContains string) xpv2.Condition {
 	t.Helper()
 	var c xpv2.Condition
-	waitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msgContains), 45*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msgContains), 45*time.Second, func() (bool, string) {
 		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return false, err.Error()
 		}
@@ -316,7 +283,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 		if err := e.kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the external name", 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the external name", 30*time.Second, func() (bool, string) {
 			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			return meta.GetExternalName(p) != "", ""
 		})
@@ -325,7 +292,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 		// The address is reserved before the instance, and becomes its
 		// NAT IP; the proxy answers there once the instance runs.
 		var staticIP string
-		waitFor(t, "the static address to be reserved", 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the static address to be reserved", 30*time.Second, func() (bool, string) {
 			a, ok := e.srv.Address(region, name)
 			staticIP, _ = a["address"].(string)
 			return ok && staticIP != "", fmt.Sprint(e.srv.Names())
@@ -352,7 +319,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 			t.Errorf("firewall rule = sourceRanges %v targetTags %v allowed %v", fw["sourceRanges"], fw["targetTags"], fw["allowed"])
 		}
 		conn := &corev1.Secret{}
-		waitFor(t, "the connection secret", 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the connection secret", 30*time.Second, func() (bool, string) {
 			err := e.kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "payments-conn"}, conn)
 			return err == nil && string(conn.Data["host"]) == staticIP, fmt.Sprint(err)
 		})
@@ -392,11 +359,11 @@ func TestGCPProxyIntegration(t *testing.T) {
 			if err := e.kube.Update(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the rule to admit the new CIDRs", 30*time.Second, func() (bool, string) {
+			testenv.WaitFor(t, "the rule to admit the new CIDRs", 30*time.Second, func() (bool, string) {
 				fw, _ := e.srv.Firewall(name)
 				return fmt.Sprint(fw["sourceRanges"]) == "[10.30.0.0/16 192.168.0.0/24]", fmt.Sprint(fw["sourceRanges"])
 			})
-			waitFor(t, "the new squid.conf in metadata", 30*time.Second, func() (bool, string) {
+			testenv.WaitFor(t, "the new squid.conf in metadata", 30*time.Second, func() (bool, string) {
 				inst, _ := e.srv.Instance(zone, name)
 				return strings.Contains(fmt.Sprint(inst["metadata"]), "acl clients src 10.30.0.0/16 192.168.0.0/24"), ""
 			})
@@ -413,7 +380,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 			if err := e.kube.Delete(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the resource to be gone", 45*time.Second, func() (bool, string) {
+			testenv.WaitFor(t, "the resource to be gone", 45*time.Second, func() (bool, string) {
 				err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 				return kerrors.IsNotFound(err), fmt.Sprintf("%v; backend %v; conditions %+v", err, e.srv.Names(), p.Status.Conditions)
 			})
@@ -497,7 +464,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ip string
-		waitFor(t, "an ephemeral NAT IP", 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "an ephemeral NAT IP", 30*time.Second, func() (bool, string) {
 			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			inst, ok := e.srv.Instance(zone, meta.GetExternalName(p))
 			if !ok {
@@ -514,14 +481,14 @@ func TestGCPProxyIntegration(t *testing.T) {
 		if err := e.kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the cluster-scoped resource to be gone", 45*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the cluster-scoped resource to be gone", 45*time.Second, func() (bool, string) {
 			return kerrors.IsNotFound(e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)), fmt.Sprint(e.srv.Names())
 		})
 	})
 
 	t.Run("ConfigHealthReportsTheProjectAndQuota", func(t *testing.T) {
 		pc := &nsv1alpha1.ClusterProviderConfig{}
-		waitFor(t, "Healthy=True on the config", 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "Healthy=True on the config", 30*time.Second, func() (bool, string) {
 			_ = e.kube.Get(ctx, types.NamespacedName{Name: "gcp-prod"}, pc)
 			c := pc.GetCondition(health.TypeHealthy)
 			return c.Status == corev1.ConditionTrue && len(pc.Status.Targets) == 1, c.Message

@@ -342,15 +342,5 @@ func fileSHA256(t *testing.T, path string) (string, int64) {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(time.Second)
-	}
-	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+	testenv.WaitFor(t, what, timeout, cond)
 }

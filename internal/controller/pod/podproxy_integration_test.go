@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +48,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const (
@@ -139,7 +139,7 @@ func start(t *testing.T) *env {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 
-	klog := &lockedBuffer{}
+	klog := &testenv.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("kubelet stand-in:\n%s", klog.String())
@@ -244,26 +244,10 @@ func (e *env) get(t *testing.T, proxyURL string) (int, string) {
 	return resp.StatusCode, resp.Header.Get("X-Squid-Error")
 }
 
-// waitFor polls until cond holds, or fails with what it saw last.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
-}
-
 func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msg string) xpv2.Condition {
 	t.Helper()
 	var c xpv2.Condition
-	waitFor(t, fmt.Sprintf("%s %s=%s %q", mg.GetName(), ct, status, msg), 30*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, fmt.Sprintf("%s %s=%s %q", mg.GetName(), ct, status, msg), 30*time.Second, func() (bool, string) {
 		if err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
 			return false, err.Error()
 		}
@@ -278,7 +262,7 @@ func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType
 func (e *env) connection(t *testing.T, ns, name, not string) map[string]string {
 	t.Helper()
 	var out map[string]string
-	waitFor(t, "connection Secret "+ns+"/"+name, 30*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "connection Secret "+ns+"/"+name, 30*time.Second, func() (bool, string) {
 		s := &corev1.Secret{}
 		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
 			return false, err.Error()
@@ -345,7 +329,7 @@ func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 // the foreground, after its pod, ReplicaSet and Secret), 20 s at most.
 func (e *env) gone(t *testing.T, mg resource.Managed) {
 	t.Helper()
-	waitFor(t, mg.GetName()+" to be gone", 20*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, mg.GetName()+" to be gone", 20*time.Second, func() (bool, string) {
 		err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
 		if kerrors.IsNotFound(err) {
 			return true, ""
@@ -497,7 +481,7 @@ func TestPodProxyIntegration(t *testing.T) {
 		if left := e.objects(t, uid); len(left) != 0 {
 			t.Errorf("after the PodProxy is gone, these remain: %v", left)
 		}
-		waitFor(t, "the stand-in to stop the proxy's Squid", 10*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the stand-in to stop the proxy's Squid", 10*time.Second, func() (bool, string) {
 			conn, err := (&net.Dialer{Timeout: time.Second}).Dial("tcp", net.JoinHostPort(d3["host"], d3["port"]))
 			if err == nil {
 				_ = conn.Close()
@@ -582,11 +566,11 @@ func TestPodProxyIntegration(t *testing.T) {
 		uid := p.GetUID()
 		// As soon as its Deployment exists (the managed reconciler's
 		// cache may not have seen it yet), before any pod is Ready.
-		waitFor(t, "the Deployment of "+p.Name, 20*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the Deployment of "+p.Name, 20*time.Second, func() (bool, string) {
 			return len(e.objects(t, uid)) > 0, "no objects yet"
 		})
 		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		waitFor(t, "the objects of "+p.Name+" to be gone", 20*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the objects of "+p.Name+" to be gone", 20*time.Second, func() (bool, string) {
 			left := e.objects(t, uid)
 			return len(left) == 0, fmt.Sprintf("these remain: %v", left)
 		})
@@ -632,22 +616,4 @@ func nsPodProxy(ns, name, kind, config string) *nsproxy.PodProxy {
 			ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"127.0.0.0/8"}}},
 		},
 	}
-}
-
-// lockedBuffer is an io.Writer for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -141,25 +141,9 @@ func start(t *testing.T) *env {
 	return &env{kube: kube, fake: fake}
 }
 
-// waitFor polls until cond holds, or fails with what it saw last.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
-}
-
 func waitReady(t *testing.T, kube client.Client, mg resource.Managed) {
 	t.Helper()
-	waitFor(t, mg.GetName()+" to be Ready", 60*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, mg.GetName()+" to be Ready", 60*time.Second, func() (bool, string) {
 		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
 			return false, err.Error()
 		}
@@ -171,7 +155,7 @@ func waitReady(t *testing.T, kube client.Client, mg resource.Managed) {
 
 func waitGone(t *testing.T, kube client.Client, mg resource.Managed) {
 	t.Helper()
-	waitFor(t, mg.GetName()+" to be gone", 60*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, mg.GetName()+" to be gone", 60*time.Second, func() (bool, string) {
 		err := kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
 		if kerrors.IsNotFound(err) {
 			return true, ""
@@ -214,7 +198,7 @@ func failedClone(t *testing.T, e *env) {
 	if err := e.kube.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the clone's failure on the Synced condition", 30*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "the clone's failure on the Synced condition", 30*time.Second, func() (bool, string) {
 		if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			return false, err.Error()
 		}
@@ -232,7 +216,7 @@ func failedClone(t *testing.T, e *env) {
 // configHealth: the health controller reports each node of the config.
 func configHealth(t *testing.T, e *env) {
 	pc := &nsv1alpha1.ClusterProviderConfig{}
-	waitFor(t, "the config's health", 30*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "the config's health", 30*time.Second, func() (bool, string) {
 		if err := e.kube.Get(context.Background(), types.NamespacedName{Name: "home-pve"}, pc); err != nil {
 			return false, err.Error()
 		}
@@ -354,7 +338,7 @@ func lifecycle(t *testing.T, e *env) {
 		if err := e.kube.Update(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the VM to reboot onto the new seed", 60*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "the VM to reboot onto the new seed", 60*time.Second, func() (bool, string) {
 			vm := vmNamed(t, e.fake, meta.GetExternalName(ns))
 			return vm.Boots == before.Boots+1 && !strings.Contains(vm.Description, "applying") && vm.Tags != before.Tags,
 				fmt.Sprintf("boots %d, tags %q", vm.Boots, vm.Tags)
@@ -403,7 +387,7 @@ func configProblems(t *testing.T, e *env) {
 	}
 	waitSynced := func(p *nsproxy.ProxmoxProxy, says string) {
 		t.Helper()
-		waitFor(t, p.Name+" Synced=False saying "+says, 30*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, p.Name+" Synced=False saying "+says, 30*time.Second, func() (bool, string) {
 			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 				return false, err.Error()
 			}
