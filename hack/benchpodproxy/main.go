@@ -485,10 +485,20 @@ wait:
 		}); err != nil {
 			return err
 		}
+		var depsGone time.Duration
 		for {
 			l := &nsproxy.PodProxyList{}
 			if err := kube.List(ctx, l, client.InNamespace("bench")); err != nil {
 				return err
+			}
+			if depsGone == 0 {
+				deps := &appsv1.DeploymentList{}
+				if err := kube.List(ctx, deps, client.InNamespace("egress-proxies")); err != nil {
+					return err
+				}
+				if len(deps.Items) == 0 {
+					depsGone = time.Since(t0)
+				}
 			}
 			if len(l.Items) == 0 {
 				break
@@ -499,7 +509,7 @@ wait:
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		fmt.Printf("all deleted:                     %7.2f s after deleting them (their Deployments, Secrets and pods removed first)\n", time.Since(t0).Seconds())
+		fmt.Printf("all deleted:                     %7.2f s after deleting them (their Deployments, Secrets and pods removed first; the last Deployment gone after %.2f s)\n", time.Since(t0).Seconds(), depsGone.Seconds())
 	}
 	if o.keepLogs {
 		fmt.Printf("\nlogs in %s\n", dir)
