@@ -192,7 +192,9 @@ func start(t testing.TB) *env {
 		}
 	})
 	e := &env{kube: kube}
-	e.upstream, e.port = upstream(t)
+	var port int
+	e.upstream, port = testenv.Upstream(t)
+	e.port = int64(port)
 	t.Logf("everything up %.1fs after the start", time.Since(t0).Seconds())
 	return e
 }
@@ -630,34 +632,4 @@ func (e *env) request(t testing.TB, proxyURL string) (int, string) {
 		t.Errorf("body through the proxy = %q", body)
 	}
 	return resp.StatusCode, resp.Header.Get("X-Squid-Error")
-}
-
-// upstream serves HTTP on an address of this machine that is not loopback:
-// the provider's squid.conf denies loopback destinations.
-func upstream(t testing.TB) (string, int64) {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ip net.IP
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			ip = n.IP
-			break
-		}
-	}
-	if ip == nil {
-		t.Fatal("this machine has no non-loopback IPv4 address for the upstream HTTP server (Squid denies loopback destinations)")
-	}
-	l, err := net.Listen("tcp4", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "hello from upstream")
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String() + "/", int64(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // a TCP listener.
 }

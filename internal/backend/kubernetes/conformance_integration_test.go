@@ -1,7 +1,6 @@
 package kubernetes_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const (
@@ -131,8 +131,8 @@ func (e *env) fixture(cached bool) func(t *testing.T) proxytest.Fixture {
 		})
 
 		busy := &atomic.Bool{}
-		logs := &syncBuffer{}
-		log := funcr.New(func(prefix, args string) { logs.writeLine(prefix + " " + args) }, funcr.Options{Verbosity: 2})
+		logs := &testenv.Buffer{}
+		log := funcr.New(func(prefix, args string) { logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 2})
 		o := kubernetes.Options{
 			Provider: testProvider,
 			Config:   kubernetes.Config{Namespace: ns},
@@ -461,23 +461,4 @@ func (b *busyClient) Delete(ctx context.Context, obj client.Object, opts ...clie
 		return err
 	}
 	return b.Client.Delete(ctx, obj, opts...)
-}
-
-// syncBuffer collects log lines from concurrent calls.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) writeLine(l string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(l)
-	s.b.WriteByte('\n')
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

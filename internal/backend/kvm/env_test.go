@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // Secret sentinels of the test config: never to be seen in logs or errors.
@@ -94,32 +94,13 @@ func (s *imageServer) holdBodies() (release func()) {
 	return func() { once.Do(func() { close(ch) }) }
 }
 
-// syncBuffer collects log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) line(l string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(l)
-	s.b.WriteString("\n")
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testEnv is a driver on a fake host with an image server.
 type testEnv struct {
 	t       *testing.T
 	host    *fakeHost
 	images  *imageServer
 	cfg     Config
-	logs    *syncBuffer
+	logs    *testenv.Buffer
 	spans   *tracetest.SpanRecorder
 	b       *Backend
 	d       *Driver
@@ -129,7 +110,7 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, mutate ...func(*testEnv)) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, host: newFakeHost(), images: newImageServer(t, 3<<20), logs: &syncBuffer{}, spans: tracetest.NewSpanRecorder()}
+	e := &testEnv{t: t, host: newFakeHost(), images: newImageServer(t, 3<<20), logs: &testenv.Buffer{}, spans: tracetest.NewSpanRecorder()}
 	e.cfg = Config{
 		Name:              testProvider,
 		Credentials:       Credentials{Key: []byte(sentinelKey), KnownHosts: []byte(sentinelKnownHosts)},
@@ -148,7 +129,7 @@ func newTestEnv(t *testing.T, mutate ...func(*testEnv)) *testEnv {
 
 // start builds a Backend and a Driver (again, after a simulated crash).
 func (e *testEnv) start() {
-	log := funcr.New(func(prefix, args string) { e.logs.line(prefix + " " + args) }, funcr.Options{Verbosity: 2})
+	log := funcr.New(func(prefix, args string) { e.logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 2})
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	e.b = NewBackend(Options{
 		Log:    &log,

@@ -11,6 +11,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // TestObserve_everySeamMethodInstrumented walks the seam by reflection:
@@ -19,8 +21,8 @@ import (
 func TestObserve_everySeamMethodInstrumented(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	logs := &syncBuffer{}
-	log := funcr.New(func(p, a string) { logs.line(p + " " + a) }, funcr.Options{Verbosity: 1})
+	logs := &testenv.Buffer{}
+	log := funcr.New(func(p, a string) { logs.Line(p + " " + a) }, funcr.Options{Verbosity: 1})
 	o := &observed{next: newFakeHost().conn(), host: "lab", tracer: tp.Tracer("t"), log: func(context.Context) logr.Logger { return log }}
 	typ := reflect.TypeOf((*Libvirt)(nil)).Elem()
 	ctx, parent := tp.Tracer("t").Start(context.Background(), "kvm.Create")

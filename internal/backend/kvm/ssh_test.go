@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // sshEnv is a Backend with the production SSH dialer against an
@@ -22,15 +23,15 @@ import (
 type sshEnv struct {
 	srv  *sshServer
 	b    *Backend
-	logs *syncBuffer
+	logs *testenv.Buffer
 	host Host
 	key  []byte
 }
 
 func newSSHEnv(t *testing.T, budgets Budgets) *sshEnv {
 	t.Helper()
-	e := &sshEnv{srv: newSSHServer(t), logs: &syncBuffer{}}
-	log := funcr.New(func(prefix, args string) { e.logs.line(prefix + " " + args) }, funcr.Options{Verbosity: 2})
+	e := &sshEnv{srv: newSSHServer(t), logs: &testenv.Buffer{}}
+	log := funcr.New(func(prefix, args string) { e.logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 2})
 	e.b = NewBackend(Options{Budgets: budgets, Log: &log, Tracer: noop.NewTracerProvider().Tracer("")})
 	t.Cleanup(e.b.Close)
 	e.host = Host{Name: "lab", Address: e.srv.addr, User: "proxy", Bridge: "br0"}

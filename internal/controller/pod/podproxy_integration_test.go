@@ -161,7 +161,9 @@ func start(t *testing.T) *env {
 	})
 
 	e := &env{kube: kube, kubelet: k}
-	e.upstream, e.port = upstream(t)
+	var port int
+	e.upstream, port = testenv.Upstream(t)
+	e.port = int32(port) //nolint:gosec // a port fits.
 
 	block := func(ns string) *spec.KubernetesConfig {
 		return &spec.KubernetesConfig{
@@ -189,38 +191,6 @@ func start(t *testing.T) *env {
 		}
 	}
 	return e
-}
-
-// upstream serves HTTP on an address of this machine that is not loopback:
-// the provider's squid.conf denies loopback destinations (the proxy host's
-// own services), and the test runs exactly that squid.conf.
-func upstream(t *testing.T) (string, int32) {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ip net.IP
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			ip = n.IP
-			break
-		}
-	}
-	if ip == nil {
-		t.Fatal("this machine has no non-loopback IPv4 address for the upstream HTTP server (Squid denies loopback destinations)")
-	}
-	l, err := net.Listen("tcp4", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "hello from upstream")
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	port := l.Addr().(*net.TCPAddr).Port                    //nolint:forcetypeassert // a TCP listener.
-	return "http://" + l.Addr().String() + "/", int32(port) //nolint:gosec // a port fits.
 }
 
 // get sends one request to the upstream through proxyURL (credentials from
