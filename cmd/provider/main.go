@@ -64,6 +64,7 @@ func main() {
 		healthTimeout      = flag.Duration("config-check-timeout", 30*time.Second, "Timeout of one ProviderConfig check.")
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
+		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
 	)
 	flag.Parse()
 	if os.Getenv("GOGC") == "" {
@@ -87,7 +88,7 @@ func main() {
 		poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
 		leaderElection: *leaderElection, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
-		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart,
+		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
 	}); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
 		os.Exit(1)
@@ -103,6 +104,7 @@ type runOptions struct {
 	pprofAddr                     string
 	healthInterval, healthTimeout time.Duration
 	managementPolicies, safeStart bool
+	allWrites                     bool
 }
 
 func run(start time.Time, log logging.Logger, o runOptions) error {
@@ -210,6 +212,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		Namespace:            o.namespace,
 		NotReadyPollInterval: o.notReadyPoll,
 		PollJitter:           jitter,
+		AllWrites:            o.allWrites,
 	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout}); err != nil {
 		return fmt.Errorf("cannot set up controllers: %w", err)
 	}

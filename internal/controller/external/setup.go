@@ -25,6 +25,7 @@ import (
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 )
 
 // Options configure every proxy controller.
@@ -40,6 +41,10 @@ type Options struct {
 	NotReadyPollInterval time.Duration
 	// PollJitter is the maximum jitter added to or taken from each poll.
 	PollJitter time.Duration
+	// AllWrites turns the write-eliding client (package writes) off: the
+	// managed reconcilers then send every write crossplane-runtime makes
+	// and read connection Secrets from the API server.
+	AllWrites bool
 }
 
 // Shared is what every kind's controllers share: one password generator,
@@ -47,16 +52,29 @@ type Options struct {
 // server holds spans every kind).
 type Shared struct {
 	Passwords *Passwords
-	Client    *SavingClient
+	// Client is what the managed reconcilers read and write with: a
+	// writes.Client unless Options.AllWrites.
+	Client client.Client
+	// reconcilerManager is the manager as the managed reconcilers see it.
+	reconcilerManager func(ctrl.Manager) ctrl.Manager
 }
 
-// NewShared returns the state shared by every kind's controllers. It adds a
-// watch of connection Secrets to mgr for the managed reconcilers' client;
-// if that cannot be built, connection Secrets are read from the API server.
+// NewShared returns the state shared by every kind's controllers. Unless
+// o.AllWrites, it adds a watch of connection Secrets to mgr for the
+// managed reconcilers' client; if that cannot be built, connection Secrets
+// are read from the API server.
 func NewShared(mgr ctrl.Manager, o Options) *Shared {
+	sh := &Shared{
+		Passwords:         &Passwords{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace},
+		Client:            mgr.GetClient(),
+		reconcilerManager: func(m ctrl.Manager) ctrl.Manager { return m },
+	}
+	if o.AllWrites {
+		return sh
+	}
 	var secrets client.Reader
 	var synced func() bool
-	if c, err := ConnectionSecretCache(mgr.GetConfig(), mgr.GetScheme()); err != nil {
+	if c, err := writes.ConnectionSecretCache(mgr.GetConfig(), mgr.GetScheme()); err != nil {
 		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
 	} else if i, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false)); err != nil {
 		o.Logger.Info("cannot watch connection Secrets; reading them from the API server", "error", err.Error())
@@ -65,10 +83,16 @@ func NewShared(mgr ctrl.Manager, o Options) *Shared {
 	} else {
 		secrets, synced = c, i.HasSynced
 	}
-	return &Shared{
-		Passwords: &Passwords{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace},
-		Client:    NewSavingClient(mgr.GetClient(), secrets, synced),
-	}
+	wc := writes.NewClient(mgr.GetClient(), secrets, synced)
+	sh.Client, sh.reconcilerManager = wc, wc.Manager
+	return sh
+}
+
+// ReconcilerManager is mgr as crossplane-runtime's reconcilers should see
+// it: with Shared.Client as its client (the runtime takes its client from
+// the manager and has no option to set it).
+func (sh *Shared) ReconcilerManager(mgr ctrl.Manager) ctrl.Manager {
+	return sh.reconcilerManager(mgr)
 }
 
 // Setup registers kind k's controller once for each scope: gvks are the
@@ -142,7 +166,8 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 		}
 	}
 	// The reconciler takes its client (and its default finalizer's and
-	// connection publisher's) from the manager: give it the SavingClient.
+	// connection publisher's) from the manager: give it Shared.Client,
+	// which leaves out writes the server already holds (package writes).
 	r := managed.NewReconciler(sh.ReconcilerManager(mgr), resource.ManagedKind(gvk), opts...)
 
 	b := ctrl.NewControllerManagedBy(mgr).

@@ -1,4 +1,4 @@
-package external_test
+package writes_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
-	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
@@ -34,10 +34,10 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(r)
 }
 
-// TestSavingClientIntegration checks, on a real API server, which writes
-// the SavingClient leaves out (by counting the requests it sends) and that
+// TestClientIntegration checks, on a real API server, which writes
+// the writes.Client leaves out (by counting the requests it sends) and that
 // what the server holds is what a plain client would have written.
-func TestSavingClientIntegration(t *testing.T) {
+func TestClientIntegration(t *testing.T) {
 	cp, s := testenv.Start(t, controlplane.Options{})
 	var sent atomic.Int64
 	counted := rest.CopyConfig(cp.Config)
@@ -52,7 +52,7 @@ func TestSavingClientIntegration(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	secrets, err := external.ConnectionSecretCache(cp.Config, s)
+	secrets, err := writes.ConnectionSecretCache(cp.Config, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestSavingClientIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := external.NewSavingClient(inner, secrets, informer.HasSynced)
+	sc := writes.NewClient(inner, secrets, informer.HasSynced)
 
 	// requests runs fn and returns how many requests it sent.
 	requests := func(t *testing.T, what string, fn func() error) int64 {
@@ -190,7 +190,7 @@ func TestSavingClientIntegration(t *testing.T) {
 		}
 	})
 
-	// crossplane-runtime's own connection publisher, on the SavingClient
+	// crossplane-runtime's own connection publisher, on the writes.Client
 	// (as the managed reconciler builds it).
 	pub := managed.NewAPILocalSecretPublisher(sc, s)
 	connKey := client.ObjectKey{Namespace: "team-a", Name: "p-conn"}

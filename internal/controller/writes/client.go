@@ -1,27 +1,34 @@
-package external
+// Package writes gives crossplane-runtime's managed reconciler a client
+// that leaves out the writes the API server already holds, and serves its
+// connection publisher from a watch of connection Secrets.
+//
+// crossplane-runtime v2.4.0 takes the reconciler's client (and its
+// finalizer's, initializer's and connection publisher's) from the manager
+// and offers no option to set them, so the client reaches the reconciler
+// through Manager, a view of the manager that returns it. What the client
+// relies on in the runtime is pinned by runtime_test.go: a runtime upgrade
+// that changes one of those behaviours fails a test by name.
+package writes
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 )
 
-// SavingClient is the client the managed reconciler reads and writes
+// Client is the client the managed reconciler reads and writes
 // managed resources with. It leaves out writes that would change nothing
 // the API server does not already hold, which is most of them once a
 // thousand resources are converging:
@@ -39,13 +46,16 @@ import (
 //
 // What the server holds is known from what this client read or wrote: a
 // resourceVersion names exactly one state of an object, so an object at
-// the version last seen, with the same content, needs no write. Anything
-// else is sent as it is (a stale version then fails with a conflict, as
-// it would have).
+// the version last seen, with the same content, needs no write. So does an
+// object at a version this client's own write replaced (read from a cache
+// that has not caught up) whose content is what the client wrote: sent, it
+// could only fail with a conflict. Versions are compared only for equality,
+// as the API conventions say they are opaque. Anything else is sent as it
+// is (a stale version then fails with a conflict, as it would have).
 //
 // It also serves crossplane-runtime's connection publisher from a watch of
 // connection Secrets (see connectionSecrets), when given one.
-type SavingClient struct {
+type Client struct {
 	client.Client
 
 	secrets *connectionSecrets
@@ -58,17 +68,21 @@ type SavingClient struct {
 type seenState struct {
 	version        string
 	object, status [sha256.Size]byte // without managed fields, resourceVersion and the pending annotation; the status alone
-	// wrote is set when the state is the response to this client's own
-	// write: a read from the cache may then still be older.
-	wrote bool
+	// replaced are the versions this client's own writes replaced since
+	// the object was last read at a version of its own: a read from the
+	// cache may still return one of them.
+	replaced []string
 }
 
-// NewSavingClient wraps c. secretCache, when not nil, is a reader of
+// maxReplaced bounds seenState.replaced: a cache lags a few writes at most.
+const maxReplaced = 4
+
+// NewClient wraps c. secretCache, when not nil, is a reader of
 // the cluster's connection Secrets (ConnectionSecretCache); synced, when
 // not nil, reports whether it has synced (reads go to the API server
 // until then).
-func NewSavingClient(c client.Client, secretCache client.Reader, synced func() bool) *SavingClient {
-	sc := &SavingClient{Client: c, seen: map[string]seenState{}}
+func NewClient(c client.Client, secretCache client.Reader, synced func() bool) *Client {
+	sc := &Client{Client: c, seen: map[string]seenState{}}
 	if secretCache != nil {
 		sc.secrets = &connectionSecrets{cache: secretCache, synced: synced, created: map[types.NamespacedName]time.Time{}}
 	}
@@ -108,10 +122,28 @@ func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
 	return sha256.Sum256(ob), sha256.Sum256(st), nil
 }
 
-// record notes obj as the server's state at its resourceVersion; wrote
-// says it is the response to this client's write. A read older than a
-// state this client wrote is not noted.
-func (c *SavingClient) record(obj client.Object, wrote bool) {
+// read notes obj, just read, as the server's state at its
+// resourceVersion, unless that is a version this client's own write
+// replaced (a cache that has not caught up): the write's state stays.
+func (c *Client) read(obj client.Object) {
+	o, s, err := digests(obj)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := seenKey(obj)
+	v := obj.GetResourceVersion()
+	if err != nil || v == "" {
+		delete(c.seen, key)
+		return
+	}
+	if prev, ok := c.seen[key]; ok && slices.Contains(prev.replaced, v) {
+		return
+	}
+	c.seen[key] = seenState{version: v, object: o, status: s}
+}
+
+// wrote notes obj, the response to this client's write of an object that
+// was at version from, as the server's state.
+func (c *Client) wrote(obj client.Object, from string) {
 	o, s, err := digests(obj)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -120,34 +152,32 @@ func (c *SavingClient) record(obj client.Object, wrote bool) {
 		delete(c.seen, key)
 		return
 	}
-	if prev, ok := c.seen[key]; ok && !wrote && prev.wrote && older(obj.GetResourceVersion(), prev.version) {
-		return
+	var replaced []string
+	if prev, ok := c.seen[key]; ok {
+		replaced = append(replaced, prev.replaced...)
 	}
-	c.seen[key] = seenState{version: obj.GetResourceVersion(), object: o, status: s, wrote: wrote}
-}
-
-// older reports whether resourceVersion a is older than b. Versions are
-// opaque to clients, but every API server numbers them from etcd's
-// revision; anything that does not parse is never called older.
-func older(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	return errA == nil && errB == nil && x < y
+	if from != "" && !slices.Contains(replaced, from) {
+		replaced = append(replaced, from)
+	}
+	if len(replaced) > maxReplaced {
+		replaced = replaced[len(replaced)-maxReplaced:]
+	}
+	c.seen[key] = seenState{version: obj.GetResourceVersion(), object: o, status: s, replaced: replaced}
 }
 
 // unchanged reports whether the server already holds obj: its object
 // (status left out) when status is false, its status when true. obj may
-// be at the last version seen, or older than a version this client wrote
-// (read from a cache that has not caught up): a write of the same content
-// from there would only fail with a conflict.
-func (c *SavingClient) unchanged(obj client.Object, status bool) bool {
+// be at the last version seen, or at a version this client's own write
+// replaced (read from a cache that has not caught up): a write of the same
+// content from there would only fail with a conflict.
+func (c *Client) unchanged(obj client.Object, status bool) bool {
 	c.mu.Lock()
 	s, ok := c.seen[seenKey(obj)]
 	c.mu.Unlock()
 	if !ok || s.version == "" {
 		return false
 	}
-	if v := obj.GetResourceVersion(); v != s.version && !(s.wrote && older(v, s.version)) {
+	if v := obj.GetResourceVersion(); v != s.version && !slices.Contains(s.replaced, v) {
 		return false
 	}
 	o, st, err := digests(obj)
@@ -161,14 +191,14 @@ func (c *SavingClient) unchanged(obj client.Object, status bool) bool {
 }
 
 // Get implements client.Reader, noting what it read.
-func (c *SavingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (c *Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*corev1.Secret); ok && c.secrets != nil {
 		return c.secrets.get(ctx, c.Client, key, obj, opts...)
 	}
 	err := c.Client.Get(ctx, key, obj, opts...)
 	switch {
 	case err == nil:
-		c.record(obj, false)
+		c.read(obj)
 	case kerrors.IsNotFound(err):
 		// Gone: forget it.
 		c.mu.Lock()
@@ -180,7 +210,7 @@ func (c *SavingClient) Get(ctx context.Context, key client.ObjectKey, obj client
 
 // Create implements client.Writer; an empty connection Secret is not
 // created.
-func (c *SavingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	if c.secrets != nil && c.secrets.empty(obj) {
 		return nil
 	}
@@ -195,7 +225,7 @@ func (c *SavingClient) Create(ctx context.Context, obj client.Object, opts ...cl
 
 // Patch implements client.Writer; a patch emptying a connection Secret is
 // not sent.
-func (c *SavingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+func (c *Client) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	if c.secrets != nil && c.secrets.emptyPatch(obj, patch) {
 		return nil
 	}
@@ -204,78 +234,62 @@ func (c *SavingClient) Patch(ctx context.Context, obj client.Object, patch clien
 
 // Update implements client.Writer; an update changing nothing but the
 // pending annotation is not sent.
-func (c *SavingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+func (c *Client) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
 	if len(opts) == 0 && c.unchanged(obj, false) {
 		return nil
 	}
+	from := obj.GetResourceVersion()
 	if err := c.Client.Update(ctx, obj, opts...); err != nil {
 		return err
 	}
-	c.record(obj, true)
+	c.wrote(obj, from)
 	return nil
 }
 
 // Status returns the status writer that leaves out unchanged statuses.
-func (c *SavingClient) Status() client.SubResourceWriter {
+func (c *Client) Status() client.SubResourceWriter {
 	return savingStatusWriter{SubResourceWriter: c.Client.Status(), c: c}
 }
 
 type savingStatusWriter struct {
 	client.SubResourceWriter
-	c *SavingClient
+	c *Client
 }
 
 func (w savingStatusWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	if len(opts) == 0 && w.c.unchanged(obj, true) {
 		return nil
 	}
+	from := obj.GetResourceVersion()
 	if err := w.SubResourceWriter.Update(ctx, obj, opts...); err != nil {
 		return err
 	}
-	w.c.record(obj, true)
+	w.c.wrote(obj, from)
 	return nil
 }
 
 func (w savingStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	from := obj.GetResourceVersion()
 	if err := w.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {
 		return err
 	}
-	w.c.record(obj, true)
+	w.c.wrote(obj, from)
 	return nil
 }
 
-// savingManager is the manager as the managed reconciler sees it: the same,
-// but with the SavingClient (the reconciler takes its client from the
-// manager and has no option to set it).
-type savingManager struct {
+// view is a manager as crossplane-runtime's reconcilers see it through
+// Manager: the same, except that GetClient returns the Client.
+type view struct {
 	manager.Manager
-	client *SavingClient
+	client *Client
 }
 
-func (m savingManager) GetClient() client.Client { return m.client }
+func (m view) GetClient() client.Client { return m.client }
 
-// ReconcilerManager is mgr as crossplane-runtime's reconcilers should see
-// it: with the shared SavingClient as its client.
-func (sh *Shared) ReconcilerManager(mgr manager.Manager) manager.Manager {
-	return savingManager{Manager: mgr, client: sh.Client}
-}
-
-// annotationUpdater is crossplane-runtime's retrying critical-annotation
-// updater, except that the observation Create recorded survives it. The
-// update's response carries the server's status, which would replace what
-// Create observed; kept, it is saved by the status write that follows
-// Create, in the same request as the conditions.
-type annotationUpdater struct {
-	inner managed.CriticalAnnotationUpdater
-}
-
-func (u annotationUpdater) UpdateCriticalAnnotations(ctx context.Context, o client.Object) error {
-	r, ok := o.(interface{ Observation() *spec.ProxyObservation })
-	if !ok {
-		return u.inner.UpdateCriticalAnnotations(ctx, o)
-	}
-	keep := r.Observation().DeepCopy()
-	err := u.inner.UpdateCriticalAnnotations(ctx, o)
-	*r.Observation() = *keep
-	return err
+// Manager returns mgr as crossplane-runtime's reconcilers should see it:
+// the same manager, except that GetClient returns c, so the reconciler,
+// its finalizer, initializer and connection publisher write through c.
+// Everything else (the scheme, the cache, the API reader) is mgr's own.
+func (c *Client) Manager(mgr manager.Manager) manager.Manager {
+	return view{Manager: mgr, client: c}
 }

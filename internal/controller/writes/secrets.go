@@ -1,4 +1,4 @@
-package external
+package writes
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func ConnectionSecretCache(cfg *rest.Config, s *runtime.Scheme) (cache.Cache, er
 	})
 }
 
-// connectionSecrets is how the SavingClient serves crossplane-runtime's
+// connectionSecrets is how the Client serves crossplane-runtime's
 // connection publisher, which otherwise reads the Secret from the API
 // server on every reconcile and writes one even when there is nothing to
 // put in it:

@@ -1,0 +1,203 @@
+package writes
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+)
+
+// counted returns a fake API server holding objs and a counter of the
+// writes it received.
+func counted(t *testing.T, objs ...client.Object) (client.Client, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithStatusSubresource(&nsproxy.KVMProxy{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				n.Add(1)
+				return c.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				n.Add(1)
+				return c.Update(ctx, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				n.Add(1)
+				return c.Patch(ctx, obj, p, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, _ string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				n.Add(1)
+				return c.Status().Update(ctx, obj, opts...)
+			},
+		}).Build()
+	return c, &n
+}
+
+func kvmProxy() *nsproxy.KVMProxy {
+	return &nsproxy.KVMProxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "p", UID: "uid-1"}}
+}
+
+func TestClientLeavesOutWhatTheServerHolds(t *testing.T) {
+	type step func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error
+	setStatus := func(msg string) step {
+		return func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error {
+			obj.SetConditions(xpv2.Creating().WithMessage(msg))
+			return c.Status().Update(ctx, obj)
+		}
+	}
+	cases := map[string]struct {
+		steps []step
+		// stale, when set, runs after steps on a copy of the object as it
+		// was before them (a read from a cache that has not caught up).
+		stale      step
+		wantWrites int64
+		wantErr    bool
+	}{
+		"UnchangedStatusIsNotSent": {
+			steps:      []step{func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error { return c.Status().Update(ctx, obj) }},
+			wantWrites: 0,
+		},
+		"ChangedStatusIsSentOnce": {
+			steps:      []step{setStatus("a"), setStatus("a")},
+			wantWrites: 1,
+		},
+		"EveryChangeIsSent": {
+			steps:      []step{setStatus("a"), setStatus("b"), setStatus("a")},
+			wantWrites: 3,
+		},
+		"StaleReadOfOwnWriteIsNotSent": {
+			steps:      []step{setStatus("a")},
+			stale:      setStatus("a"),
+			wantWrites: 1,
+		},
+		"StaleReadWithOtherContentIsSentAndConflicts": {
+			steps:      []step{setStatus("a")},
+			stale:      setStatus("b"),
+			wantWrites: 2,
+			wantErr:    true,
+		},
+		"PendingAnnotationAloneIsNotSent": {
+			steps: []step{func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error {
+				meta.SetExternalCreatePending(obj, time.Now())
+				return c.Update(ctx, obj)
+			}},
+			wantWrites: 0,
+		},
+		"PendingAnnotationLandsWithTheNextChange": {
+			steps: []step{func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error {
+				meta.SetExternalCreatePending(obj, time.Now())
+				if err := c.Update(ctx, obj); err != nil {
+					return err
+				}
+				meta.SetExternalCreateSucceeded(obj, time.Now())
+				return c.Update(ctx, obj)
+			}},
+			wantWrites: 1,
+		},
+		"UpdateWithOptionsIsAlwaysSent": {
+			steps: []step{func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error {
+				return c.Update(ctx, obj, client.FieldOwner("test"))
+			}},
+			wantWrites: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			server, writes := counted(t, kvmProxy())
+			c := NewClient(server, nil, nil)
+			obj := &nsproxy.KVMProxy{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(kvmProxy()), obj); err != nil {
+				t.Fatal(err)
+			}
+			before := obj.DeepCopy()
+			for i, s := range tc.steps {
+				if err := s(ctx, c, obj); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+			}
+			var err error
+			if tc.stale != nil {
+				err = tc.stale(ctx, c, before)
+			}
+			if (err != nil) != tc.wantErr {
+				t.Errorf("stale write error = %v, want error %v", err, tc.wantErr)
+			}
+			if got := writes.Load(); got != tc.wantWrites {
+				t.Errorf("%d writes reached the server, want %d", got, tc.wantWrites)
+			}
+		})
+	}
+}
+
+// A version is a name, not a number: versions that do not parse as
+// numbers are handled like any other.
+func TestClientComparesVersionsOnlyForEquality(t *testing.T) {
+	c := NewClient(nil, nil, nil)
+	obj := kvmProxy()
+	obj.SetResourceVersion("b")
+	c.read(obj)
+	if !c.unchanged(obj, true) {
+		t.Error("an object at the version just read is not unchanged")
+	}
+	newer := obj.DeepCopy()
+	newer.SetResourceVersion("c")
+	newer.SetConditions(xpv2.Available())
+	c.wrote(newer, "b")
+	stale := obj.DeepCopy()
+	stale.SetConditions(xpv2.Available())
+	if !c.unchanged(stale, true) {
+		t.Error("a read at the version this client's write replaced, with the written status, is not unchanged")
+	}
+	other := stale.DeepCopy()
+	other.SetResourceVersion("a")
+	if c.unchanged(other, true) {
+		t.Error("a version this client never saw counts as unchanged")
+	}
+	// A later read of the replaced version keeps the written state.
+	c.read(obj)
+	if !c.unchanged(newer, true) {
+		t.Error("a stale read replaced the state this client wrote")
+	}
+}
+
+func TestClientConnectionSecrets(t *testing.T) {
+	ctx := context.Background()
+	server, writes := counted(t)
+	c := NewClient(server, server, func() bool { return true })
+	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "p-conn"}, Type: resource.SecretTypeConnection}
+	if err := c.Create(ctx, empty); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("an empty connection Secret sent %d writes, want 0", n)
+	}
+	opaque := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "other"}}
+	if err := c.Create(ctx, opaque); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Load(); n != 1 {
+		t.Errorf("an empty Secret of another type sent %d writes, want 1: only connection Secrets are left out", n)
+	}
+	full := empty.DeepCopy()
+	full.Data = map[string][]byte{"url": []byte("http://10.0.0.1:3128")}
+	if err := c.Create(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(full), got); err != nil || string(got.Data["url"]) != "http://10.0.0.1:3128" {
+		t.Errorf("the connection Secret reads back %q, %v", got.Data, err)
+	}
+}
