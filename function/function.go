@@ -34,6 +34,8 @@ import (
 	"github.com/crossplane/function-sdk-go/resource/composed"
 	"github.com/crossplane/function-sdk-go/response"
 	corev1 "k8s.io/api/core/v1"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 )
 
 // Names of the composed resources, as the Composition's pipeline knows
@@ -84,8 +86,8 @@ const (
 )
 
 // ConnectionKeys are the keys of the connection Secret, as the provider
-// publishes them.
-var ConnectionKeys = []string{"url", "host", "port", "username", "password"}
+// publishes them; the composite passes on these and no others.
+var ConnectionKeys = spec.ConnectionKeys
 
 // Request is what an application team writes in a composite's (or
 // claim's) spec.
@@ -197,7 +199,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	if plan.Namespaced {
 		// The composed Secret appears once there is something to put in
 		// it: an empty Secret would only tell a client to retry.
-		if len(details["url"]) > 0 {
+		if len(details[spec.ConnectionURL]) > 0 {
 			desired[ResourceSecret] = &resource.DesiredComposed{Resource: ConnectionSecret(oxr.Resource.GetNamespace(), plan.SecretName, details), Ready: resource.ReadyTrue}
 			status["connectionSecret"] = plan.SecretName
 		}

@@ -248,7 +248,8 @@ status:
   - {type: Ready, status: "`+ready+`", reason: Available}
   - {type: Synced, status: "`+synced+`", reason: ReconcileError, message: "machineType: unknown key"}
 `),
-		ConnectionDetails: map[string][]byte{"url": []byte("http://u:p@10.1.2.3:3128"), "host": []byte("10.1.2.3"), "port": []byte("3128"), "username": []byte("u"), "password": []byte("p"), "other": []byte("x")},
+		ConnectionDetails: map[string][]byte{"url": []byte("http://u:p@10.1.2.3:3128"), "host": []byte("10.1.2.3"), "port": []byte("3128"), "username": []byte("u"), "password": []byte("p"),
+			"endpoint": []byte("10.1.2.3:3128"), "HTTP_PROXY": []byte("http://u:p@10.1.2.3:3128"), "no_proxy": []byte("localhost"), "egressIP": []byte("203.0.113.7"), "other": []byte("x")},
 	}
 }
 
@@ -277,7 +278,8 @@ apiVersion: v1
 kind: Secret
 metadata: {name: payments-proxy, namespace: team-a}
 type: Opaque
-data: {url: `+b64("http://u:p@10.1.2.3:3128")+`, host: `+b64("10.1.2.3")+`, port: `+b64("3128")+`, username: `+b64("u")+`, password: `+b64("p")+`}
+data: {url: `+b64("http://u:p@10.1.2.3:3128")+`, host: `+b64("10.1.2.3")+`, port: `+b64("3128")+`, username: `+b64("u")+`, password: `+b64("p")+`,
+  endpoint: `+b64("10.1.2.3:3128")+`, HTTP_PROXY: `+b64("http://u:p@10.1.2.3:3128")+`, no_proxy: `+b64("localhost")+`, egressIP: `+b64("203.0.113.7")+`}
 `)
 	if diff := cmp.Diff(want.AsMap(), sec.GetResource().AsMap()); diff != "" {
 		t.Errorf("connection Secret (-want +got):\n%s", diff)
@@ -310,7 +312,8 @@ func TestLegacyConnectionDetailsAndWarning(t *testing.T) {
 	for k, v := range rsp.GetDesired().GetComposite().GetConnectionDetails() {
 		got[k] = string(v)
 	}
-	want := map[string]string{"url": "http://u:p@10.1.2.3:3128", "host": "10.1.2.3", "port": "3128", "username": "u", "password": "p"}
+	want := map[string]string{"url": "http://u:p@10.1.2.3:3128", "host": "10.1.2.3", "port": "3128", "username": "u", "password": "p",
+		"endpoint": "10.1.2.3:3128", "HTTP_PROXY": "http://u:p@10.1.2.3:3128", "no_proxy": "localhost", "egressIP": "203.0.113.7"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("composite connection details (-want +got):\n%s", diff)
 	}

@@ -163,6 +163,10 @@ type Instance struct {
 	State State
 	// IP is the address clients connect to. Running requires it.
 	IP string
+	// Host, when set, is the name clients reach the proxy by instead of IP
+	// (a PodProxy's ClusterIP Service's DNS name). It goes into the
+	// connection Secret; IP stays the address in status.
+	Host string
 	// EgressIP is the address the proxy's traffic leaves from, when the
 	// backend knows it.
 	EgressIP string

@@ -21,6 +21,18 @@ type ProviderConfigSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	InstallationID string `json:"installationID,omitempty"`
 
+	// NoProxy extends the NO_PROXY (and no_proxy) key of the connection
+	// Secret of every proxy using this config: destinations its clients
+	// reach directly, after the default localhost, 127.0.0.1, ::1, .svc and
+	// .cluster.local. Host names, domains (".corp.example" matches its
+	// subdomains), addresses, or CIDRs for clients that read them.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	NoProxy []string `json:"noProxy,omitempty"`
+
 	// KVM runs proxies as libvirt domains on hosts reached over SSH.
 	// +optional
 	KVM *KVMConfig `json:"kvm,omitempty"`

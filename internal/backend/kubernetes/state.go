@@ -125,6 +125,13 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 				o.inst.State, o.inst.IP, o.inst.Progress = proxy.StateProvisioning, "", why
 			} else {
 				o.inst.IP = ip
+				if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+					// In-cluster clients reach a ClusterIP Service by name,
+					// which outlives a recreated Service's address; a load
+					// balancer's address is for clients outside, where the
+					// name does not resolve.
+					o.inst.Host = svc.Name + "." + svc.Namespace + ".svc"
+				}
 			}
 		}
 		return o

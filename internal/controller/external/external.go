@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
@@ -23,15 +25,6 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
-)
-
-// Connection detail keys of the connection Secret.
-const (
-	DetailURL      = "url"
-	DetailHost     = "host"
-	DetailPort     = "port"
-	DetailUsername = "username"
-	DetailPassword = "password"
 )
 
 const (
@@ -138,7 +131,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	return managed.ExternalObservation{
 		ResourceExists:    true,
 		ResourceUpToDate:  inst.SpecHash == "" || inst.SpecHash == proxy.Hash(req),
-		ConnectionDetails: connectionDetails(inst, req),
+		ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy),
 	}, nil
 }
 
@@ -162,7 +155,7 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 			return managed.ExternalCreation{}, err
 		}
 	}
-	return managed.ExternalCreation{ConnectionDetails: connectionDetails(inst, req)}, nil
+	return managed.ExternalCreation{ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy)}, nil
 }
 
 // saveObservation writes status.atProvider at once, for an instance with
@@ -200,7 +193,7 @@ func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u manage
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
 	setReadiness(cr, inst)
-	return managed.ExternalUpdate{ConnectionDetails: connectionDetails(inst, req)}, nil
+	return managed.ExternalUpdate{ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy)}, nil
 }
 
 func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d managed.ExternalDelete, err error) {
@@ -336,7 +329,11 @@ func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Req
 		o.CreatedAt = &t
 	}
 	if inst.IP != "" {
-		o.Endpoint = net.JoinHostPort(inst.IP, strconv.Itoa(int(req.Proxy.Port)))
+		host := inst.Host
+		if host == "" {
+			host = inst.IP
+		}
+		o.Endpoint = net.JoinHostPort(host, strconv.Itoa(int(req.Proxy.Port)))
 	}
 	p := inst.Placement
 	if p == (proxy.Placement{}) {
@@ -383,24 +380,51 @@ func withProgress(msg, progress string) string {
 	return msg + ": " + progress
 }
 
-// connectionDetails are published once the address is known.
-func connectionDetails(inst proxy.Instance, req proxy.Request) managed.ConnectionDetails {
+// connectionDetails are published once the address is known: every key of
+// spec.ConnectionKeys that applies. noProxy is the config's spec.noProxy.
+func connectionDetails(inst proxy.Instance, req proxy.Request, noProxy []string) managed.ConnectionDetails {
 	if inst.IP == "" {
 		return nil
 	}
+	host := inst.Host
+	if host == "" {
+		host = inst.IP
+	}
 	port := strconv.Itoa(int(req.Proxy.Port))
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(inst.IP, port)}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}
 	d := managed.ConnectionDetails{
-		DetailHost: []byte(inst.IP),
-		DetailPort: []byte(port),
+		spec.ConnectionHost:     []byte(host),
+		spec.ConnectionPort:     []byte(port),
+		spec.ConnectionEndpoint: []byte(u.Host),
 	}
 	if req.Proxy.Auth.Enabled {
 		u.User = url.UserPassword(req.Proxy.Auth.Username, req.Proxy.Auth.Password)
-		d[DetailUsername] = []byte(req.Proxy.Auth.Username)
-		d[DetailPassword] = []byte(req.Proxy.Auth.Password)
+		d[spec.ConnectionUsername] = []byte(req.Proxy.Auth.Username)
+		d[spec.ConnectionPassword] = []byte(req.Proxy.Auth.Password)
 	}
-	d[DetailURL] = []byte(u.String())
+	for _, k := range []string{spec.ConnectionURL, spec.ConnectionHTTPProxy, spec.ConnectionHTTPSProxy, spec.ConnectionHTTPProxyLower, spec.ConnectionHTTPSProxyLower} {
+		d[k] = []byte(u.String())
+	}
+	np := []byte(NoProxy(noProxy))
+	d[spec.ConnectionNoProxy], d[spec.ConnectionNoProxyLower] = np, np
+	if inst.EgressIP != "" {
+		d[spec.ConnectionEgressIP] = []byte(inst.EgressIP)
+	}
 	return d
+}
+
+// NoProxy is the NO_PROXY value of a connection Secret: spec.DefaultNoProxy
+// and then extra, each entry once, comma-separated.
+func NoProxy(extra []string) string {
+	seen := map[string]bool{}
+	out := make([]string, 0, len(spec.DefaultNoProxy)+len(extra))
+	for _, e := range append(slices.Clone(spec.DefaultNoProxy), extra...) {
+		if e = strings.TrimSpace(e); e != "" && !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // describe wraps a driver error so the condition says what failed and how

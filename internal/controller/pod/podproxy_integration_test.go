@@ -81,6 +81,15 @@ func squidBinary(t *testing.T) string {
 	return ""
 }
 
+// noProxy is the connection Secrets' NO_PROXY: the default and what the
+// config "pods" adds.
+const noProxy = "localhost,127.0.0.1,::1,.svc,.cluster.local,.corp.example"
+
+func TestMain(m *testing.M) {
+	testenv.ServeFetch() // the Go client of testenv.FetchWithEnv
+	os.Exit(m.Run())
+}
+
 func start(t *testing.T) *env {
 	t.Helper()
 	bin := squidBinary(t)
@@ -173,7 +182,7 @@ func start(t *testing.T) *env {
 	}
 	for _, o := range []client.Object{
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
-			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{NoProxy: []string{".corp.example", ".svc"}, Kubernetes: block(proxyNS)}}},
 		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods", Namespace: "team-b"},
 			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
 		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
@@ -401,7 +410,10 @@ func TestPodProxyIntegration(t *testing.T) {
 			t.Errorf("status.atProvider = %+v", obs)
 		}
 		d := e.connection(t, "team-a", "payments-proxy", "")
-		if want := map[string]string{"url": "http://" + obs.IP + ":3128", "host": obs.IP, "port": "3128"}; fmt.Sprint(d) != fmt.Sprint(want) {
+		u := "http://" + obs.IP + ":3128"
+		if want := map[string]string{"url": u, "host": obs.IP, "port": "3128", "endpoint": obs.IP + ":3128",
+			"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u, "NO_PROXY": noProxy, "no_proxy": noProxy,
+		}; fmt.Sprint(d) != fmt.Sprint(want) {
 			t.Errorf("connection Secret = %v; want %v (no credentials without auth)", d, want)
 		}
 		if code, _ := e.get(t, d["url"]); code != http.StatusOK {
@@ -437,6 +449,14 @@ func TestPodProxyIntegration(t *testing.T) {
 		}
 		if code, _ := e.get(t, d3["url"]); code != http.StatusOK {
 			t.Errorf("GET with the connection Secret's credentials = %d; want 200", code)
+		}
+		// The Secret as a client's whole environment (envFrom) is all it
+		// needs: the page comes back, over a connection to the proxy.
+		for _, f := range testenv.FetchWithEnv(t, d3, e.upstream) {
+			if f.Status != http.StatusOK || f.Body != "hello from upstream" || f.Remote != net.JoinHostPort(d3["host"], d3["port"]) {
+				t.Errorf("%s with the connection Secret as its environment: %d %q via %s; want 200 from the upstream via the proxy at %s",
+					f.Client, f.Status, f.Body, f.Remote, d3["endpoint"])
+			}
 		}
 		if code, _ := e.get(t, "http://"+net.JoinHostPort(d3["host"], d3["port"])); code != http.StatusProxyAuthRequired {
 			t.Errorf("GET without credentials = %d; want 407", code)
@@ -490,8 +510,14 @@ func TestPodProxyIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := e.connection(t, "crossplane-system", "shared-egress", "")
-		if d["host"] != svc.Spec.ClusterIP || d["port"] != "8080" || d["username"] != "proxy" || d["password"] == "" {
-			t.Errorf("connection Secret: host %q port %q username %q; want the Service's cluster IP %q, 8080, proxy", d["host"], d["port"], d["username"], svc.Spec.ClusterIP)
+		dns := name + "." + proxyNS + ".svc"
+		if d["host"] != dns || d["port"] != "8080" || d["endpoint"] != dns+":8080" || d["username"] != "proxy" || d["password"] == "" ||
+			d["HTTP_PROXY"] != fmt.Sprintf("http://proxy:%s@%s:8080", d["password"], dns) {
+			t.Errorf("connection Secret: host %q port %q endpoint %q username %q, HTTP_PROXY right: %v; want the Service's DNS name %q, 8080, proxy",
+				d["host"], d["port"], d["endpoint"], d["username"], d["HTTP_PROXY"] == d["url"], dns)
+		}
+		if p.Status.AtProvider.IP != svc.Spec.ClusterIP {
+			t.Errorf("status.atProvider.ip = %q; want the Service's cluster IP %q", p.Status.AtProvider.IP, svc.Spec.ClusterIP)
 		}
 		e.checkObjects(t, p, true)
 		// No kube-proxy here, so the cluster IP routes nowhere; the pod's

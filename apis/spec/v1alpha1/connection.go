@@ -1,0 +1,48 @@
+package v1alpha1
+
+// Keys of a proxy's connection Secret, on every kind and through the
+// compositions. The upper- and lower-case proxy variables are both
+// written so that a Secret mounted with envFrom configures every common
+// client: Go and most runtimes read HTTP_PROXY, curl reads only http_proxy
+// for http:// URLs (the upper-case name is ignored there since httpoxy),
+// wget and Python read either.
+const (
+	// ConnectionURL is http://[user:password@]host:port.
+	ConnectionURL = "url"
+	// ConnectionEndpoint is host:port, Crossplane's conventional key.
+	ConnectionEndpoint = "endpoint"
+	// ConnectionHost is where clients reach the proxy: an IP address, or
+	// for a PodProxy behind a ClusterIP Service the Service's DNS name.
+	ConnectionHost = "host"
+	// ConnectionPort is the proxy's port.
+	ConnectionPort = "port"
+	// ConnectionUsername and ConnectionPassword are present when auth is on.
+	ConnectionUsername = "username"
+	ConnectionPassword = "password"
+	// ConnectionHTTPProxy and ConnectionHTTPSProxy are the URL, under the
+	// names HTTP clients read.
+	ConnectionHTTPProxy       = "HTTP_PROXY"
+	ConnectionHTTPSProxy      = "HTTPS_PROXY"
+	ConnectionHTTPProxyLower  = "http_proxy"
+	ConnectionHTTPSProxyLower = "https_proxy"
+	// ConnectionNoProxy lists destinations clients reach directly:
+	// DefaultNoProxy plus the config's spec.noProxy.
+	ConnectionNoProxy      = "NO_PROXY"
+	ConnectionNoProxyLower = "no_proxy"
+	// ConnectionEgressIP is the address the proxy's traffic leaves from,
+	// when the backend knows it (what a vendor's allow-list needs).
+	ConnectionEgressIP = "egressIP"
+)
+
+// ConnectionKeys are every key a connection Secret may hold.
+var ConnectionKeys = []string{
+	ConnectionURL, ConnectionEndpoint, ConnectionHost, ConnectionPort, ConnectionUsername, ConnectionPassword,
+	ConnectionHTTPProxy, ConnectionHTTPSProxy, ConnectionHTTPProxyLower, ConnectionHTTPSProxyLower,
+	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP,
+}
+
+// DefaultNoProxy is what clients reach without the proxy unless a config
+// adds more: the client's own host and the cluster's Services (which an
+// egress proxy denies anyway). Addresses only, no CIDRs: not every client
+// understands them in NO_PROXY.
+var DefaultNoProxy = []string{"localhost", "127.0.0.1", "::1", ".svc", ".cluster.local"}
