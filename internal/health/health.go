@@ -7,16 +7,19 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -66,8 +69,12 @@ type Reconciler struct {
 	Interval   time.Duration
 	Timeout    time.Duration
 	Log        logging.Logger
-	newConfig  func() config
-	status     func(config) *spec.ProviderConfigStatus
+	// Events records every change of a config's Healthy and Secure
+	// conditions; Setup gives each config kind its own.
+	Events    event.Recorder
+	kind      string
+	newConfig func() config
+	status    func(config) *spec.ProviderConfigStatus
 }
 
 // Setup registers a health controller for each config kind in gvks.
@@ -80,6 +87,10 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 			return o.(config) //nolint:forcetypeassert // Only config kinds are passed.
 		}
 		rr.status = statusOf
+		rr.kind = gvk.Kind
+		if rr.Events == nil {
+			rr.Events = event.NewAPIRecorder(mgr.GetEventRecorderFor("health/" + strings.ToLower(gvk.GroupKind().String())))
+		}
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("health/"+strings.ToLower(gvk.GroupKind().String())).
 			// Spec changes only: status writes (this controller's, the usage
@@ -96,13 +107,22 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pc := r.newConfig()
 	if err := r.Kube.Get(ctx, req.NamespacedName, pc); err != nil {
+		if kerrors.IsNotFound(err) {
+			telemetry.ForgetConfig(r.kind, req.Namespace, req.Name, nil)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if pc.GetDeletionTimestamp() != nil {
+		telemetry.ForgetConfig(r.kind, pc.GetNamespace(), pc.GetName(), nil)
 		return reconcile.Result{}, nil
 	}
 	cfg := r.Configs.Of(pc)
 	status := r.status(pc)
+	was := map[xpv2.ConditionType]xpv2.Condition{TypeHealthy: status.GetCondition(TypeHealthy), TypeSecure: status.GetCondition(TypeSecure)}
+	oldTargets := make([]string, 0, len(status.Targets))
+	for _, t := range status.Targets {
+		oldTargets = append(oldTargets, t.Target)
+	}
 	backend := external.Backend(&cfg.Spec)
 	status.Backend = backend
 	status.InstallationID = cfg.InstallationID
@@ -144,8 +164,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		pc.SetConditions(xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: reason, LastTransitionTime: now,
 			Message: strings.Join(bad, "; ")})
 	}
+	gone := slices.DeleteFunc(oldTargets, func(old string) bool {
+		return slices.ContainsFunc(h.Targets, func(t proxy.TargetHealth) bool { return t.Target == old })
+	})
+	telemetry.ForgetConfig(r.kind, pc.GetNamespace(), pc.GetName(), gone)
+	for _, t := range h.Targets {
+		telemetry.ConfigTargetHealthy.WithLabelValues(r.kind, pc.GetNamespace(), pc.GetName(), backend, t.Target).Set(boolGauge(t.Healthy))
+	}
 	if err := r.Kube.Status().Update(ctx, pc); err != nil {
 		return reconcile.Result{}, errors.Wrap(client.IgnoreNotFound(err), "cannot update the config's status")
+	}
+	for _, ct := range []xpv2.ConditionType{TypeHealthy, TypeSecure} {
+		r.recordTransition(pc, was[ct], status.GetCondition(ct))
 	}
 	return reconcile.Result{RequeueAfter: jitter(r.Interval)}, nil
 }
@@ -180,6 +210,34 @@ func secureCondition(s *spec.ProviderConfigSpec) xpv2.Condition {
 		c.Message = "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"
 	}
 	return c
+}
+
+// recordTransition records an event when a condition changed status or
+// reason: Normal when it became True, Warning otherwise. A config's first
+// Secure=True is no news and records nothing.
+func (r *Reconciler) recordTransition(pc config, was, is xpv2.Condition) {
+	if was.Status == is.Status && was.Reason == is.Reason {
+		return
+	}
+	if was.Status == corev1.ConditionUnknown && was.Reason == "" && is.Type == TypeSecure && is.Status == corev1.ConditionTrue {
+		return
+	}
+	e := event.Event{Type: event.TypeWarning, Reason: event.Reason(is.Reason),
+		Message: fmt.Sprintf("%s is now %s (was %s)", is.Type, is.Status, was.Status)}
+	if is.Status == corev1.ConditionTrue {
+		e.Type = event.TypeNormal
+	}
+	if is.Message != "" {
+		e.Message += ": " + is.Message
+	}
+	r.Events.Event(pc, e)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func jitter(d time.Duration) time.Duration {

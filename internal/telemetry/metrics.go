@@ -19,5 +19,29 @@ var BackendCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 
 func init() {
 	// controller-runtime's registry is what the manager serves on /metrics.
-	metrics.Registry.MustRegister(BackendCalls)
+	metrics.Registry.MustRegister(BackendCalls, ConfigTargetHealthy)
+}
+
+// ConfigTargetHealthy is 1 when a ProviderConfig's target (a host, node,
+// project or API server) passed its last health check and 0 when it did
+// not, by config kind, namespace (empty for cluster-scoped configs), name,
+// backend and target.
+var ConfigTargetHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "egressproxy",
+	Name:      "provider_config_target_healthy",
+	Help:      "1 when the ProviderConfig's backend target passed its last health check, 0 when it did not.",
+}, []string{"kind", "namespace", "name", "backend", "target"})
+
+// ForgetConfig removes the health series of one config: those of the given
+// targets, or all of them when targets is nil.
+func ForgetConfig(kind, namespace, name string, targets []string) {
+	l := prometheus.Labels{"kind": kind, "namespace": namespace, "name": name}
+	if targets == nil {
+		ConfigTargetHealthy.DeletePartialMatch(l)
+		return
+	}
+	for _, t := range targets {
+		l["target"] = t
+		ConfigTargetHealthy.DeletePartialMatch(l)
+	}
 }

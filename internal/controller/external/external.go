@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +42,8 @@ type connector[P any] struct {
 	passwords *Passwords
 	modern    resource.ModernTracker
 	legacy    resource.LegacyTracker
+	// record gets an event for every change of a proxy's Ready condition.
+	record event.Recorder
 }
 
 // Connect tracks the config's usage, resolves the config, checks that it
@@ -73,7 +77,7 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords}, nil
+	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords, record: c.record}, nil
 }
 
 type external[P any] struct {
@@ -83,6 +87,7 @@ type external[P any] struct {
 	driver    proxy.Driver
 	secrets   Secrets
 	passwords *Passwords
+	record    event.Recorder
 }
 
 // span starts the one span of an external-client operation.
@@ -127,7 +132,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 		return managed.ExternalObservation{}, foreign
 	}
 	setObservation(status, inst, req, e.kind.LocationField)
-	setReadiness(cr, inst)
+	e.setReadiness(cr, inst)
 	return managed.ExternalObservation{
 		ResourceExists:    true,
 		ResourceUpToDate:  inst.SpecHash == "" || inst.SpecHash == proxy.Hash(req),
@@ -149,7 +154,7 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 		return managed.ExternalCreation{}, describe(err, "cannot create the instance")
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
-	setReadiness(cr, inst)
+	e.setReadiness(cr, inst)
 	if inst.Operation != "" {
 		if err := e.saveObservation(ctx, cr); err != nil {
 			return managed.ExternalCreation{}, err
@@ -192,7 +197,7 @@ func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u manage
 		return managed.ExternalUpdate{}, describe(err, "cannot update the instance")
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
-	setReadiness(cr, inst)
+	e.setReadiness(cr, inst)
 	return managed.ExternalUpdate{ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy)}, nil
 }
 
@@ -350,6 +355,27 @@ func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Req
 			o.Placement.Zone = p.Location
 		}
 	}
+}
+
+// setReadiness sets the Ready condition and records an event when it
+// changes status or reason, except on the way into Creating from nothing
+// (crossplane-runtime records the create).
+func (e *external[P]) setReadiness(cr resource.Managed, inst proxy.Instance) {
+	was := cr.GetCondition(xpv2.TypeReady)
+	setReadiness(cr, inst)
+	is := cr.GetCondition(xpv2.TypeReady)
+	if e.record == nil || (was.Status == is.Status && was.Reason == is.Reason) || (was.Reason == "" && is.Reason == xpv2.ReasonCreating) {
+		return
+	}
+	ev := event.Event{Type: event.TypeWarning, Reason: event.Reason(is.Reason), Message: fmt.Sprintf("Ready is now %s (was %s)", is.Status, was.Status)}
+	switch {
+	case is.Status == corev1.ConditionTrue:
+		ev.Type = event.TypeNormal
+		ev.Message += fmt.Sprintf(": instance %s is running at %s and the proxy answers", inst.Name, inst.IP)
+	case is.Message != "":
+		ev.Message += ": " + is.Message
+	}
+	e.record.Event(cr, ev)
 }
 
 // setReadiness sets the Ready condition, with the generation it observed.

@@ -15,6 +15,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
@@ -261,6 +263,26 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 			t.Errorf("instance mark = %+v, want the resource's UID and the installation", mark)
 		}
 
+		// Every change of Ready is an event: up, down (seen at once here by
+		// touching the resource instead of waiting for the poll), up again.
+		waitEvent(t, e.kube, "team-a", "payments", corev1.EventTypeNormal, "Available", "Ready is now True (was False): instance "+name+" is running at "+obs.IP)
+		if err := e.mem.SetState(obs.ID, proxy.StateStopped); err != nil {
+			t.Fatal(err)
+		}
+		touch := func(v string) {
+			t.Helper()
+			if err := e.kube.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/touch":"`+v+`"}}}`))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		touch("1")
+		waitEvent(t, e.kube, "team-a", "payments", corev1.EventTypeWarning, "Unavailable", "Ready is now False (was True): instance "+name+" is Stopped")
+		if err := e.mem.SetState(obs.ID, proxy.StateRunning); err != nil {
+			t.Fatal(err)
+		}
+		touch("2")
+		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+
 		// The password is stable across reconciles and restarts: it is
 		// derived, not stored.
 		p2 := p.DeepCopy()
@@ -460,5 +482,62 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		if c := pc.GetCondition(health.TypeSecure); c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "insecureIgnoreHostKey") {
 			t.Errorf("Secure condition = %+v, want False naming insecureIgnoreHostKey", c)
 		}
+		gauge := telemetry.ConfigTargetHealthy.WithLabelValues("ClusterProviderConfig", "", "home-kvm", "kvm", proxytest.MemoryTarget)
+		if v := testutil.ToFloat64(gauge); v != 1 {
+			t.Errorf("egressproxy_provider_config_target_healthy of home-kvm's target = %v; want 1", v)
+		}
+		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeNormal, "Healthy", "Healthy is now True (was Unknown): 1 of 1 targets healthy")
+		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeWarning, "VerificationOff", "Secure is now False (was Unknown): kvm.credentials.insecureIgnoreHostKey is true")
+
+		// The target fails its next check (a spec change runs one now).
+		e.mem.FailNext(proxytest.OpCheck, proxy.Transientf("libvirtd does not answer"))
+		if err := e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
+			t.Fatal(err)
+		}
+		pc.Spec.KVM.DiskSizeGB = 12
+		if err := e.kube.Update(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeWarning, "Unhealthy", "Healthy is now False (was True): memory: ")
+		if v := testutil.ToFloat64(gauge); v != 0 {
+			t.Errorf("egressproxy_provider_config_target_healthy of the failing target = %v; want 0", v)
+		}
+		for _, ev := range events(t, e.kube, "", "home-kvm") {
+			if strings.Contains(ev.Message, "Secure is now") && ev.Count > 1 {
+				t.Errorf("Secure did not change, yet its event was recorded %d times", ev.Count)
+			}
+		}
+	})
+}
+
+// events are the events recorded about the object namespace/name.
+func events(t *testing.T, kube client.Client, namespace, name string) []corev1.Event {
+	t.Helper()
+	l := &corev1.EventList{}
+	if err := kube.List(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, ev := range l.Items {
+		if ev.InvolvedObject.Name == name && ev.InvolvedObject.Namespace == namespace {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// waitEvent waits for an event about namespace/name of type typ with reason
+// and a message starting with msgPrefix.
+func waitEvent(t *testing.T, kube client.Client, namespace, name, typ, reason, msgPrefix string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("a %s event %s %q on %s", typ, reason, msgPrefix, name), func() (bool, string) {
+		var seen []string
+		for _, ev := range events(t, kube, namespace, name) {
+			if ev.Type == typ && ev.Reason == reason && strings.HasPrefix(ev.Message, msgPrefix) {
+				return true, ""
+			}
+			seen = append(seen, ev.Type+" "+ev.Reason+" "+ev.Message)
+		}
+		return false, strings.Join(seen, "; ")
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
@@ -106,6 +107,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...sc
 		passwords: sh.Passwords,
 		modern:    resource.NewProviderConfigUsageTracker(mgr.GetClient(), &namespacedv1alpha1.ProviderConfigUsage{}),
 		legacy:    resource.NewLegacyProviderConfigUsageTracker(mgr.GetClient(), &clusterv1alpha1.ProviderConfigUsage{}),
+		record:    event.NewAPIRecorder(mgr.GetEventRecorderFor("egressproxy/" + strings.ToLower(k.Name))),
 	}
 	for _, gvk := range gvks {
 		if o.Gate != nil {
