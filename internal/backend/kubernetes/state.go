@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -187,13 +188,40 @@ func podProgress(p *corev1.Pod) string {
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
-			return fmt.Sprintf("pod %s: container %s is waiting: %s", p.Name, cs.Name, strings.TrimSpace(w.Reason+" "+w.Message))
+			msg := fmt.Sprintf("pod %s: container %s is waiting: %s", p.Name, cs.Name, strings.TrimSpace(w.Reason+" "+w.Message))
+			// A crash loop says why in the last run's end: its exit code and
+			// message (the tail of its log, by the pod's
+			// FallbackToLogsOnError).
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				msg += fmt.Sprintf("; last exit %d (%s)", t.ExitCode, t.Reason)
+				if m := lastLines(t.Message, 5, 512); m != "" {
+					msg += ": " + m
+				}
+			}
+			return msg
 		}
 		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 && !cs.Ready {
 			return fmt.Sprintf("pod %s: container %s restarted %d times, last exit %d (%s)", p.Name, cs.Name, cs.RestartCount, t.ExitCode, t.Reason)
 		}
 	}
 	return ""
+}
+
+// lastLines is the last n lines of s, on one line, at most max bytes (the
+// end kept).
+func lastLines(s string, n, max int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	out := strings.Join(slices.DeleteFunc(lines, func(l string) bool { return l == "" }), " | ")
+	if len(out) > max {
+		out = "..." + out[len(out)-max:]
+	}
+	return out
 }
 
 // replicaFailure is the Deployment's ReplicaFailure condition (a pod the

@@ -66,6 +66,20 @@ func TestObserve(t *testing.T) {
 			})},
 			wantState: proxy.StateProvisioning, wantProgress: "pod p1: container squid is waiting: ImagePullBackOff not found",
 		},
+		"crash-looping: the last run's exit and message": {
+			pods: []corev1.Pod{pod("p1", corev1.PodRunning, false, "10.1.0.5", func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+					Name: "squid", RestartCount: 2,
+					State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 20s restarting failed container=squid"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+						ExitCode: 1, Reason: "Error", Message: "2026/12/01 squid starting\n\nFATAL: Bungled squid.conf line 3\n",
+					}},
+				}}
+			})},
+			wantState: proxy.StateProvisioning,
+			wantProgress: "pod p1: container squid is waiting: CrashLoopBackOff back-off 20s restarting failed container=squid; " +
+				"last exit 1 (Error): 2026/12/01 squid starting | FATAL: Bungled squid.conf line 3",
+		},
 		"running, not ready": {
 			pods:      []corev1.Pod{pod("p1", corev1.PodRunning, false, "10.1.0.5")},
 			wantState: proxy.StateProvisioning, wantProgress: startingProgress,
