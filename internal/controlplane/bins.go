@@ -33,6 +33,12 @@ func BinDir(ctx context.Context, log io.Writer) (string, error) {
 	if d := os.Getenv(EnvBinDir); d != "" {
 		return d, nil
 	}
+	return runBinsScript(ctx, log, binsScript)
+}
+
+// runBinsScript runs one of the hack/*-bins.sh scripts and returns the
+// folder it prints last.
+func runBinsScript(ctx context.Context, log io.Writer, script string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
@@ -43,7 +49,7 @@ func BinDir(ctx context.Context, log io.Writer) (string, error) {
 	if log != nil {
 		stderr = io.MultiWriter(log, tail)
 	}
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, binsScript))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, script))
 	cmd.Dir = root
 	cmd.Stdout = &stdout
 	cmd.Stderr = stderr
@@ -52,12 +58,12 @@ func BinDir(ctx context.Context, log io.Writer) (string, error) {
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s failed: %w; last output:\n%s", binsScript, err, tail.String())
+		return "", fmt.Errorf("%s failed: %w; last output:\n%s", script, err, tail.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	dir := strings.TrimSpace(lines[len(lines)-1])
 	if dir == "" {
-		return "", fmt.Errorf("%s printed no folder; last output:\n%s", binsScript, tail.String())
+		return "", fmt.Errorf("%s printed no folder; last output:\n%s", script, tail.String())
 	}
 	return dir, nil
 }

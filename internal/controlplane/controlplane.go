@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,14 @@ type Options struct {
 	// prefixed with the process name. Default: the file controlplane.log in
 	// Dir.
 	Log io.Writer
+
+	// Node also runs a node on this machine (Linux, as root): containerd,
+	// a kubelet registered with the API server, kube-scheduler and
+	// kube-proxy, with a bridge pod network; see Node. It implies
+	// ControllerManager (with the EndpointSlice controller too, for
+	// kube-proxy, and the node lifecycle controller). One node runs on a machine at a time: a second Start
+	// with a node waits for the first to stop.
+	Node *NodeOptions
 }
 
 // ControlPlane is a running local control plane.
@@ -81,6 +90,8 @@ type ControlPlane struct {
 	LogPath string
 	// BinDir is the folder the binaries were taken from.
 	BinDir string
+	// Node is the node, when Options.Node asked for one.
+	Node *Node
 
 	env       *envtest.Environment
 	thread    *osThread
@@ -153,6 +164,9 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, retErr error) {
 		}
 		c.BinDir = d
 	}
+	if o.Node != nil {
+		o.ControllerManager = true
+	}
 	need := []string{"etcd", "kube-apiserver"}
 	if o.ControllerManager {
 		need = append(need, "kube-controller-manager")
@@ -207,6 +221,12 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, retErr error) {
 			return nil, err
 		}
 	}
+	if o.Node != nil {
+		// Before the API server starts: the node sets some of its flags.
+		if c.Node, err = c.prepareNode(ctx, o.Node, c.env.ControlPlane.APIServer); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 
 	c.thread = newOSThread()
 	t0 := time.Now()
@@ -229,10 +249,15 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, retErr error) {
 	fmt.Fprintf(note, "etcd, kube-apiserver and %d CRD(s) up in %.2fs\n", len(c.env.CRDs), time.Since(t0).Seconds())
 	if o.ControllerManager {
 		t1 := time.Now()
-		if err := c.startControllerManager(ctx); err != nil {
+		if err := c.startControllerManager(ctx, o.Node != nil); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(note, "kube-controller-manager ready in %.2fs\n", time.Since(t1).Seconds())
+	}
+	if c.Node != nil {
+		if err := c.Node.start(ctx, o.Node); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -372,10 +397,17 @@ func (c *ControlPlane) PIDs() map[string]int {
 	return m
 }
 
-func (c *ControlPlane) startControllerManager(ctx context.Context) error {
+func (c *ControlPlane) startControllerManager(ctx context.Context, node bool) error {
+	controllers := kcmControllers
+	if node {
+		// kube-proxy routes ClusterIP Services to EndpointSlices; the
+		// node lifecycle controller lifts the not-ready taint the kubelet
+		// registers its Node with, once the Node is Ready.
+		controllers = append(slices.Clone(controllers), "endpointslice-controller", "node-lifecycle-controller")
+	}
 	args := []string{
 		"--kubeconfig=" + c.KubeconfigPath,
-		"--controllers=" + strings.Join(kcmControllers, ","),
+		"--controllers=" + strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--secure-port=0", // no serving at all: no port to collide on
 		"--use-service-account-credentials=false",
@@ -459,6 +491,13 @@ func (c *ControlPlane) Stop() error {
 
 func (c *ControlPlane) stop() error {
 	var errs []error
+	if c.Node != nil {
+		// First: its pods' teardown needs containerd, and nothing of the
+		// control plane.
+		if err := c.Node.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("node: %w", err))
+		}
+	}
 	if c.kcm != nil {
 		_ = c.kcm.Process.Signal(syscall.SIGTERM)
 		select {

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -42,4 +43,26 @@ func ForTest(t testing.TB, o Options) *ControlPlane {
 		t.Logf("controlplane: stopped in %.1fs", time.Since(start).Seconds())
 	})
 	return c
+}
+
+// RequireNode fails t under CI (CI set and not false/0) or with
+// EGRESSPROXY_REQUIRE_NODE=1 when this machine cannot run a node (not
+// Linux, not root), and skips it, saying why, otherwise. Start reports
+// anything else that stops a node from running.
+func RequireNode(t testing.TB) {
+	t.Helper()
+	why := ""
+	switch {
+	case runtime.GOOS != "linux":
+		why = "a node runs on Linux only"
+	case os.Geteuid() != 0:
+		why = "a node needs root (containerd, network namespaces, iptables, cgroups)"
+	}
+	if why == "" {
+		return
+	}
+	if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_NODE") == "1" {
+		t.Fatalf("%s (CI or EGRESSPROXY_REQUIRE_NODE=1 is set, so this test does not skip)", why)
+	}
+	t.Skip(why)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -122,4 +123,35 @@ func Upstream(t testing.TB) (string, int) {
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + l.Addr().String() + "/", l.Addr().(*net.TCPAddr).Port //nolint:forcetypeassert // a TCP listener.
+}
+
+// SquidImage is the Squid image of hack/squid-image.sh (built once, then
+// cached): its tarball and name, and those of its crashing variant (a
+// squid that prints squidimage.CrashMessage and exits 1). It fails t when
+// the image cannot be built.
+type SquidImage struct {
+	Tarball, Ref                 string
+	CrashingTarball, CrashingRef string
+}
+
+// BuildSquidImage runs hack/squid-image.sh (minutes cold, instant when
+// cached) and fails t if it fails.
+func BuildSquidImage(t testing.TB) SquidImage {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "squid-image.sh"))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/squid-image.sh: %v\n%s", err, stderr.String())
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 4 {
+		t.Fatalf("hack/squid-image.sh printed %q; want four lines\n%s", out, stderr.String())
+	}
+	return SquidImage{Tarball: f[0], Ref: f[1], CrashingTarball: f[2], CrashingRef: f[3]}
 }

@@ -98,6 +98,36 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}, ControllerManager: true})
+	e, ctx := startProvider(t, cp)
+
+	klog := &testenv.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kubelet stand-in:\n%s", klog.String())
+		}
+	})
+	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: bin, Log: klog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	e.kubelet = k
+
+	var port int
+	e.upstream, port = testenv.Upstream(t)
+	e.port = int32(port) //nolint:gosec // a port fits.
+	e.createConfigs(t, "")
+	return e
+}
+
+// startProvider runs the provider's controllers on cp (until t ends) and
+// creates the namespaces the tests use. The returned context ends when t
+// does, before the manager is waited for.
+func startProvider(t *testing.T, cp *controlplane.ControlPlane) (*env, context.Context) {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -147,37 +177,24 @@ func start(t *testing.T) *env {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-
-	klog := &testenv.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kubelet stand-in:\n%s", klog.String())
-		}
-	})
-	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: bin, Log: klog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		cancel()
-		k.Stop()
 		if err := <-done; err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	})
+	return &env{kube: kube}, ctx
+}
 
-	e := &env{kube: kube, kubelet: k}
-	var port int
-	e.upstream, port = testenv.Upstream(t)
-	e.port = int32(port) //nolint:gosec // a port fits.
-
+// createConfigs creates the ProviderConfigs the tests use; image is the
+// kubernetes blocks' Squid image ("" for the driver's default).
+func (e *env) createConfigs(t *testing.T, image string) {
+	t.Helper()
 	block := func(ns string) *spec.KubernetesConfig {
 		return &spec.KubernetesConfig{
 			Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
 			Namespace:   ns,
+			Image:       image,
 		}
 	}
 	for _, o := range []client.Object{
@@ -195,11 +212,10 @@ func start(t *testing.T) *env {
 				Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy"}},
 			}}}},
 	} {
-		if err := kube.Create(ctx, o); err != nil {
+		if err := e.kube.Create(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return e
 }
 
 // get sends one request to the upstream through proxyURL (credentials from
