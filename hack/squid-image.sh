@@ -67,5 +67,7 @@ log "rootfs in $((SECONDS - t0)) s ($(du -sh "$WORK/root" | cut -f1))"
   -out "$OUT.tmp" -ref "$REF" -crashing-out "$BAD.tmp" -crashing-ref "$BADREF") >&2
 mv "$BAD.tmp" "$BAD"
 mv "$OUT.tmp" "$OUT"
+# Older builds (another key) are of no use any more.
+find "$CACHE" -maxdepth 1 -name 'squid-image-*.tar' ! -name "$(basename "$OUT")" ! -name "$(basename "$BAD")" -delete
 log "built $OUT in $((SECONDS - t0)) s ($(du -h "$OUT" | cut -f1))"
 print >&3

@@ -17,7 +17,7 @@ import (
 )
 
 // CrashMessage is what the crashing image's squid prints before it exits 1.
-const CrashMessage = "FATAL: squid-crashing: this image's squid exits at once (a test image)"
+const CrashMessage = "FATAL: squid-crashing: this squid exits at once (a test image)"
 
 func main() {
 	rootfs := flag.String("rootfs", "", "root filesystem folder (mmdebstrap's output)")

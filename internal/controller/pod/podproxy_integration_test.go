@@ -65,7 +65,13 @@ type env struct {
 	kubelet  *kubelettest.Kubelet
 	upstream string // http://<a non-loopback address of this machine>:<port>/
 	port     int32  // the upstream's port
+	// patience multiplies the waits: a real node pulls, starts and probes
+	// containers, on a machine other tests share.
+	patience int
 }
+
+// within is d, times the env's patience.
+func (e *env) within(d time.Duration) time.Duration { return d * time.Duration(max(e.patience, 1)) }
 
 // squidBinary fails (never skips) when CI is set and squid is missing.
 func squidBinary(t *testing.T) string {
@@ -242,7 +248,7 @@ func (e *env) get(t *testing.T, proxyURL string) (int, string) {
 func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msg string) xpv2.Condition {
 	t.Helper()
 	var c xpv2.Condition
-	testenv.WaitFor(t, fmt.Sprintf("%s %s=%s %q", mg.GetName(), ct, status, msg), 30*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, fmt.Sprintf("%s %s=%s %q", mg.GetName(), ct, status, msg), e.within(30*time.Second), func() (bool, string) {
 		if err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
 			return false, err.Error()
 		}
@@ -257,7 +263,7 @@ func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType
 func (e *env) connection(t *testing.T, ns, name, not string) map[string]string {
 	t.Helper()
 	var out map[string]string
-	testenv.WaitFor(t, "connection Secret "+ns+"/"+name, 30*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "connection Secret "+ns+"/"+name, e.within(30*time.Second), func() (bool, string) {
 		s := &corev1.Secret{}
 		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
 			return false, err.Error()
@@ -324,7 +330,7 @@ func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 // the foreground, after its pod, ReplicaSet and Secret), 20 s at most.
 func (e *env) gone(t *testing.T, mg resource.Managed) {
 	t.Helper()
-	testenv.WaitFor(t, mg.GetName()+" to be gone", 20*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, mg.GetName()+" to be gone", e.within(20*time.Second), func() (bool, string) {
 		err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
 		if kerrors.IsNotFound(err) {
 			return true, ""

@@ -1,0 +1,359 @@
+//go:build linux
+
+package pod_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+)
+
+// crashMessage is what the crashing image's squid prints (hack/squidimage).
+const crashMessage = "FATAL: squid-crashing: this squid exits at once"
+
+// nodeEnv is env on a real node: pods run by a real kubelet in
+// containerd, from the Squid image built here, with an upstream on a test
+// host attached to the pod network.
+type nodeEnv struct {
+	*env
+	node    *controlplane.Node
+	image   testenv.SquidImage
+	clients string // the CIDR the test's requests come from (the bridge's)
+}
+
+func startNode(t *testing.T) *nodeEnv {
+	t.Helper()
+	controlplane.RequireNode(t)
+	img := testenv.BuildSquidImage(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Runs after the control plane's Stop (cleanups run last first).
+	t.Cleanup(func() {
+		if left := controlplane.Leftovers(); len(left) > 0 {
+			t.Errorf("the node left these behind: %v", left)
+		}
+	})
+	cp := controlplane.ForTest(t, controlplane.Options{
+		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
+		Node:           &controlplane.NodeOptions{Images: []string{img.Tarball, img.CrashingTarball}},
+	})
+	e, _ := startProvider(t, cp)
+	e.patience = 4
+	n := cp.Node
+	host := testenv.NewHostOnBridge(t, n.Bridge, netip.PrefixFrom(n.TestHostAddr(), n.PodCIDR.Bits()))
+	var port int
+	e.upstream, port = host.Upstream(t)
+	e.port = int32(port) //nolint:gosec // a port fits.
+	e.createConfigs(t, img.Ref)
+	for name, image := range map[string]string{
+		// Nothing serves it: containerd's pull fails (on loopback).
+		"broken-image": "localhost/egressproxy/no-such-squid:1",
+		"crashing":     img.CrashingRef,
+	} {
+		c := &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
+				Namespace:   proxyNS, Image: image,
+			}}}}
+		if err := e.kube.Create(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command(n.Ctr()[0], append(n.Ctr()[1:], "containers", "list")...).CombinedOutput()
+			t.Logf("containerd's containers:\n%s", out)
+		}
+	})
+	// The test's requests to pods leave from the bridge's own address.
+	return &nodeEnv{env: e, node: n, image: img, clients: n.PodCIDR.String()}
+}
+
+// pod is the proxy's serving pod, by the status' pod detail.
+func (e *nodeEnv) pod(t *testing.T, mg interface{ GetName() string }, name string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: proxyNS, Name: name}, p); err != nil {
+		t.Fatalf("pod %s of %s: %v", name, mg.GetName(), err)
+	}
+	return p
+}
+
+// checkContainer asserts the pod runs the Squid image in containerd, as
+// the pod spec says: squid as uid/gid 13, no capabilities, read-only root.
+// It returns the container's ID.
+func (e *nodeEnv) checkContainer(t *testing.T, p *corev1.Pod) string {
+	t.Helper()
+	if len(p.Status.ContainerStatuses) != 1 {
+		t.Fatalf("pod %s container statuses %+v", p.Name, p.Status.ContainerStatuses)
+	}
+	cs := p.Status.ContainerStatuses[0]
+	id, ok := strings.CutPrefix(cs.ContainerID, "containerd://")
+	if !ok || cs.Image != e.image.Ref || !cs.Ready || p.Spec.NodeName != e.node.Name {
+		t.Errorf("pod %s on %q: container %q image %q ready %v; want a ready containerd container of %s on %s",
+			p.Name, p.Spec.NodeName, cs.ContainerID, cs.Image, cs.Ready, e.image.Ref, e.node.Name)
+	}
+	pid := e.taskPID(t, id)
+	if pid == 0 {
+		t.Fatalf("containerd runs no task for container %s", id)
+	}
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if !strings.HasPrefix(string(cmdline), kubernetes.SquidBinary+"\x00-N\x00-f\x00"+kubernetes.ConfigMountPath+"/squid.conf") {
+		t.Errorf("container process %d runs %q; want squid -N -f the mounted squid.conf", pid, cmdline)
+	}
+	for _, want := range []string{"Uid:\t13\t13\t13\t13", "Gid:\t13\t13\t13\t13", "CapEff:\t0000000000000000", "NoNewPrivs:\t1"} {
+		if !strings.Contains(string(status), want+"\n") {
+			t.Errorf("container process %d: /proc status lacks %q:\n%s", pid, want, status)
+		}
+	}
+	// The root filesystem is read-only for it, the config readable.
+	if out, err := exec.Command(e.node.Ctr()[0], append(e.node.Ctr()[1:], "tasks", "exec", "--exec-id", "probe"+strconv.Itoa(pid), id,
+		"/bin/sh", "-c", "touch /probe 2>&1; cat "+kubernetes.ConfigMountPath+"/squid.conf >/dev/null && echo config-readable")...).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "Read-only file system") || !strings.Contains(string(out), "config-readable") {
+		t.Errorf("in the container, writing / and reading the config: %v: %s; want a read-only root and a readable squid.conf", err, out)
+	}
+	return id
+}
+
+// taskPID is the PID of the container's task, or 0 when none runs.
+func (e *nodeEnv) taskPID(t *testing.T, id string) int {
+	t.Helper()
+	out, err := exec.Command(e.node.Ctr()[0], append(e.node.Ctr()[1:], "tasks", "list")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctr tasks list: %v: %s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == id && f[2] == "RUNNING" {
+			pid, _ := strconv.Atoi(f[1])
+			return pid
+		}
+	}
+	return 0
+}
+
+// closed waits until nothing answers on addr any more.
+func (e *nodeEnv) closed(t *testing.T, addr string) {
+	t.Helper()
+	testenv.WaitFor(t, addr+" to stop answering", e.within(20*time.Second), func() (bool, string) {
+		conn, err := (&net.Dialer{Timeout: time.Second}).Dial("tcp", addr)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err != nil, "still answering"
+	})
+}
+
+// TestPodProxyRealNodeIntegration is PodProxy end to end on a real node:
+// the provider's controllers on a real control plane with a kubelet,
+// containerd and kube-proxy, the Squid image built here running as the
+// driver's pod spec says (non-root, read-only root, no capabilities), the
+// config Secret mounted where Squid reads it, real HTTP requests through
+// the connection Secret's URL to an upstream on a test host attached to
+// the pod network, a configuration change rolling the pod, and the
+// conditions a broken image or a crash-looping container give.
+func TestPodProxyRealNodeIntegration(t *testing.T) {
+	e := startNode(t)
+	ctx := context.Background()
+
+	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
+		t.Parallel()
+		p := &nsproxy.PodProxy{
+			ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
+			Spec: nsproxy.PodProxySpec{
+				ManagedResourceSpec: xpv2.ManagedResourceSpec{
+					ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "pods"},
+					WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
+				},
+				ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{
+					AllowedClientCIDRs: []string{e.clients},
+					AllowedPorts:       []int32{443, e.port},
+				}},
+			},
+		}
+		start := time.Now()
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		t.Logf("PodProxy create-to-Ready on a real pod: %.2fs", time.Since(start).Seconds())
+		obs := p.Status.AtProvider
+		ip, err := netip.ParseAddr(obs.IP)
+		if obs.State != "Running" || !obs.ProxyReachable || err != nil || !e.node.PodCIDR.Contains(ip) {
+			t.Errorf("status.atProvider = %+v; want Running, reachable, an IP in the pod network %s", obs, e.node.PodCIDR)
+		}
+		d := e.connection(t, "team-a", "payments-proxy", "")
+		if d["url"] != "http://"+obs.IP+":3128" {
+			t.Errorf("connection Secret url %q; want http://%s:3128", d["url"], obs.IP)
+		}
+		if code, _ := e.get(t, d["url"]); code != http.StatusOK {
+			t.Fatalf("GET through %s = %d; want 200", d["url"], code)
+		}
+		e.checkObjects(t, p, false)
+		first := e.checkContainer(t, e.pod(t, p, obs.Details["pod"]))
+
+		// The bridge's clients no longer allowed: the pod rolls out, the
+		// old container goes, and the new Squid refuses them.
+		e.update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.99.0.0/16"} })
+		mark := time.Now()
+		d2 := e.connection(t, "team-a", "payments-proxy", d["host"])
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		t.Logf("rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
+		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden || squidErr != "ERR_ACCESS_DENIED 0" {
+			t.Errorf("GET from %s after excluding it = %d %q; want 403 ERR_ACCESS_DENIED", e.node.Gateway, code, squidErr)
+		}
+		e.closed(t, net.JoinHostPort(d["host"], "3128"))
+		testenv.WaitFor(t, "the first container to stop", e.within(20*time.Second), func() (bool, string) {
+			return e.taskPID(t, first) == 0, "still running"
+		})
+
+		// Back in, with authentication: another rollout; the URL holds the
+		// credentials, a request without them is challenged.
+		e.update(t, p, func() {
+			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+			p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "payments"}
+		})
+		d3 := e.connection(t, "team-a", "payments-proxy", d2["host"])
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		if d3["username"] != "payments" || d3["url"] != fmt.Sprintf("http://payments:%s@%s:3128", d3["password"], d3["host"]) {
+			t.Errorf("connection Secret with auth: username %q, url with credentials %v", d3["username"], strings.Contains(d3["url"], d3["password"]))
+		}
+		if code, _ := e.get(t, d3["url"]); code != http.StatusOK {
+			t.Errorf("GET with the connection Secret's credentials = %d; want 200", code)
+		}
+		if code, _ := e.get(t, "http://"+net.JoinHostPort(d3["host"], d3["port"])); code != http.StatusProxyAuthRequired {
+			t.Errorf("GET without credentials = %d; want 407", code)
+		}
+		if code, _ := e.get(t, fmt.Sprintf("http://payments:not-the-password@%s", net.JoinHostPort(d3["host"], d3["port"]))); code != http.StatusProxyAuthRequired {
+			t.Errorf("GET with a wrong password = %d; want 407", code)
+		}
+		last := e.checkContainer(t, e.pod(t, p, p.Status.AtProvider.Details["pod"]))
+
+		uid := p.GetUID()
+		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
+		if left := e.objects(t, uid); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
+		e.closed(t, net.JoinHostPort(d3["host"], d3["port"]))
+		if pid := e.taskPID(t, last); pid != 0 {
+			t.Errorf("the container of the deleted proxy still runs (pid %d)", pid)
+		}
+	})
+
+	t.Run("ClusterScopedProxyBehindAClusterIPService", func(t *testing.T) {
+		t.Parallel()
+		p := &clusterproxy.PodProxy{
+			ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
+			Spec: clusterproxy.PodProxySpec{
+				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
+					ProviderConfigReference:          &xpv2.Reference{Name: "pods"},
+					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-egress"},
+				},
+				ForProvider: spec.PodProxyParameters{
+					Service: &spec.PodService{Type: "ClusterIP"},
+					Proxy: spec.ProxySettings{
+						Port:               ptr.To[int32](8080),
+						AllowedClientCIDRs: []string{e.clients},
+						AllowedPorts:       []int32{443, e.port},
+						Auth:               &spec.ProxyAuth{Enabled: true},
+					},
+				},
+			},
+		}
+		start := time.Now()
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		t.Logf("PodProxy with a Service create-to-Ready on a real pod: %.2fs", time.Since(start).Seconds())
+		svc := &corev1.Service{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}, svc); err != nil {
+			t.Fatal(err)
+		}
+		d := e.connection(t, "crossplane-system", "shared-egress", "")
+		e.checkObjects(t, p, true)
+		e.checkContainer(t, e.pod(t, p, p.Status.AtProvider.Details["pod"]))
+		// The Secret names the Service by its DNS name, which this machine
+		// does not resolve; its cluster IP, through kube-proxy's rules,
+		// reaches the pod.
+		viaService := fmt.Sprintf("http://%s:%s@%s", d["username"], d["password"], net.JoinHostPort(svc.Spec.ClusterIP, d["port"]))
+		testenv.WaitFor(t, "kube-proxy to route "+svc.Spec.ClusterIP, e.within(20*time.Second), func() (bool, string) {
+			conn, err := (&net.Dialer{Timeout: time.Second}).Dial("tcp", net.JoinHostPort(svc.Spec.ClusterIP, d["port"]))
+			if err != nil {
+				return false, err.Error()
+			}
+			_ = conn.Close()
+			return true, ""
+		})
+		if code, _ := e.get(t, viaService); code != http.StatusOK {
+			t.Errorf("GET through the Service's cluster IP = %d; want 200", code)
+		}
+		uid := p.GetUID()
+		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
+		if left := e.objects(t, uid); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
+	})
+
+	t.Run("ImageThatCannotBePulled", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-b", "unpullable", "ClusterProviderConfig", "broken-image")
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.condition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "ImagePull")
+		t.Logf("Ready: %s %s", c.Reason, c.Message)
+		if !strings.Contains(c.Message, "localhost/egressproxy/no-such-squid:1") {
+			t.Errorf("Ready message %q does not name the image", c.Message)
+		}
+		e.deleteAndWait(t, p)
+		if left := e.objects(t, p.GetUID()); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
+	})
+
+	t.Run("CrashLoopingContainer", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-b", "crashing", "ClusterProviderConfig", "crashing")
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.condition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "CrashLoopBackOff")
+		t.Logf("Ready: %s %s", c.Reason, c.Message)
+		if !strings.Contains(c.Message, crashMessage) || !strings.Contains(c.Message, "last exit 1") {
+			t.Errorf("Ready message %q; want the container's last exit (1) and message %q", c.Message, crashMessage)
+		}
+		e.deleteAndWait(t, p)
+		if left := e.objects(t, p.GetUID()); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
+	})
+}
