@@ -74,14 +74,16 @@ test-deps: controlplane-bins crossplane-bins node-bins
 # the CRDs. Without, starts a local control plane (kube-apiserver, etcd and
 # the garbage collector), installs the CRDs, runs the provider on it and
 # prints the KUBECONFIG to use; Ctrl-C stops everything it started.
+# NODE=1 (as root) adds a real node with the Squid image loaded, so that
+# PodProxies really run (docs/development.md, "The local node").
 .PHONY: run
 run: build
 	@if [ -n "$$KUBECONFIG" ]; then \
 		echo "Running against the cluster in KUBECONFIG=$$KUBECONFIG"; \
 		$(GO) run ./hack/applycrds package/crds && $(BIN)/provider --log-format console $(ARGS); \
 	else \
-		$(MAKE) --no-print-directory controlplane-bins && \
-		$(BIN)/local-control-plane --crds package/crds --kubeconfig-out $(CURDIR)/.cache/kubeconfig -- $(BIN)/provider --log-format console --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(ARGS); \
+		$(MAKE) --no-print-directory controlplane-bins $(if $(NODE),node-bins) && \
+		$(BIN)/local-control-plane --crds package/crds --kubeconfig-out $(CURDIR)/.cache/kubeconfig $(if $(NODE),--node --node-image "$$(bash hack/squid-image.sh | head -n1)") -- $(BIN)/provider --log-format console --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(ARGS); \
 	fi
 
 ## Test ----------------------------------------------------------------------

@@ -14,6 +14,11 @@
 // once) and then the control plane, and exits with COMMAND's exit code
 // (128+N when a signal N ended it). Without COMMAND it runs the control
 // plane until SIGINT or SIGTERM.
+//
+// With --node (as root) it also runs a node on this machine, so that pods
+// really run (see internal/controlplane's Node and docs/development.md):
+//
+//	sudo local-control-plane --node --node-image "$(hack/squid-image.sh | head -n1)"
 package main
 
 import (
@@ -71,6 +76,9 @@ func run() int {
 	binDir := fs.String("bin-dir", "", "folder holding etcd, kube-apiserver and kube-controller-manager (default: $"+controlplane.EnvBinDir+", else built by hack/controlplane-bins.sh)")
 	logPath := fs.String("log", "", "file for the control-plane processes' output (default: DIR/controlplane.log)")
 	noKCM := fs.Bool("no-controller-manager", false, "run only etcd and kube-apiserver (no garbage collection, namespace deletion or Deployments)")
+	node := fs.Bool("node", false, "also run a node on this machine (root, Linux): containerd, a kubelet, kube-scheduler and kube-proxy with a bridge pod network; implies the controller manager")
+	var nodeImages listFlag
+	fs.Var(&nodeImages, "node-image", "image tarball (docker save or OCI archive) to import into the node's containerd, such as hack/squid-image.sh's (repeatable; implies --node)")
 	grace := fs.Duration("grace", 10*time.Second, "how long COMMAND gets to exit after SIGTERM before it is killed")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,6 +108,9 @@ func run() int {
 	}()
 
 	o := controlplane.Options{CRDDirectories: crds, ControllerManager: !*noKCM, BinDir: *binDir, Dir: *dir}
+	if *node || len(nodeImages) > 0 {
+		o.Node = &controlplane.NodeOptions{Images: nodeImages}
+	}
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -164,6 +175,10 @@ func serve(shutdown context.Context, again <-chan os.Signal, cp *controlplane.Co
 	}
 	say("control plane up in %.1fs (%s; namespace %s; data in %s; log %s)",
 		time.Since(start).Seconds(), what, crossplaneNamespace, cp.Dir, orNone([]string{cp.LogPath}))
+	if n := cp.Node; n != nil {
+		say("node %s Ready: pods in %s on bridge %s; containerd at %s", n.Name, n.PodCIDR, n.Bridge, n.ContainerdSocket)
+		say("debug its pods with: %s --runtime-endpoint unix://%s ps", filepath.Join(n.BinDir, "crictl"), n.ContainerdSocket)
+	}
 	fmt.Fprintf(os.Stderr, "\n    export KUBECONFIG=%s\n\n", kubeconfig)
 
 	if len(command) == 0 {

@@ -149,7 +149,10 @@ func TestNodeIntegration(t *testing.T) {
 		t.Errorf("ctr tasks list (%v) does not show the pod's container:\n%s", err, out)
 	}
 
-	// Stopped with the pod still there: the stop removes it too.
+	// Stopped with the pod still there: the stop removes it too. The
+	// machine is looked at before another test's node may start.
+	n.holdLock = true
+	defer n.releaseLock()
 	t0 := time.Now()
 	err = cp.Stop()
 	stopped = true

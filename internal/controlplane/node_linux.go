@@ -81,6 +81,9 @@ type Node struct {
 
 	c        *ControlPlane
 	lock     *os.File
+	// holdLock keeps the machine's node lock after stop, for a test to
+	// look at the machine before another node starts; releaseLock ends it.
+	holdLock bool
 	procs    []*nodeProc
 	sysctls  map[string]string
 	netnsPre map[string]bool
@@ -252,6 +255,12 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	return nil
 }
 
+func (n *Node) releaseLock() {
+	if n.lock != nil {
+		_ = n.lock.Close()
+	}
+}
+
 func (n *Node) restoreSysctls() {
 	for k, v := range n.sysctls {
 		if b, err := os.ReadFile("/proc/sys/" + k); err == nil && strings.TrimSpace(string(b)) != v {
@@ -269,6 +278,10 @@ func (n *Node) bridgeUp() error {
 		{"link", "add", n.Bridge, "type", "bridge"},
 		{"addr", "add", gw, "dev", n.Bridge},
 		{"link", "set", n.Bridge, "up"},
+		// Cluster IPs by the bridge too: before kube-proxy's rules are in
+		// place (or after they are gone) a connection to one goes nowhere,
+		// never out of the machine's own interface.
+		{"route", "add", serviceCIDR, "dev", n.Bridge, "src", n.Gateway.String()},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
@@ -657,7 +670,7 @@ func (n *Node) stop() error {
 	if n.sysctls != nil {
 		n.restoreSysctls()
 	}
-	if n.lock != nil {
+	if n.lock != nil && !n.holdLock {
 		_ = n.lock.Close()
 	}
 	return errors.Join(errs...)
