@@ -79,8 +79,8 @@ type Node struct {
 	// BinDir is where kubelet, kube-proxy, kube-scheduler and pause came from.
 	BinDir string
 
-	c        *ControlPlane
-	lock     *os.File
+	c    *ControlPlane
+	lock *os.File
 	// holdLock keeps the machine's node lock after stop, for a test to
 	// look at the machine before another node starts; releaseLock ends it.
 	holdLock bool
