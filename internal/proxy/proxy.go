@@ -200,13 +200,19 @@ type Driver interface {
 	// and a different Mark is a Permanent error: it is never adopted.
 	Create(ctx context.Context, req Request) (Instance, error)
 	// Get reads one instance. A missing instance is NotFound; an instance
-	// being deleted or a busy backend is never NotFound.
+	// being deleted or a busy backend is never NotFound. The Mark reported
+	// is the instance's own, whoever it belongs to: the controller refuses
+	// to import another resource's instance by it.
 	Get(ctx context.Context, ref Ref) (Instance, error)
 	// Update changes in place what the backend can change, so that the
-	// instance matches req.
+	// instance matches req. An instance that does not carry req.Mark is
+	// Permanent and left as it is.
 	Update(ctx context.Context, ref Ref, req Request) (Instance, error)
 	// Delete removes the instance and everything created for it. Deleting
-	// a missing instance succeeds.
+	// a missing instance succeeds. An instance (or any object of it) that
+	// does not carry ref.Mark is never changed or removed: Delete refuses
+	// it (Permanent), or succeeds leaving it alone when nothing of ref's
+	// resource is there.
 	Delete(ctx context.Context, ref Ref) error
 	// List returns the instances carrying installationID's mark (ID, Name,
 	// Mark and CreatedAt at least). Unmarked instances are never listed.

@@ -786,7 +786,7 @@ func (d *Driver) setAddressLabels(ctx context.Context, region, name string, mark
 	case err != nil:
 		return nil, fmt.Errorf("reading address %q: %w", name, classify(err))
 	}
-	if m := markOf(a.GetLabels()); m.UID == "" || (mark.UID != "" && m.UID != mark.UID) {
+	if m := markOf(a.GetLabels()); m.UID == "" || (mark.UID != "" && !ownedBy(m, mark)) {
 		return nil, nil
 	}
 	labels := merged(a.GetLabels(), nil)
@@ -813,7 +813,7 @@ func (d *Driver) dropFirewall(ctx context.Context, name string, mark proxy.Mark,
 		return nil, fmt.Errorf("reading firewall rule %q: %w", name, classify(err))
 	}
 	m, ok := firewallMark(fw)
-	if !ok || (mark.UID != "" && m.UID != mark.UID) || (mark.UID == "" && !fw.GetDisabled()) {
+	if !ok || (mark.UID != "" && !ownedBy(m, mark)) || (mark.UID == "" && !fw.GetDisabled()) {
 		return nil, nil
 	}
 	var op *computepb.Operation
@@ -833,6 +833,14 @@ func (d *Driver) dropFirewall(ctx context.Context, name string, mark proxy.Mark,
 	}
 	o := opRefOf(op)
 	return &o, nil
+}
+
+// ownedBy reports whether an object marked m belongs to the resource
+// marked want: the same UID and, when want names one, the same
+// installation (two installations sharing a project never touch each
+// other's objects, even for a UID they share).
+func ownedBy(m, want proxy.Mark) bool {
+	return m.UID == want.UID && (want.InstallationID == "" || m.InstallationID == want.InstallationID)
 }
 
 func deleteKey(zone, name string) string { return "delete/" + zone + "/" + name }
@@ -863,7 +871,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 		switch {
 		case m == (proxy.Mark{}):
 			return d.fail(ctx, opDelete, proxy.Permanentf("instance %q carries no ownership mark; refusing to delete it", name))
-		case ref.Mark.UID != "" && m.UID != ref.Mark.UID:
+		case ref.Mark.UID != "" && !ownedBy(m, ref.Mark):
 			return d.fail(ctx, opDelete, proxy.Permanentf("instance %q is not this resource's (%s); refusing to delete it", name, describeMark(m)))
 		}
 		if _, err := d.dropFirewall(ctx, name, m, true); err != nil {
@@ -895,7 +903,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 	switch {
 	case err == nil:
 		l := a.GetLabels()
-		ours := l[LabelUID] != "" && (ref.Mark.UID == l[LabelUID] || (ref.Mark.UID == "" && l[LabelDeleting] == "true"))
+		ours := l[LabelUID] != "" && ((ref.Mark.UID != "" && ownedBy(markOf(l), ref.Mark)) || (ref.Mark.UID == "" && l[LabelDeleting] == "true"))
 		if ours && l[LabelRetain] != "true" {
 			op, err := d.api.DeleteAddress(ctx, regionOf(zone), name)
 			switch {
@@ -912,7 +920,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 		return d.fail(ctx, opDelete, fmt.Errorf("reading address %q: %w", name, classify(err)))
 	}
 	mark := ref.Mark
-	op, err := d.dropFirewall(ctx, name, proxy.Mark{UID: mark.UID}, false)
+	op, err := d.dropFirewall(ctx, name, mark, false)
 	if err != nil {
 		return d.fail(ctx, opDelete, err)
 	}

@@ -136,7 +136,7 @@ func imageOf(e *testEnv) resolvedImage {
 func warm(t *testing.T, e *testEnv) {
 	t.Helper()
 	createAndBoot(t, e, "warm", "uid-warm")
-	if err := e.d.Delete(context.Background(), proxy.Ref{ID: formatID("lab", "warm"), Name: "warm"}); err != nil {
+	if err := e.d.Delete(context.Background(), proxy.Ref{ID: formatID("lab", "warm"), Name: "warm", Mark: proxy.Mark{UID: "uid-warm", InstallationID: "test-install"}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -35,6 +35,10 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	}
 	key := Target{Host: h}.endpoint() + "/" + name
 	if pe := d.b.pendingFor(key); pe != nil {
+		if m := pe.plan.req.Mark; m != ref.Mark {
+			return proxy.Permanentf("instance %s on host %s is being created for another resource (UID %s, installation %q); refusing to delete it",
+				name, h.Name, m.UID, m.InstallationID)
+		}
 		pe.cancel()
 		d.b.removePending(pe)
 	}
@@ -54,8 +58,12 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 		if err != nil {
 			return err
 		}
-		if meta.mark() == (proxy.Mark{}) {
+		switch m := meta.mark(); {
+		case m == (proxy.Mark{}):
 			return proxy.Permanentf("domain %s on host %s carries no ownership mark; refusing to delete it", name, h.Name)
+		case m != ref.Mark:
+			return proxy.Permanentf("domain %s on host %s belongs to another resource (UID %s, installation %q); refusing to delete it",
+				name, h.Name, m.UID, m.InstallationID)
 		}
 		if err := api.DomainDestroy(ctx, dom); err != nil && !isCode(err, libvirt.ErrOperationInvalid, libvirt.ErrNoDomain) {
 			return err

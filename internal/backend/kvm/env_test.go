@@ -221,5 +221,5 @@ func (e *testEnv) mustGet(ref proxy.Ref) proxy.Instance {
 }
 
 func ref(inst proxy.Instance) proxy.Ref {
-	return proxy.Ref{ID: inst.ID, Name: inst.Name, Placement: inst.Placement}
+	return proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Placement: inst.Placement}
 }

@@ -53,6 +53,15 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, err
 	}
 	dom, err := api.DomainLookupByName(ctx, name)
+	if isCode(err, libvirt.ErrNoDomain) {
+		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
+			if m := pe.plan.req.Mark; m != req.Mark {
+				return proxy.Instance{}, proxy.Permanentf("instance %s on host %s is being created for another resource (UID %s, installation %q); refusing to change it",
+					name, h.Name, m.UID, m.InstallationID)
+			}
+			return proxy.Instance{}, proxy.Transientf("instance %s on host %s is still being created; it is updated once it runs", name, h.Name)
+		}
+	}
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -60,7 +69,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	if m := meta.mark(); m == (proxy.Mark{}) || (ref.Mark.UID != "" && m != ref.Mark) {
+	if m := meta.mark(); m == (proxy.Mark{}) || m != req.Mark {
 		return proxy.Instance{}, proxy.Permanentf("domain %s on host %s is not this resource's (mark %+v); refusing to change it", name, h.Name, m)
 	}
 	want := proxy.Hash(req)

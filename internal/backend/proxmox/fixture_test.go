@@ -254,7 +254,9 @@ func (r *recorder) Update(ctx context.Context, ref proxy.Ref, req proxy.Request)
 func (r *recorder) Delete(ctx context.Context, ref proxy.Ref) error {
 	err := r.Driver.Delete(ctx, ref)
 	r.mu.Lock()
-	if _, ok := r.reqs[ref.Name]; ok {
+	// Settle drives a deletion only for the resource that asked for it: a
+	// Delete refused as another resource's leaves the VM alone.
+	if req, ok := r.reqs[ref.Name]; ok && (ref.Mark == (proxy.Mark{}) || ref.Mark == req.Mark) {
 		r.deleting[ref.Name] = true
 	}
 	r.mu.Unlock()

@@ -278,18 +278,24 @@ func (e *external[P]) settings(ctx context.Context, cr Resource[P], ps *spec.Pro
 }
 
 // foreign returns an error when inst is not this resource's: it carries no
-// mark or another resource's. Observe-only resources may import anything.
+// mark or another resource's. An Observe-only resource may import an
+// unmarked instance (made by hand), never one the provider made for
+// another resource: that one is read only through its own resource, so an
+// external name cannot be used to read another team's proxy.
 func (e *external[P]) foreign(cr Resource[P], inst proxy.Instance) error {
-	if observeOnly(cr.GetManagementPolicies()) {
-		return nil
-	}
+	own := proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}
+	importing := observeOnly(cr.GetManagementPolicies())
 	switch {
-	case inst.Mark.UID == string(cr.GetUID()):
+	case inst.Mark == own:
 		return nil
-	case inst.Mark.UID == "":
+	case inst.Mark == (proxy.Mark{}) && importing:
+		return nil
+	case inst.Mark == (proxy.Mark{}):
 		return errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", inst.Name)
+	case importing:
+		return errors.Errorf("instance %s belongs to another resource (UID %s, installation %q); refusing to import it: an instance the provider created is observed only through the resource it was created for", inst.Name, inst.Mark.UID, inst.Mark.InstallationID)
 	default:
-		return errors.Errorf("instance %s exists but belongs to another resource (UID %s, installation %q); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", inst.Name, inst.Mark.UID, inst.Mark.InstallationID)
+		return errors.Errorf("instance %s exists but belongs to another resource (UID %s, installation %q); refusing to adopt it: choose another external name, or remove the other resource", inst.Name, inst.Mark.UID, inst.Mark.InstallationID)
 	}
 }
 

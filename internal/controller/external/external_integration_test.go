@@ -454,6 +454,52 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		})
 	})
 
+	// The attack: a user of team-b imports team-a's proxy by its name to
+	// read its address (and, published, its connection details).
+	t.Run("AnotherResourcesInstanceCannotBeImported", func(t *testing.T) {
+		victim := nsProxy("team-a", "victim")
+		if err := e.kube.Create(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		name := external.InstanceName(victim)
+		e.settle(t, name)
+		waitCondition(t, e.kube, victim, xpv2.TypeReady, corev1.ConditionTrue, "")
+		before, err := e.mem.Get(ctx, proxy.Ref{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		thief := nsProxy("team-b", "thief", func(p *nsproxy.KVMProxy) {
+			p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve}
+			meta.SetExternalName(p, name)
+		})
+		if err := e.kube.Create(ctx, thief); err != nil {
+			t.Fatal(err)
+		}
+		c := waitCondition(t, e.kube, thief, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to import it")
+		if !strings.Contains(c.Message, string(victim.GetUID())) {
+			t.Errorf("the condition does not name the resource the instance belongs to: %s", c.Message)
+		}
+		_ = e.kube.Get(ctx, client.ObjectKeyFromObject(thief), thief)
+		if a := thief.Status.AtProvider; a.IP != "" || a.ID != "" || a.Endpoint != "" {
+			t.Errorf("the refused import reports the victim's instance in its status: %+v", a)
+		}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: "team-b", Name: "thief-conn"}, &corev1.Secret{}); !kerrors.IsNotFound(err) {
+			t.Errorf("the refused import has a connection Secret (err %v); want none", err)
+		}
+		if err := e.kube.Delete(ctx, thief); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the refused import to go", func() (bool, string) {
+			err := e.kube.Get(ctx, client.ObjectKeyFromObject(thief), thief)
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		after, err := e.mem.Get(ctx, proxy.Ref{Name: name})
+		if err != nil || after.Mark != before.Mark || after.SpecHash != before.SpecHash {
+			t.Errorf("the victim's instance after the refused import: %+v, %v; want it as it was (%+v)", after, err, before)
+		}
+	})
+
 	t.Run("QuotaErrorsReachTheCondition", func(t *testing.T) {
 		// Every retry meets the same answer until capacity is freed.
 		for range 100 {

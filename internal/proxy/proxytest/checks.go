@@ -61,9 +61,7 @@ func checks() []check {
 		{"ListIncludesOursAndExcludesOtherInstallations", checkListInstallations},
 		{"ListExcludesUnmarkedInstances", checkListExcludesUnmarked},
 	}
-	for _, a := range adoptCases() {
-		cs = append(cs, check{a.name, a.run})
-	}
+	cs = append(cs, takeoverChecks()...)
 	return append(cs,
 		check{"GetDuringDeleteIsNeverNotFound", checkGetDuringDelete},
 		check{"BusyBackendIsTransientNeverNotFound", checkBusy},
@@ -327,66 +325,88 @@ func checkListExcludesUnmarked(e *env) {
 }
 
 // adoptCase is an instance named nameA that is not ours (as uidA in the
-// fixture's installation), made in some way.
+// fixture's installation), made in some way. Each case is checked three
+// times: Create over it, Update of it and Delete of it, all as uidA with
+// the instance's name (and, for Update and Delete, its ID too), must leave
+// it exactly as it was. An external name is a name, not a key to someone
+// else's instance.
 type adoptCase struct {
+	// name is what the instance is, as the check names end.
 	name string
 	// poke names the fixture poke setup needs ("" for none).
 	poke string
 	has  func(Fixture) bool
 	// setup makes the instance and returns the installation it is listed
-	// under ("" when unmarked).
-	setup func(e *env) string
+	// under ("" when unmarked) and the mark it carries.
+	setup func(e *env) (string, proxy.Mark)
 }
 
 func adoptCases() []adoptCase {
 	return []adoptCase{
 		{
-			name: "CreateRefusesToAdoptUnmarkedInstance",
+			name: "UnmarkedInstance",
 			poke: "Foreign",
 			has:  func(f Fixture) bool { return f.Foreign != nil },
-			setup: func(e *env) string {
+			setup: func(e *env) (string, proxy.Mark) {
 				if err := e.f.Foreign(e.ctx, nameA); err != nil {
 					e.t.Fatalf("proxytest: Foreign(%q): %v", nameA, err)
 				}
-				return ""
+				return "", proxy.Mark{}
 			},
 		},
 		{
-			name: "CreateRefusesToAdoptInstanceOfAnotherUID",
-			setup: func(e *env) string {
-				e.create(e.f.Request(nameA, uidB))
-				return e.installation
+			name: "InstanceOfAnotherUID",
+			setup: func(e *env) (string, proxy.Mark) {
+				req := e.f.Request(nameA, uidB)
+				e.create(req)
+				return e.installation, req.Mark
 			},
 		},
 		{
-			name: "CreateRefusesToAdoptInstanceOfAnotherInstallation",
-			setup: func(e *env) string {
+			name: "InstanceOfAnotherInstallation",
+			setup: func(e *env) (string, proxy.Mark) {
 				req := e.f.Request(nameA, uidA)
 				req.Mark.InstallationID = otherInstallation
 				e.create(req)
-				return otherInstallation
+				return otherInstallation, req.Mark
 			},
 		},
 		{
-			name: "CreateRefusesToAdoptForeignMarkedInstance",
+			name: "ForeignMarkedInstance",
 			poke: "ForeignMarked",
 			has:  func(f Fixture) bool { return f.ForeignMarked != nil },
-			setup: func(e *env) string {
+			setup: func(e *env) (string, proxy.Mark) {
 				if err := e.f.ForeignMarked(e.ctx, nameA, uidB); err != nil {
 					e.t.Fatalf("proxytest: ForeignMarked(%q, %q): %v", nameA, uidB, err)
 				}
-				return e.installation
+				return e.installation, proxy.Mark{UID: uidB, InstallationID: e.installation}
 			},
 		},
 	}
 }
 
-// run checks that Create over the instance is Permanent and changes nothing.
-func (a adoptCase) run(e *env) {
+// takeoverChecks are the three checks of every adoptCase.
+func takeoverChecks() []check {
+	var cs []check
+	for _, a := range adoptCases() {
+		cs = append(cs,
+			check{"CreateRefusesToAdopt" + a.name, func(e *env) { a.run(e, "Create") }},
+			check{"UpdateRefuses" + a.name, func(e *env) { a.run(e, "Update") }},
+			check{"DeleteRefuses" + a.name, func(e *env) { a.run(e, "Delete") }},
+		)
+	}
+	return cs
+}
+
+// run makes the instance, checks that Get reports its mark as it is (what
+// the controller refuses an import by), then tries op on it as uidA:
+// Create and Update must be Permanent, Delete Permanent or nil (nothing of
+// uidA's was there), and none may change, adopt or remove the instance.
+func (a adoptCase) run(e *env, op string) {
 	if a.has != nil {
 		e.need(a.poke, a.has(e.f))
 	}
-	listedUnder := a.setup(e)
+	listedUnder, mark := a.setup(e)
 	req := e.f.Request(nameA, uidA)
 	// Another's instance is read as an import reads it.
 	imported := nameRef(req)
@@ -395,15 +415,46 @@ func (a adoptCase) run(e *env) {
 	if err != nil {
 		e.t.Fatalf("Get(%s, Live) of the existing instance = %s; Get must read instances it does not own when asked to read live", describeRef(imported), describe(err))
 	}
-
-	got, err := e.f.Driver.Create(e.ctx, req)
-	if !proxy.IsPermanent(err) {
-		e.t.Errorf("Create over an instance marked %+v = instance %q (mark %+v), %s; want Permanent",
-			before.Mark, got.ID, got.Mark, describe(err))
+	if before.Mark != mark {
+		e.t.Errorf("Get(%s, Live) of an instance marked %+v reports mark %+v; an import is refused by the mark Get reports, so it must be the instance's own",
+			describeRef(imported), mark, before.Mark)
 	}
-	after := e.mustGet(imported)
-	if diff := cmp.Diff(identityOf(before), identityOf(after)); diff != "" {
-		e.t.Errorf("the refused Create changed the existing instance (-before +after):\n%s", diff)
+
+	switch op {
+	case "Create":
+		got, err := e.f.Driver.Create(e.ctx, req)
+		if !proxy.IsPermanent(err) {
+			e.t.Errorf("Create over an instance marked %+v = instance %q (mark %+v), %s; want Permanent",
+				before.Mark, got.ID, got.Mark, describe(err))
+		}
+	case "Update":
+		for _, r := range ownRefs(before, req) {
+			got, err := e.f.Driver.Update(e.ctx, r, changedRequest(req))
+			if !proxy.IsPermanent(err) {
+				e.t.Errorf("Update(%s) of an instance marked %+v as UID %q = instance %q (mark %+v), %s; want Permanent",
+					describeRef(r), before.Mark, uidA, got.ID, got.Mark, describe(err))
+			}
+		}
+	case "Delete":
+		for _, r := range ownRefs(before, req) {
+			if err := e.f.Driver.Delete(e.ctx, r); err != nil && !proxy.IsPermanent(err) {
+				e.t.Errorf("Delete(%s) of an instance marked %+v as UID %q = %s; want Permanent, or nil leaving it alone",
+					describeRef(r), before.Mark, uidA, describe(err))
+			}
+		}
+		e.settle(before.ID)
+	}
+	after, err := e.get(imported)
+	if err != nil {
+		e.t.Fatalf("Get(%s, Live) after the refused %s = %s; the instance must be left as it was", describeRef(imported), op, describe(err))
+	}
+	was, is := identityOf(before), identityOf(after)
+	if op == "Delete" {
+		// Settle may have finished the owner's own provisioning.
+		was.SpecHash, is.SpecHash = "", ""
+	}
+	if diff := cmp.Diff(was, is); diff != "" {
+		e.t.Errorf("the refused %s changed the existing instance (-before +after):\n%s", op, diff)
 	}
 	for _, inst := range []string{e.installation, otherInstallation} {
 		want := 0
@@ -417,14 +468,24 @@ func (a adoptCase) run(e *env) {
 			}
 		}
 		if len(found) != want {
-			e.t.Errorf("List(%q) after the refused Create holds %d instances named %q; want %d", inst, len(found), nameA, want)
+			e.t.Errorf("List(%q) after the refused %s holds %d instances named %q; want %d", inst, op, len(found), nameA, want)
 		}
 		for _, l := range found {
 			if l.Mark != before.Mark {
-				e.t.Errorf("List(%q) after the refused Create: %q marked %+v; want %+v", inst, nameA, l.Mark, before.Mark)
+				e.t.Errorf("List(%q) after the refused %s: %q marked %+v; want %+v", inst, op, nameA, l.Mark, before.Mark)
 			}
 		}
 	}
+}
+
+// ownRefs are the Refs a resource of req's mark would use for inst: by its
+// name (an external name set to it) and by its ID.
+func ownRefs(inst proxy.Instance, req proxy.Request) []proxy.Ref {
+	byName := nameRef(req)
+	byName.Mark = req.Mark
+	byID := refTo(inst, req)
+	byID.Mark = req.Mark
+	return []proxy.Ref{byName, byID}
 }
 
 // GetDuringDeleteIsNeverNotFound: an instance in the middle of being deleted
@@ -885,10 +946,10 @@ func (e *env) checkCreatedAt(where string, at, before, after time.Time) {
 	}
 }
 
-// refTo is the Ref the controller would use for inst, carrying the
-// operation inst reported.
+// refTo is the Ref the controller would use for inst, carrying req's mark
+// and the operation inst reported.
 func refTo(inst proxy.Instance, req proxy.Request) proxy.Ref {
-	return proxy.Ref{ID: inst.ID, Name: req.Name, Placement: req.Placement, Operation: inst.Operation}
+	return proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: inst.Operation}
 }
 
 // nameRef is a Ref without ID, resolved by name within the placement.

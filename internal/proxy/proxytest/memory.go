@@ -238,7 +238,8 @@ func (m *Memory) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 }
 
 // Delete implements proxy.Driver. It refuses (Permanent) to delete an
-// unmarked instance: that was made by a human, not by any provider.
+// instance that does not carry ref's mark: an unmarked one was made by a
+// human, another mark is another resource's.
 func (m *Memory) Delete(ctx context.Context, ref proxy.Ref) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -254,8 +255,9 @@ func (m *Memory) Delete(ctx context.Context, ref proxy.Ref) error {
 		return err
 	case in.deleting:
 		return nil // already on its way
-	case in.mark == (proxy.Mark{}):
-		return m.fail(OpDelete, proxy.Permanentf("instance %q carries no mark; refusing to delete it", in.name))
+	case in.mark == (proxy.Mark{}) || in.mark != ref.Mark:
+		return m.fail(OpDelete, proxy.Permanentf(
+			"instance %q is not this resource's (%s); refusing to delete it", in.name, describeMark(in.mark)))
 	}
 	delete(m.instances, in.name)
 	m.log.Info("deleted instance", "id", MemoryIDPrefix+in.name)

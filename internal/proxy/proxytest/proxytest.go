@@ -119,9 +119,17 @@ type check struct {
 //	ListIncludesOursAndExcludesOtherInstallations
 //	ListExcludesUnmarkedInstances                     (Foreign)
 //	CreateRefusesToAdoptUnmarkedInstance              (Foreign)
+//	UpdateRefusesUnmarkedInstance                     (Foreign)
+//	DeleteRefusesUnmarkedInstance                     (Foreign)
 //	CreateRefusesToAdoptInstanceOfAnotherUID
+//	UpdateRefusesInstanceOfAnotherUID
+//	DeleteRefusesInstanceOfAnotherUID
 //	CreateRefusesToAdoptInstanceOfAnotherInstallation
+//	UpdateRefusesInstanceOfAnotherInstallation
+//	DeleteRefusesInstanceOfAnotherInstallation
 //	CreateRefusesToAdoptForeignMarkedInstance         (ForeignMarked)
+//	UpdateRefusesForeignMarkedInstance                (ForeignMarked)
+//	DeleteRefusesForeignMarkedInstance                (ForeignMarked)
 //	GetDuringDeleteIsNeverNotFound                    (HoldDelete)
 //	BusyBackendIsTransientNeverNotFound               (SetBusy)
 //	CancelledContextReturnsPromptly

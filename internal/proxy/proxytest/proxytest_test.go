@@ -129,10 +129,14 @@ func TestMissingPokesSkip(t *testing.T) {
 		"BusyBackendIsTransientNeverNotFound",
 		"CreateRefusesToAdoptForeignMarkedInstance",
 		"CreateRefusesToAdoptUnmarkedInstance",
+		"DeleteRefusesForeignMarkedInstance",
+		"DeleteRefusesUnmarkedInstance",
 		"GetDuringDeleteIsNeverNotFound",
 		"ListExcludesUnmarkedInstances",
 		"MalformedIDsArePermanent",
 		"UnknownBackendStateReadsAsStopped",
+		"UpdateRefusesForeignMarkedInstance",
+		"UpdateRefusesUnmarkedInstance",
 	}
 	if diff := cmp.Diff(wantSkipped, res.skipped); diff != "" {
 		res.dump(t)
@@ -308,12 +312,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return inst, err
 				}}
 			},
-			want: []string{
-				"CreateRefusesToAdoptForeignMarkedInstance",
-				"CreateRefusesToAdoptInstanceOfAnotherInstallation",
-				"CreateRefusesToAdoptInstanceOfAnotherUID",
-				"CreateRefusesToAdoptUnmarkedInstance",
-			},
+			want: takeovers("Create"),
 		},
 		{
 			name: "Create replaces an instance it does not own",
@@ -327,12 +326,72 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return inst, err
 				}}
 			},
-			want: []string{
-				"CreateRefusesToAdoptForeignMarkedInstance",
-				"CreateRefusesToAdoptInstanceOfAnotherInstallation",
-				"CreateRefusesToAdoptInstanceOfAnotherUID",
-				"CreateRefusesToAdoptUnmarkedInstance",
+			want: takeovers("Create"),
+		},
+		{
+			name: "Delete removes another resource's instance",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, del: func(ctx context.Context, ref proxy.Ref) error {
+					if inst, err := m.Get(ctx, ref); err == nil && inst.Mark != (proxy.Mark{}) {
+						ref.Mark = inst.Mark // trusts whatever mark it finds
+					}
+					return m.Delete(ctx, ref)
+				}}
 			},
+			want: []string{
+				"DeleteRefusesForeignMarkedInstance",
+				"DeleteRefusesInstanceOfAnotherInstallation",
+				"DeleteRefusesInstanceOfAnotherUID",
+			},
+		},
+		{
+			name: "Delete removes any instance of the name, marked or not",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, del: func(ctx context.Context, ref proxy.Ref) error {
+					if err := m.enter(ctx, OpDelete); err != nil {
+						return err
+					}
+					inst, err := m.Get(ctx, ref)
+					switch {
+					case err == nil:
+						m.Remove(inst.Name)
+					case !proxy.IsNotFound(err):
+						return err
+					}
+					return nil
+				}}
+			},
+			want: takeovers("Delete"),
+		},
+		{
+			name: "Update rewrites another resource's instance as its own",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, update: func(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+					inst, err := m.Update(ctx, ref, req)
+					if proxy.IsPermanent(err) {
+						m.Remove(req.Name)
+						if _, err := m.Create(ctx, req); err != nil {
+							return proxy.Instance{}, err
+						}
+						return m.Update(ctx, ref, req)
+					}
+					return inst, err
+				}}
+			},
+			want: takeovers("Update"),
+		},
+		{
+			name: "Get reports the caller's mark for an instance it does not own",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, get: func(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+					inst, err := m.Get(ctx, ref)
+					if err == nil && ref.Live && ref.Mark == (proxy.Mark{}) {
+						inst.Mark = proxy.Mark{UID: uidA, InstallationID: m.installation}
+					}
+					return inst, err
+				}}
+			},
+			want: takeovers("Create", "Delete", "Update"),
 		},
 		{
 			name: "repeat Create makes a second instance",
@@ -523,7 +582,8 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return inst, nil
 				}}
 			},
-			want: []string{"ErrorsAreClassifiedWithProvider"},
+			// The takeover checks want Update's refusal Permanent.
+			want: append([]string{"ErrorsAreClassifiedWithProvider"}, takeovers("Update")...),
 		},
 		{
 			name: "errors name another provider",
@@ -543,14 +603,10 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return m.Instances(), nil
 				}}
 			},
-			want: []string{
-				"CreateRefusesToAdoptForeignMarkedInstance",
-				"CreateRefusesToAdoptInstanceOfAnotherInstallation",
-				"CreateRefusesToAdoptInstanceOfAnotherUID",
-				"CreateRefusesToAdoptUnmarkedInstance",
+			want: append(takeovers("Create", "Delete", "Update"),
 				"ListExcludesUnmarkedInstances",
 				"ListIncludesOursAndExcludesOtherInstallations",
-			},
+			),
 		},
 		{
 			name: "List drops instances it did not create",
@@ -560,7 +616,12 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return slices.DeleteFunc(l, func(i proxy.Instance) bool { return i.SpecHash == "" }), err
 				}}
 			},
-			want: []string{"CreateRefusesToAdoptForeignMarkedInstance", "ListIncludesOursAndExcludesOtherInstallations"},
+			want: []string{
+				"CreateRefusesToAdoptForeignMarkedInstance",
+				"DeleteRefusesForeignMarkedInstance",
+				"ListIncludesOursAndExcludesOtherInstallations",
+				"UpdateRefusesForeignMarkedInstance",
+			},
 		},
 		{
 			name: "Update does not rewrite SpecHash",
@@ -569,7 +630,8 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return m.Get(ctx, ref)
 				}}
 			},
-			want: []string{"UpdateRewritesSpecHash"},
+			// It also "succeeds" on instances that are not the caller's.
+			want: append([]string{"UpdateRewritesSpecHash"}, takeovers("Update")...),
 		},
 		{
 			name: "Check reports no targets",
@@ -591,7 +653,9 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 				}
 				return f
 			})
-			if diff := cmp.Diff(tc.want, res.failed); diff != "" {
+			want := slices.Clone(tc.want)
+			sort.Strings(want)
+			if diff := cmp.Diff(want, res.failed); diff != "" {
 				res.dump(t)
 				t.Errorf("failing checks (-want +got):\n%s", diff)
 			}
@@ -600,6 +664,23 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// takeovers names the takeover checks of ops (Create, Update, Delete) for
+// every kind of instance that is not the caller's, sorted.
+func takeovers(ops ...string) []string {
+	var out []string
+	for _, op := range ops {
+		prefix := op + "Refuses"
+		if op == "Create" {
+			prefix = "CreateRefusesToAdopt"
+		}
+		for _, a := range adoptCases() {
+			out = append(out, prefix+a.name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // TestLeaks covers the secret detector itself: plain and base64 at every
