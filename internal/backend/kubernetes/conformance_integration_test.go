@@ -116,6 +116,7 @@ func TestDriverIntegration(t *testing.T) {
 		t.Run("KubeconfigSecret", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{New: e.fixture(false)}) })
 	})
 	e.driverTests(t)
+	t.Run("Takeover", e.takeoverTests)
 }
 
 // fixture returns fixtures in a fresh namespace each.

@@ -11,9 +11,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -254,6 +256,149 @@ func (e *env) driverTests(t *testing.T) {
 		}
 		if got, err := changed.Get(ctx, proxy.Ref{ID: inst.ID}); err != nil || got.SpecHash != proxy.Hash(req) || got.State != proxy.StateRunning {
 			t.Errorf("Get after the rollout = %+v, %v; want Running and up to date", got, err)
+		}
+	})
+}
+
+// takeoverTests: an external name that names someone else's Secret or
+// Service never makes the driver merge into it, own it or delete it, on
+// Create, on Update and when the proxy is deleted.
+func (e *env) takeoverTests(t *testing.T) {
+	ctx := context.Background()
+	const apiKey = "sk-S3NT1NEL-7d2f9a41c0e3"
+
+	// snapshot is what must not change about an object.
+	snapshot := func(t *testing.T, obj client.Object) string {
+		t.Helper()
+		if err := e.live.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatalf("the victim %s is gone: %v", obj.GetName(), err)
+		}
+		return fmt.Sprintf("rv=%s uid=%s labels=%v owners=%v", obj.GetResourceVersion(), obj.GetUID(), obj.GetLabels(), obj.GetOwnerReferences())
+	}
+	noLeak := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil && strings.Contains(fmt.Sprintf("%+v", err), apiKey) {
+			t.Errorf("the error holds the victim Secret's data: %v", err)
+		}
+	}
+
+	t.Run("ExternalNameOfASecretHoldingAnAPIKey", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		victim := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "billing-api"}, Data: map[string][]byte{"api-key": []byte(apiKey)}}
+		if err := e.live.Create(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, &corev1.Secret{ObjectMeta: victim.ObjectMeta})
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		req := request("billing-api")
+		_, err := d.Create(ctx, req)
+		noLeak(t, err)
+		if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "Secret "+ns+"/billing-api") {
+			t.Fatalf("Create with the external name of an existing Secret = %v; want Permanent naming the Secret", err)
+		}
+		if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: "billing-api"}, &appsv1.Deployment{}); !kerrors.IsNotFound(err) {
+			t.Errorf("a Deployment mounting the victim Secret was created (get: %v)", err)
+		}
+		// The resource is deleted: Get says there is nothing, Delete succeeds.
+		if _, err := d.Get(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark, Live: true}); !proxy.IsNotFound(err) {
+			t.Errorf("Get after the refused Create = %v; want NotFound", err)
+		}
+		if err := d.Delete(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark, Live: true}); err != nil {
+			t.Errorf("Delete after the refused Create = %v; want nil", err)
+		}
+		got := &corev1.Secret{ObjectMeta: victim.ObjectMeta}
+		if after := snapshot(t, got); after != before || string(got.Data["api-key"]) != apiKey || len(got.Data) != 1 {
+			t.Errorf("the victim Secret changed:\nbefore %s\nafter  %s, keys %d", before, after, len(got.Data))
+		}
+	})
+
+	t.Run("ExternalNameOfAService", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		victim := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "payments"}, Ports: []corev1.ServicePort{{Port: 443}}}}
+		if err := e.live.Create(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta})
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		req := request("payments")
+		req.Exposure.ServiceType = "LoadBalancer"
+		if _, err := d.Create(ctx, req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "Service "+ns+"/payments") {
+			t.Fatalf("Create with the external name of an existing Service = %v; want Permanent naming the Service", err)
+		}
+		if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: "payments"}, &appsv1.Deployment{}); !kerrors.IsNotFound(err) {
+			t.Errorf("a Deployment was created for the refused proxy (get: %v)", err)
+		}
+		if after := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta}); after != before {
+			t.Errorf("the victim Service changed:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+
+	// A Service of the proxy's name made after the proxy: turning the
+	// Service on must not re-point it, and deleting the proxy must not
+	// collect it.
+	t.Run("ServiceMadeLaterIsNeitherRepointedNorCollected", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		req := request("later")
+		inst, err := d.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "later"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "other"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+		if err := e.live.Create(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta})
+		withService := req
+		withService.Exposure.ServiceType = "ClusterIP"
+		ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}
+		if _, err := d.Update(ctx, ref, withService); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "Service "+ns+"/later") {
+			t.Errorf("Update turning on a Service whose name is taken = %v; want Permanent naming the Service", err)
+		}
+		ref.Live = true
+		if err := d.Delete(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the proxy's Deployment to go", func() (bool, string) {
+			err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: "later"}, &appsv1.Deployment{})
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if after := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta}); after != before {
+			t.Errorf("the victim Service changed:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+
+	// Another resource's proxy of the same name in the same namespace (two
+	// installations sharing it): its Secret is not ours either.
+	t.Run("SecretOfAnotherInstallation", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		theirs := request("shared")
+		theirs.Mark.InstallationID = "another-installation"
+		if _, err := d.Create(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		// Their Deployment is gone (orphaning its children), ours comes.
+		if err := e.live.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}},
+			client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "their Deployment to go", func() (bool, string) {
+			err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: "shared"}, &appsv1.Deployment{})
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		before := snapshot(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}})
+		if _, err := d.Create(ctx, request("shared")); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "another resource") {
+			t.Errorf("Create over another installation's Secret = %v; want Permanent saying it belongs to another resource", err)
+		}
+		if after := snapshot(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}}); after != before {
+			t.Errorf("their Secret changed:\nbefore %s\nafter  %s", before, after)
 		}
 	})
 }

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,8 +36,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -175,6 +174,9 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return proxy.Instance{}, err
 	}
 	dep := buildDeployment(d.cfg, req, files, proxy.Hash(req), d.now())
+	if err := d.foreignChildren(ctx, req, dep.Namespace); err != nil {
+		return proxy.Instance{}, err
+	}
 	err = d.client.Create(ctx, dep, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:
@@ -210,13 +212,149 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 }
 
-// children applies the Secret (first: pods of a changed template must find
+// children writes the Secret (first: pods of a changed template must find
 // the new files) and the Service of dep.
 func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files) error {
-	if err := d.apply(ctx, buildSecret(dep, req, files)); err != nil {
-		return fmt.Errorf("cannot apply Secret %s/%s: %w", dep.Namespace, dep.Name, err)
+	if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}); err != nil {
+		return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
 	}
 	return d.ensureService(ctx, dep, req)
+}
+
+// foreignChildren refuses a request whose Secret or Service name is taken
+// by an object that is not this resource's, before anything is created:
+// an external name must never make the provider merge into, own or
+// garbage-collect someone else's object.
+func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespace string) error {
+	key := types.NamespacedName{Namespace: namespace, Name: req.Name}
+	children := []client.Object{&corev1.Secret{}}
+	if req.Exposure.ServiceType != "" {
+		children = append(children, &corev1.Service{})
+	}
+	for _, obj := range children {
+		err := d.live.Get(ctx, key, obj)
+		switch {
+		case kerrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("cannot get %s %s/%s: %w", kindOf(obj), key.Namespace, key.Name, err)
+		}
+		if err := childOwned(obj, nil, req.Mark); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeChild creates obj (a Secret or Service of dep) when no object has its
+// name, or rewrites the existing one when it is this resource's (its mark,
+// and dep or nobody as its controller). Anything else is left exactly as it
+// is: Permanent, naming it. The rewrite carries the UID and resourceVersion
+// read, so an object replaced in between is never overwritten. empty is a
+// zero object of obj's type, for the read.
+func (d *Driver) writeChild(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark, obj, empty client.Object) error {
+	key := client.ObjectKeyFromObject(obj)
+	existing := empty
+	err := d.live.Get(ctx, key, existing)
+	switch {
+	case kerrors.IsNotFound(err):
+		err := d.client.Create(ctx, obj, client.FieldOwner(FieldOwner))
+		if kerrors.IsAlreadyExists(err) {
+			return proxy.Transientf("%s %s/%s appeared while being created; it is checked again", kindOf(obj), key.Namespace, key.Name)
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	if err := childOwned(existing, dep, mark); err != nil {
+		return err
+	}
+	next, err := rewritten(existing, obj)
+	if err != nil {
+		return err
+	}
+	if err := d.client.Update(ctx, next, client.FieldOwner(FieldOwner)); err != nil {
+		if kerrors.IsConflict(err) {
+			return proxy.Transientf("%s %s/%s changed while being written; will retry", kindOf(obj), key.Namespace, key.Name)
+		}
+		return err
+	}
+	return nil
+}
+
+// childOwned refuses an existing child that is not mark's: without the
+// mark's labels, or controlled by anything but dep (nil: by anything).
+func childOwned(obj client.Object, dep *appsv1.Deployment, mark proxy.Mark) error {
+	l := obj.GetLabels()
+	got := proxy.Mark{UID: l[LabelUID], InstallationID: l[LabelInstallation]}
+	what := fmt.Sprintf("%s %s/%s", kindOf(obj), obj.GetNamespace(), obj.GetName())
+	switch {
+	case l[LabelManagedBy] != ManagedBy || got.UID == "":
+		return proxy.Permanentf("%s exists and was not created by provider-egressproxy for this proxy; it is left as it is: choose another external name, or remove it", what)
+	case got != mark:
+		return proxy.Permanentf("%s belongs to another resource (UID %s, installation %q); it is left as it is: choose another external name", what, got.UID, got.InstallationID)
+	}
+	if c := metav1.GetControllerOf(obj); c != nil {
+		mine := c.Kind == "Deployment" && c.Name == obj.GetName() && (dep == nil || c.UID == dep.UID)
+		if !mine {
+			return proxy.Permanentf("%s is controlled by %s %s, not by this proxy's Deployment; it is left as it is", what, c.Kind, c.Name)
+		}
+	}
+	return nil
+}
+
+// rewritten is existing with what the driver sets taken from want: labels
+// and annotations merged (others' stay), ownerReferences, and the data or
+// spec; the UID and resourceVersion stay existing's, as preconditions.
+func rewritten(existing, want client.Object) (client.Object, error) {
+	meta := func(next client.Object) {
+		next.SetLabels(merged(existing.GetLabels(), want.GetLabels()))
+		next.SetOwnerReferences(want.GetOwnerReferences())
+	}
+	switch w := want.(type) {
+	case *corev1.Secret:
+		next := existing.(*corev1.Secret).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		next.Type, next.Data, next.StringData = w.Type, w.Data, nil
+		return next, nil
+	case *corev1.Service:
+		next := existing.(*corev1.Service).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		nodePorts := map[string]int32{}
+		for _, p := range next.Spec.Ports {
+			nodePorts[p.Name] = p.NodePort
+		}
+		ports := slices.Clone(w.Spec.Ports)
+		if w.Spec.Type != corev1.ServiceTypeClusterIP {
+			for i := range ports {
+				ports[i].NodePort = nodePorts[ports[i].Name]
+			}
+		}
+		next.Spec.Type = w.Spec.Type
+		next.Spec.Selector = w.Spec.Selector
+		next.Spec.Ports = ports
+		next.Spec.ExternalTrafficPolicy = w.Spec.ExternalTrafficPolicy
+		next.Spec.LoadBalancerSourceRanges = w.Spec.LoadBalancerSourceRanges
+		if w.Spec.Type == corev1.ServiceTypeClusterIP {
+			next.Spec.AllocateLoadBalancerNodePorts = nil
+			next.Spec.HealthCheckNodePort = 0
+		}
+		return next, nil
+	}
+	return nil, proxy.Permanentf("cannot write a %T", want)
+}
+
+// kindOf names obj's kind for messages.
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *corev1.Secret:
+		return "Secret"
+	case *corev1.Service:
+		return "Service"
+	case *appsv1.Deployment:
+		return "Deployment"
+	}
+	return fmt.Sprintf("%T", obj)
 }
 
 // complete brings dep (ours, not being deleted) and its children in line
@@ -271,34 +409,30 @@ func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req 
 		if _, had := dep.Annotations[AnnotationService]; !had {
 			return nil
 		}
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name}}
-		if err := d.client.Delete(ctx, svc); err != nil && !kerrors.IsNotFound(err) {
+		// Only this proxy's own Service goes, and only the one read.
+		svc := &corev1.Service{}
+		err := d.live.Get(ctx, client.ObjectKeyFromObject(dep), svc)
+		switch {
+		case kerrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("cannot get Service %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+		if err := childOwned(svc, dep, req.Mark); err != nil {
+			return nil // not ours: never deleted; nothing of ours to remove
+		}
+		if err := d.client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID}); err != nil && !kerrors.IsNotFound(err) {
 			return fmt.Errorf("cannot delete Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 		return nil
 	case string(corev1.ServiceTypeClusterIP), string(corev1.ServiceTypeLoadBalancer):
-		if err := d.apply(ctx, buildService(dep, req)); err != nil {
-			return fmt.Errorf("cannot apply Service %s/%s: %w", dep.Namespace, dep.Name, err)
+		if err := d.writeChild(ctx, dep, req.Mark, buildService(dep, req), &corev1.Service{}); err != nil {
+			return fmt.Errorf("cannot write Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 		return nil
 	default:
 		return proxy.Permanentf("service type %q is not supported: want ClusterIP or LoadBalancer", t)
 	}
-}
-
-// apply creates or updates obj with server-side apply: one request either
-// way, and fields the driver stops setting are removed.
-func (d *Driver) apply(ctx context.Context, obj client.Object) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return proxy.Permanentf("cannot convert %T: %v", obj, err)
-	}
-	delete(u, "status")
-	if m, ok := u["metadata"].(map[string]any); ok {
-		delete(m, "creationTimestamp")
-	}
-	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	return d.client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership)
 }
 
 // Get implements proxy.Driver.
@@ -383,9 +517,11 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instan
 			err = d.live.Get(ctx, key, s)
 		}
 		switch {
-		case err == nil:
+		case err == nil && childOwned(s, dep, markOf(dep)) == nil:
 			svc = s
-		case kerrors.IsNotFound(err):
+		case err == nil || kerrors.IsNotFound(err):
+			// Missing, or another's of the same name (whose address is not
+			// the proxy's).
 			// Wanted but missing: no address until Update brings it back.
 			svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: dep.Name}, Spec: corev1.ServiceSpec{Type: corev1.ServiceType(t)}}
 			missing = append(missing, "Service")
@@ -573,16 +709,21 @@ func adoptable(dep *appsv1.Deployment, m proxy.Mark) error {
 }
 
 // owned refuses to act on a Deployment without our mark, or with another
-// resource's UID when the caller knows its own.
+// resource's mark (UID or installation) when the caller knows its own.
 func owned(dep *appsv1.Deployment, m proxy.Mark, verb string) error {
-	uid := dep.Labels[LabelUID]
+	got := markOf(dep)
 	switch {
-	case uid == "" || dep.Labels[LabelManagedBy] != ManagedBy:
+	case got.UID == "" || dep.Labels[LabelManagedBy] != ManagedBy:
 		return proxy.Permanentf("Deployment %s/%s carries no ownership mark of provider-egressproxy; refusing to %s it", dep.Namespace, dep.Name, verb)
-	case m.UID != "" && uid != m.UID:
-		return proxy.Permanentf("Deployment %s/%s belongs to another resource (UID %s); refusing to %s it", dep.Namespace, dep.Name, uid, verb)
+	case m.UID != "" && got != m:
+		return proxy.Permanentf("Deployment %s/%s belongs to another resource (UID %s, installation %q); refusing to %s it", dep.Namespace, dep.Name, got.UID, got.InstallationID, verb)
 	}
 	return nil
+}
+
+// markOf is the ownership mark dep carries.
+func markOf(dep *appsv1.Deployment) proxy.Mark {
+	return proxy.Mark{UID: dep.Labels[LabelUID], InstallationID: dep.Labels[LabelInstallation]}
 }
 
 func merged(base, over map[string]string) map[string]string {

@@ -42,6 +42,10 @@ func (a *adapter) ConnectListAllDomains(ctx context.Context, flags libvirt.Conne
 	})
 }
 
+func (a *adapter) DomainGetXMLDesc(ctx context.Context, dom libvirt.Domain) (string, error) {
+	return rpc(ctx, a, func() (string, error) { return a.l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive) })
+}
+
 func (a *adapter) DomainLookupByName(ctx context.Context, name string) (libvirt.Domain, error) {
 	return rpc(ctx, a, func() (libvirt.Domain, error) { return a.l.DomainLookupByName(name) })
 }

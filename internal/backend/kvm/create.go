@@ -38,6 +38,9 @@ func (d *Driver) plan(req proxy.Request) (*plan, error) {
 	if req.Mark.UID == "" || req.Mark.InstallationID == "" {
 		return nil, proxy.Permanentf("request for %q carries no complete ownership mark", req.Name)
 	}
+	if strings.HasPrefix(req.Name, basePrefix) {
+		return nil, proxy.Permanentf("instance name %q starts with %q, which names the shared base images' volumes: choose another external name", req.Name, basePrefix)
+	}
 	h, err := d.host(req.Placement.Location)
 	if err != nil {
 		return nil, err
@@ -256,18 +259,26 @@ func seedName(name string) string    { return name + "-seed.iso" }
 
 // ensureOverlay creates the overlay, or reuses one a crashed attempt left
 // when it backs onto this base with this capacity (creation is atomic, so
-// an existing overlay is complete); a different one is replaced, which is
-// safe because no domain uses it yet.
+// an existing overlay is complete); another overlay of the provider's
+// that no domain uses is replaced. A volume of the name that another
+// domain uses, or that is not an overlay of a base image, is refused.
 func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan, basePath string) (libvirt.StorageVol, error) {
 	name := overlayName(p.req.Name)
 	capacity := uint64(d.cfg.DiskSizeGB) << 30
 	v, err := api.StorageVolLookupByName(ctx, pool, name)
 	if err == nil {
-		x, err := api.StorageVolGetXMLDesc(ctx, v)
+		if _, err := claimable(ctx, api, pool, v, p.req.Name, p.host.Name); err != nil {
+			return libvirt.StorageVol{}, err
+		}
+		desc, own, err := isOverlay(ctx, api, v)
 		if err != nil {
 			return libvirt.StorageVol{}, err
 		}
-		if desc, perr := parseVolDesc(x); perr == nil && desc.BackingStore.Path == basePath && desc.Capacity == capacity {
+		if !own {
+			return libvirt.StorageVol{}, proxy.Permanentf("volume %s in pool %s on host %s exists and is not an overlay the provider created; it is left as it is: choose another external name, or remove it",
+				name, pool.Name, p.host.Name)
+		}
+		if desc.BackingStore.Path == basePath && desc.Capacity == capacity {
 			return v, nil
 		}
 		d.log(ctx).V(1).Info("replacing an overlay that does not match", "host", p.host.Name, "name", p.req.Name)
@@ -284,14 +295,33 @@ func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.St
 	return v, err
 }
 
-// writeSeed rebuilds the NoCloud seed and uploads it.
+// writeSeed rebuilds the NoCloud seed and uploads it. An existing volume
+// of the seed's name is replaced only when it is this instance's seed and
+// no other domain uses it.
 func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan) (libvirt.StorageVol, error) {
 	iso, err := cloudinit.SeedISO(p.userData, p.metaData)
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}
 	name := seedName(p.req.Name)
-	if err := deleteVolume(ctx, api, pool, name); err != nil {
+	old, err := api.StorageVolLookupByName(ctx, pool, name)
+	switch {
+	case err == nil:
+		if _, err := claimable(ctx, api, pool, old, p.req.Name, p.host.Name); err != nil {
+			return libvirt.StorageVol{}, err
+		}
+		own, err := isSeedOf(ctx, api, old, p.req.Name)
+		if err != nil {
+			return libvirt.StorageVol{}, err
+		}
+		if !own {
+			return libvirt.StorageVol{}, proxy.Permanentf("volume %s in pool %s on host %s exists and is not a seed the provider created for %s; it is left as it is: choose another external name, or remove it",
+				name, pool.Name, p.host.Name, p.req.Name)
+		}
+		if err := api.StorageVolDelete(ctx, old); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
+			return libvirt.StorageVol{}, err
+		}
+	case !isCode(err, libvirt.ErrNoStorageVol):
 		return libvirt.StorageVol{}, err
 	}
 	v, err := api.StorageVolCreateXML(ctx, pool, volumeXML(name, uint64(len(iso)), "raw", "", ""))

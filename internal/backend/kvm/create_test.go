@@ -361,12 +361,12 @@ func TestCreate_poolSpacePrecheckIsQuota(t *testing.T) {
 }
 
 // TestCreate_replacesAnOverlayThatDoesNotMatch: an overlay left behind on
-// another base or size is replaced, not reused.
+// another base image or size, used by no domain, is replaced, not reused.
 func TestCreate_replacesAnOverlayThatDoesNotMatch(t *testing.T) {
 	e := newTestEnv(t)
 	warm(t, e)
 	e.host.mu.Lock()
-	e.host.pools["default"].vols["web.qcow2"] = &fakeVol{name: "web.qcow2", format: "qcow2", capacity: 1 << 30, backing: "/elsewhere.qcow2"}
+	e.host.pools["default"].vols["web.qcow2"] = &fakeVol{name: "web.qcow2", format: "qcow2", capacity: 1 << 30, backing: "/var/lib/libvirt/images/egressproxy-base-older-0123456789ab.qcow2"}
 	e.host.mu.Unlock()
 	createAndBoot(t, e, "web", "uid-1")
 	e.checkVolumes("stale overlay", imageOf(e).volume())

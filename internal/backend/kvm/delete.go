@@ -75,7 +75,8 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 		return err
 	}
 	// Volumes may be left without a domain by a crash mid-create: remove
-	// them whether or not the domain was there.
+	// them whether or not the domain was there, when they are the
+	// instance's own (deleteOwnVolumes).
 	pool, err := api.StoragePoolLookupByName(ctx, h.pool())
 	if isCode(err, libvirt.ErrNoStoragePool) {
 		return nil
@@ -83,10 +84,8 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	if err != nil {
 		return err
 	}
-	for _, v := range []string{overlayName(name), seedName(name)} {
-		if err := deleteVolume(ctx, api, pool, v); err != nil {
-			return err
-		}
+	if err := d.deleteOwnVolumes(ctx, api, pool, name, h.Name); err != nil {
+		return err
 	}
 	d.log(ctx).V(1).Info("kvm domain deleted", "host", h.Name, "name", name)
 	return nil

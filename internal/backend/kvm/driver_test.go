@@ -200,10 +200,10 @@ func TestDelete_removesEverythingIncludingNVRAMAndStrayVolumes(t *testing.T) {
 	}
 	// Volumes left without a domain (a crash mid-create) go too.
 	e.host.mu.Lock()
-	e.host.pools["default"].vols["stray.qcow2"] = &fakeVol{name: "stray.qcow2"}
-	e.host.pools["default"].vols["stray-seed.iso"] = &fakeVol{name: "stray-seed.iso"}
+	e.host.pools["default"].vols["stray.qcow2"] = &fakeVol{name: "stray.qcow2", format: "qcow2", capacity: 10 << 30, backing: "/var/lib/libvirt/images/" + base}
+	e.host.pools["default"].vols["stray-seed.iso"] = &fakeVol{name: "stray-seed.iso", format: "raw", capacity: 64 << 10}
 	e.host.mu.Unlock()
-	if err := e.d.Delete(context.Background(), proxy.Ref{Name: "stray", Placement: proxy.Placement{Location: "lab"}}); err != nil {
+	if err := e.d.Delete(context.Background(), proxy.Ref{Name: "stray", Mark: inst.Mark, Placement: proxy.Placement{Location: "lab"}}); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{base, base + ".sha256"}, e.host.volNames()); diff != "" {

@@ -245,6 +245,19 @@ func (c *fakeConn) ConnectListAllDomains(ctx context.Context, _ libvirt.ConnectL
 	return out, nil
 }
 
+func (c *fakeConn) DomainGetXMLDesc(ctx context.Context, dom libvirt.Domain) (string, error) {
+	if err := c.enter(ctx, "DomainGetXMLDesc", dom.Name); err != nil {
+		return "", err
+	}
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	d, err := c.dom(dom.Name)
+	if err != nil {
+		return "", err
+	}
+	return d.xml, nil
+}
+
 func (c *fakeConn) dom(name string) (*fakeDomain, error) {
 	d := c.h.domains[name]
 	if d == nil {

@@ -86,6 +86,13 @@ func (o *observed) ConnectListAllDomains(ctx context.Context, flags libvirt.Conn
 	return v, err
 }
 
+func (o *observed) DomainGetXMLDesc(ctx context.Context, dom libvirt.Domain) (string, error) {
+	ctx, end := o.start(ctx, "DomainGetXMLDesc", attrDomain, dom.Name)
+	v, err := o.next.DomainGetXMLDesc(ctx, dom)
+	end(err)
+	return v, err
+}
+
 func (o *observed) DomainLookupByName(ctx context.Context, name string) (libvirt.Domain, error) {
 	ctx, end := o.start(ctx, "DomainLookupByName", attrDomain, name)
 	v, err := o.next.DomainLookupByName(ctx, name)

@@ -26,6 +26,9 @@ type Libvirt interface {
 	// "never started").
 	DomainGetState(ctx context.Context, dom libvirt.Domain) (libvirt.DomainState, int32, error)
 	DomainGetMetadata(ctx context.Context, dom libvirt.Domain, uri string) (string, error)
+	// DomainGetXMLDesc returns the domain's definition (for the disks it
+	// uses).
+	DomainGetXMLDesc(ctx context.Context, dom libvirt.Domain) (string, error)
 	DomainSetMetadata(ctx context.Context, dom libvirt.Domain, xml, key, uri string) error
 	DomainInterfaceAddresses(ctx context.Context, dom libvirt.Domain, src libvirt.DomainInterfaceAddressesSource) ([]libvirt.DomainInterface, error)
 	QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string) (string, error)

@@ -1,0 +1,183 @@
+package kvm
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/kdomanski/iso9660"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Volumes carry no mark of their own, so the driver touches a volume named
+// after an instance (its overlay, its seed) only when it can tell it is
+// that instance's: never one a domain other than the instance's uses, never
+// a base image, and only one of the shape it creates. Anything else is
+// left as it is and reported, so an external name cannot make Create or
+// Delete replace someone else's disk.
+
+// basePrefix starts every base image volume (see resolvedImage.volume). An
+// instance name starting with it could name a base image's volume.
+const basePrefix = "egressproxy-base-"
+
+// diskSource finds the files a domain's disks use.
+var diskSource = regexp.MustCompile(`<source\s[^>]*file=['"]([^'"]+)['"]`)
+
+// userOf returns the name of a domain other than except that uses path as
+// a disk, or "".
+func userOf(ctx context.Context, api Libvirt, path, except string) (string, error) {
+	doms, err := api.ConnectListAllDomains(ctx, libvirt.ConnectListDomainsActive|libvirt.ConnectListDomainsInactive)
+	if err != nil {
+		return "", err
+	}
+	for _, dom := range doms {
+		if dom.Name == except {
+			continue
+		}
+		x, err := api.DomainGetXMLDesc(ctx, dom)
+		if isCode(err, libvirt.ErrNoDomain) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		for _, m := range diskSource.FindAllStringSubmatch(x, -1) {
+			if m[1] == path {
+				return dom.Name, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// claimable refuses vol, named after instance name in pool, when a domain
+// other than the instance's uses it.
+func claimable(ctx context.Context, api Libvirt, pool libvirt.StoragePool, vol libvirt.StorageVol, name, hostName string) (string, error) {
+	path, err := api.StorageVolGetPath(ctx, vol)
+	if err != nil {
+		return "", err
+	}
+	user, err := userOf(ctx, api, path, name)
+	if err != nil {
+		return "", err
+	}
+	if user != "" {
+		return "", proxy.Permanentf("volume %s in pool %s on host %s is a disk of domain %s; it is left as it is: choose another external name",
+			vol.Name, pool.Name, hostName, user)
+	}
+	return path, nil
+}
+
+// isOverlay reports whether vol is an overlay as the driver creates them:
+// qcow2 backed by a base image volume.
+func isOverlay(ctx context.Context, api Libvirt, vol libvirt.StorageVol) (volDesc, bool, error) {
+	x, err := api.StorageVolGetXMLDesc(ctx, vol)
+	if err != nil {
+		return volDesc{}, false, err
+	}
+	desc, err := parseVolDesc(x)
+	if err != nil {
+		return volDesc{}, false, nil
+	}
+	base := desc.BackingStore.Path
+	i := strings.LastIndex(base, "/")
+	return desc, base != "" && strings.HasPrefix(base[i+1:], basePrefix), nil
+}
+
+// isSeedOf reports whether vol is a NoCloud seed the driver made for the
+// instance name: an ISO labelled cidata whose meta-data names it, or what
+// an upload of one cut off by a crash leaves (zeros, or the label without
+// readable files). Only volumes up to seedReserve are read.
+func isSeedOf(ctx context.Context, api Libvirt, vol libvirt.StorageVol, name string) (bool, error) {
+	x, err := api.StorageVolGetXMLDesc(ctx, vol)
+	if err != nil {
+		return false, err
+	}
+	desc, err := parseVolDesc(x)
+	if err != nil || desc.Capacity == 0 || desc.Capacity > seedReserve || desc.BackingStore.Path != "" {
+		return false, nil
+	}
+	var buf bytes.Buffer
+	if err := api.StorageVolDownload(ctx, vol, &buf, desc.Capacity); err != nil {
+		return false, err
+	}
+	if !bytes.ContainsFunc(buf.Bytes(), func(r rune) bool { return r != 0 }) {
+		// Created and never written, or cut off within the ISO's system
+		// area (its first 32 KiB are zeros): a crashed upload of ours.
+		return true, nil
+	}
+	img, err := iso9660.OpenImage(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		return false, nil
+	}
+	if label, err := img.Label(); err != nil || label != cloudinit.SeedLabel {
+		return false, nil
+	}
+	root, err := img.RootDir()
+	if err != nil {
+		return true, nil // a seed cut off after its label
+	}
+	files, err := root.GetChildren()
+	if err != nil {
+		return true, nil
+	}
+	for _, f := range files {
+		if f.Name() != "meta-data" {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(f.Reader(), 64<<10))
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.TrimSpace(line) == "local-hostname: "+name {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// deleteOwnVolumes deletes the overlay and the seed of instance name when
+// they are its own (see the top of this file); others of the same names are
+// left, with a log line.
+func (d *Driver) deleteOwnVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string) error {
+	for _, vn := range []string{overlayName(name), seedName(name)} {
+		v, err := api.StorageVolLookupByName(ctx, pool, vn)
+		if isCode(err, libvirt.ErrNoStorageVol) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := claimable(ctx, api, pool, v, name, hostName); err != nil {
+			if !proxy.IsPermanent(err) {
+				return err
+			}
+			d.log(ctx).Info("kvm delete leaves a volume another domain uses", "host", hostName, "volume", vn)
+			continue
+		}
+		var own bool
+		if vn == overlayName(name) {
+			_, own, err = isOverlay(ctx, api, v)
+		} else {
+			own, err = isSeedOf(ctx, api, v, name)
+		}
+		if err != nil {
+			return err
+		}
+		if !own {
+			d.log(ctx).Info("kvm delete leaves a volume it did not create", "host", hostName, "volume", vn)
+			continue
+		}
+		if err := api.StorageVolDelete(ctx, v); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
+			return err
+		}
+	}
+	return nil
+}
