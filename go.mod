@@ -15,6 +15,7 @@ require (
 	github.com/googleapis/gax-go/v2 v2.22.0
 	github.com/kdomanski/iso9660 v0.4.0
 	github.com/prometheus/client_golang v1.23.2
+	github.com/skeema/knownhosts v1.3.2
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.41.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.41.0

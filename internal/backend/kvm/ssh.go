@@ -12,11 +12,11 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+	"github.com/skeema/knownhosts"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/crypto/ssh"
-	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -52,9 +52,10 @@ func (c Credentials) digest() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// clientConfig builds the SSH client config. Parse failures never quote
-// the parser's message: it can hold a fragment of the material.
-func (c Credentials) clientConfig(user string) (*ssh.ClientConfig, error) {
+// clientConfig builds the SSH client config for the host at addr
+// (host:port). Parse failures never quote the parser's message: it can
+// hold a fragment of the material.
+func (c Credentials) clientConfig(user, addr string) (*ssh.ClientConfig, error) {
 	if c.Err != nil {
 		return nil, fmt.Errorf("%w: %s", errCredentials, c.Err.Error())
 	}
@@ -76,22 +77,23 @@ func (c Credentials) clientConfig(user string) (*ssh.ClientConfig, error) {
 	case len(c.KnownHosts) == 0:
 		return nil, fmt.Errorf("%w: %s is not set or empty (required unless insecureIgnoreHostKey)", errCredentials, orDefault(c.KnownHostsField, "known_hosts"))
 	default:
-		cb, err := knownHostsCallback(c.KnownHosts)
+		db, err := knownHostsDB(c.KnownHosts)
 		if err != nil {
 			return nil, proxy.Permanentf("%s does not parse as a known_hosts file", orDefault(c.KnownHostsField, "known_hosts"))
 		}
-		cfg.HostKeyCallback = cb
-		// Offer the key types known_hosts holds, so a host with several keys
-		// is verified against the one we know.
-		cfg.HostKeyAlgorithms = nil
+		cfg.HostKeyCallback = db.HostKeyCallback()
+		// Ask only for the key types known_hosts holds for this host: a host
+		// with several keys otherwise offers its preferred one (say
+		// ed25519), which fails against a known_hosts holding only its RSA
+		// key. Unknown hosts get none, and the callback refuses them.
+		cfg.HostKeyAlgorithms = db.HostKeyAlgorithms(addr)
 	}
 	return cfg, nil
 }
 
-// knownHostsCallback parses known_hosts content. knownhosts reads files
-// only, so the content goes through a private temporary file removed at
-// once.
-func knownHostsCallback(content []byte) (ssh.HostKeyCallback, error) {
+// knownHostsDB parses known_hosts content. knownhosts reads files only,
+// so the content goes through a private temporary file removed at once.
+func knownHostsDB(content []byte) (*knownhosts.HostKeyDB, error) {
 	f, err := os.CreateTemp("", "kvm-known-hosts-*")
 	if err != nil {
 		return nil, err
@@ -104,7 +106,7 @@ func knownHostsCallback(content []byte) (ssh.HostKeyCallback, error) {
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
-	return knownhosts.New(f.Name())
+	return knownhosts.NewDB(f.Name())
 }
 
 func orDefault(s, def string) string {
@@ -156,7 +158,7 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d.budgets.Dial)
 	defer cancel()
 
-	cfg, err := t.Creds.clientConfig(t.Host.User)
+	cfg, err := t.Creds.clientConfig(t.Host.User, t.Host.Address)
 	if err != nil {
 		return nil, &dialError{stageCredentials, err}
 	}
