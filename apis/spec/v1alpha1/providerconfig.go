@@ -78,6 +78,21 @@ type KVMConfig struct {
 	// +listType=map
 	// +listMapKey=name
 	Hosts []KVMHost `json:"hosts"`
+	// MaxImageSizeGiB caps every image download, as the server declares it
+	// and as it streams: a larger image fails the proxies that need it and
+	// leaves nothing in the pool.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MaxImageSizeGiB int32 `json:"maxImageSizeGiB,omitempty"`
+	// MaxConcurrentDownloadsPerHost is how many images download to one
+	// host at a time; more wait their turn.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxConcurrentDownloadsPerHost int32 `json:"maxConcurrentDownloadsPerHost,omitempty"`
 }
 
 // KVMCredentials are the SSH credentials for every host of a kvm block.

@@ -143,7 +143,11 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return proxy.Instance{}, err
 	}
 	if !ready {
-		need += uint64(max(d.b.imageSize(ctx, p.image), 0))
+		size := max(d.b.imageSize(ctx, p.image), 0)
+		if limit := d.cfg.maxImageBytes(); size > limit {
+			return proxy.Instance{}, tooLarge(p.image, size, limit)
+		}
+		need += uint64(size)
 	}
 	if info.Available < need {
 		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
@@ -151,7 +155,8 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 	if !ready {
 		job := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, &d.b.wg, func(j *imageJob) error {
-			return d.b.fetchImage(d.b.ctx, d.target(p.host), p.image, j)
+			return d.b.fetchImage(d.b.ctx, d.target(p.host), p.image, j, limits{maxBytes: d.cfg.maxImageBytes(), perHost: d.cfg.maxDownloadsPerHost(),
+				reserve: uint64(d.cfg.DiskSizeGB)<<30 + seedReserve})
 		})
 		done, jerr := job.finished()
 		switch {

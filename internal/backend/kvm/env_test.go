@@ -35,6 +35,8 @@ type imageServer struct {
 	content  []byte
 	chunked  bool
 	status   int
+	// headSize, when set, is the Content-Length a HEAD claims (a lie).
+	headSize int
 	gets     atomic.Int32
 	mu       sync.Mutex
 	hold     chan struct{}
@@ -49,6 +51,10 @@ func newImageServer(t *testing.T, size int) *imageServer {
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.status != 0 {
 			w.WriteHeader(s.status)
+			return
+		}
+		if r.Method == http.MethodHead && s.headSize != 0 {
+			w.Header().Set("Content-Length", strconv.Itoa(s.headSize))
 			return
 		}
 		if !s.chunked {

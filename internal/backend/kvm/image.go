@@ -75,6 +75,62 @@ type imageJob struct {
 	total   atomic.Int64
 	written atomic.Int64
 	ended   time.Time
+	// queued is set while the job waits for a download slot on its host.
+	queued atomic.Bool
+}
+
+// limits are the download limits of the config that started a job.
+type limits struct {
+	// maxBytes caps the image's size.
+	maxBytes int64
+	// perHost is how many downloads may run at once on the host.
+	perHost int
+	// reserve is what the proxy waiting for the image needs besides it
+	// (overlay and seed), for the pool-space check once the size is known.
+	reserve uint64
+}
+
+// tooLarge is the error of an image above the cap.
+func tooLarge(img resolvedImage, size, limit int64) error {
+	return proxy.Permanentf("image %s is %d MiB, more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), size>>20, limit>>20)
+}
+
+// slots bounds concurrent work per key (a host): acquire waits while
+// limit are running.
+type slots struct {
+	mu      sync.Mutex
+	running map[string]int
+	changed chan struct{}
+}
+
+func newSlots() *slots { return &slots{running: map[string]int{}, changed: make(chan struct{})} }
+
+func (s *slots) acquire(ctx context.Context, key string, limit int) error {
+	for {
+		s.mu.Lock()
+		if s.running[key] < limit {
+			s.running[key]++
+			s.mu.Unlock()
+			return nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *slots) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[key]--; s.running[key] <= 0 {
+		delete(s.running, key) // nothing kept for a host without downloads
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 func newImageCache() *imageCache {
@@ -83,6 +139,9 @@ func newImageCache() *imageCache {
 
 // progress is the job's progress for the Ready condition.
 func (j *imageJob) progress() string {
+	if j.queued.Load() {
+		return fmt.Sprintf("downloading image %s: waiting for the downloads running on the host to finish", j.image.label())
+	}
 	total, written := j.total.Load(), j.written.Load()
 	if total <= 0 {
 		return fmt.Sprintf("downloading image %s: starting", j.image.label())
@@ -104,6 +163,14 @@ func (j *imageJob) finished() (bool, error) {
 func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, run func(j *imageJob) error) *imageJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Failures are forgotten after failedTTL, whether or not anyone asks
+	// for their image again: tenants choose image URLs, and the cache must
+	// not grow with every one that ever failed.
+	for k, j := range c.jobs {
+		if done, err := j.finished(); done && err != nil && time.Since(j.ended) >= c.failedTTL {
+			delete(c.jobs, k)
+		}
+	}
 	if j := c.jobs[key]; j != nil {
 		if done, err := j.finished(); !done || (err != nil && time.Since(j.ended) < c.failedTTL) {
 			return j
@@ -184,7 +251,16 @@ func (b *Backend) imageSize(ctx context.Context, img resolvedImage) int64 {
 // anyone's calls), streaming from the URL into StorageVolUpload with a
 // running sha256: memory stays constant whatever the image's size. A base
 // left without a marker by an earlier attempt is deleted and redone.
-func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j *imageJob) (err error) {
+func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j *imageJob, lim limits) (err error) {
+	// One tenant's images cannot take every download of a host: wait for
+	// a slot (outside the upload budget, which starts with the download).
+	j.queued.Store(true)
+	err = b.downloads.acquire(ctx, t.endpoint(), lim.perHost)
+	j.queued.Store(false)
+	if err != nil {
+		return proxy.Transientf("image %s: %v", img.label(), err)
+	}
+	defer b.downloads.release(t.endpoint())
 	ctx, cancel := context.WithTimeout(withBudget(ctx, b.budgets.ImageUpload), b.budgets.ImageUpload)
 	defer cancel()
 	c, err := b.pool.fresh(ctx, t)
@@ -206,19 +282,30 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 		}
 	}
 
-	body, size, err := b.download(ctx, img, j)
+	body, size, err := b.download(ctx, img, j, lim.maxBytes)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = body.Close() }()
 	j.total.Store(size)
+	// The size is known now (the GET's, not what a HEAD claimed): check
+	// the pool again before writing anything.
+	info, err := api.StoragePoolGetInfo(ctx, pool)
+	if err != nil {
+		return classify(opCreate, err)
+	}
+	if need := uint64(size) + lim.reserve; info.Available < need {
+		return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
+			"storage pool %s on host %s has %d MiB available; image %s (%d MiB) and the proxy need %d MiB", pool.Name, t.Host.Name, info.Available>>20, img.label(), size>>20, need>>20)}
+	}
 
 	vol, err := api.StorageVolCreateXML(ctx, pool, volumeXML(img.volume(), uint64(size), "raw", "", ""))
 	if err != nil {
 		return classify(opCreate, err)
 	}
 	h := sha256.New()
-	cr := &countingReader{r: io.TeeReader(body, h), n: &j.written}
+	// Exactly size bytes go up; a body that streams more fails.
+	cr := &countingReader{r: io.TeeReader(&exactReader{r: body, left: size, what: img.label()}, h), n: &j.written}
 	if err := api.StorageVolUpload(ctx, vol, cr, uint64(size)); err != nil {
 		return classify(opCreate, err)
 	}
@@ -244,7 +331,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 // download opens img's URL. Without a Content-Length (a chunked mirror)
 // the body is spooled to a temporary file first, since the volume's size
 // must be declared before the upload; memory stays constant either way.
-func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob) (body io.ReadCloser, size int64, err error) {
+func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, maxBytes int64) (body io.ReadCloser, size int64, err error) {
 	u, _ := url.Parse(img.URL)
 	host := ""
 	if u != nil {
@@ -276,6 +363,10 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob) 
 		_ = resp.Body.Close()
 		return nil, 0, proxy.Permanentf("image %s: the server answered %s", img.label(), resp.Status)
 	}
+	if resp.ContentLength > maxBytes {
+		_ = resp.Body.Close()
+		return nil, 0, tooLarge(img, resp.ContentLength, maxBytes)
+	}
 	if resp.ContentLength > 0 {
 		return resp.Body, resp.ContentLength, nil
 	}
@@ -285,8 +376,13 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob) 
 		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
 	}
 	_ = os.Remove(f.Name()) // unlinked: gone when closed, whatever happens
-	n, err := io.Copy(f, &countingReader{r: resp.Body, n: &j.written})
+	// The spool stops one byte past the cap: disk use is bounded too.
+	n, err := io.Copy(f, &countingReader{r: io.LimitReader(resp.Body, maxBytes+1), n: &j.written})
 	j.written.Store(0)
+	if err == nil && n > maxBytes {
+		_ = f.Close()
+		return nil, 0, proxy.Permanentf("image %s streams more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), maxBytes>>20)
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
@@ -311,6 +407,36 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
+	return n, err
+}
+
+// exactReader passes on exactly left bytes of r and fails when r has
+// more: what is uploaded is what the size check and the volume were for.
+type exactReader struct {
+	r    io.Reader
+	left int64
+	what string
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.left <= 0 {
+		var one [1]byte
+		if n, _ := e.r.Read(one[:]); n > 0 {
+			return 0, proxy.Permanentf("image %s: the server sent more bytes than it declared", e.what)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.r.Read(p)
+	e.left -= int64(n)
+	if err == io.EOF && e.left > 0 {
+		return n, io.ErrUnexpectedEOF
+	}
+	if err == io.EOF {
+		err = nil
+	}
 	return n, err
 }
 

@@ -48,6 +48,33 @@ type Config struct {
 	MachineTypes map[string]MachineType
 	// Hosts in config order.
 	Hosts []Host
+	// MaxImageBytes caps an image download; DefaultMaxImageBytes when 0.
+	// A larger image (as the server declares it, or as it streams) fails
+	// Permanent and leaves nothing in the pool.
+	MaxImageBytes int64
+	// MaxDownloadsPerHost is how many images download at once to one
+	// host; DefaultMaxDownloadsPerHost when 0. More wait their turn.
+	MaxDownloadsPerHost int
+}
+
+// Defaults of the image download limits.
+const (
+	DefaultMaxImageBytes       = 20 << 30
+	DefaultMaxDownloadsPerHost = 2
+)
+
+func (c Config) maxImageBytes() int64 {
+	if c.MaxImageBytes > 0 {
+		return c.MaxImageBytes
+	}
+	return DefaultMaxImageBytes
+}
+
+func (c Config) maxDownloadsPerHost() int {
+	if c.MaxDownloadsPerHost > 0 {
+		return c.MaxDownloadsPerHost
+	}
+	return DefaultMaxDownloadsPerHost
 }
 
 // Image is one base image.
@@ -111,6 +138,8 @@ type Backend struct {
 	pool    *connPool
 	prober  *prober
 	images  *imageCache
+	// downloads bounds the image downloads running per host.
+	downloads *slots
 
 	names keyedLocks
 
@@ -139,6 +168,7 @@ func NewBackend(o Options) *Backend {
 	b.pool = newConnPool(dial, b.tracer, b.logger)
 	b.prober = newProber(o.Probe)
 	b.images = newImageCache()
+	b.downloads = newSlots()
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
 }

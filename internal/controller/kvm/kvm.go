@@ -72,6 +72,10 @@ func connectWith(ctx context.Context, cfg *external.Config, b *kvmbackend.Backen
 	if c.DiskSizeGB == 0 {
 		c.DiskSizeGB = 10
 	}
+	// Zero (a config written before the fields existed) means the
+	// backend's defaults, the same as the API's.
+	c.MaxImageBytes = int64(k.MaxImageSizeGiB) << 30
+	c.MaxDownloadsPerHost = int(k.MaxConcurrentDownloadsPerHost)
 	for key, im := range k.Images {
 		c.Images[key] = kvmbackend.Image{URL: im.URL, SHA256: im.SHA256, Format: im.Format, Firmware: im.Firmware}
 	}

@@ -1,0 +1,140 @@
+package kvm
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+)
+
+// createError is what Create of req reports, at once or (for a failure in
+// the background download) from the Get after it.
+func (e *testEnv) createError(req proxy.Request) error {
+	e.t.Helper()
+	inst, err := e.d.Create(context.Background(), req)
+	if err != nil {
+		return err
+	}
+	e.waitBackgroundDone()
+	_, err = e.d.Get(context.Background(), ref(inst))
+	return err
+}
+
+// TestImage_headThatLiesCannotPassThePoolCheck: the attack is an image
+// server whose HEAD claims a tiny file and whose GET streams one the pool
+// has no room for. The pool is checked again with the GET's size before
+// anything is written.
+func TestImage_headThatLiesCannotPassThePoolCheck(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) {
+		e.images.headSize = 1024
+		// Room for the overlay, the seed and the claimed 1 KiB; not for
+		// the 3 MiB that come.
+		e.host.pools["default"].available = 10<<30 + seedReserve + 1<<20
+	})
+	err := e.createError(e.request("web", "uid-1"))
+	if !proxy.IsQuota(err) || !strings.Contains(err.Error(), "storage pool default on host lab") || !strings.Contains(err.Error(), "image debian (3 MiB)") {
+		t.Fatalf("Create with a lying HEAD = %v (%s); want Quota naming the pool and the image's real size", err, proxy.ClassOf(err))
+	}
+	if got := e.host.volNames(); len(got) != 0 {
+		t.Errorf("volumes written: %v", got)
+	}
+}
+
+// TestImage_largerThanTheCap: an image above the config's cap is refused,
+// whether the server says so in its HEAD, only in its GET, or streams it
+// without a length; nothing lands in the pool.
+func TestImage_largerThanTheCap(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(e *testEnv)
+	}{
+		{"HonestHead", func(*testEnv) {}},
+		{"HeadLies", func(e *testEnv) { e.images.headSize = 1024 }},
+		{"HeadLiesAndBodyHasNoLength", func(e *testEnv) { e.images.headSize = 1024; e.images.chunked = true }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, func(e *testEnv) { e.cfg.MaxImageBytes = 1 << 20 }, tc.setup)
+			err := e.createError(e.request("web", "uid-1"))
+			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "more than the 1 MiB the config allows (kvm.maxImageSizeGiB)") {
+				t.Fatalf("Create of a 3 MiB image with a 1 MiB cap = %v (%s); want Permanent naming the cap", err, proxy.ClassOf(err))
+			}
+			if got := e.host.volNames(); len(got) != 0 {
+				t.Errorf("volumes written: %v", got)
+			}
+		})
+	}
+}
+
+// TestImage_concurrentDownloadsPerHost: with one download per host, a
+// second image waits (and says so) until the first is in, then follows.
+func TestImage_concurrentDownloadsPerHost(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) {
+		e.cfg.MaxDownloadsPerHost = 1
+		e.cfg.Images["other"] = Image{URL: e.images.URL + "/other.qcow2", SHA256: e.images.sha()}
+	})
+	release := e.images.holdBodies()
+	defer release()
+	first := e.mustCreate(e.request("a", "uid-a"))
+	testenv.WaitFor(t, "the first download to start", 5*time.Second, func() (bool, string) {
+		return e.images.gets.Load() == 1, e.mustGet(ref(first)).Progress
+	})
+	req := e.request("b", "uid-b")
+	req.Placement.Image = "other"
+	second := e.mustCreate(req)
+	testenv.WaitFor(t, "the second download to wait", 5*time.Second, func() (bool, string) {
+		p := e.mustGet(ref(second)).Progress
+		return strings.Contains(p, "downloading image other: waiting for the downloads running on the host to finish"), p
+	})
+	if got := e.images.gets.Load(); got != 1 {
+		t.Errorf("%d downloads ran at once; want 1", got)
+	}
+	release()
+	createAndBoot(t, e, "a", "uid-a")
+	b := createAndBootReq(t, e, req)
+	if b.ID != second.ID || e.images.gets.Load() != 2 {
+		t.Errorf("after the first download: second instance %q, %d downloads; want %q and 2", b.ID, e.images.gets.Load(), second.ID)
+	}
+}
+
+// createAndBootReq is createAndBoot for a request of any placement.
+func createAndBootReq(t *testing.T, e *testEnv, req proxy.Request) proxy.Instance {
+	t.Helper()
+	var inst proxy.Instance
+	var err error
+	for range 20 {
+		inst, err = e.observeOrCreate(req)
+		if err == nil && inst.ProxyReachable {
+			return inst
+		}
+		e.waitBackground()
+		if err == nil && inst.ID != "" {
+			_ = e.settle(context.Background(), inst.ID)
+		}
+	}
+	t.Fatalf("%s never became Running: %+v, %v", req.Name, inst, err)
+	return inst
+}
+
+// TestImage_failedJobsAreForgotten: every failed download is dropped from
+// the cache once its TTL is over, even if no one asks for its image again.
+func TestImage_failedJobsAreForgotten(t *testing.T) {
+	c := newImageCache()
+	c.failedTTL = 0
+	var wg sync.WaitGroup
+	for _, u := range []string{"http://a.example/1", "http://a.example/2", "http://a.example/3"} {
+		j := c.start(u, resolvedImage{Key: "url", URL: u}, &wg, func(*imageJob) error { return proxy.Permanentf("404") })
+		<-j.done
+	}
+	c.start("http://a.example/ok", resolvedImage{Key: "url"}, &wg, func(*imageJob) error { return nil })
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) != 0 {
+		t.Errorf("the cache holds %d jobs after they failed or finished; want none", len(c.jobs))
+	}
+}
