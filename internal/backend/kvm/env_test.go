@@ -32,9 +32,9 @@ const (
 // half-way until released, or without Content-Length.
 type imageServer struct {
 	*httptest.Server
-	content  []byte
-	chunked  bool
-	status   int
+	content []byte
+	chunked bool
+	status  int
 	// headSize, when set, is the Content-Length a HEAD claims (a lie).
 	headSize int
 	gets     atomic.Int32
