@@ -91,13 +91,19 @@ run: build
 # The whole suite: generated files up to date, vet, unit and integration
 # tests on a real control plane, real Squid, real Crossplane core.
 .PHONY: test
-test: test-deps check-generated vet
+test: test-deps check-generated vet lint
 	CI=$${CI:-true} EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./...
 
 .PHONY: vet
 vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "Not gofmt'ed:"; echo "$$out"; exit 1; fi
+
+# golangci-lint at the version pinned in hack/lint-bins.sh (built into the
+# tool cache when missing), with .golangci.yml.
+.PHONY: lint
+lint:
+	@$$(bash hack/lint-bins.sh) run ./...
 
 # Unit tests only: no control plane, no Squid.
 .PHONY: test-unit

@@ -141,6 +141,7 @@ func TestAdmissionIntegration(t *testing.T) {
 		set("spec.kubernetes.credentials", map[string]any{"source": "Secret", "secretRef": map[string]any{"namespace": "x", "name": "kc", "key": "kubeconfig"}})(u)
 	}
 
+	gcpBlock, _ := find(t, examples, nsConfig, "ClusterProviderConfig", "gcp-prod").Object["spec"].(map[string]any)["gcp"]
 	cases := []struct {
 		name   string
 		base   example
@@ -163,7 +164,7 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"ZoneNotAZone", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.zone", "europe")}, []string{"spec.forProvider.zone", "should match"}},
 		{"UnknownAddressType", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.address.type", "Floating")}, []string{"spec.forProvider.address.type", "Unsupported value"}},
 		{"UnknownServiceType", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.service.type", "NodePort")}, []string{"spec.forProvider.service.type", "Unsupported value"}},
-		{"ConfigWithTwoBlocks", cpcPods, []func(*unstructured.Unstructured){set("spec.gcp", find(t, examples, nsConfig, "ClusterProviderConfig", "gcp-prod").Object["spec"].(map[string]any)["gcp"])}, []string{"spec", "exactly one of kvm, proxmox, gcp or kubernetes"}},
+		{"ConfigWithTwoBlocks", cpcPods, []func(*unstructured.Unstructured){set("spec.gcp", gcpBlock)}, []string{"spec", "exactly one of kvm, proxmox, gcp or kubernetes"}},
 		{"ConfigWithNoBlock", cpcPods, []func(*unstructured.Unstructured){unset("spec.kubernetes")}, []string{"spec", "exactly one of kvm, proxmox, gcp or kubernetes"}},
 		{"ClusterConfigRefWithoutNamespace", cpcKVM, []func(*unstructured.Unstructured){unset("spec.kvm.credentials.sshKeySecretRef.namespace")}, []string{"spec.kvm.credentials.sshKeySecretRef.namespace", "required on a cluster-scoped config"}},
 		{"LegacyConfigRefWithoutNamespace", legKVM, []func(*unstructured.Unstructured){unset("spec.kvm.credentials.knownHostsSecretRef.namespace")}, []string{"spec.kvm.credentials.knownHostsSecretRef.namespace", "required on a cluster-scoped config"}},

@@ -74,7 +74,7 @@ const (
 	DefaultSize = "small"
 	// DefaultConnectionSecretNamespace is where cluster-scoped managed
 	// resources write their connection Secrets when nothing else says.
-	DefaultConnectionSecretNamespace = "crossplane-system"
+	DefaultConnectionSecretNamespace = "crossplane-system" //nolint:gosec // A namespace, not a credential.
 	// SecretSuffix names a namespaced composite's connection Secret when
 	// the request names none: <composite name>-proxy.
 	SecretSuffix = "-proxy"

@@ -193,7 +193,7 @@ func TestProviderIntegration(t *testing.T) {
 			}
 			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 			for _, c := range conds {
-				m := c.(map[string]any)
+				m, _ := c.(map[string]any)
 				if m["type"] == "Synced" {
 					return m["status"] == "False" && strings.Contains(fmt.Sprint(m["message"]), msg), fmt.Sprint(m["message"])
 				}

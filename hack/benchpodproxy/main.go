@@ -685,7 +685,7 @@ func startControllerManager(cp *controlplane.ControlPlane, dir string) (func(), 
 	if err != nil {
 		return nil, 0, err
 	}
-	cmd := exec.Command(filepath.Join(cp.BinDir, "kube-controller-manager"), //nolint:gosec // our own binary.
+	cmd := exec.Command(filepath.Join(cp.BinDir, "kube-controller-manager"),
 		"--kubeconfig="+cp.KubeconfigPath,
 		"--controllers=garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller",
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
@@ -733,7 +733,7 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(o.provider, //nolint:gosec // the provider under test.
+	cmd := exec.Command(o.provider,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
 		"--health-probe-bind-address", "0",
 		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort),

@@ -19,7 +19,7 @@ import (
 // Paths of Squid's files on a Debian or Ubuntu guest.
 const (
 	SquidConfPath = "/etc/squid/squid.conf"
-	HtpasswdPath  = "/etc/squid/egressproxy.htpasswd"
+	HtpasswdPath  = "/etc/squid/egressproxy.htpasswd" //nolint:gosec // A path, not a credential.
 )
 
 // SquidOptions are the squid.Options for a Debian or Ubuntu guest running

@@ -137,7 +137,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, retErr error) {
 				retErr = fmt.Errorf("%w\nlast lines of the control-plane log:\n%s", retErr, tail)
 			}
 			if err := c.Stop(); err != nil {
-				retErr = fmt.Errorf("%w (and stopping what had started: %v)", retErr, err)
+				retErr = fmt.Errorf("%w (and stopping what had started: %w)", retErr, err)
 			}
 		}
 	}()
@@ -441,7 +441,7 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, node bool) er
 	select {
 	case <-synced.seen:
 	case <-c.kcmDone:
-		return fmt.Errorf("kube-controller-manager exited at start: %v", c.kcmErr)
+		return fmt.Errorf("kube-controller-manager exited at start: %w", c.kcmErr)
 	case <-time.After(kcmReadyTimeout):
 		fmt.Fprintf(c.log.writer("[controlplane] "), "warning: no %q from kube-controller-manager within %s; going on\n", gcSyncedMarker, kcmReadyTimeout)
 	case <-ctx.Done():

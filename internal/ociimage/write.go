@@ -81,7 +81,7 @@ func tarDir(w io.Writer, dir string) error {
 		if d.IsDir() {
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: epoch})
 		}
-		b, err := os.ReadFile(p)
+		b, err := os.ReadFile(p) //nolint:gosec // A file the caller named.
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func writeFile(file string, write func(io.Writer) error) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil { //nolint:gosec // An image or package file, read by other tools: not a secret.
 		return err
 	}
 	return os.Rename(tmp.Name(), file)
@@ -129,7 +129,7 @@ type Registry struct {
 }
 
 func (r Registry) options(ctx context.Context) []remote.Option {
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t := http.DefaultTransport.(*http.Transport).Clone() //nolint:forcetypeassert // net/http's default transport is an *http.Transport.
 	if r.RootCAs != nil {
 		t.TLSClientConfig = &tls.Config{RootCAs: r.RootCAs, MinVersion: tls.VersionTLS12}
 	}

@@ -104,7 +104,7 @@ func WithContext(err error, provider, op string) error {
 		return err // nothing to add; keep err, wrapping and all
 	}
 	var cp Error
-	if error(pe) == err {
+	if error(pe) == err { //nolint:errorlint // Identity: is err the *Error itself, not one it wraps.
 		cp = *pe
 	} else {
 		// Copying pe would drop whatever err wraps around it.

@@ -73,7 +73,7 @@ func worldReadableDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // Squid's user must read the files.
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -81,10 +81,10 @@ func worldReadableDir(t *testing.T) string {
 
 func writeReadable(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil { //nolint:gosec // see worldReadableDir.
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(path, 0o644); err != nil { //nolint:gosec // umask-proof.
+	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,7 +218,7 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSqui
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Port = int32(l.Addr().(*net.TCPAddr).Port) //nolint:gosec // a port fits.
+	s.Port = int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // A TCP listener. //nolint:gosec // a port fits.
 	_ = l.Close()
 
 	o.HtpasswdPath = filepath.Join(dir, "htpasswd")
@@ -234,12 +234,12 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSqui
 	// Squid opens /dev/stdout by name after dropping privileges, so its
 	// stdout must be a file its user may open, not a pipe of ours.
 	logPath := filepath.Join(dir, "squid.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666) //nolint:gosec // see above.
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	if err := os.Chmod(logPath, 0o666); err != nil { //nolint:gosec // umask-proof.
+	if err := os.Chmod(logPath, 0o666); err != nil {
 		t.Fatal(err)
 	}
 
@@ -264,7 +264,7 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSqui
 		// squid's end of their pipes closes; the group is for anything else
 		// squid may have started.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
+		<-exited //nolint:errcheck // Squid was killed: its exit status says nothing.
 		// A killed squid leaves its segments behind; only ours are removed.
 		shm, _ := filepath.Glob("/dev/shm/" + name + "-*")
 		for _, p := range shm {

@@ -26,7 +26,7 @@ import (
 // has nowhere else to put them.
 const (
 	// DefaultHtpasswdPath is where the htpasswd file is installed.
-	DefaultHtpasswdPath = "/etc/squid/egressproxy.htpasswd"
+	DefaultHtpasswdPath = "/etc/squid/egressproxy.htpasswd" //nolint:gosec // A path, not a credential.
 	// DefaultAuthHelperPath is Debian's basic_ncsa_auth.
 	DefaultAuthHelperPath = "/usr/lib/squid/basic_ncsa_auth"
 	// DefaultPIDFile "none" writes no PID file.
@@ -174,7 +174,7 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 
 	listen := strconv.Itoa(int(s.Port))
 	if o.ListenAddress != "" {
-		listen = netip.AddrPortFrom(netip.MustParseAddr(o.ListenAddress), uint16(s.Port)).String() //nolint:gosec // Validate checked 1-65535.
+		listen = netip.AddrPortFrom(netip.MustParseAddr(o.ListenAddress), uint16(s.Port)).String()
 	}
 	w("http_port "+listen,
 		// A fixed name: the machine's own host name would otherwise show in

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -83,7 +84,7 @@ func startProcess(t testing.TB, name, logPath string, env []string, bin string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...) //nolint:gosec // binaries this test built.
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, and killed with the test binary.
@@ -137,7 +138,7 @@ func startCrossplane(t testing.TB, kube client.Client, bins, kubeconfig, dir str
 		"TLS_CLIENT_SECRET_NAME=crossplane-tls-client",
 		"POD_NAMESPACE=crossplane-system",
 	}
-	init := exec.Command(filepath.Join(bins, "crossplane"), "core", "init", "--enable-webhooks=false") //nolint:gosec // our build.
+	init := exec.Command(filepath.Join(bins, "crossplane"), "core", "init", "--enable-webhooks=false")
 	init.Env = append(os.Environ(), env...)
 	if out, err := init.CombinedOutput(); err != nil {
 		t.Fatalf("crossplane core init: %v\n%s", err, out)
@@ -320,7 +321,7 @@ func applyFile(t testing.TB, kube client.Client, path string) []*unstructured.Un
 	for {
 		u := &unstructured.Unstructured{}
 		if err := d.Decode(&u.Object); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return out
 			}
 			t.Fatalf("%s: %v", path, err)

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -116,7 +117,7 @@ func untarBytes(t *testing.T, b []byte, gz bool) map[string][]byte {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {
@@ -140,7 +141,7 @@ func decode(t *testing.T, b []byte) []*unstructured.Unstructured {
 	for {
 		u := &unstructured.Unstructured{}
 		if err := d.Decode(&u.Object); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return out
 			}
 			t.Fatal(err)

@@ -55,7 +55,7 @@ const (
 	// the startup script installs them at every boot, which is how an
 	// Update reaches a VM whose cloud-init ran once.
 	MetadataSquidConf = "egressproxy-squid-conf"
-	MetadataHtpasswd  = "egressproxy-htpasswd"
+	MetadataHtpasswd  = "egressproxy-htpasswd" //nolint:gosec // A metadata key, not a credential.
 )
 
 // Address types of proxy.Exposure.AddressType.

@@ -262,7 +262,7 @@ func TestFakeAnswersInTheRecordedShapes(t *testing.T) {
 	// recordings are beta bodies with /v1/ links).
 	var v1Instance map[string]any
 	for _, sl := range r["compute#instanceAggregatedList"][0]["items"].(map[string]any) { //nolint:forcetypeassert // The recording's shape.
-		if l, ok := sl.(map[string]any)["instances"].([]any); ok { //nolint:forcetypeassert // The recording's shape.
+		if l, ok := sl.(map[string]any)["instances"].([]any); ok {
 			v1Instance = l[0].(map[string]any) //nolint:forcetypeassert // The recording's shape.
 		}
 	}

@@ -66,7 +66,9 @@ func TestRemotePoolsByKubeconfig(t *testing.T) {
 	if b, _ := r.Cluster([]byte("b")); b == a || built != 2 {
 		t.Errorf("a rotated kubeconfig did not build a new cluster")
 	}
-	r.Cluster([]byte("c"))
+	if _, err := r.Cluster([]byte("c")); err != nil {
+		t.Fatal(err)
+	}
 	if len(r.pool) != 2 {
 		t.Errorf("pool holds %d clusters; want at most Max (2)", len(r.pool))
 	}
@@ -84,11 +86,16 @@ func TestStripKeepsWhatGetReads(t *testing.T) {
 
 	sd, _ := StripDeployment(dep.DeepCopy())
 	sp, _ := StripPod(pod.DeepCopy())
-	after := observe(sd.(*appsv1.Deployment), []corev1.Pod{*sp.(*corev1.Pod)}, nil, Config{}.withDefaults().templateHash())
+	d, okD := sd.(*appsv1.Deployment)
+	p, okP := sp.(*corev1.Pod)
+	if !okD || !okP {
+		t.Fatalf("StripDeployment and StripPod returned %T and %T", sd, sp)
+	}
+	after := observe(d, []corev1.Pod{*p}, nil, Config{}.withDefaults().templateHash())
 	if diff := cmp.Diff(before, after, cmp.AllowUnexported(observation{})); diff != "" {
 		t.Errorf("observe differs on stripped objects (-full +stripped):\n%s", diff)
 	}
-	if d := sd.(*appsv1.Deployment); d.Spec.Selector == nil || len(d.Spec.Template.Spec.Volumes) != 0 {
+	if d.Spec.Selector == nil || len(d.Spec.Template.Spec.Volumes) != 0 {
 		t.Errorf("stripped Deployment: selector %v, %d volumes; want the selector kept and the rest of the pod spec gone", d.Spec.Selector, len(d.Spec.Template.Spec.Volumes))
 	}
 }

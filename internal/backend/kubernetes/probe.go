@@ -80,7 +80,7 @@ func (p *Prober) Reachable(ctx context.Context, key, addr string) (ok, pending b
 		e = &probeEntry{addr: addr, done: make(chan struct{})}
 		p.entries[key] = e
 		p.sweep(now)
-		go p.dial(key, e)
+		go p.dial(key, e) //nolint:gosec // The probe outlives the request that started it: later requests share its result.
 	}
 	p.mu.Unlock()
 

@@ -2,6 +2,7 @@ package kvm
 
 import (
 	"context"
+	"errors"
 
 	"github.com/digitalocean/go-libvirt"
 
@@ -25,7 +26,7 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 		return err
 	}
 	h, name, err := d.resolve(ref)
-	if gone, ok := err.(errHostGone); ok {
+	if gone := (errHostGone{}); errors.As(err, &gone) {
 		// The provider cannot reach it; refusing would pin the finalizer.
 		d.log(ctx).Info("kvm delete: the instance's host is no longer configured; leaving it", "id", ref.ID, "reason", gone.Error())
 		return nil

@@ -40,7 +40,6 @@ type imageServer struct {
 	gets     atomic.Int32
 	mu       sync.Mutex
 	hold     chan struct{}
-	holdOnce sync.Once
 }
 
 func newImageServer(t *testing.T, size int) *imageServer {

@@ -58,7 +58,6 @@ type fakeDomain struct {
 	leaseIP string
 	agentUp bool
 	nvram   bool
-	ids     int32
 	uuid    libvirt.UUID
 }
 
@@ -601,7 +600,7 @@ func (c *fakeConn) StorageVolCreateXML(ctx context.Context, p libvirt.StoragePoo
 
 func (c *fakeConn) StorageVolUpload(ctx context.Context, v libvirt.StorageVol, r io.Reader, length uint64) error {
 	if err := c.enter(ctx, "StorageVolUpload", v.Name); err != nil {
-		if err == errCrashedHere {
+		if errors.Is(err, errCrashedHere) {
 			// Died mid-upload: half the bytes landed.
 			var buf bytes.Buffer
 			_, _ = io.Copy(&buf, io.LimitReader(r, int64(length/2)))

@@ -2,6 +2,7 @@ package kvm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -67,7 +68,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 		return proxy.Instance{}, err
 	}
 	h, name, err := d.resolve(ref)
-	if gone, ok := err.(errHostGone); ok {
+	if gone := (errHostGone{}); errors.As(err, &gone) {
 		return proxy.Instance{}, proxy.Permanentf("%v: the provider cannot reach its instances", gone)
 	}
 	if err != nil {

@@ -181,7 +181,7 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		stop()
 		_ = tcp.Close()
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
 		return nil, &dialError{stageSSH, err}
 	}

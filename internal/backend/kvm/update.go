@@ -33,7 +33,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, err
 	}
 	h, name, err := d.resolve(ref)
-	if gone, ok := err.(errHostGone); ok {
+	if gone := (errHostGone{}); errors.As(err, &gone) {
 		return proxy.Instance{}, proxy.Permanentf("%v", gone)
 	}
 	if err != nil {

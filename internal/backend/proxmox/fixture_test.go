@@ -56,10 +56,6 @@ func withConfig(f func(*proxmox.Config)) fixtureOption {
 	return func(o *fixtureOptions) { o.config = f }
 }
 
-func withDriver(f func(*proxmox.Options)) fixtureOption {
-	return func(o *fixtureOptions) { o.driver = f }
-}
-
 func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	t.Helper()
 	o := fixtureOptions{fake: pvetest.Options{Durations: pvetest.HeldDurations}}

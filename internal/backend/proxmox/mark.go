@@ -219,7 +219,7 @@ func probeWindow(uid string, lo, hi int) []int {
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(uid))
-	first := int(h.Sum64() % uint64(span)) //nolint:gosec // span is positive and small.
+	first := int(h.Sum64() % uint64(span))
 	n := min(maxProbes, span)
 	out := make([]int, 0, n)
 	for i := range n {

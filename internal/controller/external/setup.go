@@ -172,11 +172,12 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 	// which leaves out writes the server already holds (package writes).
 	r := managed.NewReconciler(sh.ReconcilerManager(mgr), resource.ManagedKind(gvk), opts...)
 
+	forObj := obj.(client.Object) //nolint:forcetypeassert // Every registered kind is an object.
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(o.ForControllerRuntime()).
 		WithEventFilter(desiredStateChanged()).
-		For(obj.(client.Object)) //nolint:forcetypeassert // Every registered kind is an object.
+		For(forObj)
 	if k.Watches != nil {
 		// A list object of its own: the state-metrics recorder lists into
 		// listObj concurrently.

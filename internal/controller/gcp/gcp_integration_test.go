@@ -60,11 +60,10 @@ const (
 // scopes in-process, their drivers on the real SDK clients pointed at the
 // fake Compute Engine.
 type env struct {
-	kube  client.Client
-	srv   *gcptest.Server
-	gets  atomic.Int64 // driver Get calls (one per Observe)
-	logs  *testenv.Buffer
-	ports []int
+	kube client.Client
+	srv  *gcptest.Server
+	gets atomic.Int64 // driver Get calls (one per Observe)
+	logs *testenv.Buffer
 }
 
 // countingDriver counts Get, which the controller calls once per Observe.
@@ -202,7 +201,7 @@ func freePort(t *testing.T) int32 {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert,gosec // A TCP listener; ports fit.
+	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // A TCP listener.
 }
 
 // listen plays the proxy answering on ip:port once the fake handed out
@@ -517,9 +516,9 @@ func TestGCPProxyIntegration(t *testing.T) {
 func natIP(inst map[string]any) string {
 	nics, _ := inst["networkInterfaces"].([]any)
 	for _, n := range nics {
-		acs, _ := n.(map[string]any)["accessConfigs"].([]any) //nolint:forcetypeassert // JSON objects.
+		acs, _ := n.(map[string]any)["accessConfigs"].([]any)
 		for _, ac := range acs {
-			if ip, _ := ac.(map[string]any)["natIP"].(string); ip != "" { //nolint:forcetypeassert // JSON objects.
+			if ip, _ := ac.(map[string]any)["natIP"].(string); ip != "" {
 				return ip
 			}
 		}

@@ -115,8 +115,7 @@ func reconcileOnce(t *testing.T, details managed.ConnectionDetails) (*recorder, 
 		},
 	}
 	rec := &recorder{}
-	var server client.Client
-	server = fake.NewClientBuilder().WithScheme(s).WithObjects(mr).WithStatusSubresource(mr).
+	server := fake.NewClientBuilder().WithScheme(s).WithObjects(mr).WithStatusSubresource(mr).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 				rec.add(call{verb: "get", kind: kindOf(obj), noOptions: len(opts) == 0})

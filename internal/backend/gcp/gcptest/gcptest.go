@@ -71,9 +71,6 @@ type Server struct {
 	seq       uint64
 	unreach   []string
 	auth      string
-	// Dial addresses: the IPs handed out, keyed by resource, so a test
-	// can put a listener on them.
-	natPort int
 }
 
 // Quota is one regional quota.
@@ -84,15 +81,13 @@ type Quota struct {
 }
 
 type instance struct {
-	body      map[string]any // the stored resource (secret user-data included)
-	zone      string
-	name      string
-	status    string
-	natIP     string
-	static    bool
-	insertOp  string
-	deleting  bool
-	restartOp string
+	body     map[string]any // the stored resource (secret user-data included)
+	zone     string
+	name     string
+	status   string
+	natIP    string
+	insertOp string
+	deleting bool
 }
 
 type address struct {
@@ -107,15 +102,14 @@ type firewall struct {
 }
 
 type operation struct {
-	key       string
-	body      map[string]any
-	scope     string // zones/z, regions/r, global
-	started   time.Time
-	done      bool
-	finish    func() *opFailure // applied when the operation ends; a non-nil result fails it
-	target    string            // resource key the op works on
-	held      bool
-	preFailed *opFailure
+	key     string
+	body    map[string]any
+	scope   string // zones/z, regions/r, global
+	started time.Time
+	done    bool
+	finish  func() *opFailure // applied when the operation ends; a non-nil result fails it
+	target  string            // resource key the op works on
+	held    bool
 }
 
 type failure struct {

@@ -124,9 +124,8 @@ type Kubelet struct {
 }
 
 type container struct {
-	ip    string
-	stop  func()
-	dirty bool
+	ip   string
+	stop func()
 }
 
 // New returns a stand-in talking to the API server of cfg.
@@ -141,7 +140,7 @@ func New(cfg *rest.Config, o Options) (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kubelet{o: o, c: c, cfg: cfg, running: map[types.UID]*container{}, seen: map[types.UID]bool{}, next: uint32(1+os.Getpid()%254)<<16 + 1} //nolint:gosec // 1..254.
+	k := &Kubelet{o: o, c: c, cfg: cfg, running: map[types.UID]*container{}, seen: map[types.UID]bool{}, next: uint32(1+os.Getpid()%254)<<16 + 1}
 	if k.o.Workers <= 0 {
 		k.o.Workers = 32
 	}
@@ -158,7 +157,7 @@ func New(cfg *rest.Config, o Options) (*Kubelet, error) {
 		k.ownDir = true
 	}
 	// Squid drops from root to its own user, which must read the files.
-	if err := os.Chmod(k.dir, 0o755); err != nil { //nolint:gosec // see above.
+	if err := os.Chmod(k.dir, 0o755); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -436,10 +435,10 @@ func (k *Kubelet) runSquid(ctx context.Context, p *corev1.Pod, ip string, port i
 		return nil, err
 	}
 	dir := filepath.Join(k.dir, string(p.UID))
-	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // Squid's user reads it.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	_ = os.Chmod(dir, 0o755) //nolint:gosec // umask-proof.
+	_ = os.Chmod(dir, 0o755)
 	conf := Substitute(files.SquidConf, dir, ip)
 	write := func(name, content string, mode os.FileMode) error {
 		path := filepath.Join(dir, name)
@@ -469,8 +468,8 @@ func (k *Kubelet) runSquid(ctx context.Context, p *corev1.Pod, ip string, port i
 	defer logf.Close()
 
 	sum := sha256.Sum256([]byte(p.UID))
-	name := "kt" + hex.EncodeToString(sum[:])[:12]                                                    // Squid takes letters and digits
-	cmd := exec.Command(k.squid, "-N", "-n", name, "-f", filepath.Join(dir, kubernetes.KeySquidConf)) //nolint:gosec // the test's own squid.
+	name := "kt" + hex.EncodeToString(sum[:])[:12] // Squid takes letters and digits
+	cmd := exec.Command(k.squid, "-N", "-n", name, "-f", filepath.Join(dir, kubernetes.KeySquidConf))
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -121,7 +121,7 @@ func up() (*Host, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("hack/libvirt-up.sh: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("hack/libvirt-up.sh: %w\n%s", err, stderr.String())
 	}
 	upped = true
 	fmt.Fprintf(os.Stderr, "kvmtest: libvirt host up in %.1fs\n%s", time.Since(start).Seconds(), stderr.String())
@@ -172,7 +172,7 @@ func GuestImage(tb testing.TB) string {
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr // a cold build takes minutes: show its progress
 	if err := cmd.Run(); err != nil {
-		Unavailable(tb, "the guest image", fmt.Errorf("hack/guest-image.sh: %v", err))
+		Unavailable(tb, "the guest image", fmt.Errorf("hack/guest-image.sh: %w", err))
 	}
 	// The path is the last line: nothing else should be on stdout, but a
 	// tool that talks there must not corrupt it.

@@ -40,6 +40,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -54,7 +55,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -219,7 +219,6 @@ type Server struct {
 	violations []string
 	faults     []*Fault
 	failTasks  map[string][]failure // task type -> how the next tasks of that type fail
-	upids      atomic.Int64
 }
 
 // New starts a fake cluster for t and stops it when t ends. Any schema
@@ -737,7 +736,7 @@ func readParams(r *http.Request) (map[string]string, error) {
 		mr := multipart.NewReader(bufio.NewReader(r.Body), ctParams["boundary"])
 		for {
 			p, err := mr.NextPart()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {

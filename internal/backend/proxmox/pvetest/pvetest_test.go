@@ -166,10 +166,11 @@ func TestErrorsCarryTheRealTexts(t *testing.T) {
 	if resp.Status != "500 unable to create VM 100200: config file already exists" {
 		t.Errorf("second clone to the same VMID: %q", resp.Status)
 	}
-	resp, env = call(t, s, "GET", "/cluster/resources?type=vm", nil)
+	_, env = call(t, s, "GET", "/cluster/resources?type=vm", nil)
 	var entry map[string]any
-	for _, e := range env["data"].([]any) {
-		if m := e.(map[string]any); m["vmid"] == float64(100200) {
+	data, _ := env["data"].([]any)
+	for _, e := range data {
+		if m, _ := e.(map[string]any); m["vmid"] == float64(100200) {
 			entry = m
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -326,7 +327,7 @@ func (s *Server) route(m *MethodInfo, p map[string]string) answer {
 		return fail(501, "Method '%s %s' not implemented", m.Method, m.Path)
 	}
 	if err != nil {
-		if ae, isAE := err.(*apiError); isAE {
+		if ae := (*apiError)(nil); errors.As(err, &ae) {
 			return fail(ae.status, "%s", ae.msg)
 		}
 		return fail(500, "%v", err)
