@@ -12,6 +12,7 @@ import (
 	gcdebug "runtime/debug"
 	"time"
 
+	changelogsv1alpha1 "github.com/crossplane/crossplane-runtime/v2/apis/changelogs/proto/v1alpha1"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
@@ -21,12 +22,15 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +44,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/envflag"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
@@ -49,12 +54,15 @@ func main() {
 	var (
 		debug              = flag.Bool("debug", false, "Log at debug level (V(1) and more).")
 		logFormat          = flag.String("log-format", "json", "Log format: json or console.")
-		pollInterval       = flag.Duration("poll", time.Minute, "How often a Ready proxy is checked.")
+		syncInterval       = flag.Duration("sync", time.Hour, "How often the manager's caches resync every object (a full resync; the proxy controllers act on changes and polls, not on resyncs).")
+		pollInterval       = flag.Duration("poll", 5*time.Minute, "How often a Ready proxy is checked on its backend (one API call per proxy on GCP: see docs/operations.md for the quota arithmetic).")
 		notReadyPoll       = flag.Duration("poll-not-ready", 10*time.Second, "How often a proxy that is not Ready yet is checked.")
 		pollJitter         = flag.Duration("poll-jitter", 10*time.Second, "Maximum jitter added to or taken from each poll (at most a quarter of the interval).")
 		maxReconcileRate   = flag.Int("max-reconcile-rate", 100, "Reconciles per second across all controllers.")
 		maxConcurrent      = flag.Int("max-concurrent-reconciles", 10, "Concurrent reconciles per controller.")
 		leaderElection     = flag.Bool("leader-election", false, "Use leader election (run more than one replica).")
+		enableChangeLogs   = flag.Bool("enable-changelogs", false, "Send a change log entry for every create, update and delete of a proxy to the change log sidecar (crossplane-runtime's change logs).")
+		changeLogsSocket   = flag.String("changelogs-socket-path", "/var/run/changelogs/changelogs.sock", "Unix socket of the change log sidecar, for --enable-changelogs.")
 		namespace          = flag.String("namespace", envOr("POD_NAMESPACE", "crossplane-system"), "The provider's namespace (for its password key and leader election).")
 		installationID     = flag.String("installation-id", "", "Installation part of the ownership mark on every instance; default: the UID of the kube-system namespace.")
 		metricsAddr        = flag.String("metrics-bind-address", ":8080", "Address of the Prometheus endpoint; 0 turns it off.")
@@ -66,7 +74,12 @@ func main() {
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
 	)
-	flag.Parse()
+	// KUBECONFIG keeps client-go's meaning (a list of files), not the
+	// --kubeconfig flag's (one file).
+	if err := envflag.Parse(flag.CommandLine, os.Args[1:], envflag.Lookup, "kubeconfig"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	if os.Getenv("GOGC") == "" {
 		// Collect more often than Go's default (100): with a thousand proxies
 		// this keeps the peak under 100 MiB for about 3% more CPU.
@@ -85,8 +98,8 @@ func main() {
 	log := logging.NewLogrLogger(zl.WithName("provider-egressproxy"))
 
 	if err := run(start, log, runOptions{
-		poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
-		leaderElection: *leaderElection, namespace: *namespace, installationID: *installationID,
+		sync: *syncInterval, poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
+		leaderElection: *leaderElection, changeLogs: *enableChangeLogs, changeLogsSocket: *changeLogsSocket, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
 	}); err != nil {
@@ -96,7 +109,10 @@ func main() {
 }
 
 type runOptions struct {
-	poll, notReadyPoll, jitter    time.Duration
+	sync, poll, notReadyPoll      time.Duration
+	jitter                        time.Duration
+	changeLogs                    bool
+	changeLogsSocket              string
 	rate, concurrent              int
 	leaderElection                bool
 	namespace, installationID     string
@@ -142,16 +158,24 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		LeaderElectionID:           "provider-egressproxy.egressproxy.io",
 		LeaderElectionNamespace:    o.namespace,
 		LeaderElectionResourceLock: "leases",
-		Metrics:                    metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:     o.probeAddr,
-		PprofBindAddress:           o.pprofAddr,
+		// The timings of provider-kubernetes and provider-helm: longer
+		// than controller-runtime's 15 s lease and 10 s renewal, which a
+		// busy provider (hundreds of reconciles per second) has been seen
+		// to miss, losing leadership and restarting.
+		LeaseDuration:          ptr.To(60 * time.Second),
+		RenewDeadline:          ptr.To(50 * time.Second),
+		RetryPeriod:            ptr.To(2 * time.Second),
+		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress: o.probeAddr,
+		PprofBindAddress:       o.pprofAddr,
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read uncached (credentials on every Connect), so
 			// the provider never watches every Secret of the cluster.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
 		Cache: cache.Options{
-			ByObject: cacheByObject(),
+			SyncPeriod: &o.sync,
+			ByObject:   cacheByObject(),
 			// Nothing reads managed fields; without them a thousand
 			// resources take a fraction of the memory.
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -194,6 +218,18 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 			MRMetrics:               mm,
 			MRStateMetrics:          sm,
 		},
+	}
+	if o.changeLogs {
+		// The sidecar listens on a socket shared through an emptyDir; the
+		// connection is made lazily, so a sidecar that starts later is fine.
+		conn, err := grpc.NewClient("unix://"+o.changeLogsSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("cannot set up the change log client for --changelogs-socket-path %s: %w", o.changeLogsSocket, err)
+		}
+		defer func() { _ = conn.Close() }()
+		features.Enable(feature.EnableAlphaChangeLogs)
+		co.ChangeLogOptions = &controller.ChangeLogOptions{ChangeLogger: managed.NewGRPCChangeLogger(
+			changelogsv1alpha1.NewChangeLogServiceClient(conn), managed.WithProviderVersion("provider-egressproxy:"+version.Version))}
 	}
 	if o.safeStart {
 		co.Gate = new(gate.Gate[schema.GroupVersionKind])

@@ -12,12 +12,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	changelogsv1alpha1 "github.com/crossplane/crossplane-runtime/v2/apis/changelogs/proto/v1alpha1"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,12 +32,26 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
 
-// collector is an OTLP/HTTP trace receiver that records span names.
+// collector is an OTLP/HTTP trace receiver that records span names and,
+// per name, the attributes seen (key=value).
 type collector struct {
 	mu    sync.Mutex
 	spans map[string]int
+	attrs map[string]map[string]bool
+}
+
+// attributes are the key=value pairs seen on spans named name.
+func (c *collector) attributes(name string) map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]bool{}
+	for k := range c.attrs[name] {
+		out[k] = true
+	}
+	return out
 }
 
 func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +66,20 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
 				c.spans[s.GetName()]++
+				if c.attrs == nil {
+					c.attrs = map[string]map[string]bool{}
+				}
+				if c.attrs[s.GetName()] == nil {
+					c.attrs[s.GetName()] = map[string]bool{}
+				}
+				for _, a := range s.GetAttributes() {
+					v := a.GetValue()
+					val := v.GetStringValue()
+					if v.GetIntValue() != 0 {
+						val = fmt.Sprint(v.GetIntValue())
+					}
+					c.attrs[s.GetName()][a.GetKey()+"="+val] = true
+				}
 			}
 		}
 	}
@@ -54,6 +87,27 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	_, _ = w.Write(out)
+}
+
+// changeLogs is a change log sidecar: a ChangeLogService on a Unix socket
+// recording every entry.
+type changeLogs struct {
+	changelogsv1alpha1.UnimplementedChangeLogServiceServer
+	mu      sync.Mutex
+	entries []*changelogsv1alpha1.ChangeLogEntry
+}
+
+func (c *changeLogs) SendChangeLog(_ context.Context, r *changelogsv1alpha1.SendChangeLogRequest) (*changelogsv1alpha1.SendChangeLogResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = append(c.entries, r.GetEntry())
+	return &changelogsv1alpha1.SendChangeLogResponse{}, nil
+}
+
+func (c *changeLogs) all() []*changelogsv1alpha1.ChangeLogEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.entries)
 }
 
 func (c *collector) names() map[string]int {
@@ -93,6 +147,27 @@ func TestProviderIntegration(t *testing.T) {
 	if err := build.Run(); err != nil {
 		t.Fatalf("go build: %v", err)
 	}
+	t.Run("EveryFlagAndItsVariableDocumented", func(t *testing.T) {
+		help, _ := exec.Command(bin, "--help").CombinedOutput()
+		doc, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := regexp.MustCompile(`(?m)^  --([a-z0-9-]+) \(([A-Z0-9_]+|no variable), default`).FindAllStringSubmatch(string(help), -1)
+		if len(flags) < 20 {
+			t.Fatalf("--help lists %d flags:\n%s", len(flags), help)
+		}
+		for _, f := range flags {
+			row := regexp.MustCompile("(?m)^\\| `--" + f[1] + "` \\| `" + f[2] + "` \\|")
+			if f[2] == "no variable" {
+				row = regexp.MustCompile("(?m)^\\| `--" + f[1] + "` \\| no variable \\|")
+			}
+			if !row.Match(doc) {
+				t.Errorf("docs/operations.md has no row | `--%s` | `%s` | in its flags table", f[1], f[2])
+			}
+		}
+	})
+
 	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
 	kube, err := client.New(cp.Config, client.Options{})
 	if err != nil {
@@ -128,6 +203,24 @@ func TestProviderIntegration(t *testing.T) {
 	otlp := httptest.NewServer(col)
 	defer otlp.Close()
 
+	// The change log sidecar's socket, in a short path (sun_path holds 108
+	// bytes).
+	sockDir, err := os.MkdirTemp("", "cl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "changelogs.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &changeLogs{}
+	gs := grpc.NewServer()
+	changelogsv1alpha1.RegisterChangeLogServiceServer(gs, cl)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+
 	metricsAddr, probeAddr := freePort(t), freePort(t)
 	out := &testenv.Buffer{}
 	pctx, stop := context.WithCancel(ctx)
@@ -137,7 +230,9 @@ func TestProviderIntegration(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=200",
 		// Application Default Credentials would probe the GCE metadata
 		// server; keep that on a closed local port.
-		"GCE_METADATA_HOST=127.0.0.1:9")
+		"GCE_METADATA_HOST=127.0.0.1:9",
+		// Flags from the environment, as a DeploymentRuntimeConfig sets them.
+		"ENABLE_CHANGELOGS=true", "CHANGELOGS_SOCKET_PATH="+sock)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	started := time.Now()
@@ -202,6 +297,31 @@ func TestProviderIntegration(t *testing.T) {
 		})
 	}
 
+	t.Run("ChangeLogsFromTheEnvironment", func(t *testing.T) {
+		var create *changelogsv1alpha1.ChangeLogEntry
+		waitFor(t, 20*time.Second, "a change log entry for the create of PodProxy team-payments/payments-egress", func() (bool, string) {
+			var seen []string
+			for _, e := range cl.all() {
+				if e.GetKind() == "PodProxy" && e.GetName() == "payments-egress" && e.GetOperation() == changelogsv1alpha1.OperationType_OPERATION_TYPE_CREATE {
+					create = e
+					return true, ""
+				}
+				seen = append(seen, e.GetKind()+" "+e.GetName()+" "+e.GetOperation().String())
+			}
+			return false, fmt.Sprint(seen)
+		})
+		if create.GetProvider() != "provider-egressproxy:"+version.Version || create.GetApiVersion() != "proxy.m.egressproxy.io/v1alpha1" ||
+			create.GetExternalName() == "" || create.GetErrorMessage() != "" || create.GetSnapshot() == nil {
+			t.Errorf("change log entry: provider %q apiVersion %q external name %q error %q snapshot %v",
+				create.GetProvider(), create.GetApiVersion(), create.GetExternalName(), create.GetErrorMessage(), create.GetSnapshot() != nil)
+		}
+		for _, e := range cl.all() {
+			if b, _ := protojson.Marshal(e); strings.Contains(string(b), pwSentinel) {
+				t.Errorf("the password sentinel appears in the change log entry for %s %s", e.GetKind(), e.GetName())
+			}
+		}
+	})
+
 	t.Run("MetricsEndpoint", func(t *testing.T) {
 		var body string
 		waitFor(t, 20*time.Second, "the metrics to show backend calls", func() (bool, string) {
@@ -214,10 +334,25 @@ func TestProviderIntegration(t *testing.T) {
 			body = string(b)
 			return strings.Contains(body, "egressproxy_backend_call_duration_seconds_count") && strings.Contains(body, "crossplane_managed_resource_exists"), ""
 		})
-		for _, m := range []string{`egressproxy_backend_call_duration_seconds_count{backend="`, "crossplane_managed_resource_exists", "controller_runtime_reconcile_total"} {
+		waitFor(t, 20*time.Second, "the config health gauge", func() (bool, string) {
+			resp, err := http.Get("http://" + metricsAddr + "/metrics")
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			return strings.Contains(body, `egressproxy_provider_config_target_healthy{backend="`), ""
+		})
+		for _, m := range []string{`egressproxy_backend_call_duration_seconds_count{backend="`, `error_class="transient"`, `error_class="none"`,
+			`egressproxy_provider_config_target_healthy{backend="kubernetes",kind="ClusterProviderConfig",name="`,
+			"crossplane_managed_resource_exists", "controller_runtime_reconcile_total"} {
 			if !strings.Contains(body, m) {
 				t.Errorf("/metrics has no %s", m)
 			}
+		}
+		if strings.Contains(strings.ReplaceAll(body, `error_class="`, ""), `class="`) {
+			t.Errorf("/metrics has a label named class (it is error_class; class is an EgressProxy's offering)")
 		}
 	})
 
@@ -227,6 +362,15 @@ func TestProviderIntegration(t *testing.T) {
 			return n["egressproxy.CheckConfig"] > 0, fmt.Sprint(n)
 		})
 		t.Logf("span names seen: %v", col.names())
+		// OpenTelemetry's semantic conventions: the examples' Proxmox API
+		// is a closed local port, so its calls fail.
+		waitFor(t, 20*time.Second, "a proxmox driver span with error.type and a proxmox API span with server.address", func() (bool, string) {
+			drv, api := col.attributes("proxmox.Check"), col.attributes("proxmox.Version")
+			return drv["error.type=transient"] && api["server.address=127.0.0.1"] && api["server.port=9"], fmt.Sprint(drv, api, col.names())
+		})
+		if a := col.attributes("egressproxy.Observe"); !a["k8s.namespace.name=team-payments"] {
+			t.Errorf("egressproxy.Observe spans carry %v; want k8s.namespace.name", a)
+		}
 	})
 
 	t.Run("SecretsNeverLeak", func(t *testing.T) {

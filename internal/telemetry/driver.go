@@ -2,14 +2,49 @@ package telemetry
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
+
+// ErrorClass is the error_class label of err: none for a success, else
+// its class in lower snake case (not_found, transient, permanent, quota).
+func ErrorClass(err error) string {
+	if err == nil {
+		return "none"
+	}
+	switch proxy.ClassOf(err) {
+	case proxy.ClassNotFound:
+		return "not_found"
+	case proxy.ClassPermanent:
+		return "permanent"
+	case proxy.ClassQuota:
+		return "quota"
+	default:
+		return "transient"
+	}
+}
+
+// ServerAttributes are OpenTelemetry's server.address and server.port of
+// a host:port (or of a host alone).
+func ServerAttributes(hostport string) []attribute.KeyValue {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return []attribute.KeyValue{semconv.ServerAddress(hostport)}
+	}
+	attrs := []attribute.KeyValue{semconv.ServerAddress(host)}
+	if p, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	return attrs
+}
 
 // Instrument wraps d so every call is timed in BackendCalls and traced as a
 // child span "<backend>.<Method>". Attributes carry names and IDs only:
@@ -28,11 +63,11 @@ func (i *instrumented) start(ctx context.Context, method string, attrs ...attrib
 	ctx, span := Tracer().Start(ctx, i.backend+"."+method, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(append(attrs, attribute.String("egressproxy.backend", i.backend))...))
 	return ctx, func(err error) {
-		class := "ok"
+		class := ErrorClass(err)
 		if err != nil {
-			class = string(proxy.ClassOf(err))
 			span.SetStatus(codes.Error, class)
-			span.SetAttributes(attribute.String("egressproxy.error_class", class))
+			// OpenTelemetry's error.type: a low-cardinality class.
+			span.SetAttributes(semconv.ErrorTypeKey.String(class))
 		}
 		span.End()
 		BackendCalls.WithLabelValues(i.backend, method, class).Observe(time.Since(t0).Seconds())

@@ -9,13 +9,14 @@ import (
 )
 
 // BackendCalls times every driver call by backend, method and error class
-// ("ok" on success).
+// (ErrorClass: none on success). The label is error_class, not class,
+// which is what an EgressProxy's spec.class means.
 var BackendCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Namespace: "egressproxy",
 	Name:      "backend_call_duration_seconds",
-	Help:      "Duration of backend driver calls by backend, method and error class (ok on success).",
+	Help:      "Duration of backend driver calls by backend, method and error class (none on success; not_found, transient, permanent, quota).",
 	Buckets:   []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
-}, []string{"backend", "method", "class"})
+}, []string{"backend", "method", "error_class"})
 
 func init() {
 	// controller-runtime's registry is what the manager serves on /metrics.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Credentials are the SSH material of one config, read from its Secrets on
@@ -147,8 +148,8 @@ type sshDialer struct {
 // dial connects to t's host. The whole sequence is bounded by the dial
 // budget; the result is one link with keepalive.
 func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
-	ctx, span := d.tracer.Start(ctx, spanDial, trace.WithAttributes(
-		attribute.String(attrHost, t.Host.Name), attribute.String("kvm.address", t.Host.Address), attribute.String("kvm.user", t.Host.User)))
+	ctx, span := d.tracer.Start(ctx, spanDial, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(append(telemetry.ServerAttributes(t.Host.Address),
+		attribute.String(attrHost, t.Host.Name), attribute.String("kvm.user", t.Host.User))...))
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())

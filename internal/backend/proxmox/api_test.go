@@ -43,7 +43,7 @@ func TestEveryCallMatchesTheSchema(t *testing.T) {
 	prev := otel.GetTracerProvider()
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
-	api := proxmox.Observe(client, func(context.Context) logr.Logger { return log })
+	api := proxmox.Observe(client, "127.0.0.1:8006", func(context.Context) logr.Logger { return log })
 
 	ctx := context.Background()
 	vmid := fake.AddVM(pvetest.VMSpec{Name: "pt-endpoints", Running: true})

@@ -19,19 +19,22 @@ import (
 // duration, HTTP status and error. It is applied once, in New, so driver
 // code never holds an undecorated seam. Attributes and log lines carry
 // identifiers only: never the token, a config body or an upload.
-func Observe(api API, logger func(context.Context) logr.Logger) API {
-	return &observed{next: api, logger: logger}
+// server is the API's host:port, for the spans' server.address and
+// server.port.
+func Observe(api API, server string, logger func(context.Context) logr.Logger) API {
+	return &observed{next: api, server: telemetry.ServerAttributes(server), logger: logger}
 }
 
 type observed struct {
 	next   API
+	server []attribute.KeyValue
 	logger func(context.Context) logr.Logger
 }
 
 // call runs fn inside the span and logs its outcome; upid is what fn
 // returned when it started a task.
 func (o *observed) call(ctx context.Context, name, node string, vmid int, fn func(ctx context.Context) (upid string, err error)) error {
-	attrs := []attribute.KeyValue{attribute.String("proxmox.call", name)}
+	attrs := append([]attribute.KeyValue{attribute.String("proxmox.call", name)}, o.server...)
 	kv := []any{"call", name}
 	if node != "" {
 		attrs = append(attrs, attribute.String("proxmox.node", node))

@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -288,7 +289,14 @@ func New(o Options) (*Driver, error) {
 		}
 		api = c
 	}
-	d.api = Observe(api, d.logger)
+	server := d.cfg.URL
+	if u, err := url.Parse(d.cfg.URL); err == nil && u.Host != "" {
+		server = u.Host
+		if u.Port() == "" {
+			server = net.JoinHostPort(u.Hostname(), "443")
+		}
+	}
+	d.api = Observe(api, server, d.logger)
 	return d, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,13 +95,14 @@ type external[P any] struct {
 func (e *external[P]) span(ctx context.Context, op string, mg resource.Managed) (context.Context, func(error)) {
 	ctx, s := telemetry.Tracer().Start(ctx, "egressproxy."+op, trace.WithAttributes(
 		attribute.String("egressproxy.kind", e.kind.Name),
-		attribute.String("egressproxy.namespace", mg.GetNamespace()),
+		semconv.K8SNamespaceName(mg.GetNamespace()),
 		attribute.String("egressproxy.resource", mg.GetName()),
 		attribute.String("egressproxy.provider_config", e.cfg.Name),
 	))
 	return ctx, func(err error) {
 		if err != nil {
-			s.SetStatus(codes.Error, string(proxy.ClassOf(err)))
+			s.SetStatus(codes.Error, telemetry.ErrorClass(err))
+			s.SetAttributes(semconv.ErrorTypeKey.String(telemetry.ErrorClass(err)))
 		}
 		s.End()
 	}
