@@ -61,6 +61,12 @@ type Server struct {
 	ops       map[string]*operation
 	order     []string // op keys in creation order
 	requests  []string
+	// discovery checks requests and answers; violations are what it found.
+	discovery  *Discovery
+	violations []string
+	// futureValues are enum values a test set on purpose that the
+	// document does not have yet (SetStatus).
+	futureValues []string
 	busy      bool
 	failNext  []failure
 	failOps   []opFailure
@@ -140,10 +146,65 @@ func New(t interface{ Cleanup(func()) }, project string) *Server {
 		quotas:    map[string][]Quota{},
 		lastIP:    map[string]int{},
 	}
+	d, err := LoadDiscovery()
+	if err != nil {
+		// Without the document nothing the fake sees is checked: say so
+		// on every request, so that every test using the fake fails.
+		s.violations = append(s.violations, err.Error())
+	}
+	s.discovery = d
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
+	if e, ok := t.(interface{ Errorf(string, ...any) }); ok {
+		t.Cleanup(func() {
+			if v := s.Violations(); len(v) > 0 {
+				e.Errorf("gcptest: %d request(s) or answer(s) did not match Compute Engine's discovery document:\n  %s", len(v), strings.Join(v, "\n  "))
+			}
+		})
+	}
 	return s
+}
+
+// Violations returns every difference from Compute Engine's discovery
+// document seen so far in a request or an answer (a test that uses the
+// fake through New fails on any).
+func (s *Server) Violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.violations)
+}
+
+func (s *Server) isFutureValue(problem string) bool {
+	for _, f := range s.futureValues {
+		if strings.Contains(problem, fmt.Sprintf("%q is not one of", f)) {
+			return true
+		}
+	}
+	return false
+}
+
+// check records how a request and its successful answer differ from the
+// discovery document.
+func (s *Server) check(r *http.Request, rel string, body map[string]any, status int, resp any) {
+	if s.discovery == nil {
+		return
+	}
+	m, v := s.discovery.CheckRequest(r.Method, rel, r.URL.Query(), body)
+	if status < 400 && m != nil {
+		// The answer as the client receives it: through JSON.
+		var generic any
+		if b, err := json.Marshal(onTheWire(resp)); err != nil {
+			v = append(v, fmt.Sprintf("%s: the answer does not encode: %v", m.ID, err))
+		} else if err := json.Unmarshal(b, &generic); err == nil {
+			for _, p := range s.discovery.CheckResponse(m, generic) {
+				if !s.isFutureValue(p) {
+					v = append(v, p)
+				}
+			}
+		}
+	}
+	s.violations = append(s.violations, v...)
 }
 
 // --- test controls ---
@@ -262,13 +323,18 @@ func (s *Server) SetUnreachable(scopes ...string) {
 }
 
 // SetStatus sets an instance's status as Get will report it (any string:
-// a status the driver does not know too).
+// a status the driver does not know too, as a later API version could
+// add; answers carrying one are then not held against the discovery
+// document's enum).
 func (s *Server) SetStatus(id, status string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in, ok := s.instances[s.instanceKey(id)]
 	if !ok {
 		return fmt.Errorf("gcptest: no instance %q", id)
+	}
+	if s.discovery != nil && !slices.Contains(s.discovery.Schemas["Instance"].Properties["status"].Enum, status) {
+		s.futureValues = append(s.futureValues, status)
 	}
 	in.status = status
 	in.body["status"] = status
@@ -405,6 +471,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	status, resp := s.route(r, strings.Split(rest, "/"), body)
+	s.check(r, "projects/"+m[1]+"/"+rest, body, status, resp)
 	if status >= 400 {
 		e := resp.(apiErr) //nolint:forcetypeassert // route returns apiErr with error statuses.
 		writeError(w, status, e.reason, e.message)
@@ -1037,14 +1104,20 @@ func fingerprint(v any) string {
 
 func stamp(t time.Time) string { return t.Format("2006-01-02T15:04:05.000-07:00") }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// onTheWire is v as the fake sends it: without its own bookkeeping.
+func onTheWire(v any) any {
 	if m, ok := v.(map[string]any); ok {
 		if _, internal := m["x-key"]; internal {
 			m = maps.Clone(m)
 			delete(m, "x-key")
-			v = m
+			return m
 		}
 	}
+	return v
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	v = onTheWire(v)
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.Header().Set("Server", "ESF")
 	w.WriteHeader(status)
