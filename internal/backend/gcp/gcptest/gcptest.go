@@ -67,16 +67,16 @@ type Server struct {
 	// futureValues are enum values a test set on purpose that the
 	// document does not have yet (SetStatus).
 	futureValues []string
-	busy      bool
-	failNext  []failure
-	failOps   []opFailure
-	held      map[string]bool // zone/name of instances whose deletion is held
-	auto      time.Duration
-	quotas    map[string][]Quota
-	lastIP    map[string]int
-	seq       uint64
-	unreach   []string
-	auth      string
+	busy         bool
+	failNext     []failure
+	failOps      []opFailure
+	held         map[string]bool // zone/name of instances whose deletion is held
+	auto         time.Duration
+	quotas       map[string][]Quota
+	lastIP       map[string]int
+	seq          uint64
+	unreach      []string
+	auth         string
 }
 
 // Quota is one regional quota.
