@@ -78,6 +78,14 @@ func unset(path string) func(*unstructured.Unstructured) {
 	}
 }
 
+// namespacedGCP is a ClusterProviderConfig's gcp block as a namespaced
+// config would hold it, with the provider's own identity.
+func namespacedGCP(u *unstructured.Unstructured) map[string]any {
+	gcp, _, _ := unstructured.NestedMap(u.Object, "spec", "gcp")
+	gcp["credentials"] = map[string]any{"source": "InjectedIdentity"}
+	return gcp
+}
+
 const (
 	nsProxy     = "proxy.m.egressproxy.io"
 	clProxy     = "proxy.egressproxy.io"
@@ -183,6 +191,42 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"GCPUnknownCredentialsSource", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.source", "Environment")}, []string{"spec.gcp.credentials.source", "Unsupported value"}},
 		{"GCPProjectNotAnID", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.project", "X")}, []string{"spec.gcp.project", "should match"}},
 		{"InstallationIDNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.installationID", "Prod EU")}, []string{"spec.installationID", "should match"}},
+		// Tenancy: a namespaced config never acts with the provider's own identity.
+		{"NamespacedConfigInjectedKubernetesIdentity", nsPC, []func(*unstructured.Unstructured){set("spec.kubernetes.credentials", map[string]any{"source": "InjectedIdentity"})}, []string{"spec.kubernetes.credentials.source", "InjectedIdentity is not allowed on a namespaced ProviderConfig"}},
+		{"NamespacedConfigInjectedGCPIdentity", nsPC, []func(*unstructured.Unstructured){unset("spec.kubernetes"), set("spec.gcp", namespacedGCP(find(t, examples, nsConfig, "ClusterProviderConfig", "gcp-prod")))}, []string{"spec.gcp.credentials.source", "InjectedIdentity is not allowed on a namespaced ProviderConfig"}},
+		// Never an open proxy: without auth, no client CIDR broader than /8 or /32, however spelt.
+		{"OpenToTheInternet", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"0.0.0.0/0"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "without auth", "auth.enabled: true", "which makes them allowed"}},
+		{"OpenAsTwoHalves", clPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"0.0.0.0/1", "128.0.0.0/1"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "broader than /8"}},
+		{"OpenIPv6", nsKVM, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"2000::/3"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "/32 (IPv6)"}},
+		{"OpenIPv6All", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth", map[string]any{"enabled": false}), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"::/0"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "without auth"}},
+		{"OpenSlash7", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "12.0.0.0/7"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "without auth"}},
+		{"IPv4MappedClientCIDR", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{"::ffff:0.0.0.0/96"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs[0]", "must be a CIDR"}},
+		// No pivot: IP literals as destinations, never-openable destination CIDRs, the proxy's own port.
+		{"DestinationIPLiteral", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"example.com", "169.254.169.254"})}, []string{"spec.forProvider.proxy.allowedDestinations[1]", "not an IP address", "allowedDestinationCIDRs"}},
+		{"DestinationDecimalIP", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"2130706433"})}, []string{"spec.forProvider.proxy.allowedDestinations[0]", "not an IP address"}},
+		{"DestinationHexIP", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"0x7F000001"})}, []string{"spec.forProvider.proxy.allowedDestinations[0]", "not an IP address"}},
+		{"DestinationShortIP", clPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"127.1"})}, []string{"spec.forProvider.proxy.allowedDestinations[0]", "not an IP address"}},
+		{"DestinationTrailingDot", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"metadata.google.internal."})}, []string{"spec.forProvider.proxy.allowedDestinations[0]", "should match"}},
+		{"OpenLoopback", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"127.0.0.0/8"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[0]", "must lie inside a private range"}},
+		{"OpenMetadata", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.0.0.0/8", "169.254.169.254/32"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[1]", "must lie inside a private range"}},
+		{"OpenEverything", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"0.0.0.0/0"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[0]", "must lie inside a private range"}},
+		{"OpenNAT64Loopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"64:ff9b::7f00:1/128"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[0]", "must lie inside a private range"}},
+		{"OpenIPv4MappedLoopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"::ffff:127.0.0.1/128"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[0]", "must be a CIDR"}},
+		{"ProxyPortIsAConnectPort", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(8443)), set("spec.forProvider.proxy.allowedPorts", []any{int64(443), int64(8443)})}, []string{"spec.forProvider.proxy.port", "loop back"}},
+		{"ProxyPortIs443", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(443))}, []string{"spec.forProvider.proxy.port", "must not be 80, 443"}},
+		// KVM images: a URL's host is never the machine itself or a metadata service, however spelt.
+		{"ImageURLLoopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://127.0.0.1:8080/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLLocalhost", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://LocalHost/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLLocalhostTrailingDot", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://localhost./img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLMetadata", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://169.254.169.254/computeMetadata/v1/")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLMetadataName", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://metadata.google.internal/computeMetadata/v1/")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLIPv6Loopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://[::1]/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLMappedLoopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://[::ffff:127.0.0.1]/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLDecimal", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://2130706433/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLUnspecified", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://0.0.0.0/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLAlibabaMetadata", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://100.100.100.200/latest/meta-data/")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"ImageURLUserinfoTrick", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://mirror.example.com@169.254.169.254/img")}, []string{"spec.forProvider.image", "not loopback"}},
+		{"CatalogueImageURLMetadata", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.images.debian-12.url", "http://[fd00:ec2::254]/latest/")}, []string{"spec.kvm.images[debian-12].url", "not loopback"}},
 		{"KubernetesNamespaceNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.namespace", "Egress_Proxies")}, []string{"spec.kubernetes.namespace", "should match"}},
 	}
 	for _, tc := range cases {
@@ -205,6 +249,32 @@ func TestAdmissionIntegration(t *testing.T) {
 		})
 	}
 
+	// What the rules above must not refuse.
+	accepts := []struct {
+		name   string
+		base   example
+		mutate []func(*unstructured.Unstructured)
+	}{
+		{"ImageURLByName", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2")}},
+		{"ImageURLRoutableAddress", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://203.0.113.7:8080/img.qcow2")}},
+		{"ImageURLRoutableIPv6", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://[2001:db8::7]/img.qcow2")}},
+		{"NarrowClientsWithoutAuth", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "2001:db8::/32"})}},
+		{"OpenPrivateDestinations", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.20.0.0/16", "192.168.1.10/32", "fd12:3456::/32", "100.64.0.0/10"})}},
+		{"NamespacedConfigWithKubeconfigSecret", nsPC, nil},
+	}
+	for _, tc := range accepts {
+		t.Run("Accepts"+tc.name, func(t *testing.T) {
+			u := find(t, examples, tc.base.group, tc.base.kind, tc.base.name)
+			u.SetName("ok-" + strings.ToLower(tc.name))
+			for _, m := range tc.mutate {
+				m(u)
+			}
+			if err := kube.Create(ctx, u); err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+		})
+	}
+
 	updates := []struct {
 		name   string
 		base   example
@@ -217,6 +287,11 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"ImageIsImmutable", nsGCP, set("spec.forProvider.image", "debian-12"), []string{"spec.forProvider.image", "image is immutable"}},
 		{"AddressTypeIsImmutable", nsGCP, set("spec.forProvider.address.type", "Ephemeral"), []string{"spec.forProvider.address", "address.type is immutable"}},
 		{"ProxyBlockIsMutable", nsPod, set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.1.0.0/16", "fd00::/8"}), nil},
+		{"AuthCannotBeTurnedOffWhileOpen", nsPod, func(u *unstructured.Unstructured) {
+			set("spec.forProvider.proxy.allowedClientCIDRs", []any{"0.0.0.0/0"})(u)
+			set("spec.forProvider.proxy.auth.enabled", false)(u)
+		}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "without auth"}},
+		{"OpenWithAuthIsAllowed", nsPod, set("spec.forProvider.proxy.allowedClientCIDRs", []any{"0.0.0.0/0", "::/0"}), nil},
 		{"InstallationIDCanBeSetOnce", cpcPods, set("spec.installationID", "prod-eu"), nil},
 		{"InstallationIDCannotChange", cpcPods, set("spec.installationID", "prod-us"), []string{"spec.installationID", "cannot change once set"}},
 	}

@@ -80,6 +80,12 @@ type Settings struct {
 	// AllowedDestinations, when non-empty, is a domain allow-list
 	// (".example.com" matches subdomains).
 	AllowedDestinations []string
+	// AllowedDestinationCIDRs open private destination ranges (RFC 1918,
+	// 100.64.0.0/10, fc00::/7 and the like), which the proxy denies
+	// otherwise. Loopback, link-local, metadata and the cluster's own
+	// networks are never opened. (omitempty: Hash, and so every existing
+	// instance, stays the same while it is unused.)
+	AllowedDestinationCIDRs []string `json:",omitempty"`
 	// Auth is optional basic authentication.
 	Auth Auth
 }
@@ -281,7 +287,7 @@ func Hash(req Request) string {
 	req.Proxy.Auth.Password = ""
 	req.CloudInit = ""
 	// nil and empty mean the same and must hash the same.
-	for _, l := range []*[]string{&req.Proxy.AllowedClientCIDRs, &req.Proxy.AllowedDestinations} {
+	for _, l := range []*[]string{&req.Proxy.AllowedClientCIDRs, &req.Proxy.AllowedDestinations, &req.Proxy.AllowedDestinationCIDRs} {
 		if len(*l) == 0 {
 			*l = nil
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // These tests run Debian's real Squid. hack/install-squid.sh installs it.
@@ -104,15 +105,15 @@ func TestSquidParsesEveryVariant(t *testing.T) {
 		"destinations":           {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinations: []string{"example.com", ".example.com", "a.example.org", ".b.example.org", ".example.org", "localhost"}}},
 		"auth and destinations":  {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinations: []string{".example.com"}, Auth: auth}},
 		"several ports":          {s: proxy.Settings{Port: 8080, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443, 8443, 22, 5432, 443}}},
-		"IPv6 CIDRs":             {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"fd00::/8", "2001:db8::/32", "10.0.0.0/8", "::ffff:192.168.0.0/112"}}},
-		"overlapping CIDRs":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.3/32", "10.1.2.3/8", "fd00::/8", "fd00:1::/32"}}},
-		"0.0.0.0/0":              {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"0.0.0.0/0", "10.0.0.0/8"}}},
-		"::/0":                   {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"::/0", "fd00::/8", "::1/128"}}},
+		"IPv6 CIDRs":             {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"fd00::/32", "2001:db8::/32", "10.0.0.0/8", "::ffff:192.168.0.0/112"}}},
+		"overlapping CIDRs":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.3/32", "10.1.2.3/8", "fd00::/32", "fd00::/48"}}},
+		"0.0.0.0/0":              {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"0.0.0.0/0", "10.0.0.0/8"}, Auth: auth}},
+		"::/0":                   {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"::/0", "fd00::/8", "::1/128"}, Auth: auth}},
 		"IPv6 listen address":    {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"::1/128"}}, o: Options{ListenAddress: "::1"}},
 		"VM-like options":        {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: auth}, o: Options{PIDFile: "/run/squid.pid", AccessLog: "stdio:/var/log/squid/access.log", CacheLogPath: "/var/log/squid/cache.log", EffectiveUser: "proxy"}},
 		"syslog access log":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}, o: Options{AccessLog: "syslog:daemon.info"}},
-		"loopback for tests":     {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"127.0.0.0/8"}}, o: Options{AllowLoopbackDestinations: true, ListenAddress: "127.0.0.1"}},
-		"everything at once":     {s: proxy.Settings{Port: 65535, AllowedClientCIDRs: []string{"0.0.0.0/0", "::/0"}, AllowedPorts: []int32{1, 65535}, AllowedDestinations: []string{"xn--bcher-kva.example", "_srv.example.net"}, Auth: auth}, o: Options{ShutdownLifetime: time.Minute}},
+		"opened and denied":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.20.0.0/16", "10.20.1.0/24", "fd12::/16", "192.168.1.1/32"}}, o: Options{ListenAddress: "127.0.0.1", DeniedDestinationCIDRs: []string{"10.96.0.0/12", "10.96.0.1", "10.244.0.0/16", "fd00:10:96::/112", "192.0.2.7"}, HostsFile: "/etc/hosts", DNSNameservers: []string{"127.0.0.53", "::1"}}},
+		"everything at once":     {s: proxy.Settings{Port: 65535, AllowedClientCIDRs: []string{"0.0.0.0/0", "::/0"}, AllowedPorts: []int32{1, 65534}, AllowedDestinations: []string{"xn--bcher-kva.example", "_srv.example.net"}, AllowedDestinationCIDRs: []string{"10.0.0.0/8", "fc00::/7"}, Auth: auth}, o: Options{ShutdownLifetime: time.Minute}},
 		"username with specials": {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: "Mixed.Case-user_1@corp", Password: "x"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -324,14 +325,18 @@ type result struct {
 type client struct {
 	proxy *url.URL
 	roots *x509.CertPool
-	// serverName overrides the TLS name to verify (the test certificate
-	// names example.com, 127.0.0.1 and ::1, not localhost).
+	// serverName overrides the TLS name to verify; default example.com,
+	// which the test certificate names (the test host's address it does
+	// not).
 	serverName string
 }
 
 func (c client) get(t *testing.T, target string) result {
 	t.Helper()
 	var res result
+	if c.serverName == "" {
+		c.serverName = "example.com"
+	}
 	tr := &http.Transport{
 		Proxy:             http.ProxyURL(c.proxy),
 		DisableKeepAlives: true,
@@ -399,34 +404,73 @@ func expect(t *testing.T, what string, got result, want int) {
 	}
 }
 
+// upstreams are the test's upstream servers, on a test host of its own
+// (testenv.NewTestHost) where a real destination would stand.
+type upstreams struct {
+	host          *testenv.TestHost
+	plain, secure string // URLs
+	plainPort     int32
+	securePort    int32
+	roots         *x509.CertPool
+	hostsFile     string // names for Squid's hosts_file
+}
+
+// startUpstreams serves upstream over HTTP and HTTPS on a test host, and
+// writes a hosts file naming it upstream.test (and other names in names).
+func startUpstreams(t *testing.T, names map[string][]string) *upstreams {
+	t.Helper()
+	h := testenv.NewTestHost(t)
+	plain := httptest.NewUnstartedServer(http.HandlerFunc(upstream))
+	_ = plain.Listener.Close()
+	plain.Listener = h.Listen(t, "tcp", ":0")
+	plain.Start()
+	t.Cleanup(plain.Close)
+	secure := httptest.NewUnstartedServer(http.HandlerFunc(upstream))
+	_ = secure.Listener.Close()
+	secure.Listener = h.Listen(t, "tcp", ":0")
+	secure.StartTLS()
+	t.Cleanup(secure.Close)
+	u := &upstreams{host: h, plain: plain.URL, secure: secure.URL, roots: x509.NewCertPool()}
+	u.roots.AddCert(secure.Certificate())
+	u.plainPort = int32(plain.Listener.Addr().(*net.TCPAddr).Port)   //nolint:gosec,forcetypeassert // a TCP port.
+	u.securePort = int32(secure.Listener.Addr().(*net.TCPAddr).Port) //nolint:gosec,forcetypeassert // a TCP port.
+	var hosts strings.Builder
+	fmt.Fprintf(&hosts, "%s upstream.test upstream.example.test other.test\n", h.Addr)
+	for name, addrs := range names {
+		for _, a := range addrs {
+			fmt.Fprintf(&hosts, "%s %s\n", a, name)
+		}
+	}
+	u.hostsFile = filepath.Join(worldReadableDir(t), "hosts")
+	writeReadable(t, u.hostsFile, hosts.String())
+	return u
+}
+
+// options are the Options of a test squid: names from the hosts file, and
+// DNS asked of the test host only (where nothing answers), so that no
+// query leaves this machine.
+func (u *upstreams) options(helper string) Options {
+	return Options{AuthHelperPath: helper, HtpasswdSalt: "test-uid", HostsFile: u.hostsFile, DNSNameservers: []string{u.host.Addr.String()}}
+}
+
 // TestRealSquid runs rendered configurations in real squids and talks to
-// local upstream servers through them.
+// upstream servers on a test host through them.
 func TestRealSquid(t *testing.T) {
 	bin := squidBinary(t)
 	helper := helperPath(t, bin)
-
-	plain := httptest.NewServer(http.HandlerFunc(upstream))
-	t.Cleanup(plain.Close)
-	secure := httptest.NewTLSServer(http.HandlerFunc(upstream))
-	t.Cleanup(secure.Close)
-	roots := x509.NewCertPool()
-	roots.AddCert(secure.Certificate())
-	port := func(u string) int32 {
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, _ := strconv.Atoi(pu.Port())
-		return int32(p) //nolint:gosec // a port fits.
-	}
-	plainPort, securePort := port(plain.URL), port(secure.URL)
+	up := startUpstreams(t, nil)
+	roots := up.roots
+	plainPort, securePort := up.plainPort, up.securePort
+	plain := struct{ URL string }{up.plain}
+	secure := struct{ URL string }{up.secure}
+	upHost := up.host.Addr.String()
 	// Nothing listens on the discard port; Squid must refuse before trying.
 	const otherPort = 9
 	ports := []int32{plainPort, securePort}
 
 	const user, pw = "Alice", "pä ss:w%rd@with/odd#chars"
 	auth := proxy.Auth{Enabled: true, Username: user, Password: pw}
-	test := Options{AuthHelperPath: helper, AllowLoopbackDestinations: true, HtpasswdSalt: "test-uid"}
+	test := up.options(helper)
 
 	proxyURL := func(sq *liveSquid, ui *url.Userinfo) *url.URL {
 		return &url.URL{Scheme: "http", Host: sq.addr, User: ui}
@@ -439,8 +483,9 @@ func TestRealSquid(t *testing.T) {
 		c := client{proxy: proxyURL(sq, nil), roots: roots}
 		expect(t, "plain http", c.get(t, plain.URL), http.StatusOK)
 		expect(t, "https through CONNECT", c.get(t, secure.URL), http.StatusOK)
-		expect(t, "CONNECT to a port not allowed", c.get(t, "https://"+at("127.0.0.1", otherPort)+"/"), http.StatusForbidden)
-		expect(t, "plain http to a port not allowed", c.get(t, "http://"+at("127.0.0.1", otherPort)+"/"), http.StatusForbidden)
+		expect(t, "by name, CONNECT", c.get(t, "https://"+at("upstream.test", securePort)+"/"), http.StatusOK)
+		expect(t, "CONNECT to a port not allowed", c.get(t, "https://"+at(upHost, otherPort)+"/"), http.StatusForbidden)
+		expect(t, "plain http to a port not allowed", c.get(t, "http://"+at(upHost, otherPort)+"/"), http.StatusForbidden)
 	})
 
 	t.Run("basic auth", func(t *testing.T) {
@@ -462,7 +507,7 @@ func TestRealSquid(t *testing.T) {
 		c := client{proxy: proxyURL(sq, url.UserPassword(user, pw)), roots: roots}
 		expect(t, "right credentials, plain http", c.get(t, plain.URL), http.StatusOK)
 		expect(t, "right credentials, CONNECT", c.get(t, secure.URL), http.StatusOK)
-		expect(t, "right credentials, port not allowed", c.get(t, "https://"+at("127.0.0.1", otherPort)+"/"), http.StatusForbidden)
+		expect(t, "right credentials, port not allowed", c.get(t, "https://"+at(upHost, otherPort)+"/"), http.StatusForbidden)
 	})
 
 	t.Run("client outside the CIDRs gets 403 not 407", func(t *testing.T) {
@@ -477,34 +522,26 @@ func TestRealSquid(t *testing.T) {
 
 	t.Run("destination allow-list", func(t *testing.T) {
 		t.Parallel()
-		// localhost resolves to 127.0.0.1 (/etc/hosts); 127.0.0.1 itself is
-		// not a listed name, and -n keeps Squid from matching it by reverse
-		// DNS (which would say localhost).
+		// upstream.test resolves to the test host (the hosts file); its
+		// address itself is not a listed name, and -n keeps Squid from
+		// matching it by reverse DNS.
 		sq := startSquid(t, bin, proxy.Settings{
 			AllowedClientCIDRs:  []string{"127.0.0.0/8"},
 			AllowedPorts:        ports,
-			AllowedDestinations: []string{"localhost", ".example.test"},
+			AllowedDestinations: []string{"upstream.test", ".example.test"},
 		}, test)
-		c := client{proxy: proxyURL(sq, nil), roots: roots, serverName: "example.com"}
-		expect(t, "listed name, plain http", c.get(t, "http://"+at("localhost", plainPort)+"/"), http.StatusOK)
-		expect(t, "listed name, CONNECT", c.get(t, "https://"+at("localhost", securePort)+"/"), http.StatusOK)
+		c := client{proxy: proxyURL(sq, nil), roots: roots}
+		expect(t, "listed name, plain http", c.get(t, "http://"+at("upstream.test", plainPort)+"/"), http.StatusOK)
+		expect(t, "listed name, CONNECT", c.get(t, "https://"+at("upstream.test", securePort)+"/"), http.StatusOK)
+		expect(t, "listed domain, CONNECT", c.get(t, "https://"+at("upstream.example.test", securePort)+"/"), http.StatusOK)
 		expect(t, "IP address, plain http", c.get(t, plain.URL), http.StatusForbidden)
 		expect(t, "IP address, CONNECT", c.get(t, secure.URL), http.StatusForbidden)
-		expect(t, "unlisted name", c.get(t, "http://"+at("example.com", plainPort)+"/"), http.StatusForbidden)
-	})
-
-	t.Run("loopback destinations denied by default", func(t *testing.T) {
-		t.Parallel()
-		o := test
-		o.AllowLoopbackDestinations = false
-		sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedPorts: ports}, o)
-		c := client{proxy: proxyURL(sq, nil), roots: roots, serverName: "example.com"}
-		expect(t, "127.0.0.1, plain http", c.get(t, plain.URL), http.StatusForbidden)
-		expect(t, "localhost, CONNECT", c.get(t, "https://"+at("localhost", securePort)+"/"), http.StatusForbidden)
+		expect(t, "unlisted name", c.get(t, "http://"+at("other.test", plainPort)+"/"), http.StatusForbidden)
 	})
 
 	// Squid reads 0.0.0.0/0 as every client, IPv6 too, and matches IPv4
-	// clients against IPv6 CIDRs; the rendering undoes both.
+	// clients against IPv6 CIDRs; the rendering undoes both. (Such CIDRs
+	// need auth.)
 	t.Run("0.0.0.0/0 and ::/0 keep to their family", func(t *testing.T) {
 		t.Parallel()
 		if l, err := net.Listen("tcp6", "[::1]:0"); err != nil {
@@ -526,8 +563,8 @@ func TestRealSquid(t *testing.T) {
 				t.Parallel()
 				o := test
 				o.ListenAddress = tc.listen
-				sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: tc.cidrs, AllowedPorts: ports}, o)
-				expect(t, "plain http", client{proxy: proxyURL(sq, nil)}.get(t, plain.URL), tc.want)
+				sq := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: tc.cidrs, AllowedPorts: ports, Auth: auth}, o)
+				expect(t, "plain http", client{proxy: proxyURL(sq, url.UserPassword(user, pw))}.get(t, plain.URL), tc.want)
 			})
 		}
 	})

@@ -53,9 +53,8 @@ var defaultConnectPorts = []int32{443}
 var plainHTTPPorts = []int32{80, 443}
 
 // Options says where things live on the machine that runs Squid (a Debian
-// VM, a container) and how Squid is run there. Options never change what
-// the proxy allows, except AllowLoopbackDestinations, which exists for
-// tests.
+// VM, a container) and how Squid is run there. Options never let the proxy
+// allow more: DeniedDestinationCIDRs only adds denials.
 type Options struct {
 	// HtpasswdPath is where the htpasswd file (Files.Htpasswd) will be
 	// installed; default DefaultHtpasswdPath. Squid's effective user (proxy
@@ -98,10 +97,17 @@ type Options struct {
 	// 30 s grace period (Squid's own default is 30 s). Squid waits this
 	// long even when idle. Rounded down to whole seconds.
 	ShutdownLifetime time.Duration
-	// AllowLoopbackDestinations lets clients reach the proxy host's own
-	// loopback addresses (denied by default, as they are the proxy host's
-	// private services). Tests need it; production does not.
-	AllowLoopbackDestinations bool
+	// DeniedDestinationCIDRs are denied on top of NeverDestinations, and
+	// cannot be opened by the resource: what the backend knows of the
+	// network the proxy stands in (a cluster's Service and Pod networks,
+	// its API server, the proxy's own addresses). CIDRs or bare addresses.
+	DeniedDestinationCIDRs []string
+	// HostsFile is Squid's hosts_file, names resolved before DNS; empty
+	// keeps Squid's /etc/hosts. Tests point it at names of their own.
+	HostsFile string
+	// DNSNameservers, when set, are the only DNS servers Squid asks (its
+	// dns_nameservers); empty keeps the machine's resolv.conf.
+	DNSNameservers []string
 }
 
 // Files are the rendered files. Htpasswd holds a password hash: keep it as
@@ -197,6 +203,12 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	if o.EffectiveUser != "" {
 		w("cache_effective_user " + o.EffectiveUser)
 	}
+	if o.HostsFile != "" {
+		w("hosts_file " + o.HostsFile)
+	}
+	if len(o.DNSNameservers) > 0 {
+		w("dns_nameservers " + strings.Join(o.DNSNameservers, " "))
+	}
 	w("")
 
 	w("# No caching: an egress proxy forwards, it does not store.",
@@ -214,9 +226,11 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		"# these and the plain HTTP ports.",
 		"acl SSL_ports port "+joinPorts(connectPorts(s.AllowedPorts)),
 		"acl Safe_ports port "+joinPorts(safePorts(s.AllowedPorts)),
-		"",
-		"# Link-local destinations (Squid 5 has no built-in to_linklocal).",
-		"acl link_local dst 169.254.0.0/16 fe80::/10")
+		"# The proxy's own port: a request there would loop back into it.",
+		"acl own_port port "+strconv.Itoa(int(s.Port)),
+		"")
+	dstACLs, dstRules := destinationACLs(s, o)
+	w(dstACLs...)
 	dests := destinations(s.AllowedDestinations)
 	if len(dests) > 0 {
 		w("",
@@ -248,6 +262,7 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	w("# Access rules, first match wins.",
 		"# The cache manager would disclose the configuration and statistics.",
 		"http_access deny manager",
+		"http_access deny own_port",
 		"http_access deny !Safe_ports",
 		"http_access deny CONNECT !SSL_ports",
 		"http_access deny !clients")
@@ -256,13 +271,7 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		// without a DNS lookup.
 		w("http_access deny !dest")
 	}
-	if !o.AllowLoopbackDestinations {
-		w("# The proxy host's own loopback services are not a destination.",
-			"http_access deny to_localhost")
-	}
-	w("# Link-local holds cloud metadata servers (169.254.169.254), which",
-		"# hand out the proxy machine's credentials.",
-		"http_access deny link_local")
+	w(dstRules...)
 	if s.Auth.Enabled {
 		w("# Missing or wrong credentials: 407.",
 			"http_access deny !authenticated")
@@ -319,6 +328,21 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ListenAddress != "" {
 		if a, err := netip.ParseAddr(o.ListenAddress); err != nil || a.Zone() != "" {
 			add("listenAddress", "%q is not an IP address", o.ListenAddress)
+		}
+	}
+	for i, d := range o.DeniedDestinationCIDRs {
+		if _, err := parseCIDROrAddr(d); err != nil {
+			add(fmt.Sprintf("deniedDestinationCIDRs[%d]", i), "%v", err)
+		}
+	}
+	if o.HostsFile != "" {
+		if msg := checkToken(o.HostsFile); msg != "" || !strings.HasPrefix(o.HostsFile, "/") {
+			add("hostsFile", "%q must be an absolute path without whitespace or quotes", o.HostsFile)
+		}
+	}
+	for i, n := range o.DNSNameservers {
+		if a, err := netip.ParseAddr(n); err != nil || a.Zone() != "" {
+			add(fmt.Sprintf("dnsNameservers[%d]", i), "%q is not an IP address", n)
 		}
 	}
 	if o.ShutdownLifetime < 0 {

@@ -3,6 +3,7 @@ package squid
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -80,10 +81,12 @@ func Validate(s proxy.Settings) error {
 	}
 
 	if len(s.AllowedClientCIDRs) == 0 {
-		add("allowedClientCIDRs", "at least one CIDR is required: the proxy never serves everyone by default (write 0.0.0.0/0 to allow every IPv4 client)")
+		add("allowedClientCIDRs", "at least one CIDR is required: the proxy never serves everyone by default")
 	}
 	for i, c := range s.AllowedClientCIDRs {
 		if msg := checkCIDR(c); msg != "" {
+			add(fmt.Sprintf("allowedClientCIDRs[%d]", i), "%s", msg)
+		} else if msg := checkOpen(c); msg != "" && !s.Auth.Enabled {
 			add(fmt.Sprintf("allowedClientCIDRs[%d]", i), "%s", msg)
 		}
 	}
@@ -91,6 +94,18 @@ func Validate(s proxy.Settings) error {
 	for i, p := range s.AllowedPorts {
 		if p < 1 || p > 65535 {
 			add(fmt.Sprintf("allowedPorts[%d]", i), "%d is out of range (want 1-65535)", p)
+		}
+	}
+	// A request to the proxy's own port could reach the proxy itself (by
+	// an address of its own that no list knows: a NAT, a load balancer) and
+	// loop; so its port is never a destination port.
+	if s.Port >= 1 && s.Port <= 65535 && slices.Contains(safePorts(s.AllowedPorts), s.Port) || (len(s.AllowedPorts) == 0 && slices.Contains(defaultConnectPorts, s.Port)) {
+		add("port", "%d is also a destination port (plain HTTP goes to 80 and 443, CONNECT to allowedPorts, 443 by default); a request there could loop back into the proxy: listen on another port, such as 3128", s.Port)
+	}
+
+	for i, c := range s.AllowedDestinationCIDRs {
+		if msg := checkDestinationCIDR(c); msg != "" {
+			add(fmt.Sprintf("allowedDestinationCIDRs[%d]", i), "%s", msg)
 		}
 	}
 
@@ -137,6 +152,23 @@ func checkCIDR(c string) string {
 	m := p.Masked()
 	if m.Addr().Is6() && !m.Addr().Is4In6() && m.Bits() > 0 && m.Bits() < v4Mapped.Bits() && m.Contains(v4Mapped.Addr()) {
 		return fmt.Sprintf("%q also covers every IPv4 client (Squid sees IPv4 clients as ::ffff:0:0/96); list IPv6 and IPv4 CIDRs separately", c)
+	}
+	return ""
+}
+
+// Without auth, the clients are a short, explicit list: no client CIDR
+// broader than these, so that the proxy is never open to much of the
+// internet, whether written as 0.0.0.0/0 or as its halves.
+const (
+	MinOpenPrefixV4 = 8
+	MinOpenPrefixV6 = 32
+)
+
+// checkOpen returns why a client CIDR needs auth, or "".
+func checkOpen(c string) string {
+	p := normalize(netip.MustParsePrefix(c))
+	if p.Addr().Is4() && p.Bits() < MinOpenPrefixV4 || p.Addr().Is6() && p.Bits() < MinOpenPrefixV6 {
+		return fmt.Sprintf("%q is broader than /%d (IPv4) or /%d (IPv6), too many clients for a proxy without a password; narrow it, or turn on auth (auth.enabled: true), which makes it allowed", c, MinOpenPrefixV4, MinOpenPrefixV6)
 	}
 	return ""
 }
@@ -189,7 +221,7 @@ func checkDestination(d string) string {
 	// An all-digit last label is never a real top-level domain; such names
 	// are IP addresses in disguise (10.1, 192.168.0.1.2) and would only
 	// match by accident.
-	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
+	if last := strings.ToLower(labels[len(labels)-1]); strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") && strings.Trim(last[2:], "0123456789abcdef") == "" {
 		return fmt.Sprintf("%q looks like an IP address; the allow-list takes domain names only", d)
 	}
 	return ""

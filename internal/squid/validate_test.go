@@ -23,9 +23,20 @@ func TestValidateAccepts(t *testing.T) {
 		"minimal":            func(*proxy.Settings) {},
 		"port 1":             func(s *proxy.Settings) { s.Port = 1 },
 		"port 65535":         func(s *proxy.Settings) { s.Port = 65535 },
-		"IPv6 CIDR":          func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"fd00::/8", "2001:db8::1/128"} },
-		"explicit 0.0.0.0/0": func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"0.0.0.0/0"} },
-		"explicit ::/0":      func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"::/0"} },
+		"IPv6 CIDR":          func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"fd00::/32", "2001:db8::1/128"} },
+		"0.0.0.0/0 with auth": func(s *proxy.Settings) {
+			s.AllowedClientCIDRs = []string{"0.0.0.0/0"}
+			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p"}
+		},
+		"::/0 with auth": func(s *proxy.Settings) {
+			s.AllowedClientCIDRs = []string{"::/0"}
+			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p"}
+		},
+		"/8 and /32 without auth": func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"11.0.0.0/8", "2001:db8::/32"} },
+		"private destination CIDRs": func(s *proxy.Settings) {
+			s.AllowedDestinationCIDRs = []string{"10.20.0.0/16", "192.168.1.10/32", "fd12:3456::/32", "100.64.0.0/10", "::ffff:172.16.0.0/108", "fc00::/7", "64:ff9b::a00:0/104"}
+		},
+		"another proxy port": func(s *proxy.Settings) { s.Port = 8443; s.AllowedPorts = []int32{443} },
 		"IPv4-mapped CIDR":   func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"::ffff:10.0.0.0/104"} },
 		"unmasked CIDR":      func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"10.1.2.3/8"} },
 		"ports":              func(s *proxy.Settings) { s.AllowedPorts = []int32{1, 443, 8443, 65535} },
@@ -90,6 +101,55 @@ func TestValidateRejects(t *testing.T) {
 			mod:  func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"::/64"} },
 			want: []string{`allowedClientCIDRs[0]: "::/64" also covers every IPv4 client…`},
 		},
+		"open to the internet without auth": {
+			mod: func(s *proxy.Settings) {
+				s.AllowedClientCIDRs = []string{"0.0.0.0/0", "0.0.0.0/1", "128.0.0.0/1", "::/0", "2000::/3", "10.0.0.0/7", "::ffff:0.0.0.0/97", "2001:db8::/31"}
+			},
+			want: []string{
+				`allowedClientCIDRs[0]: "0.0.0.0/0" is broader than /8 (IPv4) or /32 (IPv6), too many clients for a proxy without a password; narrow it, or turn on auth (auth.enabled: true), which makes it allowed`,
+				`allowedClientCIDRs[1]: "0.0.0.0/1" is broader than /8…`,
+				`allowedClientCIDRs[2]: "128.0.0.0/1" is broader than /8…`,
+				`allowedClientCIDRs[3]: "::/0" is broader than /8…`,
+				`allowedClientCIDRs[4]: "2000::/3" is broader than /8…`,
+				`allowedClientCIDRs[5]: "10.0.0.0/7" is broader than /8…`,
+				`allowedClientCIDRs[6]: "::ffff:0.0.0.0/97" is broader than /8…`,
+				`allowedClientCIDRs[7]: "2001:db8::/31" is broader than /8…`,
+			},
+		},
+		"proxy port is a destination port": {
+			mod:  func(s *proxy.Settings) { s.Port = 443 },
+			want: []string{"port: 443 is also a destination port…"},
+		},
+		"proxy port among allowed ports": {
+			mod:  func(s *proxy.Settings) { s.Port = 8443; s.AllowedPorts = []int32{443, 8443} },
+			want: []string{"port: 8443 is also a destination port…"},
+		},
+		"proxy port 80": {
+			mod:  func(s *proxy.Settings) { s.Port = 80 },
+			want: []string{"port: 80 is also a destination port…"},
+		},
+		"destination CIDRs that are never opened": {
+			mod: func(s *proxy.Settings) {
+				s.AllowedDestinationCIDRs = []string{"10.0.0.0/8", "127.0.0.1/32", "0.0.0.0/0", "169.254.169.254/32", "::1/128", "::ffff:127.0.0.0/104",
+					"224.0.0.1/32", "64:ff9b::7f00:1/128", "2002:a9fe::/32", "fe80::/10", "10.0.0.1", "10.0.0.0/7", "8.8.8.0/24", "::/0", "0.0.0.0/1"}
+			},
+			want: []string{
+				`allowedDestinationCIDRs[1]: "127.0.0.1/32" is not inside a private range (10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 64:ff9b:1::/48, fc00::/7); only those are denied and can be opened: the proxy host, link-local and metadata addresses never are, and public addresses need no opening`,
+				`allowedDestinationCIDRs[2]: "0.0.0.0/0" is not inside a private range…`,
+				`allowedDestinationCIDRs[3]: "169.254.169.254/32" is not inside a private range…`,
+				`allowedDestinationCIDRs[4]: "::1/128" is not inside a private range…`,
+				`allowedDestinationCIDRs[5]: "::ffff:127.0.0.0/104" is not inside a private range…`,
+				`allowedDestinationCIDRs[6]: "224.0.0.1/32" is not inside a private range…`,
+				`allowedDestinationCIDRs[7]: "64:ff9b::7f00:1/128" is not inside a private range…`,
+				`allowedDestinationCIDRs[8]: "2002:a9fe::/32" is not inside a private range…`,
+				`allowedDestinationCIDRs[9]: "fe80::/10" is not inside a private range…`,
+				`allowedDestinationCIDRs[10]: "10.0.0.1" is not a CIDR…`,
+				`allowedDestinationCIDRs[11]: "10.0.0.0/7" is not inside a private range…`,
+				`allowedDestinationCIDRs[12]: "8.8.8.0/24" is not inside a private range…`,
+				`allowedDestinationCIDRs[13]: "::/0" is not inside a private range…`,
+				`allowedDestinationCIDRs[14]: "0.0.0.0/1" is not inside a private range…`,
+			},
+		},
 		"bad allowed ports": {
 			mod: func(s *proxy.Settings) { s.AllowedPorts = []int32{443, 0, 70000, -1} },
 			want: []string{
@@ -104,6 +164,7 @@ func TestValidateRejects(t *testing.T) {
 					"ok.example.com", "", "exa mple.com", "*.example.com", "https://example.com",
 					"example.com:443", "10.0.0.1", "[::1]", "bücher.example", "example.com.",
 					"a..example.com", "-a.example.com", "a!.example.com", "10.1", ".", strings.Repeat("a", 64) + ".com",
+					"2130706433", "0x7f000001", "0X7F.1", "0177.0.0.1",
 				}
 			},
 			want: []string{
@@ -122,6 +183,10 @@ func TestValidateRejects(t *testing.T) {
 				`allowedDestinations[13]: "10.1" looks like an IP address…`,
 				`allowedDestinations[14]: "." has an empty label…`,
 				`allowedDestinations[15]: "` + strings.Repeat("a", 64) + `.com" has a label longer than 63 characters`,
+				`allowedDestinations[16]: "2130706433" looks like an IP address…`,
+				`allowedDestinations[17]: "0x7f000001" looks like an IP address…`,
+				`allowedDestinations[18]: "0X7F.1" looks like an IP address…`,
+				`allowedDestinations[19]: "0177.0.0.1" looks like an IP address…`,
 			},
 		},
 		"auth without credentials": {

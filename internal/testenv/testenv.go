@@ -4,9 +4,6 @@
 package testenv
 
 import (
-	"io"
-	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -91,38 +88,6 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
-}
-
-// Upstream serves "hello from upstream" over HTTP on an IPv4 address of
-// this machine that is not loopback (the provider's squid.conf denies
-// loopback destinations, and tests run exactly that squid.conf), until t
-// ends. It returns the URL and the port.
-func Upstream(t testing.TB) (string, int) {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ip net.IP
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			ip = n.IP
-			break
-		}
-	}
-	if ip == nil {
-		t.Fatal("this machine has no non-loopback IPv4 address for the upstream HTTP server (Squid denies loopback destinations)")
-	}
-	l, err := net.Listen("tcp4", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "hello from upstream")
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String() + "/", l.Addr().(*net.TCPAddr).Port //nolint:forcetypeassert // a TCP listener.
 }
 
 // SquidImage is the Squid image of hack/squid-image.sh (built once, then

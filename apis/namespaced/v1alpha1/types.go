@@ -8,7 +8,11 @@ import (
 )
 
 // NamespacedProviderConfigSpec is a ProviderConfigSpec whose Secret refs
-// name Secrets in the config's own namespace.
+// name Secrets in the config's own namespace, and which never uses the
+// provider's own identity (InjectedIdentity): a namespace user can act with
+// no more than their namespace gives them.
+// +kubebuilder:validation:XValidation:rule="!has(self.gcp) || self.gcp.credentials.source != 'InjectedIdentity'",message="gcp.credentials.source InjectedIdentity is not allowed on a namespaced ProviderConfig: it would act with the provider's own Google identity; use source Secret with a service-account key in this namespace, or a ClusterProviderConfig the platform team provides",fieldPath=".gcp.credentials.source"
+// +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || self.kubernetes.credentials.source != 'InjectedIdentity'",message="kubernetes.credentials.source InjectedIdentity is not allowed on a namespaced ProviderConfig: it would act with the provider's own service account; use source Secret with a kubeconfig in this namespace, or a ClusterProviderConfig the platform team provides",fieldPath=".kubernetes.credentials.source"
 // +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.sshKeySecretRef.namespace)",message="kvm.credentials.sshKeySecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace",fieldPath=".kvm.credentials.sshKeySecretRef.namespace"
 // +kubebuilder:validation:XValidation:rule="!has(self.kvm) || !has(self.kvm.credentials.knownHostsSecretRef) || !has(self.kvm.credentials.knownHostsSecretRef.namespace)",message="kvm.credentials.knownHostsSecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace",fieldPath=".kvm.credentials.knownHostsSecretRef.namespace"
 // +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || !has(self.proxmox.credentials.tokenSecretRef.namespace)",message="proxmox.credentials.tokenSecretRef.namespace is not allowed on a namespaced ProviderConfig: Secrets are read from the config's own namespace",fieldPath=".proxmox.credentials.tokenSecretRef.namespace"

@@ -62,6 +62,18 @@ type KVMConfig struct {
 	// +optional
 	// +kubebuilder:default=true
 	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
+	// AllowImageURLs lets a KVMProxy name its image by an http(s) URL
+	// instead of a key of images. Off by default: then proxies run only
+	// the catalogue's images.
+	// +optional
+	AllowImageURLs bool `json:"allowImageURLs,omitempty"`
+	// AllowUserCloudInit lets proxies add their own cloudInit. Default
+	// true; set false so that the proxies of this config run exactly the
+	// provider's setup (a proxy's cloudInit is then refused with a
+	// condition). User cloud-init runs as root on the VM.
+	// +optional
+	// +kubebuilder:default=true
+	AllowUserCloudInit *bool `json:"allowUserCloudInit,omitempty"`
 	// Images is the catalogue of base images by key.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
@@ -111,9 +123,13 @@ type KVMCredentials struct {
 
 // KVMImage is one base image.
 type KVMImage struct {
-	// URL to download the image from (http or https).
-	// +kubebuilder:validation:MaxLength=2048
+	// URL to download the image from (http or https). Its host must not be
+	// a loopback, unspecified, link-local or cloud metadata address, nor a
+	// name for one (localhost, metadata.google.internal). At most 900
+	// characters (the admission check's cost budget).
+	// +kubebuilder:validation:MaxLength=900
 	// +kubebuilder:validation:Pattern=`^https?://[^ ]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://.*') || (!self.split('/')[2].split('?')[0].split('#')[0].contains('@') && (isIP((self.split('/')[2].split('?')[0].split('#')[0].startsWith('[') ? self.split('/')[2].split('?')[0].split('#')[0].substring(1, self.split('/')[2].split('?')[0].split('#')[0].indexOf(']') < 1 ? 1 : self.split('/')[2].split('?')[0].split('#')[0].indexOf(']')) : self.split('/')[2].split('?')[0].split('#')[0].split(':')[0])) ? !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '100.100.100.200/32', '168.63.129.16/32', '192.0.0.192/32', '::/96', 'fe80::/10', 'fd00:ec2::/32', 'fd20:ce::254/128', '64:ff9b::/96', '2002::/16'].exists(m, cidr(m).containsIP((self.split('/')[2].split('?')[0].split('#')[0].startsWith('[') ? self.split('/')[2].split('?')[0].split('#')[0].substring(1, self.split('/')[2].split('?')[0].split('#')[0].indexOf(']') < 1 ? 1 : self.split('/')[2].split('?')[0].split('#')[0].indexOf(']')) : self.split('/')[2].split('?')[0].split('#')[0].split(':')[0]))) : ((self.split('/')[2].split('?')[0].split('#')[0].startsWith('[') ? self.split('/')[2].split('?')[0].split('#')[0].substring(1, self.split('/')[2].split('?')[0].split('#')[0].indexOf(']') < 1 ? 1 : self.split('/')[2].split('?')[0].split('#')[0].indexOf(']')) : self.split('/')[2].split('?')[0].split('#')[0].split(':')[0]).matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?[.])*[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$') && !((self.split('/')[2].split('?')[0].split('#')[0].startsWith('[') ? self.split('/')[2].split('?')[0].split('#')[0].substring(1, self.split('/')[2].split('?')[0].split('#')[0].indexOf(']') < 1 ? 1 : self.split('/')[2].split('?')[0].split('#')[0].indexOf(']')) : self.split('/')[2].split('?')[0].split('#')[0].split(':')[0]).lowerAscii() in ['localhost', 'metadata', 'metadata.google.internal', 'instance-data', 'instance-data.ec2.internal']) && !(self.split('/')[2].split('?')[0].split('#')[0].startsWith('[') ? self.split('/')[2].split('?')[0].split('#')[0].substring(1, self.split('/')[2].split('?')[0].split('#')[0].indexOf(']') < 1 ? 1 : self.split('/')[2].split('?')[0].split('#')[0].indexOf(']')) : self.split('/')[2].split('?')[0].split('#')[0].split(':')[0]).lowerAscii().endsWith('.localhost'))))",message="the URL's host must be a DNS name or a routable address: not loopback, unspecified, link-local, a cloud metadata address or a name for one (localhost, metadata.google.internal), not an IP in another spelling (a numeric last label, ::ffff:127.0.0.1), without a trailing dot or user info"
 	URL string `json:"url"`
 	// SHA256 of the image file, checked after download.
 	// +optional
@@ -228,6 +244,11 @@ type ProxmoxConfig struct {
 	// +optional
 	// +kubebuilder:default=true
 	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
+	// AllowUserCloudInit lets proxies add their own cloudInit; see
+	// kvm.allowUserCloudInit.
+	// +optional
+	// +kubebuilder:default=true
+	AllowUserCloudInit *bool `json:"allowUserCloudInit,omitempty"`
 	// RequestTimeoutSeconds bounds each API request.
 	// +optional
 	// +kubebuilder:default=30
@@ -305,7 +326,14 @@ type GCPConfig struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	Subnetwork string `json:"subnetwork,omitempty"`
-	// NetworkTags put on every instance (firewall rules target them).
+	// AllowUserCloudInit lets proxies add their own cloudInit; see
+	// kvm.allowUserCloudInit.
+	// +optional
+	// +kubebuilder:default=true
+	AllowUserCloudInit *bool `json:"allowUserCloudInit,omitempty"`
+	// NetworkTags put on every instance, besides the provider's own tag
+	// for the proxy (egressproxy- and a digest), which its firewall rule
+	// targets.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
@@ -376,9 +404,11 @@ type KubernetesConfig struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace,omitempty"`
 	// Image is the Squid container image. It must run squid as a non-root
-	// user and ship basic_ncsa_auth.
+	// user and ship basic_ncsa_auth. The default is Canonical's Squid on
+	// the Ubuntu 24.04 LTS track; pin it by digest
+	// (docker.io/ubuntu/squid@sha256:...) to run exactly what was tested.
 	// +optional
-	// +kubebuilder:default="docker.io/ubuntu/squid:6.10-24.10_beta"
+	// +kubebuilder:default="docker.io/ubuntu/squid:6.6-24.04_beta"
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^[^ ]+$`
 	Image string `json:"image,omitempty"`
@@ -392,6 +422,25 @@ type KubernetesConfig struct {
 	// NodeSelector for the proxy pods.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// ClusterNetworks are the target cluster's own networks (Service and
+	// Pod CIDRs) and API server addresses, which proxies never reach (a
+	// proxy's allowedDestinationCIDRs cannot open them). Added to what the
+	// provider discovers: the API server's endpoints, the kubernetes
+	// Service, ServiceCIDRs and the nodes' podCIDRs. Set them where
+	// discovery cannot see them (a cluster without ServiceCIDR objects or
+	// node podCIDRs).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || isIP(self)",message="must be a CIDR such as 10.96.0.0/12 or an IP address"
+	// +listType=set
+	ClusterNetworks []string `json:"clusterNetworks,omitempty"`
+	// NetworkPolicy puts a NetworkPolicy on each proxy's pods that denies
+	// egress to what Squid denies (where the cluster enforces policies).
+	// Default true.
+	// +optional
+	// +kubebuilder:default=true
+	NetworkPolicy *bool `json:"networkPolicy,omitempty"`
 }
 
 // KubernetesCredentials says how to reach the target cluster.

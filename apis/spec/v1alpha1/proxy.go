@@ -28,6 +28,8 @@ type SecretKeySelector struct {
 
 // ProxySettings is the common proxy block: what Squid enforces, the same on
 // every kind.
+// +kubebuilder:validation:XValidation:rule="(has(self.auth) && self.auth.enabled) || self.allowedClientCIDRs.all(c, !isCIDR(c) || cidr(c).prefixLength() >= (cidr(c).ip().family() == 4 ? 8 : 32))",message="without auth, no allowedClientCIDRs entry may be broader than /8 (IPv4) or /32 (IPv6): the proxy would be open to much of the internet; narrow them, or turn on auth (auth.enabled: true), which makes them allowed",fieldPath=".allowedClientCIDRs"
+// +kubebuilder:validation:XValidation:rule="!has(self.port) || (self.port != 80 && self.port != 443 && !(has(self.allowedPorts) && self.port in self.allowedPorts))",message="port must not be 80, 443 or one of allowedPorts: those are destination ports, and a request to the proxy's own port could loop back into it; use another port, such as 3128",fieldPath=".port"
 type ProxySettings struct {
 	// Port Squid listens on.
 	// +optional
@@ -37,7 +39,9 @@ type ProxySettings struct {
 	Port *int32 `json:"port,omitempty"`
 
 	// AllowedClientCIDRs may use the proxy; everyone else is refused. At
-	// least one is required: the proxy is never open.
+	// least one is required: the proxy is never open. Without auth none
+	// may be broader than /8 (IPv4) or /32 (IPv6); with auth any is
+	// allowed.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
@@ -56,13 +60,32 @@ type ProxySettings struct {
 
 	// AllowedDestinations, when set, is a domain allow-list: "api.github.com"
 	// matches that host, ".stripe.com" the domain and its subdomains.
-	// Everything else is refused.
+	// Everything else is refused. Names only: an IP address (in any
+	// spelling: 10.0.0.1, 127.1, 2130706433, 0x7f000001) is refused.
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^\.?([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	// +kubebuilder:validation:items:XValidation:rule="!self.lowerAscii().matches('(^|[.])([0-9]+|0x[0-9a-f]*)$')",message="must be a domain name, not an IP address in any spelling (a numeric last label, as in 10.0.0.1, 127.1, 2130706433 or 0x7f000001, is an address); open private address ranges with allowedDestinationCIDRs"
 	// +listType=set
 	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
+
+	// AllowedDestinationCIDRs open private destination ranges, which the
+	// proxy denies otherwise: RFC 1918 (10.0.0.0/8, 172.16.0.0/12,
+	// 192.168.0.0/16), 100.64.0.0/10, 192.0.0.0/24, fc00::/7 and
+	// 64:ff9b:1::/48. Each entry must lie inside one of them. The proxy's
+	// own host (loopback, 0.0.0.0/8), link-local, cloud metadata addresses,
+	// multicast and, for a PodProxy, the cluster's own networks and API
+	// server are never reachable, also inside an opened range. Checked
+	// after name resolution: a name resolving into a denied range is
+	// denied.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.20.0.0/16 (one address: /32 or /128)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '192.0.0.0/24', 'fc00::/7', '64:ff9b:1::/48', '64:ff9b::a00:0/104', '64:ff9b::ac10:0/108', '64:ff9b::c0a8:0/112', '64:ff9b::6440:0/106', '64:ff9b::c000:0/120', '2002:a00::/24', '2002:ac10::/28', '2002:c0a8::/32', '2002:6440::/26', '2002:c000::/40'].exists(p, cidr(p).containsCIDR(cidr(self)))",message="must lie inside a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 192.0.0.0/24, fc00::/7, 64:ff9b:1::/48): only those are denied and can be opened; loopback, link-local and metadata addresses never are, and public addresses need no opening"
+	// +listType=set
+	AllowedDestinationCIDRs []string `json:"allowedDestinationCIDRs,omitempty"`
 
 	// Auth turns on basic authentication.
 	// +optional
@@ -100,7 +123,8 @@ type Placement struct {
 	// MachineType key.
 	// +optional
 	MachineType string `json:"machineType,omitempty"`
-	// Image key (a template key on ProxmoxProxy), or an image URL (KVMProxy).
+	// Image key (a template key on ProxmoxProxy), or an image URL (KVMProxy,
+	// when its config allows URLs).
 	// +optional
 	Image string `json:"image,omitempty"`
 }

@@ -33,6 +33,11 @@ func (in *GCPAddress) DeepCopy() *GCPAddress {
 func (in *GCPConfig) DeepCopyInto(out *GCPConfig) {
 	*out = *in
 	in.Credentials.DeepCopyInto(&out.Credentials)
+	if in.AllowUserCloudInit != nil {
+		in, out := &in.AllowUserCloudInit, &out.AllowUserCloudInit
+		*out = new(bool)
+		**out = **in
+	}
 	if in.NetworkTags != nil {
 		in, out := &in.NetworkTags, &out.NetworkTags
 		*out = make([]string, len(*in))
@@ -169,6 +174,11 @@ func (in *KVMConfig) DeepCopyInto(out *KVMConfig) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.AllowUserCloudInit != nil {
+		in, out := &in.AllowUserCloudInit, &out.AllowUserCloudInit
+		*out = new(bool)
+		**out = **in
+	}
 	if in.Images != nil {
 		in, out := &in.Images, &out.Images
 		*out = make(map[string]KVMImage, len(*in))
@@ -302,6 +312,16 @@ func (in *KubernetesConfig) DeepCopyInto(out *KubernetesConfig) {
 		for key, val := range *in {
 			(*out)[key] = val
 		}
+	}
+	if in.ClusterNetworks != nil {
+		in, out := &in.ClusterNetworks, &out.ClusterNetworks
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.NetworkPolicy != nil {
+		in, out := &in.NetworkPolicy, &out.NetworkPolicy
+		*out = new(bool)
+		**out = **in
 	}
 }
 
@@ -477,6 +497,11 @@ func (in *ProxmoxConfig) DeepCopyInto(out *ProxmoxConfig) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.AllowUserCloudInit != nil {
+		in, out := &in.AllowUserCloudInit, &out.AllowUserCloudInit
+		*out = new(bool)
+		**out = **in
+	}
 	if in.Templates != nil {
 		in, out := &in.Templates, &out.Templates
 		*out = make(map[string]ProxmoxTemplate, len(*in))
@@ -641,6 +666,11 @@ func (in *ProxySettings) DeepCopyInto(out *ProxySettings) {
 	}
 	if in.AllowedDestinations != nil {
 		in, out := &in.AllowedDestinations, &out.AllowedDestinations
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.AllowedDestinationCIDRs != nil {
+		in, out := &in.AllowedDestinationCIDRs, &out.AllowedDestinationCIDRs
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}

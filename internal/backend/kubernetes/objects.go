@@ -79,7 +79,7 @@ const (
 // Defaults for an empty Config.
 const (
 	DefaultNamespace = "egress-proxies"
-	DefaultImage     = "docker.io/ubuntu/squid:6.10-24.10_beta"
+	DefaultImage     = "docker.io/ubuntu/squid:6.6-24.04_beta"
 )
 
 // templateVersion is part of AnnotationTemplateHash: bump it when a change

@@ -249,6 +249,8 @@ func (e *external[P]) settings(ctx context.Context, cr Resource[P], ps *spec.Pro
 		AllowedClientCIDRs:  ps.AllowedClientCIDRs,
 		AllowedPorts:        ps.AllowedPorts,
 		AllowedDestinations: ps.AllowedDestinations,
+
+		AllowedDestinationCIDRs: ps.AllowedDestinationCIDRs,
 	}
 	if ps.Port != nil {
 		s.Port = *ps.Port
