@@ -3,9 +3,11 @@ package external
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +16,7 @@ import (
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 // Config is a resolved ProviderConfig of any of the three config kinds.
@@ -28,6 +31,65 @@ type Config struct {
 	InstallationID string
 	// Secrets reads the config's Secret refs.
 	Secrets Secrets
+	// Namespaced is true for a namespaced ProviderConfig, written by a
+	// namespace user: it never acts with the provider's own identity.
+	Namespaced bool
+}
+
+// CheckTenancy returns why the config may not be used, or nil: a namespaced
+// ProviderConfig with InjectedIdentity would act with the provider's own
+// cluster or Google identity. Admission refuses such configs; this is the
+// same rule again, for configs written before it or past it.
+func (c *Config) CheckTenancy() error {
+	if !c.Namespaced {
+		return nil
+	}
+	for field, src := range map[string]*xpv2.CredentialsSource{
+		"gcp.credentials.source":        credentialsSource(c.Spec.GCP != nil, func() xpv2.CredentialsSource { return c.Spec.GCP.Credentials.Source }),
+		"kubernetes.credentials.source": credentialsSource(c.Spec.Kubernetes != nil, func() xpv2.CredentialsSource { return c.Spec.Kubernetes.Credentials.Source }),
+	} {
+		if src != nil && *src != xpv2.CredentialsSourceSecret {
+			return proxy.Permanentf("%s: %s %s is not allowed on a namespaced ProviderConfig: it would act with the provider's own identity; use source Secret with credentials in namespace %s, or a ClusterProviderConfig", c.Name, field, *src, c.Secrets.Namespace)
+		}
+	}
+	return nil
+}
+
+func credentialsSource(set bool, get func() xpv2.CredentialsSource) *xpv2.CredentialsSource {
+	if !set {
+		return nil
+	}
+	s := get()
+	return &s
+}
+
+// Allows returns why the config does not allow what req asks for, or nil:
+// an image by URL (KVM, unless kvm.allowImageURLs) and the proxy's own
+// cloudInit (unless the backend block's allowUserCloudInit, true by
+// default).
+func (c *Config) Allows(req proxy.Request) error {
+	s := &c.Spec
+	if img := req.Placement.Image; s.KVM != nil && !s.KVM.AllowImageURLs && (strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")) {
+		return proxy.Permanentf("spec.forProvider.image: %s does not allow images by URL (its kvm.allowImageURLs is false): name a key of its kvm.images (%s)", c.Name, strings.Join(Keys(s.KVM.Images), ", "))
+	}
+	if req.CloudInit == "" {
+		return nil
+	}
+	var allow *bool
+	block := ""
+	switch {
+	case s.KVM != nil:
+		allow, block = s.KVM.AllowUserCloudInit, "kvm"
+	case s.Proxmox != nil:
+		allow, block = s.Proxmox.AllowUserCloudInit, "proxmox"
+	case s.GCP != nil:
+		allow, block = s.GCP.AllowUserCloudInit, "gcp"
+	}
+	if allow != nil && !*allow {
+		// Never quote the cloudInit: it is secret.
+		return proxy.Permanentf("spec.forProvider.cloudInit: %s does not allow a proxy's own cloud-init (its %s.allowUserCloudInit is false): remove it", c.Name, block)
+	}
+	return nil
 }
 
 // Backend returns the block the config holds.
@@ -74,7 +136,11 @@ func (r ConfigReader) Resolve(ctx context.Context, mg resource.Managed) (*Config
 				return nil, notFoundHint(err, fmt.Sprintf("ProviderConfig %q in namespace %q", ref.Name, m.GetNamespace()),
 					"a namespaced resource can use a ProviderConfig of its own namespace or a ClusterProviderConfig")
 			}
-			return r.Of(pc), nil
+			cfg := r.Of(pc)
+			if err := cfg.CheckTenancy(); err != nil {
+				return nil, err
+			}
+			return cfg, nil
 		case "ClusterProviderConfig":
 			pc := &namespacedv1alpha1.ClusterProviderConfig{}
 			if err := r.Kube.Get(ctx, types.NamespacedName{Name: ref.Name}, pc); err != nil {
@@ -159,7 +225,9 @@ func (s Secrets) Get(ctx context.Context, field string, ref *spec.SecretKeySelec
 func (r ConfigReader) Of(obj client.Object) *Config {
 	switch pc := obj.(type) {
 	case *namespacedv1alpha1.ProviderConfig:
-		return r.config(fmt.Sprintf("ProviderConfig %s/%s", pc.Namespace, pc.Name), pc.Spec.ProviderConfigSpec, pc.Namespace)
+		c := r.config(fmt.Sprintf("ProviderConfig %s/%s", pc.Namespace, pc.Name), pc.Spec.ProviderConfigSpec, pc.Namespace)
+		c.Namespaced = true
+		return c
 	case *namespacedv1alpha1.ClusterProviderConfig:
 		return r.config("ClusterProviderConfig "+pc.Name, pc.Spec.ProviderConfigSpec, "")
 	case *clusterv1alpha1.ProviderConfig:

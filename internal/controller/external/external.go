@@ -237,6 +237,12 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		return proxy.Request{}, err
 	}
+	// What the config allows its proxies, checked here rather than in
+	// kind.Request so that a proxy the config no longer allows can still be
+	// deleted.
+	if err := e.cfg.Allows(req); err != nil {
+		return proxy.Request{}, err
+	}
 	if req.SecretDigest, err = e.passwords.Digest(ctx, req.Proxy.Auth.Password, req.CloudInit); err != nil {
 		return proxy.Request{}, err
 	}

@@ -206,8 +206,15 @@ func (e *env) createConfigs(t *testing.T, image string) {
 	for _, o := range []client.Object{
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{NoProxy: []string{".corp.example", ".svc"}, Kubernetes: block(proxyNS)}}},
+		// A namespaced config never uses the provider's own identity
+		// (refused at admission): the team's own kubeconfig, in its
+		// namespace.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-kubeconfig", Namespace: "team-b"}, Data: map[string][]byte{"kubeconfig": cp.Kubeconfig}},
 		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods", Namespace: "team-b"},
-			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
+			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Name: "team-kubeconfig", Key: "kubeconfig"}},
+				Namespace:   proxyNS,
+			}}}},
 		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
