@@ -45,9 +45,9 @@ const (
 
 // Condition reasons written by the health controller.
 const (
-	ReasonHealthy            xpv2.ConditionReason = "Healthy"
-	ReasonUnhealthy          xpv2.ConditionReason = "Unhealthy"
-	ReasonCannotConnect      xpv2.ConditionReason = "CannotConnect"
+	ReasonHealthy       xpv2.ConditionReason = "Healthy"
+	ReasonUnhealthy     xpv2.ConditionReason = "Unhealthy"
+	ReasonCannotConnect xpv2.ConditionReason = "CannotConnect"
 	// ReasonIdentityNotAllowed: a namespaced config asks for the
 	// provider's own identity.
 	ReasonIdentityNotAllowed xpv2.ConditionReason = "IdentityNotAllowed"
