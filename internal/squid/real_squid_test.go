@@ -12,12 +12,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -567,5 +569,154 @@ func TestRealSquid(t *testing.T) {
 				expect(t, "plain http", client{proxy: proxyURL(sq, url.UserPassword(user, pw))}.get(t, plain.URL), tc.want)
 			})
 		}
+	})
+}
+
+// countingListener counts the connections a listener accepted, to prove a
+// denied request never reached it.
+type countingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestRealSquidDeniesPivots is the attack of a client of the proxy that
+// aims it at the network the proxy stands in: the proxy host itself, link
+// local and metadata services, private ranges, by address in every
+// spelling and by names that resolve there. Where an address can be bound
+// (loopback here, private addresses on a test host), something listens,
+// so a 403 proves the denial and not a dead end; the rest must be Squid's
+// own 403 (ERR_ACCESS_DENIED, TCP_DENIED in its access log), given before
+// any connection is tried.
+func TestRealSquidDeniesPivots(t *testing.T) {
+	bin := squidBinary(t)
+	helper := helperPath(t, bin)
+	var r [3]byte
+	_, _ = rand.Read(r[:])
+	private := []netip.Addr{
+		netip.AddrFrom4([4]byte{10, r[0], r[1], r[2] | 1}),
+		netip.AddrFrom4([4]byte{172, 16 + r[0]%16, r[1], r[2] | 1}),
+		netip.AddrFrom4([4]byte{192, 168, r[1], r[2] | 1}),
+		netip.AddrFrom4([4]byte{100, 64 + r[0]%64, r[1], r[2] | 1}),
+		netip.AddrFrom16([16]byte{0xfd, 0xe9, r[0], r[1], 14: r[2], 15: 1}),
+	}
+	h := testenv.NewTestHost(t, private...)
+	// One port for every listener on the test host.
+	first := &countingListener{Listener: h.Listen(t, "tcp", ":0")}
+	port := first.Addr().(*net.TCPAddr).Port //nolint:forcetypeassert // TCP.
+	serve := func(l net.Listener) {
+		srv := &http.Server{Handler: http.HandlerFunc(upstream), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	serve(first)
+	listeners := map[netip.Addr]*countingListener{}
+	for _, a := range private {
+		l := &countingListener{Listener: h.Listen(t, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(port)))}
+		serve(l)
+		listeners[a] = l
+	}
+	// The proxy host's own loopback, on the same port.
+	for _, a := range []string{"127.0.0.1", "::1"} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
+		if err != nil {
+			t.Logf("cannot listen on %s:%d (%v); relying on Squid's 403", a, port, err)
+			continue
+		}
+		l := &countingListener{Listener: ln}
+		serve(l)
+		listeners[netip.MustParseAddr(a)] = l
+	}
+
+	names := map[string][]string{
+		"loop.test":      {"127.0.0.1"},
+		"loop6.test":     {"::1"},
+		"meta.test":      {"169.254.169.254"},
+		"azure.test":     {"168.63.129.16"},
+		"private.test":   {private[0].String()},
+		"ula.test":       {private[4].String()},
+		"nat64loop.test": {"64:ff9b::7f00:1"},
+		// One good address and one bad: denied, since Squid may use either.
+		"mixed.test": {h.Addr.String(), private[1].String()},
+	}
+	up := startUpstreams(t, names)
+	o := up.options(helper)
+	at := func(host string) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+	settings := proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedPorts: []int32{int32(port), up.plainPort}} //nolint:gosec // a port.
+
+	denied := []string{
+		// The proxy host itself, in every spelling a URL allows.
+		"127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:7f00:1", "0.0.0.0", "::", "127.0.0.2", "64:ff9b::7f00:1", "2002:7f00:1::1", "::127.0.0.1",
+		// Link-local and the clouds' metadata services.
+		"169.254.169.254", "169.254.170.2", "fe80::1", "fd00:ec2::254", "fd00:ec2::23", "fd20:ce::254", "100.100.100.200", "168.63.129.16", "192.0.0.192",
+		"64:ff9b::a9fe:a9fe",
+		// Multicast and broadcast.
+		"224.0.0.1", "255.255.255.255", "ff02::1",
+		// Private ranges, each with a listener behind it.
+		private[0].String(), private[1].String(), private[2].String(), private[3].String(), private[4].String(),
+		// Names that resolve into them.
+		"loop.test", "loop6.test", "meta.test", "azure.test", "private.test", "ula.test", "nat64loop.test", "mixed.test",
+	}
+
+	t.Run("denied by default", func(t *testing.T) {
+		sq := startSquid(t, bin, settings, o)
+		c := client{proxy: &url.URL{Scheme: "http", Host: sq.addr}}
+		for _, d := range denied {
+			expect(t, "GET http://"+at(d), c.get(t, "http://"+at(d)+"/"), http.StatusForbidden)
+			expect(t, "CONNECT "+at(d), c.get(t, "https://"+at(d)+"/"), http.StatusForbidden)
+		}
+		// The control: a destination where a real one would stand works.
+		expect(t, "the test host", c.get(t, "http://"+at(h.Addr.String())+"/"), http.StatusOK)
+		expect(t, "the test host by name", c.get(t, "http://"+net.JoinHostPort("upstream.test", strconv.Itoa(int(up.plainPort)))+"/"), http.StatusOK)
+		for a, l := range listeners {
+			if n := l.n.Load(); n != 0 {
+				t.Errorf("%s was connected to %d times through the proxy, want never", a, n)
+			}
+		}
+		log, _ := os.ReadFile(sq.log)
+		for _, d := range []string{"169.254.169.254", "168.63.129.16", "100.100.100.200", "fd00:ec2::254"} {
+			if !strings.Contains(string(log), "TCP_DENIED/403") || !strings.Contains(string(log), d) {
+				t.Errorf("Squid's access log has no TCP_DENIED/403 for %s", d)
+			}
+		}
+	})
+
+	t.Run("the proxy's own port", func(t *testing.T) {
+		// Whatever the address (one of its own that no list knows: a NAT,
+		// a load balancer), a request to the proxy's port is refused.
+		sq := startSquid(t, bin, settings, o)
+		_, own, _ := net.SplitHostPort(sq.addr)
+		c := client{proxy: &url.URL{Scheme: "http", Host: sq.addr}}
+		ownAt := net.JoinHostPort(h.Addr.String(), own)
+		expect(t, "CONNECT to the proxy's port", c.get(t, "https://"+ownAt+"/"), http.StatusForbidden)
+		expect(t, "GET to the proxy's port", c.get(t, "http://"+ownAt+"/"), http.StatusForbidden)
+		expect(t, "CONNECT to the proxy itself", c.get(t, "https://"+sq.addr+"/"), http.StatusForbidden)
+	})
+
+	t.Run("opened deliberately", func(t *testing.T) {
+		s := settings
+		s.AllowedDestinationCIDRs = []string{private[0].String() + "/32", "fc00::/7"}
+		sq := startSquid(t, bin, s, o)
+		c := client{proxy: &url.URL{Scheme: "http", Host: sq.addr}}
+		expect(t, "opened private address", c.get(t, "http://"+at(private[0].String())+"/"), http.StatusOK)
+		expect(t, "opened private address by name", c.get(t, "http://"+at("private.test")+"/"), http.StatusOK)
+		expect(t, "opened ULA", c.get(t, "http://"+at(private[4].String())+"/"), http.StatusOK)
+		// What was not opened stays denied, and what is never opened too,
+		// also inside an opened range (fd00:ec2::254 in fc00::/7).
+		for _, d := range []string{private[1].String(), private[2].String(), "127.0.0.1", "169.254.169.254", "fd00:ec2::254", "fd20:ce::254", "meta.test", "loop.test"} {
+			expect(t, "still denied "+d, c.get(t, "http://"+at(d)+"/"), http.StatusForbidden)
+		}
+		// A backend's own networks (a cluster's) cannot be opened.
+		o2 := o
+		o2.DeniedDestinationCIDRs = []string{private[0].String()}
+		sq2 := startSquid(t, bin, s, o2)
+		expect(t, "a backend's network, opened by the resource", client{proxy: &url.URL{Scheme: "http", Host: sq2.addr}}.get(t, "http://"+at(private[0].String())+"/"), http.StatusForbidden)
 	})
 }
