@@ -63,11 +63,13 @@ const (
 type env struct {
 	kube     client.Client
 	kubelet  *kubelettest.Kubelet
-	upstream string // http://<a non-loopback address of this machine>:<port>/
+	upstream string // http://<a test host's address>:<port>/
 	port     int32  // the upstream's port
 	// patience multiplies the waits: a real node pulls, starts and probes
 	// containers, on a machine other tests share.
 	patience int
+	// kubeconfig is the control plane's, for a team's own config.
+	kubeconfig []byte
 }
 
 // within is d, times the env's patience.
@@ -189,7 +191,7 @@ func startProvider(t *testing.T, cp *controlplane.ControlPlane) (*env, context.C
 			t.Errorf("manager: %v", err)
 		}
 	})
-	return &env{kube: kube}, ctx
+	return &env{kube: kube, kubeconfig: cp.Kubeconfig}, ctx
 }
 
 // createConfigs creates the ProviderConfigs the tests use; image is the
@@ -209,7 +211,7 @@ func (e *env) createConfigs(t *testing.T, image string) {
 		// A namespaced config never uses the provider's own identity
 		// (refused at admission): the team's own kubeconfig, in its
 		// namespace.
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-kubeconfig", Namespace: "team-b"}, Data: map[string][]byte{"kubeconfig": cp.Kubeconfig}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-kubeconfig", Namespace: "team-b"}, Data: map[string][]byte{"kubeconfig": e.kubeconfig}},
 		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods", Namespace: "team-b"},
 			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
 				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Name: "team-kubeconfig", Key: "kubeconfig"}},
