@@ -45,9 +45,12 @@ const (
 
 // Condition reasons written by the health controller.
 const (
-	ReasonHealthy            xpv2.ConditionReason = "Healthy"
-	ReasonUnhealthy          xpv2.ConditionReason = "Unhealthy"
-	ReasonCannotConnect      xpv2.ConditionReason = "CannotConnect"
+	ReasonHealthy       xpv2.ConditionReason = "Healthy"
+	ReasonUnhealthy     xpv2.ConditionReason = "Unhealthy"
+	ReasonCannotConnect xpv2.ConditionReason = "CannotConnect"
+	// ReasonIdentityNotAllowed: a namespaced config asks for the
+	// provider's own identity.
+	ReasonIdentityNotAllowed xpv2.ConditionReason = "IdentityNotAllowed"
 	ReasonVerified           xpv2.ConditionReason = "Verified"
 	ReasonVerificationTurned xpv2.ConditionReason = "VerificationOff"
 )
@@ -161,6 +164,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if len(h.Targets) == 1 && h.Targets[0].Reason == proxy.ReasonNotAvailable {
 			reason = ReasonCannotConnect
 		}
+		if len(h.Targets) == 1 && h.Targets[0].Reason == string(ReasonIdentityNotAllowed) {
+			reason = ReasonIdentityNotAllowed
+		}
 		pc.SetConditions(xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: reason, LastTransitionTime: now,
 			Message: strings.Join(bad, "; ")})
 	}
@@ -183,6 +189,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // check runs the backend's Check; a config whose driver cannot be built is
 // one unhealthy target saying why.
 func (r *Reconciler) check(ctx context.Context, cfg *external.Config, backend string) proxy.Health {
+	// Before any credential is read: a namespaced config never gets to
+	// use the provider's own identity, not even for a health check.
+	if err := cfg.CheckTenancy(); err != nil {
+		return proxy.Health{Targets: []proxy.TargetHealth{{Target: backend, Reason: string(ReasonIdentityNotAllowed), Message: err.Error()}}}
+	}
 	connect, ok := r.Connectors[backend]
 	if !ok {
 		return proxy.Health{Targets: []proxy.TargetHealth{{Target: backend, Reason: proxy.ReasonNotAvailable,
