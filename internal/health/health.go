@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -71,7 +72,11 @@ type Reconciler struct {
 	Connectors map[string]Connector
 	Interval   time.Duration
 	Timeout    time.Duration
-	Log        logging.Logger
+	// Workers is how many configs of one kind are checked at once
+	// (DefaultWorkers when 0): a config whose hosts do not answer holds
+	// one worker until Timeout, never every check of every other config.
+	Workers int
+	Log     logging.Logger
 	// Events records every change of a config's Healthy and Secure
 	// conditions; Setup gives each config kind its own.
 	Events    event.Recorder
@@ -79,6 +84,9 @@ type Reconciler struct {
 	newConfig func() config
 	status    func(config) *spec.ProviderConfigStatus
 }
+
+// DefaultWorkers is Reconciler.Workers when unset.
+const DefaultWorkers = 8
 
 // Setup registers a health controller for each config kind in gvks.
 func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.GroupVersionKind) error {
@@ -94,8 +102,13 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 		if rr.Events == nil {
 			rr.Events = event.NewAPIRecorder(mgr.GetEventRecorderFor("health/" + strings.ToLower(gvk.GroupKind().String())))
 		}
+		workers := rr.Workers
+		if workers <= 0 {
+			workers = DefaultWorkers
+		}
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("health/"+strings.ToLower(gvk.GroupKind().String())).
+			WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 			// Spec changes only: status writes (this controller's, the usage
 			// controller's) must not trigger another check.
 			For(rr.newConfig(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
