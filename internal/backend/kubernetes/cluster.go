@@ -34,6 +34,8 @@ type Cluster struct {
 	Version func(ctx context.Context) (string, error)
 	// DialPods: the provider runs in this cluster and reaches its pods.
 	DialPods bool
+	// closeIdle closes the idle connections of a pooled remote Cluster.
+	closeIdle func()
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
@@ -77,15 +79,29 @@ type Remote struct {
 	Scheme *runtime.Scheme
 	// Max is how many Clusters are kept; default 32.
 	Max int
+	// IdleTTL is how long a Cluster no Connect asked for is kept (its
+	// configs are gone, or their kubeconfig was rotated); default 10
+	// minutes. Its idle connections are closed when it goes.
+	IdleTTL time.Duration
 
 	mu    sync.Mutex
 	pool  map[[32]byte]*remoteCluster
 	build func(kubeconfig []byte) (*Cluster, error)
+	now   func() time.Time
 }
 
 type remoteCluster struct {
 	cluster *Cluster
 	used    time.Time
+}
+
+// drop forgets the pooled cluster of key and closes its idle connections;
+// r.mu held.
+func (r *Remote) drop(key [32]byte) {
+	if e := r.pool[key]; e != nil && e.cluster.closeIdle != nil {
+		e.cluster.closeIdle()
+	}
+	delete(r.pool, key)
 }
 
 // Cluster returns the pooled Cluster of kubeconfig, building it if needed.
@@ -97,8 +113,21 @@ func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
 	if r.pool == nil {
 		r.pool = map[[32]byte]*remoteCluster{}
 	}
+	now := time.Now
+	if r.now != nil {
+		now = r.now
+	}
+	idle := r.IdleTTL
+	if idle <= 0 {
+		idle = 10 * time.Minute
+	}
+	for k, e := range r.pool {
+		if k != key && now().Sub(e.used) > idle {
+			r.drop(k)
+		}
+	}
 	if e, ok := r.pool[key]; ok {
-		e.used = time.Now()
+		e.used = now()
 		return e.cluster, nil
 	}
 	build := r.build
@@ -121,9 +150,9 @@ func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
 				oldest, at = k, e.used
 			}
 		}
-		delete(r.pool, oldest)
+		r.drop(oldest)
 	}
-	r.pool[key] = &remoteCluster{cluster: cl, used: time.Now()}
+	r.pool[key] = &remoteCluster{cluster: cl, used: now()}
 	return cl, nil
 }
 
@@ -132,7 +161,13 @@ func (r *Remote) newCluster(kubeconfig []byte) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: r.Scheme})
+	// One HTTP client of its own, so its connections can be closed when
+	// the Cluster leaves the pool.
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: r.Scheme, HTTPClient: hc})
 	if err != nil {
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
 	}
@@ -140,6 +175,7 @@ func (r *Remote) newCluster(kubeconfig []byte) (*Cluster, error) {
 	if err != nil {
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
 	}
+	cl.closeIdle = hc.CloseIdleConnections
 	return cl, nil
 }
 

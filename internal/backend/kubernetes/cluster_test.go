@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -71,6 +72,30 @@ func TestRemotePoolsByKubeconfig(t *testing.T) {
 	}
 	if len(r.pool) != 2 {
 		t.Errorf("pool holds %d clusters; want at most Max (2)", len(r.pool))
+	}
+}
+
+// TestRemoteDropsIdleClusters: a kubeconfig no Connect asked for in
+// IdleTTL (a deleted config, a rotated Secret) leaves the pool, its
+// connections closed; tenants' configs cannot make it grow for ever.
+func TestRemoteDropsIdleClusters(t *testing.T) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	closed := map[string]bool{}
+	r := &Remote{IdleTTL: 10 * time.Minute, now: func() time.Time { return clock },
+		build: func(kc []byte) (*Cluster, error) {
+			return &Cluster{Host: string(kc), closeIdle: func() { closed[string(kc)] = true }}, nil
+		}}
+	for _, kc := range []string{"a", "b", "c"} {
+		if _, err := r.Cluster([]byte(kc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock = clock.Add(5 * time.Minute)
+	_, _ = r.Cluster([]byte("a"))
+	clock = clock.Add(6 * time.Minute)
+	_, _ = r.Cluster([]byte("a"))
+	if len(r.pool) != 1 || !closed["b"] || !closed["c"] || closed["a"] {
+		t.Errorf("after 11 minutes without b and c: %d pooled, closed %v; want only a pooled, b and c closed", len(r.pool), closed)
 	}
 }
 

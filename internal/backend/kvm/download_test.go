@@ -138,3 +138,46 @@ func TestImage_failedJobsAreForgotten(t *testing.T) {
 		t.Errorf("the cache holds %d jobs after they failed or finished; want none", len(c.jobs))
 	}
 }
+
+// TestPool_idleConnectionsAreClosed: a pooled connection no call asked for
+// in connIdle (its config deleted, its host removed) is closed and
+// forgotten; the one in use stays.
+func TestPool_idleConnectionsAreClosed(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) {
+		e.cfg.Hosts = append(e.cfg.Hosts, Host{Name: "lab2", Address: "fakehost2:22", User: "proxy", Bridge: "br0"})
+	})
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.b.pool.now = func() time.Time { return clock }
+	ctx := context.Background()
+	if _, err := e.d.List(ctx, testInstallation); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.b.pool.size(); got != 2 {
+		t.Fatalf("%d connections pooled after listing two hosts; want 2", got)
+	}
+	// The config loses lab2; only lab is used from now on.
+	cfg := e.cfg
+	cfg.Hosts = cfg.Hosts[:1]
+	d := e.b.Driver(cfg)
+	clock = clock.Add(connIdle / 2)
+	if _, err := d.List(ctx, testInstallation); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(connIdle/2 + time.Minute)
+	closedBefore := e.host.closedConns()
+	if _, err := d.List(ctx, testInstallation); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.b.pool.size(); got != 1 {
+		t.Errorf("%d connections pooled after lab2's went unused for longer than %v; want 1", got, connIdle)
+	}
+	if e.host.closedConns() != closedBefore+1 {
+		t.Errorf("lab2's idle connection was not closed")
+	}
+}
+
+func (h *fakeHost) closedConns() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}

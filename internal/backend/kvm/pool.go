@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
@@ -49,16 +50,26 @@ type connPool struct {
 	mu      sync.Mutex
 	conns   map[string]*conn  // by Target.key
 	current map[string]string // endpoint to the key last dialled for it
+	used    map[string]time.Time
 	dials   keyedLocks
+	// idle is how long a connection no call asked for is kept (its
+	// config is gone, or its host or credentials changed).
+	idle time.Duration
+	now  func() time.Time
 }
 
+// connIdle is connPool.idle by default.
+const connIdle = 10 * time.Minute
+
 func newConnPool(dial dialFunc, tracer trace.Tracer, log func(context.Context) logr.Logger) *connPool {
-	return &connPool{dial: dial, tracer: tracer, log: log, conns: map[string]*conn{}, current: map[string]string{}}
+	return &connPool{dial: dial, tracer: tracer, log: log, conns: map[string]*conn{}, current: map[string]string{}, used: map[string]time.Time{},
+		idle: connIdle, now: time.Now}
 }
 
 // get returns the pooled connection for t, dialling it when there is none.
 func (p *connPool) get(ctx context.Context, t Target) (Libvirt, error) {
 	key := t.key()
+	p.evictIdle(ctx, key)
 	if c := p.live(key); c != nil {
 		return c.api, nil
 	}
@@ -77,6 +88,7 @@ func (p *connPool) get(ctx context.Context, t Target) (Libvirt, error) {
 	c.link.setOnRetire(func(l *link) { p.drop(key, l) })
 	p.mu.Lock()
 	p.conns[key] = c
+	p.used[key] = p.now()
 	old := p.current[t.endpoint()]
 	p.current[t.endpoint()] = key
 	var retire *conn
@@ -105,9 +117,43 @@ func (p *connPool) fresh(ctx context.Context, t Target) (*conn, error) {
 	return c, nil
 }
 
+// evictIdle retires the connections (other than keep's) no call asked
+// for within p.idle: their calls in flight finish, then they close.
+func (p *connPool) evictIdle(ctx context.Context, keep string) {
+	p.mu.Lock()
+	var idle []*conn
+	for k, c := range p.conns {
+		if k != keep && p.now().Sub(p.used[k]) > p.idle {
+			idle = append(idle, c)
+			delete(p.conns, k)
+			delete(p.used, k)
+			for ep, ck := range p.current {
+				if ck == k {
+					delete(p.current, ep)
+				}
+			}
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.log(ctx).V(1).Info("closing an idle libvirt connection")
+		c.link.retire("idle")
+	}
+}
+
+// size is how many connections are pooled (for tests).
+func (p *connPool) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
 func (p *connPool) live(key string) *conn {
 	p.mu.Lock()
 	c := p.conns[key]
+	if c != nil {
+		p.used[key] = p.now()
+	}
 	p.mu.Unlock()
 	if c != nil && c.link.usable() {
 		return c
@@ -120,6 +166,7 @@ func (p *connPool) drop(key string, l *link) {
 	defer p.mu.Unlock()
 	if c := p.conns[key]; c != nil && c.link == l {
 		delete(p.conns, key)
+		delete(p.used, key)
 	}
 }
 

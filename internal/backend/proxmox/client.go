@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"regexp"
 	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,19 +92,40 @@ type Transports struct {
 	mu   sync.Mutex
 	m    map[string]*http.Transport
 	keys []string // oldest first, for eviction
+	used map[string]time.Time
+	// now is the clock (tests); time.Now when nil.
+	now func() time.Time
 }
 
 // maxTransports bounds the pool: one per distinct CA in use, plus rotations.
 const maxTransports = 16
+
+// transportIdle is how long an unused transport is kept: the configs that
+// used it are gone, or their CA was rotated.
+const transportIdle = 10 * time.Minute
 
 func (p *Transports) get(ca []byte, insecure bool) (*http.Transport, error) {
 	sum := sha256.Sum256(ca)
 	key := hex.EncodeToString(sum[:]) + strconv.FormatBool(insecure)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now
+	if p.now != nil {
+		now = p.now
+	}
+	if p.used == nil {
+		p.used = map[string]time.Time{}
+	}
+	for _, k := range slices.Clone(p.keys) {
+		if k != key && now().Sub(p.used[k]) > transportIdle {
+			p.evict(k)
+		}
+	}
 	if t, ok := p.m[key]; ok {
+		p.used[key] = now()
 		return t, nil
 	}
+	p.used[key] = now()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // Only when the config asks for it; the health check warns.
 	if len(ca) > 0 {
 		pool := x509.NewCertPool()
@@ -128,12 +150,26 @@ func (p *Transports) get(ca []byte, insecure bool) (*http.Transport, error) {
 	p.m[key] = t
 	p.keys = append(p.keys, key)
 	if len(p.keys) > maxTransports {
-		old := p.keys[0]
-		p.keys = p.keys[1:]
-		p.m[old].CloseIdleConnections()
-		delete(p.m, old)
+		p.evict(p.keys[0])
 	}
 	return t, nil
+}
+
+// evict closes and forgets the transport of key; p.mu held.
+func (p *Transports) evict(key string) {
+	if t, ok := p.m[key]; ok {
+		t.CloseIdleConnections()
+	}
+	delete(p.m, key)
+	delete(p.used, key)
+	p.keys = slices.DeleteFunc(p.keys, func(k string) bool { return k == key })
+}
+
+// size is how many transports are pooled (for tests).
+func (p *Transports) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.m)
 }
 
 // request is one API call.

@@ -187,10 +187,24 @@ func (s *Shared) setClone(url string, vmid int, c pendingClone) {
 }
 
 // forgetClones drops the records of the cluster's clones that ended (their
-// VM has a name, or is gone).
+// VM has a name, or is gone), and the facts of the cluster's VMs that are
+// gone: nothing is kept about a VM that no longer exists.
 func (s *Shared) forgetClones(url string, vms []Resource) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.facts) > 0 {
+		present := make(map[int]bool, len(vms))
+		for _, r := range vms {
+			if r.Type == "qemu" {
+				present[r.VMID] = true
+			}
+		}
+		for k := range s.facts {
+			if k.url == url && !present[k.vmid] {
+				delete(s.facts, k)
+			}
+		}
+	}
 	if len(s.clones) == 0 {
 		return
 	}
@@ -203,6 +217,13 @@ func (s *Shared) forgetClones(url string, vms []Resource) {
 			delete(s.clones, k)
 		}
 	}
+}
+
+// factCount is how many facts are kept (for tests).
+func (s *Shared) factCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.facts)
 }
 
 func (s *Shared) fact(k factKey) (facts, bool) {

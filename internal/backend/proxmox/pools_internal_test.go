@@ -1,0 +1,49 @@
+package proxmox
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTransportsDropIdleOnes: a transport no config used for
+// transportIdle (a deleted config, a rotated CA) is closed and forgotten.
+func TestTransportsDropIdleOnes(t *testing.T) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := &Transports{now: func() time.Time { return clock }}
+	for _, insecure := range []bool{false, true} {
+		if _, err := p.get(nil, insecure); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock = clock.Add(transportIdle / 2)
+	if _, err := p.get(nil, false); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(transportIdle/2 + time.Minute)
+	if _, err := p.get(nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.size(); got != 1 {
+		t.Errorf("%d transports pooled after one went unused for longer than %v; want 1", got, transportIdle)
+	}
+}
+
+// TestFactsOfGoneVMsAreDropped: what is remembered about a VM goes with
+// the VM, seen gone in the next listing of the cluster.
+func TestFactsOfGoneVMsAreDropped(t *testing.T) {
+	var s Shared
+	const url = "https://pve.example:8006"
+	s.setFact(factKey{url: url, vmid: 100, uid: "u1", spec: "s"}, facts{port: 3128})
+	s.setFact(factKey{url: url, vmid: 101, uid: "u2", spec: "s"}, facts{port: 3128})
+	s.setFact(factKey{url: "https://other.example:8006", vmid: 100, uid: "u3", spec: "s"}, facts{port: 3128})
+	s.forgetClones(url, []Resource{{Type: "qemu", VMID: 101, Name: "b"}})
+	if _, ok := s.fact(factKey{url: url, vmid: 100, uid: "u1", spec: "s"}); ok {
+		t.Error("the facts of VM 100, gone from the listing, are kept")
+	}
+	if _, ok := s.fact(factKey{url: url, vmid: 101, uid: "u2", spec: "s"}); !ok {
+		t.Error("the facts of VM 101, still listed, are gone")
+	}
+	if got := s.factCount(); got != 2 {
+		t.Errorf("%d facts kept; want 2 (VM 101 here, VM 100 of the other cluster)", got)
+	}
+}
