@@ -826,6 +826,14 @@ func (e *env) exercise() []outcome {
 
 	got, err = d.Create(e.ctx, secretRequest(e.f.Request(nameA, uidB), 2))
 	add("Create over another UID's instance", err, got)
+	// The refusals of Update and Delete by another resource name the
+	// instance and whose it is, never the request's secrets.
+	thief := secretRequest(e.f.Request(nameA, uidB), 2)
+	for _, r := range ownRefs(inst, thief) {
+		got, err = d.Update(e.ctx, r, thief)
+		add("Update of another UID's instance ("+describeRef(r)+")", err, got)
+		add("Delete of another UID's instance ("+describeRef(r)+")", d.Delete(e.ctx, r))
+	}
 	got, err = d.Get(e.ctx, never)
 	add("Get of a never-created instance", err, got)
 	got, err = d.Update(e.ctx, never, updated)
