@@ -366,6 +366,7 @@ type GCPConfig struct {
 }
 
 // GCPCredentials says how to authenticate to Compute Engine.
+// +kubebuilder:validation:XValidation:rule="!has(self.delegates) || has(self.impersonateServiceAccount)",message="delegates need impersonateServiceAccount: they are the chain to it",fieldPath=".delegates"
 type GCPCredentials struct {
 	// Source is Secret (a service-account key) or InjectedIdentity
 	// (Application Default Credentials of the provider's pod).
@@ -374,6 +375,25 @@ type GCPCredentials struct {
 	// SecretRef names a service-account key (JSON).
 	// +optional
 	SecretRef *SecretKeySelector `json:"secretRef,omitempty"`
+	// ImpersonateServiceAccount is the email of the service account the
+	// provider acts as on Compute Engine. The key's account (or the
+	// injected identity) trades its token for one of this account's
+	// through the IAM Service Account Credentials API, so it needs only
+	// roles/iam.serviceAccountTokenCreator on this account, and this
+	// account holds the Compute roles.
+	// +optional
+	// +kubebuilder:validation:MaxLength=254
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][-a-z0-9]*@[a-z0-9][-a-z0-9.]*\.gserviceaccount\.com$`
+	ImpersonateServiceAccount string `json:"impersonateServiceAccount,omitempty"`
+	// Delegates is a delegation chain to ImpersonateServiceAccount: service
+	// accounts in order, each holding the token creator role on the next
+	// (the first on the caller's behalf, the last on
+	// ImpersonateServiceAccount).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=254
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9][-a-z0-9]*@[a-z0-9][-a-z0-9.]*\.gserviceaccount\.com$`
+	Delegates []string `json:"delegates,omitempty"`
 }
 
 // GCPImage is one image.

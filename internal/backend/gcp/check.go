@@ -67,6 +67,8 @@ func checkReason(ctx context.Context, err error) string {
 	switch {
 	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return proxy.ReasonTimeout
+	case impersonationRefused(err):
+		return proxy.ReasonForbidden
 	case credentialsRefused(err):
 		return proxy.ReasonUnauthorized
 	case !errors.As(err, &ge):

@@ -5,9 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"cloud.google.com/go/auth/credentials"
+	"cloud.google.com/go/auth/credentials/impersonate"
+	"cloud.google.com/go/auth/httptransport"
 	"google.golang.org/api/option"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -21,7 +26,20 @@ type Credentials struct {
 	// Injected uses Application Default Credentials (workload identity,
 	// a metadata server, GOOGLE_APPLICATION_CREDENTIALS) instead of Key.
 	Injected bool
+	// Impersonate, when set, is the email of the service account the
+	// provider acts as: the key's (or the injected identity's) account
+	// trades its token for one of this account's through the IAM Service
+	// Account Credentials API (generateAccessToken), so it needs only
+	// roles/iam.serviceAccountTokenCreator on it and no Compute role.
+	Impersonate string
+	// Delegates are the service accounts of a delegation chain from the
+	// caller to Impersonate, in order; each must hold the token creator role
+	// on the next.
+	Delegates []string
 }
+
+// scope is the OAuth scope of every token the provider asks for.
+const scope = "https://www.googleapis.com/auth/cloud-platform"
 
 // ClientOptions turns credentials into SDK client options. The default,
 // ProductionClientOptions, authenticates; tests point the clients at a
@@ -29,15 +47,62 @@ type Credentials struct {
 type ClientOptions func(ctx context.Context, c Credentials) ([]option.ClientOption, error)
 
 // ProductionClientOptions authenticates with the service-account key, or
-// with Application Default Credentials.
-func ProductionClientOptions(_ context.Context, c Credentials) ([]option.ClientOption, error) {
-	if c.Injected {
-		return nil, nil
+// with Application Default Credentials, as itself or as the account it
+// impersonates.
+func ProductionClientOptions(ctx context.Context, c Credentials) ([]option.ClientOption, error) {
+	return AuthClientOptions(ctx, c, nil)
+}
+
+// AuthClientOptions is ProductionClientOptions with the token requests
+// (to the key's token_uri and to the IAM Service Account Credentials API)
+// sent through transport; nil is http.DefaultTransport. Tests point it at
+// gcptest's token endpoints.
+func AuthClientOptions(_ context.Context, c Credentials, transport http.RoundTripper) ([]option.ClientOption, error) {
+	if !c.Injected {
+		if err := checkKey(c.Key); err != nil {
+			return nil, err
+		}
 	}
-	if err := checkKey(c.Key); err != nil {
-		return nil, err
+	if c.Impersonate == "" {
+		if c.Injected {
+			return nil, nil
+		}
+		if transport != nil {
+			base, err := credentials.DetectDefault(&credentials.DetectOptions{Scopes: []string{scope}, CredentialsJSON: c.Key, Client: &http.Client{Transport: transport}})
+			if err != nil {
+				return nil, proxy.Permanentf("the service-account key cannot be used: %s", truncate(err.Error(), 200))
+			}
+			return []option.ClientOption{option.WithAuthCredentials(base)}, nil
+		}
+		return []option.ClientOption{option.WithAuthCredentialsJSON(option.ServiceAccount, c.Key)}, nil
 	}
-	return []option.ClientOption{option.WithAuthCredentialsJSON(option.ServiceAccount, c.Key)}, nil
+	do := &credentials.DetectOptions{Scopes: []string{scope}}
+	if !c.Injected {
+		do.CredentialsJSON = c.Key
+	}
+	if transport != nil {
+		do.Client = &http.Client{Transport: transport}
+	}
+	base, err := credentials.DetectDefault(do)
+	if err != nil {
+		// Checked above, so this is about the environment (no ADC), not
+		// the key's content.
+		return nil, proxy.Transientf("cannot find the credentials to impersonate %s with: %s", c.Impersonate, truncate(err.Error(), 200))
+	}
+	io := &impersonate.CredentialsOptions{TargetPrincipal: c.Impersonate, Scopes: []string{scope}, Delegates: c.Delegates, Credentials: base}
+	if transport != nil {
+		// A client of its own must bring the base credentials itself.
+		client, err := httptransport.NewClient(&httptransport.Options{Credentials: base, BaseRoundTripper: transport})
+		if err != nil {
+			return nil, proxy.Permanentf("cannot build the impersonation client: %s", truncate(err.Error(), 200))
+		}
+		io.Client = client
+	}
+	creds, err := impersonate.NewCredentials(io)
+	if err != nil {
+		return nil, proxy.Permanentf("cannot impersonate %s: %s", c.Impersonate, truncate(err.Error(), 200))
+	}
+	return []option.ClientOption{option.WithAuthCredentials(creds)}, nil
 }
 
 // checkKey validates a service-account key before the SDK sees it, with
@@ -186,7 +251,7 @@ func (c *Connector) Close() error {
 // only enters through the hash.
 func poolKey(project, endpoint string, c Credentials) string {
 	h := sha256.New()
-	for _, p := range [][]byte{[]byte(project), []byte(endpoint), {boolByte(c.Injected)}, c.Key} {
+	for _, p := range [][]byte{[]byte(project), []byte(endpoint), {boolByte(c.Injected)}, c.Key, []byte(c.Impersonate), []byte(strings.Join(c.Delegates, ","))} {
 		_, _ = h.Write(p)
 		_, _ = h.Write([]byte{0})
 	}

@@ -83,7 +83,15 @@ func credentialsRefused(err error) bool {
 	if errors.As(err, &ae) && ae.Response != nil && ae.Response.StatusCode >= 400 && ae.Response.StatusCode < 500 {
 		return true
 	}
-	return strings.Contains(err.Error(), "failed to parse private key")
+	return impersonationRefused(err) || strings.Contains(err.Error(), "failed to parse private key")
+}
+
+// impersonationRefused reports an IAM Service Account Credentials API that
+// answered a 4xx to generateAccessToken: the caller lacks the token
+// creator role on the account (or a delegate), or the account does not
+// exist. The library returns it untyped, as "impersonate: status code N".
+func impersonationRefused(err error) bool {
+	return strings.Contains(err.Error(), "impersonate: status code 4")
 }
 
 // classOfStatus is the class of a synchronous HTTP answer.

@@ -57,6 +57,7 @@ func Connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Co
 		default:
 			return nil, errors.Errorf("spec.gcp.credentials.source %q is not supported: want Secret or InjectedIdentity", g.Credentials.Source)
 		}
+		creds.Impersonate, creds.Delegates = g.Credentials.ImpersonateServiceAccount, g.Credentials.Delegates
 		bc := gcpbackend.Config{
 			Project:      g.Project,
 			Network:      g.Network,

@@ -77,6 +77,7 @@ type Server struct {
 	seq          uint64
 	unreach      []string
 	auth         string
+	identity     *iam
 }
 
 // Quota is one regional quota.
@@ -433,6 +434,9 @@ func (s *Server) Names() []string {
 var pathRE = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/(.*)$`)
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if s.serveIdentity(w, r) {
+		return
+	}
 	m := pathRE.FindStringSubmatch(r.URL.Path)
 	if m == nil {
 		writeError(w, http.StatusNotFound, "notFound", "The requested URL "+r.URL.Path+" was not found on this server.")
@@ -454,6 +458,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.requests = append(s.requests, line)
 	s.auth = r.Header.Get("Authorization")
+	if !s.authorized(r) {
+		writeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.")
+		return
+	}
 	s.advance()
 	if m[1] != s.Project {
 		writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Required 'compute.instances.get' permission for 'projects/%s'", m[1]))
