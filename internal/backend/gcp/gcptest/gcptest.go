@@ -238,6 +238,11 @@ func (s *Server) Settle(name string) {
 func (s *Server) SettleAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.finishAll()
+}
+
+// finishAll is SettleAll with s.mu held.
+func (s *Server) finishAll() {
 	for _, k := range slices.Clone(s.order) {
 		if op := s.ops[k]; op != nil && !op.done && !op.held {
 			s.finish(op)
@@ -352,6 +357,24 @@ func (s *Server) PutInstance(zone, name string, labels map[string]string) {
 	in := s.newInstance(zone, name, body)
 	s.boot(in)
 	s.instances[zone+"/"+name] = in
+}
+
+// PutFirewall creates a firewall rule from body (name, sourceRanges,
+// targetTags, description...) directly and at once, as someone else would.
+func (s *Server) PutFirewall(body map[string]any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.insertFirewall(body)
+	s.finishAll()
+}
+
+// PutAddress reserves a static address with these labels directly and at
+// once, as someone else would.
+func (s *Server) PutAddress(region, name string, labels map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.insertAddress(region, map[string]any{"name": name, "labels": toAny(labels)})
+	s.finishAll()
 }
 
 // Requests returns every request served, oldest first, as
