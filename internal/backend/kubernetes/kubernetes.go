@@ -12,6 +12,11 @@
 //	Service     optional (ClusterIP or LoadBalancer); ownerReference to the
 //	            Deployment
 //
+// A Secret or Service of the name that is not this proxy's (no mark,
+// another mark, another controller) is never written, owned or deleted:
+// Create checks before the Deployment exists and fails naming it, and every
+// later write refuses it the same way (writeChild).
+//
 // Deleting the Deployment in the foreground deletes the rest (the garbage
 // collector follows the ownerReferences, blockOwnerDeletion on each), and
 // the Deployment itself goes only once they are gone: Get never reports
