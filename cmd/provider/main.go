@@ -70,6 +70,7 @@ func main() {
 		pprofAddr          = flag.String("pprof-bind-address", "0", "Address of Go's /debug/pprof profiles (for example 127.0.0.1:6060); 0, the default, turns it off.")
 		healthInterval     = flag.Duration("config-check-interval", time.Minute, "How often each ProviderConfig's backend is checked.")
 		healthTimeout      = flag.Duration("config-check-timeout", 30*time.Second, "Timeout of one ProviderConfig check.")
+		orphanInterval     = flag.Duration("orphan-sweep-interval", 10*time.Minute, "How often each ProviderConfig's backend is listed for instances with this installation's mark whose managed resource is gone (reported, deleted only where the config's spec.orphans.policy says Delete); 0 turns the sweep off.")
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
@@ -100,7 +101,7 @@ func main() {
 	if err := run(start, log, runOptions{
 		sync: *syncInterval, poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
 		leaderElection: *leaderElection, changeLogs: *enableChangeLogs, changeLogsSocket: *changeLogsSocket, namespace: *namespace, installationID: *installationID,
-		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout,
+		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout, orphanInterval: *orphanInterval,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
 	}); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
@@ -119,6 +120,7 @@ type runOptions struct {
 	metricsAddr, probeAddr        string
 	pprofAddr                     string
 	healthInterval, healthTimeout time.Duration
+	orphanInterval                time.Duration
 	managementPolicies, safeStart bool
 	allWrites                     bool
 }
@@ -249,7 +251,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		NotReadyPollInterval: o.notReadyPoll,
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
-	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout}); err != nil {
+	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout, OrphanInterval: o.orphanInterval}); err != nil {
 		return fmt.Errorf("cannot set up controllers: %w", err)
 	}
 

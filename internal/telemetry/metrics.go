@@ -20,7 +20,7 @@ var BackendCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 
 func init() {
 	// controller-runtime's registry is what the manager serves on /metrics.
-	metrics.Registry.MustRegister(BackendCalls, ConfigTargetHealthy)
+	metrics.Registry.MustRegister(BackendCalls, ConfigTargetHealthy, Orphans)
 }
 
 // ConfigTargetHealthy is 1 when a ProviderConfig's target (a host, node,
@@ -45,4 +45,18 @@ func ForgetConfig(kind, namespace, name string, targets []string) {
 		l["target"] = t
 		ConfigTargetHealthy.DeletePartialMatch(l)
 	}
+}
+
+// Orphans is how many instances with this installation's mark, whose
+// managed resource no longer exists, the last orphan sweep of a config
+// found, by backend and config (Kind/name or Kind/namespace/name).
+var Orphans = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "egressproxy",
+	Name:      "orphans",
+	Help:      "Instances carrying this installation's mark whose managed resource no longer exists, as the last orphan sweep of the config found them.",
+}, []string{"backend", "config"})
+
+// ForgetOrphans removes the orphan series of a config that is gone.
+func ForgetOrphans(config string) {
+	Orphans.DeletePartialMatch(prometheus.Labels{"config": config})
 }

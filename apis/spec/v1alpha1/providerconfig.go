@@ -33,6 +33,13 @@ type ProviderConfigSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
 	NoProxy []string `json:"noProxy,omitempty"`
 
+	// Orphans says what becomes of instances this config's backend holds
+	// with this installation's mark whose managed resource no longer exists
+	// (its finalizer was removed by hand, or the provider crashed between
+	// Create and recording it). Default: reported, never deleted.
+	// +optional
+	Orphans *OrphanPolicy `json:"orphans,omitempty"`
+
 	// KVM runs proxies as libvirt domains on hosts reached over SSH.
 	// +optional
 	KVM *KVMConfig `json:"kvm,omitempty"`
@@ -45,6 +52,55 @@ type ProviderConfigSpec struct {
 	// Kubernetes runs proxies as pods in a Kubernetes cluster.
 	// +optional
 	Kubernetes *KubernetesConfig `json:"kubernetes,omitempty"`
+}
+
+// OrphanPolicy is what the periodic orphan sweep does with an instance
+// carrying this installation's mark whose managed resource is gone.
+type OrphanPolicy struct {
+	// Policy: Report lists orphans in status.orphans, as an event and in the
+	// egressproxy_orphans metric; Delete also deletes those older than
+	// minAge. Instances of another installation and unmarked ones are never
+	// touched.
+	// +optional
+	// +kubebuilder:default=Report
+	// +kubebuilder:validation:Enum=Report;Delete
+	Policy string `json:"policy,omitempty"`
+	// MinAge is how old an orphan must be before Delete removes it.
+	// +optional
+	// +kubebuilder:default="1h"
+	MinAge *metav1.Duration `json:"minAge,omitempty"`
+}
+
+// Orphan policies.
+const (
+	OrphanPolicyReport = "Report"
+	OrphanPolicyDelete = "Delete"
+)
+
+// OrphanStatus is what the last orphan sweep found.
+type OrphanStatus struct {
+	// LastSweepTime is when the sweep last listed the backend.
+	// +optional
+	LastSweepTime *metav1.Time `json:"lastSweepTime,omitempty"`
+	// Count of orphans found by the last sweep (after any deletions).
+	Count int32 `json:"count"`
+	// Instances are the orphans found, at most 20 (oldest first).
+	// +optional
+	// +listType=atomic
+	Instances []OrphanInstance `json:"instances,omitempty"`
+}
+
+// OrphanInstance is one instance whose managed resource is gone.
+type OrphanInstance struct {
+	// ID is the instance's backend ID.
+	ID string `json:"id"`
+	// Name of the instance.
+	Name string `json:"name"`
+	// UID of the managed resource the instance's mark names.
+	UID string `json:"uid"`
+	// CreatedAt is when the instance was created, if the backend says.
+	// +optional
+	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
 }
 
 // KVMConfig is the kvm backend block.
@@ -492,6 +548,10 @@ type ProviderConfigStatus struct {
 	// +listType=map
 	// +listMapKey=target
 	Targets []TargetHealth `json:"targets,omitempty"`
+	// Orphans is what the last orphan sweep found: instances with this
+	// installation's mark whose managed resource no longer exists.
+	// +optional
+	Orphans *OrphanStatus `json:"orphans,omitempty"`
 }
 
 // TargetHealth is the health of one backend target (a host, a node, a

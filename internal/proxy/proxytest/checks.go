@@ -60,6 +60,7 @@ func checks() []check {
 		{"MarkAndCreatedAtReadBack", checkMarkAndCreatedAt},
 		{"ListIncludesOursAndExcludesOtherInstallations", checkListInstallations},
 		{"ListExcludesUnmarkedInstances", checkListExcludesUnmarked},
+		{"DeleteByWhatListReturns", checkDeleteByListed},
 	}
 	cs = append(cs, takeoverChecks()...)
 	return append(cs,
@@ -107,6 +108,31 @@ func checkGetAfterDelete(e *env) {
 		if got, err := e.get(r); !proxy.IsNotFound(err) {
 			e.t.Errorf("Get(%s) after Delete = instance %q, %s; want NotFound", describeRef(r), got.ID, describe(err))
 		}
+	}
+}
+
+// DeleteByWhatListReturns: what List returns of an instance (ID, name and
+// mark; no placement) is enough to delete it, as the orphan sweep does.
+func checkDeleteByListed(e *env) {
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	var listed *proxy.Instance
+	for _, l := range e.list(e.installation) {
+		if l.ID == inst.ID {
+			listed = &l
+		}
+	}
+	if listed == nil {
+		e.t.Fatalf("List does not return the instance %q just created", inst.ID)
+	}
+	ref := proxy.Ref{ID: listed.ID, Name: listed.Name, Mark: listed.Mark, Live: true}
+	if err := e.f.Driver.Delete(e.ctx, ref); err != nil {
+		e.t.Fatalf("Delete(%s) by what List returned = %s; want nil", describeRef(ref), describe(err))
+	}
+	e.settle(inst.ID)
+	if got, err := e.get(refTo(inst, req)); !proxy.IsNotFound(err) {
+		e.t.Errorf("Get after a Delete by what List returned = instance %q, %s; want NotFound", got.ID, describe(err))
 	}
 }
 

@@ -1,0 +1,323 @@
+// Package orphans sweeps each ProviderConfig's backend, periodically, for
+// instances that carry this installation's mark but whose managed resource
+// no longer exists: left behind when a finalizer was removed by hand, or
+// when a resource was deleted while the provider could not reach its
+// backend. By default they are reported (status.orphans, an event, the
+// egressproxy_orphans metric); a config that sets orphans.policy Delete has
+// those older than orphans.minAge deleted. Instances of another
+// installation and unmarked ones are never listed, so never touched.
+package orphans
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+)
+
+// Event reasons.
+const (
+	ReasonOrphansFound  event.Reason = "OrphansFound"
+	ReasonOrphanDeleted event.Reason = "OrphanDeleted"
+	ReasonCannotSweep   event.Reason = "CannotSweepOrphans"
+	ReasonCannotDelete  event.Reason = "CannotDeleteOrphan"
+	maxListed                        = 20
+	defaultMinAge                    = time.Hour
+	defaultWorkers                   = 2
+	defaultSweepTimeout              = 2 * time.Minute
+	// youngest is the age below which an instance is never called an
+	// orphan: the resource that made it may not be in the cache yet.
+	youngest = 2 * time.Minute
+)
+
+// Connector builds a backend's driver from a config, as the kinds do.
+type Connector func(ctx context.Context, cfg *external.Config) (proxy.Driver, error)
+
+// config is the part of the three config kinds the sweeper needs.
+type config interface {
+	client.Object
+}
+
+// Sweeper sweeps one config kind's configs.
+type Sweeper struct {
+	// Kube reads configs and managed resources (the manager's cache) and
+	// patches config status.
+	Kube    client.Client
+	Configs external.ConfigReader
+	// Connectors build each backend's driver, by backend name.
+	Connectors map[string]Connector
+	// Kinds are, by backend name, the managed resource kinds (both scopes)
+	// whose UIDs an instance's mark may name.
+	Kinds map[string][]schema.GroupVersionKind
+	// Interval between two sweeps of one config.
+	Interval time.Duration
+	// Timeout of one sweep.
+	Timeout time.Duration
+	// Workers sweep this many configs at once (per config kind).
+	Workers int
+	Log     logging.Logger
+	Events  event.Recorder
+
+	kind      string
+	newConfig func() config
+	now       func() time.Time
+}
+
+// Setup registers a sweeper for each config kind in gvks. A zero Interval
+// registers nothing.
+func Setup(mgr ctrl.Manager, s Sweeper, gvks ...schema.GroupVersionKind) error {
+	if s.Interval <= 0 {
+		return nil
+	}
+	for _, gvk := range gvks {
+		ss := s
+		name := "orphans/" + strings.ToLower(gvk.GroupKind().String())
+		ss.Log = s.Log.WithValues("controller", name)
+		ss.kind = gvk.Kind
+		ss.newConfig = func() config {
+			o, _ := mgr.GetScheme().New(gvk)
+			return o.(config) //nolint:forcetypeassert // Only config kinds are passed.
+		}
+		if ss.Events == nil {
+			ss.Events = event.NewAPIRecorder(mgr.GetEventRecorderFor(name))
+		}
+		workers := ss.Workers
+		if workers <= 0 {
+			workers = defaultWorkers
+		}
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named(name).
+			WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+			// A new config is swept at once, then every Interval; status
+			// writes do not trigger a sweep.
+			For(ss.newConfig(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Complete(&ss); err != nil {
+			return errors.Wrapf(err, "cannot set up the orphan sweep of %s", gvk.Kind)
+		}
+	}
+	return nil
+}
+
+// Reconcile sweeps one config and requeues itself after the interval.
+func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pc := s.newConfig()
+	if err := s.Kube.Get(ctx, req.NamespacedName, pc); err != nil {
+		if kerrors.IsNotFound(err) {
+			telemetry.ForgetOrphans(s.configLabel(req.NamespacedName))
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	label := s.configLabel(req.NamespacedName)
+	if pc.GetDeletionTimestamp() != nil {
+		telemetry.ForgetOrphans(label)
+		return reconcile.Result{}, nil
+	}
+	next := reconcile.Result{RequeueAfter: jitter(s.Interval)}
+	cfg := s.Configs.Of(pc)
+	if cfg == nil {
+		return reconcile.Result{}, nil
+	}
+	backend := external.Backend(&cfg.Spec)
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = defaultSweepTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	found, deleted, err := s.sweep(sctx, pc, cfg, backend)
+	if err != nil {
+		// Nothing is reported as an orphan when the sweep cannot tell.
+		s.Log.Info("cannot sweep for orphans", "config", cfg.Name, "error", err.Error())
+		s.Events.Event(pc, event.Warning(ReasonCannotSweep, err))
+		return next, nil
+	}
+	telemetry.Orphans.WithLabelValues(backend, label).Set(float64(len(found)))
+	prev := int32(-1)
+	if st, ok := statusOf(pc); ok && st.Orphans != nil {
+		prev = st.Orphans.Count
+	}
+	if err := s.writeStatus(ctx, pc, found); err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(found) > 0 && int32(len(found)) != prev { //nolint:gosec // Far fewer than 2^31 instances.
+		s.Events.Event(pc, event.Warning(ReasonOrphansFound, errors.Errorf(
+			"%d instance(s) carry this installation's mark but their managed resource no longer exists: %s (see status.orphans; spec.orphans.policy Delete removes them)",
+			len(found), names(found))))
+	}
+	for _, d := range deleted {
+		s.Events.Event(pc, event.Normal(ReasonOrphanDeleted, fmt.Sprintf("deleted orphan %s (managed resource UID %s no longer exists)", d.ID, d.Mark.UID)))
+	}
+	return next, nil
+}
+
+// sweep lists the backend's instances with this installation's mark and
+// returns those whose managed resource is gone (after deleting what the
+// policy allows), oldest first.
+func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, backend string) (found, deleted []proxy.Instance, err error) {
+	connect, ok := s.Connectors[backend]
+	if !ok {
+		return nil, nil, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
+	}
+	uids, err := s.liveUIDs(ctx, backend)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, nil, errors.Wrap(err, "cannot connect to the backend")
+	}
+	instances, err := d.List(ctx, cfg.InstallationID)
+	if err != nil {
+		return nil, nil, errors.Wrap(err, "cannot list the backend's instances")
+	}
+	now := s.clock()
+	policy, minAge := spec.OrphanPolicyReport, defaultMinAge
+	if o := cfg.Spec.Orphans; o != nil {
+		if o.Policy != "" {
+			policy = o.Policy
+		}
+		if o.MinAge != nil {
+			minAge = o.MinAge.Duration
+		}
+	}
+	for _, inst := range instances {
+		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID || uids[inst.Mark.UID] {
+			continue
+		}
+		if inst.CreatedAt.IsZero() {
+			// Of unknown age: reported, never deleted.
+			found = append(found, inst)
+			continue
+		}
+		age := now.Sub(inst.CreatedAt)
+		if age < youngest {
+			// Too new to tell: the resource that made it may not be in
+			// the cache yet.
+			continue
+		}
+		if policy == spec.OrphanPolicyDelete && age >= minAge {
+			ref := proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Live: true}
+			if err := d.Delete(ctx, ref); err != nil {
+				s.Events.Event(pc, event.Warning(ReasonCannotDelete, errors.Wrapf(err, "cannot delete orphan %s", inst.ID)))
+				found = append(found, inst)
+				continue
+			}
+			deleted = append(deleted, inst)
+			continue
+		}
+		found = append(found, inst)
+	}
+	slices.SortFunc(found, func(a, b proxy.Instance) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return found, deleted, nil
+}
+
+// liveUIDs returns the UIDs of every managed resource of the backend's
+// kinds, both scopes. A kind that cannot be listed (not active yet under
+// safe start, no permission) fails the sweep: without it, its instances
+// would all look orphaned.
+func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]bool, error) {
+	kinds := s.Kinds[backend]
+	if len(kinds) == 0 {
+		return nil, errors.Errorf("no managed resource kind is known for the %s backend", backend)
+	}
+	uids := map[string]bool{}
+	for _, gvk := range kinds {
+		l := &metav1.PartialObjectMetadataList{}
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := s.Kube.List(ctx, l); err != nil {
+			return nil, errors.Wrapf(err, "cannot list %s to tell orphans from proxies", gvk.GroupKind())
+		}
+		for _, o := range l.Items {
+			uids[string(o.GetUID())] = true
+		}
+	}
+	return uids, nil
+}
+
+// writeStatus records the sweep in status.orphans with a merge patch of
+// the status subresource (only that field: the health and usage
+// controllers write the rest).
+func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Instance) error {
+	now := metav1.NewTime(s.clock())
+	st := spec.OrphanStatus{LastSweepTime: &now, Count: int32(len(found))} //nolint:gosec // Far fewer than 2^31 instances.
+	for _, inst := range found {
+		if len(st.Instances) == maxListed {
+			break
+		}
+		o := spec.OrphanInstance{ID: inst.ID, Name: inst.Name, UID: inst.Mark.UID}
+		if !inst.CreatedAt.IsZero() {
+			t := metav1.NewTime(inst.CreatedAt)
+			o.CreatedAt = &t
+		}
+		st.Instances = append(st.Instances, o)
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"orphans": st}})
+	if err != nil {
+		return err
+	}
+	return errors.Wrap(client.IgnoreNotFound(s.Kube.Status().Patch(ctx, pc, client.RawPatch(types.MergePatchType, patch))), "cannot write status.orphans")
+}
+
+// statusOf returns the config's status, for each of the three config kinds.
+func statusOf(pc config) (*spec.ProviderConfigStatus, bool) {
+	s, ok := pc.(interface {
+		ConfigStatus() *spec.ProviderConfigStatus
+	})
+	if !ok {
+		return nil, false
+	}
+	return s.ConfigStatus(), true
+}
+
+func (s *Sweeper) configLabel(nn types.NamespacedName) string {
+	if nn.Namespace == "" {
+		return s.kind + "/" + nn.Name
+	}
+	return s.kind + "/" + nn.Namespace + "/" + nn.Name
+}
+
+func (s *Sweeper) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+func names(found []proxy.Instance) string {
+	out := make([]string, 0, len(found))
+	for i, f := range found {
+		if i == 5 {
+			out = append(out, fmt.Sprintf("and %d more", len(found)-i))
+			break
+		}
+		out = append(out, f.ID)
+	}
+	return strings.Join(out, ", ")
+}
+
+// jitter spreads sweeps of configs created together by up to a tenth.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/10+1)) //nolint:gosec // Jitter needs no secure randomness.
+}

@@ -1,0 +1,243 @@
+package orphans
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+)
+
+const installation = "inst-1"
+
+type recorded struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+func (r *recorded) Event(_ runtime.Object, e event.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+func (r *recorded) WithAnnotations(...string) event.Recorder { return r }
+
+func (r *recorded) reasons() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		out = append(out, string(e.Reason))
+	}
+	return out
+}
+
+type setup struct {
+	sweeper *Sweeper
+	kube    client.Client
+	backend *proxytest.Memory
+	events  *recorded
+	uids    map[string]string // instance name -> UID
+}
+
+// newSetup makes a ClusterProviderConfig "home" of the kvm backend on a
+// fake API server holding a live KVMProxy of each scope, and an in-memory
+// backend holding: an instance of each live proxy, an orphan created 3h
+// before the sweep, one created 90m before, one created a minute before,
+// one of another installation and one unmarked. policy configures the
+// config's spec.orphans.
+func newSetup(t *testing.T, policy *spec.OrphanPolicy, kinds []schema.GroupVersionKind) *setup {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	pc := &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home", Generation: 1}}
+	pc.Spec.KVM = &spec.KVMConfig{}
+	pc.Spec.Orphans = policy
+	nsLive := &nsproxy.KVMProxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "live", UID: "uid-ns-live"}}
+	clLive := &clusterproxy.KVMProxy{ObjectMeta: metav1.ObjectMeta{Name: "live", UID: "uid-cl-live"}}
+	kube := fake.NewClientBuilder().WithScheme(s).WithObjects(pc, nsLive, clLive).WithStatusSubresource(pc).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+			// What the API server (and the manager's cache) answer for a
+			// kind whose CRD is not installed or not yet activated.
+			if gvk := l.GetObjectKind().GroupVersionKind(); gvk.Kind == notActivated.Kind+"List" {
+				return &apimeta.NoKindMatchError{GroupKind: notActivated.GroupKind(), SearchedVersions: []string{gvk.Version}}
+			}
+			return c.List(ctx, l, opts...)
+		}}).Build()
+
+	m := proxytest.NewMemory("ClusterProviderConfig home", installation)
+	ctx := context.Background()
+	st := &setup{kube: kube, backend: m, events: &recorded{}, uids: map[string]string{}}
+	create := func(name, uid, inst string) {
+		req := m.Request(name, uid)
+		req.Mark.InstallationID = inst
+		if _, err := m.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		st.uids[name] = uid
+	}
+	create("ns-live", "uid-ns-live", installation)
+	create("cl-live", "uid-cl-live", installation)
+	create("other-installation", "uid-gone-x", "inst-2")
+	if err := m.Foreign("unmarked"); err != nil {
+		t.Fatal(err)
+	}
+	// Instances are created "now"; the sweep's clock runs ahead of them.
+	created := time.Now()
+	create("gone-3h", "uid-gone-1", installation)
+	st.sweeper = &Sweeper{
+		Kube:       kube,
+		Configs:    external.ConfigReader{Kube: kube, InstallationID: installation},
+		Connectors: map[string]Connector{"kvm": func(context.Context, *external.Config) (proxy.Driver, error) { return m, nil }},
+		Kinds:      map[string][]schema.GroupVersionKind{"kvm": kinds},
+		Interval:   time.Hour,
+		Log:        logging.NewNopLogger(),
+		Events:     st.events,
+		kind:       "ClusterProviderConfig",
+		newConfig:  func() config { return &nsv1alpha1.ClusterProviderConfig{} },
+		now:        func() time.Time { return created.Add(3 * time.Hour) },
+	}
+	return st
+}
+
+var notActivated = schema.GroupVersionKind{Group: "proxy.m.egressproxy.io", Version: "v1alpha1", Kind: "NotActivated"}
+
+var bothScopes = []schema.GroupVersionKind{nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind}
+
+func (st *setup) sweep(t *testing.T) *spec.OrphanStatus {
+	t.Helper()
+	if _, err := st.sweeper.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "home"}}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	pc := &nsv1alpha1.ClusterProviderConfig{}
+	if err := st.kube.Get(context.Background(), types.NamespacedName{Name: "home"}, pc); err != nil {
+		t.Fatal(err)
+	}
+	return pc.Status.Orphans
+}
+
+func (st *setup) names() []string {
+	var out []string
+	for _, i := range st.backend.Instances() {
+		out = append(out, i.Name)
+	}
+	return out
+}
+
+func orphanNames(o *spec.OrphanStatus) []string {
+	if o == nil {
+		return nil
+	}
+	var out []string
+	for _, i := range o.Instances {
+		out = append(out, i.Name+"="+i.UID)
+	}
+	return out
+}
+
+func TestSweepReportsOnlyThisInstallationsOrphans(t *testing.T) {
+	st := newSetup(t, nil, bothScopes)
+	before := st.names()
+	got := st.sweep(t)
+	if got == nil || got.Count != 1 || got.LastSweepTime == nil {
+		t.Fatalf("status.orphans = %+v, want one orphan and a sweep time", got)
+	}
+	if diff := cmp.Diff([]string{"gone-3h=uid-gone-1"}, orphanNames(got)); diff != "" {
+		t.Errorf("orphans (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, st.names()); diff != "" {
+		t.Errorf("a report-only sweep changed the backend (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{string(ReasonOrphansFound)}, st.events.reasons()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if v := testutil.ToFloat64(telemetry.Orphans.WithLabelValues("kvm", "ClusterProviderConfig/home")); v != 1 {
+		t.Errorf("egressproxy_orphans = %v, want 1", v)
+	}
+	// The same orphans again: no second event.
+	st.sweep(t)
+	if n := len(st.events.reasons()); n != 1 {
+		t.Errorf("a second sweep with the same orphans recorded %d events in all, want 1", n)
+	}
+}
+
+func TestSweepDeletesOnlyOrphansOlderThanMinAge(t *testing.T) {
+	for name, tc := range map[string]struct {
+		minAge      time.Duration
+		wantDeleted bool
+	}{
+		"OlderThanMinAge":   {minAge: time.Hour, wantDeleted: true},
+		"YoungerThanMinAge": {minAge: 4 * time.Hour, wantDeleted: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: tc.minAge}}, bothScopes)
+			got := st.sweep(t)
+			left := strings.Join(st.names(), " ")
+			if deleted := !strings.Contains(left, "gone-3h"); deleted != tc.wantDeleted {
+				t.Errorf("orphan deleted = %v, want %v (backend holds %s)", deleted, tc.wantDeleted, left)
+			}
+			for _, keep := range []string{"ns-live", "cl-live", "other-installation", "unmarked"} {
+				if !strings.Contains(left, keep) {
+					t.Errorf("the sweep deleted %s, which is not an orphan of this installation (backend holds %s)", keep, left)
+				}
+			}
+			wantCount := int32(1)
+			if tc.wantDeleted {
+				wantCount = 0
+				if !strings.Contains(strings.Join(st.events.reasons(), " "), string(ReasonOrphanDeleted)) {
+					t.Errorf("events %v, want %s", st.events.reasons(), ReasonOrphanDeleted)
+				}
+			}
+			if got == nil || got.Count != wantCount {
+				t.Errorf("status.orphans = %+v, want count %d", got, wantCount)
+			}
+		})
+	}
+}
+
+// A kind that cannot be listed (not activated under safe start, no
+// permission) would make every instance of its resources look orphaned;
+// the sweep must call nothing an orphan then.
+func TestSweepThatCannotListResourcesReportsNothing(t *testing.T) {
+	st := newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete}, append(bothScopes, notActivated))
+	before := st.names()
+	if got := st.sweep(t); got != nil {
+		t.Errorf("status.orphans = %+v, want none written", got)
+	}
+	if diff := cmp.Diff(before, st.names()); diff != "" {
+		t.Errorf("a sweep that could not list resources changed the backend (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{string(ReasonCannotSweep)}, st.events.reasons()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
