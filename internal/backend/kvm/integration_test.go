@@ -126,9 +126,12 @@ func TestIntegrationLibvirt_lifecycle(t *testing.T) {
 				t.Errorf("repeat Create = %v, %v", again.ID, err)
 			}
 			l, err := d.List(ctx, "integration")
-			if err != nil || !slices.ContainsFunc(l, func(i proxy.Instance) bool { return i.ID == inst.ID && i.Mark == req.Mark }) {
-				t.Errorf("List = %v, %v", l, err)
+			i := slices.IndexFunc(l, func(i proxy.Instance) bool { return i.ID == inst.ID && i.Mark == req.Mark })
+			if err != nil || i < 0 {
+				t.Fatalf("List = %v, %v", l, err)
 			}
+			// The orphan sweep deletes with what List returns, no placement.
+			listed := proxy.Ref{ID: l[i].ID, Name: l[i].Name, Mark: l[i].Mark, Live: true}
 			// No guest agent in an empty disk: applying settings waits.
 			changed := req
 			changed.Proxy.Port = 8080
@@ -137,8 +140,8 @@ func TestIntegrationLibvirt_lifecycle(t *testing.T) {
 			}
 
 			start = time.Now()
-			if err := d.Delete(ctx, r); err != nil {
-				t.Fatalf("Delete: %v", err)
+			if err := d.Delete(ctx, listed); err != nil {
+				t.Fatalf("Delete by what List returned: %v", err)
 			}
 			t.Logf("Delete took %v", time.Since(start))
 			if _, err := d.Get(ctx, r); !proxy.IsNotFound(err) {
