@@ -603,6 +603,42 @@ func TestPodProxyIntegration(t *testing.T) {
 		})
 	})
 
+	// The attack: a PodProxy whose external name is a Secret in the
+	// proxies' namespace holding an API key. The provider used to merge
+	// squid.conf into it, own it and delete it with the proxy.
+	t.Run("ExternalNameOfASecretHoldingAnAPIKey", func(t *testing.T) {
+		t.Parallel()
+		const apiKey = "sk-S3NT1NEL-41c0e37d2f9a"
+		victim := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "billing-api"}, Data: map[string][]byte{"api-key": []byte(apiKey)}}
+		if err := e.kube.Create(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		snapshot := func() string {
+			s := &corev1.Secret{}
+			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(victim), s); err != nil {
+				t.Fatalf("the victim Secret: %v", err)
+			}
+			return fmt.Sprintf("rv=%s labels=%v owners=%v data=%q", s.ResourceVersion, s.Labels, s.OwnerReferences, s.Data)
+		}
+		before := snapshot()
+		p := nsPodProxy("team-a", "thief", "ClusterProviderConfig", "pods")
+		meta.SetExternalName(p, "billing-api")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.condition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "Secret "+proxyNS+"/billing-api exists and was not created by provider-egressproxy for this proxy")
+		if strings.Contains(c.Message, apiKey) {
+			t.Errorf("the condition holds the victim's data: %s", c.Message)
+		}
+		if after := snapshot(); after != before {
+			t.Errorf("the victim Secret changed:\nbefore %s\nafter  %s", before, after)
+		}
+		e.deleteAndWait(t, p)
+		if after := snapshot(); after != before {
+			t.Errorf("the victim Secret changed after the proxy was deleted:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+
 	t.Run("NamespacedProxyCannotUseAnotherNamespacesProviderConfig", func(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-a", "borrower", "ProviderConfig", "team-pods")
