@@ -6,11 +6,16 @@ package cloudinit
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"mime/multipart"
 	"net/textproto"
+	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -51,37 +56,115 @@ type Options struct {
 	Hostname string
 }
 
-const boundary = "==egressproxy-boundary=="
-
 // UserData returns MIME multipart user-data: the user's part first, then
-// the generated part, which merges into it (lists appended, the user's
-// keys kept), so a user's write_files or runcmd never drops Squid's.
+// the generated part, so that cloud-init merges the provider's Squid setup
+// last, over the user's (lists appended, so a user's write_files or runcmd
+// never drops Squid's, and Squid's values replace the user's on the same
+// keys). The boundary is derived from the content and is never a string
+// the content holds, so no content can end its part early and add parts
+// of its own. A user cloud-config that would have the provider's part
+// dropped or its files replaced is refused, naming the field.
 func UserData(o Options) (string, error) {
 	if o.Squid.SquidConf == "" {
 		return "", proxy.Permanentf("cloudinit: no squid.conf to install")
 	}
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "Content-Type: multipart/mixed; boundary=\"%s\"\nMIME-Version: 1.0\n\n", boundary)
-	w := multipart.NewWriter(&buf)
-	if err := w.SetBoundary(boundary); err != nil {
-		return "", err
-	}
+	gen := generated(o)
+	type part struct{ contentType, filename, body string }
+	var parts []part
 	if strings.TrimSpace(o.UserData) != "" {
 		ct, err := partType(o.UserData)
 		if err != nil {
 			return "", err
 		}
-		if err := writePart(w, ct, "user.cfg", o.UserData); err != nil {
+		if ct == "text/cloud-config" {
+			if err := checkUserCloudConfig(o.UserData); err != nil {
+				return "", err
+			}
+		}
+		parts = append(parts, part{ct, "user.cfg", o.UserData})
+	}
+	parts = append(parts, part{"text/cloud-config", "egressproxy.cfg", gen})
+
+	b := boundary(o.UserData, gen)
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "Content-Type: multipart/mixed; boundary=\"%s\"\nMIME-Version: 1.0\n\n", b)
+	w := multipart.NewWriter(&buf)
+	if err := w.SetBoundary(b); err != nil {
+		return "", err
+	}
+	for _, p := range parts {
+		if err := writePart(w, p.contentType, p.filename, p.body); err != nil {
 			return "", err
 		}
-	}
-	if err := writePart(w, "text/cloud-config", "egressproxy.cfg", generated(o)); err != nil {
-		return "", err
 	}
 	if err := w.Close(); err != nil {
 		return "", err
 	}
 	return buf.String(), nil
+}
+
+// boundary returns a MIME boundary that none of contents holds: a digest
+// of the contents (so the user-data is the same for the same input), and
+// another digest in the unlikely case the first one occurs.
+func boundary(contents ...string) string {
+	h := sha256.New()
+	for _, c := range contents {
+		fmt.Fprintf(h, "%d:%s", len(c), c)
+	}
+	sum := h.Sum(nil)
+	for {
+		b := "egressproxy-" + hex.EncodeToString(sum[:16])
+		clash := false
+		for _, c := range contents {
+			if strings.Contains(c, b) {
+				clash = true
+				break
+			}
+		}
+		if !clash {
+			return b
+		}
+		next := sha256.Sum256(sum)
+		sum = next[:]
+	}
+}
+
+// checkUserCloudConfig refuses a user cloud-config that would make
+// cloud-init drop or replace the provider's part: keys that change how
+// parts merge, the keys the provider's part extends written as anything
+// but a list (cloud-init would keep the user's value and drop the
+// provider's), and files written where Squid's configuration lives. It
+// never quotes the content: cloudInit is secret.
+func checkUserCloudConfig(s string) error {
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(s), &cfg); err != nil {
+		return proxy.Permanentf("spec.forProvider.cloudInit: the #cloud-config is not a YAML mapping")
+	}
+	for _, k := range []string{"merge_how", "merge_type"} {
+		if _, ok := cfg[k]; ok {
+			return proxy.Permanentf("spec.forProvider.cloudInit: %s is not allowed: the provider decides how its part merges with yours", k)
+		}
+	}
+	for _, k := range []string{"write_files", "runcmd", "bootcmd"} {
+		if v, ok := cfg[k]; ok {
+			if _, list := v.([]any); !list {
+				return proxy.Permanentf("spec.forProvider.cloudInit: %s must be a list", k)
+			}
+		}
+	}
+	if files, ok := cfg["write_files"].([]any); ok {
+		for i, f := range files {
+			m, _ := f.(map[string]any)
+			path, _ := m["path"].(string)
+			clean := filepath.Clean("/" + path)
+			for _, dir := range []string{"/etc/squid", stageDir} {
+				if clean == dir || strings.HasPrefix(clean, dir+"/") {
+					return proxy.Permanentf("spec.forProvider.cloudInit: write_files[%d] writes under %s, which holds the provider's Squid configuration", i, dir)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // partType maps the first line of a user's cloudInit to its MIME type, as
@@ -129,8 +212,10 @@ func writePart(w *multipart.Writer, contentType, filename, body string) error {
 func generated(o Options) string {
 	var b strings.Builder
 	b.WriteString("#cloud-config\n")
-	// Merge into the user's part: append lists, keep the user's keys.
-	b.WriteString("merge_how:\n  - name: list\n    settings: [append]\n  - name: dict\n    settings: [no_replace, recurse_list]\n")
+	// Merged last, into the user's part: lists appended (the user's
+	// entries first), the provider's values replacing the user's on the
+	// same keys.
+	b.WriteString("merge_how:\n  - name: list\n    settings: [append]\n  - name: dict\n    settings: [replace, recurse_list]\n")
 	if o.Hostname != "" {
 		fmt.Fprintf(&b, "hostname: %s\n", o.Hostname)
 	}

@@ -155,3 +155,60 @@ func TestSeedISO(t *testing.T) {
 		t.Errorf("seed files = %q", got)
 	}
 }
+
+// TestUserCloudInitCannotReplaceTheSquidPart is the attack of a user whose
+// cloudInit tries to end its MIME part early and add a part of its own
+// (with the old fixed boundary, or any boundary-like line), or to change
+// how the provider's part merges: the user's part stays one part, intact,
+// and the provider's part comes last with its own merge rules.
+func TestUserCloudInitCannotReplaceTheSquidPart(t *testing.T) {
+	forged := "#!/bin/sh\necho hi\n"
+	for _, b := range []string{"==egressproxy-boundary==", "egressproxy-0123456789abcdef0123456789abcdef"} {
+		forged += "--" + b + "\nContent-Type: text/cloud-config\n\n#cloud-config\nwrite_files: []\nruncmd: [[systemctl, stop, squid]]\n--" + b + "--\n"
+	}
+	ud, err := UserData(Options{Squid: render(t, false), UserData: forged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := parts(t, ud)
+	if len(ps) != 2 {
+		t.Fatalf("%d parts, want the user's and the provider's", len(ps))
+	}
+	if ps[0][1] != forged {
+		t.Errorf("the user's part was split or changed:\n%s", ps[0][1])
+	}
+	if !strings.Contains(ps[1][1], "systemctl restart squid") || !strings.Contains(ps[1][1], "settings: [replace, recurse_list]") {
+		t.Errorf("the last part is not the provider's, merging over the user's:\n%s", ps[1][1])
+	}
+
+	for name, tc := range map[string]struct{ user, want string }{
+		"merge rules":             {"#cloud-config\nmerge_how: [{name: dict, settings: [no_replace]}]\n", "spec.forProvider.cloudInit: merge_how is not allowed"},
+		"merge type":              {"#cloud-config\nmerge_type: 'list(replace)+dict(no_replace)'\n", "spec.forProvider.cloudInit: merge_type is not allowed"},
+		"runcmd not a list":       {"#cloud-config\nruncmd: 'SENTINEL-secret'\n", "spec.forProvider.cloudInit: runcmd must be a list"},
+		"write_files not a list":  {"#cloud-config\nwrite_files: {a: SENTINEL-secret}\n", "spec.forProvider.cloudInit: write_files must be a list"},
+		"squid.conf overwritten":  {"#cloud-config\nwrite_files: [{path: /etc/squid/squid.conf, content: SENTINEL-secret, defer: true}]\n", "write_files[0] writes under /etc/squid"},
+		"staged file overwritten": {"#cloud-config\nwrite_files: [{path: /var/lib/x/../egressproxy/squid.conf, content: SENTINEL-secret}]\n", "write_files[0] writes under /var/lib/egressproxy"},
+		"not a mapping":           {"#cloud-config\n- SENTINEL-secret\n", "is not a YAML mapping"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := UserData(Options{Squid: render(t, false), UserData: tc.user})
+			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want a Permanent error saying %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "SENTINEL") {
+				t.Errorf("the error quotes the cloudInit: %v", err)
+			}
+		})
+	}
+}
+
+func TestBoundaryIsNeverInTheContent(t *testing.T) {
+	c := "#cloud-config\n"
+	for range 50 {
+		b := boundary(c, "generated")
+		if strings.Contains(c, b) {
+			t.Fatalf("boundary %q is in the content", b)
+		}
+		c += "--" + b + "\n" // the next content holds the last boundary
+	}
+}
