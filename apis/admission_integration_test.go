@@ -227,6 +227,7 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"ImageURLAlibabaMetadata", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://100.100.100.200/latest/meta-data/")}, []string{"spec.forProvider.image", "not loopback"}},
 		{"ImageURLUserinfoTrick", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://mirror.example.com@169.254.169.254/img")}, []string{"spec.forProvider.image", "not loopback"}},
 		{"CatalogueImageURLMetadata", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.images.debian-12.url", "http://[fd00:ec2::254]/latest/")}, []string{"spec.kvm.images[debian-12].url", "not loopback"}},
+		{"GCPNetworkTagWithTheProvidersPrefix", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.networkTags", []any{"egress-proxy", "egressproxy-3bd1b4f9fcbd965ce7906b0f"})}, []string{"spec.gcp.networkTags[1]", "the provider's own"}},
 		{"KubernetesNamespaceNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.namespace", "Egress_Proxies")}, []string{"spec.kubernetes.namespace", "should match"}},
 	}
 	for _, tc := range cases {

@@ -392,7 +392,9 @@ type GCPConfig struct {
 	// targets.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:items:XValidation:rule="!self.startsWith('egressproxy-')",message="the egressproxy- prefix is the provider's own: its proxies' tags, which their firewall rules target"
 	// +listType=set
 	NetworkTags []string `json:"networkTags,omitempty"`
 	// DiskSizeGB of the boot disk.

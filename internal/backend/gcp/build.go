@@ -1,6 +1,8 @@
 package gcp
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -163,7 +165,7 @@ func buildInstance(cfg Config, s *spec, natIP string) *computepb.Instance {
 		nic.AccessConfigs = []*computepb.AccessConfig{{Name: proto.String(accessConfigName), Type: proto.String("ONE_TO_ONE_NAT"), NatIP: proto.String(natIP)}}
 	}
 	// The proxy's own tag lets its firewall rule target it alone.
-	tags := append(slices.Clone(cfg.NetworkTags), s.req.Name)
+	tags := append(slices.Clone(cfg.NetworkTags), ProxyTag(s.req))
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
 	return &computepb.Instance{
@@ -217,9 +219,24 @@ func firewallSources(cidrs []string) []string {
 	return slices.Compact(out)
 }
 
+// TagPrefix starts every network tag the provider makes. No other tag may
+// start with it (the config's networkTags are refused at admission when
+// they do), and the digest after it comes from the proxy's installation
+// and name, so a proxy's tag never matches a tag or firewall rule of
+// anyone else's (http-server, say, which the default network's rules
+// open to the internet).
+const TagPrefix = "egressproxy-"
+
+// ProxyTag is the proxy's own network tag, which its firewall rule
+// targets.
+func ProxyTag(req proxy.Request) string {
+	sum := sha256.Sum256([]byte("network tag\x00" + req.Mark.InstallationID + "\x00" + req.Name))
+	return TagPrefix + hex.EncodeToString(sum[:])[:24]
+}
+
 // buildFirewall is the proxy's rule: TCP to the proxy port, from the
-// allowed client CIDRs only, to this proxy's network tag only.
-func buildFirewall(cfg Config, req proxy.Request) *computepb.Firewall {
+// allowed client CIDRs only, to target (the proxy's network tag) only.
+func buildFirewall(cfg Config, req proxy.Request, target string) *computepb.Firewall {
 	return &computepb.Firewall{
 		Name:         proto.String(req.Name),
 		Description:  proto.String(firewallDescription(req.Mark)),
@@ -227,7 +244,7 @@ func buildFirewall(cfg Config, req proxy.Request) *computepb.Firewall {
 		Direction:    proto.String("INGRESS"),
 		Priority:     proto.Int32(1000),
 		SourceRanges: firewallSources(req.Proxy.AllowedClientCIDRs),
-		TargetTags:   []string{req.Name},
+		TargetTags:   []string{target},
 		Allowed:      []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{strconv.Itoa(int(req.Proxy.Port))}}},
 		Disabled:     proto.Bool(false),
 	}

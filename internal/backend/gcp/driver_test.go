@@ -69,8 +69,18 @@ func TestStaticAddressAndFirewallAreCreatedAndRemoved(t *testing.T) {
 		t.Fatalf("Get after boot = %+v, %v; want Running at the static address %s", got, err, ip)
 	}
 	fw, ok := f.srv.Firewall(req.Name)
-	if !ok || fmt.Sprint(fw["sourceRanges"]) != "[10.0.0.0/8]" || fmt.Sprint(fw["targetTags"]) != "[pt-static]" || fw["disabled"] != false {
+	// The rule targets the proxy's own tag: the provider's prefix and a
+	// digest, never its name (which could be http-server, a tag the
+	// default network's rules open to everyone).
+	tag := gcp.ProxyTag(req)
+	if !strings.HasPrefix(tag, gcp.TagPrefix) || strings.Contains(tag, req.Name) {
+		t.Errorf("ProxyTag = %q; want %s and a digest", tag, gcp.TagPrefix)
+	}
+	if !ok || fmt.Sprint(fw["sourceRanges"]) != "[10.0.0.0/8]" || fmt.Sprint(fw["targetTags"]) != "["+tag+"]" || fw["disabled"] != false {
 		t.Fatalf("firewall rule = %v", fw)
+	}
+	if in, _ := f.srv.Instance(testZone, req.Name); !strings.Contains(fmt.Sprint(in["tags"]), tag) {
+		t.Errorf("instance tags %v; want %s on it", in["tags"], tag)
 	}
 	if labels := a["labels"].(map[string]any); labels["egressproxy-uid"] != req.Mark.UID || labels["egressproxy-retain"] != "false" { //nolint:forcetypeassert // JSON.
 		t.Errorf("address labels %v", labels)

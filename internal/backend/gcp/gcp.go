@@ -371,7 +371,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		}
 	}
 	if req.Exposure.ManageFirewall {
-		op, err := d.ensureFirewall(ctx, req)
+		op, err := d.ensureFirewall(ctx, req, ProxyTag(req))
 		if err != nil {
 			return proxy.Instance{}, d.fail(ctx, opCreate, err)
 		}
@@ -433,10 +433,27 @@ func appendOp(ops []OpRef, op *OpRef) []OpRef {
 	return append(ops, *op)
 }
 
+// firewallTarget is the tag inst's rule targets: ProxyTag, or on an
+// instance created before proxies had tags of their own (and so without
+// it), the instance's name, which it carries as its tag: its rule keeps
+// reaching it until it is recreated.
+func firewallTarget(inst *computepb.Instance, req proxy.Request) string {
+	tags := inst.GetTags().GetItems()
+	if own := ProxyTag(req); slices.Contains(tags, own) || !slices.Contains(tags, req.Name) {
+		return own
+	}
+	return req.Name
+}
+
 // ensureFirewall creates the proxy's rule or brings it up to date; it
-// refuses a rule of the same name that is not this proxy's.
-func (d *Driver) ensureFirewall(ctx context.Context, req proxy.Request) (*OpRef, error) {
-	want := buildFirewall(d.cfg, req)
+// refuses a rule of the same name that is not this proxy's, and never
+// writes a rule without source ranges (Compute Engine reads that as
+// 0.0.0.0/0).
+func (d *Driver) ensureFirewall(ctx context.Context, req proxy.Request, target string) (*OpRef, error) {
+	want := buildFirewall(d.cfg, req, target)
+	if len(want.GetSourceRanges()) == 0 {
+		return nil, proxy.Permanentf("the firewall rule needs at least one IPv4 client CIDR (a rule without source ranges would admit 0.0.0.0/0)")
+	}
 	fw, err := d.api.GetFirewall(ctx, req.Name)
 	switch {
 	case isNotFound(err):
@@ -710,7 +727,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	}
 	var ops []OpRef
 	if req.Exposure.ManageFirewall {
-		op, err := d.ensureFirewall(ctx, req)
+		op, err := d.ensureFirewall(ctx, req, firewallTarget(inst, req))
 		if err != nil {
 			return proxy.Instance{}, d.fail(ctx, opUpdate, err)
 		}

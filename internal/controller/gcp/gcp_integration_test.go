@@ -313,7 +313,14 @@ func TestGCPProxyIntegration(t *testing.T) {
 		if !ok {
 			t.Fatalf("no firewall rule %s: %v", name, e.srv.Names())
 		}
-		if fmt.Sprint(fw["sourceRanges"]) != "[10.20.0.0/16]" || fmt.Sprint(fw["targetTags"]) != "["+name+"]" ||
+		// The rule targets the proxy's own tag (egressproxy- and a
+		// digest), which the instance carries; never its name.
+		tags := fmt.Sprint(inst["tags"])
+		target, _ := fw["targetTags"].([]any)
+		if len(target) != 1 || !strings.HasPrefix(fmt.Sprint(target[0]), gcpbackend.TagPrefix) || fmt.Sprint(target[0]) == name || !strings.Contains(tags, fmt.Sprint(target[0])) {
+			t.Errorf("firewall rule targets %v, instance tags %v; want the proxy's own egressproxy- tag on both", fw["targetTags"], tags)
+		}
+		if fmt.Sprint(fw["sourceRanges"]) != "[10.20.0.0/16]" ||
 			!strings.Contains(fmt.Sprint(fw["allowed"]), fmt.Sprint(port)) {
 			t.Errorf("firewall rule = sourceRanges %v targetTags %v allowed %v", fw["sourceRanges"], fw["targetTags"], fw["allowed"])
 		}
