@@ -71,9 +71,10 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	sum, size := fileSHA256(t, image)
 	t.Logf("guest image %s: %d MiB, sha256 %s", filepath.Base(image), size>>20, sum)
 
-	// The image, served on loopback: the provider downloads it.
-	imgSrv := serve(t, "127.0.0.1:0", http.FileServer(http.Dir(filepath.Dir(image))))
-	imageURL := "http://" + imgSrv + "/" + filepath.Base(image)
+	// The image, served from a test host of the test's own (admission
+	// refuses image URLs on loopback): the provider downloads it.
+	imgSrv := testenv.NewTestHost(t).Serve(t, ":0", http.FileServer(http.Dir(filepath.Dir(image))))
+	imageURL := "http://" + imgSrv.String() + "/" + filepath.Base(image)
 	// The destination of the request through the proxy: the host itself,
 	// on the isolated network.
 	const hello = "hello from the host, through the VM's squid"
@@ -130,7 +131,10 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 			ForProvider: spec.KVMProxyParameters{
 				Proxy: spec.ProxySettings{
 					AllowedClientCIDRs: []string{h.Values["HOST_IP"] + "/32"},
-					Auth:               &spec.ProxyAuth{Enabled: true},
+					// The destination is the host on the isolated (private)
+					// network, which a proxy reaches only when opened.
+					AllowedDestinationCIDRs: []string{h.Values["HOST_IP"] + "/32"},
+					Auth:                    &spec.ProxyAuth{Enabled: true},
 				},
 			},
 		},

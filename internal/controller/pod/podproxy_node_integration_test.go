@@ -68,6 +68,9 @@ func startNode(t *testing.T) *nodeEnv {
 	var port int
 	e.upstream, port = host.Upstream(t)
 	e.port = int32(port) //nolint:gosec // a port fits.
+	// The test host stands on the pod network, a private range: proxies
+	// deny it unless opened.
+	e.destinations = []string{netip.PrefixFrom(n.TestHostAddr(), 32).String()}
 	e.createConfigs(t, img.Ref)
 	for name, image := range map[string]string{
 		// Nothing serves it: containerd's pull fails (on loopback).
@@ -190,8 +193,9 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 					WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
 				},
 				ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{
-					AllowedClientCIDRs: []string{e.clients},
-					AllowedPorts:       []int32{443, e.port},
+					AllowedClientCIDRs:      []string{e.clients},
+					AllowedPorts:            []int32{443, e.port},
+					AllowedDestinationCIDRs: e.destinations,
 				}},
 			},
 		}
@@ -276,10 +280,11 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 				ForProvider: spec.PodProxyParameters{
 					Service: &spec.PodService{Type: "ClusterIP"},
 					Proxy: spec.ProxySettings{
-						Port:               ptr.To[int32](8080),
-						AllowedClientCIDRs: []string{e.clients},
-						AllowedPorts:       []int32{443, e.port},
-						Auth:               &spec.ProxyAuth{Enabled: true},
+						Port:                    ptr.To[int32](8080),
+						AllowedClientCIDRs:      []string{e.clients},
+						AllowedPorts:            []int32{443, e.port},
+						AllowedDestinationCIDRs: e.destinations,
+						Auth:                    &spec.ProxyAuth{Enabled: true},
 					},
 				},
 			},
