@@ -373,6 +373,55 @@ func (e *env) takeoverTests(t *testing.T) {
 		}
 	})
 
+	// The proxy's own children follow the request: a Service that changes
+	// type both ways and goes, a Secret that loses its htpasswd when auth
+	// is turned off (what is no longer wanted is removed, not kept).
+	t.Run("OwnChildrenFollowTheRequest", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		req := request("follows")
+		req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "pw-0123456789abcdef"}
+		req.Exposure.ServiceType = "LoadBalancer"
+		inst, err := d.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := types.NamespacedName{Namespace: ns, Name: "follows"}
+		ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}
+		for _, step := range []struct {
+			service string
+			auth    bool
+		}{{"ClusterIP", true}, {"LoadBalancer", false}, {"ClusterIP", false}, {"", false}} {
+			req.Exposure.ServiceType = step.service
+			req.Proxy.Auth.Enabled = step.auth
+			// As the controller does: a Transient error (a cached
+			// Deployment the Deployment controller just changed) is retried.
+			waitFor(t, fmt.Sprintf("Update to service %q, auth %v", step.service, step.auth), func() (bool, string) {
+				_, err := d.Update(ctx, ref, req)
+				if err != nil && !proxy.IsTransient(err) {
+					t.Fatalf("Update to service %q, auth %v: %v", step.service, step.auth, err)
+				}
+				return err == nil, fmt.Sprint(err)
+			})
+			svc := &corev1.Service{}
+			err := e.live.Get(ctx, key, svc)
+			switch {
+			case step.service == "" && !kerrors.IsNotFound(err):
+				t.Errorf("no Service wanted, yet Get = %v (type %s)", err, svc.Spec.Type)
+			case step.service != "" && (err != nil || string(svc.Spec.Type) != step.service):
+				t.Errorf("Service after Update to %q: type %q, %v", step.service, svc.Spec.Type, err)
+			}
+			sec := &corev1.Secret{}
+			if err := e.live.Get(ctx, key, sec); err != nil {
+				t.Fatal(err)
+			}
+			if _, has := sec.Data[kubernetes.KeyHtpasswd]; has != step.auth {
+				t.Errorf("Secret with auth %v holds htpasswd: %v", step.auth, has)
+			}
+		}
+	})
+
 	// Another resource's proxy of the same name in the same namespace (two
 	// installations sharing it): its Secret is not ours either.
 	t.Run("SecretOfAnotherInstallation", func(t *testing.T) {
