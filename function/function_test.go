@@ -343,3 +343,23 @@ func TestKeepsEarlierSteps(t *testing.T) {
 		t.Error("the earlier step's resource was dropped")
 	}
 }
+
+// A claim's connection Secret gets only the keys the legacy XRD lists:
+// they must be every key the provider publishes.
+func TestLegacyXRDListsEveryConnectionKey(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "package", "configuration", "xrd-legacy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xrd struct {
+		Spec struct {
+			ConnectionSecretKeys []string `json:"connectionSecretKeys"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &xrd); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ConnectionKeys, xrd.Spec.ConnectionSecretKeys); diff != "" {
+		t.Errorf("xrd-legacy.yaml connectionSecretKeys (-provider's keys +XRD's):\n%s", diff)
+	}
+}

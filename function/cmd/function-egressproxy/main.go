@@ -13,27 +13,41 @@ import (
 	sdk "github.com/crossplane/function-sdk-go"
 
 	"github.com/egressproxy/provider-egressproxy/function"
+	"github.com/egressproxy/provider-egressproxy/internal/envflag"
 )
 
 func main() {
+	network := flag.String("network", "tcp", "Network to listen on for gRPC requests (tcp or unix).")
 	address := flag.String("address", ":9443", "Address to listen on for gRPC requests.")
 	// The same environment variable Crossplane's function runtime sets
 	// for every function it deploys.
-	certs := flag.String("tls-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "Folder holding tls.crt, tls.key and ca.crt for mTLS.")
+	certs := flag.String("tls-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "Folder holding tls.crt, tls.key and ca.crt for mTLS; default: $TLS_SERVER_CERTS_DIR, which Crossplane sets.")
 	insecure := flag.Bool("insecure", false, "Serve without mTLS (local testing only; Crossplane always uses mTLS).")
 	debug := flag.Bool("debug", false, "Log every call.")
-	flag.Parse()
+	maxRecv := flag.Int("max-recv-message-size", 4, "Largest request accepted, in MiB (gRPC's default is 4).")
+	metrics := flag.String("metrics-address", "", "Address of the Prometheus endpoint (/metrics, gRPC server metrics); empty, the default, turns it off.")
+	// Every flag can also be set from its environment variable (ADDRESS,
+	// DEBUG, ...), as the provider's.
+	if err := envflag.Parse(flag.CommandLine, os.Args[1:], envflag.Lookup); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 
 	log, err := sdk.NewLogger(*debug)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := sdk.Serve(function.New(log),
-		sdk.Listen("tcp", *address),
+	opts := []sdk.ServeOption{
+		sdk.Listen(*network, *address),
 		sdk.MTLSCertificates(*certs),
 		sdk.Insecure(*insecure),
-	); err != nil {
+		sdk.MaxRecvMessageSize(*maxRecv * 1024 * 1024),
+	}
+	if *metrics != "" {
+		opts = append(opts, sdk.WithMetricsServer(*metrics))
+	}
+	if err := sdk.Serve(function.New(log), opts...); err != nil {
 		log.Info("function stopped", "error", err.Error())
 		os.Exit(1)
 	}
