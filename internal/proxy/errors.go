@@ -68,6 +68,19 @@ func Classify(class Class, err error) error {
 	return &Error{Class: class, Err: err}
 }
 
+// MissingOnCreate is what a driver's Create returns for err: a NotFound
+// from a step of Create names something the create needs (a template, an
+// image, a network, a zone, a namespace), not the instance, and no retry
+// brings it back, so it is Permanent, its message kept and saying so.
+// Create never returns NotFound (the conformance suite and each driver's
+// tests hold it to that); other classes pass through.
+func MissingOnCreate(err error) error {
+	if ClassOf(err) != ClassNotFound {
+		return err
+	}
+	return &Error{Class: ClassPermanent, Reason: "MissingDependency", Err: fmt.Errorf("something the proxy needs does not exist: %w", err)}
+}
+
 // Errorf builds a classified error from a format string.
 func Errorf(class Class, format string, args ...any) error {
 	return &Error{Class: class, Err: fmt.Errorf(format, args...)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -92,5 +93,17 @@ func TestWithContext(t *testing.T) {
 	}
 	if WithContext(nil, "p", "get") != nil {
 		t.Error("WithContext(nil) != nil")
+	}
+}
+
+func TestMissingOnCreateIsPermanent(t *testing.T) {
+	missing := MissingOnCreate(WithContext(NotFoundf("template 9000 does not exist"), "pve", "create"))
+	if !IsPermanent(missing) || !strings.Contains(missing.Error(), "template 9000 does not exist") || !strings.Contains(missing.Error(), "does not exist") {
+		t.Errorf("MissingOnCreate(NotFound) = %s %v; want Permanent naming what is missing", ClassOf(missing), missing)
+	}
+	for _, err := range []error{nil, Transientf("busy"), Quotaf("no room"), Permanentf("bad")} {
+		if got := MissingOnCreate(err); got != err { //nolint:errorlint // Identity: other classes pass through untouched.
+			t.Errorf("MissingOnCreate(%v) = %v; want it unchanged", err, got)
+		}
 	}
 }

@@ -227,6 +227,9 @@ func TestSynchronousErrorsAreClassified(t *testing.T) {
 		{400, "invalid", proxy.IsPermanent},
 		{401, "authError", proxy.IsPermanent},
 		{500, "backendError", proxy.IsTransient},
+		// A 404 to the insert names its image, network or zone: Create is
+		// never NotFound (the controller would read it as "create again").
+		{404, "notFound", proxy.IsPermanent},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%d %s", tc.status, tc.reason), func(t *testing.T) {

@@ -257,7 +257,13 @@ func (d *Driver) log(ctx context.Context) logr.Logger {
 
 // fail gives err its class (unless it has one), the provider and op.
 func (d *Driver) fail(ctx context.Context, op string, err error) error {
-	err = proxy.WithContext(classify(err), d.o.Provider, op)
+	err = classify(err)
+	if op == opCreate {
+		// A 404 to the insert or to the address or firewall it needs
+		// names an image, network, subnetwork or zone that does not exist.
+		err = proxy.MissingOnCreate(err)
+	}
+	err = proxy.WithContext(err, d.o.Provider, op)
 	d.log(ctx).V(1).Info("call failed", "op", op, "class", string(proxy.ClassOf(err)), "error", err.Error())
 	return err
 }

@@ -164,7 +164,7 @@ func (d *Driver) wrap(err error, op string) error {
 // request's mark, and then completed; otherwise Create is Permanent.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	inst, err := d.create(ctx, req)
-	return inst, d.wrap(err, opCreate)
+	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
 }
 
 func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {

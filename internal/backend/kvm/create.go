@@ -87,7 +87,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err != nil {
 		d.log(ctx).V(1).Info("kvm create failed", "name", req.Name, "error", err.Error())
 	}
-	return inst, d.wrap(err, opCreate)
+	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
 }
 
 func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {

@@ -362,7 +362,7 @@ func dialProbe(ctx context.Context, addr string) bool {
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	d.warn(ctx)
 	inst, err := d.create(ctx, req)
-	return inst, d.wrap(err, opCreate)
+	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
 }
 
 // Get implements proxy.Driver. At steady state it makes two requests: the
