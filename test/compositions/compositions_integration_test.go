@@ -276,6 +276,7 @@ func TestCompositionsIntegration(t *testing.T) {
 		if d["url"] != "http://"+d["host"]+":3128" || d["username"] != "" {
 			t.Errorf("connection Secret %v; want url http://host:3128 and no credentials", d)
 		}
+		checkProxyKeys(t, "the EgressProxy's connection Secret", d)
 		if code, _ := e.request(t, d["url"]); code != http.StatusOK {
 			t.Errorf("GET through %s = %d; want 200", d["url"], code)
 		}
@@ -371,6 +372,7 @@ func TestCompositionsIntegration(t *testing.T) {
 		// Where it came from: the PodProxy's and the composite's Secrets.
 		e.secret(t, "crossplane-system", xrUID+"-backend", "")
 		e.secret(t, "crossplane-system", xrUID, "")
+		checkProxyKeys(t, "the claim's connection Secret", d)
 		if d["url"] != "http://"+d["host"]+":3128" {
 			t.Errorf("claim's connection Secret %v; want url http://host:3128", d)
 		}
@@ -413,6 +415,20 @@ func TestCompositionsIntegration(t *testing.T) {
 			return left
 		})
 	})
+}
+
+// checkProxyKeys checks that a composite's or claim's connection Secret d
+// passed on the keys clients read from the environment (envFrom).
+func checkProxyKeys(t *testing.T, what string, d map[string]string) {
+	t.Helper()
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		if d[k] != d["url"] {
+			t.Errorf("%s: %s = %q; want the url", what, k, d[k])
+		}
+	}
+	if d["endpoint"] != d["host"]+":"+d["port"] || !strings.HasPrefix(d["NO_PROXY"], "localhost,") || d["no_proxy"] != d["NO_PROXY"] {
+		t.Errorf("%s: endpoint %q, NO_PROXY %q, no_proxy %q; want host:port and the default list", what, d["endpoint"], d["NO_PROXY"], d["no_proxy"])
+	}
 }
 
 func newObject(gvk schema.GroupVersionKind, ns, name string, specm map[string]any) *unstructured.Unstructured {
