@@ -216,6 +216,7 @@ type KVMMachineType struct {
 }
 
 // KVMHost is one libvirt host.
+// +kubebuilder:validation:XValidation:rule="has(self.bridge) != has(self.network)",message="exactly one of bridge (a host bridge such as br0) and network (a libvirt network such as default) must be set",fieldPath=".bridge"
 type KVMHost struct {
 	// Name of the host, used in placement and IDs.
 	// +kubebuilder:validation:MaxLength=63

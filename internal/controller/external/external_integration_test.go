@@ -118,7 +118,7 @@ func start(t *testing.T) *env {
 			},
 			Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/d.qcow2"}},
 			MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
-			Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy"}, {Name: "nuc", Address: "10.0.0.6:22", User: "proxy"}},
+			Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}, {Name: "nuc", Address: "10.0.0.6:22", User: "proxy", Bridge: "br0"}},
 		}
 	}
 	for _, o := range []client.Object{

@@ -227,7 +227,7 @@ func (e *env) createConfigs(t *testing.T, image string) {
 				Credentials:  spec.KVMCredentials{SSHKeySecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}, InsecureIgnoreHostKey: true},
 				Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/d.qcow2"}},
 				MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
-				Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy"}},
+				Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}},
 			}}}},
 	} {
 		if err := e.kube.Create(context.Background(), o); err != nil {
