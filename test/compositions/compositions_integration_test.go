@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +33,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -67,6 +71,7 @@ var (
 // env is everything running for the test.
 type env struct {
 	kube     client.Client
+	cfg      *rest.Config
 	upstream string // http://<a non-loopback address of this machine>:<port>/
 	port     int64
 }
@@ -191,7 +196,7 @@ func start(t testing.TB) *env {
 			}
 		}
 	})
-	e := &env{kube: kube}
+	e := &env{kube: kube, cfg: cp.Config}
 	var port int
 	e.upstream, port = testenv.Upstream(t)
 	e.port = int64(port)
@@ -251,6 +256,35 @@ func startProvider(ctx context.Context, t testing.TB, cfg *rest.Config, s *runti
 // proxy; deleting the claim or the composite removes everything.
 func TestCompositionsIntegration(t *testing.T) {
 	e := start(t)
+
+	// kubectl expands a category before it looks for a kind: with the CRDs
+	// Crossplane made of the XRDs, `kubectl get egressproxy` must be the
+	// XR, and `kubectl get egress` every kind of the provider and the XRs.
+	t.Run("KubectlNames", func(t *testing.T) {
+		dc, err := discovery.NewDiscoveryClientForConfig(e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp := restmapper.NewDiscoveryCategoryExpander(dc)
+		if got, ok := exp.Expand("egressproxy"); ok {
+			t.Errorf("egressproxy is a category (of %v); want it to name the EgressProxy XR", got)
+		}
+		gvk, err := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)).KindFor(schema.GroupVersionResource{Resource: "egressproxy"})
+		if err != nil || gvk.GroupKind() != gvkXR.GroupKind() {
+			t.Errorf("egressproxy resolves to %v (%v); want %v", gvk, err, gvkXR.GroupKind())
+		}
+		got, _ := exp.Expand("egress")
+		var names []string
+		for _, gr := range got {
+			names = append(names, gr.String())
+		}
+		for _, want := range []string{"egressproxies.platform.egressproxy.io", "xegressproxies.legacy.platform.egressproxy.io",
+			"egressproxyclaims.legacy.platform.egressproxy.io", "podproxies.proxy.m.egressproxy.io", "podproxies.proxy.egressproxy.io"} {
+			if !slices.Contains(names, want) {
+				t.Errorf("kubectl get egress lists %v; want %s among them", names, want)
+			}
+		}
+	})
 
 	t.Run("NamespacedEgressProxy", func(t *testing.T) {
 		t.Parallel()
