@@ -535,8 +535,12 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeNormal, "Healthy", "Healthy is now True (was Unknown): 1 of 1 targets healthy")
 		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeWarning, "VerificationOff", "Secure is now False (was Unknown): kvm.credentials.insecureIgnoreHostKey is true")
 
-		// The target fails its next check (a spec change runs one now).
-		e.mem.FailNext(proxytest.OpCheck, proxy.Transientf("libvirtd does not answer"))
+		// The target fails its next checks (a spec change runs one now; a
+		// status write that conflicts with the usage controller's runs it
+		// again, so one failure alone could be retried away unseen).
+		for range 3 {
+			e.mem.FailNext(proxytest.OpCheck, proxy.Transientf("libvirtd does not answer"))
+		}
 		if err := e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
 			t.Fatal(err)
 		}
