@@ -181,3 +181,25 @@ func (h *fakeHost) closedConns() int {
 	defer h.mu.Unlock()
 	return h.closed
 }
+
+// TestImage_credentialsInTheURLStayOutOfErrors: an image URL holding a
+// presigned signature or user info, whose server cannot be reached: the
+// error (which becomes a condition) names the image, not the secret parts.
+func TestImage_credentialsInTheURLStayOutOfErrors(t *testing.T) {
+	const sig = "S3NT1NEL-signature-5c2e9a"
+	e := newTestEnv(t, func(e *testEnv) {
+		dead := e.images.URL // closed below: nothing answers there
+		e.images.Close()
+		e.cfg.Images["debian"] = Image{URL: strings.Replace(dead, "http://", "http://reader:"+sig+"@", 1) + "/debian.qcow2?X-Amz-Signature=" + sig}
+	})
+	err := e.createError(e.request("web", "uid-1"))
+	if err == nil {
+		t.Fatal("Create with an unreachable image server succeeded")
+	}
+	if strings.Contains(err.Error(), sig) || strings.Contains(e.logs.String(), sig) {
+		t.Errorf("the URL's credentials leak: error %q", err)
+	}
+	if !strings.Contains(err.Error(), "image debian") {
+		t.Errorf("error %q does not name the image", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -348,11 +349,11 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, img.URL, nil)
 	if err != nil {
-		return nil, 0, proxy.Permanentf("image %s: %v", img.label(), err)
+		return nil, 0, proxy.Permanentf("image %s: the URL does not parse", img.label())
 	}
 	resp, err := b.http.Do(req)
 	if err != nil {
-		return nil, 0, proxy.Transientf("image %s: %v", img.label(), err)
+		return nil, 0, proxy.Transientf("image %s: %v", img.label(), withoutURL(err))
 	}
 	switch {
 	case resp.StatusCode/100 == 2:
@@ -408,6 +409,17 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// withoutURL drops the URL net/http puts into its errors: its query (a
+// presigned URL's signature) or user info are credentials, and the error
+// ends up in conditions. label() names the image instead.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // exactReader passes on exactly left bytes of r and fails when r has
