@@ -142,7 +142,7 @@ func TestBuildDeploymentRunsSquidLockedDown(t *testing.T) {
 
 func TestBuildDeploymentFromConfig(t *testing.T) {
 	req := testRequest()
-	req.Proxy.Port = 80
+	req.Proxy.Port = 81 // a low port that is not a destination port (80 and 443 are)
 	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
 	cfg := Config{Image: "example.com/squid:7", Resources: &res, NodeSelector: map[string]string{"pool": "egress"}, ImagePullSecrets: []string{"regcred"}}
 	dep := buildDeployment(cfg, req, render(t, req), "h", now)
