@@ -332,6 +332,13 @@ func TestGCPProxyIntegration(t *testing.T) {
 		if u := string(conn.Data["url"]); !strings.HasPrefix(u, "http://proxy:") || !strings.HasSuffix(u, fmt.Sprintf("@%s:%d", staticIP, port)) {
 			t.Errorf("url = %q", u)
 		}
+		// What a vendor's allow-list needs, and what envFrom needs.
+		if got := string(conn.Data["egressIP"]); got != staticIP {
+			t.Errorf("connection Secret egressIP = %q; want the static address %s", got, staticIP)
+		}
+		if string(conn.Data["HTTPS_PROXY"]) != string(conn.Data["url"]) || string(conn.Data["endpoint"]) != fmt.Sprintf("%s:%d", staticIP, port) {
+			t.Errorf("connection Secret HTTPS_PROXY is the url: %v; endpoint %q", string(conn.Data["HTTPS_PROXY"]) == string(conn.Data["url"]), conn.Data["endpoint"])
+		}
 		t.Logf("API requests to become Ready: %d", len(e.srv.Requests()))
 
 		t.Run("OneRequestPerObserveAtSteadyState", func(t *testing.T) {
