@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs Debian's squid package, which the real-Squid tests of
-# internal/squid run (go test ./internal/squid/...). Idempotent: it does
-# nothing when /usr/sbin/squid already exists.
+# internal/squid run (go test ./internal/squid/...), and curl, the client
+# the connection-Secret tests run with the Secret as its environment
+# (testenv.FetchWithEnv). Idempotent: it does nothing when /usr/sbin/squid
+# and curl already exist.
 #
 # The tests start their own squids in the foreground with generated
 # configs; a system squid would only hold port 3128 and a PID file, so this
@@ -11,7 +13,7 @@ set -euo pipefail
 
 log() { echo "install-squid: $*" >&2; }
 
-if [ -x /usr/sbin/squid ]; then
+if [ -x /usr/sbin/squid ] && command -v curl >/dev/null; then
   log "/usr/sbin/squid present: $(/usr/sbin/squid -v | head -n1)"
   exit 0
 fi
@@ -38,7 +40,7 @@ trap cleanup EXIT
 
 log "installing Debian's squid package"
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends squid >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl >/dev/null
 
 # Belt and braces: if a squid got started anyway (policy-rc.d was already
 # present and allowed it, or an init system ignored it), stop it.
