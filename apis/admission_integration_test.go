@@ -192,6 +192,9 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"GCPSecretSourceWithoutRef", cpcGCP, []func(*unstructured.Unstructured){unset("spec.gcp.credentials.secretRef")}, []string{"spec.gcp.credentials", "secretRef is required"}},
 		{"GCPUnknownCredentialsSource", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.source", "Environment")}, []string{"spec.gcp.credentials.source", "Unsupported value"}},
 		{"GCPProjectNotAnID", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.project", "X")}, []string{"spec.gcp.project", "should match"}},
+		{"NoProxyWithAComma", cpcPods, []func(*unstructured.Unstructured){set("spec.noProxy", []any{".corp.example,10.0.0.0/8"})}, []string{"spec.noProxy[0]", "should match"}},
+		{"GCPImpersonateNotAServiceAccount", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.impersonateServiceAccount", "someone@example.com")}, []string{"spec.gcp.credentials.impersonateServiceAccount", "should match"}},
+		{"GCPDelegatesWithoutImpersonation", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.delegates", []any{"broker@p.iam.gserviceaccount.com"})}, []string{"spec.gcp.credentials.delegates", "delegates need impersonateServiceAccount"}},
 		{"InstallationIDNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.installationID", "Prod EU")}, []string{"spec.installationID", "should match"}},
 		// Tenancy: a namespaced config never acts with the provider's own identity.
 		{"NamespacedConfigInjectedKubernetesIdentity", nsPC, []func(*unstructured.Unstructured){set("spec.kubernetes.credentials", map[string]any{"source": "InjectedIdentity"})}, []string{"spec.kubernetes.credentials.source", "InjectedIdentity is not allowed on a namespaced ProviderConfig"}},
