@@ -48,6 +48,14 @@ var PrivateDestinations = prefixes(
 	"64:ff9b:1::/48", // local-use NAT64 (RFC 8215): embeds IPv4 anywhere
 )
 
+// DeniedByDefault returns the ranges every proxy denies, as Squid checks
+// them (each IPv4 range also in its NAT64 and 6to4 spellings): never are
+// denied always, private unless AllowedDestinationCIDRs opens them. A
+// backend that enforces the same below Squid (a NetworkPolicy) uses these.
+func DeniedByDefault() (never, private []netip.Prefix) {
+	return withEmbeddings(NeverDestinations), withEmbeddings(PrivateDestinations)
+}
+
 // prefixes parses a fixed list.
 func prefixes(s ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(s))

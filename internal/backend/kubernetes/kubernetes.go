@@ -39,6 +39,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -174,7 +175,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err := checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}
-	files, err := squid.Render(req.Proxy, squidOptions(req))
+	files, err := squid.Render(req.Proxy, squidOptions(req, d.clusterNetworks(ctx)))
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -223,6 +224,11 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 	if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}); err != nil {
 		return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
 	}
+	if d.cfg.NetworkPolicy {
+		if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}); err != nil {
+			return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+	}
 	return d.ensureService(ctx, dep, req)
 }
 
@@ -233,6 +239,9 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespace string) error {
 	key := types.NamespacedName{Namespace: namespace, Name: req.Name}
 	children := []client.Object{&corev1.Secret{}}
+	if d.cfg.NetworkPolicy {
+		children = append(children, &networkingv1.NetworkPolicy{})
+	}
 	if req.Exposure.ServiceType != "" {
 		children = append(children, &corev1.Service{})
 	}
@@ -317,6 +326,11 @@ func rewritten(existing, want client.Object) (client.Object, error) {
 		next.SetOwnerReferences(want.GetOwnerReferences())
 	}
 	switch w := want.(type) {
+	case *networkingv1.NetworkPolicy:
+		next := existing.(*networkingv1.NetworkPolicy).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		next.Spec = w.Spec
+		return next, nil
 	case *corev1.Secret:
 		next := existing.(*corev1.Secret).DeepCopy() //nolint:forcetypeassert // read into the same type.
 		meta(next)
@@ -358,6 +372,8 @@ func kindOf(obj client.Object) string {
 		return "Service"
 	case *appsv1.Deployment:
 		return "Deployment"
+	case *networkingv1.NetworkPolicy:
+		return "NetworkPolicy"
 	}
 	return fmt.Sprintf("%T", obj)
 }
@@ -608,7 +624,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, proxy.Transientf("Deployment %s/%s is being deleted", dep.Namespace, dep.Name)
 	}
 	req.Name = dep.Name // the objects are named after the Deployment
-	files, err := squid.Render(req.Proxy, squidOptions(req))
+	files, err := squid.Render(req.Proxy, squidOptions(req, d.clusterNetworks(ctx)))
 	if err != nil {
 		return proxy.Instance{}, err
 	}

@@ -116,6 +116,13 @@ type Config struct {
 	Resources *corev1.ResourceRequirements
 	// NodeSelector for the pods.
 	NodeSelector map[string]string
+	// ClusterNetworks are CIDRs (or addresses) of the cluster's own
+	// networks that proxies never reach, on top of what the driver
+	// discovers (see clusterNetworks).
+	ClusterNetworks []string
+	// NetworkPolicy puts a NetworkPolicy on each proxy's pods saying what
+	// Squid denies (see buildNetworkPolicy).
+	NetworkPolicy bool
 }
 
 func (c Config) withDefaults() Config {
@@ -135,6 +142,9 @@ func (c Config) withDefaults() Config {
 // templateHash digests c (and the template version) for
 // AnnotationTemplateHash.
 func (c Config) templateHash() string {
+	// Not part of the pod template: they reach the pod through squid.conf
+	// (whose own hash rolls it) or a separate object.
+	c.ClusterNetworks, c.NetworkPolicy = nil, false
 	b, _ := json.Marshal(struct { //nolint:errchkjson // plain data always marshals.
 		V string
 		C Config
@@ -155,11 +165,13 @@ var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z
 
 // squidOptions are the internal/squid options for the image: the
 // htpasswd from the mounted Secret, logs to the container's streams, no PID
-// file (read-only root), and a per-proxy salt.
-func squidOptions(req proxy.Request) squid.Options {
+// file (read-only root), a per-proxy salt, and the cluster's own networks
+// denied.
+func squidOptions(req proxy.Request, cluster []string) squid.Options {
 	return squid.Options{
-		HtpasswdPath: ConfigMountPath + "/" + KeyHtpasswd,
-		HtpasswdSalt: req.Mark.UID,
+		HtpasswdPath:           ConfigMountPath + "/" + KeyHtpasswd,
+		HtpasswdSalt:           req.Mark.UID,
+		DeniedDestinationCIDRs: cluster,
 	}
 }
 

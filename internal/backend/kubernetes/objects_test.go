@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +32,7 @@ func testRequest() proxy.Request {
 
 func render(t *testing.T, req proxy.Request) squid.Files {
 	t.Helper()
-	f, err := squid.Render(req.Proxy, squidOptions(req))
+	f, err := squid.Render(req.Proxy, squidOptions(req, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,5 +228,45 @@ func TestBuildService(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"10.0.0.0/8", "192.168.0.0/16"}, s.Spec.LoadBalancerSourceRanges); diff != "" {
 		t.Errorf("loadBalancerSourceRanges (-want +got):\n%s", diff)
+	}
+}
+
+// TestNetworkPolicySaysWhatSquidDenies: the policy on a proxy's pods lets
+// them reach the world and DNS, never the denied ranges or the cluster's
+// networks, and of the private ranges only what the resource opened, the
+// metadata addresses inside excepted.
+func TestNetworkPolicySaysWhatSquidDenies(t *testing.T) {
+	req := testRequest()
+	req.Proxy.AllowedDestinationCIDRs = []string{"100.64.0.0/10", "10.30.0.0/16"}
+	dep := buildDeployment(Config{}, req, render(t, req), "h", time.Unix(0, 0))
+	np := buildNetworkPolicy(dep, req, []string{"10.96.0.0/12", "192.0.2.7/32"})
+	if np.Name != dep.Name || np.Namespace != dep.Namespace || len(np.OwnerReferences) != 1 || np.Labels[LabelUID] != req.Mark.UID {
+		t.Errorf("policy %s/%s owners %v labels %v; want the Deployment's name, owner and mark", np.Namespace, np.Name, np.OwnerReferences, np.Labels)
+	}
+	if diff := cmp.Diff(selectorLabels(req), np.Spec.PodSelector.MatchLabels); diff != "" {
+		t.Errorf("pod selector (-want +got):\n%s", diff)
+	}
+	if fmt.Sprint(np.Spec.PolicyTypes) != "[Egress]" || len(np.Spec.Egress) != 2 {
+		t.Fatalf("policy types %v, %d egress rules; want Egress only, DNS and destinations", np.Spec.PolicyTypes, len(np.Spec.Egress))
+	}
+	blocks := map[string][]string{}
+	for _, p := range np.Spec.Egress[1].To {
+		blocks[p.IPBlock.CIDR] = p.IPBlock.Except
+	}
+	for _, c := range []string{"127.0.0.0/8", "169.254.0.0/16", "168.63.129.16/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "10.96.0.0/12", "192.0.2.7/32"} {
+		if !slices.Contains(blocks["0.0.0.0/0"], c) {
+			t.Errorf("0.0.0.0/0 does not except %s: %v", c, blocks["0.0.0.0/0"])
+		}
+	}
+	for _, c := range []string{"::/96", "fe80::/10", "fc00::/7", "fd00:ec2::254/128"} {
+		if !slices.Contains(blocks["::/0"], c) {
+			t.Errorf("::/0 does not except %s: %v", c, blocks["::/0"])
+		}
+	}
+	if ex, ok := blocks["100.64.0.0/10"]; !ok || !slices.Contains(ex, "100.100.100.200/32") {
+		t.Errorf("opened 100.64.0.0/10: %v, %v; want it allowed with Alibaba's metadata address excepted", ok, ex)
+	}
+	if ex, ok := blocks["10.30.0.0/16"]; !ok || len(ex) != 0 {
+		t.Errorf("opened 10.30.0.0/16: %v, %v; want it allowed", ok, ex)
 	}
 }

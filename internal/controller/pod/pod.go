@@ -104,6 +104,9 @@ func (b *Binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 		Image:        k.Image,
 		Resources:    k.Resources,
 		NodeSelector: k.NodeSelector,
+
+		ClusterNetworks: k.ClusterNetworks,
+		NetworkPolicy:   k.NetworkPolicy == nil || *k.NetworkPolicy,
 	}
 	for _, s := range k.ImagePullSecrets {
 		c.ImagePullSecrets = append(c.ImagePullSecrets, s.Name)

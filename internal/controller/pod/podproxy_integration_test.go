@@ -23,6 +23,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -370,7 +371,32 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 	if err := e.kube.Get(ctx, key, sec); err != nil {
 		t.Fatal(err)
 	}
-	objs := []client.Object{dep, sec}
+	// The NetworkPolicy saying below Squid what Squid denies, and
+	// squid.conf denying the cluster's own networks: its ServiceCIDR (the
+	// control plane's default) and the API server's address.
+	np := &networkingv1.NetworkPolicy{}
+	if err := e.kube.Get(ctx, key, np); err != nil {
+		t.Fatalf("the proxy's NetworkPolicy: %v", err)
+	}
+	if fmt.Sprint(np.Spec.PolicyTypes) != "[Egress]" || len(np.Spec.Egress) != 2 {
+		t.Errorf("NetworkPolicy %s: types %v, %d egress rules; want Egress, DNS and the allowed destinations", np.Name, np.Spec.PolicyTypes, len(np.Spec.Egress))
+	}
+	never := ""
+	for _, l := range strings.Split(string(sec.Data[kubernetes.KeySquidConf]), "\n") {
+		if strings.HasPrefix(l, "acl never_dst dst ") {
+			never = l
+		}
+	}
+	svcCIDRs := &networkingv1.ServiceCIDRList{}
+	if err := e.kube.List(ctx, svcCIDRs); err != nil || len(svcCIDRs.Items) == 0 {
+		t.Fatalf("ServiceCIDRs: %v (%d)", err, len(svcCIDRs.Items))
+	}
+	for _, c := range svcCIDRs.Items[0].Spec.CIDRs {
+		if !strings.Contains(never, " "+c) {
+			t.Errorf("squid.conf does not deny the Service network %s: %s", c, never)
+		}
+	}
+	objs := []client.Object{dep, sec, np}
 	if service {
 		svc := &corev1.Service{}
 		if err := e.kube.Get(ctx, key, svc); err != nil {

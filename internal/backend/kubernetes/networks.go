@@ -1,0 +1,143 @@
+package kubernetes
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// clusterNetworks are the target cluster's own networks, which a PodProxy
+// never reaches (its resource cannot open them): the config's
+// ClusterNetworks, the kubernetes Service's cluster IPs, the API server's
+// endpoint addresses and the cluster's ServiceCIDRs. What discovery
+// cannot read (no rights, an older cluster) is left to the config and to
+// the private ranges every proxy denies anyway. Node podCIDRs are not
+// read: they change as nodes come and go, and would roll every proxy; set
+// the pod network in clusterNetworks where it is not a private range.
+func (d *Driver) clusterNetworks(ctx context.Context) []string {
+	var out []netip.Prefix
+	add := func(s string) {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	for _, c := range d.cfg.ClusterNetworks {
+		add(c)
+	}
+	svc := &corev1.Service{}
+	if err := d.live.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc); err == nil {
+		for _, ip := range svc.Spec.ClusterIPs {
+			add(ip)
+		}
+	}
+	eps := &discoveryv1.EndpointSliceList{}
+	if err := d.live.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err == nil {
+		for _, s := range eps.Items {
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					add(a)
+				}
+			}
+		}
+	}
+	cidrs := &networkingv1.ServiceCIDRList{}
+	if err := d.live.List(ctx, cidrs); err == nil {
+		for _, c := range cidrs.Items {
+			for _, s := range c.Spec.CIDRs {
+				add(s)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	out = slices.Compact(out)
+	s := make([]string, len(out))
+	for i, p := range out {
+		s[i] = p.String()
+	}
+	return s
+}
+
+// buildNetworkPolicy says below Squid what Squid denies, where the cluster
+// enforces NetworkPolicies: the proxy's pods may send DNS anywhere, and
+// anything else only outside the denied ranges (never, private and the
+// cluster's networks), plus the private ranges the resource opened (the
+// never ranges inside them excepted). It only narrows egress; ingress is
+// Squid's (clients arrive through load balancers that may not keep their
+// address).
+func buildNetworkPolicy(dep *appsv1.Deployment, req proxy.Request, cluster []string) *networkingv1.NetworkPolicy {
+	never, private := squid.DeniedByDefault()
+	for _, c := range cluster {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			never = append(never, p)
+		}
+	}
+	var opened []netip.Prefix
+	for _, c := range req.Proxy.AllowedDestinationCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			p = p.Masked()
+			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
+			opened = append(opened, p)
+		}
+	}
+	within := func(outer netip.Prefix, ps []netip.Prefix) []string {
+		var out []string
+		for _, p := range ps {
+			if p.Addr().Is4() == outer.Addr().Is4() && p.Bits() > outer.Bits() && outer.Contains(p.Addr()) {
+				out = append(out, p.String())
+			}
+		}
+		return compactStrings(out)
+	}
+	all := append(slices.Clone(never), private...)
+	var to []networkingv1.NetworkPolicyPeer
+	for _, world := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
+		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: world.String(), Except: within(world, all)}})
+	}
+	for _, o := range opened {
+		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: o.String(), Except: within(o, never)}})
+	}
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dns := intstr.FromInt32(53)
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: dep.Name, Namespace: dep.Namespace,
+			Labels:          markLabels(req),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(dep)},
+		},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(req)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
+				{To: to},
+			},
+		},
+	}
+}
+
+// compactStrings sorts and dedupes.
+func compactStrings(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
