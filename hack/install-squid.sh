@@ -2,8 +2,9 @@
 # Installs Debian's squid package, which the real-Squid tests of
 # internal/squid run (go test ./internal/squid/...), and curl, the client
 # the connection-Secret tests run with the Secret as its environment
-# (testenv.FetchWithEnv). Idempotent: it does nothing when /usr/sbin/squid
-# and curl already exist.
+# (testenv.FetchWithEnv), and iproute2, whose ip the tests use for test
+# hosts in network namespaces of their own (testenv.NewTestHost).
+# Idempotent: it does nothing when /usr/sbin/squid, curl and ip exist.
 #
 # The tests start their own squids in the foreground with generated
 # configs; a system squid would only hold port 3128 and a PID file, so this
@@ -13,7 +14,7 @@ set -euo pipefail
 
 log() { echo "install-squid: $*" >&2; }
 
-if [ -x /usr/sbin/squid ] && command -v curl >/dev/null; then
+if [ -x /usr/sbin/squid ] && command -v curl >/dev/null && command -v ip >/dev/null; then
   log "/usr/sbin/squid present: $(/usr/sbin/squid -v | head -n1)"
   exit 0
 fi
@@ -40,7 +41,7 @@ trap cleanup EXIT
 
 log "installing Debian's squid package"
 $SUDO apt-get update -qq
-$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl iproute2 >/dev/null
 
 # Belt and braces: if a squid got started anyway (policy-rc.d was already
 # present and allowed it, or an init system ignored it), stop it.
