@@ -25,6 +25,9 @@ import (
 const (
 	SquidConfPath = "/etc/squid/squid.conf"
 	HtpasswdPath  = "/etc/squid/egressproxy.htpasswd" //nolint:gosec // A path, not a credential.
+	// OwnAddressesPath lists the guest's own addresses, written at first
+	// boot before Squid starts; squid.conf denies them as destinations.
+	OwnAddressesPath = "/etc/squid/egressproxy-own-addresses"
 )
 
 // SquidOptions are the squid.Options for a Debian or Ubuntu guest running
@@ -39,6 +42,8 @@ func SquidOptions(uid string) squid.Options {
 		AccessLog:      "stdio:/var/log/squid/access.log",
 		CacheLogPath:   "/var/log/squid/cache.log",
 		HtpasswdSalt:   uid,
+
+		OwnAddressesFile: OwnAddressesPath,
 	}
 }
 
@@ -232,6 +237,9 @@ func generated(o Options) string {
 	}
 	script = append(script,
 		"command -v squid >/dev/null || { apt-get update && apt-get install -y --no-install-recommends squid; }",
+		// The guest's own addresses (loopback at least), for squid.conf's
+		// own_dst: the proxy never reaches its own host's services.
+		"{ echo 127.0.0.1; echo ::1; ip -o addr show | awk '{split($4, a, \"/\"); print a[1]}'; } | sort -u > "+OwnAddressesPath,
 		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+SquidConfPath)
 	if o.Squid.Htpasswd != "" {
 		script = append(script, "install -m 0640 -o root -g proxy "+stageDir+"/htpasswd "+HtpasswdPath)

@@ -63,7 +63,7 @@ func TestUserData(t *testing.T) {
 		wantNotIn []string
 	}{
 		"GeneratedOnly": {"", false, false, []string{"text/cloud-config"},
-			[]string{"squid.conf", "systemctl restart squid"}, []string{"qemu-guest-agent", "htpasswd"}},
+			[]string{"squid.conf", "systemctl restart squid", "> " + OwnAddressesPath}, []string{"qemu-guest-agent", "htpasswd"}},
 		"WithAgentAndAuth": {"", true, true, []string{"text/cloud-config"},
 			[]string{"qemu-guest-agent", HtpasswdPath, "-g proxy"}, nil},
 		"UserCloudConfigFirst": {"#cloud-config\ntimezone: Europe/Prague\n", false, false, []string{"text/cloud-config", "text/cloud-config"}, nil, nil},

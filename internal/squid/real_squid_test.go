@@ -700,6 +700,24 @@ func TestRealSquidDeniesPivots(t *testing.T) {
 		expect(t, "CONNECT to the proxy itself", c.get(t, "https://"+sq.addr+"/"), http.StatusForbidden)
 	})
 
+	t.Run("the proxy host's own addresses", func(t *testing.T) {
+		// As a VM lists them at boot (cloudinit): denied even inside a
+		// range the resource opened.
+		own := filepath.Join(worldReadableDir(t), "own-addresses")
+		writeReadable(t, own, "127.0.0.1\n::1\n"+private[2].String()+"\n")
+		o2 := o
+		o2.OwnAddressesFile = own
+		s := settings
+		s.AllowedDestinationCIDRs = []string{"192.168.0.0/16", private[0].String() + "/32"}
+		sq := startSquid(t, bin, s, o2)
+		c := client{proxy: &url.URL{Scheme: "http", Host: sq.addr}}
+		expect(t, "an own address in an opened range", c.get(t, "http://"+at(private[2].String())+"/"), http.StatusForbidden)
+		expect(t, "another opened address", c.get(t, "http://"+at(private[0].String())+"/"), http.StatusOK)
+		if n := listeners[private[2]].n.Load(); n != 0 {
+			t.Errorf("the own address was connected to %d times", n)
+		}
+	})
+
 	t.Run("opened deliberately", func(t *testing.T) {
 		s := settings
 		s.AllowedDestinationCIDRs = []string{private[0].String() + "/32", "fc00::/7"}

@@ -102,6 +102,12 @@ type Options struct {
 	// network the proxy stands in (a cluster's Service and Pod networks,
 	// its API server, the proxy's own addresses). CIDRs or bare addresses.
 	DeniedDestinationCIDRs []string
+	// OwnAddressesFile, when set, is a file of the proxy machine's own
+	// addresses, one a line, written where Squid runs before it starts (a
+	// VM's interface addresses at boot): they are denied as destinations,
+	// so the proxy never reaches the services of its own host by an
+	// address of its own. It must exist and list at least one address.
+	OwnAddressesFile string
 	// HostsFile is Squid's hosts_file, names resolved before DNS; empty
 	// keeps Squid's /etc/hosts. Tests point it at names of their own.
 	HostsFile string
@@ -230,6 +236,11 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		"acl own_port port "+strconv.Itoa(int(s.Port)),
 		"")
 	dstACLs, dstRules := destinationACLs(s, o)
+	if o.OwnAddressesFile != "" {
+		dstACLs = append(dstACLs, "# The proxy machine's own addresses, listed at its start.",
+			`acl own_dst dst "`+o.OwnAddressesFile+`"`)
+		dstRules = append([]string{"http_access deny own_dst"}, dstRules...)
+	}
 	w(dstACLs...)
 	dests := destinations(s.AllowedDestinations)
 	if len(dests) > 0 {
@@ -333,6 +344,11 @@ func (o Options) withDefaults() (Options, error) {
 	for i, d := range o.DeniedDestinationCIDRs {
 		if _, err := parseCIDROrAddr(d); err != nil {
 			add(fmt.Sprintf("deniedDestinationCIDRs[%d]", i), "%v", err)
+		}
+	}
+	if o.OwnAddressesFile != "" {
+		if msg := checkToken(o.OwnAddressesFile); msg != "" || !strings.HasPrefix(o.OwnAddressesFile, "/") {
+			add("ownAddressesFile", "%q must be an absolute path without whitespace or quotes", o.OwnAddressesFile)
 		}
 	}
 	if o.HostsFile != "" {
