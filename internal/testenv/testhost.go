@@ -73,7 +73,7 @@ func NewTestHost(t testing.TB, extra ...netip.Addr) *TestHost {
 		name := fmt.Sprintf("epx%05x", slot)
 		out, err := exec.Command("ip", "netns", "add", name).CombinedOutput()
 		if err != nil {
-			lastErr = fmt.Errorf("ip netns add %s: %v: %s", name, err, strings.TrimSpace(string(out)))
+			lastErr = fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
 			if strings.Contains(string(out), "File exists") {
 				continue
 			}
