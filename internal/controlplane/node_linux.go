@@ -594,7 +594,7 @@ func (n *Node) exited(name string) error {
 		if p.name == name {
 			select {
 			case <-p.done:
-				return fmt.Errorf("%s exited: %v", name, p.err)
+				return fmt.Errorf("%s exited: %w", name, p.err)
 			default:
 			}
 		}

@@ -136,7 +136,7 @@ func TestIntegrationHealthChecksDoNotWaitForAnotherConfigsHosts(t *testing.T) {
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); <-done }) //nolint:errcheck // The manager's exit status after cancel says nothing.
 
 	if err := kube.Create(ctx, kvmConfig("stuck", hole.ln.Addr().String())); err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func TestServerAttributes(t *testing.T) {
 	} {
 		var got []string
 		for _, a := range ServerAttributes(in) {
-			got = append(got, string(a.Key)+"="+a.Value.Emit())
+			got = append(got, string(a.Key)+"="+a.Value.String())
 		}
 		if fmt.Sprint(got) != want {
 			t.Errorf("ServerAttributes(%q) = %v; want %s", in, got, want)

@@ -45,6 +45,7 @@ func ServeFetch() {
 		os.Exit(2)
 	}
 	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	fmt.Printf("%d %s\n%s", resp.StatusCode, remote, body)
 	os.Exit(0)
 }

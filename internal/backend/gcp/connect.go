@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
 	"cloud.google.com/go/auth/credentials/impersonate"
 	"cloud.google.com/go/auth/httptransport"
@@ -68,7 +69,7 @@ func AuthClientOptions(_ context.Context, c Credentials, transport http.RoundTri
 			return nil, nil
 		}
 		if transport != nil {
-			base, err := credentials.DetectDefault(&credentials.DetectOptions{Scopes: []string{scope}, CredentialsJSON: c.Key, Client: &http.Client{Transport: transport}})
+			base, err := credentials.NewCredentialsFromJSON(credentials.ServiceAccount, c.Key, &credentials.DetectOptions{Scopes: []string{scope}, Client: &http.Client{Transport: transport}})
 			if err != nil {
 				return nil, proxy.Permanentf("the service-account key cannot be used: %s", truncate(err.Error(), 200))
 			}
@@ -77,13 +78,19 @@ func AuthClientOptions(_ context.Context, c Credentials, transport http.RoundTri
 		return []option.ClientOption{option.WithAuthCredentialsJSON(option.ServiceAccount, c.Key)}, nil
 	}
 	do := &credentials.DetectOptions{Scopes: []string{scope}}
-	if !c.Injected {
-		do.CredentialsJSON = c.Key
-	}
 	if transport != nil {
 		do.Client = &http.Client{Transport: transport}
 	}
-	base, err := credentials.DetectDefault(do)
+	// A key is read only as a service-account key (checkKey made sure it
+	// is one): never as another credential type, which could name a
+	// command or a URL to fetch a token from.
+	var base *auth.Credentials
+	var err error
+	if c.Injected {
+		base, err = credentials.DetectDefault(do)
+	} else {
+		base, err = credentials.NewCredentialsFromJSON(credentials.ServiceAccount, c.Key, do)
+	}
 	if err != nil {
 		// Checked above, so this is about the environment (no ADC), not
 		// the key's content.
