@@ -127,6 +127,12 @@ test-pod: test-deps
 bench-podproxy: build controlplane-bins
 	bash hack/bench-podproxy.sh $(or $(N),200) $(or $(DELAY),3s)
 
+# The local node: warm start and stop, PodProxy create-to-Ready on real
+# pods (as root): make bench-node ROUNDS=3 PROXIES=3
+.PHONY: bench-node
+bench-node: build
+	bash hack/bench-node.sh $(or $(ROUNDS),3) $(or $(PROXIES),3)
+
 .PHONY: clean
 clean:
 	rm -rf $(BIN) .cache

@@ -32,6 +32,7 @@ exec 9>"$CACHE/squid-image.lock"
 flock -w 1800 9 || die "another build holds $CACHE/squid-image.lock"
 print() { printf '%s\n%s\n%s\n%s\n' "$OUT" "$REF" "$BAD" "$BADREF"; }
 if [ -s "$OUT" ] && [ -s "$BAD" ]; then
+  touch "$OUT" "$BAD"
   log "cached: $OUT"
   print
   exit 0
@@ -47,7 +48,7 @@ if [ ! -e /usr/bin/mmdebstrap ]; then
 fi
 
 WORK=$(mktemp -d /var/tmp/egressproxy-squid.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK" "$OUT.tmp" "$BAD.tmp"' EXIT
 t0=$SECONDS
 
 # minbase + squid (no recommends), then everything a container never
@@ -67,7 +68,8 @@ log "rootfs in $((SECONDS - t0)) s ($(du -sh "$WORK/root" | cut -f1))"
   -out "$OUT.tmp" -ref "$REF" -crashing-out "$BAD.tmp" -crashing-ref "$BADREF") >&2
 mv "$BAD.tmp" "$BAD"
 mv "$OUT.tmp" "$OUT"
-# Older builds (another key) are of no use any more.
-find "$CACHE" -maxdepth 1 -name 'squid-image-*.tar' ! -name "$(basename "$OUT")" ! -name "$(basename "$BAD")" -delete
+# Builds of other keys unused for a week go (other checkouts may still
+# use a recent one).
+find "$CACHE" -maxdepth 1 -name 'squid-image-*.tar' -mtime +7 -delete
 log "built $OUT in $((SECONDS - t0)) s ($(du -h "$OUT" | cut -f1))"
 print >&3

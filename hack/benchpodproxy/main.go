@@ -2,7 +2,11 @@
 // control plane (internal/controlplane, plus a kube-controller-manager of
 // its own with rate limits raised for a thousand Deployments), runs the
 // built provider binary against it, creates N PodProxies, plays the
-// kubelet with internal/backend/kubernetes/kubelettest, and prints:
+// kubelet with internal/backend/kubernetes/kubelettest, and prints the
+// figures below. The stand-in, not the local node (internal/controlplane's
+// Options.Node), because a thousand real pods do not fit this machine's 2
+// cores; this is the one place it stays (hack/bench-node.sh measures real
+// pods, a few at a time). It prints:
 //
 //   - the time from the first create until all N are Ready;
 //   - the median, p95 and maximum delay from a pod turning Ready (the

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -21,6 +22,7 @@ type Node struct {
 	Name, Dir, Bridge, ContainerdSocket, BinDir string
 	PodCIDR                                     netip.Prefix
 	Gateway                                     netip.Addr
+	ReadyIn, ImportIn                           time.Duration
 }
 
 func (c *ControlPlane) prepareNode(context.Context, *NodeOptions, *envtest.APIServer) (*Node, error) {
