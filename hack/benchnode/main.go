@@ -65,7 +65,7 @@ func main() {
 
 type round struct {
 	controlPlane, node, stop, imports time.Duration
-	ready                    []time.Duration
+	ready                             []time.Duration
 }
 
 func run(ctx context.Context, rounds, proxies int, provider, image, ref string) error {
@@ -151,7 +151,7 @@ func oneRound(ctx context.Context, root string, proxies int, provider, image, re
 		return r, err
 	}
 
-	cmd := exec.CommandContext(ctx, provider, "--metrics-bind-address", "0", "--health-probe-bind-address", "0", //nolint:gosec // the provider under test.
+	cmd := exec.CommandContext(ctx, provider, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--namespace", "crossplane-system", "--installation-id", "bench", "--poll-not-ready", "30s")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath)
 	logFile, err := os.Create(filepath.Join(cp.Dir, "provider.log"))

@@ -366,8 +366,8 @@ state = %[2]q
 		return err
 	}
 	// The pod network: the bridge made above, addresses from host-local
-	// (below .200; the rest is for test hosts on the bridge), no masquerade
-	// (pods reach only what is on the bridge).
+	// (.2 to .200), no masquerade: pods reach the bridge, and through
+	// this machine's routing what it routes (the tests' hosts).
 	cni := fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "egressproxy",
@@ -451,14 +451,6 @@ func defaultContainerdRoot() (string, error) {
 func lastPodAddr(p netip.Prefix) netip.Addr {
 	a := p.Addr().As4()
 	a[3] = 200
-	return netip.AddrFrom4(a)
-}
-
-// TestHostAddr is an address on the pod network that no pod gets (.250),
-// for a test host in a network namespace of its own attached to Bridge.
-func (n *Node) TestHostAddr() netip.Addr {
-	a := n.PodCIDR.Addr().As4()
-	a[3] = 250
 	return netip.AddrFrom4(a)
 }
 
@@ -1230,7 +1222,7 @@ func fileExists(p string) bool {
 func flockContext(ctx context.Context, f *os.File, log io.Writer) error {
 	said := false
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) //nolint:gosec // a file descriptor fits.
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return nil
 		}

@@ -130,7 +130,7 @@ func start(t *testing.T) *env {
 
 	var port int
 	e.upstream, port = testenv.Upstream(t)
-	e.port = int32(port) //nolint:gosec // a port fits.
+	e.port = int32(port)
 	e.createConfigs(t, "")
 	return e
 }
