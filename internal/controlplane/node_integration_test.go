@@ -82,11 +82,14 @@ func TestNodeIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t)
+	// Under the machine's node lock: another test's node may run until
+	// then.
+	var before machineState
+	locked := func() { before = snapshot(t) }
 
 	start := time.Now()
 	log := &strings.Builder{}
-	cp, err := Start(ctx, Options{BinDir: bins, Node: &NodeOptions{BinDir: nodeBins}, Log: log})
+	cp, err := Start(ctx, Options{BinDir: bins, Node: &NodeOptions{BinDir: nodeBins, locked: locked}, Log: log})
 	if err != nil {
 		t.Fatalf("start: %v\n%s", err, log.String())
 	}

@@ -57,6 +57,10 @@ type NodeOptions struct {
 	// the tool cache ($EGRESSPROXY_CACHE, else
 	// ~/.cache/provider-egressproxy, then node/containerd-root).
 	ContainerdRoot string
+
+	// locked, when set, runs once the node holds the machine's node lock
+	// and has swept (a test looks at the machine before the node starts).
+	locked func()
 }
 
 // EnvNodeBinDir names the environment variable that, when set, names the
@@ -187,6 +191,9 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 	// at a time.
 	if err := sweepNodes(c.log.writer("[node] ")); err != nil {
 		return nil, fmt.Errorf("removing what an earlier node left behind: %w", err)
+	}
+	if o.locked != nil {
+		o.locked()
 	}
 	n.netnsPre = netnsNames()
 	if err := os.RemoveAll(n.Dir); err != nil {

@@ -71,9 +71,6 @@ type env struct {
 	patience int
 	// kubeconfig is the control plane's, for a team's own config.
 	kubeconfig []byte
-	// destinations open the upstream's range where it is a private one
-	// (proxy.allowedDestinationCIDRs).
-	destinations []string
 }
 
 // within is d, times the env's patience.
