@@ -99,7 +99,7 @@ func FetchWithEnv(t *testing.T, env map[string]string, target string) []Fetch {
 		t.Logf("curl is not installed; fetching with the Go client only")
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // the test binary itself.
+	cmd := exec.Command(os.Args[0], "-test.run=^$") // the test binary itself
 	cmd.Env = append(environ, fetchVar+"="+target)
 	b, err := cmd.Output()
 	if err != nil {
