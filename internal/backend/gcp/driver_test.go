@@ -333,3 +333,24 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestFirewallNeverOpensToEveryone is the attack of a proxy whose clients
+// are all IPv6 (or whose CIDRs leave no IPv4 source): a firewall rule
+// without source ranges would admit 0.0.0.0/0, so none is written, on
+// Create or on Update.
+func TestFirewallNeverOpensToEveryone(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-v6only", "0c8f6a1e-1111-4e2a-9c3f-00000000000b")
+	req.Proxy.AllowedClientCIDRs = []string{"2001:db8::/32"}
+	req.Exposure = proxy.Exposure{AddressType: gcp.AddressEphemeral, ManageFirewall: true}
+	if _, err := f.driver.Create(ctx, req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "at least one IPv4 client CIDR") {
+		t.Fatalf("Create = %v; want a Permanent error asking for an IPv4 client CIDR", err)
+	}
+	if _, err := f.driver.Update(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement}, req); err == nil {
+		t.Fatal("Update with no IPv4 client CIDR succeeded")
+	}
+	if fw, ok := f.srv.Firewall(req.Name); ok {
+		t.Fatalf("a firewall rule was written: %v", fw)
+	}
+}
