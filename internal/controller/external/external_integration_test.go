@@ -415,6 +415,11 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 			{"ConfigOfAnotherNamespace", nsProxy("team-b", "other-ns", func(p *nsproxy.KVMProxy) {
 				p.Spec.ProviderConfigReference = &xpv2.ProviderConfigReference{Kind: "ProviderConfig", Name: "team-a-kvm"}
 			}), `ProviderConfig "team-a-kvm" in namespace "team-b" does not exist`},
+			// A tenant's image by URL, where the config allows catalogue
+			// images only.
+			{"ImageURLNotAllowed", nsProxy("team-a", "own-image", func(p *nsproxy.KVMProxy) {
+				p.Spec.ForProvider.Image = "https://images.example.com/own.qcow2"
+			}), "spec.forProvider.image: ClusterProviderConfig home-kvm does not allow images by URL (its kvm.allowImageURLs is false): name a key of its kvm.images (debian-12)"},
 			{"MissingPasswordSecret", nsProxy("team-b", "no-secret", func(p *nsproxy.KVMProxy) {
 				p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw", Key: "password"}
 			}), "spec.forProvider.proxy.auth.passwordSecretRef: Secret team-b/pw does not exist"},
