@@ -112,6 +112,9 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	ctx, end := e.span(ctx, "Observe", mg)
 	defer func() { end(err) }()
 	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
+	if meta.WasDeleted(cr) {
+		return e.observeDeleting(ctx, cr)
+	}
 
 	req, err := e.request(ctx, cr)
 	if err != nil {
@@ -127,10 +130,6 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 		return managed.ExternalObservation{}, describe(err, "cannot observe the instance")
 	}
 	if foreign := e.foreign(cr, inst); foreign != nil {
-		if meta.WasDeleted(cr) {
-			// Never ours: deleting the resource leaves the instance alone.
-			return managed.ExternalObservation{ResourceExists: false}, nil
-		}
 		return managed.ExternalObservation{}, foreign
 	}
 	setObservation(status, inst, req, e.kind.LocationField)
@@ -208,19 +207,55 @@ func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d manage
 	defer func() { end(err) }()
 	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
 
-	// Delete needs only the name and placement, so a resource whose proxy
-	// block became invalid can still be deleted.
-	req := proxy.Request{Name: meta.GetExternalName(cr), Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}}
-	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
-		return managed.ExternalDelete{}, err
-	}
-	if err := e.driver.Delete(ctx, ref(cr, req, cr.Observation())); err != nil {
+	if err := e.driver.Delete(ctx, e.deletionRef(cr)); err != nil {
 		return managed.ExternalDelete{}, describe(err, "cannot delete the instance")
 	}
 	return managed.ExternalDelete{}, nil
 }
 
 func (e *external[P]) Disconnect(context.Context) error { return nil }
+
+// deletionRef is the least a resource being deleted needs to find its
+// instance: the external name, the mark and the ID it recorded, plus the
+// placement when the config can still resolve it. It reads no Secret (the
+// password Secret may be gone first, as in a namespace teardown) and does
+// not fail on a catalogue key, host, node or zone the config no longer has:
+// drivers find an instance by its ID.
+func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
+	req := proxy.Request{Name: meta.GetExternalName(cr), Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}}
+	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
+		req.Placement = proxy.Placement{}
+	}
+	return ref(cr, req, cr.Observation())
+}
+
+// observeDeleting observes a resource being deleted with deletionRef. An
+// instance that is gone, or is not this resource's, lets the resource go.
+// One the driver cannot read for good (a Permanent error, such as a host
+// removed from the config) is handed to the driver's Delete at once, which
+// knows whether it can let go of it: otherwise the runtime, which only
+// deletes what Observe found, would retry the read forever.
+func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (managed.ExternalObservation, error) {
+	r := e.deletionRef(cr)
+	inst, err := e.driver.Get(ctx, r)
+	switch {
+	case proxy.IsNotFound(err):
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	case proxy.IsPermanent(err):
+		if derr := e.driver.Delete(ctx, r); derr != nil {
+			return managed.ExternalObservation{}, describe(derr, fmt.Sprintf("cannot delete the instance (it cannot be read either: %v)", err))
+		}
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	case err != nil:
+		return managed.ExternalObservation{}, describe(err, "cannot observe the instance being deleted")
+	}
+	if e.foreign(cr, inst) != nil {
+		// Never ours: deleting the resource leaves the instance alone.
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	}
+	// ResourceUpToDate: nothing is updated on the way out.
+	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
+}
 
 // request builds the driver request: name, mark, resolved proxy settings
 // (with the password), then the kind's placement and options.

@@ -1,0 +1,143 @@
+package external_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+// TestDeletionIntegration: a resource being deleted needs only its
+// external name, mark and recorded ID (and the config's credentials): not
+// its password Secret, not the catalogue keys, host, image or machine type
+// it was placed with. Each case makes a Ready proxy, takes away one input,
+// deletes the proxy and expects it, and its instance, gone.
+func TestDeletionIntegration(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+
+	ready := func(t *testing.T, p *nsproxy.KVMProxy) {
+		t.Helper()
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, p.Name+" to get its external name", func() (bool, string) {
+			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return p.GetAnnotations()["crossplane.io/external-name"] != "", ""
+		})
+		e.settle(t, p.GetAnnotations()["crossplane.io/external-name"])
+		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+	}
+	gone := func(t *testing.T, p *nsproxy.KVMProxy) {
+		t.Helper()
+		name := p.GetAnnotations()["crossplane.io/external-name"]
+		if err := e.kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, p.Name+" to be deleted", func() (bool, string) {
+			err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			if kerrors.IsNotFound(err) {
+				return true, ""
+			}
+			c := p.GetCondition(xpv2.TypeSynced)
+			return false, c.Message
+		})
+		// The driver's Delete ran: the instance is gone.
+		if slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
+			t.Errorf("instance %s is still on the backend after its resource was deleted", name)
+		}
+	}
+	updateConfig := func(t *testing.T, mutate func(*spec.KVMConfig)) {
+		t.Helper()
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
+			t.Fatal(err)
+		}
+		mutate(pc.Spec.KVM)
+		if err := e.kube.Update(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("PasswordSecretDeletedFirst", func(t *testing.T) {
+		if err := e.kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-first", Namespace: "team-b"},
+			StringData: map[string]string{"password": "gone-before-the-proxy-0123"}}); err != nil {
+			t.Fatal(err)
+		}
+		p := nsProxy("team-b", "pw-first", func(p *nsproxy.KVMProxy) {
+			p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw-first", Key: "password"}
+		})
+		ready(t, p)
+		if err := e.kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-first", Namespace: "team-b"}}); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, p)
+	})
+
+	t.Run("CatalogueKeysRemovedFromTheConfig", func(t *testing.T) {
+		p := nsProxy("team-b", "keys-removed", func(p *nsproxy.KVMProxy) {
+			p.Spec.ForProvider.Host = "nuc"
+			p.Spec.ForProvider.MachineType = "small"
+			p.Spec.ForProvider.Image = "debian-12"
+		})
+		ready(t, p)
+		updateConfig(t, func(k *spec.KVMConfig) {
+			k.Hosts = slices.DeleteFunc(k.Hosts, func(h spec.KVMHost) bool { return h.Name == "nuc" })
+			k.Images = map[string]spec.KVMImage{"debian-13": {URL: "https://example.com/d13.qcow2"}}
+			k.MachineTypes = map[string]spec.KVMMachineType{"large": {VCPUs: 4, MemoryMiB: 4096}}
+		})
+		gone(t, p)
+	})
+
+	t.Run("WholeNamespaceDeleted", func(t *testing.T) {
+		ns := "team-teardown"
+		if err := e.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: ns},
+			StringData: map[string]string{"password": "torn-down-with-its-namespace"}}); err != nil {
+			t.Fatal(err)
+		}
+		p := nsProxy(ns, "teardown", func(p *nsproxy.KVMProxy) {
+			p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw", Key: "password"}
+		})
+		ready(t, p)
+		name := p.GetAnnotations()["crossplane.io/external-name"]
+		// No namespace controller runs here: delete what it would, Secrets
+		// first (they have no finalizers), then the proxy.
+		if err := e.kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "teardown-conn", Namespace: ns}}); err != nil && !kerrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		gone(t, p)
+		if slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
+			t.Errorf("the namespace's proxy left its instance %s behind", name)
+		}
+	})
+
+	t.Run("InstanceThatCannotBeReadIsHandedToDelete", func(t *testing.T) {
+		// As the kvm driver answers for a host the config no longer has:
+		// Permanent on Get; its Delete lets go.
+		p := nsProxy("team-b", "unreadable")
+		ready(t, p)
+		// Every read fails from now on (this subtest runs last).
+		for range 1000 {
+			e.mem.FailNext(proxytest.OpGet, proxy.Permanentf("host %q is no longer in the config's kvm.hosts", "beelink"))
+		}
+		gone(t, p)
+	})
+}
