@@ -427,15 +427,29 @@ func (n *Node) importImages(ctx context.Context, tarballs []string) error {
 			}
 		}
 	}
-	out, err := n.ctr(ctx, "images", "list", "--quiet")
+	// REF TYPE DIGEST ...; the CRI adds a "sha256:<image ID>" reference
+	// per image, which goes with its image's names.
+	out, err := n.ctr(ctx, "images", "list")
 	if err != nil {
 		return fmt.Errorf("ctr images list: %w: %s", err, out)
 	}
-	for _, ref := range strings.Fields(string(out)) {
-		if !keep[ref] && !strings.HasPrefix(ref, "sha256:") {
-			if out, err := n.ctr(ctx, "images", "remove", ref); err != nil {
-				return fmt.Errorf("removing the image %s no longer imported: %w: %s", ref, err, out)
+	type image struct{ ref, digest string }
+	var all []image
+	keptDigests := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n")[1:] {
+		if f := strings.Fields(l); len(f) >= 3 {
+			all = append(all, image{f[0], f[2]})
+			if keep[f[0]] {
+				keptDigests[f[2]] = true
 			}
+		}
+	}
+	for _, img := range all {
+		if keep[img.ref] || keptDigests[img.digest] {
+			continue
+		}
+		if out, err := n.ctr(ctx, "images", "remove", img.ref); err != nil {
+			return fmt.Errorf("removing the image %s no longer imported: %w: %s", img.ref, err, out)
 		}
 	}
 	return nil
