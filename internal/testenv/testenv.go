@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -119,4 +120,18 @@ func BuildSquidImage(t testing.TB) SquidImage {
 		t.Fatalf("hack/squid-image.sh printed %q; want four lines\n%s", out, stderr.String())
 	}
 	return SquidImage{Tarball: f[0], Ref: f[1], CrashingTarball: f[2], CrashingRef: f[3]}
+}
+
+// FreePort returns a TCP port no process listens on, on any address, at
+// the time of the call: for a test that must pick a port number a proxy
+// or a process it starts will listen on (a fixed one, such as 8080, can
+// be taken by another test's process listening on every address).
+func FreePort(t testing.TB) int32 {
+	t.Helper()
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert,gosec // A TCP listener's port fits.
 }

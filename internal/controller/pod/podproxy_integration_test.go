@@ -34,6 +34,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -151,6 +152,9 @@ func startProvider(t *testing.T, cp *controlplane.ControlPlane) (*env, context.C
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Cache:   cache.Options{ByObject: kubernetes.CacheByObject()},
+		// The stand-in and the real-node tests each start a provider in
+		// this process: controller names repeat.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -539,6 +543,7 @@ func TestPodProxyIntegration(t *testing.T) {
 
 	t.Run("ClusterScopedProxyWithServiceAndLegacyConfig", func(t *testing.T) {
 		t.Parallel()
+		port := testenv.FreePort(t) // not the default, and not one another test's process holds
 		p := &clusterproxy.PodProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
 			Spec: clusterproxy.PodProxySpec{
@@ -549,7 +554,7 @@ func TestPodProxyIntegration(t *testing.T) {
 				ForProvider: spec.PodProxyParameters{
 					Service: &spec.PodService{Type: "ClusterIP"},
 					Proxy: spec.ProxySettings{
-						Port:               ptr.To[int32](8080),
+						Port:               ptr.To(port),
 						AllowedClientCIDRs: []string{"127.0.0.0/8"},
 						AllowedPorts:       []int32{443, e.port},
 						Auth:               &spec.ProxyAuth{Enabled: true},
@@ -568,10 +573,11 @@ func TestPodProxyIntegration(t *testing.T) {
 		}
 		d := e.connection(t, "crossplane-system", "shared-egress", "")
 		dns := name + "." + proxyNS + ".svc"
-		if d["host"] != dns || d["port"] != "8080" || d["endpoint"] != dns+":8080" || d["username"] != "proxy" || d["password"] == "" ||
-			d["HTTP_PROXY"] != fmt.Sprintf("http://proxy:%s@%s:8080", d["password"], dns) {
-			t.Errorf("connection Secret: host %q port %q endpoint %q username %q, HTTP_PROXY right: %v; want the Service's DNS name %q, 8080, proxy",
-				d["host"], d["port"], d["endpoint"], d["username"], d["HTTP_PROXY"] == d["url"], dns)
+		ps := fmt.Sprint(port)
+		if d["host"] != dns || d["port"] != ps || d["endpoint"] != dns+":"+ps || d["username"] != "proxy" || d["password"] == "" ||
+			d["HTTP_PROXY"] != fmt.Sprintf("http://proxy:%s@%s:%s", d["password"], dns, ps) {
+			t.Errorf("connection Secret: host %q port %q endpoint %q username %q, HTTP_PROXY right: %v; want the Service's DNS name %q, %s, proxy",
+				d["host"], d["port"], d["endpoint"], d["username"], d["HTTP_PROXY"] == d["url"], dns, ps)
 		}
 		if p.Status.AtProvider.IP != svc.Spec.ClusterIP {
 			t.Errorf("status.atProvider.ip = %q; want the Service's cluster IP %q", p.Status.AtProvider.IP, svc.Spec.ClusterIP)
