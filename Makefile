@@ -7,7 +7,11 @@
 GO        ?= go
 BIN       := $(CURDIR)/bin
 PKG       := github.com/egressproxy/provider-egressproxy
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+# A semver Crossplane can order: the tag, or v0.2.0-dev.<date>.<commit>.
+VERSION   ?= $(shell bash hack/version.sh)
+# The registry and organisation packages are pushed to, which the
+# Configuration's dependsOn names (docs/install.md).
+XPKG_REPO ?= localhost:5000/egressproxy
 LDFLAGS   := -s -w -X $(PKG)/internal/version.Version=$(VERSION)
 GOTEST    ?= $(GO) test
 TESTFLAGS ?= -count=1 -timeout 40m
@@ -139,12 +143,13 @@ clean:
 
 ## Compositions and packages ---------------------------------------------------
 
-# Crossplane core v2.4.0, built from the Go module proxy into the cache
-# outside the repo (a few minutes cold, instant after). The compositions'
-# end-to-end test runs hack/crossplane-bins.sh itself when it is missing.
+# Crossplane core v2.4.0 and the Crossplane CLI v2.5.0, built from the Go
+# module proxy into the cache outside the repo (minutes cold, instant
+# after). The end-to-end tests run hack/crossplane-bins.sh themselves when
+# they are missing.
 .PHONY: crossplane-bins
 crossplane-bins:
-	@bash hack/crossplane-bins.sh >/dev/null
+	@bash hack/crossplane-bins.sh all >/dev/null
 
 # The compositions on real Crossplane core with the function and the
 # provider (test/compositions), the function's unit tests, and the
@@ -153,11 +158,26 @@ crossplane-bins:
 test-compositions: test-deps crossplane-bins
 	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./function/... ./test/...
 
-# The provider, Configuration and function packages as .xpkg files in
-# bin/xpkg (hack/xpkg.sh; no docker).
+# The install path of docs/install.md end to end (test/install).
+.PHONY: test-install
+test-install: test-deps crossplane-bins
+	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) -v -run Integration ./test/install/
+
+# The provider and function packages (linux/amd64 and linux/arm64, each
+# its own runtime image) and the Configuration as .xpkg files in bin/xpkg,
+# with `crossplane xpkg build` (hack/xpkg.sh; no docker). Push them with
+# make xpkg-push (docs/install.md).
 .PHONY: xpkg
 xpkg:
-	VERSION=$(VERSION) bash hack/xpkg.sh $(BIN)/xpkg
+	VERSION=$(VERSION) XPKG_REPO=$(XPKG_REPO) bash hack/xpkg.sh $(BIN)/xpkg
+
+# crossplane xpkg push of the three packages to $(XPKG_REPO), both
+# architectures of a package as one index.
+.PHONY: xpkg-push
+xpkg-push: xpkg
+	@cli=$$(bash hack/crossplane-bins.sh cli) && for n in provider function; do \
+		$$cli xpkg push -f $(BIN)/xpkg/$$n-egressproxy-$(VERSION)-amd64.xpkg,$(BIN)/xpkg/$$n-egressproxy-$(VERSION)-arm64.xpkg $(XPKG_REPO)/$$n-egressproxy:$(VERSION) || exit 1; \
+	done && $$cli xpkg push -f $(BIN)/xpkg/configuration-egressproxy-$(VERSION).xpkg $(XPKG_REPO)/configuration-egressproxy:$(VERSION)
 
 # Claim-to-Ready time on real Crossplane core: make bench-claim-ready N=10
 .PHONY: bench-claim-ready

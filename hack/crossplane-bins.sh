@@ -10,12 +10,13 @@
 #   crossplane      core v2.4.0
 #   crds/           Crossplane's own CRDs (core's cluster/crds)
 #
-# Packages (.xpkg) are built by hack/xpkg.sh with hack/xpkg, not by the v1
-# CLI (v1.20.1's crank): it re-encodes packages with v1 types, refusing
-# apiextensions v2 XRDs and dropping a Provider's capabilities.
+# and, beside it, the Crossplane CLI (github.com/crossplane/cli/v2 v2.5.0,
+# `crossplane xpkg build|push|install`), which packages and installs this
+# project: hack/crossplane-bins.sh cli prints the CLI binary's path instead.
 set -euo pipefail
 
 XP_VERSION=${XP_VERSION:-v2.4.0}
+CLI_VERSION=${CLI_VERSION:-v2.5.0}
 CACHE=${EGRESSPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-egressproxy}
 BIN="$CACHE/crossplane/core-$XP_VERSION"
 WORK="$CACHE/crossplane/build"
@@ -53,5 +54,29 @@ MOD
   mv "$BIN/crossplane.tmp" "$BIN/crossplane"
 }
 
-build_core
-echo "$BIN"
+# The CLI is a module of its own (github.com/crossplane/cli/v2), built
+# from its own go.mod and go.sum exactly as released.
+CLI="$CACHE/crossplane/cli-$CLI_VERSION/crossplane"
+build_cli() {
+  [ -x "$CLI" ] && return
+  log "building the Crossplane CLI $CLI_VERSION (a few minutes cold)"
+  local src d="$WORK/cli"
+  # Its own go.mod and go.sum, as released (the module proxy here serves
+  # the version but not the version list `go install pkg@version` reads).
+  src=$(cd "$WORK" && go mod download -json "github.com/crossplane/cli/v2@$CLI_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || { log "cannot download github.com/crossplane/cli/v2@$CLI_VERSION"; exit 1; }
+  rm -rf "$d"; cp -r "$src" "$d"; chmod -R u+w "$d"
+  mkdir -p "$(dirname "$CLI")"
+  (cd "$d" && go build -trimpath \
+    -ldflags="-s -w -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$CLI_VERSION" \
+    -o "$CLI.tmp" ./cmd/crossplane)
+  mv "$CLI.tmp" "$CLI"
+  rm -rf "$d"
+}
+
+case "${1:-core}" in
+  core) build_core; echo "$BIN" ;;
+  cli) build_cli; echo "$CLI" ;;
+  all) build_core; build_cli; echo "$BIN" ;;
+  *) echo "usage: $0 [core|cli|all]" >&2; exit 2 ;;
+esac

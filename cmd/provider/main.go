@@ -28,7 +28,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,7 +43,6 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
-	"github.com/egressproxy/provider-egressproxy/internal/envflag"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
@@ -64,7 +62,7 @@ func main() {
 		enableChangeLogs   = flag.Bool("enable-changelogs", false, "Send a change log entry for every create, update and delete of a proxy to the change log sidecar (crossplane-runtime's change logs).")
 		changeLogsSocket   = flag.String("changelogs-socket-path", "/var/run/changelogs/changelogs.sock", "Unix socket of the change log sidecar, for --enable-changelogs.")
 		namespace          = flag.String("namespace", envOr("POD_NAMESPACE", "crossplane-system"), "The provider's namespace (for its password key and leader election).")
-		installationID     = flag.String("installation-id", "", "Installation part of the ownership mark on every instance; default: the UID of the kube-system namespace.")
+		installationID     = flag.String("installation-id", "", "Installation part of the ownership mark on every instance; default: the one kept in ConfigMap provider-egressproxy-installation of --namespace (made once, from the kube-system namespace's UID when readable).")
 		metricsAddr        = flag.String("metrics-bind-address", ":8080", "Address of the Prometheus endpoint; 0 turns it off.")
 		probeAddr          = flag.String("health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns it off.")
 		pprofAddr          = flag.String("pprof-bind-address", "0", "Address of Go's /debug/pprof profiles (for example 127.0.0.1:6060); 0, the default, turns it off.")
@@ -75,12 +73,7 @@ func main() {
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
 	)
-	// KUBECONFIG keeps client-go's meaning (a list of files), not the
-	// --kubeconfig flag's (one file).
-	if err := envflag.Parse(flag.CommandLine, os.Args[1:], envflag.Lookup, "kubeconfig"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
+	parseFlags()
 	if os.Getenv("GOGC") == "" {
 		// Collect more often than Go's default (100): with a thousand proxies
 		// this keeps the peak under 100 MiB for about 3% more CPU.
@@ -195,7 +188,14 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 
 	id := o.installationID
 	if id == "" {
-		id, err = defaultInstallationID(ctx, mgr.GetAPIReader())
+		// The manager's client is not started yet: read directly.
+		c, err := client.New(cfg, client.Options{Scheme: s})
+		if err != nil {
+			return err
+		}
+		if id, err = waitInstallationID(ctx, log, c, o.namespace); err != nil {
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -277,18 +277,6 @@ func cacheByObject() map[client.Object]cache.ByObject {
 	// The safe-start gate needs only names and conditions of CRDs.
 	m[&apiextensionsv1.CustomResourceDefinition{}] = cache.ByObject{Transform: customresourcesgate.TransformStripCRDSchema}
 	return m
-}
-
-// defaultInstallationID is the UID of the kube-system namespace: stable for
-// the life of a cluster and different between clusters.
-func defaultInstallationID(ctx context.Context, r client.Reader) (string, error) {
-	ns := &corev1.Namespace{}
-	if err := r.Get(ctx, types.NamespacedName{Name: "kube-system"}, ns); err != nil {
-		return "", fmt.Errorf("cannot read the kube-system namespace for the default installation ID (set --installation-id): %w", err)
-	}
-	// 8 hex characters are enough to tell installations apart and keep
-	// backend labels short.
-	return "k" + string(ns.UID)[:8], nil
 }
 
 func envOr(key, def string) string {

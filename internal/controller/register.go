@@ -27,9 +27,6 @@ type HealthOptions struct {
 	Interval time.Duration
 	// Timeout of one check.
 	Timeout time.Duration
-	// Workers is how many configs of one kind are checked at once;
-	// health.DefaultWorkers when zero.
-	Workers int
 	// OrphanInterval is how often each config's backend is swept for
 	// orphans; zero turns the sweep off.
 	OrphanInterval time.Duration
@@ -63,7 +60,6 @@ func Setup(mgr ctrl.Manager, o external.Options, ho HealthOptions) error {
 		},
 		Interval: ho.Interval,
 		Timeout:  ho.Timeout,
-		Workers:  ho.Workers,
 	}, o.Logger, configKinds...); err != nil {
 		return err
 	}

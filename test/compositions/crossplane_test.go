@@ -253,7 +253,7 @@ func (xp *crossplane) serveFunction(t testing.TB, kube client.Client, name strin
 	fn := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "pkg.crossplane.io/v1", "kind": "Function",
 		"metadata": map[string]any{"name": name, "annotations": paused},
-		"spec":     map[string]any{"package": "xpkg.upbound.io/egressproxy/function-egressproxy:v0.1.0"},
+		"spec":     map[string]any{"package": "registry.test.example/egressproxy/function-egressproxy:v0.1.0"},
 	}}
 	if err := kube.Create(ctx, fn); err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func (xp *crossplane) serveFunction(t testing.TB, kube client.Client, name strin
 			}},
 		},
 		"spec": map[string]any{
-			"desiredState": "Active", "image": "xpkg.upbound.io/egressproxy/function-egressproxy:v0.1.0", "revision": int64(1),
+			"desiredState": "Active", "image": "registry.test.example/egressproxy/function-egressproxy:v0.1.0", "revision": int64(1),
 		},
 	}}
 	if err := kube.Create(ctx, rev); err != nil {

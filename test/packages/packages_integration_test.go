@@ -1,7 +1,8 @@
 // Package packages_test builds the project's three Crossplane packages with
-// hack/xpkg.sh (the packaging tool built from the Go module proxy) and
-// opens each .xpkg, as Crossplane's package manager would, to check what is
-// inside: the metadata, every object, the examples, the runtime image.
+// hack/xpkg.sh (`crossplane xpkg build` of the Crossplane CLI, built from
+// the Go module proxy) and opens each .xpkg, as Crossplane's package
+// manager would, to check what is inside: the metadata, every object, the
+// examples, the runtime image of each architecture.
 package packages_test
 
 import (
@@ -26,7 +27,11 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
 
-const version = "v0.0.0-test"
+const (
+	version = "v0.0.0-test"
+	// repo is the registry and organisation the Configuration is told.
+	repo = "registry.test.example/acme"
+)
 
 // pkg is an opened .xpkg: an OCI image tarball.
 type pkg struct {
@@ -43,6 +48,7 @@ type pkg struct {
 		Config       struct {
 			Entrypoint []string          `json:"Entrypoint"`
 			User       string            `json:"User"`
+			Env        []string          `json:"Env"`
 			Labels     map[string]string `json:"Labels"`
 		} `json:"config"`
 	}
@@ -172,15 +178,18 @@ func build(t *testing.T) map[string]*pkg {
 	out := t.TempDir()
 	cmd := exec.Command("bash", filepath.Join(root, "hack", "xpkg.sh"), out)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION="+version)
+	cmd.Env = append(os.Environ(), "VERSION="+version, "XPKG_REPO="+repo)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/xpkg.sh: %v\n%s", err, b)
 	}
 	t.Logf("hack/xpkg.sh:\n%s", b)
-	pkgs := map[string]*pkg{}
-	for _, n := range []string{"provider", "configuration", "function"} {
-		pkgs[n] = open(t, filepath.Join(out, n+"-egressproxy-"+version+".xpkg"))
+	pkgs := map[string]*pkg{"configuration": open(t, filepath.Join(out, "configuration-egressproxy-"+version+".xpkg"))}
+	for _, n := range []string{"provider", "function"} {
+		for _, arch := range []string{"amd64", "arm64"} {
+			pkgs[n+"-"+arch] = open(t, filepath.Join(out, n+"-egressproxy-"+version+"-"+arch+".xpkg"))
+		}
+		pkgs[n] = pkgs[n+"-amd64"]
 	}
 	return pkgs
 }
@@ -218,7 +227,11 @@ func TestPackagesIntegration(t *testing.T) {
 		if len(p.examples) == 0 {
 			t.Error("no examples layer (examples/)")
 		}
-		checkRuntime(t, p, "provider")
+		if img, _, _ := unstructured.NestedString(meta.Object, "spec", "controller", "image"); img != "" {
+			t.Errorf("spec.controller.image = %q; Crossplane v2 runs the package's own runtime image", img)
+		}
+		checkRuntime(t, pkgs["provider-amd64"], "provider", "amd64")
+		checkRuntime(t, pkgs["provider-arm64"], "provider", "arm64")
 	})
 
 	t.Run("Configuration", func(t *testing.T) {
@@ -237,7 +250,9 @@ func TestPackagesIntegration(t *testing.T) {
 				}
 			}
 		}
-		wantDeps := []string{"provider xpkg.upbound.io/egressproxy/provider-egressproxy >=v0.1.0", "function xpkg.upbound.io/egressproxy/function-egressproxy >=v0.1.0"}
+		// The registry make xpkg is told, and a constraint that admits the
+		// pre-releases built between tags.
+		wantDeps := []string{"provider " + repo + "/provider-egressproxy >=v0.2.0-0", "function " + repo + "/function-egressproxy >=v0.2.0-0"}
 		if strings.Join(got, "; ") != strings.Join(wantDeps, "; ") {
 			t.Errorf("dependsOn = %v; want %v", got, wantDeps)
 		}
@@ -294,23 +309,96 @@ func TestPackagesIntegration(t *testing.T) {
 	t.Run("Function", func(t *testing.T) {
 		p := pkgs["function"]
 		meta := p.objects[0]
-		if meta.GetAPIVersion() != "meta.pkg.crossplane.io/v1beta1" || meta.GetKind() != "Function" || meta.GetName() != "function-egressproxy" {
-			t.Errorf("meta = %s %s %s", meta.GetAPIVersion(), meta.GetKind(), meta.GetName())
+		if meta.GetAPIVersion() != "meta.pkg.crossplane.io/v1" || meta.GetKind() != "Function" || meta.GetName() != "function-egressproxy" {
+			t.Errorf("meta = %s %s %s; want meta.pkg.crossplane.io/v1 Function function-egressproxy", meta.GetAPIVersion(), meta.GetKind(), meta.GetName())
+		}
+		if caps, _, _ := unstructured.NestedStringSlice(meta.Object, "spec", "capabilities"); !slices.Equal(caps, []string{"composition"}) {
+			t.Errorf("spec.capabilities = %v; want [composition]", caps)
 		}
 		if got := kinds(p.objects[1:]); len(got) != 1 || got[0] != "apiextensions.k8s.io/v1 CustomResourceDefinition proxyclasses.function.egressproxy.io" {
 			t.Errorf("function objects %v; want the ProxyClasses input CRD", got)
 		}
-		checkRuntime(t, p, "function-egressproxy")
+		checkRuntime(t, pkgs["function-amd64"], "function-egressproxy", "amd64")
+		checkRuntime(t, pkgs["function-arm64"], "function-egressproxy", "arm64")
 	})
 
-	for n, p := range pkgs {
-		t.Logf("%s package: %d bytes (%.1f MiB)", n, p.size, float64(p.size)/(1<<20))
+	for _, n := range []string{"provider-amd64", "provider-arm64", "function-amd64", "function-arm64", "configuration"} {
+		p := pkgs[n]
+		t.Logf("FIGURE %s package: %d bytes (%.1f MiB)", n, p.size, float64(p.size)/(1<<20))
 	}
 }
 
-// checkRuntime: the runtime image runs the static binary as non-root.
-func checkRuntime(t *testing.T, p *pkg, bin string) {
+// TestPackagesRefuseBadInputIntegration: make xpkg says what is wrong with
+// its input before it builds anything.
+func TestPackagesRefuseBadInputIntegration(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(env []string, script string, args ...string) string {
+		cmd := exec.Command("bash", append([]string{filepath.Join(root, "hack", script)}, args...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), env...)
+		b, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("hack/%s %v with %v: no error\n%s", script, args, env, b)
+		}
+		return string(b)
+	}
+	if out := run([]string{"VERSION=1.2"}, "xpkg.sh", t.TempDir()); !strings.Contains(out, "VERSION=1.2 is not a semantic version") {
+		t.Errorf("VERSION=1.2: %s", out)
+	}
+	if out := run([]string{"VERSION=v1.0.0", "XPKG_REPO=https://x"}, "xpkg.sh", t.TempDir()); !strings.Contains(out, "XPKG_REPO=https://x: want registry/organisation") {
+		t.Errorf("XPKG_REPO=https://x: %s", out)
+	}
+	// Stale CRDs: one edited by hand, one missing.
+	crds := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(root, "package", "crds", "*.yaml"))
+	for i, f := range files {
+		if i == 0 {
+			continue
+		}
+		b, _ := os.ReadFile(f)
+		if i == 1 {
+			b = append(b, []byte("# edited by hand\n")...)
+		}
+		if err := os.WriteFile(filepath.Join(crds, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := run(nil, "check-crds.sh", crds)
+	if !strings.Contains(out, "is stale") || !strings.Contains(out, filepath.Base(files[1])+" differ") ||
+		!strings.Contains(out, "missing: "+filepath.Base(files[0])) || !strings.Contains(out, "make generate") {
+		t.Errorf("stale CRDs: %s", out)
+	}
+}
+
+// checkRuntime: the runtime image runs the static binary of its
+// architecture as non-root, with Debian's CA certificates and nothing else.
+func checkRuntime(t *testing.T, p *pkg, bin, arch string) {
 	t.Helper()
+	if p.config.Architecture != arch {
+		t.Errorf("runtime image architecture %q, want %s", p.config.Architecture, arch)
+	}
+	// ELF e_machine: 0x3e x86-64, 0xb7 AArch64.
+	if b := p.files["usr/local/bin/"+bin]; len(b) > 20 && map[string]byte{"amd64": 0x3e, "arm64": 0xb7}[arch] != b[18] {
+		t.Errorf("usr/local/bin/%s is for ELF machine %#x, not %s", bin, b[18], arch)
+	}
+	var files []string
+	for f := range p.files {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	want := []string{"etc/group", "etc/passwd", "etc/ssl/certs/ca-certificates.crt", "usr/local/bin/" + bin}
+	if strings.Join(files, " ") != strings.Join(want, " ") {
+		t.Errorf("runtime image files %v; want only %v", files, want)
+	}
+	if ca := p.files["etc/ssl/certs/ca-certificates.crt"]; bytes.Count(ca, []byte("BEGIN CERTIFICATE")) < 100 {
+		t.Errorf("CA bundle holds %d certificates; want Debian's (over 100)", bytes.Count(ca, []byte("BEGIN CERTIFICATE")))
+	}
+	if !strings.Contains(string(p.files["etc/passwd"]), "nonroot:x:65532:65532") {
+		t.Errorf("/etc/passwd has no nonroot user: %q", p.files["etc/passwd"])
+	}
 	path := "usr/local/bin/" + bin
 	b := p.files[path]
 	if len(b) < 1<<20 || !bytes.HasPrefix(b, []byte("\x7fELF")) {

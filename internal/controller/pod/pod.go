@@ -6,6 +6,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +55,9 @@ type Binding struct {
 	localErr error
 	remote   *kubernetes.Remote
 	prober   *kubernetes.Prober
+	// access holds whether this cluster lets the provider do what the
+	// driver does here (nil when this cluster cannot be reached).
+	access *access
 
 	mu          sync.Mutex
 	subscribers []chan event.GenericEvent
@@ -66,6 +71,9 @@ func NewKind(mgr ctrl.Manager) *Binding {
 	if b.local != nil {
 		// The provider runs in this cluster: it reaches the pods.
 		b.local.DialPods = true
+		if cs, err := authorizationv1.NewForConfig(mgr.GetConfig()); err == nil {
+			b.access = &access{reviews: cs.SelfSubjectAccessReviews(), recheck: 30 * time.Second}
+		}
 	}
 	b.Kind = external.Kind[spec.PodProxyParameters]{
 		Name:    "PodProxy",
@@ -116,6 +124,11 @@ func (b *Binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 	case xpv2.CredentialsSourceInjectedIdentity:
 		if b.localErr != nil {
 			return nil, errors.Wrap(b.localErr, "cannot reach this cluster")
+		}
+		if b.access != nil {
+			if err := b.access.check(ctx); err != nil {
+				return nil, err
+			}
 		}
 		cl = b.local
 	case xpv2.CredentialsSourceSecret:
@@ -192,12 +205,24 @@ func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 	b.mu.Lock()
 	b.subscribers = append(b.subscribers, ch)
 	b.mu.Unlock()
+	bld = bld.WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests)))
 
+	// Without the permission to watch them, a watch of pods, Deployments
+	// or Services would never sync and stop the manager: PodProxies are
+	// then polled, and report what is missing (see connect).
+	if b.access != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var missing *missingError
+		if err := b.access.check(ctx); errors.As(err, &missing) {
+			log.Info("not watching pods, Deployments and Services: PodProxies on InjectedIdentity wait for the permissions (restart the provider after granting them to watch again)", "kind", gvk.Kind, "error", err.Error())
+			return bld
+		}
+	}
 	return bld.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(podDigest))).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(deploymentDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(serviceDigest))).
-		WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests)))
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(serviceDigest)))
 }
 
 // watchPriority is the work-queue priority of reconciles these watches

@@ -1,0 +1,102 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
+)
+
+// ClusterRole is the name of the ClusterRole this project ships
+// (package/rbac/podproxy-clusterrole.yaml) granting what PodProxies on
+// InjectedIdentity need in the provider's own cluster: Crossplane v2.4's
+// RBAC manager grants a provider only its own kinds, Secrets, ConfigMaps,
+// Events and Leases, and a package cannot ask for more.
+const ClusterRole = "provider-egressproxy-podproxy"
+
+// permission is one verb on one resource, cluster-wide.
+type permission struct {
+	group, resource, verb string
+}
+
+func (p permission) String() string {
+	if p.group == "" {
+		return p.verb + " " + p.resource
+	}
+	return p.verb + " " + p.resource + "." + p.group
+}
+
+// required is what the PodProxy driver does in this cluster
+// (docs/pod-proxy.md, RBAC): it caches its labelled pods, Deployments and
+// Services cluster-wide and creates Deployments, Services and Secrets in
+// whichever namespace a config names.
+var required = []permission{
+	{"", "pods", "list"}, {"", "pods", "watch"},
+	{"apps", "deployments", "list"}, {"apps", "deployments", "watch"},
+	{"apps", "deployments", "create"}, {"apps", "deployments", "update"}, {"apps", "deployments", "delete"},
+	{"", "services", "list"}, {"", "services", "watch"}, {"", "services", "create"}, {"", "services", "delete"},
+	{"", "secrets", "create"}, {"", "secrets", "patch"},
+	{"", "namespaces", "get"},
+}
+
+// access tells whether this provider's identity holds the permissions
+// PodProxies on InjectedIdentity need, asking the API server
+// (SelfSubjectAccessReview, which every identity may create) at most once
+// per recheck interval: a grant made while the provider runs takes effect
+// without a restart.
+type access struct {
+	reviews authorizationv1.SelfSubjectAccessReviewInterface
+	recheck time.Duration
+
+	mu      sync.Mutex
+	checked time.Time
+	err     error
+}
+
+// missingError is the error of every PodProxy on InjectedIdentity while
+// permissions are missing: it names them and the fix.
+type missingError struct{ missing []permission }
+
+func (e *missingError) Error() string {
+	s := make([]string, len(e.missing))
+	for i, p := range e.missing {
+		s[i] = p.String()
+	}
+	return fmt.Sprintf("this provider's service account may not %s cluster-wide, which PodProxies on InjectedIdentity need: "+
+		"bind ClusterRole %s to it (docs/install.md, PodProxy permissions: a ClusterRoleBinding and a DeploymentRuntimeConfig naming the service account); "+
+		"the provider picks the grant up without a restart",
+		strings.Join(s, ", "), ClusterRole)
+}
+
+// check is nil when every permission is held, else a *missingError. An API
+// error is returned as such (and checked again at the next call).
+func (a *access) check(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.checked.IsZero() && (a.err == nil || time.Since(a.checked) < a.recheck) {
+		return a.err
+	}
+	var missing []permission
+	for _, p := range required {
+		r, err := a.reviews.Create(ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authzv1.ResourceAttributes{Group: p.group, Resource: p.resource, Verb: p.verb},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("cannot review this provider's permissions (%s): %w", p, err)
+		}
+		if !r.Status.Allowed {
+			missing = append(missing, p)
+		}
+	}
+	a.checked = time.Now()
+	a.err = nil
+	if len(missing) > 0 {
+		a.err = &missingError{missing: missing}
+	}
+	return a.err
+}

@@ -1,0 +1,528 @@
+// Package install_test installs the project the way Crossplane users do:
+// the three packages built by make xpkg (the Crossplane CLI's `xpkg
+// build`), pushed with `crossplane xpkg push` to an OCI registry on
+// loopback with TLS from a CA the test makes, installed with `crossplane
+// xpkg install` into Crossplane core v2.4.0 (package manager and RBAC
+// manager) on a real control plane, and run under exactly the identity
+// Crossplane gives the provider (see runtimePods). It then checks what a
+// user would: the revisions Healthy, only the activated kinds present,
+// PodProxy under Crossplane's RBAC without and with the shipped grant,
+// ProxmoxProxy against its fake, an EgressProxy through the installed
+// Configuration, and an upgrade from v0.2.0 to v0.2.1.
+package install_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+)
+
+const (
+	crossplaneNS = "crossplane-system"
+	providerName = "provider-egressproxy"
+	// providerObj is the Provider's name: the one Crossplane's dependency
+	// resolver gives the Configuration's dependency (the repository path as
+	// a DNS label), so that the resolver finds it installed, even in the
+	// moment of an upgrade when neither revision is in the Lock, and makes
+	// no second Provider of the same package.
+	providerObj  = "egressproxy-provider-egressproxy"
+	functionName = "function-egressproxy"
+	configName   = "configuration-egressproxy"
+	proxyNS      = "egress-proxies"
+)
+
+// script runs a hack/ script and returns the last line it printed.
+func script(t testing.TB, root string, env []string, name string, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command("bash", append([]string{filepath.Join(root, "hack", name)}, args...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout = &out
+	cmd.Stderr = io.MultiWriter(&errb, os.Stderr) // cold builds take minutes: show them
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hack/%s %v: %v\n%s", name, args, err, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return lines[len(lines)-1]
+}
+
+// cli runs the Crossplane CLI.
+func cli(t testing.TB, bin string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...) //nolint:gosec // the CLI built by hack/crossplane-bins.sh.
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("crossplane %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// startProcess runs a long-lived process until the test ends, its output
+// in a file shown when the test fails.
+func startProcess(t testing.TB, name, logPath string, env []string, bin string, args ...string) {
+	t.Helper()
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...) //nolint:gosec // binaries this test built.
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(exited) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			if len(lines) > 60 {
+				lines = lines[len(lines)-60:]
+			}
+			t.Logf("%s: last lines of its log:\n%s", name, strings.Join(lines, "\n"))
+		}
+	})
+}
+
+func u(apiVersion, kind, ns, name string) *unstructured.Unstructured {
+	o := &unstructured.Unstructured{}
+	o.SetAPIVersion(apiVersion)
+	o.SetKind(kind)
+	o.SetNamespace(ns)
+	o.SetName(name)
+	return o
+}
+
+// condition is the status and message of a condition of o.
+func condition(o *unstructured.Unstructured, typ string) (string, string) {
+	cs, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			s, _ := m["status"].(string)
+			msg, _ := m["message"].(string)
+			r, _ := m["reason"].(string)
+			return s, r + ": " + msg
+		}
+	}
+	return "", ""
+}
+
+func applyYAML(t testing.TB, kube client.Client, doc string) {
+	t.Helper()
+	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		if err := d.Decode(&o.Object); err != nil {
+			if err == io.EOF {
+				return
+			}
+			t.Fatal(err)
+		}
+		if len(o.Object) == 0 {
+			continue
+		}
+		if err := kube.Create(context.Background(), o); err != nil {
+			t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// The ProviderRevision's conditions, RevisionHealthy (its objects are
+// established) and RuntimeHealthy (its Deployment is available), are what
+// Crossplane's Healthy means for a revision.
+
+// waitCondition waits for o's condition typ to be True.
+func waitCondition(t testing.TB, kube client.Client, o *unstructured.Unstructured, typ string, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, fmt.Sprintf("%s %s to be %s", o.GetKind(), o.GetName(), typ), timeout, func() (bool, string) {
+		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			return false, err.Error()
+		}
+		s, m := condition(o, typ)
+		return s == "True", s + " " + m
+	})
+}
+
+// revisions lists the revisions of a package: name, state, image.
+func revisions(t testing.TB, kube client.Client, kind, label, pkg string) []*unstructured.Unstructured {
+	t.Helper()
+	l := &unstructured.UnstructuredList{}
+	l.SetAPIVersion("pkg.crossplane.io/v1")
+	l.SetKind(kind + "List")
+	if err := kube.List(context.Background(), l, client.MatchingLabels{label: pkg}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*unstructured.Unstructured, 0, len(l.Items))
+	for i := range l.Items {
+		out = append(out, &l.Items[i])
+	}
+	return out
+}
+
+func activeRevision(t testing.TB, kube client.Client, kind, label, pkg string) (*unstructured.Unstructured, string) {
+	var seen []string
+	for _, r := range revisions(t, kube, kind, label, pkg) {
+		st, _, _ := unstructured.NestedString(r.Object, "spec", "desiredState")
+		img, _, _ := unstructured.NestedString(r.Object, "spec", "image")
+		h, m := condition(r, "RevisionHealthy")
+		rh, rm := condition(r, "RuntimeHealthy")
+		seen = append(seen, fmt.Sprintf("%s %s %s RevisionHealthy=%s %s RuntimeHealthy=%s %s", r.GetName(), st, img, h, m, rh, rm))
+		if st == "Active" {
+			return r, strings.Join(seen, "; ")
+		}
+	}
+	return nil, strings.Join(seen, "; ")
+}
+
+// TestInstallIntegration is the install path of docs/install.md, end to
+// end.
+func TestInstallIntegration(t *testing.T) {
+	squid, err := kubelettest.SquidPath("")
+	if err != nil {
+		if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
+			t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
+		}
+		t.Skip(err.Error())
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+
+	// The registry, and the CLI and core built from the module proxy.
+	reg := registrytest.Start(t)
+	caFile := filepath.Join(dir, "registry-ca.pem")
+	if err := os.WriteFile(caFile, reg.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cliBin := script(t, root, nil, "crossplane-bins.sh", "cli")
+	bins := script(t, root, nil, "crossplane-bins.sh")
+	repo := reg.Host + "/egressproxy"
+	trust := []string{"SSL_CERT_FILE=" + caFile}
+
+	// make xpkg, twice: v0.2.0 and the upgrade v0.2.1.
+	pkgs := filepath.Join(dir, "xpkg")
+	t0 := time.Now()
+	for _, v := range []string{"v0.2.0", "v0.2.1"} {
+		script(t, root, []string{"VERSION=" + v, "XPKG_REPO=" + repo}, "xpkg.sh", pkgs)
+	}
+	t.Logf("make xpkg of v0.2.0 and v0.2.1: %.1fs", time.Since(t0).Seconds())
+	push := func(v string) {
+		for _, n := range []string{providerName, functionName} {
+			files := filepath.Join(pkgs, n+"-"+v+"-amd64.xpkg") + "," + filepath.Join(pkgs, n+"-"+v+"-arm64.xpkg")
+			cli(t, cliBin, trust, "xpkg", "push", "-f", files, repo+"/"+n+":"+v)
+		}
+		cli(t, cliBin, trust, "xpkg", "push", "-f", filepath.Join(pkgs, configName+"-"+v+".xpkg"), repo+"/"+configName+":"+v)
+	}
+	tPush := time.Now()
+	push("v0.2.0")
+	t.Logf("crossplane xpkg push of the three v0.2.0 packages: %.1fs", time.Since(tPush).Seconds())
+	for _, n := range []string{providerName, functionName} {
+		idx, err := reg.Client.Pull(ctx, repo+"/"+n+":v0.2.0", ociimageArm64)
+		if err != nil {
+			t.Fatalf("the pushed %s is no multi-arch index with linux/arm64: %v", n, err)
+		}
+		if cf, _ := idx.ConfigFile(); cf.Config.User != "65532:65532" {
+			t.Errorf("%s linux/arm64 runs as %q, want 65532:65532 (nonroot)", n, cf.Config.User)
+		}
+	}
+
+	// The control plane (with the controllers that make Deployments'
+	// pods) and Crossplane core.
+	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(bins, "crds")}, ControllerManager: true})
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{crossplaneNS, proxyNS, "team-a"} {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The ServiceAccount Crossplane's Helm chart makes for Crossplane: the
+	// package manager copies its image pull secrets to the packages'.
+	if err := kube.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: crossplaneNS, Name: "crossplane"}}); err != nil {
+		t.Fatal(err)
+	}
+	fnIP := "127.0.0.1"
+	if ip, err := loopbackFor(os.Getpid()); err == nil {
+		fnIP = ip
+	}
+	startCrossplane(t, bins, cp.KubeconfigPath, dir, caFile, map[string]string{functionName + "." + crossplaneNS: fnIP})
+
+	pods := &runtimePods{t: t, kube: kube, cs: cs, cfg: cp.Config, reg: reg.Client, dir: filepath.Join(dir, "pods"),
+		fnAddrs: map[string]string{functionName: fnIP}, procs: map[types.UID]*podProc{}, exits: map[string]int{}, log: func(s string) { t.Log(s) }}
+	// Stopped before the control plane is (cleanups run last first).
+	podsCtx, stopPods := context.WithCancel(ctx)
+	podsDone := make(chan struct{})
+	go func() { pods.run(podsCtx); close(podsDone) }()
+	t.Cleanup(func() { stopPods(); <-podsDone })
+	if err := os.MkdirAll(filepath.Join(dir, "squid"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kl, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: squid, Dir: filepath.Join(dir, "squid")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = kl.Run(ctx) }()
+	t.Cleanup(kl.Stop)
+
+	// Safe start: only PodProxy and ProxmoxProxy (namespaced) and the
+	// legacy PodProxy are activated; KVMProxy and GCPProxy stay inactive.
+	applyYAML(t, kube, `
+apiVersion: apiextensions.crossplane.io/v1alpha1
+kind: ManagedResourceActivationPolicy
+metadata:
+  name: egressproxy-some
+spec:
+  activate:
+    - podproxies.proxy.m.egressproxy.io
+    - proxmoxproxies.proxy.m.egressproxy.io
+    - podproxies.proxy.egressproxy.io
+`)
+
+	// crossplane xpkg install, as the README says: provider, function,
+	// Configuration. The provider first without the PodProxy grant.
+	kenv := []string{"KUBECONFIG=" + cp.KubeconfigPath}
+	tInstall := time.Now()
+	cli(t, cliBin, kenv, "xpkg", "install", "provider", repo+"/"+providerName+":v0.2.0", providerObj)
+	rev := func() *unstructured.Unstructured {
+		var r *unstructured.Unstructured
+		testenv.WaitFor(t, "the provider's active revision to be Healthy", 5*time.Minute, func() (bool, string) {
+			var seen string
+			r, seen = activeRevision(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj)
+			if r == nil {
+				return false, seen + " | pods: " + strings.Join(pods.running(), "; ")
+			}
+			h, _ := condition(r, "RevisionHealthy")
+			rh, _ := condition(r, "RuntimeHealthy")
+			return h == "True" && rh == "True", seen + " | pods: " + strings.Join(pods.running(), "; ")
+		})
+		return r
+	}
+	r0 := rev()
+	t.Logf("FIGURE push to ProviderRevision Healthy: %.1fs (install to Healthy %.1fs)", time.Since(tPush).Seconds(), time.Since(tInstall).Seconds())
+
+	t.Run("WhatCrossplaneMade", func(t *testing.T) {
+		// The ServiceAccount and the Deployment of the revision, and the
+		// RBAC manager's ClusterRoles: nothing is hand-made.
+		sa, _, _ := unstructured.NestedString(r0.Object, "status", "serviceAccountName")
+		if sa == "" {
+			l := &corev1.ServiceAccountList{}
+			_ = kube.List(ctx, l, client.InNamespace(crossplaneNS))
+			for _, x := range l.Items {
+				if strings.HasPrefix(x.Name, providerObj) {
+					sa = x.Name
+				}
+			}
+		}
+		if sa == "" {
+			t.Fatal("no ServiceAccount of the provider in crossplane-system")
+		}
+		crs := &unstructured.UnstructuredList{}
+		crs.SetAPIVersion("rbac.authorization.k8s.io/v1")
+		crs.SetKind("ClusterRoleList")
+		if err := kube.List(ctx, crs); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range crs.Items {
+			if strings.Contains(c.GetName(), r0.GetName()) {
+				names = append(names, c.GetName())
+			}
+		}
+		sort.Strings(names)
+		if !slices.Contains(names, "crossplane:provider:"+r0.GetName()+":system") {
+			t.Errorf("ClusterRoles of the revision: %v; want crossplane:provider:%s:system from the RBAC manager", names, r0.GetName())
+		}
+		// Inactive kinds have no CRD.
+		for crd, want := range map[string]bool{
+			"podproxies.proxy.m.egressproxy.io":     true,
+			"proxmoxproxies.proxy.m.egressproxy.io": true,
+			"kvmproxies.proxy.m.egressproxy.io":     false,
+			"gcpproxies.proxy.m.egressproxy.io":     false,
+		} {
+			o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
+			if got := err == nil; got != want {
+				t.Errorf("CRD %s present = %v, want %v (activation policy egressproxy-some): %v", crd, got, want, err)
+			}
+		}
+		if l := pods.logs(providerObj); strings.Contains(l, "Failed to watch") {
+			t.Errorf("the provider's cache failed to watch something under Crossplane's RBAC:\n%s", l)
+		}
+	})
+
+	// A PodProxy on InjectedIdentity without the grant: the provider runs,
+	// the PodProxy says what is missing and how to fix it.
+	applyYAML(t, kube, `
+apiVersion: m.egressproxy.io/v1alpha1
+kind: ClusterProviderConfig
+metadata:
+  name: pods
+spec:
+  kubernetes:
+    namespace: `+proxyNS+`
+    credentials:
+      source: InjectedIdentity
+---
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: PodProxy
+metadata:
+  name: egress
+  namespace: team-a
+spec:
+  providerConfigRef:
+    kind: ClusterProviderConfig
+    name: pods
+  forProvider:
+    proxy:
+      allowedClientCIDRs: ["10.0.0.0/8"]
+`)
+	pp := u("proxy.m.egressproxy.io/v1alpha1", "PodProxy", "team-a", "egress")
+	testenv.WaitFor(t, "the PodProxy to say which permission is missing", 2*time.Minute, func() (bool, string) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(pp), pp); err != nil {
+			return false, err.Error()
+		}
+		s, m := condition(pp, "Synced")
+		return s == "False" && strings.Contains(m, "may not list pods") && strings.Contains(m, "provider-egressproxy-podproxy"), s + " " + m
+	})
+	_, m := condition(pp, "Synced")
+	t.Logf("without the grant, the PodProxy says: %s", m)
+
+	// The documented grant: ClusterRole, DeploymentRuntimeConfig,
+	// ClusterRoleBinding, and the Provider naming the runtime config.
+	b, err := os.ReadFile(filepath.Join(root, "cluster", "rbac", "podproxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, kube, string(b))
+	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(prov.Object, "provider-egressproxy", "spec", "runtimeConfigRef", "name")
+	if err := kube.Update(ctx, prov); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, kube, pp, "Ready", 3*time.Minute)
+	t.Logf("FIGURE install to first PodProxy Ready: %.1fs", time.Since(tInstall).Seconds())
+
+	// ProxmoxProxy against the fake Proxmox VE.
+	fake := pvetest.New(t, pvetest.Options{Listen: true})
+	if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: crossplaneNS},
+		Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}}); err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, kube, `
+apiVersion: m.egressproxy.io/v1alpha1
+kind: ClusterProviderConfig
+metadata:
+  name: home-pve
+spec:
+  proxmox:
+    url: `+fake.URL+`
+    credentials:
+      tokenSecretRef: {namespace: crossplane-system, name: pve, key: token}
+      caSecretRef: {namespace: crossplane-system, name: pve, key: ca.pem}
+    nodes: [pve1]
+    isoStorage: local
+    bridge: vmbr0
+    vmidRange: {min: 100000, max: 199999}
+    diskGiB: 10
+    templates: {debian-12: {vmid: 9000}}
+    machineTypes: {small: {cores: 1, memoryMiB: 1024}}
+---
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: ProxmoxProxy
+metadata:
+  name: egress-pve
+  namespace: team-a
+spec:
+  providerConfigRef:
+    kind: ClusterProviderConfig
+    name: home-pve
+  forProvider:
+    node: pve1
+    proxy:
+      allowedClientCIDRs: ["10.0.0.0/8"]
+`)
+	pve := u("proxy.m.egressproxy.io/v1alpha1", "ProxmoxProxy", "team-a", "egress-pve")
+	waitCondition(t, kube, pve, "Ready", 3*time.Minute)
+
+	// Function and Configuration; an EgressProxy gets its URL Secret.
+	cli(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionName)
+	cli(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/"+configName+":v0.2.0", configName)
+	waitCondition(t, kube, u("pkg.crossplane.io/v1", "Configuration", "", configName), "Healthy", 5*time.Minute)
+	waitCondition(t, kube, u("pkg.crossplane.io/v1", "Function", "", functionName), "Healthy", 5*time.Minute)
+	t.Run("EgressProxyThroughTheConfiguration", func(t *testing.T) {
+		claimReady(t, kube)
+	})
+
+	t.Run("Activation", func(t *testing.T) {
+		activateKVM(t, kube)
+	})
+
+	// Upgrade: v0.2.1 over v0.2.0.
+	t.Run("Upgrade", func(t *testing.T) {
+		upgrade(t, kube, cliBin, trust, push, rev, r0, pp, pve, repo, func() int { return len(fake.VMs()) })
+	})
+
+	// Under Crossplane's RBAC, with and without the grant, the provider
+	// never stopped on its own.
+	if n := pods.exited(providerObj); n != 0 {
+		t.Errorf("the provider's process exited %d times on its own; want never (a missing permission must not stop it)", n)
+	}
+}
+
+// ociimageArm64 is the platform the index must hold besides this machine's.
+var ociimageArm64 = platformArm64()

@@ -1,0 +1,474 @@
+package install_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+)
+
+// runtimePods plays the kubelet for the pods Crossplane's package manager
+// makes for providers and functions (the Deployments of their revisions),
+// until a real node runs them: for each pod it pulls the pod's image from
+// the registry (the one embedded in the package), takes the entrypoint
+// binary out of it, and runs it as a process with the container's args
+// and env (field references resolved, Secret volumes written to a folder
+// that replaces the mount path in env values) and a kubeconfig holding a
+// TokenRequest token of the pod's ServiceAccount: exactly the identity
+// and arguments Crossplane gave it. The only additions are the listen
+// addresses (pods share this machine's network here): the provider's
+// health endpoint on a free loopback port and its metrics off; the
+// function on the loopback address its Service name resolves to for
+// Crossplane core (see hosts). The pod's status says Ready only while the
+// process serves its health endpoint (the provider's /readyz, the
+// function's gRPC port).
+type runtimePods struct {
+	t       testing.TB
+	kube    client.Client
+	cs      *kubernetes.Clientset
+	cfg     *rest.Config
+	reg     ociimage.Registry
+	dir     string
+	fnAddrs map[string]string // function Service name -> loopback IP
+
+	mu    sync.Mutex
+	procs map[types.UID]*podProc
+	exits map[string]int // by pod name: how often its process exited while the pod was there
+	log   func(string)
+}
+
+type podProc struct {
+	pod    string
+	image  string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	health func() bool
+	ready  bool
+	logf   string
+	args   []string
+}
+
+func (r *runtimePods) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		r.sync(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		p.stop()
+	}
+}
+
+func (p *podProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+func (r *runtimePods) sync(ctx context.Context) {
+	pods := &corev1.PodList{}
+	if err := r.kube.List(ctx, pods, client.InNamespace(crossplaneNS)); err != nil {
+		return
+	}
+	seen := map[types.UID]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		seen[p.UID] = true
+		r.mu.Lock()
+		pp, ok := r.procs[p.UID]
+		r.mu.Unlock()
+		if p.DeletionTimestamp != nil {
+			if ok {
+				r.log(fmt.Sprintf("pod %s deleted: stopping its process", p.Name))
+				pp.stop()
+				r.mu.Lock()
+				delete(r.procs, p.UID)
+				r.mu.Unlock()
+				// The garbage collector waits for nothing: the pod goes
+				// when its Deployment does; a graceful delete needs the
+				// kubelet's final word.
+			}
+			_ = r.kube.Delete(ctx, p, client.GracePeriodSeconds(0))
+			continue
+		}
+		if !ok {
+			pp, err := r.start(ctx, p)
+			if err != nil {
+				r.log(fmt.Sprintf("pod %s: %v", p.Name, err))
+				continue
+			}
+			r.mu.Lock()
+			r.procs[p.UID] = pp
+			r.mu.Unlock()
+			continue
+		}
+		ready := pp.health()
+		select {
+		case <-pp.exited:
+			// restartPolicy Always: start it again at the next sync, as a
+			// kubelet would (after its back-off).
+			ready = false
+			r.log(fmt.Sprintf("pod %s: its process exited (%v); restarting it", p.Name, pp.cmd.ProcessState))
+			r.mu.Lock()
+			delete(r.procs, p.UID)
+			r.mu.Unlock()
+			r.mu.Lock()
+			r.exits[p.Name]++
+			r.mu.Unlock()
+		default:
+		}
+		if ready != pp.ready || !podReady(p, ready) {
+			if err := r.setStatus(ctx, p, ready); err == nil {
+				pp.ready = ready
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, pp := range r.procs {
+		if !seen[uid] {
+			r.log(fmt.Sprintf("pod %s gone: stopping its process", pp.pod))
+			pp.stop()
+			delete(r.procs, uid)
+		}
+	}
+}
+
+func podReady(p *corev1.Pod, want bool) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return (c.Status == corev1.ConditionTrue) == want
+		}
+	}
+	return false
+}
+
+func (r *runtimePods) setStatus(ctx context.Context, p *corev1.Pod, ready bool) error {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP, p.Status.HostIP = "127.0.0.1", "127.0.0.1"
+	p.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	p.Status.StartTime = &now
+	p.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: st, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: st, LastTransitionTime: now},
+	}
+	var cs []corev1.ContainerStatus
+	for _, c := range p.Spec.Containers {
+		cs = append(cs, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: ready, Started: &ready,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
+	}
+	p.Status.ContainerStatuses = cs
+	return r.kube.Status().Update(ctx, p)
+}
+
+var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error) {
+	if len(p.Spec.Containers) == 0 {
+		return nil, fmt.Errorf("no containers")
+	}
+	c := p.Spec.Containers[0]
+	dir := filepath.Join(r.dir, p.Name)
+	if err := os.MkdirAll(filepath.Join(dir, "vol"), 0o700); err != nil {
+		return nil, err
+	}
+
+	// The image, from the registry, for this machine's architecture.
+	img, err := r.reg.Pull(ctx, c.Image, ociimage.Platform{Architecture: goruntime.GOARCH})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	argv := append(append([]string{}, cf.Config.Entrypoint...), cf.Config.Cmd...)
+	if len(c.Command) > 0 {
+		argv = append(append([]string{}, c.Command...), c.Args...)
+	} else if len(c.Args) > 0 {
+		argv = append(append([]string{}, cf.Config.Entrypoint...), c.Args...)
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("image %s has no entrypoint", c.Image)
+	}
+	bin, err := ociimage.ReadFile(img, argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", c.Image, err)
+	}
+	exe := filepath.Join(dir, path.Base(argv[0]))
+	if err := os.WriteFile(exe, bin, 0o755); err != nil { //nolint:gosec // an executable.
+		return nil, err
+	}
+	// Paths inside the image the env names (the CA bundle) and the mounted
+	// volumes are files in dir.
+	mounts := map[string]string{}
+	if ca, err := ociimage.ReadFile(img, "/etc/ssl/certs/ca-certificates.crt"); err == nil {
+		f := filepath.Join(dir, "ca-certificates.crt")
+		if err := os.WriteFile(f, ca, 0o600); err != nil {
+			return nil, err
+		}
+		mounts["/etc/ssl/certs/ca-certificates.crt"] = f
+	}
+	for _, vm := range c.VolumeMounts {
+		local := filepath.Join(dir, "vol", vm.Name)
+		if err := os.MkdirAll(local, 0o700); err != nil {
+			return nil, err
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.Name != vm.Name || v.Secret == nil {
+				continue
+			}
+			// Crossplane creates the TLS Secrets shortly after the pod.
+			s := &corev1.Secret{}
+			if err := r.kube.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.Secret.SecretName}, s); err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			items := v.Secret.Items
+			if len(items) == 0 {
+				for k := range s.Data {
+					items = append(items, corev1.KeyToPath{Key: k, Path: k})
+				}
+			}
+			for _, it := range items {
+				if len(s.Data[it.Key]) == 0 {
+					return nil, fmt.Errorf("volume %s: Secret %s has no %s yet", v.Name, s.Name, it.Key)
+				}
+				if err := os.WriteFile(filepath.Join(local, it.Path), s.Data[it.Key], 0o600); err != nil {
+					return nil, err
+				}
+			}
+		}
+		mounts[vm.MountPath] = local
+	}
+	localize := func(v string) string {
+		for m, l := range mounts {
+			if v == m || strings.HasPrefix(v, strings.TrimSuffix(m, "/")+"/") {
+				return l + strings.TrimPrefix(v, m)
+			}
+		}
+		return v
+	}
+
+	env := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := env[k]; !ok {
+			order = append(order, k)
+		}
+		env[k] = v
+	}
+	for _, e := range cf.Config.Env {
+		k, v, _ := strings.Cut(e, "=")
+		set(k, localize(v))
+	}
+	for _, e := range c.Env {
+		v := e.Value
+		if f := e.ValueFrom; f != nil {
+			if f.FieldRef == nil {
+				return nil, fmt.Errorf("env %s: only fieldRef is resolved here", e.Name)
+			}
+			v, err = fieldValue(p, f.FieldRef.FieldPath)
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		}
+		v = envRef.ReplaceAllStringFunc(v, func(m string) string {
+			if x, ok := env[envRef.FindStringSubmatch(m)[1]]; ok {
+				return x
+			}
+			return m
+		})
+		set(e.Name, localize(v))
+	}
+
+	// The pod's identity: a token of its ServiceAccount.
+	tok, err := r.cs.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr(int64(3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("TokenRequest for ServiceAccount %s: %w", p.Spec.ServiceAccountName, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: r.cfg.Host, CertificateAuthorityData: r.cfg.CAData}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa"}
+	kc.CurrentContext = "c"
+	kcPath := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kcPath); err != nil {
+		return nil, err
+	}
+	set("KUBECONFIG", kcPath)
+
+	pp := &podProc{pod: p.Name, image: c.Image, exited: make(chan struct{}), logf: filepath.Join(dir, "log")}
+	if fnIP, ok := r.fnAddrs[functionOf(p)]; ok {
+		argv = append(argv, "--address="+fnIP+":9443")
+		pp.health = func() bool { return dials(fnIP + ":9443") }
+	} else {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		argv = append(argv, "--metrics-bind-address=0", "--health-probe-bind-address="+addr)
+		pp.health = func() bool {
+			resp, err := http.Get("http://" + addr + "/readyz") //nolint:noctx // a loopback probe.
+			if err != nil {
+				return false
+			}
+			_ = resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}
+	}
+	pp.args = argv[1:]
+	lf, err := os.Create(pp.logf)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, argv[1:]...) //nolint:gosec // the binary of the pod's image.
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
+	for _, k := range order {
+		cmd.Env = append(cmd.Env, k+"="+env[k])
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = lf.Close()
+		return nil, err
+	}
+	pp.cmd = cmd
+	go func() { _ = cmd.Wait(); _ = lf.Close(); close(pp.exited) }()
+	r.log(fmt.Sprintf("pod %s: running %s from %s as ServiceAccount %s with args %q", p.Name, path.Base(argv[0]), c.Image, p.Spec.ServiceAccountName, argv[1:]))
+	r.t.Cleanup(func() {
+		if r.t.Failed() {
+			b, _ := os.ReadFile(pp.logf)
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			r.t.Logf("pod %s: last lines of its log:\n%s", p.Name, strings.Join(lines, "\n"))
+		}
+	})
+	return pp, nil
+}
+
+// functionOf is the Function a pod runs ("" for a provider's pod).
+func functionOf(p *corev1.Pod) string {
+	return p.Labels["pkg.crossplane.io/function"]
+}
+
+// fieldValue resolves the downward-API field paths Crossplane uses.
+func fieldValue(p *corev1.Pod, fp string) (string, error) {
+	switch {
+	case fp == "metadata.namespace":
+		return p.Namespace, nil
+	case fp == "metadata.name":
+		return p.Name, nil
+	case strings.HasPrefix(fp, "metadata.labels['") && strings.HasSuffix(fp, "']"):
+		return p.Labels[strings.TrimSuffix(strings.TrimPrefix(fp, "metadata.labels['"), "']")], nil
+	case fp == "spec.serviceAccountName":
+		return p.Spec.ServiceAccountName, nil
+	}
+	return "", fmt.Errorf("field path %q is not resolved here", fp)
+}
+
+// logs is the output of the process running the pods whose name starts
+// with prefix.
+func (r *runtimePods) logs(prefix string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, p := range r.procs {
+		if strings.HasPrefix(p.pod, prefix) {
+			l, _ := os.ReadFile(p.logf)
+			b.Write(l)
+		}
+	}
+	return b.String()
+}
+
+// exited is how often processes of pods named prefix... exited on their
+// own (a crash, as a kubelet would count restarts).
+func (r *runtimePods) exited(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for p, c := range r.exits {
+		if strings.HasPrefix(p, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// running lists "pod image args" of the processes running.
+func (r *runtimePods) running() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, p := range r.procs {
+		out = append(out, fmt.Sprintf("%s %s %q", p.pod, p.image, p.args))
+	}
+	return out
+}
+
+func dials(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
+}
+
+func ptr[T any](v T) *T { return &v }
