@@ -227,3 +227,57 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 func clientConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
+
+// deleteProvider deletes the Provider while proxies exist, as
+// docs/install.md describes: the provider's runtime goes, the proxies'
+// instances on the backend stay (nothing deletes them), and what happens
+// to the CRDs and the proxy objects is logged for the doc.
+func deleteProvider(t *testing.T, kube client.Client) {
+	ctx := context.Background()
+	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	if err := kube.Delete(ctx, prov); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the provider's Deployments to go", 2*time.Minute, func() (bool, string) {
+		l := &unstructured.UnstructuredList{}
+		l.SetAPIVersion("apps/v1")
+		l.SetKind("DeploymentList")
+		if err := kube.List(ctx, l, client.InNamespace(crossplaneNS), client.HasLabels{"pkg.crossplane.io/provider"}); err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, d := range l.Items {
+			names = append(names, d.GetName())
+		}
+		return len(names) == 0, strings.Join(names, ",")
+	})
+	// Give the garbage collector a moment to act on what the revisions
+	// owned, then look.
+	time.Sleep(5 * time.Second)
+	l := &unstructured.UnstructuredList{}
+	l.SetAPIVersion("apps/v1")
+	l.SetKind("DeploymentList")
+	if err := kube.List(ctx, l, client.InNamespace(proxyNS)); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) == 0 {
+		t.Error("the PodProxies' Squid Deployments went with the Provider; want them left running (nothing deletes them)")
+	}
+	for _, crd := range []string{"podproxies.proxy.m.egressproxy.io", "proxmoxproxies.proxy.m.egressproxy.io"} {
+		o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+		err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
+		state := "present"
+		switch {
+		case err != nil:
+			state = err.Error()
+		case o.GetDeletionTimestamp() != nil:
+			state = "being deleted (held by the proxies' finalizers)"
+		}
+		t.Logf("after deleting the Provider: CRD %s %s", crd, state)
+	}
+	pp := &unstructured.UnstructuredList{}
+	pp.SetAPIVersion("proxy.m.egressproxy.io/v1alpha1")
+	pp.SetKind("PodProxyList")
+	err := kube.List(ctx, pp)
+	t.Logf("after deleting the Provider: %d PodProxies (%v), %d Squid Deployments", len(pp.Items), err, len(l.Items))
+}

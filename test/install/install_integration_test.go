@@ -313,8 +313,9 @@ func TestInstallIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = kl.Run(ctx) }()
-	t.Cleanup(kl.Stop)
+	klDone := make(chan struct{})
+	go func() { _ = kl.Run(podsCtx); close(klDone) }()
+	t.Cleanup(func() { stopPods(); <-klDone; kl.Stop() })
 
 	// Safe start: only PodProxy and ProxmoxProxy (namespaced) and the
 	// legacy PodProxy are activated; KVMProxy and GCPProxy stay inactive.
@@ -522,6 +523,10 @@ spec:
 	if n := pods.exited(providerObj); n != 0 {
 		t.Errorf("the provider's process exited %d times on its own; want never (a missing permission must not stop it)", n)
 	}
+
+	t.Run("DeleteProviderWithProxies", func(t *testing.T) {
+		deleteProvider(t, kube)
+	})
 }
 
 // ociimageArm64 is the platform the index must hold besides this machine's.
