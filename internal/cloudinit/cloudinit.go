@@ -230,24 +230,46 @@ func generated(o Options) string {
 		writeFile(&b, stageDir+"/htpasswd", o.Squid.Htpasswd)
 	}
 	b.WriteString("runcmd:\n")
-	var script []string
+	script := []string{GuestFunctions}
 	if o.InstallGuestAgent {
-		script = append(script, "command -v qemu-ga >/dev/null || { apt-get update && apt-get install -y --no-install-recommends qemu-guest-agent; }",
-			"systemctl enable --now qemu-guest-agent || true")
+		script = append(script, "command -v qemu-ga >/dev/null || egp_install qemu-guest-agent",
+			"egp_enable qemu-guest-agent || true")
 	}
 	script = append(script,
-		"command -v squid >/dev/null || { apt-get update && apt-get install -y --no-install-recommends squid; }",
+		"command -v squid >/dev/null || egp_install squid",
 		// The guest's own addresses (loopback at least), for squid.conf's
 		// own_dst: the proxy never reaches its own host's services.
 		"{ echo 127.0.0.1; echo ::1; ip -o addr show | awk '{split($4, a, \"/\"); print a[1]}'; } | sort -u > "+OwnAddressesPath,
 		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+SquidConfPath)
 	if o.Squid.Htpasswd != "" {
-		script = append(script, "install -m 0640 -o root -g proxy "+stageDir+"/htpasswd "+HtpasswdPath)
+		script = append(script, "egp_auth_helper", "install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/htpasswd "+HtpasswdPath)
 	}
-	script = append(script, "systemctl enable squid", "systemctl restart squid")
+	script = append(script, "egp_enable squid", "egp_restart squid")
 	fmt.Fprintf(&b, "  - [sh, -ec, %q]\n", "export DEBIAN_FRONTEND=noninteractive; "+strings.Join(script, "; "))
 	return b.String()
 }
+
+// GuestFunctions are the shell functions the generated runcmd script uses
+// to install packages and manage services on the guest families cloud
+// images come in: Debian and Ubuntu (apt), Fedora, RHEL and its rebuilds
+// (dnf, or yum on older ones), openSUSE and SLES (zypper), Alpine (apk,
+// with OpenRC rather than systemd). The squid.conf the provider writes
+// names Debian's basic_ncsa_auth path; egp_auth_helper links the
+// family's own helper there. Squid runs as proxy on Debian and as squid
+// elsewhere: egp_squid_group says which, for the htpasswd file's group.
+const GuestFunctions = `egp_install() { ` +
+	`if command -v apt-get >/dev/null; then apt-get update && apt-get install -y --no-install-recommends "$@"; ` +
+	`elif command -v dnf >/dev/null; then dnf install -y "$@"; ` +
+	`elif command -v yum >/dev/null; then yum install -y "$@"; ` +
+	`elif command -v zypper >/dev/null; then zypper --non-interactive install "$@"; ` +
+	`elif command -v apk >/dev/null; then apk add --no-cache "$@"; ` +
+	`else echo "egressproxy: no apt-get, dnf, yum, zypper or apk to install $*" >&2; return 1; fi; }; ` +
+	`egp_enable() { if command -v systemctl >/dev/null; then systemctl enable --now "$1"; else rc-update add "$1" default && rc-service "$1" start; fi; }; ` +
+	`egp_restart() { if command -v systemctl >/dev/null; then systemctl restart "$1"; else rc-service "$1" restart; fi; }; ` +
+	`egp_squid_group() { if getent group proxy >/dev/null; then echo proxy; else echo squid; fi; }; ` +
+	`egp_auth_helper() { [ -x ` + squid.DefaultAuthHelperPath + ` ] && return 0; ` +
+	`for d in /usr/lib64/squid /usr/libexec/squid; do if [ -x "$d/basic_ncsa_auth" ]; then mkdir -p "$(dirname ` + squid.DefaultAuthHelperPath + `)" && ln -sf "$d/basic_ncsa_auth" ` + squid.DefaultAuthHelperPath + `; return 0; fi; done; ` +
+	`echo "egressproxy: no basic_ncsa_auth found" >&2; return 1; }`
 
 // stageDir holds the files until Squid is installed; root only.
 const stageDir = "/var/lib/egressproxy"

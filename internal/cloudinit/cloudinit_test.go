@@ -5,9 +5,13 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/kdomanski/iso9660"
 	"sigs.k8s.io/yaml"
 
@@ -63,9 +67,9 @@ func TestUserData(t *testing.T) {
 		wantNotIn []string
 	}{
 		"GeneratedOnly": {"", false, false, []string{"text/cloud-config"},
-			[]string{"squid.conf", "systemctl restart squid", "> " + OwnAddressesPath}, []string{"qemu-guest-agent", "htpasswd"}},
+			[]string{"squid.conf", "egp_restart squid", "> " + OwnAddressesPath}, []string{"qemu-guest-agent", "htpasswd", "egp_auth_helper;"}},
 		"WithAgentAndAuth": {"", true, true, []string{"text/cloud-config"},
-			[]string{"qemu-guest-agent", HtpasswdPath, "-g proxy"}, nil},
+			[]string{"egp_install qemu-guest-agent", HtpasswdPath, "egp_auth_helper;", `-g \"$(egp_squid_group)\"`}, nil},
 		"UserCloudConfigFirst": {"#cloud-config\ntimezone: Europe/Prague\n", false, false, []string{"text/cloud-config", "text/cloud-config"}, nil, nil},
 		"UserScript":           {"#!/bin/sh\necho hi\n", false, false, []string{"text/x-shellscript", "text/cloud-config"}, nil, nil},
 	}
@@ -177,7 +181,7 @@ func TestUserCloudInitCannotReplaceTheSquidPart(t *testing.T) {
 	if ps[0][1] != forged {
 		t.Errorf("the user's part was split or changed:\n%s", ps[0][1])
 	}
-	if !strings.Contains(ps[1][1], "systemctl restart squid") || !strings.Contains(ps[1][1], "settings: [replace, recurse_list]") {
+	if !strings.Contains(ps[1][1], "egp_restart squid") || !strings.Contains(ps[1][1], "settings: [replace, recurse_list]") {
 		t.Errorf("the last part is not the provider's, merging over the user's:\n%s", ps[1][1])
 	}
 
@@ -210,5 +214,54 @@ func TestBoundaryIsNeverInTheContent(t *testing.T) {
 			t.Fatalf("boundary %q is in the content", b)
 		}
 		c += "--" + b + "\n" // the next content holds the last boundary
+	}
+}
+
+// TestGuestFunctionsPerFamily runs GuestFunctions with sh against each
+// guest family's tools, faked in a folder that is the whole PATH: each
+// fake records how it was called.
+func TestGuestFunctionsPerFamily(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		tools []string // commands the family has
+		group string   // the group getent knows
+		want  []string // calls recorded, in order
+	}{
+		"debian":   {[]string{"apt-get", "systemctl"}, "proxy", []string{"apt-get update", "apt-get install -y --no-install-recommends squid qemu-guest-agent", "systemctl enable --now squid", "systemctl restart squid", "group proxy"}},
+		"fedora":   {[]string{"dnf", "yum", "systemctl"}, "squid", []string{"dnf install -y squid qemu-guest-agent", "systemctl enable --now squid", "systemctl restart squid", "group squid"}},
+		"centos7":  {[]string{"yum", "systemctl"}, "squid", []string{"yum install -y squid qemu-guest-agent", "systemctl enable --now squid", "systemctl restart squid", "group squid"}},
+		"opensuse": {[]string{"zypper", "systemctl"}, "squid", []string{"zypper --non-interactive install squid qemu-guest-agent", "systemctl enable --now squid", "systemctl restart squid", "group squid"}},
+		"alpine":   {[]string{"apk", "rc-update", "rc-service"}, "squid", []string{"apk add --no-cache squid qemu-guest-agent", "rc-update add squid default", "rc-service squid start", "rc-service squid restart", "group squid"}},
+		"unknown":  {nil, "squid", []string{"egressproxy: no apt-get, dnf, yum, zypper or apk to install squid qemu-guest-agent"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			bin := t.TempDir()
+			log := filepath.Join(t.TempDir(), "calls")
+			fake := func(name, body string) {
+				if err := os.WriteFile(filepath.Join(bin, name), []byte("#!"+sh+"\n"+body+"\n"), 0o755); err != nil { //nolint:gosec // A fake command.
+					t.Fatal(err)
+				}
+			}
+			for _, tool := range tc.tools {
+				fake(tool, `echo "`+tool+` $*" >> `+log)
+			}
+			// getent knows only the family's group.
+			fake("getent", `[ "$2" = "`+tc.group+`" ]`)
+			script := GuestFunctions + `; egp_install squid qemu-guest-agent 2>> ` + log + ` || exit 0; egp_enable squid; egp_restart squid; echo "group $(egp_squid_group)" >> ` + log
+			cmd := exec.Command(sh, "-ec", script)
+			cmd.Env = []string{"PATH=" + bin}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("the functions failed: %v\n%s", err, out)
+			}
+			b, _ := os.ReadFile(log)
+			got := strings.Split(strings.TrimSpace(string(b)), "\n")
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("calls on %s (-want +got):\n%s", name, diff)
+			}
+		})
 	}
 }
