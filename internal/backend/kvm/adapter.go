@@ -122,6 +122,36 @@ func (a *adapter) StoragePoolGetInfo(ctx context.Context, pool libvirt.StoragePo
 	})
 }
 
+// NodeGetMemoryStats asks for the number of fields, then for the fields,
+// of all NUMA cells together (libvirt reports KiB).
+func (a *adapter) NodeGetMemoryStats(ctx context.Context) (MemoryStats, error) {
+	return rpc(ctx, a, func() (MemoryStats, error) {
+		const allCells = -1 // VIR_NODE_MEMORY_STATS_ALL_CELLS
+		_, n, err := a.l.NodeGetMemoryStats(0, allCells, 0)
+		if err != nil {
+			return MemoryStats{}, err
+		}
+		params, _, err := a.l.NodeGetMemoryStats(n, allCells, 0)
+		if err != nil {
+			return MemoryStats{}, err
+		}
+		var m MemoryStats
+		for _, p := range params {
+			switch p.Field {
+			case "total":
+				m.Total = p.Value << 10
+			case "free":
+				m.Free = p.Value << 10
+			case "buffers":
+				m.Buffers = p.Value << 10
+			case "cached":
+				m.Cached = p.Value << 10
+			}
+		}
+		return m, nil
+	})
+}
+
 func (a *adapter) StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
 	return rpc(ctx, a, func() (libvirt.StorageVol, error) { return a.l.StorageVolLookupByName(pool, name) })
 }

@@ -80,6 +80,10 @@ func (d *Driver) checkHost(ctx context.Context, h Host) (th proxy.TargetHealth) 
 	th.Details["poolState"] = poolStateName(info.State)
 	th.Details["poolCapacityGiB"] = strconv.FormatUint(info.Capacity>>30, 10)
 	th.Details["poolAvailableGiB"] = strconv.FormatUint(info.Available>>30, 10)
+	if mem, err := api.NodeGetMemoryStats(ctx); err == nil {
+		th.Details["memoryTotalMiB"] = strconv.FormatUint(mem.Total>>20, 10)
+		th.Details["memoryAvailableMiB"] = strconv.FormatUint(mem.Available()>>20, 10)
+	}
 	if info.State != libvirt.StoragePoolRunning {
 		th.Reason = ReasonPoolNotActive
 		th.Message = fmt.Sprintf("storage pool %s is %s, not running", pool.Name, poolStateName(info.State))

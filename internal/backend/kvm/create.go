@@ -153,6 +153,13 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
 			"storage pool %s on host %s has %d MiB available; this proxy needs %d MiB", pool.Name, p.host.Name, info.Available>>20, need>>20)}
 	}
+	if mem, err := api.NodeGetMemoryStats(ctx); err != nil {
+		// A host that does not report memory is not refused for it.
+		d.log(ctx).V(1).Info("kvm create: cannot read the host's memory; not checking it", "host", p.host.Name, "error", err.Error())
+	} else if want := uint64(p.machine.MemoryMiB) << 20; mem.Available() < want { //nolint:gosec // A positive MiB count.
+		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "HostMemory", Err: proxy.Quotaf(
+			"host %s has %d MiB of memory available; machine type %s needs %d MiB", p.host.Name, mem.Available()>>20, p.req.Placement.MachineType, want>>20)}
+	}
 	if !ready {
 		job := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, &d.b.wg, func(j *imageJob) error {
 			return d.b.fetchImage(d.b.ctx, d.target(p.host), p.image, j, limits{maxBytes: d.cfg.maxImageBytes(), perHost: d.cfg.maxDownloadsPerHost(),

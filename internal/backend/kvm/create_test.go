@@ -362,6 +362,26 @@ func TestCreate_poolSpacePrecheckIsQuota(t *testing.T) {
 	}
 }
 
+// TestCreate_hostMemoryPrecheckIsQuota: a host without the machine type's
+// memory available is Quota, before anything is created.
+func TestCreate_hostMemoryPrecheckIsQuota(t *testing.T) {
+	e := newTestEnv(t)
+	e.host.memAvailable = 256 << 20
+	req := e.request("web", "uid-1")
+	_, err := e.d.Create(context.Background(), req)
+	if !proxy.IsQuota(err) || !strings.Contains(err.Error(), "host lab has 256 MiB of memory available; machine type "+req.Placement.MachineType+" needs") {
+		t.Fatalf("Create = %v (%s); want Quota naming the host, its memory and the machine type", err, proxy.ClassOf(err))
+	}
+	if got := e.host.volNames(); len(got) != 0 {
+		t.Errorf("volumes created: %v", got)
+	}
+	// With room on the host, the same Create goes on.
+	e.host.memAvailable = 0
+	if _, err := e.d.Create(context.Background(), req); err != nil && proxy.IsQuota(err) {
+		t.Errorf("Create on a host with room = %v", err)
+	}
+}
+
 // TestCreate_replacesAnOverlayThatDoesNotMatch: an overlay left behind on
 // another base image or size, used by no domain, is replaced, not reused.
 func TestCreate_replacesAnOverlayThatDoesNotMatch(t *testing.T) {

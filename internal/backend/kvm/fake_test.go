@@ -38,8 +38,10 @@ type fakeHost struct {
 	libVersion uint64
 	nextIP     int
 	squid      map[string]bool // ip:port answering
-	guestFiles map[string]string
-	execs      []string
+	// memAvailable is the host's available memory; 0 means plenty.
+	memAvailable uint64
+	guestFiles   map[string]string
+	execs        []string
 }
 
 type fakeCall struct {
@@ -513,6 +515,18 @@ func (c *fakeConn) StoragePoolGetInfo(ctx context.Context, p libvirt.StoragePool
 		return PoolInfo{}, err
 	}
 	return PoolInfo{State: fp.state, Capacity: fp.capacity, Allocation: fp.capacity - fp.available, Available: fp.available}, nil
+}
+
+func (c *fakeConn) NodeGetMemoryStats(ctx context.Context) (MemoryStats, error) {
+	if err := c.enter(ctx, "NodeGetMemoryStats", ""); err != nil {
+		return MemoryStats{}, err
+	}
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.h.memAvailable == 0 {
+		return MemoryStats{Total: 64 << 30, Free: 48 << 30}, nil
+	}
+	return MemoryStats{Total: 64 << 30, Free: c.h.memAvailable}, nil
 }
 
 func (c *fakeConn) vol(v libvirt.StorageVol) (*fakeVol, error) {

@@ -64,7 +64,7 @@ func TestIntegrationLibvirt_lifecycle(t *testing.T) {
 	before := h.Volumes(t)
 
 	th := d.Check(ctx).Targets[0]
-	if !th.Healthy || th.Details["libvirtVersion"] == "" || th.Details["poolState"] != "running" {
+	if !th.Healthy || th.Details["libvirtVersion"] == "" || th.Details["poolState"] != "running" || th.Details["memoryAvailableMiB"] == "" || th.Details["memoryTotalMiB"] == "0" {
 		t.Fatalf("Check = %+v", th)
 	}
 	t.Logf("Check: %v", th.Details)

@@ -186,6 +186,13 @@ func (o *observed) StoragePoolGetInfo(ctx context.Context, pool libvirt.StorageP
 	return v, err
 }
 
+func (o *observed) NodeGetMemoryStats(ctx context.Context) (MemoryStats, error) {
+	ctx, end := o.start(ctx, "NodeGetMemoryStats")
+	v, err := o.next.NodeGetMemoryStats(ctx)
+	end(err)
+	return v, err
+}
+
 func (o *observed) StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
 	ctx, end := o.start(ctx, "StorageVolLookupByName", attrPool, pool.Name, attrVolume, name)
 	v, err := o.next.StorageVolLookupByName(ctx, pool, name)

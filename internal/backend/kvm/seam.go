@@ -36,6 +36,7 @@ type Libvirt interface {
 	StoragePoolLookupByName(ctx context.Context, name string) (libvirt.StoragePool, error)
 	StoragePoolRefresh(ctx context.Context, pool libvirt.StoragePool) error
 	StoragePoolGetInfo(ctx context.Context, pool libvirt.StoragePool) (PoolInfo, error)
+	NodeGetMemoryStats(ctx context.Context) (MemoryStats, error)
 
 	StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error)
 	StorageVolGetPath(ctx context.Context, vol libvirt.StorageVol) (string, error)
@@ -51,6 +52,16 @@ type Libvirt interface {
 	// Close ends the connection; calls in flight fail.
 	Close() error
 }
+
+// MemoryStats is the host's memory (NodeGetMemoryStats over all cells), in
+// bytes.
+type MemoryStats struct {
+	Total, Free, Buffers, Cached uint64
+}
+
+// Available is what a new guest can have without pushing the host into
+// swap: free memory plus the page cache and buffers the kernel gives back.
+func (m MemoryStats) Available() uint64 { return m.Free + m.Buffers + m.Cached }
 
 // PoolInfo is StoragePoolGetInfo's answer.
 type PoolInfo struct {
