@@ -4,6 +4,14 @@
 // a kubelet would. The tests of the kubernetes backend and of the PodProxy
 // controller use it, and so does hack/benchpodproxy.
 //
+// Pods really run on the local node (internal/controlplane's Options.Node:
+// kubelet, containerd, kube-proxy), and the PodProxy end-to-end test runs
+// there (TestPodProxyRealNodeIntegration). The stand-in stays where a
+// real node cannot serve: the scale benchmark (hack/benchpodproxy: a
+// thousand real pods do not fit 2 cores), and the tests that need
+// PodProxies only as a step (compositions, install, the driver
+// conformance and the fast stand-in PodProxy test).
+//
 // Each pod gets a loopback address of its own (127.N.0.1, 127.N.0.2, ...,
 // never 127.0.0.x; N from the process ID, so that test binaries running at
 // the same time rarely share addresses, and an address where something
