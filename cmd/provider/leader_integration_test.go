@@ -42,16 +42,7 @@ type replica struct {
 // the other takes over when the lease expires and finishes them, and no
 // VM is created twice.
 func TestLeaderElectionIntegration(t *testing.T) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "provider")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
-	}
+	root, bin := buildProvider(t)
 	fake := pvetest.New(t, pvetest.Options{Listen: true})
 	cp, s := testenv.Start(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}})
 	kube, err := client.New(cp.Config, client.Options{Scheme: s})

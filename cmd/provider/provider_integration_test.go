@@ -120,6 +120,23 @@ func (c *collector) names() map[string]int {
 	return out
 }
 
+// buildProvider builds this package's binary for a test that runs it as
+// a process, and returns the repository's root and the binary.
+func buildProvider(t *testing.T) (root, bin string) {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "provider")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatalf("go build: %v", err)
+	}
+	return root, bin
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -137,16 +154,7 @@ func freePort(t *testing.T) string {
 // reach an OTLP collector, and no secret of the examples appears in the
 // provider's debug logs, events or conditions.
 func TestProviderIntegration(t *testing.T) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "provider")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
-	}
+	root, bin := buildProvider(t)
 	t.Run("EveryFlagAndItsVariableDocumented", func(t *testing.T) {
 		help, _ := exec.Command(bin, "--help").CombinedOutput()
 		doc, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))

@@ -16,13 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
@@ -31,6 +29,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const installation = "inst-1"
@@ -73,13 +72,7 @@ type setup struct {
 // config's spec.orphans.
 func newSetup(t *testing.T, policy *spec.OrphanPolicy, kinds []schema.GroupVersionKind) *setup {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testenv.Scheme(t)
 	pc := &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home", Generation: 1}}
 	pc.Spec.KVM = &spec.KVMConfig{}
 	pc.Spec.Orphans = policy

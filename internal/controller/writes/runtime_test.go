@@ -19,16 +19,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // call is one request the reconciler sent, as the fake API server saw it.
@@ -79,17 +78,7 @@ func kindOf(o runtime.Object) string {
 	return "other"
 }
 
-func testScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+func testScheme(t *testing.T) *runtime.Scheme { return testenv.Scheme(t) }
 
 // fakeManager is just enough of a manager for managed.NewReconciler.
 type fakeManager struct {
