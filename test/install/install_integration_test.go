@@ -14,6 +14,7 @@ package install_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -151,7 +152,7 @@ func applyYAML(t testing.TB, kube client.Client, doc string) {
 	for {
 		o := &unstructured.Unstructured{}
 		if err := d.Decode(&o.Object); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return
 			}
 			t.Fatal(err)
