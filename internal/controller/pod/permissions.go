@@ -33,15 +33,20 @@ func (p permission) String() string {
 
 // required is what the PodProxy driver does in this cluster
 // (docs/pod-proxy.md, RBAC): it caches its labelled pods, Deployments and
-// Services cluster-wide and creates Deployments, Services and Secrets in
-// whichever namespace a config names.
+// Services cluster-wide, creates Deployments, Services, Secrets and
+// NetworkPolicies in whichever namespace a config names, and reads the
+// cluster's own networks (the Service CIDRs, the API server's endpoints),
+// which Squid denies: without them a proxy could reach the API server.
 var required = []permission{
 	{"", "pods", "list"}, {"", "pods", "watch"},
 	{"apps", "deployments", "list"}, {"apps", "deployments", "watch"},
 	{"apps", "deployments", "create"}, {"apps", "deployments", "update"}, {"apps", "deployments", "delete"},
-	{"", "services", "list"}, {"", "services", "watch"}, {"", "services", "create"}, {"", "services", "delete"},
-	{"", "secrets", "create"}, {"", "secrets", "patch"},
+	{"", "services", "list"}, {"", "services", "watch"}, {"", "services", "create"}, {"", "services", "update"}, {"", "services", "delete"},
+	{"", "secrets", "create"}, {"", "secrets", "update"},
 	{"", "namespaces", "get"},
+	{"networking.k8s.io", "networkpolicies", "get"}, {"networking.k8s.io", "networkpolicies", "create"},
+	{"networking.k8s.io", "networkpolicies", "update"}, {"networking.k8s.io", "networkpolicies", "delete"},
+	{"networking.k8s.io", "servicecidrs", "list"}, {"discovery.k8s.io", "endpointslices", "list"},
 }
 
 // access tells whether this provider's identity holds the permissions
