@@ -370,22 +370,25 @@ spec:
 		if sa == "" {
 			t.Fatal("no ServiceAccount of the provider in crossplane-system")
 		}
-		crs := &unstructured.UnstructuredList{}
-		crs.SetAPIVersion("rbac.authorization.k8s.io/v1")
-		crs.SetKind("ClusterRoleList")
-		if err := kube.List(ctx, crs); err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, c := range crs.Items {
-			if strings.Contains(c.GetName(), r0.GetName()) {
-				names = append(names, c.GetName())
+		// The RBAC manager renders them on its own schedule, which can end
+		// after the revision turned Healthy.
+		want := "crossplane:provider:" + r0.GetName() + ":system"
+		testenv.WaitFor(t, "the RBAC manager's ClusterRole "+want, 60*time.Second, func() (bool, string) {
+			crs := &unstructured.UnstructuredList{}
+			crs.SetAPIVersion("rbac.authorization.k8s.io/v1")
+			crs.SetKind("ClusterRoleList")
+			if err := kube.List(ctx, crs); err != nil {
+				return false, err.Error()
 			}
-		}
-		sort.Strings(names)
-		if !slices.Contains(names, "crossplane:provider:"+r0.GetName()+":system") {
-			t.Errorf("ClusterRoles of the revision: %v; want crossplane:provider:%s:system from the RBAC manager", names, r0.GetName())
-		}
+			var names []string
+			for _, c := range crs.Items {
+				if strings.Contains(c.GetName(), r0.GetName()) {
+					names = append(names, c.GetName())
+				}
+			}
+			sort.Strings(names)
+			return slices.Contains(names, want), fmt.Sprintf("ClusterRoles of the revision: %v", names)
+		})
 		// Inactive kinds have no CRD.
 		for crd, want := range map[string]bool{
 			"podproxies.proxy.m.egressproxy.io":     true,
