@@ -1,0 +1,204 @@
+package gcp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Get implements proxy.Driver. It reads the operations in ref.Operation
+// first (one request each, only while some are in flight or failed), then
+// the instance (one request). A failed operation is reported, with GCP's
+// code, for FailedOperationHold after it ended; then it is dropped, Get
+// says NotFound, and the controller creates again.
+func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	zone, name, err := d.resolve(ctx, opGet, ref)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	key := opsKey(zone, name)
+	inflight, progress, err := d.follow(ctx, d.o.pending.toFollow(key, splitOps(ref.Operation)))
+	if err != nil {
+		return proxy.Instance{}, d.fail(ctx, opGet, err)
+	}
+	d.o.pending.followedUpTo(key, inflight)
+	inst, err := d.api.GetInstance(ctx, zone, name)
+	switch {
+	case err == nil:
+		v := d.view(ctx, inst, true)
+		v.Operation = joinOps(inflight)
+		if v.Progress == "" {
+			v.Progress = progress
+		}
+		return v, nil
+	case !isNotFound(err):
+		return proxy.Instance{}, d.fail(ctx, opGet, err)
+	}
+	if len(inflight) > 0 {
+		// Accepted and not done: never NotFound, or the controller would
+		// create a second time.
+		return proxy.Instance{
+			ID: ID(zone, name), Name: name, Mark: ref.Mark, State: proxy.StateProvisioning,
+			Placement: ref.Placement, Progress: progress, Operation: joinOps(inflight),
+		}, nil
+	}
+	if ref.ID != "" {
+		left, err := d.leftovers(ctx, zone, name, ref.Mark)
+		if err != nil {
+			return proxy.Instance{}, d.fail(ctx, opGet, err)
+		}
+		if left != "" {
+			return proxy.Instance{ID: ID(zone, name), Name: name, Mark: ref.Mark, State: proxy.StateStopped, Placement: ref.Placement, Progress: left}, nil
+		}
+	}
+	return proxy.Instance{}, d.fail(ctx, opGet, proxy.NotFoundf("instance %q not found in zone %s", name, zone))
+}
+
+// follow reads operations: it returns those still running and a progress
+// line, and the error of one that failed within the hold.
+func (d *Driver) follow(ctx context.Context, ops []OpRef) ([]OpRef, string, error) {
+	var inflight []OpRef
+	var progress []string
+	for _, o := range ops {
+		op, err := d.api.GetOperation(ctx, o)
+		if isNotFound(err) {
+			continue // operations are garbage-collected after a while
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("reading operation %s: %w", o, classify(err))
+		}
+		if op.GetStatus() != computepb.Operation_DONE {
+			inflight = append(inflight, o)
+			progress = append(progress, fmt.Sprintf("%s %s: %s %d%%", op.GetOperationType(), lastSegment(op.GetTargetLink()), op.GetStatus(), op.GetProgress()))
+			continue
+		}
+		oe := operationError(o.String(), op)
+		if oe == nil || oe.alreadyExists() {
+			continue
+		}
+		ferr := classifyOperation(oe)
+		hold := d.o.FailedOperationHold
+		if proxy.IsPermanent(ferr) {
+			hold *= 10
+		}
+		if oe.Ended.IsZero() || d.o.Now().Sub(oe.Ended) < hold {
+			return nil, "", ferr
+		}
+		d.log(ctx).V(1).Info("dropping a failed operation past its hold", "operation", o.String(), "error", oe.Error())
+	}
+	return inflight, strings.Join(progress, "; "), nil
+}
+
+// leftovers says what of a deleted instance is still being removed: a
+// disabled rule of ours, or a static address labelled LabelDeleting; ""
+// when nothing is. It is read only when the instance is gone and the
+// resource had one, so steady state never pays for it.
+func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Mark) (string, error) {
+	fw, err := d.api.GetFirewall(ctx, name)
+	switch {
+	case err == nil:
+		if m, ok := firewallMark(fw); ok && fw.GetDisabled() && (mark.UID == "" || m.UID == mark.UID) {
+			return "deleting: firewall rule " + name + " remains", nil
+		}
+	case !isNotFound(err):
+		return "", fmt.Errorf("reading firewall rule %q: %w", name, classify(err))
+	}
+	a, err := d.api.GetAddress(ctx, regionOf(zone), name)
+	switch {
+	case err == nil:
+		l := a.GetLabels()
+		if l[LabelDeleting] == "true" && (mark.UID == "" || l[LabelUID] == mark.UID) {
+			return "deleting: releasing static address " + name, nil
+		}
+	case !isNotFound(err):
+		return "", fmt.Errorf("reading address %q: %w", name, classify(err))
+	}
+	return "", nil
+}
+
+// view maps an instance onto proxy.Instance; probe checks the proxy port
+// when the instance is running with an address.
+func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool) proxy.Instance {
+	zone := lastSegment(inst.GetZone())
+	labels := inst.GetLabels()
+	v := proxy.Instance{
+		ID:       ID(zone, inst.GetName()),
+		Name:     inst.GetName(),
+		Mark:     markOf(labels),
+		SpecHash: labels[LabelSpec],
+		Placement: proxy.Placement{
+			Location: zone, MachineType: labels[LabelMachineType], Image: labels[LabelImage],
+		},
+		Details: map[string]string{},
+	}
+	if t, err := time.Parse(time.RFC3339Nano, inst.GetCreationTimestamp()); err == nil {
+		v.CreatedAt = t.UTC()
+	}
+	var natIP, internalIP string
+	if nics := inst.GetNetworkInterfaces(); len(nics) > 0 {
+		internalIP = nics[0].GetNetworkIP()
+		for _, ac := range nics[0].GetAccessConfigs() {
+			if ac.GetNatIP() != "" {
+				natIP = ac.GetNatIP()
+				break
+			}
+		}
+	}
+	v.IP, v.EgressIP = natIP, natIP
+	if labels[LabelAddress] == "internal" {
+		// Clients reach the internal address; traffic leaves through
+		// whatever the network routes (Cloud NAT), unknown here.
+		v.IP, v.EgressIP = internalIP, ""
+	}
+	if internalIP != "" {
+		v.Details["networkIP"] = internalIP
+	}
+	if a := labels[LabelAddress]; a != "" {
+		v.Details["addressType"] = a
+	}
+	v.Details["status"] = inst.GetStatus()
+	v.State = mapState(inst.GetStatus(), v.IP)
+	if _, deleting := d.o.pending.get(deleteKey(zone, inst.GetName())); deleting {
+		v.Progress = "deleting"
+		if v.State == proxy.StateRunning {
+			v.State = proxy.StateStopped
+		}
+	}
+	if probe && v.State == proxy.StateRunning && v.Progress == "" {
+		port := labels[LabelPort]
+		if _, err := strconv.Atoi(port); err == nil {
+			v.ProxyReachable = d.o.Probe(ctx, net.JoinHostPort(v.IP, port))
+		}
+	}
+	return v
+}
+
+// mapState maps an instance status; RUNNING needs an address.
+//
+//	PROVISIONING, STAGING, REPAIRING           Provisioning
+//	RUNNING without an address                 Provisioning
+//	RUNNING with one                           Running
+//	STOPPING, STOPPED, SUSPENDING, SUSPENDED,
+//	TERMINATED, anything else                  Stopped
+//
+// TERMINATED is Compute Engine's word for a stopped VM (it can be started
+// again), so it is Stopped, not Terminated.
+func mapState(status, ip string) proxy.State {
+	switch status {
+	case "PROVISIONING", "STAGING", "REPAIRING":
+		return proxy.StateProvisioning
+	case "RUNNING":
+		if ip == "" {
+			return proxy.StateProvisioning
+		}
+		return proxy.StateRunning
+	}
+	return proxy.StateStopped
+}

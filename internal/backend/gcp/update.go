@@ -1,0 +1,130 @@
+package gcp
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Update implements proxy.Driver: the firewall rule (created, patched or,
+// when no longer managed, removed), the static address's retain label, and
+// the instance's labels and metadata in one instances.update. When the
+// Squid files changed the update restarts the VM, whose startup script
+// installs them from metadata (cloud-init runs once).
+func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	zone, name, err := d.resolve(ctx, opUpdate, ref)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	req.Name = name
+	req.Placement.Location = zone
+	s, err := d.resolveSpec(req)
+	if err != nil {
+		return proxy.Instance{}, d.fail(ctx, opUpdate, err)
+	}
+	inst, err := d.api.GetInstance(ctx, zone, name)
+	if err != nil {
+		return proxy.Instance{}, d.fail(ctx, opUpdate, err)
+	}
+	if m := markOf(inst.GetLabels()); m != req.Mark {
+		return proxy.Instance{}, d.fail(ctx, opUpdate, proxy.Permanentf("instance %q is not this resource's (%s); refusing to update it", name, describeMark(m)))
+	}
+	var ops []OpRef
+	if req.Exposure.ManageFirewall {
+		op, err := d.ensureFirewall(ctx, req, firewallTarget(inst, req))
+		if err != nil {
+			return proxy.Instance{}, d.fail(ctx, opUpdate, err)
+		}
+		ops = appendOp(ops, op)
+	} else {
+		op, err := d.dropFirewall(ctx, name, req.Mark, false)
+		if err != nil {
+			return proxy.Instance{}, d.fail(ctx, opUpdate, err)
+		}
+		ops = appendOp(ops, op)
+	}
+	if s.addressType == AddressStatic {
+		op, err := d.setAddressLabels(ctx, s.region, name, req.Mark, func(l map[string]string) {
+			l[LabelRetain] = strconv.FormatBool(req.Exposure.RetainAddress)
+		})
+		if err != nil {
+			return proxy.Instance{}, d.fail(ctx, opUpdate, err)
+		}
+		ops = appendOp(ops, op)
+	}
+
+	oldMD := metadataMap(inst.GetMetadata())
+	md := merged(oldMD, s.metadata())
+	// cloud-init ran at first boot with the user-data it had; keeping it
+	// keeps the instance as created (cloudInit is immutable anyway).
+	if ud, ok := oldMD[MetadataUserData]; ok {
+		md[MetadataUserData] = ud
+	}
+	restart := oldMD[MetadataSquidConf] != s.squidConf || oldMD[MetadataHtpasswd] != s.htpasswd
+	labels := s.labels()
+	if restart || !maps.Equal(inst.GetLabels(), labels) || !maps.Equal(oldMD, md) {
+		upd := proto.Clone(inst).(*computepb.Instance) //nolint:forcetypeassert // Clone keeps the type.
+		upd.Labels = labels
+		upd.Metadata = &computepb.Metadata{Fingerprint: inst.GetMetadata().Fingerprint, Items: metadataItems(md)}
+		action := "NO_EFFECT"
+		if restart {
+			action = "RESTART"
+		}
+		op, err := d.api.UpdateInstance(ctx, zone, upd, action)
+		if err != nil {
+			return proxy.Instance{}, d.fail(ctx, opUpdate, fmt.Errorf("updating instance %q: %w", name, classify(err)))
+		}
+		ops = append(ops, opRefOf(op))
+		d.log(ctx).Info("updating instance", "id", ID(zone, name), "operation", opRefOf(op).String(), "restart", restart)
+		inst = upd
+	}
+	d.o.pending.remember(opsKey(zone, name), ops)
+	v := d.view(ctx, inst, false)
+	v.Operation = joinOps(ops)
+	if len(ops) > 0 {
+		v.Progress = "updating"
+	}
+	return v, nil
+}
+
+// merged is a copy of a with b's entries over it.
+func merged(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, b)
+	return out
+}
+
+// setAddressLabels changes an address's labels when it exists and is
+// ours; a missing or foreign address is left alone.
+func (d *Driver) setAddressLabels(ctx context.Context, region, name string, mark proxy.Mark, change func(map[string]string)) (*OpRef, error) {
+	a, err := d.api.GetAddress(ctx, region, name)
+	switch {
+	case isNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading address %q: %w", name, classify(err))
+	}
+	if m := markOf(a.GetLabels()); m.UID == "" || (mark.UID != "" && !ownedBy(m, mark)) {
+		return nil, nil
+	}
+	labels := merged(a.GetLabels(), nil)
+	change(labels)
+	if maps.Equal(labels, a.GetLabels()) {
+		return nil, nil
+	}
+	op, err := d.api.SetAddressLabels(ctx, region, name, a.GetLabelFingerprint(), labels)
+	if err != nil {
+		return nil, fmt.Errorf("labelling address %q: %w", name, classify(err))
+	}
+	o := opRefOf(op)
+	return &o, nil
+}

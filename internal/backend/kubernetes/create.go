@@ -1,0 +1,343 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// Create implements proxy.Driver: it creates the Deployment (the root,
+// carrying the mark and the spec hash), then applies the Secret and the
+// Service owned by it. It returns without waiting for the pod. An existing
+// Deployment of the same name is adopted only when it carries this
+// request's mark, and then completed; otherwise Create is Permanent.
+func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	inst, err := d.create(ctx, req)
+	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
+}
+
+func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	if err := checkRequest(req); err != nil {
+		return proxy.Instance{}, err
+	}
+	files, err := squid.Render(req.Proxy, squidOptions(req, d.clusterNetworks(ctx)))
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	dep := buildDeployment(d.cfg, req, files, proxy.Hash(req), d.now())
+	if err := d.foreignChildren(ctx, req, dep.Namespace); err != nil {
+		return proxy.Instance{}, err
+	}
+	err = d.client.Create(ctx, dep, client.FieldOwner(FieldOwner))
+	switch {
+	case err == nil:
+		d.logger(ctx).V(1).Info("created Deployment", "namespace", dep.Namespace, "name", dep.Name, "uid", req.Mark.UID)
+		// A crash before the children exist leaves a Deployment whose pod
+		// never starts: Get notices (missingChildren) and reports it out of
+		// date, and Update completes it.
+		if err := d.children(ctx, dep, req, files); err != nil {
+			return proxy.Instance{}, err
+		}
+		return d.view(ctx, dep)
+	case kerrors.IsAlreadyExists(err):
+		existing := &appsv1.Deployment{}
+		if err := d.live.Get(ctx, client.ObjectKeyFromObject(dep), existing); err != nil {
+			if kerrors.IsNotFound(err) {
+				return proxy.Instance{}, proxy.Transientf("Deployment %s/%s was deleted while being created; will retry", dep.Namespace, dep.Name)
+			}
+			return proxy.Instance{}, err
+		}
+		if err := adoptable(existing, req.Mark); err != nil {
+			return proxy.Instance{}, err
+		}
+		if existing.DeletionTimestamp != nil {
+			return proxy.Instance{}, proxy.Transientf("Deployment %s/%s is being deleted; it is created again once it is gone", dep.Namespace, dep.Name)
+		}
+		// Ours, from an earlier Create: finish what it may not have.
+		return d.complete(ctx, existing, req, files, true)
+	case kerrors.IsNotFound(err):
+		// The only thing a create can miss is the namespace.
+		return proxy.Instance{}, proxy.Permanentf("namespace %q does not exist in the target cluster: create it, or set spec.kubernetes.namespace of %s to one that does", dep.Namespace, d.provider)
+	default:
+		return proxy.Instance{}, fmt.Errorf("cannot create Deployment %s/%s: %w", dep.Namespace, dep.Name, err)
+	}
+}
+
+// children writes the Secret (first: pods of a changed template must find
+// the new files) and the Service of dep.
+func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files) error {
+	if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}); err != nil {
+		return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
+	}
+	if d.cfg.NetworkPolicy {
+		if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}); err != nil {
+			return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+	}
+	return d.ensureService(ctx, dep, req)
+}
+
+// foreignChildren refuses a request whose Secret or Service name is taken
+// by an object that is not this resource's, before anything is created:
+// an external name must never make the provider merge into, own or
+// garbage-collect someone else's object.
+func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespace string) error {
+	key := types.NamespacedName{Namespace: namespace, Name: req.Name}
+	children := []client.Object{&corev1.Secret{}}
+	if d.cfg.NetworkPolicy {
+		children = append(children, &networkingv1.NetworkPolicy{})
+	}
+	if req.Exposure.ServiceType != "" {
+		children = append(children, &corev1.Service{})
+	}
+	for _, obj := range children {
+		err := d.live.Get(ctx, key, obj)
+		switch {
+		case kerrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("cannot get %s %s/%s: %w", kindOf(obj), key.Namespace, key.Name, err)
+		}
+		if err := childOwned(obj, nil, req.Mark); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeChild creates obj (a Secret or Service of dep) when no object has its
+// name, or rewrites the existing one when it is this resource's (its mark,
+// and dep or nobody as its controller). Anything else is left exactly as it
+// is: Permanent, naming it. The rewrite carries the UID and resourceVersion
+// read, so an object replaced in between is never overwritten. empty is a
+// zero object of obj's type, for the read.
+func (d *Driver) writeChild(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark, obj, empty client.Object) error {
+	key := client.ObjectKeyFromObject(obj)
+	existing := empty
+	err := d.live.Get(ctx, key, existing)
+	switch {
+	case kerrors.IsNotFound(err):
+		err := d.client.Create(ctx, obj, client.FieldOwner(FieldOwner))
+		if kerrors.IsAlreadyExists(err) {
+			return proxy.Transientf("%s %s/%s appeared while being created; it is checked again", kindOf(obj), key.Namespace, key.Name)
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	if err := childOwned(existing, dep, mark); err != nil {
+		return err
+	}
+	next, err := rewritten(existing, obj)
+	if err != nil {
+		return err
+	}
+	if err := d.client.Update(ctx, next, client.FieldOwner(FieldOwner)); err != nil {
+		if kerrors.IsConflict(err) {
+			return proxy.Transientf("%s %s/%s changed while being written; will retry", kindOf(obj), key.Namespace, key.Name)
+		}
+		return err
+	}
+	return nil
+}
+
+// childOwned refuses an existing child that is not mark's: without the
+// mark's labels, or controlled by anything but dep (nil: by anything).
+func childOwned(obj client.Object, dep *appsv1.Deployment, mark proxy.Mark) error {
+	l := obj.GetLabels()
+	got := proxy.Mark{UID: l[LabelUID], InstallationID: l[LabelInstallation]}
+	what := fmt.Sprintf("%s %s/%s", kindOf(obj), obj.GetNamespace(), obj.GetName())
+	switch {
+	case l[LabelManagedBy] != ManagedBy || got.UID == "":
+		return proxy.Permanentf("%s exists and was not created by provider-egressproxy for this proxy; it is left as it is: choose another external name, or remove it", what)
+	case got != mark:
+		return proxy.Permanentf("%s belongs to another resource (UID %s, installation %q); it is left as it is: choose another external name", what, got.UID, got.InstallationID)
+	}
+	if c := metav1.GetControllerOf(obj); c != nil {
+		mine := c.Kind == "Deployment" && c.Name == obj.GetName() && (dep == nil || c.UID == dep.UID)
+		if !mine {
+			return proxy.Permanentf("%s is controlled by %s %s, not by this proxy's Deployment; it is left as it is", what, c.Kind, c.Name)
+		}
+	}
+	return nil
+}
+
+// rewritten is existing with what the driver sets taken from want: labels
+// and annotations merged (others' stay), ownerReferences, and the data or
+// spec; the UID and resourceVersion stay existing's, as preconditions.
+func rewritten(existing, want client.Object) (client.Object, error) {
+	meta := func(next client.Object) {
+		next.SetLabels(merged(existing.GetLabels(), want.GetLabels()))
+		next.SetOwnerReferences(want.GetOwnerReferences())
+	}
+	switch w := want.(type) {
+	case *networkingv1.NetworkPolicy:
+		next := existing.(*networkingv1.NetworkPolicy).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		next.Spec = w.Spec
+		return next, nil
+	case *corev1.Secret:
+		next := existing.(*corev1.Secret).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		next.Type, next.Data, next.StringData = w.Type, w.Data, nil
+		return next, nil
+	case *corev1.Service:
+		next := existing.(*corev1.Service).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		nodePorts := map[string]int32{}
+		for _, p := range next.Spec.Ports {
+			nodePorts[p.Name] = p.NodePort
+		}
+		ports := slices.Clone(w.Spec.Ports)
+		if w.Spec.Type != corev1.ServiceTypeClusterIP {
+			for i := range ports {
+				ports[i].NodePort = nodePorts[ports[i].Name]
+			}
+		}
+		next.Spec.Type = w.Spec.Type
+		next.Spec.Selector = w.Spec.Selector
+		next.Spec.Ports = ports
+		next.Spec.ExternalTrafficPolicy = w.Spec.ExternalTrafficPolicy
+		next.Spec.LoadBalancerSourceRanges = w.Spec.LoadBalancerSourceRanges
+		if w.Spec.Type == corev1.ServiceTypeClusterIP {
+			next.Spec.AllocateLoadBalancerNodePorts = nil
+			next.Spec.HealthCheckNodePort = 0
+		}
+		return next, nil
+	}
+	return nil, proxy.Permanentf("cannot write a %T", want)
+}
+
+// kindOf names obj's kind for messages.
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *corev1.Secret:
+		return "Secret"
+	case *corev1.Service:
+		return "Service"
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *networkingv1.NetworkPolicy:
+		return "NetworkPolicy"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// complete brings dep (ours, not being deleted) and its children in line
+// with req. force rewrites the children even when dep's hashes say they are
+// current (a repeated Create may follow one that stopped half-way; Update
+// is also called for a missing child). The Deployment is rewritten only
+// when a hash differs.
+func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, force bool) (proxy.Instance, error) {
+	want := proxy.Hash(req)
+	configHash := squid.Hash(files)
+	current := dep.Annotations[AnnotationSpecHash] == want &&
+		dep.Annotations[AnnotationTemplateHash] == d.cfg.templateHash() &&
+		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash
+	if current && !force {
+		return d.view(ctx, dep)
+	}
+	if err := d.children(ctx, dep, req, files); err != nil {
+		return proxy.Instance{}, err
+	}
+	if current {
+		return d.view(ctx, dep)
+	}
+	// Read-modify-write of the whole spec, keeping what others added to the
+	// metadata (the Deployment controller's revision annotation).
+	desired := buildDeployment(d.cfg, req, files, want, d.now())
+	next := dep.DeepCopy()
+	next.TypeMeta = desired.TypeMeta
+	next.Labels = merged(dep.Labels, desired.Labels)
+	ann := desired.Annotations
+	if c, ok := dep.Annotations[AnnotationCreatedAt]; ok {
+		ann[AnnotationCreatedAt] = c
+	}
+	next.Annotations = merged(dep.Annotations, ann)
+	if req.Exposure.ServiceType == "" {
+		delete(next.Annotations, AnnotationService)
+	}
+	desired.Spec.Selector = dep.Spec.Selector // immutable
+	next.Spec = desired.Spec
+	next.Status = appsv1.DeploymentStatus{}
+	if err := d.client.Update(ctx, next, client.FieldOwner(FieldOwner)); err != nil {
+		return proxy.Instance{}, fmt.Errorf("cannot update Deployment %s/%s: %w", dep.Namespace, dep.Name, err)
+	}
+	d.logger(ctx).V(1).Info("updated Deployment", "namespace", dep.Namespace, "name", dep.Name, "specHash", want, "configHash", configHash)
+	return d.view(ctx, next)
+}
+
+// ensureService applies the Service req wants, or deletes the one it no
+// longer wants.
+func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req proxy.Request) error {
+	switch t := req.Exposure.ServiceType; t {
+	case "":
+		if _, had := dep.Annotations[AnnotationService]; !had {
+			return nil
+		}
+		// Only this proxy's own Service goes, and only the one read.
+		svc := &corev1.Service{}
+		err := d.live.Get(ctx, client.ObjectKeyFromObject(dep), svc)
+		switch {
+		case kerrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("cannot get Service %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+		if err := childOwned(svc, dep, req.Mark); err != nil {
+			return nil // not ours: never deleted; nothing of ours to remove
+		}
+		if err := d.client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID}); err != nil && !kerrors.IsNotFound(err) {
+			return fmt.Errorf("cannot delete Service %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+		return nil
+	case string(corev1.ServiceTypeClusterIP), string(corev1.ServiceTypeLoadBalancer):
+		if err := d.writeChild(ctx, dep, req.Mark, buildService(dep, req), &corev1.Service{}); err != nil {
+			return fmt.Errorf("cannot write Service %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+		return nil
+	default:
+		return proxy.Permanentf("service type %q is not supported: want ClusterIP or LoadBalancer", t)
+	}
+}
+
+// checkRequest rejects what no object could be built from.
+func checkRequest(req proxy.Request) error {
+	switch {
+	case !validName.MatchString(req.Name):
+		return proxy.Permanentf("invalid instance name %q: want a DNS label of at most 63 characters starting with a letter", req.Name)
+	case req.Mark.UID == "" || req.Mark.InstallationID == "":
+		return proxy.Permanentf("request for %q carries no complete ownership mark", req.Name)
+	case !labelValue.MatchString(req.Mark.UID) || !labelValue.MatchString(req.Mark.InstallationID):
+		return proxy.Permanentf("the ownership mark of %q is not valid as label values", req.Name)
+	case req.Proxy.Port < 1 || req.Proxy.Port > 65535:
+		return proxy.Permanentf("port %d is out of range", req.Proxy.Port)
+	}
+	return nil
+}
+
+// adoptable refuses an existing Deployment that is not this request's.
+func adoptable(dep *appsv1.Deployment, m proxy.Mark) error {
+	got := proxy.Mark{UID: dep.Labels[LabelUID], InstallationID: dep.Labels[LabelInstallation]}
+	switch {
+	case got.UID == "" || dep.Labels[LabelManagedBy] != ManagedBy:
+		return proxy.Permanentf("Deployment %s/%s exists and carries no ownership mark of provider-egressproxy; refusing to adopt it", dep.Namespace, dep.Name)
+	case got != m:
+		return proxy.Permanentf("Deployment %s/%s belongs to another resource (UID %s, installation %q); refusing to adopt it", dep.Namespace, dep.Name, got.UID, got.InstallationID)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// List implements proxy.Driver: the Deployments in the config's namespace
+// carrying installationID's mark.
+func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
+	l, err := d.list(ctx, installationID)
+	return l, d.wrap(err, opList)
+}
+
+func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if installationID == "" {
+		return nil, proxy.Permanentf("empty installation ID")
+	}
+	if !labelValue.MatchString(installationID) {
+		return nil, proxy.Permanentf("installation ID %q is not a valid label value", installationID)
+	}
+	l := &appsv1.DeploymentList{}
+	if err := d.client.List(ctx, l, client.InNamespace(d.cfg.Namespace),
+		client.MatchingLabels{LabelManagedBy: ManagedBy, LabelInstallation: installationID}); err != nil {
+		return nil, fmt.Errorf("cannot list Deployments in %s: %w", d.cfg.Namespace, err)
+	}
+	out := make([]proxy.Instance, 0, len(l.Items))
+	for i := range l.Items {
+		if l.Items[i].Labels[LabelUID] == "" {
+			continue
+		}
+		out = append(out, listed(&l.Items[i]))
+	}
+	return out, nil
+}

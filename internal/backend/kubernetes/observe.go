@@ -1,0 +1,162 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// Get implements proxy.Driver.
+func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	inst, err := d.get(ctx, ref)
+	return inst, d.wrap(err, opGet)
+}
+
+func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	dep, err := d.deployment(ctx, ref)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	return d.view(ctx, dep)
+}
+
+// deployment reads the Deployment ref names: by ID (namespace/name) when
+// it has one, else by name in the config's namespace. The cache holds only
+// the Deployments the driver made and may lag a create by a moment, so a
+// miss is confirmed with a live read when ref asks (an import, a resource
+// being deleted). A miss is otherwise trusted: at worst Create finds the
+// Deployment exists and adopts it, as it carries this resource's mark.
+func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deployment, error) {
+	key, err := d.key(ref)
+	if err != nil {
+		return nil, err
+	}
+	dep := &appsv1.Deployment{}
+	err = d.client.Get(ctx, key, dep)
+	if kerrors.IsNotFound(err) && ref.Live && d.live != client.Reader(d.client) {
+		err = d.live.Get(ctx, key, dep)
+	}
+	if kerrors.IsNotFound(err) {
+		return nil, proxy.NotFoundf("Deployment %s/%s not found", key.Namespace, key.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot get Deployment %s/%s: %w", key.Namespace, key.Name, err)
+	}
+	return dep, nil
+}
+
+// key is where ref's Deployment lives.
+func (d *Driver) key(ref proxy.Ref) (types.NamespacedName, error) {
+	if ref.ID == "" {
+		if !validName.MatchString(ref.Name) {
+			return types.NamespacedName{}, proxy.Permanentf("invalid instance name %q", ref.Name)
+		}
+		return types.NamespacedName{Namespace: d.cfg.Namespace, Name: ref.Name}, nil
+	}
+	ns, name, ok := strings.Cut(ref.ID, "/")
+	if !ok || !dnsLabel.MatchString(ns) || !validName.MatchString(name) {
+		return types.NamespacedName{}, proxy.Permanentf("malformed instance ID %q: want <namespace>/<name>", ref.ID)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// view reads dep's pods (and Service) and reports the instance.
+func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instance, error) {
+	if dep.Labels[LabelManagedBy] != ManagedBy || dep.Labels[LabelUID] == "" {
+		// Not ours: its pods are not in the cache; report it as it is.
+		return observe(dep, nil, nil, d.cfg.templateHash()).inst, nil
+	}
+	var pods []corev1.Pod
+	if dep.DeletionTimestamp == nil {
+		l := &corev1.PodList{}
+		if err := d.client.List(ctx, l, client.InNamespace(dep.Namespace),
+			client.MatchingLabels{LabelName: dep.Labels[LabelName], LabelUID: dep.Labels[LabelUID]}); err != nil {
+			return proxy.Instance{}, fmt.Errorf("cannot list the pods of %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+		pods = l.Items
+	}
+	var svc *corev1.Service
+	var missing []string
+	if t := dep.Annotations[AnnotationService]; t != "" && dep.DeletionTimestamp == nil {
+		s := &corev1.Service{}
+		key := client.ObjectKeyFromObject(dep)
+		err := d.client.Get(ctx, key, s)
+		if kerrors.IsNotFound(err) && d.live != client.Reader(d.client) {
+			err = d.live.Get(ctx, key, s)
+		}
+		switch {
+		case err == nil && childOwned(s, dep, markOf(dep)) == nil:
+			svc = s
+		case err == nil || kerrors.IsNotFound(err):
+			// Missing, or another's of the same name (whose address is not
+			// the proxy's).
+			// Wanted but missing: no address until Update brings it back.
+			svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: dep.Name}, Spec: corev1.ServiceSpec{Type: corev1.ServiceType(t)}}
+			missing = append(missing, "Service")
+		default:
+			return proxy.Instance{}, fmt.Errorf("cannot get Service %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+	}
+	o := observe(dep, pods, svc, d.cfg.templateHash())
+	if o.probe == "" && dep.DeletionTimestamp == nil && d.now().Sub(dep.CreationTimestamp.Time) > secretCheckAfter {
+		// No pod serves long after creation: a Secret that was never
+		// created (a crash right after the Deployment) or was deleted keeps
+		// it from starting. One read, only for a proxy in this state.
+		err := d.live.Get(ctx, client.ObjectKeyFromObject(dep), &corev1.Secret{})
+		switch {
+		case kerrors.IsNotFound(err):
+			missing = append(missing, "Secret")
+		case err != nil:
+			return proxy.Instance{}, fmt.Errorf("cannot get Secret %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+	}
+	if len(missing) > 0 && o.inst.SpecHash != "" {
+		// Out of date whatever the hashes say: the controller calls Update,
+		// which creates them again.
+		o.inst.SpecHash = childrenMissing
+		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
+	}
+	if target := d.probeTarget(o, svc, dep); target != "" {
+		ok, pending := d.prober.Reachable(ctx, dep.Labels[LabelUID]+"/"+o.probeKey, target)
+		o.inst.ProxyReachable = ok
+		if !ok && o.inst.Progress == "" {
+			if pending {
+				o.inst.Progress = "checking that the proxy answers on " + target
+			} else {
+				o.inst.Progress = "the proxy does not answer on " + target
+			}
+		}
+	} else if o.probe != "" {
+		// A serving pod's readiness probe connected to the proxy port.
+		o.inst.ProxyReachable = true
+	}
+	return o.inst, nil
+}
+
+// probeTarget is the address to check that the proxy answers on, or ""
+// when its pod's readiness stands for the check (see Options.DialPods) or
+// no pod serves.
+func (d *Driver) probeTarget(o observation, svc *corev1.Service, dep *appsv1.Deployment) string {
+	switch {
+	case o.probe == "":
+		return ""
+	case d.dialPods:
+		return o.probe
+	case svc != nil && svc.Spec.Type == corev1.ServiceTypeLoadBalancer && o.inst.IP != "":
+		return net.JoinHostPort(o.inst.IP, formatPort(portOf(dep)))
+	}
+	return ""
+}

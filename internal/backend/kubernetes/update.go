@@ -1,0 +1,40 @@
+package kubernetes
+
+import (
+	"context"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// Update implements proxy.Driver: every setting changes in place. A changed
+// squid.conf or htpasswd changes the pod template's config hash, which
+// rolls the pod (the new one first).
+func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	inst, err := d.update(ctx, ref, req)
+	return inst, d.wrap(err, opUpdate)
+}
+
+func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	dep, err := d.deployment(ctx, ref)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if err := owned(dep, req.Mark, "update"); err != nil {
+		return proxy.Instance{}, err
+	}
+	if dep.DeletionTimestamp != nil {
+		return proxy.Instance{}, proxy.Transientf("Deployment %s/%s is being deleted", dep.Namespace, dep.Name)
+	}
+	req.Name = dep.Name // the objects are named after the Deployment
+	files, err := squid.Render(req.Proxy, squidOptions(req, d.clusterNetworks(ctx)))
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	// Get reports a proxy with a missing child as out of date: Update
+	// rewrites the children whatever the hashes say.
+	return d.complete(ctx, dep, req, files, true)
+}
