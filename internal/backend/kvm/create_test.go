@@ -444,3 +444,83 @@ func TestCreate_cloudInitSentinelNeverLoggedOrInErrors(t *testing.T) {
 		}
 	}
 }
+
+// deleteAsTheController is a resource's deletion as the controller runs
+// it: Get with Ref.Deleting, Delete while Get finds something, until Get
+// says NotFound. It returns what the first Get reported.
+func (e *testEnv) deleteAsTheController(r proxy.Ref) proxy.Instance {
+	e.t.Helper()
+	r.Deleting, r.Live = true, true
+	var first proxy.Instance
+	for i := range 10 {
+		inst, err := e.d.Get(context.Background(), r)
+		if proxy.IsNotFound(err) {
+			return first
+		}
+		if err != nil {
+			e.t.Fatalf("Get of the resource being deleted: %v", err)
+		}
+		if i == 0 {
+			first = inst
+		}
+		if inst.Mark != r.Mark {
+			e.t.Fatalf("Get of the resource being deleted reports mark %+v, not the resource's", inst.Mark)
+		}
+		if err := e.d.Delete(context.Background(), r); err != nil {
+			e.t.Fatalf("Delete: %v", err)
+		}
+		e.waitBackgroundDone()
+	}
+	e.t.Fatal("the deletion never ended: Get keeps finding the instance")
+	return first
+}
+
+// TestDelete_afterACrashAtEveryCreateStepLeavesNothing stops the provider
+// at every backend call of a Create, restarts it with no memory, and
+// deletes the resource instead of resuming, with and without the ID the
+// lost Create would have recorded: the overlay and seed a Create cut short
+// left without a domain are found by name, reported while they remain,
+// and removed; only the shared base image stays.
+func TestDelete_afterACrashAtEveryCreateStepLeavesNothing(t *testing.T) {
+	refEnv := newTestEnv(t)
+	warm(t, refEnv)
+	before := refEnv.host.ncallsNow()
+	createAndBoot(t, refEnv, "web", "uid-1")
+	n := refEnv.host.ncallsNow() - before
+	sawLeftovers := false
+	for k := 1; k <= n; k++ {
+		for _, withID := range []bool{true, false} {
+			e := newTestEnv(t)
+			warm(t, e)
+			e.host.setCrashAt(e.host.ncallsNow() + k)
+			req := e.request("web", "uid-1")
+			_, _ = e.observeOrCreate(req)
+			e.waitBackgroundDone()
+			where := fmt.Sprintf("crash at call %d of %d (%s), ID recorded %t", k, n, e.host.callAt(before+k), withID)
+			e.crash()
+			e.host.setCrashAt(0)
+			r := proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+			if withID {
+				r.ID = formatID("lab", req.Name)
+			}
+			onlyVolumes := len(e.host.domainNames()) == 0 && slices.ContainsFunc(e.host.volNames(), func(v string) bool { return strings.HasPrefix(v, "web") })
+			first := e.deleteAsTheController(r)
+			if onlyVolumes {
+				sawLeftovers = true
+				if first.State != proxy.StateStopped || !strings.Contains(first.Progress, "remain in pool default") {
+					t.Errorf("%s: Get of the deleted resource with only volumes left = %+v; want Stopped naming them", where, first)
+				}
+			}
+			if got := e.host.domainNames(); len(got) != 0 {
+				t.Errorf("%s: domains left: %v", where, got)
+			}
+			base := imageOf(e).volume()
+			if diff := cmp.Diff([]string{base, base + ".sha256"}, e.host.volNames()); diff != "" {
+				t.Errorf("%s: volumes after the deletion (-want +got):\n%s", where, diff)
+			}
+		}
+	}
+	if !sawLeftovers {
+		t.Error("no crash point left volumes without a domain: the test proves nothing")
+	}
+}

@@ -87,6 +87,9 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 			}
 			return pe.view(), nil
 		}
+		if ref.Deleting {
+			return d.leftovers(ctx, api, h, name, ref.Mark)
+		}
 		return proxy.Instance{}, proxy.NotFoundf("domain %s does not exist on host %s", name, h.Name)
 	}
 	if err != nil {

@@ -143,23 +143,24 @@ func isSeedOf(ctx context.Context, api Libvirt, vol libvirt.StorageVol, name str
 	return false, nil
 }
 
-// deleteOwnVolumes deletes the overlay and the seed of instance name when
-// they are its own (see the top of this file); others of the same names are
-// left, with a log line.
-func (d *Driver) deleteOwnVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string) error {
+// ownVolumes returns the overlay and the seed of instance name that are
+// its own (see the top of this file), whether or not its domain exists;
+// others of the same names are left out, with a log line.
+func (d *Driver) ownVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string) ([]libvirt.StorageVol, error) {
+	var out []libvirt.StorageVol
 	for _, vn := range []string{overlayName(name), seedName(name)} {
 		v, err := api.StorageVolLookupByName(ctx, pool, vn)
 		if isCode(err, libvirt.ErrNoStorageVol) {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := claimable(ctx, api, pool, v, name, hostName); err != nil {
 			if !proxy.IsPermanent(err) {
-				return err
+				return nil, err
 			}
-			d.log(ctx).Info("kvm delete leaves a volume another domain uses", "host", hostName, "volume", vn)
+			d.log(ctx).Info("kvm leaves a volume another domain uses", "host", hostName, "volume", vn)
 			continue
 		}
 		var own bool
@@ -169,15 +170,55 @@ func (d *Driver) deleteOwnVolumes(ctx context.Context, api Libvirt, pool libvirt
 			own, err = isSeedOf(ctx, api, v, name)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !own {
-			d.log(ctx).Info("kvm delete leaves a volume it did not create", "host", hostName, "volume", vn)
+			d.log(ctx).Info("kvm leaves a volume it did not create", "host", hostName, "volume", vn)
 			continue
 		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// deleteOwnVolumes deletes the overlay and the seed of instance name when
+// they are its own (ownVolumes).
+func (d *Driver) deleteOwnVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string) error {
+	vols, err := d.ownVolumes(ctx, api, pool, name, hostName)
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
 		if err := api.StorageVolDelete(ctx, v); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
 			return err
 		}
 	}
 	return nil
+}
+
+// leftovers reports the volumes a Create cut short left of instance name
+// on h, for a resource being deleted whose domain is missing (see
+// proxy.Ref.Deleting): NotFound when there are none.
+func (d *Driver) leftovers(ctx context.Context, api Libvirt, h Host, name string, mark proxy.Mark) (proxy.Instance, error) {
+	missing := proxy.NotFoundf("domain %s does not exist on host %s", name, h.Name)
+	pool, err := api.StoragePoolLookupByName(ctx, h.pool())
+	if isCode(err, libvirt.ErrNoStoragePool) {
+		return proxy.Instance{}, missing
+	}
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	vols, err := d.ownVolumes(ctx, api, pool, name, h.Name)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if len(vols) == 0 {
+		return proxy.Instance{}, missing
+	}
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = v.Name
+	}
+	return proxy.Instance{ID: formatID(h.Name, name), Name: name, Mark: mark, State: proxy.StateStopped,
+		Progress: "no domain; volumes " + strings.Join(names, ", ") + " remain in pool " + pool.Name + " and are deleted with the resource"}, nil
 }

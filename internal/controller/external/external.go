@@ -230,7 +230,9 @@ func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 }
 
 // observeDeleting observes a resource being deleted with deletionRef. An
-// instance that is gone, or is not this resource's, lets the resource go.
+// instance that is gone, or is not this resource's, lets the resource go;
+// pieces a Create cut short left without an instance are reported by the
+// driver as an instance (Ref.Deleting), so Delete removes them first.
 // One the driver cannot read for good (a Permanent error, such as a host
 // removed from the config) is handed to the driver's Delete at once, which
 // knows whether it can let go of it: otherwise the runtime, which only
@@ -355,7 +357,7 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 
 func ref(mg resource.Managed, req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
 	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation,
-		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg)}
+		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg), Deleting: meta.WasDeleted(mg)}
 }
 
 // creates reports whether management policies p let the resource create
