@@ -40,7 +40,13 @@ type fixture struct {
 	driver *gcp.Driver
 	logs   *logBuffer
 	probed *probeRecorder
+	// opts built driver; newDriver builds another (a restarted provider).
+	opts gcp.Options
 }
+
+// newDriver is a new driver on the same fake and options, with no memory
+// of the last one's: a provider restarted.
+func (f *fixture) newDriver() *gcp.Driver { return gcp.New(f.opts) }
 
 type logBuffer struct {
 	mu sync.Mutex
@@ -98,6 +104,7 @@ func newFixture(t *testing.T, mutate ...func(*gcp.Options)) *fixture {
 	for _, m := range mutate {
 		m(&o)
 	}
+	f.opts = o
 	f.driver = gcp.New(o)
 	return f
 }

@@ -49,8 +49,8 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 			Placement: ref.Placement, Progress: progress, Operation: joinOps(inflight),
 		}, nil
 	}
-	if ref.ID != "" {
-		left, err := d.leftovers(ctx, zone, name, ref.Mark)
+	if ref.ID != "" || ref.Deleting {
+		left, err := d.leftovers(ctx, zone, name, ref.Mark, ref.Deleting)
 		if err != nil {
 			return proxy.Instance{}, d.fail(ctx, opGet, err)
 		}
@@ -98,14 +98,22 @@ func (d *Driver) follow(ctx context.Context, ops []OpRef) ([]OpRef, string, erro
 
 // leftovers says what of a deleted instance is still being removed: a
 // disabled rule of ours, or a static address labelled LabelDeleting; ""
-// when nothing is. It is read only when the instance is gone and the
-// resource had one, so steady state never pays for it.
-func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Mark) (string, error) {
+// when nothing is. For a resource being deleted (deleting) it is also a
+// rule or an unretained address carrying the resource's mark that a
+// Create cut short left before its instance appeared. It is read only
+// when the instance is gone and the resource had one or is being
+// deleted, so steady state never pays for it.
+func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Mark, deleting bool) (string, error) {
+	deleting = deleting && mark.UID != ""
 	fw, err := d.api.GetFirewall(ctx, name)
 	switch {
 	case err == nil:
-		if m, ok := firewallMark(fw); ok && fw.GetDisabled() && (mark.UID == "" || m.UID == mark.UID) {
+		m, ok := firewallMark(fw)
+		if ok && fw.GetDisabled() && (mark.UID == "" || m.UID == mark.UID) {
 			return "deleting: firewall rule " + name + " remains", nil
+		}
+		if ok && deleting && ownedBy(m, mark) {
+			return "deleting: firewall rule " + name + ", made before the instance, remains", nil
 		}
 	case !isNotFound(err):
 		return "", fmt.Errorf("reading firewall rule %q: %w", name, classify(err))
@@ -116,6 +124,9 @@ func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Ma
 		l := a.GetLabels()
 		if l[LabelDeleting] == "true" && (mark.UID == "" || l[LabelUID] == mark.UID) {
 			return "deleting: releasing static address " + name, nil
+		}
+		if deleting && l[LabelUID] != "" && ownedBy(markOf(l), mark) && l[LabelRetain] != "true" {
+			return "deleting: static address " + name + ", reserved before the instance, remains", nil
 		}
 	case !isNotFound(err):
 		return "", fmt.Errorf("reading address %q: %w", name, classify(err))

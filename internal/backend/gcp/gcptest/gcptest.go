@@ -70,6 +70,7 @@ type Server struct {
 	busy         bool
 	failNext     []failure
 	failOps      []opFailure
+	cut          *cut
 	held         map[string]bool // zone/name of instances whose deletion is held
 	auto         time.Duration
 	quotas       map[string][]Quota
@@ -124,6 +125,13 @@ type failure struct {
 	status       int
 	reason       string
 	message      string
+}
+
+// cut is a connection the fake will close (CutAt).
+type cut struct {
+	match func(method, path string) bool
+	after bool
+	n     int // matching requests still to pass before the cut one
 }
 
 type opFailure struct {
@@ -275,6 +283,47 @@ func (s *Server) FailNextOperation(resource, opType, code, message string, httpS
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failOps = append(s.failOps, opFailure{resource: resource, opType: opType, code: code, message: message, httpStatus: httpStatus, httpMsg: strings.ToUpper(http.StatusText(httpStatus))})
+}
+
+// CutAt closes the connection of the n-th request (counting from 1)
+// from now on for which match (nil: every request) holds, without an
+// answer: before the fake acts on it, or with after, once it has (the
+// client never learns that it did). It models a cut connection and a
+// provider that dies in the middle of a call. Once is enough: the cut
+// is then forgotten.
+func (s *Server) CutAt(n int, after bool, match func(method, path string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if match == nil {
+		match = func(string, string) bool { return true }
+	}
+	s.cut = &cut{match: match, after: after, n: n - 1}
+}
+
+// cutNow reports whether this request's connection is to be cut, and
+// whether after the fake acted on it. s.mu is held.
+func (s *Server) cutNow(method, path string) (bool, bool) {
+	c := s.cut
+	if c == nil || !c.match(method, path) {
+		return false, false
+	}
+	if c.n > 0 {
+		c.n--
+		return false, false
+	}
+	s.cut = nil
+	return true, c.after
+}
+
+// hangUp closes the client's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // ClearFailures drops the failures FailNext and FailNextOperation queued
@@ -494,6 +543,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "backendError", "Backend Error")
 		return
 	}
+	cutIt, cutAfter := s.cutNow(r.Method, rest)
+	if cutIt && !cutAfter {
+		hangUp(w)
+		return
+	}
 	for i, f := range s.failNext {
 		if f.method == r.Method && strings.Contains(rest, f.path) {
 			s.failNext = slices.Delete(s.failNext, i, i+1)
@@ -503,6 +557,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	status, resp := s.route(r, strings.Split(rest, "/"), body)
 	s.check(r, "projects/"+m[1]+"/"+rest, body, status, resp)
+	if cutIt {
+		hangUp(w)
+		return
+	}
 	if status >= 400 {
 		e := resp.(apiErr) //nolint:forcetypeassert // route returns apiErr with error statuses.
 		writeError(w, status, e.reason, e.message)
