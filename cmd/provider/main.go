@@ -50,7 +50,8 @@ import (
 func main() {
 	start := time.Now()
 	var (
-		debug              = flag.Bool("debug", false, "Log at debug level (V(1) and more).")
+		debug              = flag.Bool("debug", false, "Log at debug level: every reconcile, and the backends' V(1) lines (one per backend request); --verbosity 1.")
+		verbosity          = flag.Int("verbosity", 0, "Log verbosity: 0 info, 1 as --debug, 2 adds the backends' V(2) lines (the resolved parameters of a create).")
 		logFormat          = flag.String("log-format", "json", "Log format: json or console.")
 		syncInterval       = flag.Duration("sync", time.Hour, "How often the manager's caches resync every object (a full resync; the proxy controllers act on changes and polls, not on resyncs).")
 		pollInterval       = flag.Duration("poll", 5*time.Minute, "How often a Ready proxy is checked on its backend (one API call per proxy on GCP: see docs/operations.md for the quota arithmetic).")
@@ -80,9 +81,14 @@ func main() {
 		gcdebug.SetGCPercent(50)
 	}
 
-	zo := zap.Options{Development: *debug}
-	if *debug {
-		zo.Level = zapcore.DebugLevel
+	v := *verbosity
+	if *debug && v < 1 {
+		v = 1
+	}
+	zo := zap.Options{Development: v > 0}
+	if v > 0 {
+		// logr's V(n) is zap's level -n.
+		zo.Level = zapcore.Level(-v)
 	}
 	if *logFormat == "console" {
 		zo.Development = true

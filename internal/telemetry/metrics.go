@@ -20,7 +20,7 @@ var BackendCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 
 func init() {
 	// controller-runtime's registry is what the manager serves on /metrics.
-	metrics.Registry.MustRegister(BackendCalls, ConfigTargetHealthy, Orphans)
+	metrics.Registry.MustRegister(BackendCalls, BackendRequests, ConfigTargetHealthy, Orphans)
 }
 
 // ConfigTargetHealthy is 1 when a ProviderConfig's target (a host, node,
@@ -60,3 +60,14 @@ var Orphans = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 func ForgetOrphans(config string) {
 	Orphans.DeletePartialMatch(prometheus.Labels{"config": config})
 }
+
+// BackendRequests times every request a driver makes to its backend (a
+// libvirt RPC, a Proxmox, Compute Engine or Kubernetes API request: one
+// BackendCalls observation is made of several), by backend, call (the
+// RPC or API method, never an identifier) and error class.
+var BackendRequests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Namespace: "egressproxy",
+	Name:      "backend_request_duration_seconds",
+	Help:      "Duration of the requests backend drivers make to their backends (libvirt RPCs, API requests) by backend, call and error class (none on success; not_found, transient, permanent, quota).",
+	Buckets:   []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+}, []string{"backend", "call", "error_class"})

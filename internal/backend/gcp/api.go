@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/option"
+	htransport "google.golang.org/api/transport/http"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -68,7 +69,16 @@ type sdk struct {
 // (credentials, or an endpoint and no authentication in tests).
 func NewSDK(ctx context.Context, project string, opts ...option.ClientOption) (API, error) {
 	s := &sdk{project: project, timeout: DefaultCallTimeout}
-	var err error
+	// One HTTP client for every service client, authenticated from opts and
+	// built on the decorator, so that every request is a span, a log line
+	// and a metric (the SDK's own instrumentation is off: it would be a
+	// second span per request).
+	hc, _, err := htransport.NewClient(ctx, append(opts[:len(opts):len(opts)], option.WithScopes(scope), option.WithTelemetryDisabled())...)
+	if err != nil {
+		return nil, err
+	}
+	hc.Transport = observedTransport(hc.Transport)
+	opts = append(opts[:len(opts):len(opts)], option.WithHTTPClient(hc))
 	if s.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
 		return nil, err
 	}

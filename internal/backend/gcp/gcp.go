@@ -41,6 +41,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Driver operations, as they appear in (*proxy.Error).Op.
@@ -246,7 +247,7 @@ func (d *Driver) log(ctx context.Context) logr.Logger {
 	if d.o.Log != nil {
 		l = *d.o.Log
 	}
-	return l.WithName("gcp").WithValues("provider", d.o.Provider)
+	return telemetry.Logger(ctx, l.WithName("gcp").WithValues("provider", d.o.Provider))
 }
 
 // fail gives err its class (unless it has one), the provider and op.

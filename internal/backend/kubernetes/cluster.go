@@ -66,6 +66,36 @@ func NewCluster(cfg *rest.Config, c client.Client, live client.Reader) (*Cluster
 	}, nil
 }
 
+// NewLocalCluster is the Cluster of the cluster the provider runs in,
+// DialPods set: reads from cache (the manager's, which holds the labelled
+// objects: CacheByObject), Secrets and live reads from the API server, and
+// writes, all through clients of Observed(cfg), so that every request the
+// driver makes is a span, a log line and a metric, and none that
+// crossplane-runtime makes on the manager's client is counted as one.
+func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, cache client.Reader) (*Cluster, error) {
+	cfg = Observed(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	live, err := client.New(cfg, client.Options{Scheme: scheme, HTTPClient: hc})
+	if err != nil {
+		return nil, err
+	}
+	// As the manager's client: Secrets are never cached (the provider
+	// would otherwise watch every Secret of the cluster).
+	c, err := client.New(cfg, client.Options{Scheme: scheme, HTTPClient: hc, Cache: &client.CacheOptions{Reader: cache, DisableFor: []client.Object{&corev1.Secret{}}}})
+	if err != nil {
+		return nil, err
+	}
+	cl, err := NewCluster(cfg, c, live)
+	if err != nil {
+		return nil, err
+	}
+	cl.DialPods = true
+	return cl, nil
+}
+
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *Prober) *Driver {
 	return New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
@@ -161,6 +191,7 @@ func (r *Remote) newCluster(kubeconfig []byte) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg = Observed(cfg)
 	// One HTTP client of its own, so its connections can be closed when
 	// the Cluster leaves the pool.
 	hc, err := rest.HTTPClientFor(cfg)

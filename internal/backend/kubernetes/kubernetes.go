@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // FieldOwner is the field manager of everything the driver writes.
@@ -138,9 +139,9 @@ func New(o Options) *Driver {
 
 func (d *Driver) logger(ctx context.Context) logr.Logger {
 	if d.log != nil {
-		return *d.log
+		return telemetry.Logger(ctx, *d.log)
 	}
-	return logr.FromContextOrDiscard(ctx).WithName("kubernetes")
+	return telemetry.Logger(ctx, logr.FromContextOrDiscard(ctx).WithName("kubernetes"))
 }
 
 // wrap classifies err and names the provider and the operation.

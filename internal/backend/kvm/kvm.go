@@ -182,9 +182,9 @@ func (b *Backend) Close() {
 
 func (b *Backend) logger(ctx context.Context) logr.Logger {
 	if b.logOpt != nil {
-		return b.logOpt.WithName("kvm")
+		return telemetry.Logger(ctx, b.logOpt.WithName("kvm"))
 	}
-	return logr.FromContextOrDiscard(ctx).WithName("kvm")
+	return telemetry.Logger(ctx, logr.FromContextOrDiscard(ctx).WithName("kvm"))
 }
 
 // Driver returns the proxy.Driver of one config.

@@ -3,13 +3,13 @@ package kvm
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Span names and attributes of the driver's own spans (the driver-level
@@ -45,23 +45,17 @@ func (o *observed) start(ctx context.Context, method string, kv ...string) (cont
 	for i := 0; i+1 < len(kv); i += 2 {
 		attrs = append(attrs, attribute.String(kv[i], kv[i+1]))
 	}
-	ctx, span := o.tracer.Start(ctx, spanPrefix+method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	t0 := time.Now()
+	ctx, call := telemetry.StartCall(ctx, o.tracer, "kvm", method, spanPrefix+method, attrs...)
 	return ctx, func(err error) {
-		fields := []any{"rpc", method, "host", o.host, "duration", time.Since(t0).String()}
+		fields := []any{"rpc", method, "host", o.host}
 		for i := 0; i+1 < len(kv); i += 2 {
 			fields = append(fields, kv[i], kv[i+1])
 		}
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-			fields = append(fields, "error", err.Error())
-			if c, ok := libvirtCode(err); ok {
-				span.SetAttributes(attribute.Int(attrCode, int(c)))
-				fields = append(fields, "libvirtCode", int(c), "libvirtError", codeName(c))
-			}
+		if c, ok := libvirtCode(err); ok && err != nil {
+			call.SetAttributes(attribute.Int(attrCode, int(c)))
+			fields = append(fields, "libvirtCode", int(c), "libvirtError", codeName(c))
 		}
-		o.log(ctx).V(1).Info("libvirt call", fields...)
-		span.End()
+		call.End(o.log(ctx), "libvirt call", err, fields...)
 	}
 }
 

@@ -3,12 +3,9 @@ package proxmox
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
@@ -35,7 +32,7 @@ type observed struct {
 // returned when it started a task.
 func (o *observed) call(ctx context.Context, name, node string, vmid int, fn func(ctx context.Context) (upid string, err error)) error {
 	attrs := append([]attribute.KeyValue{attribute.String("proxmox.call", name)}, o.server...)
-	kv := []any{"call", name}
+	var kv []any
 	if node != "" {
 		attrs = append(attrs, attribute.String("proxmox.node", node))
 		kv = append(kv, "node", node)
@@ -44,26 +41,20 @@ func (o *observed) call(ctx context.Context, name, node string, vmid int, fn fun
 		attrs = append(attrs, attribute.Int("proxmox.vmid", vmid))
 		kv = append(kv, "vmid", vmid)
 	}
-	ctx, span := telemetry.Tracer().Start(ctx, "proxmox."+name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	start := time.Now()
+	ctx, c := telemetry.StartCall(ctx, nil, "proxmox", name, "proxmox."+name, attrs...)
 	upid, err := fn(ctx)
-	took := time.Since(start)
 	if upid != "" {
-		span.SetAttributes(attribute.String("proxmox.upid", upid))
+		c.SetAttributes(attribute.String("proxmox.upid", upid))
 		kv = append(kv, "upid", upid)
 	}
-	kv = append(kv, "duration", took.Round(time.Millisecond).String())
+	class := telemetry.ErrorClass(err)
 	var ae *APIError
 	if errors.As(err, &ae) {
-		span.SetAttributes(attribute.Int("http.response.status_code", ae.Status))
+		c.SetAttributes(attribute.Int("http.response.status_code", ae.Status))
 		kv = append(kv, "httpStatus", ae.Status)
+		class = telemetry.HTTPErrorClass(ae.Status)
 	}
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-		kv = append(kv, "error", err.Error())
-	}
-	span.End()
-	o.logger(ctx).V(1).Info("proxmox api call", kv...)
+	c.EndClass(o.logger(ctx), "proxmox api call", err, class, kv...)
 	return err
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Driver operations, as they appear in (*proxy.Error).Op.
@@ -332,9 +333,9 @@ func (d *Driver) warn(ctx context.Context) {
 
 func (d *Driver) logger(ctx context.Context) logr.Logger {
 	if d.log != nil {
-		return d.log.WithValues("provider", d.provider)
+		return telemetry.Logger(ctx, d.log.WithValues("provider", d.provider))
 	}
-	return logr.FromContextOrDiscard(ctx).WithName("proxmox").WithValues("provider", d.provider)
+	return telemetry.Logger(ctx, logr.FromContextOrDiscard(ctx).WithName("proxmox").WithValues("provider", d.provider))
 }
 
 // wrap classifies err and names the provider and the operation.

@@ -67,10 +67,8 @@ type Binding struct {
 func NewKind(mgr ctrl.Manager) *Binding {
 	b := &Binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
 	b.prober = &kubernetes.Prober{Notify: b.notify}
-	b.local, b.localErr = kubernetes.NewCluster(mgr.GetConfig(), mgr.GetClient(), mgr.GetAPIReader())
+	b.local, b.localErr = kubernetes.NewLocalCluster(mgr.GetConfig(), mgr.GetScheme(), mgr.GetCache())
 	if b.local != nil {
-		// The provider runs in this cluster: it reaches the pods.
-		b.local.DialPods = true
 		if cs, err := authorizationv1.NewForConfig(mgr.GetConfig()); err == nil {
 			b.access = &access{reviews: cs.SelfSubjectAccessReviews(), recheck: 30 * time.Second}
 		}
