@@ -131,6 +131,13 @@ test-pod: test-deps
 bench-podproxy: build controlplane-bins
 	bash hack/bench-podproxy.sh $(or $(N),200) $(or $(DELAY),3s)
 
+# One provider holding N managed resources on the in-memory reference
+# driver: time to Ready, RSS and CPU per poll at 1000, 5000 and 10000, and a
+# restart (docs/scaling.md): make bench-scale N=10000
+.PHONY: bench-scale
+bench-scale: controlplane-bins
+	bash hack/bench-scale.sh $(or $(N),10000)
+
 # The local node: warm start and stop, PodProxy create-to-Ready on real
 # pods (as root): make bench-node ROUNDS=3 PROXIES=3
 .PHONY: bench-node

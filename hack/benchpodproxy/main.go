@@ -27,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -57,6 +56,7 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -610,54 +610,6 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 	return nil
 }
 
-// inParallel calls fn for 0..n-1 on workers goroutines and returns the
-// first error.
-func inParallel(n, workers int, fn func(i int) error) error {
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var first error
-	var once sync.Once
-	for range workers {
-		wg.Go(func() {
-			for i := range work {
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	return first
-}
-
-// cpuSince is each process's CPU seconds since before, sorted by name.
-func cpuSince(pids map[string]int, before map[string]float64) []string {
-	var rows []string
-	for name, pid := range pids {
-		c, _ := cpuSeconds(pid)
-		rows = append(rows, fmt.Sprintf("%s %.1f s", name, c-before[name]))
-	}
-	sort.Strings(rows)
-	return rows
-}
-
-// perProxy is the growth of each API server request count, per proxy, for
-// those of at least 0.05.
-func perProxy(before, after map[string]float64, n int) []string {
-	var rows []string
-	for k, v := range after {
-		if d := v - before[k]; d/float64(n) >= 0.05 {
-			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(n)))
-		}
-	}
-	sort.Strings(rows)
-	return rows
-}
-
 func podProxy(i int) *nsproxy.PodProxy {
 	name := fmt.Sprintf("p-%04d", i)
 	return &nsproxy.PodProxy{
@@ -670,14 +622,6 @@ func podProxy(i int) *nsproxy.PodProxy {
 			ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
 		},
 	}
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	i := (len(d)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return d[min(i, len(d)-1)]
 }
 
 // startControllerManager runs kube-controller-manager with the garbage
@@ -859,146 +803,19 @@ func (p *provider) requests(ctx context.Context) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// metricSum sums the samples of one metric whose labels contain filter.
-func metricSum(text, name, filter string) float64 {
-	total := 0.0
-	for _, l := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		if filter != "" && !strings.Contains(l, filter) {
-			continue
-		}
-		f := strings.Fields(l)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			total += v
-		}
-	}
-	return total
-}
-
-// apiserverRequests reads the API server's apiserver_request_total, summed
-// by "resource[/subresource] VERB", leaving out watches.
-func apiserverRequests(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
-	rc, err := rest.RESTClientFor(withCodec(cfg))
-	if err != nil {
-		return nil, err
-	}
-	b, err := rc.Get().AbsPath("/metrics").Do(ctx).Raw()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for _, l := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(l, "apiserver_request_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		kv := map[string]string{}
-		for _, p := range strings.Split(labels, ",") {
-			if k, val, ok := strings.Cut(p, "="); ok {
-				kv[k] = strings.Trim(val, `"`)
-			}
-		}
-		if kv["verb"] == "WATCH" || kv["resource"] == "" {
-			continue
-		}
-		res := kv["resource"]
-		if kv["subresource"] != "" {
-			res += "/" + kv["subresource"]
-		}
-		out[res+" "+kv["verb"]] += v
-	}
-	return out, nil
-}
-
-func withCodec(cfg *rest.Config) *rest.Config {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	return c
-}
-
-// cpuSeconds is utime+stime of pid (USER_HZ is 100 on Linux).
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	s = s[strings.LastIndexByte(s, ')')+2:]
-	f := strings.Fields(s)
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100, nil
-}
-
-// rss is VmHWM (peak resident set) of pid in KiB.
-func rss(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		}
-	}
-	return 0, errors.New("no VmHWM")
-}
-
-// rssParts is the resident set's parts now: anonymous (heap, stacks),
-// file-backed (the binary's pages) and shared memory, from /proc.
-func rssParts(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return "?"
-	}
-	var parts []string
-	for _, l := range strings.Split(string(b), "\n") {
-		for _, k := range []string{"RssAnon:", "RssFile:"} {
-			if v, ok := strings.CutPrefix(l, k); ok {
-				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-				parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(k, "Rss")), ":"), float64(kb)/1024))
-			}
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
-}
-
-func numCPU() int {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	return strings.Count(string(b), "processor\t:")
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// The helpers shared with the other benchmarks.
+var (
+	inParallel        = benchutil.InParallel
+	cpuSince          = benchutil.CPUSince
+	perProxy          = benchutil.PerProxy
+	pct               = benchutil.Pct
+	metricSum         = benchutil.MetricSum
+	apiserverRequests = benchutil.APIServerRequests
+	withCodec         = benchutil.WithCodec
+	cpuSeconds        = benchutil.CPUSeconds
+	rss               = benchutil.PeakRSS
+	rssParts          = benchutil.RSSParts
+	freePort          = benchutil.FreePort
+	numCPU            = benchutil.NumCPU
+	tail              = benchutil.Tail
+)

@@ -42,6 +42,11 @@ type Memory struct {
 	failNext  map[string][]error // by op
 	calls     []string
 	lastIP    uint32
+	// quiet stops recording calls and logs (Quiet).
+	quiet bool
+	// settleAfter settles a provisioning instance on the first Get this
+	// long after its creation (SettleAfter).
+	settleAfter time.Duration
 }
 
 // memState is the backend's own state, mapped onto proxy.State by Get.
@@ -208,6 +213,9 @@ func (m *Memory) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
+	if m.settleAfter > 0 && in.state == memProvisioning && !in.deleting && time.Since(in.createdAt) >= m.settleAfter {
+		m.setState(in, memRunning)
+	}
 	return m.view(in), nil
 }
 
@@ -304,6 +312,73 @@ func (m *Memory) Check(ctx context.Context) proxy.Health {
 }
 
 // --- controls ---
+
+// Quiet stops m recording calls (Calls) and logs (Logs), which otherwise
+// grow with every call: for a long-running process such as the scale
+// benchmark's provider build (hack/benchscale).
+func (m *Memory) Quiet() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.quiet = true
+	m.log = logr.Discard()
+}
+
+// SettleAfter makes Get settle a provisioning instance (as Settle does)
+// once d has passed since its creation; zero turns it off.
+func (m *Memory) SettleAfter(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settleAfter = d
+}
+
+// MemoryRecord is what Memory holds of one instance but its request's
+// secrets: Records and Restore carry a backend across a restart of the
+// process that holds it (the scale benchmark's provider build).
+type MemoryRecord struct {
+	Name      string          `json:"name"`
+	Mark      proxy.Mark      `json:"mark"`
+	Placement proxy.Placement `json:"placement"`
+	SpecHash  string          `json:"specHash"`
+	CreatedAt time.Time       `json:"createdAt"`
+	IP        string          `json:"ip,omitempty"`
+	Running   bool            `json:"running,omitempty"`
+}
+
+// Record returns the record of the instance named name, false when there
+// is none.
+func (m *Memory) Record(name string) (MemoryRecord, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.instances[name]
+	if !ok {
+		return MemoryRecord{}, false
+	}
+	return MemoryRecord{Name: in.name, Mark: in.mark, Placement: in.spec.Placement, SpecHash: in.specHash,
+		CreatedAt: in.createdAt, IP: in.ip, Running: in.state == memRunning}, true
+}
+
+// Restore puts r back as an instance, replacing one of the same name: Get
+// then reports what it reported before the restart (the spec hash, the
+// creation time, the address). The request's settings are not kept, so
+// a restored instance has no Spec.
+func (m *Memory) Restore(r MemoryRecord) error {
+	if !validName.MatchString(r.Name) {
+		return fmt.Errorf("memory: invalid instance name %q", r.Name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in := &memInstance{name: r.Name, mark: r.Mark, spec: proxy.Request{Name: r.Name, Placement: r.Placement},
+		specHash: r.SpecHash, createdAt: r.CreatedAt, ip: r.IP, state: memProvisioning}
+	if r.Running {
+		in.state = memRunning
+	}
+	var a, b, c uint32
+	if _, err := fmt.Sscanf(r.IP, "10.%d.%d.%d", &a, &b, &c); err == nil {
+		m.lastIP = max(m.lastIP, a<<16|b<<8|c) // new addresses stay unique
+	}
+	m.instances[r.Name] = in
+	return nil
+}
 
 // Settle finishes provisioning: the instance becomes Running with an
 // address. It does nothing to an instance being deleted, and returns nil
@@ -459,6 +534,9 @@ func (m *Memory) Logs() string { return m.logs.String() }
 // --- internals (m.mu held) ---
 
 func (m *Memory) record(op, target string) {
+	if m.quiet {
+		return
+	}
 	m.calls = append(m.calls, strings.TrimSpace(op+" "+target))
 }
 

@@ -1,0 +1,183 @@
+//go:build benchmemory
+
+// This file is built only with -tags benchmemory, by the scale benchmark
+// (hack/bench-scale.sh): the KVMProxy kind's backend becomes the in-memory
+// reference driver (internal/proxy/proxytest.Memory), so that 10,000
+// managed resources cost the control plane and the provider, not libvirt.
+// Everything above the driver (config resolution, catalogue checks,
+// names, marks, conditions, connection Secrets, the writes client) is the
+// production code. Never shipped: the release build has no such tag.
+//
+// The environment steers it:
+//
+//	EGRESSPROXY_BENCH_STATE   a file the backend's instances are kept in
+//	                          (one JSON line per change), read back at
+//	                          start, so a restarted provider finds what it
+//	                          created (the restart measurement)
+//	EGRESSPROXY_BENCH_SETTLE  how long an instance provisions before Get
+//	                          reports it Running (a Go duration; default 0,
+//	                          Running at the first Get after Create)
+//
+// It adds the metric egressproxy_bench_observed_instances: the number of
+// distinct instances this process has read with Get, which tells the
+// benchmark when a restarted provider has observed every resource again.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+func init() {
+	d, err := newBenchDriver(os.Getenv("EGRESSPROXY_BENCH_STATE"), os.Getenv("EGRESSPROXY_BENCH_SETTLE"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmemory:", err)
+		os.Exit(2)
+	}
+	kvm.Kind.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return d, nil }
+	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "egressproxy_bench_observed_instances",
+		Help: "Distinct instances read with Get since this process started (benchmark build only).",
+	}, d.observedCount))
+}
+
+// benchDriver is Memory with its instances written through to a file.
+type benchDriver struct {
+	*proxytest.Memory
+
+	mu       sync.Mutex
+	state    *os.File
+	observed map[string]bool
+	saved    map[string]proxytest.MemoryRecord
+}
+
+type stateLine struct {
+	proxytest.MemoryRecord
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+func newBenchDriver(path, settle string) (*benchDriver, error) {
+	mem := proxytest.NewMemory("memory", "")
+	mem.Quiet()
+	d := &benchDriver{Memory: mem, observed: map[string]bool{}, saved: map[string]proxytest.MemoryRecord{}}
+	if settle != "" {
+		s, err := time.ParseDuration(settle)
+		if err != nil {
+			return nil, fmt.Errorf("EGRESSPROXY_BENCH_SETTLE: %w", err)
+		}
+		mem.SettleAfter(s)
+	} else {
+		mem.SettleAfter(time.Nanosecond)
+	}
+	if path == "" {
+		return d, nil
+	}
+	if f, err := os.Open(path); err == nil { //nolint:gosec // the benchmark names its own state file.
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			var l stateLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				_ = f.Close()
+				return nil, fmt.Errorf("EGRESSPROXY_BENCH_STATE %s: %w", path, err)
+			}
+			if l.Deleted {
+				delete(d.saved, l.Name)
+				continue
+			}
+			d.saved[l.Name] = l.MemoryRecord
+		}
+		_ = f.Close()
+		for _, r := range d.saved {
+			if err := mem.Restore(r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // as above.
+	if err != nil {
+		return nil, fmt.Errorf("EGRESSPROXY_BENCH_STATE: %w", err)
+	}
+	d.state = f
+	return d, nil
+}
+
+func (d *benchDriver) observedCount() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return float64(len(d.observed))
+}
+
+// save writes the instance's record when it changed.
+func (d *benchDriver) save(name string) {
+	if d.state == nil {
+		return
+	}
+	r, ok := d.Record(name)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	prev, had := d.saved[name]
+	if ok == had && (!ok || prev == r) {
+		return
+	}
+	l := stateLine{MemoryRecord: r, Deleted: !ok}
+	l.Name = name
+	b, _ := json.Marshal(l)
+	_, _ = d.state.Write(append(b, '\n'))
+	if ok {
+		d.saved[name] = r
+	} else {
+		delete(d.saved, name)
+	}
+}
+
+func (d *benchDriver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	inst, err := d.Memory.Create(ctx, req)
+	d.save(req.Name)
+	return inst, err
+}
+
+func (d *benchDriver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	inst, err := d.Memory.Get(ctx, ref)
+	if err == nil {
+		d.mu.Lock()
+		d.observed[inst.Name] = true
+		d.mu.Unlock()
+		d.save(inst.Name)
+	}
+	return inst, err
+}
+
+func (d *benchDriver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	inst, err := d.Memory.Update(ctx, ref, req)
+	if err == nil {
+		d.save(inst.Name)
+	}
+	return inst, err
+}
+
+func (d *benchDriver) Delete(ctx context.Context, ref proxy.Ref) error {
+	err := d.Memory.Delete(ctx, ref)
+	if err == nil {
+		name := ref.Name
+		if n, ok := strings.CutPrefix(ref.ID, proxytest.MemoryIDPrefix); ok {
+			name = n
+		}
+		d.save(name)
+	}
+	return err
+}

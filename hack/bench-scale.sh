@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Scale benchmark: one provider process holding N managed resources, on
+# the in-memory reference driver so the backend costs nothing (the
+# provider is built with -tags benchmemory: cmd/provider/benchmemory.go).
+# Not a test: it prints figures (see hack/benchscale/main.go).
+#
+#   hack/bench-scale.sh N [-- extra benchscale flags]
+#
+#   hack/bench-scale.sh 10000         stages at 1000, 5000 and 10000
+#   hack/bench-scale.sh 1000 -- -poll 30s -restart=false
+#
+# Needs the control-plane binaries (hack/controlplane-bins.sh builds them
+# when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N="${1:-10000}"
+shift $(( $# > 1 ? 1 : $# ))
+[ "${1:-}" = "--" ] && shift
+
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+mkdir -p bin
+go build -trimpath -tags benchmemory -o bin/provider-benchmemory ./cmd/provider
+go build -o bin/benchscale ./hack/benchscale
+exec bin/benchscale -n "$N" -provider bin/provider-benchmemory "$@"

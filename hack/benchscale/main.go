@@ -1,0 +1,594 @@
+// Command benchscale measures one provider process holding many managed
+// resources: it starts a local control plane (internal/controlplane), runs
+// the provider built with -tags benchmemory (cmd/provider/benchmemory.go:
+// the KVMProxy kind on the in-memory reference driver, so the backend
+// costs nothing and the provider and the control plane are what is
+// measured), creates KVMProxies in stages (1,000, 5,000, 10,000 by
+// default, up to -n) and prints, at each stage:
+//
+//   - the time from the stage's first create until all of its resources
+//     are Ready (this program's watch saw Ready=True);
+//   - the provider's peak RSS (VmHWM) and its steady RSS after a poll
+//     interval at rest, split anonymous / file-backed, and the slope of
+//     the anonymous part per resource between stages;
+//   - at steady state, over one poll interval: the provider's CPU seconds
+//     per reconcile (every Ready resource is observed once a poll, so per
+//     resource per poll), the reconciles against the N x window / poll
+//     expected, and the API writes (target: none);
+//
+// then restarts the provider with every resource Ready and prints the
+// time until the new process has observed each one again (its
+// egressproxy_bench_observed_instances metric) and the API writes that
+// caused, counted at the provider and at the API server (target: none).
+//
+// Run it through hack/bench-scale.sh. It prints figures; it asserts
+// nothing.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+)
+
+type options struct {
+	n          int
+	stages     string
+	provider   string
+	rate       int
+	concurrent int
+	creators   int
+	poll       time.Duration
+	jitter     time.Duration
+	timeout    time.Duration
+	restart    bool
+	secrets    bool
+	keepLogs   bool
+	env        string
+}
+
+const ctlFilter = `controller="managed/kvmproxy.`
+
+func main() {
+	var o options
+	flag.IntVar(&o.n, "n", 10000, "Managed resources in the end.")
+	flag.StringVar(&o.stages, "stages", "", "Comma-separated resource counts to measure at on the way to -n (default: 1000, 5000 and 10000 below -n, and -n).")
+	flag.StringVar(&o.provider, "provider", "bin/provider-benchmemory", "The provider binary, built with -tags benchmemory.")
+	flag.IntVar(&o.rate, "max-reconcile-rate", 500, "The provider's --max-reconcile-rate (its client allows twice as many requests per second).")
+	flag.IntVar(&o.concurrent, "max-concurrent-reconciles", 50, "The provider's --max-concurrent-reconciles.")
+	flag.IntVar(&o.creators, "creators", 16, "Resources created in parallel.")
+	flag.DurationVar(&o.poll, "poll", time.Minute, "The provider's --poll: how often a Ready resource is observed; the steady-state window is one poll.")
+	flag.DurationVar(&o.jitter, "poll-jitter", 10*time.Second, "The provider's --poll-jitter.")
+	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for a stage after this long.")
+	flag.BoolVar(&o.restart, "restart", true, "Restart the provider at the end and measure the re-observation.")
+	flag.BoolVar(&o.secrets, "connection-secrets", true, "Give every resource a connection Secret (writeConnectionSecretToRef).")
+	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
+	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOGC=100, say).")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "benchscale:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func stageList(o options) ([]int, error) {
+	var out []int
+	if o.stages == "" {
+		for _, s := range []int{1000, 5000, 10000} {
+			if s < o.n {
+				out = append(out, s)
+			}
+		}
+	} else {
+		for _, f := range strings.Split(o.stages, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || v <= 0 || v > o.n {
+				return nil, fmt.Errorf("-stages: %q is not a count between 1 and -n (%d)", f, o.n)
+			}
+			out = append(out, v)
+		}
+	}
+	out = append(out, o.n)
+	sort.Ints(out)
+	return slicesCompact(out), nil
+}
+
+func slicesCompact(s []int) []int {
+	var out []int
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// stage is what was measured at one count.
+type stage struct {
+	n                int
+	ready            time.Duration
+	peakKiB          int
+	anonKiB, fileKiB int
+	cpuPerPoll       float64 // seconds
+	reconciles       float64
+	expected         float64
+	writes           float64
+	load             string
+}
+
+func run(ctx context.Context, o options) error {
+	stages, err := stageList(o)
+	if err != nil {
+		return err
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "benchscale-")
+	if err != nil {
+		return err
+	}
+	if !o.keepLogs {
+		defer os.RemoveAll(dir)
+	}
+
+	logf("starting the control plane (kube-apiserver, etcd)")
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
+		Dir:            filepath.Join(dir, "controlplane"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cp.Stop() }()
+
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return err
+	}
+	if err := apis.AddToScheme(s); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	kube, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	for _, ns := range []string{"crossplane-system", "bench"} {
+		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	if err := kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "memory"},
+		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
+			// The benchmark build never reads the key: the backend is in memory.
+			Credentials:  spec.KVMCredentials{SSHKeySecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}, InsecureIgnoreHostKey: true},
+			Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/debian-12.qcow2"}},
+			MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
+			Hosts:        []spec.KVMHost{{Name: "h1", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}},
+		}}},
+	}); err != nil {
+		return err
+	}
+
+	state := filepath.Join(dir, "backend.jsonl")
+	prov, err := startProvider(ctx, o, cp, dir, state, "provider.log")
+	if err != nil {
+		return err
+	}
+	defer func() { prov.stop() }()
+	startRSS, _ := benchutil.PeakRSS(prov.pid)
+
+	var mu sync.Mutex
+	ready := map[string]bool{}
+	var want int
+	reached := make(chan struct{}, 1)
+	ca, err := cache.New(cfg, cache.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	inf, err := ca.GetInformer(ctx, &nsproxy.KVMProxy{})
+	if err != nil {
+		return err
+	}
+	seen := func(obj any) {
+		p, ok := obj.(*nsproxy.KVMProxy)
+		if !ok || p.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ready[p.Name] {
+			return
+		}
+		ready[p.Name] = true
+		if len(ready) == want {
+			select {
+			case reached <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, n any) { seen(n) }}); err != nil {
+		return err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return errors.New("the KVMProxy cache did not sync")
+	}
+
+	var results []stage
+	created := 0
+	for _, target := range stages {
+		mu.Lock()
+		want = target
+		mu.Unlock()
+		logf("creating KVMProxies %d to %d (%d in parallel)", created, target-1, o.creators)
+		t0 := time.Now()
+		from := created
+		if err := benchutil.InParallel(target-from, o.creators, func(i int) error {
+			return kube.Create(ctx, kvmProxy(from+i, o.secrets))
+		}); err != nil {
+			return err
+		}
+		created = target
+		logf("created in %.1f s; waiting for all %d to be Ready", time.Since(t0).Seconds(), target)
+		if err := waitReady(ctx, o, &mu, ready, target, reached); err != nil {
+			return err
+		}
+		st := stage{n: target, ready: time.Since(t0), load: benchutil.Load()}
+		st.peakKiB, _ = benchutil.PeakRSS(prov.pid)
+		logf("all %d Ready after %.1f s; measuring the steady state for one poll (%v)", target, st.ready.Seconds(), o.poll)
+		if err := steady(ctx, o, prov, &st); err != nil {
+			return err
+		}
+		results = append(results, st)
+		printStage(st)
+	}
+
+	var rs *restartResult
+	if o.restart {
+		logf("restarting the provider with %d Ready resources", created)
+		r, p, err := restart(ctx, o, cp, cfg, dir, state, prov, created)
+		if p != nil {
+			prov = p
+		}
+		if err != nil {
+			return err
+		}
+		rs = r
+	}
+
+	fmt.Printf("\nScale benchmark: %d KVMProxies (namespaced, one ClusterProviderConfig%s) on the in-memory reference driver\n", o.n, map[bool]string{true: ", connection Secrets", false: ""}[o.secrets])
+	fmt.Printf("provider: %s --poll %v --poll-jitter %v --max-reconcile-rate %d --max-concurrent-reconciles %d%s\n",
+		o.provider, o.poll, o.jitter, o.rate, o.concurrent, map[bool]string{true: " (env " + o.env + ")", false: ""}[o.env != ""])
+	fmt.Printf("machine: %d CPUs shared by kube-apiserver, etcd, the provider and this program; load (1, 5, 15 min) is given per figure\n", benchutil.NumCPU())
+	fmt.Printf("provider RSS before the first create: peak %.1f MiB\n\n", float64(startRSS)/1024)
+	fmt.Printf("%8s %10s %10s %22s %14s %22s %8s  %s\n", "N", "all Ready", "peak RSS", "steady RSS anon+file", "anon slope", "CPU per resource/poll", "writes", "load")
+	for i, st := range results {
+		slope := "-"
+		if i > 0 {
+			prev := results[i-1]
+			slope = fmt.Sprintf("%.1f KiB/MR", float64(st.anonKiB-prev.anonKiB)/float64(st.n-prev.n))
+		}
+		fmt.Printf("%8d %9.1fs %7.1f MiB %9.1f + %5.1f MiB %14s %8.3f ms (%3.0f%% polled) %8.0f  %s\n", st.n, st.ready.Seconds(), float64(st.peakKiB)/1024,
+			float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, slope, 1000*st.cpuPerPoll, 100*st.reconciles/st.expected, st.writes, st.load)
+	}
+	fmt.Printf("\n  all Ready: from the stage's first create until this program saw every resource of the stage Ready=True\n")
+	fmt.Printf("  steady RSS: after one poll interval at rest; CPU: the provider's CPU over that poll divided by its reconciles\n")
+	fmt.Printf("  (each Ready resource is observed once a poll; %% polled is those reconciles against N x window / poll)\n")
+	fmt.Printf("  writes: the provider's non-GET requests over that window (target 0)\n")
+	if rs != nil {
+		fmt.Printf("\nrestart with %d Ready: every resource observed again %.1f s after the new process started (%.1f s after its controllers did); load %s\n",
+			created, rs.observed.Seconds(), rs.sinceControllers.Seconds(), rs.load)
+		fmt.Printf("  API writes it caused: %.0f at the provider (%s), %.0f at the API server (%s)\n",
+			benchutil.Writes(rs.provWrites), formatCounts(rs.provWrites), benchutil.Writes(rs.apiWrites), formatCounts(rs.apiWrites))
+		fmt.Printf("  new process: peak RSS %.1f MiB, CPU %.1f s until all were observed\n", float64(rs.peakKiB)/1024, rs.cpu)
+	}
+	if o.keepLogs {
+		fmt.Printf("\nlogs in %s\n", dir)
+	}
+	return nil
+}
+
+func printStage(st stage) {
+	logf("N=%d: all Ready %.1f s, peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (load %s)",
+		st.n, st.ready.Seconds(), float64(st.peakKiB)/1024, float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, 1000*st.cpuPerPoll, st.writes, st.load)
+}
+
+func formatCounts(m map[string]float64) string {
+	var rows []string
+	for k, v := range m {
+		rows = append(rows, fmt.Sprintf("%s %.0f", k, v))
+	}
+	sort.Strings(rows)
+	if len(rows) == 0 {
+		return "none"
+	}
+	return strings.Join(rows, ", ")
+}
+
+func waitReady(ctx context.Context, o options, mu *sync.Mutex, ready map[string]bool, target int, reached <-chan struct{}) error {
+	mu.Lock()
+	n := len(ready)
+	mu.Unlock()
+	if n >= target {
+		return nil
+	}
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	deadline := time.After(o.timeout)
+	for {
+		select {
+		case <-reached:
+			return nil
+		case <-tick.C:
+			mu.Lock()
+			logf("%d of %d Ready (load %s)", len(ready), target, benchutil.Load())
+			mu.Unlock()
+		case <-deadline:
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Errorf("only %d of %d Ready after %v", len(ready), target, o.timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// steady waits for the reconciles that follow Ready to settle (a quarter
+// poll), then measures one poll interval.
+func steady(ctx context.Context, o options, p *provider, st *stage) error {
+	if err := sleep(ctx, o.poll/4); err != nil {
+		return err
+	}
+	text0, err := p.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	cpu0, _ := benchutil.CPUSeconds(p.pid)
+	t0 := time.Now()
+	if err := sleep(ctx, o.poll); err != nil {
+		return err
+	}
+	text1, err := p.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	cpu1, _ := benchutil.CPUSeconds(p.pid)
+	window := time.Since(t0)
+	st.anonKiB, st.fileKiB, _ = benchutil.RSSNow(p.pid)
+	st.reconciles = benchutil.MetricSum(text1, "controller_runtime_reconcile_total", ctlFilter) - benchutil.MetricSum(text0, "controller_runtime_reconcile_total", ctlFilter)
+	st.expected = float64(st.n) * window.Seconds() / o.poll.Seconds()
+	if st.reconciles > 0 {
+		st.cpuPerPoll = (cpu1 - cpu0) / st.reconciles
+	}
+	st.writes = benchutil.Writes(benchutil.Delta(benchutil.ClientRequests(text0), benchutil.ClientRequests(text1)))
+	st.load = benchutil.Load()
+	return nil
+}
+
+type restartResult struct {
+	observed, sinceControllers time.Duration
+	provWrites, apiWrites      map[string]float64
+	peakKiB                    int
+	cpu                        float64
+	load                       string
+}
+
+// restart stops the provider, starts a new one on the same backend state
+// and measures the re-observation.
+func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg *rest.Config, dir, state string, old *provider, n int) (*restartResult, *provider, error) {
+	old.stop()
+	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	t0 := time.Now()
+	p, err := startProvider(ctx, o, cp, dir, state, "provider-restarted.log")
+	if err != nil {
+		return nil, nil, err
+	}
+	tCtl := time.Now()
+	deadline := time.Now().Add(o.timeout)
+	var text string
+	for {
+		text, err = p.scrape(ctx)
+		if err != nil {
+			return nil, p, err
+		}
+		if benchutil.MetricSum(text, "egressproxy_bench_observed_instances", "") >= float64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, p, fmt.Errorf("after the restart only %.0f of %d were observed within %v", benchutil.MetricSum(text, "egressproxy_bench_observed_instances", ""), n, o.timeout)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, p, err
+		}
+	}
+	r := &restartResult{observed: time.Since(t0), sinceControllers: time.Since(tCtl), load: benchutil.Load()}
+	r.cpu, _ = benchutil.CPUSeconds(p.pid)
+	r.peakKiB, _ = benchutil.PeakRSS(p.pid)
+	// The last reconciles finish their writes, if any, shortly after their
+	// Observe: wait for the reconcile count to reach n, and a little more.
+	for benchutil.MetricSum(text, "controller_runtime_reconcile_total", ctlFilter) < float64(n) && time.Now().Before(deadline) {
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, p, err
+		}
+		if text, err = p.scrape(ctx); err != nil {
+			return nil, p, err
+		}
+	}
+	if err := sleep(ctx, 5*time.Second); err != nil {
+		return nil, p, err
+	}
+	if text, err = p.scrape(ctx); err != nil {
+		return nil, p, err
+	}
+	r.provWrites = map[string]float64{}
+	for k, v := range benchutil.ClientRequests(text) {
+		if benchutil.Writes(map[string]float64{k: v}) > 0 {
+			r.provWrites[k] = v
+		}
+	}
+	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
+	if err != nil {
+		return nil, p, err
+	}
+	r.apiWrites = map[string]float64{}
+	for k, v := range benchutil.Delta(apiBefore, apiAfter) {
+		if benchutil.Writes(map[string]float64{k: v}) > 0 {
+			r.apiWrites[k] = v
+		}
+	}
+	return r, p, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func kvmProxy(i int, secret bool) *nsproxy.KVMProxy {
+	name := fmt.Sprintf("s-%05d", i)
+	p := &nsproxy.KVMProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
+		Spec: nsproxy.KVMProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "memory"},
+			},
+			ForProvider: spec.KVMProxyParameters{Host: "h1", MachineType: "small", Image: "debian-12",
+				Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+		},
+	}
+	if secret {
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: name + "-proxy"}
+	}
+	return p
+}
+
+type provider struct {
+	pid     int
+	metrics string
+	stop    func()
+}
+
+func (p *provider) scrape(ctx context.Context) (string, error) {
+	return benchutil.Scrape(ctx, p.metrics)
+}
+
+func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir, state, logName string) (*provider, error) {
+	port, err := benchutil.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, logName)
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(o.provider,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
+		"--health-probe-bind-address", "0",
+		"--namespace", "crossplane-system",
+		"--installation-id", "bench",
+		"--max-reconcile-rate", strconv.Itoa(o.rate),
+		"--max-concurrent-reconciles", strconv.Itoa(o.concurrent),
+		"--poll", o.poll.String(), "--poll-jitter", o.jitter.String(), "--poll-not-ready", "30s",
+		"--config-check-interval", "10m",
+	)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath, "EGRESSPROXY_BENCH_STATE="+state)
+	if o.env != "" {
+		cmd.Env = append(cmd.Env, strings.Split(o.env, ",")...)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logf("starting the provider (%s)", o.provider)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &provider{pid: cmd.Process.Pid, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			_ = logFile.Close()
+		})
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		body, err := p.scrape(ctx)
+		if err == nil && strings.Contains(body, `controller="managed/kvmproxy.proxy.m.egressproxy.io"`) && strings.Contains(body, "egressproxy_bench_observed_instances") {
+			return p, nil
+		}
+		if err == nil && !strings.Contains(body, "egressproxy_bench_observed_instances") && strings.Contains(body, "controller_runtime") {
+			p.stop()
+			return nil, fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: build it with -tags benchmemory (hack/bench-scale.sh does)", o.provider)
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the provider exited:\n%s", benchutil.Tail(string(b), 40))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the provider's KVMProxy controller did not start within 60 s:\n%s", benchutil.Tail(string(b), 40))
+		}
+	}
+}

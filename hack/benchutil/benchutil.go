@@ -1,0 +1,326 @@
+// Package benchutil holds what the benchmarks under hack/ share: reading
+// a process's CPU and memory from /proc, Prometheus text from the provider
+// and the API server, and running work in parallel. Benchmarks print
+// figures; nothing here asserts a time.
+package benchutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// InParallel calls fn for 0..n-1 on workers goroutines and returns the
+// first error.
+func InParallel(n, workers int, fn func(i int) error) error {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var first error
+	var once sync.Once
+	for range workers {
+		wg.Go(func() {
+			for i := range work {
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return first
+}
+
+// CPUSince is each process's CPU seconds since before, sorted by name.
+func CPUSince(pids map[string]int, before map[string]float64) []string {
+	var rows []string
+	for name, pid := range pids {
+		c, _ := CPUSeconds(pid)
+		rows = append(rows, fmt.Sprintf("%s %.1f s", name, c-before[name]))
+	}
+	sort.Strings(rows)
+	return rows
+}
+
+// PerProxy is the growth of each API server request count, per proxy, for
+// those of at least 0.05.
+func PerProxy(before, after map[string]float64, n int) []string {
+	var rows []string
+	for k, v := range after {
+		if d := v - before[k]; d/float64(n) >= 0.05 {
+			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(n)))
+		}
+	}
+	sort.Strings(rows)
+	return rows
+}
+
+func Pct(d []time.Duration, p int) time.Duration {
+	i := (len(d)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return d[min(i, len(d)-1)]
+}
+
+// MetricSum sums the samples of one metric whose labels contain filter.
+func MetricSum(text, name, filter string) float64 {
+	total := 0.0
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		if filter != "" && !strings.Contains(l, filter) {
+			continue
+		}
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// APIServerRequests reads the API server's apiserver_request_total, summed
+// by "resource[/subresource] VERB", leaving out watches.
+func APIServerRequests(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	rc, err := rest.RESTClientFor(WithCodec(cfg))
+	if err != nil {
+		return nil, err
+	}
+	b, err := rc.Get().AbsPath("/metrics").Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		kv := map[string]string{}
+		for _, p := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(p, "="); ok {
+				kv[k] = strings.Trim(val, `"`)
+			}
+		}
+		if kv["verb"] == "WATCH" || kv["resource"] == "" {
+			continue
+		}
+		res := kv["resource"]
+		if kv["subresource"] != "" {
+			res += "/" + kv["subresource"]
+		}
+		out[res+" "+kv["verb"]] += v
+	}
+	return out, nil
+}
+
+func WithCodec(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	return c
+}
+
+// CPUSeconds is utime+stime of pid (USER_HZ is 100 on Linux).
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	s = s[strings.LastIndexByte(s, ')')+2:]
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100, nil
+}
+
+// PeakRSS is VmHWM (peak resident set) of pid in KiB.
+func PeakRSS(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, errors.New("no VmHWM")
+}
+
+// RSSParts is the resident set's parts now: anonymous (heap, stacks),
+// file-backed (the binary's pages) and shared memory, from /proc.
+func RSSParts(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	var parts []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"RssAnon:", "RssFile:"} {
+			if v, ok := strings.CutPrefix(l, k); ok {
+				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(k, "Rss")), ":"), float64(kb)/1024))
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
+}
+
+func NumCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "processor\t:")
+}
+
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// RSSNow is pid's resident set now, in KiB: anonymous (heap, stacks) and
+// file-backed (the binary's pages), from /proc/PID/status.
+func RSSNow(pid int) (anon, file int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RssAnon:"); ok {
+			anon, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
+			file, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return anon, file, nil
+}
+
+// Load is /proc/loadavg's first three fields: the machine's load, printed
+// next to every figure (other work on the machine moves them).
+func Load() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// ClientRequests sums rest_client_requests_total in Prometheus text by
+// HTTP method: every request a process's Kubernetes clients sent.
+func ClientRequests(text string) map[string]float64 {
+	out := map[string]float64{}
+	for _, l := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(l, "rest_client_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		method := "?"
+		for _, kv := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok && k == "method" {
+				method = strings.Trim(val, `"`)
+			}
+		}
+		out[method] += v
+	}
+	return out
+}
+
+// Writes is the number of requests in by (method or "resource VERB" as
+// ClientRequests and APIServerRequests count them) that change
+// something: every method or verb but GET, LIST and WATCH.
+func Writes(by map[string]float64) float64 {
+	total := 0.0
+	for k, v := range by {
+		f := strings.Fields(k)
+		switch f[len(f)-1] {
+		case "GET", "LIST", "WATCH":
+		default:
+			total += v
+		}
+	}
+	return total
+}
+
+// Delta is after minus before, key by key.
+func Delta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// Scrape GETs a Prometheus endpoint and returns its text.
+func Scrape(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
