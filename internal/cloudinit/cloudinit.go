@@ -33,7 +33,9 @@ const (
 // SquidOptions are the squid.Options for a Debian or Ubuntu guest running
 // the distribution's squid package under systemd: logs in /var/log/squid
 // (logrotate reopens them through /run/squid.pid), the htpasswd next to
-// the config. uid seeds the htpasswd salt so a render is reproducible.
+// the config. uid is the managed resource's: Squid names itself after it
+// (squid.Identity), and it seeds the htpasswd salt so a render is
+// reproducible.
 func SquidOptions(uid string) squid.Options {
 	return squid.Options{
 		HtpasswdPath:   HtpasswdPath,
@@ -42,6 +44,7 @@ func SquidOptions(uid string) squid.Options {
 		AccessLog:      "stdio:/var/log/squid/access.log",
 		CacheLogPath:   "/var/log/squid/cache.log",
 		HtpasswdSalt:   uid,
+		UID:            uid,
 
 		OwnAddressesFile: OwnAddressesPath,
 	}

@@ -85,6 +85,11 @@ type Options struct {
 	// root switches to; empty keeps the compiled-in default (proxy on
 	// Debian). Squid refuses to run as root.
 	EffectiveUser string
+	// UID is the managed resource's UID: Squid calls itself Identity(UID)
+	// (its visible_hostname), which is how Prober tells this resource's
+	// Squid from any other answering at its address. Empty renders the
+	// bare "egress-proxy" that identifies no resource.
+	UID string
 	// HtpasswdSalt is a non-secret seed, stable and unique per proxy (the
 	// managed resource's UID, say), from which the password hash's salt is
 	// derived. Rendering must be deterministic so that Hash only changes
@@ -189,9 +194,10 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		listen = netip.AddrPortFrom(netip.MustParseAddr(o.ListenAddress), uint16(s.Port)).String()
 	}
 	w("http_port "+listen,
-		// A fixed name: the machine's own host name would otherwise show in
-		// error pages, and Squid fails to start when it cannot find one.
-		"visible_hostname egress-proxy",
+		// A name of the resource's, not the machine's host name (which would
+		// show in error pages, and without which Squid does not start): the
+		// readiness probe reads it back (Prober).
+		"visible_hostname "+Identity(o.UID),
 		"httpd_suppress_version_string on",
 		"")
 
@@ -335,6 +341,11 @@ func (o Options) withDefaults() (Options, error) {
 		} else if v.path && !strings.HasPrefix(v.value, "/") {
 			add(v.field, "%q is not an absolute path", v.value)
 		}
+	}
+	if strings.TrimFunc(o.UID, func(r rune) bool {
+		return r == '-' || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9')
+	}) != "" || len(o.UID) > 63 {
+		add("uid", "%q is not a UID (letters, digits and dashes, at most 63)", o.UID)
 	}
 	if o.ListenAddress != "" {
 		if a, err := netip.ParseAddr(o.ListenAddress); err != nil || a.Zone() != "" {

@@ -171,6 +171,7 @@ func squidOptions(req proxy.Request, cluster []string) squid.Options {
 	return squid.Options{
 		HtpasswdPath:           ConfigMountPath + "/" + KeyHtpasswd,
 		HtpasswdSalt:           req.Mark.UID,
+		UID:                    req.Mark.UID,
 		DeniedDestinationCIDRs: cluster,
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 func TestClassify_table(t *testing.T) {
@@ -140,11 +141,29 @@ func TestGet_progressWhileBooting(t *testing.T) {
 	}
 	e.host.boot("web", 3128)
 	e.host.mu.Lock()
-	e.host.squid = map[string]bool{}
+	e.host.squid = map[string]string{}
 	e.host.mu.Unlock()
 	got = e.mustGet(ref(inst))
-	if got.State != proxy.StateRunning || got.ProxyReachable || !strings.Contains(got.Progress, "waiting for Squid to answer on 192.168.122.") {
+	if got.State != proxy.StateRunning || got.ProxyReachable || !strings.Contains(got.Progress, "waiting for Squid to answer") || !strings.Contains(got.Progress, "192.168.122.") {
 		t.Errorf("Squid not up: %s %t %q", got.State, got.ProxyReachable, got.Progress)
+	}
+
+	// Another resource's Squid (or the image's, named egress-proxy) on the
+	// address is not this proxy's: not Ready, and the message says so.
+	e.host.mu.Lock()
+	for _, other := range []string{squid.Identity("uid-other"), squid.Identity("")} {
+		e.host.squid = map[string]string{got.IP + ":3128": other}
+		e.host.mu.Unlock()
+		got = e.mustGet(ref(inst))
+		if got.ProxyReachable || !strings.Contains(got.Progress, "not as this resource's") {
+			t.Errorf("%s answering: %t %q; want not reachable, saying whose it is", other, got.ProxyReachable, got.Progress)
+		}
+		e.host.mu.Lock()
+	}
+	e.host.squid = map[string]string{got.IP + ":3128": squid.Identity("uid-web")}
+	e.host.mu.Unlock()
+	if got = e.mustGet(ref(inst)); !got.ProxyReachable {
+		t.Errorf("its own Squid answering: %q; want reachable", got.Progress)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
@@ -139,7 +140,8 @@ func (e *testEnv) start() {
 	e.b = NewBackend(Options{
 		Log:    &log,
 		Tracer: tp.Tracer("test"),
-		Probe:  func(_ context.Context, addr string) bool { return e.host.squidUp(addr) },
+		// Results kept for no time: every Get sees the fake's Squid as it is.
+		Prober: &squid.Prober{Ask: e.host.squidAsk, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
 		dial: func(ctx context.Context, t Target) (*conn, error) {
 			e.dials.Add(1)
 			if e.dialErr != nil {
@@ -152,8 +154,6 @@ func (e *testEnv) start() {
 			return &conn{api: fc, link: newLink(fc.Close, time.Second)}, nil
 		},
 	})
-	e.b.prober.negativeTTL = 0
-	e.b.prober.positiveTTL = 0
 	b := e.b
 	e.t.Cleanup(b.Close)
 	e.d = e.b.Driver(e.cfg)

@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // fakeHost is an in-memory libvirt host: domains, one or more pools with
@@ -37,7 +39,7 @@ type fakeHost struct {
 	ncalls     int
 	libVersion uint64
 	nextIP     int
-	squid      map[string]bool // ip:port answering
+	squid      map[string]string // ip:port answering: the identity Squid answers with
 	// memAvailable is the host's available memory; 0 means plenty.
 	memAvailable uint64
 	guestFiles   map[string]string
@@ -86,7 +88,7 @@ func newFakeHost() *fakeHost {
 		failNext:   map[string][]error{},
 		hang:       map[string]chan struct{}{},
 		libVersion: 9000000,
-		squid:      map[string]bool{},
+		squid:      map[string]string{},
 		guestFiles: map[string]string{},
 	}
 }
@@ -157,14 +159,21 @@ func (h *fakeHost) boot(name string, port int) bool {
 		d.agentIP = fmt.Sprintf("192.168.122.%d", 10+h.nextIP)
 	}
 	d.agentUp = true
-	h.squid[d.agentIP+":"+strconv.Itoa(port)] = true
+	// The guest's Squid runs the configuration rendered for the domain's
+	// resource, which names itself after the resource's UID.
+	m, _ := parseMeta(d.meta[metadataURI])
+	h.squid[d.agentIP+":"+strconv.Itoa(port)] = squid.Identity(m.UID)
 	return true
 }
 
-func (h *fakeHost) squidUp(addr string) bool {
+// squidAsk answers a probe of addr as the guest's Squid would.
+func (h *fakeHost) squidAsk(_ context.Context, addr string) (string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.squid[addr]
+	if id, ok := h.squid[addr]; ok {
+		return id, nil
+	}
+	return "", errors.New("connection refused")
 }
 
 // fakeConn is one connection to a fakeHost.

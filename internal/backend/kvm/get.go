@@ -12,6 +12,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // formatID is hosts/<host>/domains/<name>.
@@ -169,9 +170,13 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	switch {
 	case inst.State == proxy.StateRunning:
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
-		inst.ProxyReachable = d.b.prober.reachable(ctx, addr)
-		if !inst.ProxyReachable {
+		pr := d.b.prober.Check(ctx, inst.ID, addr, squid.Identity(inst.Mark.UID))
+		inst.ProxyReachable = pr.Serving
+		switch {
+		case pr.Pending:
 			inst.Progress = "booting: waiting for Squid to answer on " + addr
+		case !pr.Serving:
+			inst.Progress = "booting: waiting for Squid to answer: " + pr.Message
 		}
 	case inst.State == proxy.StateProvisioning && active:
 		inst.Progress = "booting: waiting for an address from the guest agent or the DHCP lease"

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
@@ -119,9 +120,9 @@ type Options struct {
 	// HTTPClient downloads images; default a client without timeout (each
 	// download's ctx carries the budget).
 	HTTPClient *http.Client
-	// Probe checks that a proxy answers; default a TCP connect plus an HTTP
-	// request Squid answers itself.
-	Probe ProbeFunc
+	// Prober checks that Squid with the instance's own configuration
+	// answers; default a squid.Prober of its own.
+	Prober *squid.Prober
 
 	// dial replaces the SSH dialer (tests).
 	dial dialFunc
@@ -136,7 +137,7 @@ type Backend struct {
 	logOpt  *logr.Logger
 	http    *http.Client
 	pool    *connPool
-	prober  *prober
+	prober  *squid.Prober
 	images  *imageCache
 	// downloads bounds the image downloads running per host.
 	downloads *slots
@@ -166,7 +167,10 @@ func NewBackend(o Options) *Backend {
 		dial = (&sshDialer{budgets: b.budgets, tracer: b.tracer}).dial
 	}
 	b.pool = newConnPool(dial, b.tracer, b.logger)
-	b.prober = newProber(o.Probe)
+	b.prober = o.Prober
+	if b.prober == nil {
+		b.prober = &squid.Prober{}
+	}
 	b.images = newImageCache()
 	b.downloads = newSlots()
 	b.ctx, b.cancel = context.WithCancel(context.Background())

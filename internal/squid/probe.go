@@ -1,0 +1,262 @@
+package squid
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+)
+
+// identityPrefix starts the visible_hostname of every rendered config.
+const identityPrefix = "egress-proxy"
+
+// Identity is the name Squid running the configuration rendered for the
+// managed resource uid calls itself (its visible_hostname): it is on every
+// answer Squid makes itself, in the X-Cache header ("MISS from <name>")
+// and on its error pages, so a probe tells this resource's Squid from the
+// image's default one and from another resource's. uid is not secret.
+func Identity(uid string) string {
+	if uid == "" {
+		return identityPrefix
+	}
+	return identityPrefix + "-" + strings.ToLower(uid)
+}
+
+// IdentityOf is the visible_hostname of a squid.conf, "" when it has none:
+// what a Squid started from it says it is (fakes of the backends answer
+// probes with it).
+func IdentityOf(squidConf string) string {
+	for _, l := range strings.Split(squidConf, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "visible_hostname" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// Ask connects to addr and sends a request Squid answers itself (an
+// invalid URL gets an error page, never forwarded: no traffic leaves the
+// proxy, and no credentials are needed or sent), and returns the name in
+// the answer's X-Cache header: the visible_hostname of the configuration
+// Squid runs. An answer without one (something else on the port) is an
+// error.
+func Ask(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string) (string, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	c, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = c.Close() }()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	status, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/") {
+		return "", fmt.Errorf("%s does not answer HTTP", addr)
+	}
+	for range 64 {
+		line, err := r.ReadString('\n')
+		line = strings.TrimSpace(line)
+		if err != nil || line == "" {
+			break
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || !strings.EqualFold(name, "X-Cache") {
+			continue
+		}
+		// "MISS from egress-proxy-<uid>"
+		if i := strings.LastIndex(strings.ToLower(value), " from "); i >= 0 {
+			return strings.TrimSpace(value[i+len(" from "):]), nil
+		}
+	}
+	return "", fmt.Errorf("%s answers HTTP, but not as Squid", addr)
+}
+
+// Probe is what a Prober knows of a proxy.
+type Probe struct {
+	// Serving: Squid with the expected configuration answered.
+	Serving bool
+	// Pending: the first probe has not finished yet.
+	Pending bool
+	// Message says, when not Serving, what was found ("no answer from
+	// 10.0.0.5:3128: connection refused", "... answers as egress-proxy,
+	// not as egress-proxy-<uid>"); empty while Pending.
+	Message string
+}
+
+// Prober tells whether Squid with a resource's own configuration answers
+// at an address, for a backend's Get. It is the one readiness check of
+// every backend, built to stay cheap with a thousand proxies:
+//
+//   - Results are kept per key (the caller's: an instance's name or pod
+//     UID), address and identity: a success for PositiveTTL, anything
+//     else for NegativeTTL.
+//   - Concurrent checks of one key share one probe.
+//   - A check waits at most Wait. A slower probe (an address the provider
+//     cannot route to times out) finishes in the background and calls
+//     Notify, so the caller can reconcile again at once, and no reconcile
+//     worker is held for a probe's timeout.
+//
+// A Prober is safe for concurrent use; the zero value uses the defaults.
+type Prober struct {
+	// Ask returns the identity the proxy at addr answers with (see Ask);
+	// default Ask over Dial. Fakes of a backend answer with the
+	// visible_hostname of the squid.conf they were given.
+	Ask func(ctx context.Context, addr string) (string, error)
+	// Dial connects for the default Ask; default net.Dialer.DialContext.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Timeout of one probe; default 2 s.
+	Timeout time.Duration
+	// Wait is how long a check waits for a probe before answering
+	// Pending; default 250 ms.
+	Wait time.Duration
+	// PositiveTTL and NegativeTTL are how long results are kept; defaults
+	// 30 s and 3 s.
+	PositiveTTL, NegativeTTL time.Duration
+	// Notify, when set, is called with the key of a check whose probe
+	// finished after Wait.
+	Notify func(key string)
+
+	mu      sync.Mutex
+	entries map[string]*probeEntry
+	sweeps  int
+}
+
+type probeEntry struct {
+	addr, identity string
+	done           chan struct{} // closed when the probe finished
+	result         Probe
+	at             time.Time
+	waiters        bool // someone gave up waiting: Notify on completion
+}
+
+// Check reports whether Squid answering as identity (Identity of the
+// resource's UID) serves at addr, for the caller's key.
+func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
+	p.mu.Lock()
+	if p.entries == nil {
+		p.entries = map[string]*probeEntry{}
+	}
+	e := p.entries[key]
+	now := time.Now()
+	if e != nil && e.addr == addr && e.identity == identity {
+		select {
+		case <-e.done:
+			if now.Sub(e.at) < p.ttl(e.result.Serving) {
+				p.mu.Unlock()
+				return e.result
+			}
+			e = nil // expired
+		default: // in flight
+		}
+	} else {
+		e = nil
+	}
+	if e == nil {
+		e = &probeEntry{addr: addr, identity: identity, done: make(chan struct{})}
+		p.entries[key] = e
+		p.sweep(now)
+		go p.probe(key, e) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
+	}
+	p.mu.Unlock()
+
+	wait := p.Wait
+	if wait <= 0 {
+		wait = 250 * time.Millisecond
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-e.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-e.done:
+		return e.result
+	default:
+		e.waiters = true
+		return Probe{Pending: true}
+	}
+}
+
+// Forget drops what is known of key (an instance that is gone).
+func (p *Prober) Forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.entries, key)
+}
+
+func (p *Prober) probe(key string, e *probeEntry) {
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ask := p.Ask
+	if ask == nil {
+		ask = func(ctx context.Context, addr string) (string, error) { return Ask(ctx, p.Dial, addr) }
+	}
+	got, err := ask(ctx, e.addr)
+	var r Probe
+	switch {
+	case err != nil:
+		r.Message = fmt.Sprintf("no answer from Squid at %s: %v", e.addr, err)
+	case got != e.identity:
+		r.Message = fmt.Sprintf("Squid at %s answers as %q, not as this resource's (%q): its configuration is another one", e.addr, got, e.identity)
+	default:
+		r.Serving = true
+	}
+	p.mu.Lock()
+	e.result, e.at = r, time.Now()
+	close(e.done)
+	notify := e.waiters && p.Notify != nil
+	p.mu.Unlock()
+	if notify {
+		p.Notify(key)
+	}
+}
+
+func (p *Prober) ttl(ok bool) time.Duration {
+	if ok {
+		if p.PositiveTTL > 0 {
+			return p.PositiveTTL
+		}
+		return 30 * time.Second
+	}
+	if p.NegativeTTL > 0 {
+		return p.NegativeTTL
+	}
+	return 3 * time.Second
+}
+
+// sweep drops expired entries now and then, so instances that are gone
+// do not stay forever. Called with mu held.
+func (p *Prober) sweep(now time.Time) {
+	p.sweeps++
+	if p.sweeps < 256 {
+		return
+	}
+	p.sweeps = 0
+	for k, e := range p.entries {
+		select {
+		case <-e.done:
+			if now.Sub(e.at) >= p.ttl(true) {
+				delete(p.entries, k)
+			}
+		default:
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package squid
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+const probeUID = "6f1c2a7e-3b4d-4c5e-9f60-718293a4b5c6"
+
+// TestProberRealSquid: Squid running the configuration rendered for a
+// resource answers the probe as that resource, whether or not the prober
+// is one of its clients and with authentication on (the probe is an
+// invalid URL Squid answers itself); the configuration of another
+// resource, and the bare one that names no resource, do not pass.
+func TestProberRealSquid(t *testing.T) {
+	bin := squidBinary(t)
+	o := Options{UID: probeUID}
+	o.AuthHelperPath = helperPath(t, bin)
+	own := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: "u", Password: "sentinel-pw-probe"}}, o)
+	bare := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}}, Options{})
+
+	// Wait is long so that no answer is Pending on a loaded machine; it is
+	// a bound, not an expectation.
+	p := &Prober{Wait: 30 * time.Second, Timeout: 20 * time.Second}
+	ctx := context.Background()
+	if got := p.Check(ctx, "own", own.addr, Identity(probeUID)); !got.Serving {
+		t.Errorf("this resource's Squid: %+v; want Serving", got)
+	}
+	other := Identity("0a0a0a0a-0000-4000-8000-000000000000")
+	got := p.Check(ctx, "other", own.addr, other)
+	if got.Serving || !strings.Contains(got.Message, Identity(probeUID)) || !strings.Contains(got.Message, other) {
+		t.Errorf("another resource's Squid: %+v; want not Serving, naming both identities", got)
+	}
+	got = p.Check(ctx, "bare", bare.addr, Identity(probeUID))
+	if got.Serving || !strings.Contains(got.Message, `"egress-proxy"`) {
+		t.Errorf("a Squid whose configuration names no resource: %+v; want not Serving", got)
+	}
+	if strings.Contains(got.Message, "sentinel-pw-probe") {
+		t.Errorf("the message holds the password")
+	}
+}
+
+func TestAsk(t *testing.T) {
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer web.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Ask(ctx, nil, strings.TrimPrefix(web.URL, "http://")); err == nil || !strings.Contains(err.Error(), "not as Squid") {
+		t.Errorf("Ask(a web server) = %v; want an error saying it is not Squid", err)
+	}
+	l := web.Listener.Addr().String()
+	web.Close()
+	if _, err := Ask(ctx, nil, l); err == nil {
+		t.Errorf("Ask(a closed port) succeeded")
+	}
+}
+
+func TestIdentityOf(t *testing.T) {
+	f, err := Render(proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}, Options{UID: probeUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := IdentityOf(f.SquidConf); got != Identity(probeUID) || got != "egress-proxy-"+probeUID {
+		t.Errorf("IdentityOf(rendered) = %q; want %q", got, Identity(probeUID))
+	}
+	if _, err := Render(proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}, Options{UID: "a b\nhttp_access allow all"}); err == nil || !strings.Contains(err.Error(), "options.uid") {
+		t.Errorf("Render with a UID that is not one: %v; want an error naming options.uid", err)
+	}
+}
+
+// TestProberCachesAndNotifies: checks share one probe and its result; a
+// check that cannot wait answers Pending and Notify comes when the probe
+// is done; another address or identity is probed anew.
+func TestProberCachesAndNotifies(t *testing.T) {
+	var asks atomic.Int32
+	release := make(chan struct{})
+	notified := make(chan string, 4)
+	p := &Prober{
+		Wait:        time.Millisecond,
+		PositiveTTL: time.Hour,
+		Ask: func(_ context.Context, addr string) (string, error) {
+			asks.Add(1)
+			<-release
+			if addr == "10.0.0.9:3128" {
+				return "", errors.New("connection refused")
+			}
+			return Identity("u1"), nil
+		},
+		Notify: func(key string) { notified <- key },
+	}
+	ctx := context.Background()
+	if got := p.Check(ctx, "k", "10.0.0.5:3128", Identity("u1")); !got.Pending {
+		t.Fatalf("first check before the probe ends: %+v; want Pending", got)
+	}
+	close(release)
+	if key := <-notified; key != "k" {
+		t.Errorf("Notify(%q); want k", key)
+	}
+	p.Wait = time.Hour // from here on every check waits for its probe
+	if got := p.Check(ctx, "k", "10.0.0.5:3128", Identity("u1")); !got.Serving {
+		t.Errorf("after the probe: %+v; want Serving", got)
+	}
+	if n := asks.Load(); n != 1 {
+		t.Errorf("%d probes for two checks of one key; want 1", n)
+	}
+	if got := p.Check(ctx, "k", "10.0.0.5:3128", Identity("u2")); got.Serving {
+		t.Errorf("another identity at the same address: %+v; want not Serving", got)
+	}
+	got := p.Check(ctx, "k", "10.0.0.9:3128", Identity("u1"))
+	if got.Serving || !strings.Contains(got.Message, "no answer from Squid at 10.0.0.9:3128: connection refused") {
+		t.Errorf("a closed port: %+v", got)
+	}
+	if n := asks.Load(); n != 3 {
+		t.Errorf("%d probes; want 3 (one per address and identity)", n)
+	}
+}
+
+// TestAskReadsXCache: the identity is the name in X-Cache; anything
+// without one is not Squid.
+func TestAskReadsXCache(t *testing.T) {
+	for _, tc := range []struct{ answer, want string }{
+		{"HTTP/1.1 400 Bad Request\r\nServer: squid\r\nX-Cache: MISS from egress-proxy-u1\r\nConnection: close\r\n\r\nbody", "egress-proxy-u1"},
+		{"HTTP/1.1 400 Bad Request\r\nServer: squid\r\nx-cache: MISS from egress-proxy\r\n\r\n", "egress-proxy"},
+		{"HTTP/1.1 200 OK\r\nServer: nginx\r\n\r\n", ""},
+		{"SSH-2.0-OpenSSH_9.2\r\n", ""},
+		{"", ""},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 64)
+			_, _ = c.Read(buf)
+			_, _ = c.Write([]byte(tc.answer))
+			_ = c.Close()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, err := Ask(ctx, nil, ln.Addr().String())
+		cancel()
+		_ = ln.Close()
+		if got != tc.want || (tc.want == "") != (err != nil) {
+			t.Errorf("Ask of %q = %q, %v; want %q", tc.answer, got, err, tc.want)
+		}
+	}
+}
