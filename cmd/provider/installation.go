@@ -4,11 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"time"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
-
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,9 +60,9 @@ func defaultInstallationID(ctx context.Context, c client.Client, namespace strin
 		if id := cm.Data["id"]; id != "" {
 			return id, nil
 		}
-		return "", fmt.Errorf("ConfigMap %s has no data.id: put the installation ID back, or pass --installation-id", key)
+		return "", errors.Errorf("ConfigMap %s has no data.id: put the installation ID back, or pass --installation-id", key)
 	case !kerrors.IsNotFound(err):
-		return "", fmt.Errorf("cannot read ConfigMap %s, which holds the installation ID (or pass --installation-id): %w", key, err)
+		return "", errors.Wrapf(err, "cannot read ConfigMap %s, which holds the installation ID (or pass --installation-id)", key)
 	}
 
 	id, err := kubeSystemID(ctx, c)
@@ -83,7 +82,7 @@ func defaultInstallationID(ctx context.Context, c client.Client, namespace strin
 			// Another replica made it first: use its ID.
 			return defaultInstallationID(ctx, c, namespace)
 		}
-		return "", fmt.Errorf("cannot create ConfigMap %s to keep the installation ID (or pass --installation-id): %w", key, err)
+		return "", errors.Wrapf(err, "cannot create ConfigMap %s to keep the installation ID (or pass --installation-id)", key)
 	}
 	return id, nil
 }

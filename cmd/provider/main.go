@@ -14,6 +14,7 @@ import (
 
 	changelogsv1alpha1 "github.com/crossplane/crossplane-runtime/v2/apis/changelogs/proto/v1alpha1"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
@@ -129,7 +130,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 
 	tracing, shutdown, err := telemetry.SetupTracing(ctx, version.Version)
 	if err != nil {
-		return fmt.Errorf("cannot set up tracing: %w", err)
+		return errors.Wrap(err, "cannot set up tracing")
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -139,7 +140,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		return fmt.Errorf("cannot get a kubeconfig (set KUBECONFIG or run in a cluster): %w", err)
+		return errors.Wrap(err, "cannot get a kubeconfig (set KUBECONFIG or run in a cluster)")
 	}
 	cfg.QPS, cfg.Burst = float32(o.rate)*2, o.rate*4
 
@@ -183,7 +184,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("cannot create the manager: %w", err)
+		return errors.Wrap(err, "cannot create the manager")
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -232,7 +233,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		// connection is made lazily, so a sidecar that starts later is fine.
 		conn, err := grpc.NewClient("unix://"+o.changeLogsSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return fmt.Errorf("cannot set up the change log client for --changelogs-socket-path %s: %w", o.changeLogsSocket, err)
+			return errors.Wrapf(err, "cannot set up the change log client for --changelogs-socket-path %s", o.changeLogsSocket)
 		}
 		defer func() { _ = conn.Close() }()
 		features.Enable(feature.EnableAlphaChangeLogs)
@@ -242,7 +243,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 	if o.safeStart {
 		co.Gate = new(gate.Gate[schema.GroupVersionKind])
 		if err := customresourcesgate.Setup(mgr, co); err != nil {
-			return fmt.Errorf("cannot set up the safe-start gate: %w", err)
+			return errors.Wrap(err, "cannot set up the safe-start gate")
 		}
 	}
 	jitter := o.jitter
@@ -258,7 +259,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
 	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout, OrphanInterval: o.orphanInterval}); err != nil {
-		return fmt.Errorf("cannot set up controllers: %w", err)
+		return errors.Wrap(err, "cannot set up controllers")
 	}
 
 	// Runnables start once the caches are synced (and, with leader

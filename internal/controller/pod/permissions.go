@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
@@ -92,7 +93,7 @@ func (a *access) check(ctx context.Context) error {
 			ResourceAttributes: &authzv1.ResourceAttributes{Group: p.group, Resource: p.resource, Verb: p.verb},
 		}}, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("cannot review this provider's permissions (%s): %w", p, err)
+			return errors.Wrapf(err, "cannot review this provider's permissions (%s)", p)
 		}
 		if !r.Status.Allowed {
 			missing = append(missing, p)
