@@ -257,8 +257,11 @@ func (d *Driver) finish(ctx context.Context, api Libvirt, pool libvirt.StoragePo
 	}
 	meta := instanceMeta{Managed: true, UID: p.req.Mark.UID, InstallationID: p.req.Mark.InstallationID, CreatedAt: p.createdAt.Format(time.RFC3339),
 		SpecHash: proxy.Hash(p.req), Port: p.req.Proxy.Port, MachineType: p.req.Placement.MachineType, Image: p.image.Key}
-	x := domainXML(domainSpec{Name: p.req.Name, Type: p.host.DomainType, VCPUs: p.machine.VCPUs, MemoryMiB: p.machine.MemoryMiB,
+	x, err := domainXML(domainSpec{Name: p.req.Name, Type: p.host.DomainType, VCPUs: p.machine.VCPUs, MemoryMiB: p.machine.MemoryMiB,
 		Firmware: p.image.Firmware, Overlay: overlayPath, Seed: seedPath, Bridge: p.host.Bridge, Network: p.host.Network, Meta: meta})
+	if err != nil {
+		return err
+	}
 	dom, err := api.DomainDefineXML(ctx, x)
 	if err != nil {
 		return err
@@ -300,7 +303,11 @@ func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.St
 	} else if !isCode(err, libvirt.ErrNoStorageVol) {
 		return libvirt.StorageVol{}, err
 	}
-	v, err = api.StorageVolCreateXML(ctx, pool, volumeXML(name, capacity, "qcow2", basePath, p.image.Format))
+	x, err := volumeXML(name, capacity, "qcow2", basePath, p.image.Format)
+	if err != nil {
+		return libvirt.StorageVol{}, err
+	}
+	v, err = api.StorageVolCreateXML(ctx, pool, x)
 	if isCode(err, libvirt.ErrStorageVolExist) {
 		return api.StorageVolLookupByName(ctx, pool, name)
 	}
@@ -336,7 +343,11 @@ func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.Storag
 	case !isCode(err, libvirt.ErrNoStorageVol):
 		return libvirt.StorageVol{}, err
 	}
-	v, err := api.StorageVolCreateXML(ctx, pool, volumeXML(name, uint64(len(iso)), "raw", "", ""))
+	x, err := volumeXML(name, uint64(len(iso)), "raw", "", "")
+	if err != nil {
+		return libvirt.StorageVol{}, err
+	}
+	v, err := api.StorageVolCreateXML(ctx, pool, x)
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh/knownhosts"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -205,9 +207,21 @@ func TestDelete_removesEverythingIncludingNVRAMAndStrayVolumes(t *testing.T) {
 	e.host.mu.Lock()
 	x := e.host.domains["web"].xml
 	e.host.mu.Unlock()
-	for _, want := range []string{"firmware='efi'", "name='secure-boot'", "machine='q35'", "org.qemu.guest_agent.0", "bus='scsi'", "<source bridge=\"br0\"/>"} {
-		if !strings.Contains(x, want) {
-			t.Errorf("domain XML lacks %s:\n%s", want, x)
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		t.Fatalf("domain XML does not parse: %v\n%s", err, x)
+	}
+	got := map[string]bool{
+		"firmware efi":            dom.OS.Firmware == "efi",
+		"secure boot off":         dom.OS.FirmwareInfo != nil && slices.Contains(dom.OS.FirmwareInfo.Features, libvirtxml.DomainOSFirmwareFeature{Enabled: "no", Name: "secure-boot"}),
+		"machine q35":             dom.OS.Type.Machine == "q35",
+		"guest agent channel":     len(dom.Devices.Channels) == 1 && dom.Devices.Channels[0].Target.VirtIO.Name == "org.qemu.guest_agent.0",
+		"seed on scsi":            len(dom.Devices.Disks) == 2 && dom.Devices.Disks[1].Target.Bus == "scsi",
+		"interface on bridge br0": len(dom.Devices.Interfaces) == 1 && dom.Devices.Interfaces[0].Source.Bridge != nil && dom.Devices.Interfaces[0].Source.Bridge.Bridge == "br0",
+	}
+	for what, ok := range got {
+		if !ok {
+			t.Errorf("domain XML: want %s:\n%s", what, x)
 		}
 	}
 	if err := e.d.Delete(context.Background(), ref(inst)); err != nil {

@@ -10,10 +10,10 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -289,17 +289,21 @@ func (c *fakeConn) DomainLookupByName(ctx context.Context, name string) (libvirt
 	return libvirt.Domain{Name: d.name, UUID: d.uuid}, nil
 }
 
-var (
-	metaElem   = regexp.MustCompile(`(?s)<metadata>(.*)</metadata>`)
-	prefixedEl = regexp.MustCompile(`(?s)<(\w+):instance xmlns:\w+="([^"]*)">(.*)</\w+:instance>`)
-)
+// prefixedEl is the provider's metadata element as it sits under
+// <metadata>; libvirt keys it by its namespace.
+var prefixedEl = regexp.MustCompile(`(?s)<(\w+):instance xmlns:\w+="([^"]*)">(.*)</\w+:instance>`)
 
 func (c *fakeConn) DomainDefineXML(ctx context.Context, x string) (libvirt.Domain, error) {
 	if err := c.enter(ctx, "DomainDefineXML", domainNameOf(x)); err != nil {
 		return libvirt.Domain{}, err
 	}
-	name := domainNameOf(x)
-	if name == "" || !strings.HasPrefix(strings.TrimSpace(x), "<domain") {
+	// Parsed as libvirt would: a document that is not a domain is refused.
+	var def libvirtxml.Domain
+	if err := def.Unmarshal(x); err != nil {
+		return libvirt.Domain{}, lverr(libvirt.ErrXMLError, "XML error: %v", err)
+	}
+	name := def.Name
+	if name == "" {
 		return libvirt.Domain{}, lverr(libvirt.ErrXMLError, "XML error: missing name")
 	}
 	c.h.mu.Lock()
@@ -311,10 +315,10 @@ func (c *fakeConn) DomainDefineXML(ctx context.Context, x string) (libvirt.Domai
 		c.h.domains[name] = d
 	}
 	d.xml = x
-	d.nvram = strings.Contains(x, "firmware='efi'")
-	if m := metaElem.FindStringSubmatch(x); m != nil {
+	d.nvram = def.OS != nil && def.OS.Firmware == "efi"
+	if def.Metadata != nil {
 		// libvirt returns the element without prefix or namespace.
-		if e := prefixedEl.FindStringSubmatch(m[1]); e != nil {
+		if e := prefixedEl.FindStringSubmatch(def.Metadata.XML); e != nil {
 			d.meta[e[2]] = "<instance>" + e[3] + "</instance>"
 		}
 	}
@@ -584,17 +588,15 @@ func (c *fakeConn) StorageVolGetXMLDesc(ctx context.Context, v libvirt.StorageVo
 	if err != nil {
 		return "", err
 	}
-	return volumeXML(fv.name, fv.capacity, fv.format, fv.backing, "qcow2"), nil
+	return volumeXML(fv.name, fv.capacity, fv.format, fv.backing, "qcow2")
 }
 
-var (
-	capTag     = regexp.MustCompile(`<capacity unit='bytes'>(\d+)</capacity>`)
-	fmtTag     = regexp.MustCompile(`<target><format type="(\w+)"/>`)
-	backingTag = regexp.MustCompile(`<backingStore><path>([^<]*)</path>`)
-)
-
 func (c *fakeConn) StorageVolCreateXML(ctx context.Context, p libvirt.StoragePool, x string) (libvirt.StorageVol, error) {
-	name := volumeNameOf(x)
+	var def libvirtxml.StorageVolume
+	if err := def.Unmarshal(x); err != nil {
+		return libvirt.StorageVol{}, lverr(libvirt.ErrXMLError, "XML error: %v", err)
+	}
+	name := def.Name
 	if err := c.enter(ctx, "StorageVolCreateXML", name); err != nil {
 		return libvirt.StorageVol{}, err
 	}
@@ -608,14 +610,14 @@ func (c *fakeConn) StorageVolCreateXML(ctx context.Context, p libvirt.StoragePoo
 		return libvirt.StorageVol{}, lverr(libvirt.ErrStorageVolExist, "storage volume '%s' exists already", name)
 	}
 	fv := &fakeVol{name: name}
-	if m := capTag.FindStringSubmatch(x); m != nil {
-		fv.capacity, _ = strconv.ParseUint(m[1], 10, 64)
+	if def.Capacity != nil {
+		fv.capacity = def.Capacity.Value
 	}
-	if m := fmtTag.FindStringSubmatch(x); m != nil {
-		fv.format = m[1]
+	if def.Target != nil && def.Target.Format != nil {
+		fv.format = def.Target.Format.Type
 	}
-	if m := backingTag.FindStringSubmatch(x); m != nil {
-		fv.backing = m[1]
+	if def.BackingStore != nil {
+		fv.backing = def.BackingStore.Path
 	}
 	fp.vols[name] = fv
 	return libvirt.StorageVol{Pool: p.Name, Name: name, Key: "/pool/" + name}, nil

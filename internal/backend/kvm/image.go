@@ -300,7 +300,11 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 			"storage pool %s on host %s has %d MiB available; image %s (%d MiB) and the proxy need %d MiB", pool.Name, t.Host.Name, info.Available>>20, img.label(), size>>20, need>>20)}
 	}
 
-	vol, err := api.StorageVolCreateXML(ctx, pool, volumeXML(img.volume(), uint64(size), "raw", "", ""))
+	x, err := volumeXML(img.volume(), uint64(size), "raw", "", "")
+	if err != nil {
+		return err
+	}
+	vol, err := api.StorageVolCreateXML(ctx, pool, x)
 	if err != nil {
 		return classify(opCreate, err)
 	}
@@ -318,7 +322,11 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 		_ = deleteVolume(ctx, api, pool, img.volume())
 		return proxy.Permanentf("image %s: sha256 is %s, the config says %s", img.label(), digest, img.SHA256)
 	}
-	mvol, err := api.StorageVolCreateXML(ctx, pool, volumeXML(img.marker(), 64, "raw", "", ""))
+	mx, err := volumeXML(img.marker(), 64, "raw", "", "")
+	if err != nil {
+		return err
+	}
+	mvol, err := api.StorageVolCreateXML(ctx, pool, mx)
 	if err != nil {
 		return classify(opCreate, err)
 	}

@@ -37,10 +37,15 @@ func (e *testEnv) sameVolume(where, name string, before fakeVol) {
 
 // addDomain defines a domain by hand whose disk is path.
 func (e *testEnv) addDomain(name, path string) {
+	e.addDomainWithDisk(name, "<disk type='file' device='disk'><source file='"+path+"'/></disk>")
+}
+
+// addDomainWithDisk defines a domain by hand with the disk element given.
+func (e *testEnv) addDomainWithDisk(name, disk string) {
 	e.host.mu.Lock()
 	defer e.host.mu.Unlock()
 	e.host.domains[name] = &fakeDomain{name: name, state: libvirt.DomainRunning, meta: map[string]string{},
-		xml: "<domain type='kvm'><name>" + name + "</name><devices><disk type='file' device='disk'><source file='" + path + "'/></disk></devices></domain>"}
+		xml: "<domain type='kvm'><name>" + name + "</name><devices>" + disk + "</devices></domain>"}
 }
 
 // TestTakeover_externalNameOfTheBaseImage: the attack that deleted the
@@ -64,10 +69,35 @@ func TestTakeover_externalNameOfTheBaseImage(t *testing.T) {
 
 // TestTakeover_diskOfAnotherDomain: an instance whose overlay or seed
 // would be another domain's disk is refused, and neither Create nor
-// Delete touches the disk.
+// Delete touches the disk, however the domain names it: by path (quoted
+// either way, with XML escapes), as a block device, or by pool and volume.
 func TestTakeover_diskOfAnotherDomain(t *testing.T) {
-	for _, vol := range []string{"db.qcow2", "db-seed.iso"} {
-		t.Run(vol, func(t *testing.T) {
+	disks := map[string]func(vol string) string{
+		"File": func(vol string) string {
+			return "<disk type='file' device='disk'><source file='/var/lib/libvirt/images/" + vol + "'/></disk>"
+		},
+		"FileEscaped": func(vol string) string {
+			return `<disk type="file" device="disk"><source file="/var/lib/libvirt/images/` + strings.ReplaceAll(vol, ".", "&#46;") + `"/></disk>`
+		},
+		"Block": func(vol string) string {
+			return "<disk type='block' device='disk'><source dev='/var/lib/libvirt/images/" + vol + "'/></disk>"
+		},
+		"Volume": func(vol string) string {
+			return "<disk type='volume' device='disk'><source pool='default' volume='" + vol + "'/></disk>"
+		},
+	}
+	for form, disk := range disks {
+		for _, vol := range []string{"db.qcow2", "db-seed.iso"} {
+			t.Run(form+"/"+vol, func(t *testing.T) {
+				diskOfAnotherDomain(t, vol, disk(vol))
+			})
+		}
+	}
+}
+
+func diskOfAnotherDomain(t *testing.T, vol, diskXML string) {
+	{
+		{
 			e := newTestEnv(t)
 			warm(t, e)
 			base := imageOf(e).volume()
@@ -78,7 +108,7 @@ func TestTakeover_diskOfAnotherDomain(t *testing.T) {
 			}
 			e.host.pools["default"].vols[vol] = disk
 			e.host.mu.Unlock()
-			e.addDomain("production-db", "/var/lib/libvirt/images/"+vol)
+			e.addDomainWithDisk("production-db", diskXML)
 			before, _ := e.volSnapshot(vol)
 
 			req := e.request("db", "uid-attacker")
@@ -94,7 +124,7 @@ func TestTakeover_diskOfAnotherDomain(t *testing.T) {
 				t.Errorf("Delete of the refused db = %v; want nil", err)
 			}
 			e.sameVolume("after Create and Delete", vol, before)
-		})
+		}
 	}
 }
 

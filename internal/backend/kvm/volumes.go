@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/kdomanski/iso9660"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -25,12 +26,10 @@ import (
 // instance name starting with it could name a base image's volume.
 const basePrefix = "egressproxy-base-"
 
-// diskSource finds the files a domain's disks use.
-var diskSource = regexp.MustCompile(`<source\s[^>]*file=['"]([^'"]+)['"]`)
-
-// userOf returns the name of a domain other than except that uses path as
-// a disk, or "".
-func userOf(ctx context.Context, api Libvirt, path, except string) (string, error) {
+// userOf returns the name of a domain other than except that uses the
+// volume (by its path, as a file or block disk, or by pool and volume
+// name, as a volume disk), or "".
+func userOf(ctx context.Context, api Libvirt, pool libvirt.StoragePool, vol libvirt.StorageVol, path, except string) (string, error) {
 	doms, err := api.ConnectListAllDomains(ctx, libvirt.ConnectListDomainsActive|libvirt.ConnectListDomainsInactive)
 	if err != nil {
 		return "", err
@@ -46,13 +45,32 @@ func userOf(ctx context.Context, api Libvirt, path, except string) (string, erro
 		if err != nil {
 			return "", err
 		}
-		for _, m := range diskSource.FindAllStringSubmatch(x, -1) {
-			if m[1] == path {
-				return dom.Name, nil
-			}
+		var def libvirtxml.Domain
+		if err := def.Unmarshal(x); err != nil {
+			// A definition libvirt gave but that does not parse: the
+			// volume may be its disk, so it is not claimed.
+			return dom.Name, nil
+		}
+		if def.Devices != nil && slices.ContainsFunc(def.Devices.Disks, func(d libvirtxml.DomainDisk) bool { return usesVolume(d, pool.Name, vol.Name, path) }) {
+			return dom.Name, nil
 		}
 	}
 	return "", nil
+}
+
+// usesVolume tells whether disk d is the volume.
+func usesVolume(d libvirtxml.DomainDisk, pool, vol, path string) bool {
+	switch s := d.Source; {
+	case s == nil:
+		return false
+	case s.File != nil:
+		return s.File.File == path
+	case s.Block != nil:
+		return s.Block.Dev == path
+	case s.Volume != nil:
+		return s.Volume.Pool == pool && s.Volume.Volume == vol
+	}
+	return false
 }
 
 // claimable refuses vol, named after instance name in pool, when a domain
@@ -62,7 +80,7 @@ func claimable(ctx context.Context, api Libvirt, pool libvirt.StoragePool, vol l
 	if err != nil {
 		return "", err
 	}
-	user, err := userOf(ctx, api, path, name)
+	user, err := userOf(ctx, api, pool, vol, path, name)
 	if err != nil {
 		return "", err
 	}

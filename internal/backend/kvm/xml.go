@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"libvirt.org/go/libvirtxml"
+
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -111,59 +113,105 @@ type domainSpec struct {
 	GuestAgent bool
 }
 
-// domainXML renders the domain. Disks are file-type (not volume-type) so
-// AppArmor's virt-aa-helper labels them; the seed sits on virtio-scsi,
-// which Debian's cloud kernel has (it has no AHCI).
-func domainXML(s domainSpec) string {
-	var b strings.Builder
+// domainXML renders the domain with libvirtxml, so every value (names,
+// paths, bridge and network names) is escaped as XML, never spliced in.
+// Disks are file-type (not volume-type) so AppArmor's virt-aa-helper
+// labels them; the seed sits on virtio-scsi, which Debian's cloud kernel
+// has (it has no AHCI).
+func domainXML(s domainSpec) (string, error) {
 	typ := s.Type
 	if typ == "" {
 		typ = "kvm"
 	}
-	fmt.Fprintf(&b, "<domain type=%q>\n", typ)
-	fmt.Fprintf(&b, "  <name>%s</name>\n", esc(s.Name))
-	fmt.Fprintf(&b, "  <memory unit='MiB'>%d</memory>\n  <vcpu>%d</vcpu>\n", s.MemoryMiB, s.VCPUs)
-	fmt.Fprintf(&b, "  <metadata>%s</metadata>\n", s.Meta.element(true))
+	d := libvirtxml.Domain{
+		Type:     typ,
+		Name:     s.Name,
+		Memory:   &libvirtxml.DomainMemory{Value: uint(max(s.MemoryMiB, 0)), Unit: "MiB"},
+		VCPU:     &libvirtxml.DomainVCPU{Value: uint(max(s.VCPUs, 0))},
+		Metadata: &libvirtxml.DomainMetadata{XML: s.Meta.element(true)},
+		OS: &libvirtxml.DomainOS{
+			Type:        &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"},
+			BootDevices: []libvirtxml.DomainBootDevice{{Dev: "hd"}},
+		},
+		Features:   &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}},
+		Clock:      &libvirtxml.DomainClock{Offset: "utc"},
+		OnPoweroff: "destroy",
+		OnReboot:   "restart",
+		OnCrash:    "destroy",
+		Devices: &libvirtxml.DomainDeviceList{
+			Disks: []libvirtxml.DomainDisk{
+				{
+					Device: "disk",
+					Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"},
+					Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: s.Overlay}},
+					Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"},
+				},
+				{
+					Device:   "cdrom",
+					Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
+					Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: s.Seed}},
+					Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "scsi"},
+					ReadOnly: &libvirtxml.DomainDiskReadOnly{},
+				},
+			},
+			Controllers: []libvirtxml.DomainController{{Type: "scsi", Model: "virtio-scsi"}},
+			Interfaces:  []libvirtxml.DomainInterface{domainInterface(s)},
+			Channels: []libvirtxml.DomainChannel{{
+				Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{}},
+				Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
+			}},
+			Serials:  []libvirtxml.DomainSerial{{Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}}}},
+			Consoles: []libvirtxml.DomainConsole{{Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}}}},
+			// Entropy for first-boot key generation; TCG guests have little.
+			RNGs:       []libvirtxml.DomainRNG{{Model: "virtio", Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}},
+			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio"},
+		},
+	}
 	if s.Firmware == "uefi" {
 		// firmware='efi' alone picks the secure-boot OVMF; ask for the
 		// plain one.
-		b.WriteString("  <os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>\n" +
-			"    <firmware><feature enabled='no' name='secure-boot'/><feature enabled='no' name='enrolled-keys'/></firmware>\n")
-	} else {
-		b.WriteString("  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n")
+		d.OS.Type.Machine = "q35"
+		d.OS.Firmware = "efi"
+		d.OS.FirmwareInfo = &libvirtxml.DomainOSFirmwareInfo{Features: []libvirtxml.DomainOSFirmwareFeature{
+			{Enabled: "no", Name: "secure-boot"}, {Enabled: "no", Name: "enrolled-keys"},
+		}}
 	}
-	b.WriteString("    <boot dev='hd'/>\n  </os>\n  <features><acpi/><apic/></features>\n")
 	if typ == "kvm" {
-		b.WriteString("  <cpu mode='host-passthrough'/>\n")
+		d.CPU = &libvirtxml.DomainCPU{Mode: "host-passthrough"}
 	}
-	b.WriteString("  <clock offset='utc'/>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n")
-	b.WriteString("  <devices>\n")
-	fmt.Fprintf(&b, "    <disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file=%q/><target dev='vda' bus='virtio'/></disk>\n", s.Overlay)
-	b.WriteString("    <controller type='scsi' model='virtio-scsi'/>\n")
-	fmt.Fprintf(&b, "    <disk type='file' device='cdrom'><driver name='qemu' type='raw'/><source file=%q/><target dev='sda' bus='scsi'/><readonly/></disk>\n", s.Seed)
+	x, err := d.Marshal()
+	if err != nil {
+		return "", proxy.Classify(proxy.ClassPermanent, fmt.Errorf("cannot render the domain XML of %s: %w", s.Name, err))
+	}
+	return x, nil
+}
+
+func domainInterface(s domainSpec) libvirtxml.DomainInterface {
+	i := libvirtxml.DomainInterface{Model: &libvirtxml.DomainInterfaceModel{Type: "virtio"}}
 	if s.Network != "" {
-		fmt.Fprintf(&b, "    <interface type='network'><source network=%q/><model type='virtio'/></interface>\n", s.Network)
+		i.Source = &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: s.Network}}
 	} else {
-		fmt.Fprintf(&b, "    <interface type='bridge'><source bridge=%q/><model type='virtio'/></interface>\n", s.Bridge)
+		i.Source = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: s.Bridge}}
 	}
-	b.WriteString("    <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>\n")
-	b.WriteString("    <serial type='pty'/>\n    <console type='pty'/>\n")
-	// Entropy for first-boot key generation; TCG guests have little.
-	b.WriteString("    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n")
-	b.WriteString("    <memballoon model='virtio'/>\n  </devices>\n</domain>\n")
-	return b.String()
+	return i
 }
 
 // volumeXML renders a volume; backing is the base image's path and format
 // for an overlay.
-func volumeXML(name string, capacityBytes uint64, format, backingPath, backingFormat string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "<volume><name>%s</name><capacity unit='bytes'>%d</capacity><target><format type=%q/></target>", esc(name), capacityBytes, format)
-	if backingPath != "" {
-		fmt.Fprintf(&b, "<backingStore><path>%s</path><format type=%q/></backingStore>", esc(backingPath), backingFormat)
+func volumeXML(name string, capacityBytes uint64, format, backingPath, backingFormat string) (string, error) {
+	v := libvirtxml.StorageVolume{
+		Name:     name,
+		Capacity: &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: capacityBytes},
+		Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
 	}
-	b.WriteString("</volume>")
-	return b.String()
+	if backingPath != "" {
+		v.BackingStore = &libvirtxml.StorageVolumeBackingStore{Path: backingPath, Format: &libvirtxml.StorageVolumeTargetFormat{Type: backingFormat}}
+	}
+	x, err := v.Marshal()
+	if err != nil {
+		return "", proxy.Classify(proxy.ClassPermanent, fmt.Errorf("cannot render the volume XML of %s: %w", name, err))
+	}
+	return x, nil
 }
 
 // volDesc is the part of a volume's XML the overlay reuse check reads.
