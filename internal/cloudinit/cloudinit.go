@@ -287,3 +287,29 @@ func writeFile(b *strings.Builder, path, content string) {
 func MetaData(instanceID, hostname string) string {
 	return fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", instanceID, hostname)
 }
+
+// SquidConfOf is the squid.conf the user-data UserData made installs, ""
+// when it has none: what the guest's Squid then runs. The backends' fakes
+// answer readiness probes with its identity (squid.IdentityOf).
+func SquidConfOf(userData string) string {
+	lines := strings.Split(userData, "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != "- path: "+stageDir+"/squid.conf" {
+			continue
+		}
+		for _, c := range lines[i+1:] {
+			c = strings.TrimSpace(c)
+			if strings.HasPrefix(c, "- ") {
+				return ""
+			}
+			if v, ok := strings.CutPrefix(c, "content: "); ok {
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					return ""
+				}
+				return string(b)
+			}
+		}
+	}
+	return ""
+}

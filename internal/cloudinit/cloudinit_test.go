@@ -265,3 +265,23 @@ func TestGuestFunctionsPerFamily(t *testing.T) {
 		})
 	}
 }
+
+func TestSquidConfOf(t *testing.T) {
+	files, err := squid.Render(proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: "u", Password: "p"}}, SquidOptions("uid-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud, err := UserData(Options{Squid: files, UserData: "#cloud-config\nwrite_files:\n  - path: /etc/motd\n    content: hi\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := SquidConfOf(ud); got != files.SquidConf {
+		t.Errorf("SquidConfOf(user-data) = %q; want the rendered squid.conf", got)
+	}
+	if got := squid.IdentityOf(SquidConfOf(ud)); got != squid.Identity("uid-1") {
+		t.Errorf("identity %q; want %q", got, squid.Identity("uid-1"))
+	}
+	if SquidConfOf("#cloud-config\n") != "" {
+		t.Error("a squid.conf in user-data without one")
+	}
+}

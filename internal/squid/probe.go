@@ -260,3 +260,22 @@ func (p *Prober) sweep(now time.Time) {
 		}
 	}
 }
+
+// AnswerProbes answers every connection to ln as Squid named identity
+// answers a probe (a 400 with its X-Cache header), until ln is closed:
+// the stand-in for a guest's or a pod's Squid in the backends' fakes.
+func AnswerProbes(ln net.Listener, identity string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer func() { _ = c.Close() }()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 512)
+			_, _ = c.Read(buf)
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 400 Bad Request\r\nServer: squid\r\nX-Cache: MISS from %s\r\nConnection: close\r\n\r\n", identity)
+		}()
+	}
+}

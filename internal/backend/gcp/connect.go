@@ -17,6 +17,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Credentials say how to authenticate to Compute Engine.
@@ -158,6 +159,10 @@ type Connector struct {
 	// minutes.
 	IdleTimeout time.Duration
 
+	// prober is the readiness check of the drivers built, unless Defaults
+	// has one: results are kept across Connects.
+	prober squid.Prober
+
 	mu    sync.Mutex
 	conns map[string]*conn
 }
@@ -214,6 +219,9 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 
 	o := c.Defaults
 	o.Provider, o.Config, o.API, o.pending = provider, cfg, cn.api, cn.pending
+	if o.Prober == nil {
+		o.Prober = &c.prober
+	}
 	if c.Endpoint != "" && o.Endpoint == "" {
 		o.Endpoint = c.Endpoint
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 const keySentinel = "KEY-S3NT1NEL-9f8e7d6c5b4a"
@@ -82,7 +83,7 @@ func TestKeySentinel(t *testing.T) {
 	srv := gcptest.New(t, testProject)
 	logs := &logBuffer{}
 	log := funcr.New(logs.write, funcr.Options{Verbosity: 5})
-	conn := &gcp.Connector{Endpoint: srv.URL, Defaults: gcp.Options{Log: &log, Probe: (&probeRecorder{}).probe}}
+	conn := &gcp.Connector{Endpoint: srv.URL, Defaults: gcp.Options{Log: &log, Prober: &squid.Prober{Ask: srv.AskSquid}}}
 	t.Cleanup(func() { _ = conn.Close() })
 	ctx := context.Background()
 	var seen []string

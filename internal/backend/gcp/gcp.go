@@ -31,7 +31,6 @@ package gcp
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +40,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
@@ -97,9 +97,10 @@ type Options struct {
 	// Endpoint is where API goes, for Check's report; default
 	// compute.googleapis.com.
 	Endpoint string
-	// Probe reports whether the proxy answers on addr (host:port);
-	// default DialProbe.
-	Probe func(ctx context.Context, addr string) bool
+	// Prober checks that Squid with the instance's own configuration
+	// answers; default one of the driver's own (a Connector shares its
+	// own among the drivers it builds).
+	Prober *squid.Prober
 	// UserData renders the user-data; default cloudinit.UserData without
 	// the guest agent (Compute Engine reports addresses itself).
 	UserData func(o cloudinit.Options) (string, error)
@@ -128,8 +129,8 @@ var _ proxy.Driver = (*Driver)(nil)
 
 // New returns a driver for o.
 func New(o Options) *Driver {
-	if o.Probe == nil {
-		o.Probe = DialProbe
+	if o.Prober == nil {
+		o.Prober = &squid.Prober{}
 	}
 	if o.UserData == nil {
 		o.UserData = cloudinit.UserData
@@ -147,19 +148,6 @@ func New(o Options) *Driver {
 		o.pending = &pendingOps{ops: map[string]OpRef{}}
 	}
 	return &Driver{o: o, cfg: o.Config.withDefaults(), api: o.API}
-}
-
-// DialProbe is the default readiness probe: a TCP connect within two
-// seconds.
-func DialProbe(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return false
-	}
-	_ = c.Close()
-	return true
 }
 
 // pendingOps remembers operations submitted, per instance, for the life

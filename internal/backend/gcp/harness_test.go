@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"google.golang.org/api/option"
@@ -12,6 +13,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 const (
@@ -39,7 +41,6 @@ type fixture struct {
 	srv    *gcptest.Server
 	driver *gcp.Driver
 	logs   *logBuffer
-	probed *probeRecorder
 	// opts built driver; newDriver builds another (a restarted provider).
 	opts gcp.Options
 }
@@ -65,21 +66,6 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// probeRecorder is the readiness probe seam: it answers up and records
-// the addresses asked.
-type probeRecorder struct {
-	mu    sync.Mutex
-	addrs []string
-	down  bool
-}
-
-func (p *probeRecorder) probe(_ context.Context, addr string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.addrs = append(p.addrs, addr)
-	return !p.down
-}
-
 func newSDK(t *testing.T, srv *gcptest.Server) gcp.API {
 	t.Helper()
 	api, err := gcp.NewSDK(context.Background(), srv.Project, option.WithEndpoint(srv.URL), option.WithoutAuthentication())
@@ -92,14 +78,17 @@ func newSDK(t *testing.T, srv *gcptest.Server) gcp.API {
 
 func newFixture(t *testing.T, mutate ...func(*gcp.Options)) *fixture {
 	t.Helper()
-	f := &fixture{srv: gcptest.New(t, testProject), logs: &logBuffer{}, probed: &probeRecorder{}}
+	f := &fixture{srv: gcptest.New(t, testProject), logs: &logBuffer{}}
 	log := funcr.New(f.logs.write, funcr.Options{Verbosity: 5})
 	o := gcp.Options{
 		Provider: testProvider,
 		Config:   testConfig(),
 		API:      newSDK(t, f.srv),
-		Probe:    f.probed.probe,
-		Log:      &log,
+		// The fake's Squid answers as the squid.conf in the instance's
+		// metadata; results are kept for no time, so every Get sees it as
+		// it is.
+		Prober: &squid.Prober{Ask: f.srv.AskSquid, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
+		Log:    &log,
 	}
 	for _, m := range mutate {
 		m(&o)

@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Get implements proxy.Driver. It reads the operations in ref.Operation
@@ -185,7 +186,11 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool)
 	if probe && v.State == proxy.StateRunning && v.Progress == "" {
 		port := labels[LabelPort]
 		if _, err := strconv.Atoi(port); err == nil {
-			v.ProxyReachable = d.o.Probe(ctx, net.JoinHostPort(v.IP, port))
+			pr := d.o.Prober.Check(ctx, v.ID, net.JoinHostPort(v.IP, port), squid.Identity(v.Mark.UID))
+			v.ProxyReachable = pr.Serving
+			if !pr.Serving && !pr.Pending {
+				v.Progress = "waiting for Squid to answer: " + pr.Message
+			}
 		}
 	}
 	return v

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Cluster is how the driver reaches one target cluster.
@@ -97,7 +98,7 @@ func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, cache client.Read
 }
 
 // Driver returns a driver for cl.
-func (cl *Cluster) Driver(provider string, cfg Config, prober *Prober) *Driver {
+func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
 	return New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
 }
 

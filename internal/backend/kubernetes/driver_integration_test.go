@@ -19,6 +19,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
@@ -188,7 +189,7 @@ func (e *env) driverTests(t *testing.T) {
 		if err := e.settle(ctx, inst.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		refused := &kubernetes.Prober{Dial: func(context.Context, string, string) (net.Conn, error) {
+		refused := &squid.Prober{Dial: func(context.Context, string, string) (net.Conn, error) {
 			return nil, errors.New("no route to host")
 		}}
 		for _, c := range []struct {

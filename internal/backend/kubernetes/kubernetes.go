@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
@@ -79,8 +80,9 @@ type Options struct {
 	Version func(ctx context.Context) (string, error)
 	// Host is the API server's address, for Check.
 	Host string
-	// Prober checks that the proxy answers; nil uses a Prober of its own.
-	Prober *Prober
+	// Prober checks that Squid with the proxy's own configuration answers;
+	// nil uses one of its own.
+	Prober *squid.Prober
 	// DialPods says the provider can reach pod addresses (it runs in the
 	// target cluster): the proxy is checked at its pod's address. Otherwise
 	// (a remote cluster) a LoadBalancer Service's address is checked, and
@@ -103,7 +105,7 @@ type Driver struct {
 	live     client.Reader
 	version  func(ctx context.Context) (string, error)
 	host     string
-	prober   *Prober
+	prober   *squid.Prober
 	dialPods bool
 	log      *logr.Logger
 	now      func() time.Time
@@ -129,7 +131,7 @@ func New(o Options) *Driver {
 		d.live = o.Client
 	}
 	if d.prober == nil {
-		d.prober = &Prober{}
+		d.prober = &squid.Prober{}
 	}
 	if d.now == nil {
 		d.now = time.Now

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Get implements proxy.Driver.
@@ -130,17 +131,19 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instan
 		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
-		ok, pending := d.prober.Reachable(ctx, dep.Labels[LabelUID]+"/"+o.probeKey, target)
-		o.inst.ProxyReachable = ok
-		if !ok && o.inst.Progress == "" {
-			if pending {
+		pr := d.prober.Check(ctx, dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]))
+		o.inst.ProxyReachable = pr.Serving
+		if !pr.Serving && o.inst.Progress == "" {
+			if pr.Pending {
 				o.inst.Progress = "checking that the proxy answers on " + target
 			} else {
-				o.inst.Progress = "the proxy does not answer on " + target
+				o.inst.Progress = "the proxy does not answer on " + target + ": " + pr.Message
 			}
 		}
 	} else if o.probe != "" {
-		// A serving pod's readiness probe connected to the proxy port.
+		// A remote cluster's pod the provider cannot reach: its readiness
+		// probe, a connect to the proxy port from its node, stands for the
+		// check.
 		o.inst.ProxyReachable = true
 	}
 	return o.inst, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 const (
@@ -80,10 +81,11 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	}
 	log := funcr.New(func(prefix, args string) { f.logs.add(strings.TrimSpace(prefix + " " + args)) }, funcr.Options{Verbosity: 2})
 	do := proxmox.Options{
-		Provider:             testProvider,
-		Config:               f.cfg,
-		Credentials:          f.credentials,
-		Probe:                fake.Probe,
+		Provider:    testProvider,
+		Config:      f.cfg,
+		Credentials: f.credentials,
+		// Results kept for no time: every Get sees the fake's guests as they are.
+		Prober:               &squid.Prober{Ask: fake.AskSquid, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
 		Log:                  &log,
 		RetryFailedTaskAfter: time.Minute,
 		Now:                  f.now,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // pendingSpec is the SpecHash of a VM whose provisioning is not complete:
@@ -305,9 +306,15 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		return inst, nil
 	}
 	inst.State, inst.IP = proxy.StateRunning, ip
-	inst.ProxyReachable = d.probe(ctx, net.JoinHostPort(ip, strconv.Itoa(port)))
-	if !inst.ProxyReachable {
+	// Keyed by the API too: one process serves several clusters, whose
+	// VMIDs overlap.
+	pr := d.prober.Check(ctx, d.cfg.URL+"/"+inst.ID, net.JoinHostPort(ip, strconv.Itoa(port)), squid.Identity(inst.Mark.UID))
+	inst.ProxyReachable = pr.Serving
+	switch {
+	case pr.Pending:
 		inst.Progress = joinProgress(inst.Progress, fmt.Sprintf("waiting for Squid to answer on port %d", port))
+	case !pr.Serving:
+		inst.Progress = joinProgress(inst.Progress, "waiting for Squid to answer: "+pr.Message)
 	}
 	return inst, nil
 }

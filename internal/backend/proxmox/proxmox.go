@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
@@ -103,9 +104,9 @@ type Options struct {
 	// API replaces the Client built from Config.URL and Credentials (tests
 	// that fake the seam itself). It is wrapped by Observe all the same.
 	API API
-	// Probe reports whether the proxy answers at addr (host:port); default
-	// a TCP connect with a 2 s timeout.
-	Probe func(ctx context.Context, addr string) bool
+	// Prober checks that Squid with the VM's own configuration answers;
+	// default Shared's.
+	Prober *squid.Prober
 	// Log, when set, receives the driver's log lines; otherwise they go to
 	// the logger in the call's context.
 	Log *logr.Logger
@@ -126,6 +127,9 @@ type Options struct {
 // concurrent use; the zero value is ready.
 type Shared struct {
 	Transports Transports
+	// Prober is the readiness check of every driver that has none of its
+	// own.
+	Prober squid.Prober
 
 	mu sync.Mutex
 	// clones and facts are keyed by the API's URL too: one process serves
@@ -266,7 +270,7 @@ type Driver struct {
 	cfg      Config
 	api      API
 	shared   *Shared
-	probe    func(ctx context.Context, addr string) bool
+	prober   *squid.Prober
 	log      *logr.Logger
 	now      func() time.Time
 	retry    time.Duration
@@ -277,7 +281,7 @@ var _ proxy.Driver = (*Driver)(nil)
 
 // New returns a driver for o. It makes no request.
 func New(o Options) (*Driver, error) {
-	d := &Driver{provider: o.Provider, cfg: o.Config, shared: o.Shared, probe: o.Probe, log: o.Log, now: o.Now,
+	d := &Driver{provider: o.Provider, cfg: o.Config, shared: o.Shared, prober: o.Prober, log: o.Log, now: o.Now,
 		retry: o.RetryFailedTaskAfter, creds: o.Credentials}
 	if d.shared == nil {
 		d.shared = &Shared{}
@@ -297,8 +301,8 @@ func New(o Options) (*Driver, error) {
 	if d.retry <= 0 {
 		d.retry = DefaultRetryFailedTaskAfter
 	}
-	if d.probe == nil {
-		d.probe = dialProbe
+	if d.prober == nil {
+		d.prober = &d.shared.Prober
 	}
 	api := o.API
 	if api == nil {
@@ -341,19 +345,6 @@ func (d *Driver) logger(ctx context.Context) logr.Logger {
 // wrap classifies err and names the provider and the operation.
 func (d *Driver) wrap(err error, op string) error {
 	return proxy.WithContext(classify(err), d.provider, op)
-}
-
-// dialProbe is the default readiness probe: the proxy's port accepts a
-// TCP connection.
-func dialProbe(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return false
-	}
-	_ = c.Close()
-	return true
 }
 
 // Create implements proxy.Driver: it finds the resource's VM (by name, by

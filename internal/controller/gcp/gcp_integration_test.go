@@ -43,6 +43,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
@@ -204,24 +205,17 @@ func freePort(t *testing.T) int32 {
 	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // A TCP listener.
 }
 
-// listen plays the proxy answering on ip:port once the fake handed out
-// ip: a real TCP listener, so the readiness probe is the production one.
-func listen(t *testing.T, ip string, port int32) {
+// listen plays the proxy of mr answering on ip:port once the fake handed
+// out ip: a real TCP listener answering as Squid with mr's configuration
+// does, so the readiness probe is the production one.
+func listen(t *testing.T, ip string, port int32, mr resource.Managed) {
 	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
 	if err != nil {
 		t.Fatalf("listen on %s:%d: %v", ip, port, err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go squid.AnswerProbes(l, squid.Identity(string(mr.GetUID())))
 }
 
 func waitCondition(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msgContains string) xpv2.Condition {
@@ -296,7 +290,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 			staticIP, _ = a["address"].(string)
 			return ok && staticIP != "", fmt.Sprint(e.srv.Names())
 		})
-		listen(t, staticIP, port)
+		listen(t, staticIP, port, p)
 		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
 		obs := p.Status.AtProvider
@@ -486,7 +480,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 			ip = natIP(inst)
 			return ip != "", fmt.Sprint(inst["status"])
 		})
-		listen(t, ip, port)
+		listen(t, ip, port, p)
 		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		if p.Status.AtProvider.EgressIP != ip {
 			t.Errorf("egressIP %q, want the ephemeral NAT IP %q", p.Status.AtProvider.EgressIP, ip)

@@ -37,6 +37,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // uidIndex indexes PodProxies by UID in the manager's cache, so that an
@@ -54,7 +55,7 @@ type Binding struct {
 	local    *kubernetes.Cluster
 	localErr error
 	remote   *kubernetes.Remote
-	prober   *kubernetes.Prober
+	prober   *squid.Prober
 	// access holds whether this cluster lets the provider do what the
 	// driver does here (nil when this cluster cannot be reached).
 	access *access
@@ -66,7 +67,7 @@ type Binding struct {
 // NewKind returns the PodProxy binding for mgr.
 func NewKind(mgr ctrl.Manager) *Binding {
 	b := &Binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
-	b.prober = &kubernetes.Prober{Notify: b.notify}
+	b.prober = &squid.Prober{Notify: b.notify}
 	b.local, b.localErr = kubernetes.NewLocalCluster(mgr.GetConfig(), mgr.GetScheme(), mgr.GetCache())
 	if b.local != nil {
 		if cs, err := authorizationv1.NewForConfig(mgr.GetConfig()); err == nil {

@@ -26,11 +26,13 @@
 package gcptest
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -39,6 +41,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Zones the fake knows (the aggregated list reports every one).
@@ -78,6 +82,7 @@ type Server struct {
 	seq          uint64
 	unreach      []string
 	auth         string
+	squidDown    bool
 	identity     *iam
 }
 
@@ -458,6 +463,54 @@ func (s *Server) Instance(zone, name string) (map[string]any, bool) {
 		return nil, false
 	}
 	return clone(s.instanceJSON(in)), true
+}
+
+// AskSquid answers a readiness probe of addr (ip:port) as the Squid of
+// the running instance with that external or internal address would: with
+// the visible_hostname of the squid.conf in its metadata
+// (egressproxy-squid-conf), which its startup script installs. It is a
+// squid.Prober's Ask. Down makes every instance's Squid silent.
+func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.squidDown {
+		return "", fmt.Errorf("dial tcp %s: connection refused", addr)
+	}
+	for _, in := range s.instances {
+		if in.status != "RUNNING" || in.deleting {
+			continue
+		}
+		ips := []string{in.natIP}
+		for _, n := range asList(in.body["networkInterfaces"]) {
+			if m, ok := n.(map[string]any); ok {
+				ip, _ := m["networkIP"].(string)
+				ips = append(ips, ip)
+			}
+		}
+		if !slices.Contains(ips, host) {
+			continue
+		}
+		md, _ := in.body["metadata"].(map[string]any)
+		for _, it := range asList(md["items"]) {
+			if m, ok := it.(map[string]any); ok && m["key"] == "egressproxy-squid-conf" {
+				v, _ := m["value"].(string)
+				return squid.IdentityOf(v), nil
+			}
+		}
+		return "", fmt.Errorf("%s answers HTTP, but not as Squid", addr)
+	}
+	return "", fmt.Errorf("dial tcp %s: connection refused", addr)
+}
+
+// SetSquidDown makes every instance's Squid silent (down) or answer again.
+func (s *Server) SetSquidDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.squidDown = down
 }
 
 // Address returns the stored address, false when there is none.

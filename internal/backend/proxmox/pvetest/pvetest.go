@@ -778,24 +778,26 @@ func publicParams(p map[string]string) map[string]string {
 	return out
 }
 
-// Probe reports whether addr is the address and proxy port of a running
-// guest whose agent answers: a readiness probe for drivers under test that
-// cannot dial (see Options.Listen for real listeners).
-func (s *Server) Probe(_ context.Context, addr string) bool {
+// AskSquid answers a readiness probe of addr (ip:port) as the Squid of
+// the running guest at addr would once its agent answers: with the
+// identity of the squid.conf its seed's user-data installs
+// (squid.IdentityOf). It is a squid.Prober's Ask for drivers under test
+// that cannot dial (see Options.Listen for real listeners).
+func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || port != strconv.Itoa(s.opts.ProxyPort) {
-		return false
+		return "", fmt.Errorf("dial tcp %s: connection refused", addr)
 	}
 	now := time.Now()
 	for _, v := range s.vms {
 		if v.addr == host && v.status == "running" && v.qmp == "running" && v.agentReady(now) {
-			return true
+			return v.squidIdentity(), nil
 		}
 	}
-	return false
+	return "", fmt.Errorf("dial tcp %s: connection refused", addr)
 }
 
 func digestOf(parts ...string) string {

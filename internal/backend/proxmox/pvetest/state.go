@@ -14,6 +14,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // vm is one guest (or template) of the fake cluster.
@@ -231,15 +234,13 @@ func (s *Server) maybeListen(v *vm, now time.Time) {
 		return
 	}
 	v.ln = ln
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go squid.AnswerProbes(ln, v.squidIdentity())
+}
+
+// squidIdentity is what the guest's Squid calls itself: the identity of
+// the squid.conf its seed's user-data installs.
+func (v *vm) squidIdentity() string {
+	return squid.IdentityOf(cloudinit.SquidConfOf(v.seed.UserData))
 }
 
 func (s *Server) duration(typ string) time.Duration {

@@ -1,0 +1,177 @@
+package telemetry_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"google.golang.org/api/option"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	kvmtest.Down()
+	os.Exit(code)
+}
+
+// requestSpan tells a backend's request spans (made by the decorator on
+// its connections) from its driver spans (<backend>.<Method>, made by
+// telemetry.Instrument).
+func requestSpan(backend string, s otlptest.Span) bool {
+	return strings.HasPrefix(s.Name, backend+".") && s.Attributes["egressproxy.call"] != ""
+}
+
+// TestBackendSpansIntegration: for one operation on each backend (an
+// Observe of a proxy that does not exist: egressproxy.Observe around the
+// driver's Get, as the controller makes them), exported by the provider's
+// own exporter (SetupTracing over OTLP/gRPC) to a real receiver, every
+// request the driver makes to its backend is a span whose parent is the
+// driver's span, whose parent is the operation's; and the backends'
+// credentials are in no span. The backends: a real libvirtd behind a real
+// sshd (kvm), a real kube-apiserver (kubernetes), the Proxmox VE and
+// Compute Engine fakes on the real clients (proxmox, gcp).
+func TestBackendSpansIntegration(t *testing.T) {
+	ctx := context.Background()
+	rcv := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rcv.Endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	enabled, shutdown, err := telemetry.SetupTracing(ctx, "test")
+	if err != nil || !enabled {
+		t.Fatalf("SetupTracing = %t, %v", enabled, err)
+	}
+
+	drivers := map[string]proxy.Driver{}
+	var secrets []string
+
+	// kvm: the real libvirt host.
+	h := kvmtest.Up(t)
+	b := kvm.NewBackend(kvm.Options{})
+	t.Cleanup(b.Close)
+	drivers["kvm"] = b.Driver(kvm.Config{Name: "ClusterProviderConfig spans", Credentials: h.Credentials(), Hosts: []kvm.Host{h.KVMHost("local")},
+		MachineTypes: map[string]kvm.MachineType{"tiny": {VCPUs: 1, MemoryMiB: 256}}})
+	secrets = append(secrets, string(h.Key))
+
+	// proxmox: the fake on the real client.
+	pve := pvetest.New(t, pvetest.Options{})
+	pd, err := proxmox.New(proxmox.Options{
+		Provider: "ClusterProviderConfig spans",
+		Config: proxmox.Config{URL: pve.URL, Nodes: []string{"pve1"}, ISOStorage: "local", Bridge: "vmbr0", DiskGiB: 10,
+			Templates: map[string]int{"debian-12": 9000}, MachineTypes: map[string]proxmox.MachineType{"small": {Cores: 1, MemoryMiB: 1024}}},
+		Credentials: func(context.Context) (proxmox.Credentials, error) {
+			return proxmox.Credentials{Token: pve.Token(), CA: pve.CAPEM()}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers["proxmox"] = pd
+	if _, secret, ok := strings.Cut(pve.Token(), "="); ok {
+		secrets = append(secrets, secret)
+	}
+
+	// gcp: the fake on the SDK's clients.
+	srv := gcptest.New(t, "egressproxy-spans")
+	api, err := gcp.NewSDK(ctx, srv.Project, option.WithEndpoint(srv.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	drivers["gcp"] = gcp.New(gcp.Options{Provider: "ClusterProviderConfig spans", API: api, Config: gcp.Config{Project: srv.Project, Network: "default",
+		Images: map[string]string{"debian": "projects/debian-cloud/global/images/family/debian-12"}, MachineTypes: map[string]string{"small": "e2-small"}, Zones: []string{"europe-west1-b"}}})
+
+	// kubernetes: a real API server, reached as a remote cluster.
+	cp := controlplane.ForTest(t, controlplane.Options{})
+	cl, err := (&kubernetes.Remote{Scheme: clientgoscheme.Scheme}).Cluster(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers["kubernetes"] = cl.Driver("ClusterProviderConfig spans", kubernetes.Config{Namespace: "default"}, nil)
+	if cp.Config.BearerToken != "" {
+		secrets = append(secrets, cp.Config.BearerToken)
+	}
+
+	ops := map[string]string{} // backend: the operation's span ID
+	traces := map[string]string{}
+	for backend, d := range drivers {
+		octx, op := telemetry.Tracer().Start(ctx, "egressproxy.Observe")
+		ref := proxy.Ref{Name: "egp-spans-missing", Mark: proxy.Mark{UID: "6f1c2a7e-0000-4000-8000-000000000001", InstallationID: "spans"}}
+		if backend == "gcp" {
+			ref.Placement.Location = "europe-west1-b"
+		}
+		_, err := telemetry.Instrument(backend, d).Get(octx, ref)
+		op.End()
+		if !proxy.IsNotFound(err) {
+			t.Errorf("%s: Get of a proxy that does not exist = %v; want NotFound", backend, err)
+		}
+		ops[backend], traces[backend] = op.SpanContext().SpanID().String(), op.SpanContext().TraceID().String()
+	}
+	if err := shutdown(ctx); err != nil {
+		t.Fatalf("flushing the exporter: %v", err)
+	}
+
+	spans := rcv.Spans()
+	byID := map[string]otlptest.Span{}
+	for _, s := range spans {
+		byID[s.SpanID] = s
+	}
+	for backend := range drivers {
+		var driverSpan *otlptest.Span
+		var requests []otlptest.Span
+		for _, s := range spans {
+			if s.TraceID != traces[backend] {
+				continue
+			}
+			switch {
+			case s.Name == backend+".Get":
+				driverSpan = &s
+			case requestSpan(backend, s):
+				requests = append(requests, s)
+			}
+		}
+		if driverSpan == nil || driverSpan.ParentID != ops[backend] {
+			t.Errorf("%s: no span %s.Get that is a child of the operation's", backend, backend)
+			continue
+		}
+		if len(requests) == 0 {
+			t.Errorf("%s: no backend request span in the operation's trace", backend)
+		}
+		var names []string
+		for _, s := range requests {
+			names = append(names, s.Name)
+			// The parent of a request span is the driver's span, or a span
+			// of the backend's own below it (kvm's SSH dial).
+			p := byID[s.ParentID]
+			for p.SpanID != "" && p.SpanID != driverSpan.SpanID {
+				p = byID[p.ParentID]
+			}
+			if p.SpanID != driverSpan.SpanID {
+				t.Errorf("%s: request span %s is not below %s.Get", backend, s.Name, backend)
+			}
+		}
+		t.Logf("%s: %s.Get -> %v", backend, backend, names)
+	}
+	for _, s := range spans {
+		for k, v := range s.Attributes {
+			for _, secret := range secrets {
+				if secret != "" && strings.Contains(v, secret) {
+					t.Errorf("span %s attribute %s holds a credential", s.Name, k)
+				}
+			}
+		}
+	}
+}
