@@ -157,8 +157,8 @@ type Ref struct {
 	// Deleting says the managed resource is being deleted. A Get of it
 	// that finds no instance then looks for the pieces a Create cut short
 	// may have left (a volume, a firewall rule, an address, a seed ISO),
-	// by name and mark, and reports them as an instance (Stopped, ID set,
-	// Mark the Ref's, Progress naming what remains), so that the
+	// by name and mark, and reports them as an instance (Stopped, Mark
+	// the Ref's, Progress naming what remains), so that the
 	// controller calls Delete, which removes them, until Get says
 	// NotFound: a resource whose instance never appeared leaks nothing.
 	Deleting bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -145,20 +146,38 @@ func (d *Driver) sweep(ctx context.Context, idx vmIndex, ref proxy.Ref) error {
 	return err
 }
 
-// sweepSeeds deletes the resource's seed ISO from every configured node
-// (and also, when set, from node) that holds it, and reports whether it
-// found one. Offline nodes are skipped: a proxy never created there must
-// not wait for them.
+// sweepSeeds deletes the resource's seed ISO from every node that holds
+// it (seedsOf), and reports whether it found one.
 func (d *Driver) sweepSeeds(ctx context.Context, idx vmIndex, ref proxy.Ref, node string) (bool, error) {
-	if ref.Mark.UID == "" || !nameRe.MatchString(ref.Name) {
-		return false, nil
+	nodes, err := d.seedsOf(ctx, idx, ref, node)
+	if err != nil {
+		return false, err
 	}
-	deleted := false
+	vol := d.isoVolID(ref.Name, ref.Mark.UID)
+	for _, n := range nodes {
+		upid, err := d.api.DeleteVolume(ctx, n, vol)
+		if err != nil {
+			return true, err
+		}
+		d.logger(ctx).V(1).Info("proxmox seed deleting", "node", n, "volume", vol, "upid", upid)
+	}
+	return len(nodes) > 0, nil
+}
+
+// seedsOf returns the configured nodes (and also, when set, node) whose
+// ISO storage holds the resource's seed ISO. Its name carries the
+// resource's UID, so it is found without a VM. Offline nodes are skipped:
+// a proxy never created there must not wait for them.
+func (d *Driver) seedsOf(ctx context.Context, idx vmIndex, ref proxy.Ref, node string) ([]string, error) {
+	if ref.Mark.UID == "" || !nameRe.MatchString(ref.Name) {
+		return nil, nil
+	}
 	vol := d.isoVolID(ref.Name, ref.Mark.UID)
 	nodes := slices.Clone(d.cfg.Nodes)
 	if node != "" && !slices.Contains(nodes, node) {
 		nodes = append(nodes, node)
 	}
+	var out []string
 	for _, n := range nodes {
 		if st, known := idx.nodes[n]; known && st != "online" {
 			d.logger(ctx).V(1).Info("proxmox seed sweep skips an offline node", "node", n, "volume", vol)
@@ -170,17 +189,26 @@ func (d *Driver) sweepSeeds(ctx context.Context, idx vmIndex, ref proxy.Ref, nod
 				// The storage is not on this node.
 				continue
 			}
-			return deleted, err
+			return out, err
 		}
-		if !slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == vol }) {
-			continue
+		if slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == vol }) {
+			out = append(out, n)
 		}
-		upid, err := d.api.DeleteVolume(ctx, n, vol)
-		if err != nil {
-			return deleted, err
-		}
-		deleted = true
-		d.logger(ctx).V(1).Info("proxmox seed deleting", "node", n, "volume", vol, "upid", upid)
 	}
-	return deleted, nil
+	return out, nil
+}
+
+// leftovers is what Get reports for a resource being deleted whose VM is
+// gone (or never appeared): its seed ISO, while a node still holds it,
+// as a Stopped instance; otherwise NotFound.
+func (d *Driver) leftovers(ctx context.Context, idx vmIndex, ref proxy.Ref) (proxy.Instance, error) {
+	nodes, err := d.seedsOf(ctx, idx, ref, "")
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if len(nodes) == 0 {
+		return proxy.Instance{}, proxy.NotFoundf("no VM named %q", ref.Name)
+	}
+	return proxy.Instance{ID: ref.ID, Name: ref.Name, Mark: ref.Mark, State: proxy.StateStopped, Placement: ref.Placement,
+		Progress: fmt.Sprintf("no VM; seed ISO %s remains on node %s and is deleted with the resource", d.isoVolID(ref.Name, ref.Mark.UID), strings.Join(nodes, ", "))}, nil
 }

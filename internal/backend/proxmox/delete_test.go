@@ -2,6 +2,7 @@ package proxmox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
@@ -31,10 +32,14 @@ func TestDeleteFindsTheSeedWhereItLives(t *testing.T) {
 		f := newFixture(t)
 		r := ready(t, f, "pt-removed", "80910213-0002-4a5e-9d55-0a9c1f1e2b3c")
 		f.fake.Remove(vmidOf(t, r.status.ID))
-		if err := f.drv.Delete(ctx, r.ref()); err != nil {
-			t.Fatal(err)
+		// As the controller deletes it: Get finds no VM but the seed, and
+		// reports it, so that Delete runs and removes it.
+		r.deleted = true
+		got, err := f.drv.Get(ctx, r.ref())
+		if err != nil || got.State != proxy.StateStopped || !strings.Contains(got.Progress, "seed ISO") || got.Mark != r.req.Mark {
+			t.Fatalf("Get of the deleted resource with only its seed left = %+v, %v; want Stopped naming the seed", got, err)
 		}
-		f.fake.FinishTasks()
+		r.converge(ctx, 20)
 		assertNothingLeft(t, f.fake)
 	})
 	t.Run("shared ISO storage", func(t *testing.T) {

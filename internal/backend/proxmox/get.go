@@ -133,7 +133,13 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 			return proxy.Instance{}, err
 		}
 	}
-	res, err := d.api.Resources(ctx, "vm")
+	// A resource being deleted may have to look for its seed on every
+	// node: the listing then includes the nodes and their status.
+	typ := "vm"
+	if ref.Deleting {
+		typ = ""
+	}
+	res, err := d.api.Resources(ctx, typ)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -142,6 +148,9 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	f, ok, err := d.locate(idx, ref)
 	if err != nil {
 		return proxy.Instance{}, err
+	}
+	if !ok && ref.Deleting {
+		return d.leftovers(ctx, idx, ref)
 	}
 	if !ok {
 		if err := d.failedClone(ctx, ref); err != nil {

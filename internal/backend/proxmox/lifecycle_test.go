@@ -30,7 +30,7 @@ type reconciler struct {
 // its goal (Running with a reachable proxy and the request's spec, or
 // gone when deleted).
 func (r *reconciler) reconcile(ctx context.Context) (bool, error) {
-	ref := proxy.Ref{ID: r.status.ID, Name: r.req.Name, Mark: r.req.Mark, Placement: r.req.Placement, Operation: r.status.Operation}
+	ref := r.ref()
 	inst, err := r.drv.Get(ctx, ref)
 	switch {
 	case proxy.IsNotFound(err):

@@ -18,7 +18,8 @@ func ready(t *testing.T, f *fixture, name, uid string) *reconciler {
 }
 
 func (r *reconciler) ref() proxy.Ref {
-	return proxy.Ref{ID: r.status.ID, Name: r.req.Name, Mark: r.req.Mark, Placement: r.req.Placement, Operation: r.status.Operation}
+	return proxy.Ref{ID: r.status.ID, Name: r.req.Name, Mark: r.req.Mark, Placement: r.req.Placement, Operation: r.status.Operation,
+		Live: r.deleted, Deleting: r.deleted}
 }
 
 func wantErr(t *testing.T, what string, err error, class proxy.Class, texts ...string) {
