@@ -57,6 +57,7 @@ func main() {
 		syncInterval       = flag.Duration("sync", time.Hour, "How often the manager's caches resync every object (a full resync; the proxy controllers act on changes and polls, not on resyncs).")
 		pollInterval       = flag.Duration("poll", 5*time.Minute, "How often a Ready proxy is checked on its backend (one API call per proxy on GCP: see docs/operations.md for the quota arithmetic).")
 		notReadyPoll       = flag.Duration("poll-not-ready", 10*time.Second, "How often a proxy that is not Ready yet is checked.")
+		quotaRetry         = flag.Duration("quota-retry-interval", external.DefaultQuotaRetryInterval, "How long a proxy whose backend answered out of quota or capacity waits before the next attempt (instead of the error backoff, which retries every minute at most); a longer Retry-After of the backend is waited instead.")
 		pollJitter         = flag.Duration("poll-jitter", 10*time.Second, "Maximum jitter added to or taken from each poll (at most a quarter of the interval).")
 		maxReconcileRate   = flag.Int("max-reconcile-rate", 100, "Reconciles per second across all controllers.")
 		maxConcurrent      = flag.Int("max-concurrent-reconciles", 10, "Concurrent reconciles per controller.")
@@ -99,7 +100,7 @@ func main() {
 	log := logging.NewLogrLogger(zl.WithName("provider-egressproxy"))
 
 	if err := run(start, log, runOptions{
-		sync: *syncInterval, poll: *pollInterval, notReadyPoll: *notReadyPoll, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
+		sync: *syncInterval, poll: *pollInterval, notReadyPoll: *notReadyPoll, quotaRetry: *quotaRetry, jitter: *pollJitter, rate: *maxReconcileRate, concurrent: *maxConcurrent,
 		leaderElection: *leaderElection, changeLogs: *enableChangeLogs, changeLogsSocket: *changeLogsSocket, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout, orphanInterval: *orphanInterval,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
@@ -111,6 +112,7 @@ func main() {
 
 type runOptions struct {
 	sync, poll, notReadyPoll      time.Duration
+	quotaRetry                    time.Duration
 	jitter                        time.Duration
 	changeLogs                    bool
 	changeLogsSocket              string
@@ -256,6 +258,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		InstallationID:       id,
 		Namespace:            o.namespace,
 		NotReadyPollInterval: o.notReadyPoll,
+		QuotaRetryInterval:   o.quotaRetry,
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
 	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout, OrphanInterval: o.orphanInterval}); err != nil {

@@ -3,6 +3,10 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Class is how the controller should react to an error.
@@ -33,6 +37,10 @@ type Error struct {
 	Op string
 	// Reason is an optional backend code (quotaExceeded, a libvirt code).
 	Reason string
+	// RetryAfter is how long the backend asked callers to wait before
+	// trying again (an HTTP Retry-After); 0 when it did not say. The
+	// controller waits at least that long before the next reconcile.
+	RetryAfter time.Duration
 	// Err is the cause.
 	Err error
 }
@@ -121,7 +129,7 @@ func WithContext(err error, provider, op string) error {
 		cp = *pe
 	} else {
 		// Copying pe would drop whatever err wraps around it.
-		cp = Error{Class: pe.Class, Provider: pe.Provider, Op: pe.Op, Reason: pe.Reason, Err: err}
+		cp = Error{Class: pe.Class, Provider: pe.Provider, Op: pe.Op, Reason: pe.Reason, RetryAfter: pe.RetryAfter, Err: err}
 	}
 	if cp.Class == "" {
 		cp.Class = ClassTransient
@@ -159,3 +167,39 @@ func IsQuota(err error) bool { return ClassOf(err) == ClassQuota }
 
 // IsTransient reports whether err is classified Transient (or unclassified).
 func IsTransient(err error) bool { return ClassOf(err) == ClassTransient }
+
+// RetryAfterOf returns the RetryAfter of the first *Error in err's chain
+// that sets one, 0 when none does.
+func RetryAfterOf(err error) time.Duration {
+	for err != nil {
+		var pe *Error
+		if !errors.As(err, &pe) {
+			return 0
+		}
+		if pe.RetryAfter > 0 {
+			return pe.RetryAfter
+		}
+		err = pe.Err
+	}
+	return 0
+}
+
+// maxRetryAfter bounds what a backend's Retry-After can ask for.
+const maxRetryAfter = time.Hour
+
+// ParseRetryAfter reads an HTTP Retry-After header: delay-seconds or an
+// HTTP date (relative to now), at most an hour; 0 when absent, past or
+// malformed.
+func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.Atoi(v); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}

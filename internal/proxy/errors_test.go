@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWithContext(t *testing.T) {
@@ -105,5 +106,40 @@ func TestMissingOnCreateIsPermanent(t *testing.T) {
 		if got := MissingOnCreate(err); got != err { //nolint:errorlint // Identity: other classes pass through untouched.
 			t.Errorf("MissingOnCreate(%v) = %v; want it unchanged", err, got)
 		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"":                              0,
+		"120":                           2 * time.Minute,
+		"-5":                            0,
+		"86400":                         time.Hour, // capped
+		"Tue, 01 Dec 2026 12:03:00 GMT": 3 * time.Minute,
+		"Tue, 01 Dec 2026 11:00:00 GMT": 0, // past
+		"soon":                          0,
+	} {
+		h := make(map[string][]string)
+		if v != "" {
+			h["Retry-After"] = []string{v}
+		}
+		if got := ParseRetryAfter(h, now); got != want {
+			t.Errorf("ParseRetryAfter(%q) = %v; want %v", v, got, want)
+		}
+	}
+}
+
+// TestRetryAfterOfSurvivesWithContext: the backend's wait is kept when the
+// driver names its provider and operation, wrapped or not.
+func TestRetryAfterOfSurvivesWithContext(t *testing.T) {
+	e := &Error{Class: ClassTransient, RetryAfter: time.Minute, Err: errors.New("429")}
+	for _, err := range []error{e, WithContext(e, "p", "get"), WithContext(fmt.Errorf("reading: %w", e), "p", "get")} {
+		if got := RetryAfterOf(err); got != time.Minute {
+			t.Errorf("RetryAfterOf(%v) = %v; want 1m", err, got)
+		}
+	}
+	if got := RetryAfterOf(Transientf("busy")); got != 0 {
+		t.Errorf("RetryAfterOf without one = %v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
@@ -45,6 +46,8 @@ type connector[P any] struct {
 	legacy    resource.LegacyTracker
 	// record gets an event for every change of a proxy's Ready condition.
 	record event.Recorder
+	// hints carry a failed reconcile's wait to retryAfter.
+	hints *retryHints
 }
 
 // Connect tracks the config's usage, resolves the config, checks that it
@@ -78,7 +81,7 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords, record: c.record}, nil
+	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints}, nil
 }
 
 type external[P any] struct {
@@ -89,6 +92,7 @@ type external[P any] struct {
 	secrets   Secrets
 	passwords *Passwords
 	record    event.Recorder
+	hints     *retryHints
 }
 
 // span starts the one span of an external-client operation.
@@ -100,6 +104,7 @@ func (e *external[P]) span(ctx context.Context, op string, mg resource.Managed) 
 		attribute.String("egressproxy.provider_config", e.cfg.Name),
 	))
 	return ctx, func(err error) {
+		e.hints.note(mg, err)
 		if err != nil {
 			s.SetStatus(codes.Error, telemetry.ErrorClass(err))
 			s.SetAttributes(semconv.ErrorTypeKey.String(telemetry.ErrorClass(err)))
@@ -127,7 +132,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 	if err != nil {
-		return managed.ExternalObservation{}, describe(err, "cannot observe the instance")
+		return managed.ExternalObservation{}, e.describe(err, "cannot observe the instance")
 	}
 	if foreign := e.foreign(cr, inst); foreign != nil {
 		return managed.ExternalObservation{}, foreign
@@ -152,7 +157,7 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 	}
 	inst, err := e.driver.Create(ctx, req)
 	if err != nil {
-		return managed.ExternalCreation{}, describe(err, "cannot create the instance")
+		return managed.ExternalCreation{}, e.describe(err, "cannot create the instance")
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
 	e.setReadiness(cr, inst)
@@ -195,7 +200,7 @@ func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u manage
 	}
 	inst, err := e.driver.Update(ctx, ref(cr, req, cr.Observation()), req)
 	if err != nil {
-		return managed.ExternalUpdate{}, describe(err, "cannot update the instance")
+		return managed.ExternalUpdate{}, e.describe(err, "cannot update the instance")
 	}
 	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
 	e.setReadiness(cr, inst)
@@ -208,7 +213,7 @@ func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d manage
 	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
 
 	if err := e.driver.Delete(ctx, e.deletionRef(cr)); err != nil {
-		return managed.ExternalDelete{}, describe(err, "cannot delete the instance")
+		return managed.ExternalDelete{}, e.describe(err, "cannot delete the instance")
 	}
 	return managed.ExternalDelete{}, nil
 }
@@ -245,11 +250,11 @@ func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (mana
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case proxy.IsPermanent(err):
 		if derr := e.driver.Delete(ctx, r); derr != nil {
-			return managed.ExternalObservation{}, describe(derr, fmt.Sprintf("cannot delete the instance (it cannot be read either: %v)", err))
+			return managed.ExternalObservation{}, e.describe(derr, fmt.Sprintf("cannot delete the instance (it cannot be read either: %v)", err))
 		}
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case err != nil:
-		return managed.ExternalObservation{}, describe(err, "cannot observe the instance being deleted")
+		return managed.ExternalObservation{}, e.describe(err, "cannot observe the instance being deleted")
 	}
 	if e.foreign(cr, inst) != nil {
 		// Never ours: deleting the resource leaves the instance alone.
@@ -507,14 +512,22 @@ func NoProxy(extra []string) string {
 }
 
 // describe wraps a driver error so the condition says what failed and how
-// the provider treats it.
-func describe(err error, what string) error {
+// the provider treats it, and when it tries again if it waits.
+func (e *external[P]) describe(err error, what string) error {
+	return describe(err, what, e.hints.wait(err))
+}
+
+func describe(err error, what string, wait time.Duration) error {
 	class := proxy.ClassOf(err)
-	switch class {
-	case proxy.ClassPermanent:
+	switch {
+	case class == proxy.ClassPermanent:
 		return errors.Wrapf(err, "%s (permanent: will not succeed until the resource, its config or the backend changes)", what)
-	case proxy.ClassQuota:
+	case class == proxy.ClassQuota && wait > 0:
+		return errors.Wrapf(err, "%s (out of quota or capacity on the backend; will retry in %s)", what, wait)
+	case class == proxy.ClassQuota:
 		return errors.Wrapf(err, "%s (out of quota or capacity on the backend)", what)
+	case wait > 0:
+		return errors.Wrapf(err, "%s (%s, will retry in %s, as the backend asked)", what, class, wait)
 	default:
 		return errors.Wrapf(err, "%s (%s, will retry)", what, class)
 	}

@@ -43,6 +43,11 @@ type Options struct {
 	NotReadyPollInterval time.Duration
 	// PollJitter is the maximum jitter added to or taken from each poll.
 	PollJitter time.Duration
+	// QuotaRetryInterval is how long a proxy whose backend answered out
+	// of quota or capacity waits before the next attempt
+	// (DefaultQuotaRetryInterval when 0); a backend's Retry-After, when
+	// longer, is waited instead.
+	QuotaRetryInterval time.Duration
 	// AllWrites turns the write-eliding client (package writes) off: the
 	// managed reconcilers then send every write crossplane-runtime makes
 	// and read connection Secrets from the API server.
@@ -109,6 +114,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...sc
 		modern:    resource.NewProviderConfigUsageTracker(mgr.GetClient(), &namespacedv1alpha1.ProviderConfigUsage{}),
 		legacy:    resource.NewLegacyProviderConfigUsageTracker(mgr.GetClient(), &clusterv1alpha1.ProviderConfigUsage{}),
 		record:    event.NewAPIRecorder(mgr.GetEventRecorderFor("egressproxy/" + strings.ToLower(k.Name))),
+		hints:     newRetryHints(o.QuotaRetryInterval),
 	}
 	for _, gvk := range gvks {
 		if o.Gate != nil {
@@ -191,7 +197,7 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 		}
 		b = k.Watches(mgr, b, l.(client.ObjectList)) //nolint:forcetypeassert // Every registered list kind is a list.
 	}
-	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(r), o.GlobalRateLimiter))
+	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(retryAfter{inner: r, hints: c.hints}), o.GlobalRateLimiter))
 }
 
 // PollHook polls a resource that is not Ready every notReady, and a Ready

@@ -1,0 +1,97 @@
+package external
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// DefaultQuotaRetryInterval is how long a proxy whose backend is out of
+// quota or capacity waits before the next attempt, unless configured.
+const DefaultQuotaRetryInterval = 5 * time.Minute
+
+// retryHints carry, from the external client to the reconciler wrapped
+// around crossplane-runtime's (retryAfter), how long the resource a
+// reconcile just failed on should wait: crossplane-runtime requeues every
+// failed reconcile through the controller's exponential backoff (1s
+// doubling up to 60s), which retries an exhausted quota every minute for
+// ever and ignores a backend's Retry-After. One set per kind; keys are the
+// resources' namespaced names (cluster-scoped ones have no namespace, so
+// the two scopes of a kind cannot collide).
+type retryHints struct {
+	mu    sync.Mutex
+	after map[types.NamespacedName]time.Duration
+	// quota is the wait after a Quota error (Options.QuotaRetryInterval).
+	quota time.Duration
+}
+
+func newRetryHints(quota time.Duration) *retryHints {
+	if quota <= 0 {
+		quota = DefaultQuotaRetryInterval
+	}
+	return &retryHints{after: map[types.NamespacedName]time.Duration{}, quota: quota}
+}
+
+// wait is how long the resource should wait after err: the quota
+// interval for a Quota error, at least the backend's Retry-After, 0 for
+// the runtime's own backoff.
+func (h *retryHints) wait(err error) time.Duration {
+	if h == nil || err == nil {
+		return 0
+	}
+	d := proxy.RetryAfterOf(err)
+	if proxy.IsQuota(err) {
+		d = max(d, h.quota)
+	}
+	return d
+}
+
+// note records that mg's reconcile failed with err.
+func (h *retryHints) note(mg resource.Managed, err error) {
+	d := h.wait(err)
+	if d <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.after[types.NamespacedName{Namespace: mg.GetNamespace(), Name: mg.GetName()}] = d
+}
+
+// take returns and forgets what was noted for key.
+func (h *retryHints) take(key types.NamespacedName) (time.Duration, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d, ok := h.after[key]
+	delete(h.after, key)
+	return d, ok
+}
+
+// retryAfter wraps the managed reconciler: a reconcile whose external
+// client noted a wait is requeued after it (controller-runtime then also
+// resets the resource's backoff) instead of through the backoff.
+type retryAfter struct {
+	inner reconcile.Reconciler
+	hints *retryHints
+}
+
+func (r retryAfter) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.hints.take(req.NamespacedName) // a hint is only for the reconcile that noted it
+	res, err := r.inner.Reconcile(ctx, req)
+	d, ok := r.hints.take(req.NamespacedName)
+	if !ok || err != nil {
+		return res, err
+	}
+	if res.RequeueAfter > 0 && res.RequeueAfter < d {
+		res.RequeueAfter = d
+	}
+	if res.RequeueAfter == 0 {
+		res = reconcile.Result{RequeueAfter: d}
+	}
+	return res, nil
+}

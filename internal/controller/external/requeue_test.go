@@ -1,0 +1,80 @@
+package external
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// runtimeFailing stands for crossplane-runtime's managed reconciler when
+// the external client fails: the client's error is noted (as external's
+// span does), and the runtime asks for a rate-limited requeue.
+type runtimeFailing struct {
+	hints *retryHints
+	mg    *nsproxy.KVMProxy
+	err   error
+}
+
+func (r runtimeFailing) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
+	r.hints.note(r.mg, r.err)
+	return reconcile.Result{Requeue: true}, nil
+}
+
+// TestQuotaRequeuesOnItsOwnInterval: a reconcile that failed for quota is
+// requeued after the quota interval (or the backend's longer
+// Retry-After), not through the controller's backoff, which would retry
+// within a minute; other failures keep the backoff unless the backend
+// said how long to wait; a hint never outlives its reconcile.
+func TestQuotaRequeuesOnItsOwnInterval(t *testing.T) {
+	mg := &nsproxy.KVMProxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"}}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "web"}}
+	quota := proxy.Quotaf("storage pool default on host lab has 5120 MiB available")
+	cases := []struct {
+		name string
+		err  error
+		want reconcile.Result
+	}{
+		{"Quota", quota, reconcile.Result{RequeueAfter: 7 * time.Minute}},
+		{"QuotaWithALongerRetryAfter", &proxy.Error{Class: proxy.ClassQuota, RetryAfter: 20 * time.Minute, Err: quota}, reconcile.Result{RequeueAfter: 20 * time.Minute}},
+		{"QuotaWithAShorterRetryAfter", &proxy.Error{Class: proxy.ClassQuota, RetryAfter: time.Second, Err: quota}, reconcile.Result{RequeueAfter: 7 * time.Minute}},
+		{"TransientWithRetryAfter", proxy.WithContext(&proxy.Error{Class: proxy.ClassTransient, RetryAfter: 90 * time.Second, Err: quota}, "p", "create"), reconcile.Result{RequeueAfter: 90 * time.Second}},
+		{"Transient", proxy.Transientf("busy"), reconcile.Result{Requeue: true}},
+		{"Permanent", proxy.Permanentf("no such image"), reconcile.Result{Requeue: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newRetryHints(7 * time.Minute)
+			r := retryAfter{inner: runtimeFailing{hints: h, mg: mg, err: tc.err}, hints: h}
+			got, err := r.Reconcile(context.Background(), req)
+			if err != nil || got != tc.want {
+				t.Errorf("Reconcile = %+v, %v; want %+v", got, err, tc.want)
+			}
+			if _, left := h.take(req.NamespacedName); left {
+				t.Error("the hint outlived its reconcile")
+			}
+		})
+	}
+	t.Run("StaleHintIsDropped", func(t *testing.T) {
+		h := newRetryHints(7 * time.Minute)
+		h.note(mg, quota) // from a reconcile that did not finish through retryAfter
+		r := retryAfter{inner: runtimeFailing{hints: h, mg: mg, err: proxy.Transientf("busy")}, hints: h}
+		if got, _ := r.Reconcile(context.Background(), req); got != (reconcile.Result{Requeue: true}) {
+			t.Errorf("Reconcile = %+v; want the runtime's own requeue", got)
+		}
+	})
+	t.Run("TheConditionSaysWhen", func(t *testing.T) {
+		h := newRetryHints(7 * time.Minute)
+		msg := describe(quota, "cannot create the instance", h.wait(quota)).Error()
+		if !strings.Contains(msg, "out of quota or capacity on the backend; will retry in 7m0s") {
+			t.Errorf("condition message %q does not say when it retries", msg)
+		}
+	})
+}
