@@ -71,7 +71,8 @@ func classify(err error) error {
 		reason = ge.Errors[0].Reason
 	}
 	class := classOfStatus(ge.Code, reasonsOf(ge))
-	return &proxy.Error{Class: class, Reason: reason, Err: apiError{code: ge.Code, reason: reason, err: ge}}
+	return &proxy.Error{Class: class, Reason: reason, RetryAfter: proxy.ParseRetryAfter(ge.Header, time.Now()),
+		Err: apiError{code: ge.Code, reason: reason, err: ge}}
 }
 
 // credentialsRefused reports a key the token endpoint refused (a 4xx:

@@ -213,6 +213,7 @@ func TestFaults_table(t *testing.T) {
 	}{
 		{"StormOf503", func(f *fixture) { f.srv.SetBusy(true) }, proxy.ClassTransient, "Backend Error"},
 		{"StormOf429", func(f *fixture) {
+			f.srv.SetRetryAfter("120")
 			for range 20 {
 				f.srv.FailNext("GET", "", http.StatusTooManyRequests, "rateLimitExceeded", "Rate Limit Exceeded")
 			}
@@ -249,6 +250,10 @@ func TestFaults_table(t *testing.T) {
 			if seen == nil || proxy.ClassOf(seen) != tc.class || !strings.Contains(seen.Error(), tc.text) {
 				t.Fatalf("under the fault: %s %v; want %s naming %q", proxy.ClassOf(seen), seen, tc.class, tc.text)
 			}
+			if want := map[string]time.Duration{"StormOf429": 2 * time.Minute}[tc.name]; proxy.RetryAfterOf(seen) != want {
+				t.Errorf("under the fault: Retry-After read as %v; want %v", proxy.RetryAfterOf(seen), want)
+			}
+			f.srv.SetRetryAfter("")
 			f.srv.SetBusy(false)
 			f.srv.ClearFailures()
 			now.Add(int64(2 * time.Minute))

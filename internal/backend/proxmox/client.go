@@ -256,7 +256,8 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		if env.Message != "" {
 			msg = strings.TrimSpace(env.Message)
 		}
-		return &APIError{Method: r.method, Path: raw, Status: resp.StatusCode, Message: msg, Errors: env.Errors}
+		return &APIError{Method: r.method, Path: raw, Status: resp.StatusCode, Message: msg, Errors: env.Errors,
+			RetryAfter: proxy.ParseRetryAfter(resp.Header, time.Now())}
 	}
 	if out == nil || len(env.Data) == 0 || string(env.Data) == "null" {
 		return nil
@@ -294,6 +295,9 @@ type APIError struct {
 	Message string
 	// Errors are per-parameter errors of a 400.
 	Errors map[string]string
+	// RetryAfter is the answer's Retry-After (a 429 or 503 of a proxy in
+	// front of pveproxy); 0 without one.
+	RetryAfter time.Duration
 }
 
 // Error is the method, path, status and the server's text (never a

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -69,6 +70,10 @@ func classify(err error) error {
 	var ae *APIError
 	if errors.As(err, &ae) {
 		switch {
+		case ae.Status == http.StatusTooManyRequests:
+			// Not PVE's own answer: a rate limit in front of it, which
+			// clears by itself.
+			return &proxy.Error{Class: proxy.ClassTransient, Reason: "RateLimited", RetryAfter: ae.RetryAfter, Err: err}
 		case ae.Status == 401:
 			return &proxy.Error{Class: proxy.ClassPermanent, Reason: "Unauthorized", Err: err}
 		case ae.Status == 403:
@@ -83,7 +88,7 @@ func classify(err error) error {
 			return &proxy.Error{Class: proxy.ClassNotFound, Err: err}
 		default:
 			// Locks, a VMID taken meanwhile, 595/596 from pveproxy: busy.
-			return &proxy.Error{Class: proxy.ClassTransient, Err: err}
+			return &proxy.Error{Class: proxy.ClassTransient, RetryAfter: ae.RetryAfter, Err: err}
 		}
 	}
 	if isTLSVerification(err) {

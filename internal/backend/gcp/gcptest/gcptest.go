@@ -75,6 +75,7 @@ type Server struct {
 	failNext     []failure
 	failOps      []opFailure
 	cut          *cut
+	retryAfter   string
 	held         map[string]bool // zone/name of instances whose deletion is held
 	auto         time.Duration
 	quotas       map[string][]Quota
@@ -329,6 +330,23 @@ func hangUp(w http.ResponseWriter) {
 		}
 	}
 	panic(http.ErrAbortHandler)
+}
+
+// SetRetryAfter makes every 429 and 503 answer carry Retry-After: v
+// ("" for none), as Google's front ends may.
+func (s *Server) SetRetryAfter(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retryAfter = v
+}
+
+// fail writes an error answer, with the Retry-After SetRetryAfter set
+// when status is 429 or 503. s.mu is held.
+func (s *Server) fail(w http.ResponseWriter, status int, reason, message string) {
+	if s.retryAfter != "" && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+		w.Header().Set("Retry-After", s.retryAfter)
+	}
+	writeError(w, status, reason, message)
 }
 
 // ClearFailures drops the failures FailNext and FailNextOperation queued
@@ -593,7 +611,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.busy {
-		writeError(w, http.StatusServiceUnavailable, "backendError", "Backend Error")
+		s.fail(w, http.StatusServiceUnavailable, "backendError", "Backend Error")
 		return
 	}
 	cutIt, cutAfter := s.cutNow(r.Method, rest)
@@ -604,7 +622,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	for i, f := range s.failNext {
 		if f.method == r.Method && strings.Contains(rest, f.path) {
 			s.failNext = slices.Delete(s.failNext, i, i+1)
-			writeError(w, f.status, f.reason, f.message)
+			s.fail(w, f.status, f.reason, f.message)
 			return
 		}
 	}

@@ -195,6 +195,9 @@ type Fault struct {
 	// Drop closes the connection without an answer.
 	Drop  bool
 	Times int
+	// RetryAfter, when set, is the answer's Retry-After header (as a
+	// rate-limiting proxy in front of pveproxy sends it).
+	RetryAfter string
 }
 
 // Server is the fake. Create it with New.
@@ -477,6 +480,8 @@ type answer struct {
 	status int
 	msg    string
 	errors map[string]string
+	// retryAfter is a Retry-After header to send with an error.
+	retryAfter string
 }
 
 func ok(data any) answer { return answer{data: data, status: http.StatusOK} }
@@ -578,7 +583,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			drop(w)
 			return
 		}
-		respond(fail(fault.Status, "%s", fault.Message))
+		a := fail(fault.Status, "%s", fault.Message)
+		a.retryAfter = fault.RetryAfter
+		respond(a)
 		return
 	}
 
@@ -600,7 +607,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			drop(w)
 			return
 		}
-		respond(fail(fault.Status, "%s", fault.Message))
+		a := fail(fault.Status, "%s", fault.Message)
+		a.retryAfter = fault.RetryAfter
+		respond(a)
 		return
 	}
 	respond(a)
@@ -677,8 +686,12 @@ func (s *Server) write(w http.ResponseWriter, a answer) {
 	defer conn.Close()
 	// net/http cannot send a custom reason phrase; pveproxy does.
 	reason := strings.ReplaceAll(strings.TrimSpace(a.msg), "\n", " ")
-	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json;charset=UTF-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		a.status, reason, len(b), b)
+	extra := ""
+	if a.retryAfter != "" {
+		extra = "Retry-After: " + a.retryAfter + "\r\n"
+	}
+	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json;charset=UTF-8\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n%s",
+		a.status, reason, len(b), extra, b)
 	_ = buf.Flush()
 }
 
