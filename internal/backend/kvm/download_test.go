@@ -44,6 +44,24 @@ func TestImage_headThatLiesCannotPassThePoolCheck(t *testing.T) {
 	}
 }
 
+// TestImage_unknownSizeIsFetchedNotReadAsZero: a server that gives no
+// size (no Content-Length on HEAD or GET) is not read as a zero-byte
+// image that fits any pool: the body is spooled, its size measured, and
+// the pool checked with it before anything is written.
+func TestImage_unknownSizeIsFetchedNotReadAsZero(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) {
+		e.images.chunked = true
+		e.host.pools["default"].available = 10<<30 + seedReserve + 1<<20
+	})
+	err := e.createError(e.request("web", "uid-1"))
+	if !proxy.IsQuota(err) || !strings.Contains(err.Error(), "image debian (3 MiB)") {
+		t.Fatalf("Create of an image of unknown size = %v (%s); want Quota naming its measured size", err, proxy.ClassOf(err))
+	}
+	if got := e.host.volNames(); len(got) != 0 {
+		t.Errorf("volumes written: %v", got)
+	}
+}
+
 // TestImage_largerThanTheCap: an image above the config's cap is refused,
 // whether the server says so in its HEAD, only in its GET, or streams it
 // without a length; nothing lands in the pool.

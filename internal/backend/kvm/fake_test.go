@@ -44,6 +44,9 @@ type fakeHost struct {
 	memAvailable uint64
 	guestFiles   map[string]string
 	execs        []string
+	// onCall runs, outside the host's lock, when a call of the method
+	// begins (a fault in the middle of a call).
+	onCall map[string]func()
 }
 
 type fakeCall struct {
@@ -203,6 +206,7 @@ func (c *fakeConn) enter(ctx context.Context, method, arg string) error {
 		err, h.failNext[method] = q[0], q[1:]
 	}
 	busy := h.busy
+	hook := h.onCall[method]
 	h.ncalls++
 	if h.crashAt > 0 && h.ncalls >= h.crashAt && err == nil {
 		err = errCrashed
@@ -211,6 +215,9 @@ func (c *fakeConn) enter(ctx context.Context, method, arg string) error {
 		}
 	}
 	h.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	if hang != nil {
 		select {
 		case <-hang:
