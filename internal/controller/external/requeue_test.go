@@ -14,6 +14,10 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
+// runtimeRequeue is what crossplane-runtime v2.4.0 returns after a failed
+// external call.
+var runtimeRequeue = reconcile.Result{Requeue: true} //nolint:staticcheck // What the runtime returns, deprecated or not.
+
 // runtimeFailing stands for crossplane-runtime's managed reconciler when
 // the external client fails: the client's error is noted (as external's
 // span does), and the runtime asks for a rate-limited requeue.
@@ -25,7 +29,7 @@ type runtimeFailing struct {
 
 func (r runtimeFailing) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
 	r.hints.note(r.mg, r.err)
-	return reconcile.Result{Requeue: true}, nil
+	return runtimeRequeue, nil
 }
 
 // TestQuotaRequeuesOnItsOwnInterval: a reconcile that failed for quota is
@@ -46,8 +50,8 @@ func TestQuotaRequeuesOnItsOwnInterval(t *testing.T) {
 		{"QuotaWithALongerRetryAfter", &proxy.Error{Class: proxy.ClassQuota, RetryAfter: 20 * time.Minute, Err: quota}, reconcile.Result{RequeueAfter: 20 * time.Minute}},
 		{"QuotaWithAShorterRetryAfter", &proxy.Error{Class: proxy.ClassQuota, RetryAfter: time.Second, Err: quota}, reconcile.Result{RequeueAfter: 7 * time.Minute}},
 		{"TransientWithRetryAfter", proxy.WithContext(&proxy.Error{Class: proxy.ClassTransient, RetryAfter: 90 * time.Second, Err: quota}, "p", "create"), reconcile.Result{RequeueAfter: 90 * time.Second}},
-		{"Transient", proxy.Transientf("busy"), reconcile.Result{Requeue: true}},
-		{"Permanent", proxy.Permanentf("no such image"), reconcile.Result{Requeue: true}},
+		{"Transient", proxy.Transientf("busy"), runtimeRequeue},
+		{"Permanent", proxy.Permanentf("no such image"), runtimeRequeue},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,7 +70,7 @@ func TestQuotaRequeuesOnItsOwnInterval(t *testing.T) {
 		h := newRetryHints(7 * time.Minute)
 		h.note(mg, quota) // from a reconcile that did not finish through retryAfter
 		r := retryAfter{inner: runtimeFailing{hints: h, mg: mg, err: proxy.Transientf("busy")}, hints: h}
-		if got, _ := r.Reconcile(context.Background(), req); got != (reconcile.Result{Requeue: true}) {
+		if got, _ := r.Reconcile(context.Background(), req); got != runtimeRequeue {
 			t.Errorf("Reconcile = %+v; want the runtime's own requeue", got)
 		}
 	})
