@@ -2,251 +2,261 @@ package kvm
 
 import (
 	"context"
-	"io"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/digitalocean/go-libvirt"
-	"github.com/go-logr/logr"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
-// Span names and attributes of the driver's own spans (the driver-level
-// spans kvm.Create, kvm.Get... come from internal/telemetry).
-const (
-	spanPrefix   = "kvm.libvirt."
-	spanDial     = "kvm.dial"
-	spanDownload = "kvm.image.download"
+// formatID is hosts/<host>/domains/<name>.
+func formatID(host, name string) string { return "hosts/" + host + "/domains/" + name }
 
-	attrHost   = "kvm.host"
-	attrDomain = "kvm.domain"
-	attrPool   = "kvm.pool"
-	attrVolume = "kvm.volume"
-	attrCode   = "kvm.libvirt_code"
-)
-
-// observed is the one decorator on the seam: per call a span
-// kvm.libvirt.<Method> with the host and the identifiers passed, and inside
-// it one V(1) log line "libvirt call", so the line carries the span's
-// trace. Never XML bodies at V(1), never upload contents, user-data or
-// keys at any level.
-type observed struct {
-	next   Libvirt
-	host   string
-	tracer trace.Tracer
-	log    func(context.Context) logr.Logger
-}
-
-var _ Libvirt = (*observed)(nil)
-
-func (o *observed) start(ctx context.Context, method string, kv ...string) (context.Context, func(error)) {
-	attrs := []attribute.KeyValue{attribute.String(attrHost, o.host)}
-	for i := 0; i+1 < len(kv); i += 2 {
-		attrs = append(attrs, attribute.String(kv[i], kv[i+1]))
+// parseID is strict: exactly four segments, literal hosts and domains,
+// a valid host and name.
+func parseID(id string) (host, name string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 || parts[0] != "hosts" || parts[2] != "domains" || !validName.MatchString(parts[1]) || !validName.MatchString(parts[3]) {
+		return "", "", proxy.Permanentf("%q is not a kvm instance ID (hosts/<host>/domains/<name>)", id)
 	}
-	ctx, call := telemetry.StartCall(ctx, o.tracer, "kvm", method, spanPrefix+method, attrs...)
-	return ctx, func(err error) {
-		fields := []any{"rpc", method, "host", o.host}
-		for i := 0; i+1 < len(kv); i += 2 {
-			fields = append(fields, kv[i], kv[i+1])
+	return parts[1], parts[3], nil
+}
+
+// resolve finds the host and name a Ref means: its ID when set, else its
+// name on the placement's host.
+func (d *Driver) resolve(ref proxy.Ref) (Host, string, error) {
+	if ref.ID != "" {
+		hn, name, err := parseID(ref.ID)
+		if err != nil {
+			return Host{}, "", err
 		}
-		if c, ok := libvirtCode(err); ok && err != nil {
-			call.SetAttributes(attribute.Int(attrCode, int(c)))
-			fields = append(fields, "libvirtCode", int(c), "libvirtError", codeName(c))
+		h, err := d.host(hn)
+		if err != nil {
+			return Host{}, "", errHostGone{hn}
 		}
-		call.End(o.log(ctx), "libvirt call", err, fields...)
+		return h, name, nil
 	}
+	if !validName.MatchString(ref.Name) {
+		return Host{}, "", proxy.Permanentf("instance name %q is not a valid domain name", ref.Name)
+	}
+	h, err := d.host(ref.Placement.Location)
+	return h, ref.Name, err
 }
 
-func (o *observed) ConnectGetLibVersion(ctx context.Context) (uint64, error) {
-	ctx, end := o.start(ctx, "ConnectGetLibVersion")
-	v, err := o.next.ConnectGetLibVersion(ctx)
-	end(err)
-	return v, err
+// errHostGone is an ID naming a host the config no longer has.
+type errHostGone struct{ host string }
+
+func (e errHostGone) Error() string {
+	return fmt.Sprintf("host %q is no longer in the config's kvm.hosts", e.host)
 }
 
-func (o *observed) ConnectGetHostname(ctx context.Context) (string, error) {
-	ctx, end := o.start(ctx, "ConnectGetHostname")
-	v, err := o.next.ConnectGetHostname(ctx)
-	end(err)
-	return v, err
+// Get implements proxy.Driver: the domain's state, address and mark, and
+// whether Squid answers. A Create waiting for its image reads as
+// Provisioning with the download's progress.
+func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	inst, err := d.get(ctx, ref)
+	return inst, d.wrap(err, opGet)
 }
 
-func (o *observed) ConnectListAllDomains(ctx context.Context, flags libvirt.ConnectListAllDomainsFlags) ([]libvirt.Domain, error) {
-	ctx, end := o.start(ctx, "ConnectListAllDomains")
-	v, err := o.next.ConnectListAllDomains(ctx, flags)
-	end(err)
-	return v, err
+func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return proxy.Instance{}, err
+	}
+	h, name, err := d.resolve(ref)
+	if gone := (errHostGone{}); errors.As(err, &gone) {
+		return proxy.Instance{}, proxy.Permanentf("%v: the provider cannot reach its instances", gone)
+	}
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	api, err := d.conn(ctx, h)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	dom, err := api.DomainLookupByName(ctx, name)
+	if isCode(err, libvirt.ErrNoDomain) {
+		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
+			if ferr := pe.failure(); ferr != nil {
+				d.b.removePending(pe) // reported once; the next Create starts over
+				return proxy.Instance{}, ferr
+			}
+			return pe.view(), nil
+		}
+		if ref.Deleting {
+			return d.leftovers(ctx, api, h, name, ref.Mark)
+		}
+		return proxy.Instance{}, proxy.NotFoundf("domain %s does not exist on host %s", name, h.Name)
+	}
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	meta, err := readMeta(ctx, api, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	if err := d.resumeStart(ctx, api, h, dom, meta, ref.Mark); err != nil {
+		return proxy.Instance{}, err
+	}
+	return d.read(ctx, api, h, dom, meta)
 }
 
-func (o *observed) DomainGetXMLDesc(ctx context.Context, dom libvirt.Domain) (string, error) {
-	ctx, end := o.start(ctx, "DomainGetXMLDesc", attrDomain, dom.Name)
-	v, err := o.next.DomainGetXMLDesc(ctx, dom)
-	end(err)
-	return v, err
+// resumeStart starts a domain of this resource that was defined but never
+// started: the provider stopped between define and start. Observe finds
+// it (so Create is not called again) and must not leave it waiting
+// forever. Only for the resource's own mark, and never while a Create or
+// Delete of the name is running.
+func (d *Driver) resumeStart(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta, mark proxy.Mark) error {
+	if mark.UID == "" || meta.mark() != mark {
+		return nil
+	}
+	state, reason, err := api.DomainGetState(ctx, dom)
+	if err != nil || state != libvirt.DomainShutoff || reason != int32(libvirt.DomainShutoffUnknown) {
+		return err
+	}
+	unlock, ok := d.b.names.tryLock(Target{Host: h}.endpoint() + "/" + dom.Name)
+	if !ok {
+		return nil
+	}
+	defer unlock()
+	d.log(ctx).Info("kvm: starting a domain whose create was interrupted between define and start", "host", h.Name, "name", dom.Name)
+	return startDomain(ctx, api, dom)
 }
 
-func (o *observed) DomainLookupByName(ctx context.Context, name string) (libvirt.Domain, error) {
-	ctx, end := o.start(ctx, "DomainLookupByName", attrDomain, name)
-	v, err := o.next.DomainLookupByName(ctx, name)
-	end(err)
-	return v, err
+// readMeta reads the ownership element; a domain without one is unmarked.
+func readMeta(ctx context.Context, api Libvirt, dom libvirt.Domain) (instanceMeta, error) {
+	x, err := api.DomainGetMetadata(ctx, dom, metadataURI)
+	if isCode(err, libvirt.ErrNoDomainMetadata) {
+		return instanceMeta{}, nil
+	}
+	if err != nil {
+		return instanceMeta{}, err
+	}
+	return parseMeta(x)
 }
 
-func (o *observed) DomainDefineXML(ctx context.Context, xml string) (libvirt.Domain, error) {
-	ctx, end := o.start(ctx, "DomainDefineXML", attrDomain, domainNameOf(xml))
-	v, err := o.next.DomainDefineXML(ctx, xml)
-	end(err)
-	return v, err
+// read builds the Instance of an existing domain.
+func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta) (proxy.Instance, error) {
+	state, reason, err := api.DomainGetState(ctx, dom)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	inst := proxy.Instance{
+		ID:        formatID(h.Name, dom.Name),
+		Name:      dom.Name,
+		Mark:      meta.mark(),
+		CreatedAt: meta.createdAt(),
+		SpecHash:  meta.SpecHash,
+		Placement: proxy.Placement{Location: h.Name, MachineType: meta.MachineType, Image: meta.Image},
+	}
+	active := state == libvirt.DomainRunning || state == libvirt.DomainBlocked
+	if active {
+		ip, err := address(ctx, api, dom)
+		if err != nil {
+			return proxy.Instance{}, err
+		}
+		inst.IP, inst.EgressIP = ip, ip
+	}
+	inst.State = mapState(state, reason, inst.IP)
+	port := meta.Port
+	if port == 0 {
+		port = 3128
+	}
+	switch {
+	case inst.State == proxy.StateRunning:
+		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
+		pr := d.b.prober.Check(ctx, inst.ID, addr, squid.Identity(inst.Mark.UID))
+		inst.ProxyReachable = pr.Serving
+		switch {
+		case pr.Pending:
+			inst.Progress = "booting: waiting for Squid to answer on " + addr
+		case !pr.Serving:
+			inst.Progress = "booting: waiting for Squid to answer: " + pr.Message
+		}
+	case inst.State == proxy.StateProvisioning && active:
+		inst.Progress = "booting: waiting for an address from the guest agent or the DHCP lease"
+	case inst.State == proxy.StateProvisioning:
+		inst.Progress = "defined; starting"
+	}
+	d.log(ctx).V(1).Info("kvm domain fetched", "host", h.Name, "name", dom.Name, "state", inst.State, "ip", inst.IP, "uid", inst.Mark.UID)
+	return inst, nil
 }
 
-func (o *observed) DomainCreate(ctx context.Context, dom libvirt.Domain) error {
-	ctx, end := o.start(ctx, "DomainCreate", attrDomain, dom.Name)
-	err := o.next.DomainCreate(ctx, dom)
-	end(err)
-	return err
-}
-
-func (o *observed) DomainDestroy(ctx context.Context, dom libvirt.Domain) error {
-	ctx, end := o.start(ctx, "DomainDestroy", attrDomain, dom.Name)
-	err := o.next.DomainDestroy(ctx, dom)
-	end(err)
-	return err
-}
-
-func (o *observed) DomainUndefineFlags(ctx context.Context, dom libvirt.Domain, flags libvirt.DomainUndefineFlagsValues) error {
-	ctx, end := o.start(ctx, "DomainUndefineFlags", attrDomain, dom.Name)
-	err := o.next.DomainUndefineFlags(ctx, dom, flags)
-	end(err)
-	return err
-}
-
-func (o *observed) DomainGetState(ctx context.Context, dom libvirt.Domain) (libvirt.DomainState, int32, error) {
-	ctx, end := o.start(ctx, "DomainGetState", attrDomain, dom.Name)
-	v, r, err := o.next.DomainGetState(ctx, dom)
-	end(err)
-	return v, r, err
-}
-
-func (o *observed) DomainGetMetadata(ctx context.Context, dom libvirt.Domain, uri string) (string, error) {
-	ctx, end := o.start(ctx, "DomainGetMetadata", attrDomain, dom.Name)
-	v, err := o.next.DomainGetMetadata(ctx, dom, uri)
-	end(err)
-	return v, err
-}
-
-func (o *observed) DomainSetMetadata(ctx context.Context, dom libvirt.Domain, xml, key, uri string) error {
-	ctx, end := o.start(ctx, "DomainSetMetadata", attrDomain, dom.Name)
-	err := o.next.DomainSetMetadata(ctx, dom, xml, key, uri)
-	end(err)
-	return err
-}
-
-func (o *observed) DomainInterfaceAddresses(ctx context.Context, dom libvirt.Domain, src libvirt.DomainInterfaceAddressesSource) ([]libvirt.DomainInterface, error) {
-	ctx, end := o.start(ctx, "DomainInterfaceAddresses", attrDomain, dom.Name, "kvm.source", sourceName(src))
-	v, err := o.next.DomainInterfaceAddresses(ctx, dom, src)
-	end(err)
-	return v, err
-}
-
-func (o *observed) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string) (string, error) {
-	// The command carries file contents (squid.conf, htpasswd): only its
-	// name is recorded.
-	ctx, end := o.start(ctx, "QEMUDomainAgentCommand", attrDomain, dom.Name, "kvm.agent_command", agentCommandName(cmd))
-	v, err := o.next.QEMUDomainAgentCommand(ctx, dom, cmd)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StoragePoolLookupByName(ctx context.Context, name string) (libvirt.StoragePool, error) {
-	ctx, end := o.start(ctx, "StoragePoolLookupByName", attrPool, name)
-	v, err := o.next.StoragePoolLookupByName(ctx, name)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StoragePoolRefresh(ctx context.Context, pool libvirt.StoragePool) error {
-	ctx, end := o.start(ctx, "StoragePoolRefresh", attrPool, pool.Name)
-	err := o.next.StoragePoolRefresh(ctx, pool)
-	end(err)
-	return err
-}
-
-func (o *observed) StoragePoolGetInfo(ctx context.Context, pool libvirt.StoragePool) (PoolInfo, error) {
-	ctx, end := o.start(ctx, "StoragePoolGetInfo", attrPool, pool.Name)
-	v, err := o.next.StoragePoolGetInfo(ctx, pool)
-	end(err)
-	return v, err
-}
-
-func (o *observed) NodeGetMemoryStats(ctx context.Context) (MemoryStats, error) {
-	ctx, end := o.start(ctx, "NodeGetMemoryStats")
-	v, err := o.next.NodeGetMemoryStats(ctx)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
-	ctx, end := o.start(ctx, "StorageVolLookupByName", attrPool, pool.Name, attrVolume, name)
-	v, err := o.next.StorageVolLookupByName(ctx, pool, name)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StorageVolGetPath(ctx context.Context, vol libvirt.StorageVol) (string, error) {
-	ctx, end := o.start(ctx, "StorageVolGetPath", attrPool, vol.Pool, attrVolume, vol.Name)
-	v, err := o.next.StorageVolGetPath(ctx, vol)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StorageVolGetXMLDesc(ctx context.Context, vol libvirt.StorageVol) (string, error) {
-	ctx, end := o.start(ctx, "StorageVolGetXMLDesc", attrPool, vol.Pool, attrVolume, vol.Name)
-	v, err := o.next.StorageVolGetXMLDesc(ctx, vol)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StorageVolCreateXML(ctx context.Context, pool libvirt.StoragePool, xml string) (libvirt.StorageVol, error) {
-	ctx, end := o.start(ctx, "StorageVolCreateXML", attrPool, pool.Name, attrVolume, volumeNameOf(xml))
-	v, err := o.next.StorageVolCreateXML(ctx, pool, xml)
-	end(err)
-	return v, err
-}
-
-func (o *observed) StorageVolUpload(ctx context.Context, vol libvirt.StorageVol, r io.Reader, length uint64) error {
-	ctx, end := o.start(ctx, "StorageVolUpload", attrPool, vol.Pool, attrVolume, vol.Name)
-	err := o.next.StorageVolUpload(ctx, vol, r, length)
-	end(err)
-	return err
-}
-
-func (o *observed) StorageVolDownload(ctx context.Context, vol libvirt.StorageVol, w io.Writer, length uint64) error {
-	ctx, end := o.start(ctx, "StorageVolDownload", attrPool, vol.Pool, attrVolume, vol.Name)
-	err := o.next.StorageVolDownload(ctx, vol, w, length)
-	end(err)
-	return err
-}
-
-func (o *observed) StorageVolDelete(ctx context.Context, vol libvirt.StorageVol) error {
-	ctx, end := o.start(ctx, "StorageVolDelete", attrPool, vol.Pool, attrVolume, vol.Name)
-	err := o.next.StorageVolDelete(ctx, vol)
-	end(err)
-	return err
-}
-
-// Close is not a libvirt call: no span.
-func (o *observed) Close() error { return o.next.Close() }
-
-func sourceName(s libvirt.DomainInterfaceAddressesSource) string {
+// mapState maps libvirt's state. A shut-off domain that never ran (reason
+// unknown: defined, not yet started, as after a crash between define and
+// start) is Provisioning, never Stopped.
+func mapState(s libvirt.DomainState, reason int32, ip string) proxy.State {
 	switch s {
-	case libvirt.DomainInterfaceAddressesSrcAgent:
-		return "agent"
-	case libvirt.DomainInterfaceAddressesSrcLease:
-		return "lease"
-	case libvirt.DomainInterfaceAddressesSrcArp:
-		return "arp"
+	case libvirt.DomainNostate:
+		return proxy.StateProvisioning
+	case libvirt.DomainRunning, libvirt.DomainBlocked:
+		if ip == "" {
+			return proxy.StateProvisioning
+		}
+		return proxy.StateRunning
+	case libvirt.DomainShutoff:
+		if reason == int32(libvirt.DomainShutoffUnknown) {
+			return proxy.StateProvisioning
+		}
+		return proxy.StateStopped
 	}
-	return "unknown"
+	return proxy.StateStopped
+}
+
+// addressSources are asked in order: the guest agent knows the address
+// first and on any network; the lease works on libvirt networks; ARP needs
+// the host to have talked to the guest.
+var addressSources = []libvirt.DomainInterfaceAddressesSource{
+	libvirt.DomainInterfaceAddressesSrcAgent,
+	libvirt.DomainInterfaceAddressesSrcLease,
+	libvirt.DomainInterfaceAddressesSrcArp,
+}
+
+// address is the first routable IPv4 any source knows. A source failing
+// (the agent not up yet) means "ask the next"; every source failing is
+// Transient, since a running domain whose address cannot be read is not a
+// domain without an address.
+func address(ctx context.Context, api Libvirt, dom libvirt.Domain) (string, error) {
+	var errs []string
+	for _, src := range addressSources {
+		ifs, err := api.DomainInterfaceAddresses(ctx, dom, src)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			errs = append(errs, sourceName(src)+": "+err.Error())
+			continue
+		}
+		if ip := firstIPv4(ifs); ip != "" {
+			return ip, nil
+		}
+	}
+	if len(errs) == len(addressSources) {
+		return "", proxy.Transientf("no address source answered for domain %s: %s", dom.Name, strings.Join(errs, "; "))
+	}
+	return "", nil
+}
+
+func firstIPv4(ifs []libvirt.DomainInterface) string {
+	for _, i := range ifs {
+		if i.Name == "lo" {
+			continue
+		}
+		for _, a := range i.Addrs {
+			ip, err := netip.ParseAddr(a.Addr)
+			if err != nil || !ip.Is4() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+				continue
+			}
+			if a.Type != int32(libvirt.IPAddrTypeIpv4) {
+				continue
+			}
+			return ip.String()
+		}
+	}
+	return ""
 }
