@@ -31,9 +31,6 @@ type Credentials struct {
 	KnownHosts []byte
 	// InsecureIgnoreHostKey turns host key verification off.
 	InsecureIgnoreHostKey bool
-	// Err, when set, is why the material could not be read (a Secret that
-	// does not exist yet): every dial fails with it, Transient.
-	Err error
 	// KeyField and KnownHostsField name where the material came from, for
 	// error messages.
 	KeyField, KnownHostsField string
@@ -47,9 +44,6 @@ func (c Credentials) digest() string {
 	fmt.Fprintf(h, "%d:", len(c.KnownHosts))
 	h.Write(c.KnownHosts)
 	fmt.Fprintf(h, "%t", c.InsecureIgnoreHostKey)
-	if c.Err != nil {
-		fmt.Fprintf(h, "err:%s", c.Err.Error())
-	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -57,9 +51,6 @@ func (c Credentials) digest() string {
 // (host:port). Parse failures never quote the parser's message: it can
 // hold a fragment of the material.
 func (c Credentials) clientConfig(user, addr string) (*ssh.ClientConfig, error) {
-	if c.Err != nil {
-		return nil, fmt.Errorf("%w: %s", errCredentials, c.Err.Error())
-	}
 	if len(c.Key) == 0 {
 		return nil, fmt.Errorf("%w: %s is empty", errCredentials, orDefault(c.KeyField, "the SSH key"))
 	}

@@ -103,10 +103,6 @@ func TestSSH_failuresAreClassifiedAtTheSource(t *testing.T) {
 			c.KnownHosts, c.InsecureIgnoreHostKey = nil, true
 			return c
 		}, nil, "", ReasonReachable, ""},
-		{"SecretMissing", func(c Credentials) Credentials {
-			c.Key, c.Err = nil, errors.New("spec.kvm.credentials.sshKeySecretRef: Secret crossplane-system/kvm-ssh does not exist")
-			return c
-		}, nil, proxy.ClassTransient, proxy.ReasonCredentialsUnavailable, "Secret crossplane-system/kvm-ssh does not exist"},
 		{"KeyDoesNotParse", func(c Credentials) Credentials {
 			c.Key = []byte("-----BEGIN OPENSSH PRIVATE KEY-----\n" + sentinel + "\n-----END OPENSSH PRIVATE KEY-----\n")
 			return c

@@ -35,9 +35,9 @@ var backend = sync.OnceValue(func() *kvmbackend.Backend { return kvmbackend.NewB
 // Connect builds the driver of one config. The SSH key and known_hosts are
 // read from the config's Secrets on every call; the backend pools
 // connections by the material they were built from, so a rotated Secret
-// takes effect on the next dial. A Secret that cannot be read does not
-// fail Connect: every dial then fails Transient naming it, and the health
-// check reports CredentialsUnavailable per host.
+// takes effect on the next dial. A Secret that cannot be read fails
+// Connect naming the field and the Secret, as on every backend (the health
+// check then reports CannotConnect).
 func Connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
 	return connectWith(ctx, cfg, backend())
 }
@@ -51,13 +51,13 @@ func connectWith(ctx context.Context, cfg *external.Config, b *kvmbackend.Backen
 	creds := kvmbackend.Credentials{InsecureIgnoreHostKey: k.Credentials.InsecureIgnoreHostKey, KeyField: keyField, KnownHostsField: khField}
 	key, err := cfg.Secrets.Get(ctx, keyField, &k.Credentials.SSHKeySecretRef)
 	if err != nil {
-		creds.Err = err
+		return nil, err
 	}
 	creds.Key = key
 	if !k.Credentials.InsecureIgnoreHostKey {
 		kh, err := cfg.Secrets.Get(ctx, khField, k.Credentials.KnownHostsSecretRef)
-		if err != nil && creds.Err == nil {
-			creds.Err = err
+		if err != nil {
+			return nil, err
 		}
 		creds.KnownHosts = kh
 	}
