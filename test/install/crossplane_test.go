@@ -3,9 +3,6 @@ package install_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
@@ -30,79 +26,24 @@ func loopbackFor(pid int) (string, error) {
 }
 
 // startCrossplane runs Crossplane core v2.4.0 out of cluster with its
-// package manager on the Deployment runtime (the default: it makes the
-// provider's and the function's Deployment, ServiceAccount and Service),
-// trusting the registry's CA (--ca-bundle-path), and its RBAC manager.
-// Core dials a function at its Service's DNS name: core runs in a mount
-// namespace of its own whose /etc/hosts maps those names to the loopback
-// addresses the functions' processes listen on (nothing changes for the
-// rest of the machine).
+// package manager and RBAC manager (localcrossplane.StartCore), trusting
+// the registry's CA, until the test ends.
 func startCrossplane(t testing.TB, bins, kubeconfig, dir, caFile string, hosts map[string]string) {
 	t.Helper()
-	env := []string{
-		"KUBECONFIG=" + kubeconfig,
-		"CRDS_PATH=" + filepath.Join(bins, "crds"),
-		"TLS_CA_SECRET_NAME=crossplane-root-ca",
-		"TLS_CLIENT_SECRET_NAME=crossplane-tls-client",
-		"TLS_SERVER_SECRET_NAME=crossplane-tls-server",
-		"POD_NAMESPACE=" + crossplaneNS,
-		"POD_SERVICE_ACCOUNT=crossplane",
-	}
-	xp := filepath.Join(bins, "crossplane")
-	init := exec.Command(xp, "core", "init", "--enable-webhooks=false") //nolint:gosec // our build.
-	init.Env = append(os.Environ(), env...)
-	if out, err := init.CombinedOutput(); err != nil {
-		t.Fatalf("crossplane core init: %v\n%s", err, out)
-	}
-	certs := filepath.Join(dir, "tls-client")
-	if err := os.MkdirAll(certs, 0o700); err != nil {
+	c, err := localcrossplane.StartCore(context.Background(), localcrossplane.CoreOptions{
+		BinDir: bins, Kubeconfig: kubeconfig, Dir: dir, CAFile: caFile, Hosts: hosts,
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// core start reads its client certificate from a folder, as it would
-	// from the mounted Secret in a cluster.
-	kube := kubeFromFile(t, kubeconfig)
-	sec := &corev1.Secret{}
-	if err := kube.Get(context.Background(), types.NamespacedName{Namespace: crossplaneNS, Name: "crossplane-tls-client"}, sec); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
-		if err := os.WriteFile(filepath.Join(certs, k), sec.Data[k], 0o600); err != nil {
-			t.Fatal(err)
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for _, p := range []*localcrossplane.Process{c.Core, c.RBAC} {
+				t.Logf("%s: last lines of its log:\n%s", p.Name, p.Tail(60))
+			}
 		}
-	}
-	// The package cache must exist: core streams each package.yaml into
-	// it while parsing, and a failed write fails the parse.
-	if err := os.MkdirAll(filepath.Join(dir, "xpkg-cache"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	hostsFile := filepath.Join(dir, "hosts")
-	b, _ := os.ReadFile("/etc/hosts")
-	for name, ip := range hosts {
-		b = append(b, []byte(fmt.Sprintf("\n%s %s\n", ip, name))...)
-	}
-	if err := os.WriteFile(hostsFile, b, 0o644); err != nil { //nolint:gosec // a hosts file.
-		t.Fatal(err)
-	}
-	args := []string{"--mount", "--propagation", "private", "sh", "-c", `mount --bind "$0" /etc/hosts && exec "$@"`, hostsFile,
-		xp, "core", "start", "--enable-webhooks=false",
-		"--tls-client-certs-dir=" + certs, "--xpkg-cache-dir=" + filepath.Join(dir, "xpkg-cache"),
-		"--ca-bundle-path=" + caFile,
-		"--metrics-port=0", "--health-probe-port=0"}
-	startProcess(t, "crossplane core", filepath.Join(dir, "crossplane.log"), env, "unshare", args...)
-	startProcess(t, "crossplane rbac", filepath.Join(dir, "crossplane-rbac.log"), append(env, "SSL_CERT_FILE="+caFile), xp, "rbac", "start")
-}
-
-func kubeFromFile(t testing.TB, kubeconfig string) client.Client {
-	t.Helper()
-	cfg, err := clientConfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	})
 }
 
 // claimReady: an EgressProxy (class standard: a PodProxy) through the
@@ -222,10 +163,6 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 	if n := vms(); n != vmsBefore {
 		t.Errorf("Proxmox VMs before the upgrade %d, after %d: want none made again", vmsBefore, n)
 	}
-}
-
-func clientConfig(kubeconfig string) (*rest.Config, error) {
-	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
 // deleteProvider deletes the Provider while proxies exist: the provider's

@@ -23,7 +23,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +30,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -40,6 +38,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
@@ -84,42 +83,6 @@ func cli(t testing.TB, bin string, env []string, args ...string) string {
 		t.Fatalf("crossplane %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-// startProcess runs a long-lived process until the test ends, its output
-// in a file shown when the test fails.
-func startProcess(t testing.TB, name, logPath string, env []string, bin string, args ...string) {
-	t.Helper()
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...) //nolint:gosec // binaries this test built.
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = f.Close(); close(exited) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-			if len(lines) > 60 {
-				lines = lines[len(lines)-60:]
-			}
-			t.Logf("%s: last lines of its log:\n%s", name, strings.Join(lines, "\n"))
-		}
-	})
 }
 
 func u(apiVersion, kind, ns, name string) *unstructured.Unstructured {
@@ -300,13 +263,21 @@ func TestInstallIntegration(t *testing.T) {
 	}
 	startCrossplane(t, bins, cp.KubeconfigPath, dir, caFile, map[string]string{functionName + "." + crossplaneNS: fnIP})
 
-	pods := &runtimePods{t: t, kube: kube, cs: cs, cfg: cp.Config, reg: reg.Client, dir: filepath.Join(dir, "pods"),
-		fnAddrs: map[string]string{functionName: fnIP}, procs: map[types.UID]*podProc{}, exits: map[string]int{}, log: func(s string) { t.Log(s) }}
+	pods := &localcrossplane.ProcessRuntime{Kube: kube, Clientset: cs, Config: cp.Config, Registry: reg.Client, Dir: filepath.Join(dir, "pods"),
+		FunctionAddrs: map[string]string{functionName: fnIP}, Log: func(s string) { t.Log(s) }}
 	// Stopped before the control plane is (cleanups run last first).
 	podsCtx, stopPods := context.WithCancel(ctx)
 	podsDone := make(chan struct{})
-	go func() { pods.run(podsCtx); close(podsDone) }()
-	t.Cleanup(func() { stopPods(); <-podsDone })
+	go func() { pods.Run(podsCtx); close(podsDone) }()
+	t.Cleanup(func() {
+		stopPods()
+		<-podsDone
+		if t.Failed() {
+			for pod, tail := range pods.LogTails(40) {
+				t.Logf("pod %s: last lines of its log:\n%s", pod, tail)
+			}
+		}
+	})
 	if err := os.MkdirAll(filepath.Join(dir, "squid"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -343,11 +314,11 @@ spec:
 			var seen string
 			r, seen = activeRevision(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj)
 			if r == nil {
-				return false, seen + " | pods: " + strings.Join(pods.running(), "; ")
+				return false, seen + " | pods: " + strings.Join(pods.Running(), "; ")
 			}
 			h, _ := condition(r, "RevisionHealthy")
 			rh, _ := condition(r, "RuntimeHealthy")
-			return h == "True" && rh == "True", seen + " | pods: " + strings.Join(pods.running(), "; ")
+			return h == "True" && rh == "True", seen + " | pods: " + strings.Join(pods.Running(), "; ")
 		})
 		return r
 	}
@@ -402,7 +373,7 @@ spec:
 				t.Errorf("CRD %s present = %v, want %v (activation policy egressproxy-some): %v", crd, got, want, err)
 			}
 		}
-		if l := pods.logs(providerObj); strings.Contains(l, "Failed to watch") {
+		if l := pods.Logs(providerObj); strings.Contains(l, "Failed to watch") {
 			t.Errorf("the provider's cache failed to watch something under Crossplane's RBAC:\n%s", l)
 		}
 	})
@@ -526,7 +497,7 @@ spec:
 
 	// Under Crossplane's RBAC, with and without the grant, the provider
 	// never stopped on its own.
-	if n := pods.exited(providerObj); n != 0 {
+	if n := pods.Exited(providerObj); n != 0 {
 		t.Errorf("the provider's process exited %d times on its own; want never (a missing permission must not stop it)", n)
 	}
 

@@ -1,4 +1,4 @@
-package install_test
+package localcrossplane
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,34 +29,49 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
 )
 
-// runtimePods plays the kubelet for the pods Crossplane's package manager
-// makes for providers and functions (the Deployments of their revisions),
-// until a real node runs them: for each pod it pulls the pod's image from
-// the registry (the one embedded in the package), takes the entrypoint
-// binary out of it, and runs it as a process with the container's args
-// and env (field references resolved, Secret volumes written to a folder
-// that replaces the mount path in env values) and a kubeconfig holding a
-// TokenRequest token of the pod's ServiceAccount: exactly the identity
-// and arguments Crossplane gave it. The only additions are the listen
-// addresses (pods share this machine's network here): the provider's
-// health endpoint on a free loopback port and its metrics off; the
-// function on the loopback address its Service name resolves to for
-// Crossplane core (see hosts). The pod's status says Ready only while the
-// process serves its health endpoint (the provider's /readyz, the
-// function's gRPC port).
-type runtimePods struct {
-	t       testing.TB
-	kube    client.Client
-	cs      *kubernetes.Clientset
-	cfg     *rest.Config
-	reg     ociimage.Registry
-	dir     string
-	fnAddrs map[string]string // function Service name -> loopback IP
+// ProcessRuntime plays the kubelet for the pods Crossplane's package
+// manager makes for providers and functions (the Deployments of their
+// revisions), where no node runs them: for each pod it pulls the pod's
+// image from the registry (the one embedded in the package), takes the
+// entrypoint binary out of it, and runs it as a process with the
+// container's args and env (field references resolved, Secret volumes
+// written to a folder that replaces the mount path in env values) and a
+// kubeconfig holding a TokenRequest token of the pod's ServiceAccount:
+// exactly the identity and arguments Crossplane gave it. The only
+// additions are the listen addresses (pods share this machine's network
+// here): the provider's health endpoint on a free loopback port and its
+// metrics off; the function on the loopback address its Service name
+// resolves to for Crossplane core (CoreOptions.Hosts). The pod's status
+// says Ready only while the process serves its health endpoint (the
+// provider's /readyz, the function's gRPC port).
+//
+// It takes the pods of Namespace that no node was assigned, and with
+// SchedulerName set only those naming that scheduler (a
+// DeploymentRuntimeConfig's schedulerName keeps a cluster's real
+// kube-scheduler, and so its kubelet, away from them).
+type ProcessRuntime struct {
+	// Kube, Clientset and Config reach the cluster as its admin.
+	Kube      client.Client
+	Clientset *kubernetes.Clientset
+	Config    *rest.Config
+	// Registry pulls the pods' images.
+	Registry ociimage.Registry
+	// Dir gets a folder per pod: its binary, volumes, kubeconfig, log.
+	Dir string
+	// FunctionAddrs maps a Function's name to the loopback IP its process
+	// listens on (port 9443).
+	FunctionAddrs map[string]string
+	// SchedulerName, when set, is the only scheduler name whose pods are
+	// run.
+	SchedulerName string
+	// Log receives one line per thing done (a process started, stopped,
+	// restarted).
+	Log func(string)
 
 	mu    sync.Mutex
 	procs map[types.UID]*podProc
-	exits map[string]int // by pod name: how often its process exited while the pod was there
-	log   func(string)
+	exits map[string]int    // by pod name: how often its process exited while the pod was there
+	logs  map[string]string // by pod name: its process's log file
 }
 
 type podProc struct {
@@ -71,7 +85,12 @@ type podProc struct {
 	args   []string
 }
 
-func (r *runtimePods) run(ctx context.Context) {
+// Run syncs the pods every 300 ms until ctx ends, then stops every
+// process it started.
+func (r *ProcessRuntime) Run(ctx context.Context) {
+	r.mu.Lock()
+	r.procs, r.exits, r.logs = map[types.UID]*podProc{}, map[string]int{}, map[string]string{}
+	r.mu.Unlock()
 	for ctx.Err() == nil {
 		r.sync(ctx)
 		select {
@@ -96,21 +115,24 @@ func (p *podProc) stop() {
 	}
 }
 
-func (r *runtimePods) sync(ctx context.Context) {
+func (r *ProcessRuntime) sync(ctx context.Context) {
 	pods := &corev1.PodList{}
-	if err := r.kube.List(ctx, pods, client.InNamespace(crossplaneNS)); err != nil {
+	if err := r.Kube.List(ctx, pods, client.InNamespace(Namespace)); err != nil {
 		return
 	}
 	seen := map[types.UID]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if p.Spec.NodeName != "" || (r.SchedulerName != "" && p.Spec.SchedulerName != r.SchedulerName) {
+			continue
+		}
 		seen[p.UID] = true
 		r.mu.Lock()
 		pp, ok := r.procs[p.UID]
 		r.mu.Unlock()
 		if p.DeletionTimestamp != nil {
 			if ok {
-				r.log(fmt.Sprintf("pod %s deleted: stopping its process", p.Name))
+				r.logf(fmt.Sprintf("pod %s deleted: stopping its process", p.Name))
 				pp.stop()
 				r.mu.Lock()
 				delete(r.procs, p.UID)
@@ -119,17 +141,18 @@ func (r *runtimePods) sync(ctx context.Context) {
 				// when its Deployment does; a graceful delete needs the
 				// kubelet's final word.
 			}
-			_ = r.kube.Delete(ctx, p, client.GracePeriodSeconds(0))
+			_ = r.Kube.Delete(ctx, p, client.GracePeriodSeconds(0))
 			continue
 		}
 		if !ok {
 			pp, err := r.start(ctx, p)
 			if err != nil {
-				r.log(fmt.Sprintf("pod %s: %v", p.Name, err))
+				r.logf(fmt.Sprintf("pod %s: %v", p.Name, err))
 				continue
 			}
 			r.mu.Lock()
 			r.procs[p.UID] = pp
+			r.logs[p.Name] = pp.logf
 			r.mu.Unlock()
 			continue
 		}
@@ -139,7 +162,7 @@ func (r *runtimePods) sync(ctx context.Context) {
 			// restartPolicy Always: start it again at the next sync, as a
 			// kubelet would (after its back-off).
 			ready = false
-			r.log(fmt.Sprintf("pod %s: its process exited (%v); restarting it", p.Name, pp.cmd.ProcessState))
+			r.logf(fmt.Sprintf("pod %s: its process exited (%v); restarting it", p.Name, pp.cmd.ProcessState))
 			r.mu.Lock()
 			delete(r.procs, p.UID)
 			r.mu.Unlock()
@@ -158,7 +181,7 @@ func (r *runtimePods) sync(ctx context.Context) {
 	defer r.mu.Unlock()
 	for uid, pp := range r.procs {
 		if !seen[uid] {
-			r.log(fmt.Sprintf("pod %s gone: stopping its process", pp.pod))
+			r.logf(fmt.Sprintf("pod %s gone: stopping its process", pp.pod))
 			pp.stop()
 			delete(r.procs, uid)
 		}
@@ -174,7 +197,25 @@ func podReady(p *corev1.Pod, want bool) bool {
 	return false
 }
 
-func (r *runtimePods) setStatus(ctx context.Context, p *corev1.Pod, ready bool) error {
+func (r *ProcessRuntime) logf(s string) {
+	if r.Log != nil {
+		r.Log(s)
+	}
+}
+
+// LogTails is the last n lines of the log of every pod's process started
+// (running or not), by pod name.
+func (r *ProcessRuntime) LogTails(n int) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]string{}
+	for pod, f := range r.logs {
+		out[pod] = tailFile(f, n)
+	}
+	return out
+}
+
+func (r *ProcessRuntime) setStatus(ctx context.Context, p *corev1.Pod, ready bool) error {
 	st := corev1.ConditionFalse
 	if ready {
 		st = corev1.ConditionTrue
@@ -196,23 +237,23 @@ func (r *runtimePods) setStatus(ctx context.Context, p *corev1.Pod, ready bool) 
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
 	}
 	p.Status.ContainerStatuses = cs
-	return r.kube.Status().Update(ctx, p)
+	return r.Kube.Status().Update(ctx, p)
 }
 
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error) {
+func (r *ProcessRuntime) start(ctx context.Context, p *corev1.Pod) (*podProc, error) {
 	if len(p.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("no containers")
 	}
 	c := p.Spec.Containers[0]
-	dir := filepath.Join(r.dir, p.Name)
+	dir := filepath.Join(r.Dir, p.Name)
 	if err := os.MkdirAll(filepath.Join(dir, "vol"), 0o700); err != nil {
 		return nil, err
 	}
 
 	// The image, from the registry, for this machine's architecture.
-	img, err := r.reg.Pull(ctx, c.Image, ociimage.Platform{Architecture: goruntime.GOARCH})
+	img, err := r.Registry.Pull(ctx, c.Image, ociimage.Platform{Architecture: goruntime.GOARCH})
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +299,7 @@ func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error
 			}
 			// Crossplane creates the TLS Secrets shortly after the pod.
 			s := &corev1.Secret{}
-			if err := r.kube.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.Secret.SecretName}, s); err != nil {
+			if err := r.Kube.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.Secret.SecretName}, s); err != nil {
 				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 			items := v.Secret.Items
@@ -320,7 +361,7 @@ func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error
 	}
 
 	// The pod's identity: a token of its ServiceAccount.
-	tok, err := r.cs.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+	tok, err := r.Clientset.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
 			ExpirationSeconds: ptr(int64(3600)),
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
@@ -330,7 +371,7 @@ func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error
 		return nil, fmt.Errorf("TokenRequest for ServiceAccount %s: %w", p.Spec.ServiceAccountName, err)
 	}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: r.cfg.Host, CertificateAuthorityData: r.cfg.CAData}
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: r.Config.Host, CertificateAuthorityData: r.Config.CAData}
 	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
 	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa"}
 	kc.CurrentContext = "c"
@@ -341,7 +382,7 @@ func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error
 	set("KUBECONFIG", kcPath)
 
 	pp := &podProc{pod: p.Name, image: c.Image, exited: make(chan struct{}), logf: filepath.Join(dir, "log")}
-	if fnIP, ok := r.fnAddrs[functionOf(p)]; ok {
+	if fnIP, ok := r.FunctionAddrs[functionOf(p)]; ok {
 		argv = append(argv, "--address="+fnIP+":9443")
 		pp.health = func() bool { return dials(fnIP + ":9443") }
 	} else {
@@ -379,17 +420,7 @@ func (r *runtimePods) start(ctx context.Context, p *corev1.Pod) (*podProc, error
 	}
 	pp.cmd = cmd
 	go func() { _ = cmd.Wait(); _ = lf.Close(); close(pp.exited) }()
-	r.log(fmt.Sprintf("pod %s: running %s from %s as ServiceAccount %s with args %q", p.Name, path.Base(argv[0]), c.Image, p.Spec.ServiceAccountName, argv[1:]))
-	r.t.Cleanup(func() {
-		if r.t.Failed() {
-			b, _ := os.ReadFile(pp.logf)
-			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-			if len(lines) > 40 {
-				lines = lines[len(lines)-40:]
-			}
-			r.t.Logf("pod %s: last lines of its log:\n%s", p.Name, strings.Join(lines, "\n"))
-		}
-	})
+	r.logf(fmt.Sprintf("pod %s: running %s from %s as ServiceAccount %s with args %q", p.Name, path.Base(argv[0]), c.Image, p.Spec.ServiceAccountName, argv[1:]))
 	return pp, nil
 }
 
@@ -413,9 +444,9 @@ func fieldValue(p *corev1.Pod, fp string) (string, error) {
 	return "", fmt.Errorf("field path %q is not resolved here", fp)
 }
 
-// logs is the output of the process running the pods whose name starts
+// Logs is the output of the process running the pods whose name starts
 // with prefix.
-func (r *runtimePods) logs(prefix string) string {
+func (r *ProcessRuntime) Logs(prefix string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
@@ -428,9 +459,9 @@ func (r *runtimePods) logs(prefix string) string {
 	return b.String()
 }
 
-// exited is how often processes of pods named prefix... exited on their
+// Exited is how often processes of pods named prefix... exited on their
 // own (a crash, as a kubelet would count restarts).
-func (r *runtimePods) exited(prefix string) int {
+func (r *ProcessRuntime) Exited(prefix string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -442,8 +473,8 @@ func (r *runtimePods) exited(prefix string) int {
 	return n
 }
 
-// running lists "pod image args" of the processes running.
-func (r *runtimePods) running() []string {
+// Running lists "pod image args" of the processes running.
+func (r *ProcessRuntime) Running() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string

@@ -1,0 +1,132 @@
+// Package localcrossplane runs, on this machine, what installing the
+// project the Crossplane way needs around a control plane: an OCI registry
+// on loopback with TLS from a CA made for it, Crossplane core with its
+// package manager and RBAC manager as local processes trusting that CA,
+// and a process runtime that plays the kubelet for the pods Crossplane's
+// package manager makes (running each pod's image binary as a process
+// under the pod's ServiceAccount). test/install and `make run`
+// (cmd/local-control-plane --crossplane) share it.
+package localcrossplane
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+)
+
+// Registry is a running OCI registry (go-containerregistry's pkg/registry,
+// in memory) serving TLS on a loopback address.
+type Registry struct {
+	// Host is host:port, as image references name it ("127.0.0.1:40123").
+	Host string
+	// CAPEM is the PEM of the CA that signed the registry's certificate:
+	// what a client must trust.
+	CAPEM []byte
+	// Client reaches the registry, trusting CAPEM.
+	Client ociimage.Registry
+
+	srv  *http.Server
+	done chan struct{}
+}
+
+// StartRegistry serves a registry on addr ("127.0.0.1:0" for a free port,
+// "localhost:5000" for the address packages built with the default
+// XPKG_REPO name) until Close. Its certificate is for 127.0.0.1, ::1 and
+// localhost, from a CA made here and valid for a day.
+func StartRegistry(addr string) (*Registry, error) {
+	if host, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, err
+	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, errors.New("registry address " + addr + ": only loopback addresses are served")
+	}
+	caPEM, cert, err := newCertificates()
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{
+		Handler:           registry.New(registry.Logger(log.New(io.Discard, "", 0))),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ReadHeaderTimeout: 30 * time.Second,
+	}
+	r := &Registry{Host: l.Addr().String(), CAPEM: caPEM, srv: srv, done: make(chan struct{})}
+	go func() { _ = srv.ServeTLS(l, "", ""); close(r.done) }()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	r.Client = ociimage.Registry{RootCAs: pool}
+	return r, nil
+}
+
+// Close stops the registry; what it held is gone.
+func (r *Registry) Close() error {
+	err := r.srv.Close()
+	<-r.done
+	return err
+}
+
+// HTTPClient is a client trusting the registry's CA.
+func (r *Registry) HTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.Client.RootCAs, MinVersion: tls.VersionTLS12}}}
+}
+
+// newCertificates is a throwaway CA and a server certificate it signed for
+// 127.0.0.1, ::1 and localhost.
+func newCertificates() ([]byte, tls.Certificate, error) {
+	serial := func() *big.Int {
+		n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+		return n
+	}
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: "localcrossplane registry CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	return caPEM, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
