@@ -1,43 +1,29 @@
 package testenv
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
 )
 
-// TestNet is where test hosts stand: 198.18.0.0/15, reserved for
-// benchmarking (RFC 2544). It is neither private nor routed on the
-// internet, so the proxy's default denials (loopback, private ranges,
-// link-local) leave it reachable, as a real destination would be, while no
-// test traffic ever leaves this machine.
-var TestNet = netip.MustParsePrefix("198.18.0.0/15")
+// TestNet is where test hosts stand: netnshost.Net, 198.18.0.0/15,
+// reserved for benchmarking (RFC 2544). It is neither private nor routed
+// on the internet, so the proxy's default denials (loopback, private
+// ranges, link-local) leave it reachable, as a real destination would be,
+// while no test traffic ever leaves this machine.
+var TestNet = netnshost.Net
 
-// TestHost is a host of a test's own: a network namespace joined to this
-// machine by a veth pair, with Addr (in TestNet) inside it and a route to
-// it from here. It goes away when the test ends.
+// TestHost is a host of a test's own (a netnshost.Host): a network
+// namespace joined to this machine by a veth pair, with Addr (in TestNet)
+// inside it and a route to it from here. It goes away when the test ends.
 type TestHost struct {
-	// Addr is the host's address, reachable from this machine.
-	Addr netip.Addr
-	// Netns is the namespace's name (ip netns).
-	Netns string
-	// Gateway is this machine's end of the veth pair, as the host sees it.
-	Gateway netip.Addr
-
-	nsFile string
+	*netnshost.Host
 }
 
 // CI reports whether the tests run in CI (CI set to anything but "", "0"
@@ -56,89 +42,12 @@ func CI() bool {
 // or fails under CI.
 func NewTestHost(t testing.TB, extra ...netip.Addr) *TestHost {
 	t.Helper()
-	if _, err := exec.LookPath("ip"); err != nil {
-		unavailable(t, "iproute2's ip is not installed (apt-get install iproute2)")
+	h, err := netnshost.New(extra...)
+	if err != nil {
+		unavailable(t, err.Error())
 	}
-	// Slots are /30s of TestNet; a free one is claimed by creating its
-	// namespace, which fails when it exists (another test, another
-	// process, or a leftover of a killed run).
-	slots := uint32(1) << (32 - TestNet.Bits() - 2)
-	base := binary.BigEndian.Uint32(TestNet.Addr().AsSlice())
-	var h *TestHost
-	var lastErr error
-	for range 32 {
-		var r [4]byte
-		_, _ = rand.Read(r[:])
-		slot := binary.BigEndian.Uint32(r[:]) % slots
-		name := fmt.Sprintf("epx%05x", slot)
-		out, err := exec.Command("ip", "netns", "add", name).CombinedOutput()
-		if err != nil {
-			lastErr = fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
-			if strings.Contains(string(out), "File exists") {
-				continue
-			}
-			break
-		}
-		addr := func(n uint32) netip.Addr {
-			var b [4]byte
-			binary.BigEndian.PutUint32(b[:], base+slot*4+n)
-			return netip.AddrFrom4(b)
-		}
-		h = &TestHost{Addr: addr(2), Gateway: addr(1), Netns: name, nsFile: "/run/netns/" + name}
-		break
-	}
-	if h == nil {
-		unavailable(t, fmt.Sprintf("cannot create a network namespace for a test host: %v", lastErr))
-	}
-	t.Cleanup(func() {
-		// Deleting the namespace removes the veth pair with it (once no
-		// socket holds the namespace); the host-side routes go with the
-		// veth.
-		_ = exec.Command("ip", "netns", "del", h.Netns).Run()
-	})
-	outer, inner := h.Netns+"o", h.Netns+"i"
-	cmds := [][]string{
-		{"ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", h.Netns},
-		{"ip", "addr", "add", h.Gateway.String() + "/30", "dev", outer},
-		{"ip", "link", "set", outer, "up"},
-		{"ip", "-n", h.Netns, "addr", "add", h.Addr.String() + "/30", "dev", inner},
-		{"ip", "-n", h.Netns, "link", "set", inner, "up"},
-		{"ip", "-n", h.Netns, "link", "set", "lo", "up"},
-		{"ip", "-n", h.Netns, "route", "add", "default", "via", h.Gateway.String()},
-	}
-	v6 := false
-	for _, a := range extra {
-		if a.Is4() {
-			cmds = append(cmds,
-				[]string{"ip", "-n", h.Netns, "addr", "add", a.String() + "/32", "dev", "lo"},
-				[]string{"ip", "route", "add", a.String() + "/32", "dev", outer, "via", h.Addr.String()})
-			continue
-		}
-		if !v6 {
-			// IPv6 needs its own link addresses on the pair.
-			v6 = true
-			cmds = append(cmds,
-				[]string{"ip", "-n", h.Netns, "-6", "addr", "add", h.v6(2) + "/126", "dev", inner, "nodad"},
-				[]string{"ip", "-6", "addr", "add", h.v6(1) + "/126", "dev", outer, "nodad"},
-				[]string{"ip", "-n", h.Netns, "-6", "route", "add", "default", "via", h.v6(1), "dev", inner})
-		}
-		cmds = append(cmds,
-			[]string{"ip", "-n", h.Netns, "-6", "addr", "add", a.String() + "/128", "dev", "lo", "nodad"},
-			[]string{"ip", "-6", "route", "add", a.String() + "/128", "via", h.v6(2), "dev", outer})
-	}
-	for _, c := range cmds {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil { //nolint:gosec // fixed commands.
-			unavailable(t, fmt.Sprintf("setting up test host %s: %s: %v: %s", h.Netns, strings.Join(c, " "), err, strings.TrimSpace(string(out))))
-		}
-	}
-	return h
-}
-
-// v6 is an address of the veth pair's IPv6 link net, derived from the
-// slot (in 2001:db8::/32, documentation space: never routed).
-func (h *TestHost) v6(n byte) string {
-	b := h.Addr.As4()
-	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0xe9, 0x0, b[0], b[1], 0, 0, 0, 0, b[2], b[3] &^ 3, 0, n}).String()
+	t.Cleanup(func() { _ = h.Close() })
+	return &TestHost{Host: h}
 }
 
 // unavailable skips t, or fails it under CI, where a missing test network
@@ -152,24 +61,12 @@ func unavailable(t testing.TB, why string) {
 }
 
 // Listen opens a listener inside the host's namespace, on addr (host:port;
-// an empty host means Addr). The listener belongs to the namespace for its
-// whole life: it is created there, and this process serves it from here.
+// an empty host means Addr), closed when t ends.
 func (h *TestHost) Listen(t testing.TB, network, addr string) net.Listener {
 	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
+	l, err := h.Host.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if host == "" {
-		host = h.Addr.String()
-	}
-	var l net.Listener
-	if err := h.do(func() error {
-		var err error
-		l, err = net.Listen(network, net.JoinHostPort(host, port))
-		return err
-	}); err != nil {
-		t.Fatalf("listening in test host %s on %s: %v", h.Netns, addr, err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
@@ -184,35 +81,6 @@ func (h *TestHost) Serve(t testing.TB, addr string, handler http.Handler) netip.
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return l.Addr().(*net.TCPAddr).AddrPort() //nolint:forcetypeassert // a TCP listener.
-}
-
-// do runs f on an OS thread that has joined the host's namespace, so the
-// sockets f creates live there. The thread goes back to this machine's
-// namespace afterwards; if it cannot, it is never unlocked, so Go retires
-// it instead of running other goroutines in the wrong namespace.
-func (h *TestHost) do(f func() error) error {
-	ns, err := os.Open(h.nsFile)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	runtime.LockOSThread()
-	self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer self.Close()
-	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns: %w", err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		return errors.Join(ferr, fmt.Errorf("returning to this machine's namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }
 
 // UpstreamBody is what Upstream answers.

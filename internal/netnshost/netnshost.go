@@ -1,0 +1,211 @@
+// Package netnshost makes a host of its own on this machine: a network
+// namespace joined to it by a veth pair, with an address in Net (reserved
+// for benchmarking, never routed on the internet) and a route to it from
+// here, where a real destination would stand. Tests use it through
+// testenv.NewTestHost; `make run` serves its quickstart's upstream web
+// page from one.
+package netnshost
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Net is where hosts stand: 198.18.0.0/15, reserved for benchmarking (RFC
+// 2544). It is neither private nor routed on the internet, so the proxy's
+// default denials (loopback, private ranges, link-local) leave it
+// reachable, as a real destination would be, while no traffic to it ever
+// leaves this machine.
+var Net = netip.MustParsePrefix("198.18.0.0/15")
+
+// Host is a network namespace joined to this machine by a veth pair, with
+// Addr (in Net) inside it and a route to it from here.
+type Host struct {
+	// Addr is the host's address, reachable from this machine.
+	Addr netip.Addr
+	// Netns is the namespace's name (ip netns).
+	Netns string
+	// Gateway is this machine's end of the veth pair, as the host sees it.
+	Gateway netip.Addr
+
+	nsFile  string
+	servers []*http.Server
+}
+
+// ErrUnavailable wraps what stops a host from being made here (no root,
+// no iproute2).
+var ErrUnavailable = errors.New("no network namespace host on this machine")
+
+// New makes a host (root and iproute2 needed). extra are more addresses
+// for it (a private one, say, to prove a proxy denies it), each routed to
+// it from this machine as a /32 or /128; leave the machine's own networks
+// and well-known addresses out. Close removes it.
+func New(extra ...netip.Addr) (*Host, error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("%w: iproute2's ip is not installed (apt-get install iproute2)", ErrUnavailable)
+	}
+	// Slots are /30s of Net; a free one is claimed by creating its
+	// namespace, which fails when it exists (another test, another
+	// process, or a leftover of a killed run).
+	slots := uint32(1) << (32 - Net.Bits() - 2)
+	base := binary.BigEndian.Uint32(Net.Addr().AsSlice())
+	var h *Host
+	var lastErr error
+	for range 32 {
+		var r [4]byte
+		_, _ = rand.Read(r[:])
+		slot := binary.BigEndian.Uint32(r[:]) % slots
+		name := fmt.Sprintf("epx%05x", slot)
+		out, err := exec.Command("ip", "netns", "add", name).CombinedOutput() //nolint:gosec // a name made here.
+		if err != nil {
+			lastErr = fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+			if strings.Contains(string(out), "File exists") {
+				continue
+			}
+			break
+		}
+		addr := func(n uint32) netip.Addr {
+			var b [4]byte
+			binary.BigEndian.PutUint32(b[:], base+slot*4+n)
+			return netip.AddrFrom4(b)
+		}
+		h = &Host{Addr: addr(2), Gateway: addr(1), Netns: name, nsFile: "/run/netns/" + name}
+		break
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: cannot create a network namespace: %w", ErrUnavailable, lastErr)
+	}
+	outer, inner := h.Netns+"o", h.Netns+"i"
+	cmds := [][]string{
+		{"ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", h.Netns},
+		{"ip", "addr", "add", h.Gateway.String() + "/30", "dev", outer},
+		{"ip", "link", "set", outer, "up"},
+		{"ip", "-n", h.Netns, "addr", "add", h.Addr.String() + "/30", "dev", inner},
+		{"ip", "-n", h.Netns, "link", "set", inner, "up"},
+		{"ip", "-n", h.Netns, "link", "set", "lo", "up"},
+		{"ip", "-n", h.Netns, "route", "add", "default", "via", h.Gateway.String()},
+	}
+	v6 := false
+	for _, a := range extra {
+		if a.Is4() {
+			cmds = append(cmds,
+				[]string{"ip", "-n", h.Netns, "addr", "add", a.String() + "/32", "dev", "lo"},
+				[]string{"ip", "route", "add", a.String() + "/32", "dev", outer, "via", h.Addr.String()})
+			continue
+		}
+		if !v6 {
+			// IPv6 needs its own link addresses on the pair.
+			v6 = true
+			cmds = append(cmds,
+				[]string{"ip", "-n", h.Netns, "-6", "addr", "add", h.v6(2) + "/126", "dev", inner, "nodad"},
+				[]string{"ip", "-6", "addr", "add", h.v6(1) + "/126", "dev", outer, "nodad"},
+				[]string{"ip", "-n", h.Netns, "-6", "route", "add", "default", "via", h.v6(1), "dev", inner})
+		}
+		cmds = append(cmds,
+			[]string{"ip", "-n", h.Netns, "-6", "addr", "add", a.String() + "/128", "dev", "lo", "nodad"},
+			[]string{"ip", "-6", "route", "add", a.String() + "/128", "via", h.v6(2), "dev", outer})
+	}
+	for _, c := range cmds {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil { //nolint:gosec // fixed commands.
+			_ = h.Close()
+			return nil, fmt.Errorf("setting up host %s: %s: %w: %s", h.Netns, strings.Join(c, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return h, nil
+}
+
+// Close stops what Serve serves and deletes the namespace, which removes
+// the veth pair with it (once no socket holds the namespace) and the
+// routes to it.
+func (h *Host) Close() error {
+	for _, s := range h.servers {
+		_ = s.Close()
+	}
+	if out, err := exec.Command("ip", "netns", "del", h.Netns).CombinedOutput(); err != nil { //nolint:gosec // our namespace.
+		return fmt.Errorf("ip netns del %s: %w: %s", h.Netns, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// v6 is an address of the veth pair's IPv6 link net, derived from the
+// slot (in 2001:db8::/32, documentation space: never routed).
+func (h *Host) v6(n byte) string {
+	b := h.Addr.As4()
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0xe9, 0x0, b[0], b[1], 0, 0, 0, 0, b[2], b[3] &^ 3, 0, n}).String()
+}
+
+// Listen opens a listener inside the host's namespace, on addr (host:port;
+// an empty host means Addr). The listener belongs to the namespace for its
+// whole life: it is created there, and this process serves it from here.
+func (h *Host) Listen(network, addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if host == "" {
+		host = h.Addr.String()
+	}
+	var l net.Listener
+	if err := h.do(func() error {
+		var err error
+		l, err = net.Listen(network, net.JoinHostPort(host, port))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("listening in host %s on %s: %w", h.Netns, addr, err)
+	}
+	return l, nil
+}
+
+// Serve serves handler over HTTP on a listener of Listen until Close, and
+// returns the listener's address.
+func (h *Host) Serve(addr string, handler http.Handler) (netip.AddrPort, error) {
+	l, err := h.Listen("tcp", addr)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	h.servers = append(h.servers, srv)
+	go func() { _ = srv.Serve(l) }()
+	return l.Addr().(*net.TCPAddr).AddrPort(), nil //nolint:forcetypeassert // a TCP listener.
+}
+
+// do runs f on an OS thread that has joined the host's namespace, so the
+// sockets f creates live there. The thread goes back to this machine's
+// namespace afterwards; if it cannot, it is never unlocked, so Go retires
+// it instead of running other goroutines in the wrong namespace.
+func (h *Host) do(f func() error) error {
+	ns, err := os.Open(h.nsFile)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	runtime.LockOSThread()
+	self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer self.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns: %w", err)
+	}
+	ferr := f()
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		return errors.Join(ferr, fmt.Errorf("returning to this machine's namespace: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
