@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries the tests and `make run` need
-# (kube-apiserver, kube-controller-manager, etcd) from the Go module proxy,
-# since none can be downloaded here. Binaries are cached outside the repo
+# (kube-apiserver, kube-controller-manager, etcd) and the kubectl `make run`
+# prints commands for, from the Go module proxy, since none can be
+# downloaded here. Binaries are cached outside the repo
 # and rebuilt only when missing. Prints the folder holding them.
 set -euo pipefail
 
@@ -43,9 +44,10 @@ MOD
 
 # kubernetes' go.mod maps its staging modules to ./staging; the wrapper maps
 # each to the published v0.x module of the same release instead.
+CMDS=(kube-apiserver kube-controller-manager kubectl)
 k8s_wrapper() {
   local d="$WORK/k8s"
-  [ -f "$d/.ready" ] && return
+  [ -f "$d/.ready" ] && [ "$(cat "$d/.ready")" = "${CMDS[*]}" ] && return
   rm -rf "$d"; mkdir -p "$d"
   local minor="v0.${K8S_VERSION#v1.}"
   cat >"$d/go.mod" <<MOD
@@ -58,9 +60,9 @@ MOD
   grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging' "$kmod" | awk '{print $1}' | sort -u | while read -r m; do
     echo "replace $m => $m $minor" >>"$d/go.mod"
   done
-  printf '//go:build tools\npackage tools\nimport (\n_ "k8s.io/kubernetes/cmd/kube-apiserver"\n_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n)\n' >"$d/tools.go"
+  { printf '//go:build tools\npackage tools\nimport (\n'; printf '_ "k8s.io/kubernetes/cmd/%s"\n' "${CMDS[@]}"; printf ')\n'; } >"$d/tools.go"
   (cd "$d" && go mod tidy >/dev/null)
-  touch "$d/.ready"
+  echo "${CMDS[*]}" >"$d/.ready"
 }
 
 build_k8s() {
@@ -77,4 +79,5 @@ build_k8s() {
 build_etcd
 build_k8s kube-apiserver
 build_k8s kube-controller-manager
+build_k8s kubectl
 echo "$BIN"
