@@ -35,11 +35,6 @@ func (e *testEnv) sameVolume(where, name string, before fakeVol) {
 	}
 }
 
-// addDomain defines a domain by hand whose disk is path.
-func (e *testEnv) addDomain(name, path string) {
-	e.addDomainWithDisk(name, "<disk type='file' device='disk'><source file='"+path+"'/></disk>")
-}
-
 // addDomainWithDisk defines a domain by hand with the disk element given.
 func (e *testEnv) addDomainWithDisk(name, disk string) {
 	e.host.mu.Lock()
