@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +60,12 @@ func classify(err error) error {
 		kerrors.IsNotAcceptable(err), kerrors.IsUnsupportedMediaType(err):
 		return proxy.Classify(proxy.ClassPermanent, err)
 	}
-	// Conflicts, AlreadyExists out of context, throttling, timeouts, 5xx.
+	// Conflicts, AlreadyExists out of context, throttling, timeouts, 5xx;
+	// a 429 or 5xx that said how long to wait (client-go has already
+	// retried it) is waited that long.
+	if s, ok := kerrors.SuggestsClientDelay(err); ok && s > 0 {
+		return &proxy.Error{Class: proxy.ClassTransient, RetryAfter: time.Duration(s) * time.Second, Err: err}
+	}
 	return proxy.Classify(proxy.ClassTransient, err)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +57,11 @@ func TestClassify(t *testing.T) {
 	}
 	if classify(nil) != nil {
 		t.Errorf("classify(nil) is not nil")
+	}
+	// The API server's Retry-After (in the status details) is kept, for
+	// the controller to wait that long.
+	if got := proxy.RetryAfterOf(classify(kerrors.NewTooManyRequests("slow down", 7))); got != 7*time.Second {
+		t.Errorf("a 429 asking for 7s reads RetryAfter %v", got)
 	}
 }
 
