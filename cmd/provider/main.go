@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	gcdebug "runtime/debug"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/customresourcesgate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
+	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -83,19 +85,7 @@ func main() {
 		gcdebug.SetGCPercent(50)
 	}
 
-	v := *verbosity
-	if *debug && v < 1 {
-		v = 1
-	}
-	zo := zap.Options{Development: v > 0}
-	if v > 0 {
-		// logr's V(n) is zap's level -n.
-		zo.Level = zapcore.Level(-v)
-	}
-	if *logFormat == "console" {
-		zo.Development = true
-	}
-	zl := zap.New(zap.UseFlagOptions(&zo))
+	zl := newZapLogger(*verbosity, *debug, *logFormat, os.Stderr)
 	ctrl.SetLogger(zl)
 	log := logging.NewLogrLogger(zl.WithName("provider-egressproxy"))
 
@@ -294,4 +284,18 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// newZapLogger is the provider's logger: JSON, or console for humans, on
+// w, at verbosity v, --debug meaning at least 1 (logr's V(n) is zap's
+// level -n). The verbosity never changes the format.
+func newZapLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
+	if debug && v < 1 {
+		v = 1
+	}
+	zo := zap.Options{Development: format == "console", DestWriter: w}
+	if v > 0 {
+		zo.Level = zapcore.Level(-v)
+	}
+	return zap.New(zap.UseFlagOptions(&zo))
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/api/option"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -105,10 +109,14 @@ func TestBackendSpansIntegration(t *testing.T) {
 		secrets = append(secrets, cp.Config.BearerToken)
 	}
 
+	// The reconcile's logger, as controller-runtime puts it in the context,
+	// at V(1): every backend request's line.
+	var logs testenv.Buffer
+	lctx := logr.NewContext(ctx, funcr.New(func(p, a string) { logs.Line(p + " " + a) }, funcr.Options{Verbosity: 1}))
 	ops := map[string]string{} // backend: the operation's span ID
 	traces := map[string]string{}
 	for backend, d := range drivers {
-		octx, op := telemetry.Tracer().Start(ctx, "egressproxy.Observe")
+		octx, op := telemetry.Tracer().Start(lctx, "egressproxy.Observe")
 		ref := proxy.Ref{Name: "egp-spans-missing", Mark: proxy.Mark{UID: "6f1c2a7e-0000-4000-8000-000000000001", InstallationID: "spans"}}
 		if backend == "gcp" {
 			ref.Placement.Location = "europe-west1-b"
@@ -172,6 +180,48 @@ func TestBackendSpansIntegration(t *testing.T) {
 					t.Errorf("span %s attribute %s holds a credential", s.Name, k)
 				}
 			}
+		}
+	}
+
+	// A log line per request, carrying the operation's trace, and the
+	// credentials in none.
+	for backend, msg := range map[string]string{"kvm": "libvirt call", "proxmox": "proxmox api call", "gcp": "gcp api call", "kubernetes": "kubernetes api call"} {
+		found := false
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `"msg"="`+msg+`"`) && strings.Contains(l, `"trace_id"="`+traces[backend]+`"`) && strings.Contains(l, `"span_id"=`) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no %q log line carrying the operation's trace_id and a span_id", backend, msg)
+		}
+	}
+	for _, secret := range secrets {
+		if secret != "" && strings.Contains(logs.String(), secret) {
+			t.Errorf("a credential is in the log lines")
+		}
+	}
+
+	// And an observation of the request-duration metric per backend.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(telemetry.BackendRequests)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "backend" {
+					counts[l.GetValue()] += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	for backend := range drivers {
+		if counts[backend] == 0 {
+			t.Errorf("%s: no egressproxy_backend_request_duration_seconds observation", backend)
 		}
 	}
 }
