@@ -75,6 +75,7 @@ type options struct {
 	secrets    bool
 	keepLogs   bool
 	env        string
+	profile    string
 }
 
 const ctlFilter = `controller="managed/kvmproxy.`
@@ -93,6 +94,7 @@ func main() {
 	flag.BoolVar(&o.restart, "restart", true, "Restart the provider at the end and measure the re-observation.")
 	flag.BoolVar(&o.secrets, "connection-secrets", true, "Give every resource a connection Secret (writeConnectionSecretToRef).")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
+	flag.StringVar(&o.profile, "provider-profile", "", "Write the provider's CPU profile over the last stage's steady-state window to this file.")
 	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOGC=100, say).")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
@@ -151,6 +153,7 @@ type stage struct {
 	reconciles       float64
 	expected         float64
 	writes           float64
+	reads            float64
 	load             string
 }
 
@@ -280,7 +283,11 @@ func run(ctx context.Context, o options) error {
 		st := stage{n: target, ready: time.Since(t0), load: benchutil.Load()}
 		st.peakKiB, _ = benchutil.PeakRSS(prov.pid)
 		logf("all %d Ready after %.1f s; measuring the steady state for one poll (%v)", target, st.ready.Seconds(), o.poll)
-		if err := steady(ctx, o, prov, &st); err != nil {
+		profile := ""
+		if target == stages[len(stages)-1] {
+			profile = o.profile
+		}
+		if err := steady(ctx, o, prov, &st, profile); err != nil {
 			return err
 		}
 		results = append(results, st)
@@ -305,20 +312,20 @@ func run(ctx context.Context, o options) error {
 		o.provider, o.poll, o.jitter, o.rate, o.concurrent, map[bool]string{true: " (env " + o.env + ")", false: ""}[o.env != ""])
 	fmt.Printf("machine: %d CPUs shared by kube-apiserver, etcd, the provider and this program; load (1, 5, 15 min) is given per figure\n", benchutil.NumCPU())
 	fmt.Printf("provider RSS before the first create: peak %.1f MiB\n\n", float64(startRSS)/1024)
-	fmt.Printf("%8s %10s %10s %22s %14s %22s %8s  %s\n", "N", "all Ready", "peak RSS", "steady RSS anon+file", "anon slope", "CPU per resource/poll", "writes", "load")
+	fmt.Printf("%8s %10s %10s %22s %14s %30s %8s %8s  %s\n", "N", "all Ready", "peak RSS", "steady RSS anon+file", "anon slope", "CPU per resource/poll", "GETs", "writes", "load")
 	for i, st := range results {
 		slope := "-"
 		if i > 0 {
 			prev := results[i-1]
 			slope = fmt.Sprintf("%.1f KiB/MR", float64(st.anonKiB-prev.anonKiB)/float64(st.n-prev.n))
 		}
-		fmt.Printf("%8d %9.1fs %7.1f MiB %9.1f + %5.1f MiB %14s %8.3f ms (%3.0f%% polled) %8.0f  %s\n", st.n, st.ready.Seconds(), float64(st.peakKiB)/1024,
-			float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, slope, 1000*st.cpuPerPoll, 100*st.reconciles/st.expected, st.writes, st.load)
+		fmt.Printf("%8d %9.1fs %7.1f MiB %9.1f + %5.1f MiB %14s %12.3f ms (%3.0f%% polled) %8.0f %8.0f  %s\n", st.n, st.ready.Seconds(), float64(st.peakKiB)/1024,
+			float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, slope, 1000*st.cpuPerPoll, 100*st.reconciles/st.expected, st.reads, st.writes, st.load)
 	}
 	fmt.Printf("\n  all Ready: from the stage's first create until this program saw every resource of the stage Ready=True\n")
 	fmt.Printf("  steady RSS: after one poll interval at rest; CPU: the provider's CPU over that poll divided by its reconciles\n")
 	fmt.Printf("  (each Ready resource is observed once a poll; %% polled is those reconciles against N x window / poll)\n")
-	fmt.Printf("  writes: the provider's non-GET requests over that window (target 0)\n")
+	fmt.Printf("  GETs, writes: the provider's GET and other requests over that window (target 0 writes)\n")
 	if rs != nil {
 		fmt.Printf("\nrestart with %d Ready: every resource observed again %.1f s after the new process started (%.1f s after its controllers did); load %s\n",
 			created, rs.observed.Seconds(), rs.sinceControllers.Seconds(), rs.load)
@@ -379,9 +386,20 @@ func waitReady(ctx context.Context, o options, mu *sync.Mutex, ready map[string]
 
 // steady waits for the reconciles that follow Ready to settle (a quarter
 // poll), then measures one poll interval.
-func steady(ctx context.Context, o options, p *provider, st *stage) error {
+func steady(ctx context.Context, o options, p *provider, st *stage, profile string) error {
 	if err := sleep(ctx, o.poll/4); err != nil {
 		return err
+	}
+	var saved chan error
+	if profile != "" {
+		saved = make(chan error, 1)
+		go func() {
+			b, err := benchutil.Scrape(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, int(o.poll.Seconds())))
+			if err == nil {
+				err = os.WriteFile(profile, []byte(b), 0o600)
+			}
+			saved <- err
+		}()
 	}
 	text0, err := p.scrape(ctx)
 	if err != nil {
@@ -404,8 +422,15 @@ func steady(ctx context.Context, o options, p *provider, st *stage) error {
 	if st.reconciles > 0 {
 		st.cpuPerPoll = (cpu1 - cpu0) / st.reconciles
 	}
-	st.writes = benchutil.Writes(benchutil.Delta(benchutil.ClientRequests(text0), benchutil.ClientRequests(text1)))
+	reqs := benchutil.Delta(benchutil.ClientRequests(text0), benchutil.ClientRequests(text1))
+	st.writes = benchutil.Writes(reqs)
+	st.reads = reqs["GET"]
 	st.load = benchutil.Load()
+	if saved != nil {
+		if err := <-saved; err != nil {
+			logf("provider profile: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -515,6 +540,7 @@ func kvmProxy(i int, secret bool) *nsproxy.KVMProxy {
 
 type provider struct {
 	pid     int
+	pprof   string
 	metrics string
 	stop    func()
 }
@@ -528,6 +554,10 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	if err != nil {
 		return nil, err
 	}
+	pprofPort, err := benchutil.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	logPath := filepath.Join(dir, logName)
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -536,6 +566,7 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	cmd := exec.Command(o.provider,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
 		"--health-probe-bind-address", "0",
+		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort),
 		"--namespace", "crossplane-system",
 		"--installation-id", "bench",
 		"--max-reconcile-rate", strconv.Itoa(o.rate),
@@ -555,7 +586,7 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	p := &provider{pid: cmd.Process.Pid, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
+	p := &provider{pid: cmd.Process.Pid, pprof: fmt.Sprintf("127.0.0.1:%d", pprofPort), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
 	var once sync.Once
 	p.stop = func() {
 		once.Do(func() {

@@ -158,6 +158,9 @@ type Connector struct {
 	// IdleTimeout closes clients not used for this long; default 10
 	// minutes.
 	IdleTimeout time.Duration
+	// ObserveMaxAge bounds the age of the shared listing steady instances
+	// are observed from (batch.go); zero means batch.DefaultMaxAge.
+	ObserveMaxAge time.Duration
 
 	// prober is the readiness check of the drivers built, unless Defaults
 	// has one: results are kept across Connects.
@@ -171,6 +174,7 @@ type Connector struct {
 type conn struct {
 	api      API
 	pending  *pendingOps
+	batch    *observeBatch
 	provider string
 	lastUsed time.Time
 	// superseded: the provider's credentials changed; close once idle.
@@ -206,7 +210,7 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 			// The SDK's message on a bad key names the problem, not the key.
 			return nil, proxy.WithContext(proxy.Classify(proxy.ClassPermanent, err), provider, "connect")
 		}
-		cn = &conn{api: api, pending: &pendingOps{ops: map[string]OpRef{}}, provider: provider}
+		cn = &conn{api: api, pending: &pendingOps{ops: map[string]OpRef{}}, batch: newObserveBatch(c.ObserveMaxAge), provider: provider}
 		c.conns[key] = cn
 		for k, other := range c.conns {
 			if k != key && other.provider == provider {
@@ -218,7 +222,7 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 	c.sweep(now)
 
 	o := c.Defaults
-	o.Provider, o.Config, o.API, o.pending = provider, cfg, cn.api, cn.pending
+	o.Provider, o.Config, o.API, o.pending, o.batch = provider, cfg, cn.api, cn.pending, cn.batch
 	if o.Prober == nil {
 		o.Prober = &c.prober
 	}

@@ -65,6 +65,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 	if err != nil {
 		return err
 	}
+	d.o.batch.drop(zone + "/" + name) // changing: read directly from now on
 	key := deleteKey(zone, name)
 	if wait, err := d.pendingStep(ctx, key); err != nil || wait {
 		if err != nil {

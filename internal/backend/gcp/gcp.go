@@ -114,8 +114,14 @@ type Options struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	// pending is shared by the drivers of one pooled connection.
+	// ObserveMaxAge bounds the age of the shared listing a steady
+	// instance's Get is answered from (batch.go); zero means
+	// batch.DefaultMaxAge. A Connector's pooled drivers use its own.
+	ObserveMaxAge time.Duration
+
+	// pending and batch are shared by the drivers of one pooled connection.
 	pending *pendingOps
+	batch   *observeBatch
 }
 
 // Driver is the gcp proxy.Driver.
@@ -146,6 +152,9 @@ func New(o Options) *Driver {
 	}
 	if o.pending == nil {
 		o.pending = &pendingOps{ops: map[string]OpRef{}}
+	}
+	if o.batch == nil {
+		o.batch = newObserveBatch(o.ObserveMaxAge)
 	}
 	return &Driver{o: o, cfg: o.Config.withDefaults(), api: o.API}
 }

@@ -24,6 +24,9 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
+	if v, handled, err := d.getSteady(ctx, zone, name, ref); handled {
+		return v, err
+	}
 	key := opsKey(zone, name)
 	inflight, progress, err := d.follow(ctx, d.o.pending.toFollow(key, splitOps(ref.Operation)))
 	if err != nil {
@@ -38,6 +41,7 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 		if v.Progress == "" {
 			v.Progress = progress
 		}
+		d.noteDirect(zone, name, ref, v, len(inflight))
 		return v, nil
 	case !isNotFound(err):
 		return proxy.Instance{}, d.fail(ctx, opGet, err)

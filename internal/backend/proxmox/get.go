@@ -57,6 +57,9 @@ type found struct {
 	name string
 	// clone is this process's record of the clone, when it started it.
 	clone *pendingClone
+	// knownIP is the address the guest agent reported at the VM's last
+	// steady Get (batch.go): describe does not ask the agent again.
+	knownIP string
 }
 
 // locate resolves ref against the cluster's guests: by the VMID and name
@@ -133,12 +136,16 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 			return proxy.Instance{}, err
 		}
 	}
+	if inst, handled, err := d.getSteady(ctx, ref); handled {
+		return inst, err
+	}
 	// A resource being deleted may have to look for its seed on every
 	// node: the listing then includes the nodes and their status.
 	typ := "vm"
 	if ref.Deleting {
 		typ = ""
 	}
+	taken := time.Now()
 	res, err := d.api.Resources(ctx, typ)
 	if err != nil {
 		return proxy.Instance{}, err
@@ -151,6 +158,16 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	}
 	if !ok && ref.Deleting {
 		return d.leftovers(ctx, idx, ref)
+	}
+	if ok && ref.ID != "" {
+		// A direct read: a snapshot must be newer to answer the next Get.
+		k := vmKey{d.cfg.URL, f.res.VMID}
+		d.shared.snapshots().Observed(k.String())
+		inst, err := d.describe(ctx, f, ref.Placement, ref.Mark, ref.Operation, nil)
+		if !ref.Live && !ref.Deleting {
+			d.noteSteady(k, f.res, inst, err, taken)
+		}
+		return inst, err
 	}
 	if !ok {
 		if err := d.failedClone(ctx, ref); err != nil {
@@ -268,7 +285,7 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 		if port == 0 {
 			port = 3128
 		}
-		return d.address(ctx, e, inst, port)
+		return d.address(ctx, e, inst, port, f.knownIP)
 	default: // stopped, and states this driver does not know
 		inst.State = proxy.StateStopped
 		return inst, nil
@@ -279,7 +296,13 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 // proxy's port. When the agent does not answer, the VM's QEMU state says
 // whether it is still booting (Provisioning) or not running (Stopped):
 // that third request is made only off the steady state.
-func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int) (proxy.Instance, error) {
+//
+// knownIP, when set, is the address the agent reported at a steady Get
+// (batch.go); it is used instead of asking the agent.
+func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int, knownIP string) (proxy.Instance, error) {
+	if knownIP != "" {
+		return d.reachable(ctx, inst, knownIP, port), nil
+	}
 	ifs, err := d.api.AgentInterfaces(ctx, e.Node, e.VMID)
 	if err != nil {
 		text := apiText(err)
@@ -314,6 +337,11 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		inst.Progress = joinProgress(inst.Progress, "the guest agent reports no usable address yet")
 		return inst, nil
 	}
+	return d.reachable(ctx, inst, ip, port), nil
+}
+
+// reachable reports inst Running at ip and probes the proxy's port.
+func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, port int) proxy.Instance {
 	inst.State, inst.IP = proxy.StateRunning, ip
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
@@ -325,7 +353,7 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 	case !pr.Serving:
 		inst.Progress = joinProgress(inst.Progress, "waiting for Squid to answer: "+pr.Message)
 	}
-	return inst, nil
+	return inst
 }
 
 // pickAddress is the first usable IPv4 address in the agent's order, on an

@@ -31,6 +31,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/batch"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -130,6 +131,10 @@ type Shared struct {
 	// Prober is the readiness check of every driver that has none of its
 	// own.
 	Prober squid.Prober
+	// ObserveMaxAge bounds the age of the shared /cluster/resources
+	// snapshot a steady VM's Get is answered from (batch.go); zero means
+	// batch.DefaultMaxAge. Set it before the first Get.
+	ObserveMaxAge time.Duration
 
 	mu sync.Mutex
 	// clones and facts are keyed by the API's URL too: one process serves
@@ -137,6 +142,10 @@ type Shared struct {
 	clones map[cloneKey]pendingClone
 	facts  map[factKey]facts
 	warned map[string]bool
+	// steady are the VMs whose last Get found them steady (batch.go).
+	steady   map[vmKey]steadyVM
+	snapOnce sync.Once
+	snaps    *batch.Snapshots[vmIndex]
 }
 
 type cloneKey struct {
@@ -372,6 +381,7 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 // seed (with a new cloud-init instance ID) and rebooting the VM.
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
 	d.warn(ctx)
+	d.unsteady(ref)
 	inst, err := d.update(ctx, ref, req)
 	return inst, d.wrap(err, opUpdate)
 }
@@ -382,6 +392,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 // destroy task removed its config.
 func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 	d.warn(ctx)
+	d.unsteady(ref)
 	return d.wrap(d.delete(ctx, ref), opDelete)
 }
 

@@ -18,7 +18,10 @@ import (
 
 // Kind is the GCPProxy binding on the production connector (real Compute
 // Engine, credentials from the config).
-var Kind = NewKind(&gcpbackend.Connector{})
+var Kind = NewKind(connector)
+
+// connector is the process's.
+var connector = &gcpbackend.Connector{}
 
 // NewKind returns the GCPProxy binding whose drivers come from c: one
 // connector per process, so its pooled clients are shared by both scopes
@@ -118,5 +121,10 @@ func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Reques
 
 // Setup registers the GCPProxy controllers of both scopes.
 func Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
+	// A steady instance's Get answers from an aggregated listing at most an
+	// eighth of a poll old (internal/backend/batch).
+	if connector.ObserveMaxAge == 0 {
+		connector.ObserveMaxAge = o.PollInterval / 8
+	}
 	return external.Setup(mgr, o, sh, Kind, nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind)
 }

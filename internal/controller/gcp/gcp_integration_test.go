@@ -251,17 +251,6 @@ func nsProxy(name string, port int32, mutate ...func(*nsproxy.GCPProxy)) *nsprox
 	return p
 }
 
-// countOf counts requests whose line starts with prefix.
-func countOf(reqs []string, prefix string) int {
-	n := 0
-	for _, r := range reqs {
-		if strings.HasPrefix(r, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
 func TestGCPProxyIntegration(t *testing.T) {
 	e := start(t)
 	ctx := context.Background()
@@ -335,26 +324,28 @@ func TestGCPProxyIntegration(t *testing.T) {
 		}
 		t.Logf("API requests to become Ready: %d", len(e.srv.Requests()))
 
-		t.Run("OneRequestPerObserveAtSteadyState", func(t *testing.T) {
+		t.Run("AtMostOneRequestPerObserveAtSteadyState", func(t *testing.T) {
+			// A steady proxy is observed from the installation's aggregated
+			// listing, shared by the config's steady proxies
+			// (internal/backend/gcp/batch.go): at most one request per
+			// Observe, fewer when polls share one listing.
 			time.Sleep(500 * time.Millisecond) // let in-flight reconciles end
 			e.srv.ResetRequests()
 			before := e.gets.Load()
 			time.Sleep(4 * time.Second)
 			reqs := e.srv.Requests()
 			observes := e.gets.Load() - before
-			mine := countOf(reqs, "GET zones/"+zone+"/instances/"+name)
 			if observes == 0 {
 				t.Fatal("no Observe in 4 s; the poll interval is 1 s")
 			}
 			for _, r := range reqs {
-				if !strings.HasPrefix(r, "GET zones/"+zone+"/instances/") {
-					t.Errorf("request at steady state that is not instances.get: %s", r)
+				if !strings.HasPrefix(r, "GET zones/"+zone+"/instances/") && !strings.HasPrefix(r, "GET aggregated/instances") {
+					t.Errorf("request at steady state that is neither instances.get nor the aggregated listing: %s", r)
 				}
 			}
-			t.Logf("steady state: %d Observes, %d API requests (%d instances.get of this proxy): %.2f requests per Observe",
-				observes, len(reqs), mine, float64(len(reqs))/float64(observes))
-			if len(reqs) != int(observes) {
-				t.Errorf("%d API requests for %d Observes; want exactly one each", len(reqs), observes)
+			t.Logf("steady state: %d Observes, %d API requests: %.2f requests per Observe", observes, len(reqs), float64(len(reqs))/float64(observes))
+			if len(reqs) > int(observes) || len(reqs) == 0 {
+				t.Errorf("%d API requests for %d Observes; want at least one and at most one each", len(reqs), observes)
 			}
 		})
 

@@ -122,5 +122,10 @@ func Config(p *spec.ProxmoxConfig) backend.Config {
 
 // Setup registers the ProxmoxProxy controllers of both scopes.
 func Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
+	// A steady VM's Get answers from a /cluster/resources snapshot at most
+	// an eighth of a poll old (internal/backend/batch).
+	if connector.Shared.ObserveMaxAge == 0 {
+		connector.Shared.ObserveMaxAge = o.PollInterval / 8
+	}
 	return external.Setup(mgr, o, sh, Kind, nsproxy.ProxmoxProxyGroupVersionKind, clusterproxy.ProxmoxProxyGroupVersionKind)
 }

@@ -1201,6 +1201,9 @@ func (s *Server) SetQMPStatus(vmid int, state string) error {
 	return s.poke(vmid, func(v *vm) {
 		if v.status == "running" {
 			v.qmp = state
+			if state != "running" {
+				v.closeListener() // a paused or crashed guest answers nothing
+			}
 		}
 	})
 }
