@@ -14,6 +14,16 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
+// Create implements proxy.Driver: it finds the resource's VM (by name, by
+// the clones this process started, by its probe window) and takes the next
+// step of its provisioning, or allocates a VMID and starts the clone. It
+// never waits for a task.
+func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	d.warn(ctx)
+	inst, err := d.create(ctx, req)
+	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
+}
+
 func (d *Driver) checkRequest(req proxy.Request) error {
 	if !nameRe.MatchString(req.Name) {
 		return proxy.Permanentf("invalid instance name %q", req.Name)
@@ -559,37 +569,4 @@ func (d *Driver) seed(req proxy.Request, vmid int) ([]byte, error) {
 		return nil, err
 	}
 	return iso, nil
-}
-
-func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
-	if err := d.checkRequest(req); err != nil {
-		return proxy.Instance{}, err
-	}
-	if _, _, _, err := d.placement(req.Placement); err != nil {
-		return proxy.Instance{}, err
-	}
-	if ref.ID != "" {
-		if _, _, err := parseID(ref.ID); err != nil {
-			return proxy.Instance{}, err
-		}
-	}
-	res, err := d.api.Resources(ctx, "vm")
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	d.shared.forgetClones(d.cfg.URL, res)
-	if ref.Mark.UID == "" {
-		ref.Mark = req.Mark
-	}
-	f, ok, err := d.locate(indexVMs(res), ref)
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	if !ok {
-		return proxy.Instance{}, proxy.NotFoundf("no VM named %q", ref.Name)
-	}
-	return d.adopt(ctx, f, req)
 }

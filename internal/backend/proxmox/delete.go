@@ -9,6 +9,16 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
+// Delete implements proxy.Driver, one step per call: stop, delete the
+// seed where it was uploaded, destroy with purge and unreferenced disks.
+// It returns nil while the VM is on its way out; Get finds it until the
+// destroy task removed its config.
+func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
+	d.warn(ctx)
+	d.unsteady(ref)
+	return d.wrap(d.delete(ctx, ref), opDelete)
+}
+
 // delete takes one step of the deletion per call, decided from the VM:
 //
 //	a task running on it      -> wait (nil)

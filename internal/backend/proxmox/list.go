@@ -7,6 +7,13 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
+// List implements proxy.Driver.
+func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
+	d.warn(ctx)
+	l, err := d.list(ctx, installationID)
+	return l, d.wrap(err, opList)
+}
+
 // list returns the VMs marked with installationID: those whose tags say so
 // (one /cluster/resources request), those just cloned whose mark is only in
 // their description yet (a config read for each untagged VM in the VMID

@@ -15,6 +15,16 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
+// Get implements proxy.Driver. At steady state it makes two requests: the
+// cluster's resources (node, status, lock, name, tags: the mark and the
+// spec hash) and the guest agent's interfaces (the address); then it
+// probes the proxy's port.
+func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	d.warn(ctx)
+	inst, err := d.get(ctx, ref)
+	return inst, d.wrap(err, opGet)
+}
+
 // pendingSpec is the SpecHash of a VM whose provisioning is not complete:
 // it matches no request, so the controller calls Update, which takes the
 // next step.

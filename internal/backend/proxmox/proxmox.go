@@ -356,53 +356,6 @@ func (d *Driver) wrap(err error, op string) error {
 	return proxy.WithContext(classify(err), d.provider, op)
 }
 
-// Create implements proxy.Driver: it finds the resource's VM (by name, by
-// the clones this process started, by its probe window) and takes the next
-// step of its provisioning, or allocates a VMID and starts the clone. It
-// never waits for a task.
-func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	d.warn(ctx)
-	inst, err := d.create(ctx, req)
-	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
-}
-
-// Get implements proxy.Driver. At steady state it makes two requests: the
-// cluster's resources (node, status, lock, name, tags: the mark and the
-// spec hash) and the guest agent's interfaces (the address); then it
-// probes the proxy's port.
-func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	d.warn(ctx)
-	inst, err := d.get(ctx, ref)
-	return inst, d.wrap(err, opGet)
-}
-
-// Update implements proxy.Driver: it continues an unfinished provisioning,
-// and applies changed proxy settings to a finished one by uploading a new
-// seed (with a new cloud-init instance ID) and rebooting the VM.
-func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	d.warn(ctx)
-	d.unsteady(ref)
-	inst, err := d.update(ctx, ref, req)
-	return inst, d.wrap(err, opUpdate)
-}
-
-// Delete implements proxy.Driver, one step per call: stop, delete the
-// seed where it was uploaded, destroy with purge and unreferenced disks.
-// It returns nil while the VM is on its way out; Get finds it until the
-// destroy task removed its config.
-func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
-	d.warn(ctx)
-	d.unsteady(ref)
-	return d.wrap(d.delete(ctx, ref), opDelete)
-}
-
-// List implements proxy.Driver.
-func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	d.warn(ctx)
-	l, err := d.list(ctx, installationID)
-	return l, d.wrap(err, opList)
-}
-
 // placement resolves the request's catalogue keys.
 func (d *Driver) placement(p proxy.Placement) (node string, tmplVMID int, mt MachineType, err error) {
 	node = p.Location
