@@ -138,6 +138,12 @@ bench-podproxy: build controlplane-bins
 bench-scale: controlplane-bins
 	bash hack/bench-scale.sh $(or $(N),10000)
 
+# Backend calls per proxy per poll with batched observation, counted at the
+# Proxmox and GCP fakes: make bench-batch N=100
+.PHONY: bench-batch
+bench-batch:
+	bash hack/bench-batch.sh $(or $(N),100)
+
 # The local node: warm start and stop, PodProxy create-to-Ready on real
 # pods (as root): make bench-node ROUNDS=3 PROXIES=3
 .PHONY: bench-node
