@@ -2,8 +2,13 @@ package gcp_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
@@ -31,6 +36,29 @@ func TestConformance(t *testing.T) {
 			SetUnknownState: func(_ context.Context, id string) error { return f.srv.SetStatus(id, "HIBERNATING_SIDEWAYS") },
 			SetBusy:         func(_ context.Context, busy bool) { f.srv.SetBusy(busy) },
 			HoldDelete:      func(_ context.Context, id string) func() { return f.srv.HoldDelete(id) },
+			PartialCreate: func(ctx context.Context, name, uid string) error {
+				// The rule and the address are made; the instance's insert
+				// is refused for quota.
+				req := request(name, uid)
+				req.Exposure = proxy.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
+				f.srv.FailNext("POST", "/instances", http.StatusForbidden, "quotaExceeded", "Quota 'CPUS' exceeded.")
+				for range 5 {
+					if _, err := f.driver.Create(ctx, req); err != nil {
+						return nil
+					}
+					f.srv.SettleAll()
+				}
+				return fmt.Errorf("the create of %s was not cut short", name)
+			},
+			Leftovers: func(_ context.Context, name string) ([]string, error) {
+				var out []string
+				for _, n := range f.srv.Names() {
+					if strings.HasSuffix(n, "/"+name) || n == "firewall "+name {
+						out = append(out, n)
+					}
+				}
+				return out, nil
+			},
 			LogOutput:       f.logs.String,
 			MalformedIDs: []string{
 				"pt-alpha",                              // a name, not an ID

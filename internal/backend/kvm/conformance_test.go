@@ -2,10 +2,12 @@ package kvm
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
@@ -50,6 +52,32 @@ func TestConformance(t *testing.T) {
 				}
 				e.host.mu.Unlock()
 				return func() {}
+			},
+			PartialCreate: func(ctx context.Context, name, uid string) error {
+				// The domain's definition fails (in the background, once the
+				// image is in): the overlay and the seed are left.
+				e.host.mu.Lock()
+				e.host.failNext["DomainDefineXML"] = []error{lverr(libvirt.ErrInternalError, "internal error: the provider stopped here")}
+				e.host.mu.Unlock()
+				req := e.request(name, uid)
+				if _, err := e.d.Create(ctx, req); err != nil {
+					return err
+				}
+				e.waitBackgroundDone()
+				// The failure is reported once, to the next Get; then forgotten.
+				if _, err := e.d.Get(ctx, proxy.Ref{Name: name, Mark: req.Mark, Placement: req.Placement}); err == nil {
+					return fmt.Errorf("the create of %s was not cut short", name)
+				}
+				return nil
+			},
+			Leftovers: func(_ context.Context, name string) ([]string, error) {
+				var out []string
+				for _, v := range e.host.volNames() {
+					if v == overlayName(name) || v == seedName(name) {
+						out = append(out, v)
+					}
+				}
+				return out, nil
 			},
 			LogOutput:    e.logs.String,
 			Secrets:      []string{sentinelKey, sentinelKnownHosts, "S3NT1NEL-key-material-9f8e7d6c5b4a", "S3NT1NEL-known-hosts-1a2b3c4d5e6f"},

@@ -2,6 +2,8 @@ package proxmox_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,31 @@ func TestConformance(t *testing.T) {
 			SetBusy: func(_ context.Context, busy bool) { f.fake.SetBusy(busy) },
 			HoldDelete: func(_ context.Context, id string) func() {
 				return f.fake.HoldDestroy(vmidOf(t, id))
+			},
+			PartialCreate: func(ctx context.Context, name, uid string) error {
+				// The VM goes (by hand, or its config lost) once its seed
+				// is uploaded: the seed ISO is left, without a VM.
+				r := &reconciler{t: t, f: f, drv: f.drv, req: f.request(name, uid)}
+				for range 10 {
+					if _, err := r.reconcile(ctx); err != nil {
+						return err
+					}
+					f.fake.FinishTasks()
+					if len(f.fake.Volumes()) > 0 {
+						f.fake.Remove(vmidOf(t, r.status.ID))
+						return nil
+					}
+				}
+				return fmt.Errorf("no seed was uploaded for %s", name)
+			},
+			Leftovers: func(_ context.Context, name string) ([]string, error) {
+				var out []string
+				for _, v := range f.fake.Volumes() {
+					if strings.Contains(v.VolID, name) {
+						out = append(out, v.VolID)
+					}
+				}
+				return out, nil
 			},
 			LogOutput: f.logs.String,
 			Secrets:   []string{token, token[len("egress@pve!provider="):]},

@@ -156,6 +156,11 @@ func (f *fixture) request(name, uid string) proxy.Request {
 // takes the next step, until it is Running with the last request's spec
 // and a proxy that answers, or gone.
 func (f *fixture) settle(ctx context.Context, id string) error {
+	if id == "" {
+		// What is left of a VM that is gone (its seed): end its tasks.
+		f.fake.FinishTasks()
+		return nil
+	}
 	vmid, name, ok := splitID(id)
 	if !ok {
 		return fmt.Errorf("settle: %q is not an ID", id)

@@ -64,6 +64,7 @@ func checks() []check {
 	}
 	cs = append(cs, takeoverChecks()...)
 	return append(cs,
+		check{"DeletionRemovesWhatACutShortCreateLeft", checkPartialCreate},
 		check{"GetDuringDeleteIsNeverNotFound", checkGetDuringDelete},
 		check{"BusyBackendIsTransientNeverNotFound", checkBusy},
 		check{"CancelledContextReturnsPromptly", checkCancelled},
@@ -157,6 +158,59 @@ func checkDeleteNeverCreated(e *env) {
 	r := nameRef(e.f.Request(nameNever, uidA))
 	if err := e.f.Driver.Delete(e.ctx, r); err != nil {
 		e.t.Errorf("Delete(%s) of a never-created instance = %s; want nil", describeRef(r), describe(err))
+	}
+}
+
+// DeletionRemovesWhatACutShortCreateLeft: what a Create cut short left
+// without an instance is no instance to a live resource (Get is NotFound,
+// so Create runs again and takes it over), is reported to the resource
+// being deleted (Ref.Deleting: never NotFound while it remains, with the
+// resource's mark), and is gone once Delete has run and Get says
+// NotFound: a resource whose instance never appeared leaks nothing.
+func checkPartialCreate(e *env) {
+	e.need("PartialCreate", e.f.PartialCreate != nil)
+	e.need("Leftovers", e.f.Leftovers != nil)
+	req := e.f.Request(nameA, uidA)
+	if err := e.f.PartialCreate(e.ctx, nameA, uidA); err != nil {
+		e.t.Fatalf("proxytest: PartialCreate: %v", err)
+	}
+	if left, err := e.f.Leftovers(e.ctx, nameA); err != nil || len(left) == 0 {
+		e.t.Fatalf("proxytest: PartialCreate left nothing (%v, %v): the check would prove nothing", left, err)
+	}
+	live := nameRef(req)
+	live.Mark = req.Mark
+	if got, err := e.get(live); !proxy.IsNotFound(err) {
+		e.t.Errorf("Get(%s) of a live resource whose create was cut short = %+v, %s; want NotFound, so that Create runs again", describeRef(live), got, describe(err))
+	}
+	r := live
+	r.Live, r.Deleting = true, true
+	for i := 0; ; i++ {
+		if i == 10 {
+			e.t.Errorf("the deletion never ended: Get(%s) keeps reporting the instance after %d Deletes", describeRef(r), i)
+			return
+		}
+		inst, err := e.get(r)
+		if proxy.IsNotFound(err) {
+			if i == 0 {
+				e.t.Errorf("Get(%s) of the resource being deleted = NotFound while what its create left remains; want it reported, so that Delete runs", describeRef(r))
+			}
+			break
+		}
+		if err != nil {
+			e.t.Errorf("Get(%s) of the resource being deleted = %s; want an instance or NotFound", describeRef(r), describe(err))
+			return
+		}
+		if inst.Mark != r.Mark {
+			e.t.Errorf("Get(%s) of the resource being deleted reports mark %+v; want the resource's %+v", describeRef(r), inst.Mark, r.Mark)
+		}
+		if err := e.f.Driver.Delete(e.ctx, r); err != nil {
+			e.t.Errorf("Delete(%s) = %s; want nil", describeRef(r), describe(err))
+			return
+		}
+		e.settle(inst.ID) // may be "": what is left may have no ID of its own
+	}
+	if left, err := e.f.Leftovers(e.ctx, nameA); err != nil || len(left) > 0 {
+		e.t.Errorf("after the deletion, left on the backend: %v (%v); want nothing", left, err)
 	}
 }
 

@@ -38,7 +38,10 @@ type Memory struct {
 
 	mu        sync.Mutex
 	instances map[string]*memInstance // by name
-	busy      bool
+	// pieces are what a Create cut short left of an instance that never
+	// appeared (PartialCreate), by name, with their mark.
+	pieces map[string]proxy.Mark
+	busy   bool
 	failNext  map[string][]error // by op
 	calls     []string
 	lastIP    uint32
@@ -101,6 +104,7 @@ func NewMemory(provider, installationID string) *Memory {
 		installation: installationID,
 		logs:         &syncBuffer{},
 		instances:    map[string]*memInstance{},
+		pieces:       map[string]proxy.Mark{},
 		failNext:     map[string][]error{},
 	}
 	m.log = funcr.New(func(prefix, args string) {
@@ -128,6 +132,8 @@ func (m *Memory) Fixture() Fixture {
 		SetUnknownState: func(_ context.Context, id string) error { return m.SetUnknownState(id) },
 		SetBusy:         func(_ context.Context, busy bool) { m.SetBusy(busy) },
 		HoldDelete:      func(_ context.Context, id string) func() { return m.HoldDelete(id) },
+		PartialCreate:   func(_ context.Context, name, uid string) error { return m.PartialCreate(name, uid) },
+		Leftovers:       func(_ context.Context, name string) ([]string, error) { return m.Leftovers(name), nil },
 		LogOutput:       m.Logs,
 		MalformedIDs: []string{
 			"pt-alpha",              // a name, not an ID
@@ -187,6 +193,9 @@ func (m *Memory) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		m.log.V(1).Info("instance exists", "id", MemoryIDPrefix+in.name)
 		return m.view(in), nil
 	}
+	if m.pieces[req.Name] == req.Mark {
+		delete(m.pieces, req.Name) // what a cut-short Create left is the instance's now
+	}
 	in := &memInstance{
 		name:      req.Name,
 		mark:      req.Mark,
@@ -210,6 +219,10 @@ func (m *Memory) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 		return proxy.Instance{}, err
 	}
 	in, err := m.lookup(OpGet, ref)
+	if proxy.IsNotFound(err) && ref.Deleting && ref.Mark.UID != "" && m.pieces[ref.Name] == ref.Mark {
+		return proxy.Instance{ID: MemoryIDPrefix + ref.Name, Name: ref.Name, Mark: ref.Mark, State: proxy.StateStopped, Placement: ref.Placement,
+			Progress: "no instance; what a create cut short left remains and is deleted with the resource"}, nil
+	}
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -258,6 +271,10 @@ func (m *Memory) Delete(ctx context.Context, ref proxy.Ref) error {
 	in, err := m.lookup(OpDelete, ref)
 	switch {
 	case proxy.IsNotFound(err):
+		if ref.Mark.UID != "" && m.pieces[ref.Name] == ref.Mark {
+			delete(m.pieces, ref.Name)
+			m.log.Info("deleted what a create cut short left", "name", ref.Name)
+		}
 		return nil
 	case err != nil:
 		return err
@@ -380,6 +397,31 @@ func (m *Memory) Restore(r MemoryRecord) error {
 	return nil
 }
 
+// PartialCreate leaves what a Create of name for uid (with m's
+// installation) that was cut short leaves before its instance exists:
+// pieces of it, and no instance. A Create of that name and mark takes
+// them over; a Delete with that mark removes them.
+func (m *Memory) PartialCreate(name, uid string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("memory: invalid instance name %q", name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pieces[name] = proxy.Mark{UID: uid, InstallationID: m.installation}
+	return nil
+}
+
+// Leftovers lists what a cut-short Create left of name (see
+// PartialCreate).
+func (m *Memory) Leftovers(name string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pieces[name]; ok {
+		return []string{"pieces of " + name}
+	}
+	return nil
+}
+
 // Settle finishes provisioning: the instance becomes Running with an
 // address. It does nothing to an instance being deleted, and returns nil
 // for one that does not exist.
@@ -468,6 +510,7 @@ func (m *Memory) Remove(id string) {
 	defer m.mu.Unlock()
 	if name, err := pokeName(id); err == nil {
 		delete(m.instances, name)
+		delete(m.pieces, name)
 	}
 }
 

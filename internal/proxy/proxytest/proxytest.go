@@ -60,7 +60,9 @@ type Fixture struct {
 	// instance is Running with an address), a task or operation, or the
 	// deletion after Delete. Settle on an instance that no longer exists
 	// returns nil. Until Settle, a created instance must not have finished
-	// provisioning.
+	// provisioning. The ID is empty for what Get reported of a resource
+	// being deleted without an ID of its own (PartialCreate): Settle then
+	// finishes what is pending for it.
 	Settle func(ctx context.Context, id string) error
 	// Foreign creates, in the placement Request uses, an instance with this
 	// name that carries no mark (made by a human).
@@ -78,6 +80,15 @@ type Fixture struct {
 	// HoldDelete puts the instance in the middle of being deleted until
 	// release is called; release finishes the deletion and is idempotent.
 	HoldDelete func(ctx context.Context, id string) (release func())
+	// PartialCreate leaves on the backend, in the placement Request uses,
+	// what a Create of this name for this UID that was cut short leaves
+	// before its instance exists (a volume, a firewall rule, an address,
+	// a seed ISO), and no instance.
+	PartialCreate func(ctx context.Context, name, uid string) error
+	// Leftovers lists what of the instance of this name is on the backend
+	// besides the instance itself (what PartialCreate leaves); empty when
+	// nothing is.
+	Leftovers func(ctx context.Context, name string) ([]string, error)
 	// LogOutput returns everything the driver logged so far.
 	LogOutput func() string
 	// Secrets are secret values configured for this fixture (keys, tokens,
@@ -130,6 +141,7 @@ type check struct {
 //	CreateRefusesToAdoptForeignMarkedInstance         (ForeignMarked)
 //	UpdateRefusesForeignMarkedInstance                (ForeignMarked)
 //	DeleteRefusesForeignMarkedInstance                (ForeignMarked)
+//	DeletionRemovesWhatACutShortCreateLeft            (PartialCreate, Leftovers)
 //	GetDuringDeleteIsNeverNotFound                    (HoldDelete)
 //	BusyBackendIsTransientNeverNotFound               (SetBusy)
 //	CancelledContextReturnsPromptly

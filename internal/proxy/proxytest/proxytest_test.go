@@ -131,6 +131,7 @@ func TestMissingPokesSkip(t *testing.T) {
 		"CreateRefusesToAdoptUnmarkedInstance",
 		"DeleteRefusesForeignMarkedInstance",
 		"DeleteRefusesUnmarkedInstance",
+		"DeletionRemovesWhatACutShortCreateLeft",
 		"GetDuringDeleteIsNeverNotFound",
 		"ListExcludesUnmarkedInstances",
 		"MalformedIDsArePermanent",
@@ -343,6 +344,28 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 				"DeleteRefusesInstanceOfAnotherInstallation",
 				"DeleteRefusesInstanceOfAnotherUID",
 			},
+		},
+		{
+			name: "Get of a resource being deleted ignores what a cut-short create left",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, get: func(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+					ref.Deleting = false
+					return m.Get(ctx, ref)
+				}}
+			},
+			want: []string{"DeletionRemovesWhatACutShortCreateLeft"},
+		},
+		{
+			name: "Delete of a missing instance leaves what its create left",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, del: func(ctx context.Context, ref proxy.Ref) error {
+					if _, err := m.Get(ctx, proxy.Ref{ID: ref.ID, Name: ref.Name, Placement: ref.Placement}); proxy.IsNotFound(err) {
+						return nil
+					}
+					return m.Delete(ctx, ref)
+				}}
+			},
+			want: []string{"DeletionRemovesWhatACutShortCreateLeft"},
 		},
 		{
 			name: "Delete removes any instance of the name, marked or not",
