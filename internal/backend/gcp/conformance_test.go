@@ -59,7 +59,7 @@ func TestConformance(t *testing.T) {
 				}
 				return out, nil
 			},
-			LogOutput:       f.logs.String,
+			LogOutput: f.logs.String,
 			MalformedIDs: []string{
 				"pt-alpha",                              // a name, not an ID
 				"zones/europe-west1-b/instances/",       // no name

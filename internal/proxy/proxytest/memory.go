@@ -40,11 +40,11 @@ type Memory struct {
 	instances map[string]*memInstance // by name
 	// pieces are what a Create cut short left of an instance that never
 	// appeared (PartialCreate), by name, with their mark.
-	pieces map[string]proxy.Mark
-	busy   bool
-	failNext  map[string][]error // by op
-	calls     []string
-	lastIP    uint32
+	pieces   map[string]proxy.Mark
+	busy     bool
+	failNext map[string][]error // by op
+	calls    []string
+	lastIP   uint32
 	// quiet stops recording calls and logs (Quiet).
 	quiet bool
 	// settleAfter settles a provisioning instance on the first Get this
