@@ -129,6 +129,30 @@ func TestDeletionIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("CreateCutShortLeavesNothing", func(t *testing.T) {
+		// Every Create is refused for quota, after leaving pieces of the
+		// instance (as a KVM overlay, a GCP rule or address): the
+		// condition says when it is retried, and deleting the resource
+		// removes the pieces before it lets go.
+		for range 100 {
+			e.mem.FailNext(proxytest.OpCreate, proxy.Quotaf("storage pool default on host beelink has 512 MiB available; this proxy needs 10256 MiB"))
+		}
+		defer e.mem.ClearFailNext(proxytest.OpCreate)
+		p := nsProxy("team-b", "cut-short")
+		if err := e.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "out of quota or capacity on the backend; will retry in 5m0s")
+		name := p.GetAnnotations()["crossplane.io/external-name"]
+		if err := e.mem.PartialCreate(name, string(p.GetUID())); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, p)
+		if left := e.mem.Leftovers(name); len(left) > 0 {
+			t.Errorf("the deleted resource left %v on the backend", left)
+		}
+	})
+
 	t.Run("InstanceThatCannotBeReadIsHandedToDelete", func(t *testing.T) {
 		// As the kvm driver answers for a host the config no longer has:
 		// Permanent on Get; its Delete lets go.

@@ -533,6 +533,14 @@ func (m *Memory) FailNext(op string, err error) {
 	m.failNext[op] = append(m.failNext[op], err)
 }
 
+// ClearFailNext drops the failures FailNext queued for op and not yet
+// used.
+func (m *Memory) ClearFailNext(op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.failNext, op)
+}
+
 // Calls returns the calls made so far, oldest first, as "<op> <target>":
 // "create <name>", "get <ID, or name when the Ref has no ID>", "update ...",
 // "delete ...", "list <installation>", "check".
