@@ -74,20 +74,29 @@ test-deps: controlplane-bins crossplane-bins node-bins
 
 ## Run -----------------------------------------------------------------------
 
-# With KUBECONFIG set, runs the provider against that cluster after applying
-# the CRDs. Without, starts a local control plane (kube-apiserver, etcd and
-# the garbage collector), installs the CRDs, runs the provider on it and
-# prints the KUBECONFIG to use; Ctrl-C stops everything it started.
-# NODE=1 (as root) adds a real node with the Squid image loaded, so that
-# PodProxies really run (docs/development.md, "The local node").
+# Without KUBECONFIG: a whole local Crossplane that hands out a working
+# proxy (README, "Quickstart"): builds what is missing (printing what and
+# how far), then brings up and prints, in order, the control plane, a node
+# (NODE=0 for none), a local registry on 127.0.0.1:5000 (RUN_XPKG_REPO=
+# 127.0.0.1:PORT/egressproxy for another port) with
+# the packages built from this tree, Crossplane core with its package
+# manager, the provider, function and Configuration installed with
+# crossplane xpkg install, a ClusterProviderConfig for the local cluster
+# and an upstream web server; then the next three commands. Ctrl-C stops
+# everything it started. As root (the node).
+# With KUBECONFIG set: when the cluster runs Crossplane, builds the
+# packages, pushes them to XPKG_REPO and installs them there with crossplane
+# xpkg install; otherwise applies the CRDs and runs the provider out of
+# cluster against it, and says so.
 .PHONY: run
-run: build
-	@if [ -n "$$KUBECONFIG" ]; then \
-		echo "Running against the cluster in KUBECONFIG=$$KUBECONFIG"; \
-		$(GO) run ./hack/applycrds package/crds && $(BIN)/provider --log-format console $(ARGS); \
+run:
+	@t0=$$(date +%s.%N); \
+	if [ -n "$$KUBECONFIG" ]; then \
+		$(MAKE) --no-print-directory build && VERSION=$(VERSION) XPKG_REPO=$(XPKG_REPO) bash hack/run-cluster.sh $(ARGS); \
 	else \
-		$(MAKE) --no-print-directory controlplane-bins $(if $(NODE),node-bins) && \
-		$(BIN)/local-control-plane --crds package/crds --kubeconfig-out $(CURDIR)/.cache/kubeconfig $(if $(NODE),--node --node-image "$$(bash hack/squid-image.sh | head -n1)") -- $(BIN)/provider --log-format console --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(ARGS); \
+		$(GO) build -o $(BIN)/local-control-plane ./cmd/local-control-plane && \
+		$(BIN)/local-control-plane --crossplane $(if $(filter 0,$(NODE)),,--node) $(if $(RUN_XPKG_REPO),--xpkg-repo $(RUN_XPKG_REPO)) \
+			--kubeconfig-out $(CURDIR)/.cache/kubeconfig --started-at $$t0; \
 	fi
 
 ## Test ----------------------------------------------------------------------

@@ -80,6 +80,10 @@ func run() int {
 	var nodeImages listFlag
 	fs.Var(&nodeImages, "node-image", "image tarball (docker save or OCI archive) to import into the node's containerd, such as hack/squid-image.sh's (repeatable; implies --node)")
 	grace := fs.Duration("grace", 10*time.Second, "how long COMMAND gets to exit after SIGTERM before it is killed")
+	withCrossplane := fs.Bool("crossplane", false, "what make run brings up: build what is missing, then the control plane (and, as root, a node), a local registry with the packages built from this tree, Crossplane core with its package manager, the provider, function and Configuration installed with crossplane xpkg install, a ClusterProviderConfig for the local cluster and an upstream web server; then print the next commands. Takes no COMMAND")
+	xpkgRepo := fs.String("xpkg-repo", "127.0.0.1:5000/egressproxy", "with --crossplane: the registry and organisation the packages are built for and pushed to, served by make run on that loopback address (an IP: Crossplane refuses localhost:PORT as not fully qualified)")
+	providerRuntime := fs.String("provider-runtime", "process", "with --crossplane: how the provider's and the function's pods run: process (their image's binary as a process here, under the pod's ServiceAccount)")
+	startedAt := fs.Float64("started-at", 0, "with --crossplane: when make run began (Unix seconds), for the times printed")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -121,6 +125,18 @@ func run() int {
 		o.Log = f
 	}
 
+	if *withCrossplane {
+		if len(command) > 0 {
+			say("--crossplane takes no COMMAND (the provider runs as Crossplane installs it)")
+			return 2
+		}
+		t0 := time.Now()
+		if *startedAt > 0 {
+			t0 = time.Unix(0, int64(*startedAt*1e9))
+		}
+		return runCrossplane(shutdown, o, *node || len(nodeImages) > 0, *kubeconfigOut, *xpkgRepo, *providerRuntime, t0)
+	}
+
 	start := time.Now()
 	say("starting the control plane (CRDs from %s)", orNone(crds))
 	cp, err := controlplane.Start(shutdown, o)
@@ -144,27 +160,10 @@ func run() int {
 // exits or shutdown is cancelled; it returns the exit code.
 func serve(shutdown context.Context, again <-chan os.Signal, cp *controlplane.ControlPlane, command []string,
 	kubeconfigOut string, grace time.Duration, start time.Time) int {
-	cs, err := kubernetes.NewForConfig(cp.Config)
+	kubeconfig, err := prepare(shutdown, cp, kubeconfigOut)
 	if err != nil {
 		say("%v", err)
 		return 1
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: crossplaneNamespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(shutdown, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		say("creating namespace %s: %v", crossplaneNamespace, err)
-		return 1
-	}
-	kubeconfig := cp.KubeconfigPath
-	if kubeconfigOut != "" {
-		if kubeconfig, err = filepath.Abs(kubeconfigOut); err == nil {
-			if err = os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err == nil {
-				err = os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600)
-			}
-		}
-		if err != nil {
-			say("writing the kubeconfig: %v", err)
-			return 1
-		}
 	}
 	if shutdown.Err() != nil { // a signal arrived during the start
 		return 1
@@ -225,6 +224,32 @@ func serve(shutdown context.Context, again <-chan os.Signal, cp *controlplane.Co
 	code := exitCode(waitErr)
 	say("command exited with code %d", code)
 	return code
+}
+
+// prepare creates the namespace crossplane-system and writes the admin
+// kubeconfig to kubeconfigOut (when given); it returns the kubeconfig's
+// path.
+func prepare(ctx context.Context, cp *controlplane.ControlPlane, kubeconfigOut string) (string, error) {
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return "", err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: crossplaneNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating namespace %s: %w", crossplaneNamespace, err)
+	}
+	kubeconfig := cp.KubeconfigPath
+	if kubeconfigOut != "" {
+		if kubeconfig, err = filepath.Abs(kubeconfigOut); err == nil {
+			if err = os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err == nil {
+				err = os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600)
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("writing the kubeconfig: %w", err)
+		}
+	}
+	return kubeconfig, nil
 }
 
 func exitCode(err error) int {

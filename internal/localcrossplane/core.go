@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
 )
 
 // Namespace is the namespace Crossplane runs in.
@@ -33,15 +38,24 @@ type CoreOptions struct {
 	// Hosts are names core resolves to the given IPs (function Service
 	// names to the loopback addresses their processes listen on).
 	Hosts map[string]string
+	// Activations are the entries of the default
+	// ManagedResourceActivationPolicy core init makes (`--activation`;
+	// Crossplane's Helm chart passes "*"). None: no default policy, so no
+	// managed resource kind is active until a policy activates it.
+	Activations []string
 }
 
 // Core is Crossplane core v2.4.0 running out of cluster: the package
 // manager (on the Deployment runtime, the default: it makes the provider's
 // and the function's Deployment, ServiceAccount and Service) and the RBAC
-// manager, as two processes.
+// manager, as two processes (the RBAC manager in a network namespace of
+// its own, see StartCore).
 type Core struct {
 	// Core and RBAC are the two processes.
 	Core, RBAC *Process
+
+	rbacNet   *netnshost.Host
+	rbacRelay net.Listener
 }
 
 // StartCore runs `crossplane core init` (Crossplane's CRDs, its TLS
@@ -63,7 +77,11 @@ func StartCore(ctx context.Context, o CoreOptions) (*Core, error) {
 		"POD_SERVICE_ACCOUNT=crossplane",
 	}
 	xp := filepath.Join(o.BinDir, "crossplane")
-	init := exec.CommandContext(ctx, xp, "core", "init", "--enable-webhooks=false") //nolint:gosec // our build.
+	initArgs := []string{"core", "init", "--enable-webhooks=false"}
+	for _, a := range o.Activations {
+		initArgs = append(initArgs, "--activation="+a)
+	}
+	init := exec.CommandContext(ctx, xp, initArgs...) //nolint:gosec // our build.
 	init.Env = append(os.Environ(), env...)
 	if out, err := init.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("crossplane core init: %w\n%s", err, out)
@@ -113,11 +131,54 @@ func StartCore(ctx context.Context, o CoreOptions) (*Core, error) {
 	if c.Core, err = StartProcess("crossplane core", filepath.Join(o.Dir, "crossplane.log"), env, "unshare", args...); err != nil {
 		return nil, err
 	}
-	if c.RBAC, err = StartProcess("crossplane rbac", filepath.Join(o.Dir, "crossplane-rbac.log"), append(env, "SSL_CERT_FILE="+o.CAFile), xp, "rbac", "start"); err != nil {
+	// The RBAC manager serves metrics on :8080 of every address, with no
+	// flag to move or stop it; it runs in a network namespace of its own
+	// (so two of them, or anything else on 8080, never collide) and
+	// reaches the API server through a relay from that namespace's
+	// loopback to this machine's.
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Host == "" {
+		c.Stop()
+		return nil, fmt.Errorf("the kubeconfig's server %q: %w", cfg.Host, err)
+	}
+	if c.rbacNet, err = netnshost.New(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("a network namespace for the RBAC manager: %w", err)
+	}
+	if c.rbacRelay, err = c.rbacNet.Listen("tcp", u.Host); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	go relay(c.rbacRelay, u.Host)
+	if c.RBAC, err = StartProcess("crossplane rbac", filepath.Join(o.Dir, "crossplane-rbac.log"), append(env, "SSL_CERT_FILE="+o.CAFile),
+		"ip", "netns", "exec", c.rbacNet.Netns, xp, "rbac", "start"); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
+}
+
+// relay copies each connection accepted on l to a new one to addr, both
+// ways, until l is closed.
+func relay(l net.Listener, addr string) {
+	for {
+		in, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer in.Close()
+			out, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer out.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+			<-done
+		}()
+	}
 }
 
 // Stop stops both processes (SIGTERM, SIGKILL after 10 s).
@@ -126,6 +187,12 @@ func (c *Core) Stop() {
 		if p != nil {
 			p.Stop(10 * time.Second)
 		}
+	}
+	if c.rbacRelay != nil {
+		_ = c.rbacRelay.Close()
+	}
+	if c.rbacNet != nil {
+		_ = c.rbacNet.Close()
 	}
 }
 

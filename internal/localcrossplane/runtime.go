@@ -393,7 +393,9 @@ func (r *ProcessRuntime) start(ctx context.Context, p *corev1.Pod) (*podProc, er
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		argv = append(argv, "--metrics-bind-address=0", "--health-probe-bind-address="+addr)
 		pp.health = func() bool {
-			resp, err := http.Get("http://" + addr + "/readyz") //nolint:noctx // a loopback probe.
+			// A probe with a deadline, as a kubelet's: a provider that
+			// accepts and never answers is not ready, and never stalls us.
+			resp, err := probeClient.Get("http://" + addr + "/readyz") //nolint:noctx // a loopback probe.
 			if err != nil {
 				return false
 			}
@@ -483,6 +485,8 @@ func (r *ProcessRuntime) Running() []string {
 	}
 	return out
 }
+
+var probeClient = &http.Client{Timeout: 2 * time.Second}
 
 func dials(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, time.Second)

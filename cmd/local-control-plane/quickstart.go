@@ -1,0 +1,729 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
+)
+
+// The names the quickstart's objects and the Configuration's Compositions
+// use.
+const (
+	providerPackage = "provider-egressproxy"
+	functionPackage = "function-egressproxy"
+	configPackage   = "configuration-egressproxy"
+	// providerObject is the Provider's name: the one Crossplane's
+	// dependency resolver gives the Configuration's dependency (the
+	// repository path as a DNS label), so that it finds it installed and
+	// makes no second Provider of the package.
+	providerObject = "egressproxy-provider-egressproxy"
+	proxyNamespace = "egress-proxies"
+	// processScheduler is the scheduler name the DeploymentRuntimeConfigs
+	// give the provider's and the function's pods while they run as
+	// processes (ProcessRuntime): the node's kube-scheduler leaves them
+	// alone, so its kubelet never tries them.
+	processScheduler = "egressproxy-process-runtime"
+	// upstreamBody starts the page the quickstart's upstream serves.
+	upstreamBody = "hello from the make run upstream"
+)
+
+// quickstart is what `make run` brings up around the control plane.
+type quickstart struct {
+	root     string // the repository
+	cacheDir string // the repository's .cache (kubeconfig, tools, packages)
+	repo     string // XPKG_REPO: registry host and organisation
+	runtime  string // how the provider and function run: "process"
+	progress *progress
+
+	cp       *controlplane.ControlPlane
+	kube     client.Client
+	cs       *kubernetes.Clientset
+	cli      string // the Crossplane CLI
+	coreBins string // Crossplane core and its CRDs
+	squidRef string // the Squid image in the node's containerd
+	version  string
+	pkgs     map[string]string // package name -> .xpkg file
+
+	registry *localcrossplane.Registry
+	caFile   string
+	core     *localcrossplane.Core
+	procs    *localcrossplane.ProcessRuntime
+	stopRT   context.CancelFunc
+	rtDone   chan struct{}
+	upstream *netnshost.Host
+	pageURL  string
+	stopOnce sync.Once
+}
+
+// progress numbers the stages of `make run` and times them from the start
+// (the Makefile passes when make began).
+type progress struct {
+	start time.Time
+	n     int
+	total int
+}
+
+func (p *progress) stage(what string) func(format string, args ...any) {
+	p.n++
+	n, t0 := p.n, time.Now()
+	fmt.Fprintf(os.Stderr, "make run [%d/%d] %s ...\n", n, p.total, what)
+	return func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "make run [%d/%d] %s: %s (%.1fs; %.1fs since make run began)\n",
+			n, p.total, what, fmt.Sprintf(format, args...), time.Since(t0).Seconds(), time.Since(p.start).Seconds())
+	}
+}
+
+// indented passes a script's progress lines through, indented.
+type indented struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *indented) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		fmt.Fprintf(os.Stderr, "      %s\n", w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// script runs hack/NAME with args and env, its progress (stderr) shown
+// indented, and returns its stdout's lines.
+func (q *quickstart) script(ctx context.Context, env []string, name string, args ...string) ([]string, error) {
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(q.root, "hack", name)}, args...)...) //nolint:gosec // our scripts.
+	cmd.Dir = q.root
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = &indented{}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("hack/%s: %w", name, err)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
+}
+
+// tools builds (only when missing) and finds every binary and image: the
+// control plane's, the node's, the Squid image, Crossplane core and CLI.
+// It returns the control-plane and node binary folders and the Squid
+// image tarball.
+func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, squidTar string, err error) {
+	done := q.progress.stage("tools: control plane and kubectl, node, Squid image, Crossplane core and CLI (built from the Go module proxy into ~/.cache/provider-egressproxy when missing; about 25 minutes cold on 2 cores, instant warm)")
+	var l []string
+	if l, err = q.script(ctx, nil, "controlplane-bins.sh"); err != nil {
+		return
+	}
+	cpBins = l[len(l)-1]
+	if node {
+		if l, err = q.script(ctx, nil, "node-bins.sh"); err != nil {
+			return
+		}
+		nodeBins = l[len(l)-1]
+		if l, err = q.script(ctx, nil, "squid-image.sh"); err != nil {
+			return
+		}
+		if len(l) < 2 {
+			return "", "", "", fmt.Errorf("hack/squid-image.sh printed %q; want the tarball and the image name first", l)
+		}
+		squidTar, q.squidRef = l[0], l[1]
+	}
+	if _, err = q.script(ctx, nil, "crossplane-bins.sh", "all"); err != nil {
+		return
+	}
+	if l, err = q.script(ctx, nil, "crossplane-bins.sh"); err != nil {
+		return
+	}
+	q.coreBins = l[len(l)-1]
+	if l, err = q.script(ctx, nil, "crossplane-bins.sh", "cli"); err != nil {
+		return
+	}
+	q.cli = l[len(l)-1]
+	// kubectl, crossplane and crictl in one folder for the PATH the next
+	// commands need.
+	bin := filepath.Join(q.cacheDir, "bin")
+	if err = os.MkdirAll(bin, 0o755); err != nil {
+		return
+	}
+	links := map[string]string{"kubectl": filepath.Join(cpBins, "kubectl"), "crossplane": q.cli}
+	if node {
+		links["crictl"] = filepath.Join(nodeBins, "crictl")
+	}
+	for name, target := range links {
+		p := filepath.Join(bin, name)
+		_ = os.Remove(p)
+		if err = os.Symlink(target, p); err != nil {
+			return
+		}
+	}
+	done("ready; kubectl and crossplane linked in %s", bin)
+	return cpBins, nodeBins, squidTar, nil
+}
+
+// packageInputs are the files the packages are made of: what their
+// cache key hashes.
+var packageInputs = []string{"apis/", "cmd/provider/", "internal/", "function/", "package/", "examples/",
+	"hack/xpkg.sh", "hack/check-crds.sh", "hack/runtimeimage/", "hack/version.sh", "go.mod", "go.sum"}
+
+// packages builds the provider, function and Configuration packages with
+// hack/xpkg.sh (`crossplane xpkg build`) for this machine's architecture,
+// naming the local registry in the Configuration's dependsOn. They are
+// kept in .cache/xpkg by a hash of what they are built from, so a warm
+// start with an unchanged tree builds nothing.
+func (q *quickstart) packages(ctx context.Context) error {
+	v, err := q.script(ctx, nil, "version.sh")
+	if err != nil {
+		return err
+	}
+	q.version = v[len(v)-1]
+	key, err := q.inputsHash()
+	if err != nil {
+		return err
+	}
+	arch := goruntime.GOARCH
+	dir := filepath.Join(q.cacheDir, "xpkg", key)
+	q.pkgs = map[string]string{
+		providerPackage: filepath.Join(dir, fmt.Sprintf("%s-%s-%s.xpkg", providerPackage, q.version, arch)),
+		functionPackage: filepath.Join(dir, fmt.Sprintf("%s-%s-%s.xpkg", functionPackage, q.version, arch)),
+		configPackage:   filepath.Join(dir, fmt.Sprintf("%s-%s.xpkg", configPackage, q.version)),
+	}
+	have := true
+	for _, f := range q.pkgs {
+		if _, err := os.Stat(f); err != nil {
+			have = false
+		}
+	}
+	if have {
+		return nil
+	}
+	tmp := dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if _, err := q.script(ctx, []string{"VERSION=" + q.version, "XPKG_REPO=" + q.repo, "PLATFORMS=linux/" + arch}, "xpkg.sh", tmp); err != nil {
+		return err
+	}
+	// Older builds go: one set is kept.
+	old, _ := filepath.Glob(filepath.Join(q.cacheDir, "xpkg", "*"))
+	for _, o := range old {
+		if o != tmp {
+			_ = os.RemoveAll(o)
+		}
+	}
+	return os.Rename(tmp, dir)
+}
+
+// inputsHash hashes the names and contents of the package inputs git
+// knows or would add (tests left out: they are not in a package), and the
+// registry the Configuration names.
+func (q *quickstart) inputsHash() (string, error) {
+	cmd := exec.Command("git", append([]string{"ls-files", "-co", "--exclude-standard", "--"}, packageInputs...)...) //nolint:gosec // fixed arguments.
+	cmd.Dir = q.root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git ls-files: %w", err)
+	}
+	files := strings.Split(strings.TrimSpace(string(out)), "\n")
+	sort.Strings(files)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", q.repo, goruntime.GOARCH)
+	for _, f := range files {
+		if f == "" || strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(q.root, f)) //nolint:gosec // files of the repository.
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) { // deleted, not yet staged
+				continue
+			}
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// startRegistry serves the registry XPKG_REPO names (a loopback address)
+// and pushes the packages to it with `crossplane xpkg push`.
+func (q *quickstart) startRegistry(ctx context.Context) error {
+	host := strings.SplitN(q.repo, "/", 2)[0]
+	_, port, err := net.SplitHostPort(host)
+	if err != nil {
+		return fmt.Errorf("XPKG_REPO=%s: want localhost:PORT/ORGANISATION for make run's registry", q.repo)
+	}
+	if h, _, _ := net.SplitHostPort(host); h != "localhost" && h != "127.0.0.1" {
+		return fmt.Errorf("XPKG_REPO=%s: make run serves its registry on loopback; want localhost:PORT/ORGANISATION", q.repo)
+	}
+	q.registry, err = localcrossplane.StartRegistry("127.0.0.1:" + port)
+	if err != nil {
+		return fmt.Errorf("the local registry on 127.0.0.1:%s (XPKG_REPO=%s; choose another port with XPKG_REPO=localhost:PORT/egressproxy): %w", port, q.repo, err)
+	}
+	q.caFile = filepath.Join(q.cp.Dir, "registry-ca.pem")
+	if err := os.WriteFile(q.caFile, q.registry.CAPEM, 0o600); err != nil {
+		return err
+	}
+	for _, name := range []string{providerPackage, functionPackage, configPackage} {
+		cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
+		cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+q.caFile)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("crossplane xpkg push %s: %w\n%s", q.ref(name), err, out)
+		}
+	}
+	return nil
+}
+
+func (q *quickstart) ref(name string) string { return q.repo + "/" + name + ":" + q.version }
+
+// startCrossplane runs Crossplane core and its RBAC manager, and the
+// process runtime for the packages' pods.
+func (q *quickstart) startCrossplane(ctx context.Context) error {
+	if _, err := q.cs.CoreV1().ServiceAccounts(crossplaneNamespace).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "crossplane"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	fnIP := loopbackFor(os.Getpid())
+	dir := filepath.Join(q.cp.Dir, "crossplane")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var err error
+	q.core, err = localcrossplane.StartCore(ctx, localcrossplane.CoreOptions{
+		BinDir: q.coreBins, Kubeconfig: q.cp.KubeconfigPath, Dir: dir, CAFile: q.caFile,
+		Hosts: map[string]string{functionPackage + "." + crossplaneNamespace: fnIP},
+		// Every kind, as Crossplane's Helm chart activates by default.
+		Activations: []string{"*"},
+	})
+	if err != nil {
+		return err
+	}
+	if q.runtime != "process" {
+		return fmt.Errorf("--provider-runtime=%s: only process is supported yet", q.runtime)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "process-runtime.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // ours.
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	q.procs = &localcrossplane.ProcessRuntime{Kube: q.kube, Clientset: q.cs, Config: q.cp.Config, Registry: q.registry.Client,
+		Dir: filepath.Join(dir, "pods"), FunctionAddrs: map[string]string{functionPackage: fnIP}, SchedulerName: processScheduler,
+		Log: func(s string) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(logf, "%s %s\n", time.Now().Format(time.RFC3339), s)
+		}}
+	rtCtx, cancel := context.WithCancel(context.Background())
+	q.stopRT, q.rtDone = cancel, make(chan struct{})
+	go func() { q.procs.Run(rtCtx); _ = logf.Close(); close(q.rtDone) }()
+	return nil
+}
+
+// loopbackFor is a loopback address for the function's process, from the
+// process ID (127.M.N.9; never 127.0.0.x, which other processes use).
+func loopbackFor(pid int) string {
+	return fmt.Sprintf("127.%d.%d.9", 100+pid%100, (pid/100)%250+1)
+}
+
+// runtimeConfigs are the DeploymentRuntimeConfigs the packages are
+// installed with: the provider's from cluster/rbac/podproxy.yaml (its
+// ServiceAccount named for the PodProxy grant), and, while the packages
+// run as processes, both with the process runtime's scheduler name.
+func (q *quickstart) runtimeConfigs(ctx context.Context) error {
+	b, err := os.ReadFile(filepath.Join(q.root, "cluster", "rbac", "podproxy.yaml"))
+	if err != nil {
+		return err
+	}
+	objs, err := decodeYAML(string(b))
+	if err != nil {
+		return fmt.Errorf("cluster/rbac/podproxy.yaml: %w", err)
+	}
+	fn := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig",
+		"metadata": map[string]any{"name": functionPackage}, "spec": map[string]any{},
+	}}
+	objs = append(objs, fn)
+	for _, o := range objs {
+		if o.GetKind() == "DeploymentRuntimeConfig" && q.runtime == "process" {
+			_ = unstructured.SetNestedField(o.Object, map[string]any{
+				"selector": map[string]any{},
+				"template": map[string]any{"spec": map[string]any{
+					"schedulerName": processScheduler,
+					"containers":    []any{map[string]any{"name": "package-runtime"}},
+				}},
+			}, "spec", "deploymentTemplate", "spec")
+		}
+		if err := q.kube.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// install installs the three packages with `crossplane xpkg install
+// --wait`, at once (Crossplane resolves the Configuration's dependencies
+// to the two installed by name).
+func (q *quickstart) install(ctx context.Context) error {
+	type inst struct{ kind, name, obj, runtimeConfig string }
+	all := []inst{
+		{"provider", providerPackage, providerObject, "provider-egressproxy"},
+		{"function", functionPackage, functionPackage, functionPackage},
+		{"configuration", configPackage, configPackage, ""},
+	}
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, in := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"xpkg", "install", in.kind, q.ref(in.name), in.obj, "--wait=5m"}
+			if in.runtimeConfig != "" {
+				args = append(args, "--runtime-config="+in.runtimeConfig)
+			}
+			cmd := exec.CommandContext(ctx, q.cli, args...) //nolint:gosec // the CLI we built.
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+q.cp.KubeconfigPath)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("crossplane %s: %w\n%s", strings.Join(args, " "), err, out)
+				if tails := q.procs.LogTails(15); len(tails) > 0 {
+					for pod, t := range tails {
+						errs[i] = fmt.Errorf("%w\npod %s (a process here):\n%s", errs[i], pod, t)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// providerConfigs makes the ClusterProviderConfig the Configuration's
+// standard class names (pods: PodProxies on the local node, the Squid
+// image built here) and its legacy twin for claims.
+func (q *quickstart) providerConfigs(ctx context.Context) (string, error) {
+	if _, err := q.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyNamespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	doc := fmt.Sprintf(`# Written by make run: PodProxies on the local node, from the Squid image
+# built here (hack/squid-image.sh), in the namespace %[1]s, under the
+# provider's own identity in this cluster (the grant of
+# cluster/rbac/podproxy.yaml).
+apiVersion: m.egressproxy.io/v1alpha1
+kind: ClusterProviderConfig
+metadata:
+  name: pods
+spec:
+  kubernetes:
+    credentials: {source: InjectedIdentity}
+    namespace: %[1]s
+    image: %[2]s
+---
+# The same for claims (EgressProxyClaim, cluster-scoped kinds).
+apiVersion: egressproxy.io/v1alpha1
+kind: ProviderConfig
+metadata:
+  name: pods
+spec:
+  kubernetes:
+    credentials: {source: InjectedIdentity}
+    namespace: %[1]s
+    image: %[2]s
+`, proxyNamespace, q.squidRef)
+	path := filepath.Join(q.cacheDir, "providerconfigs.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		return "", err
+	}
+	objs, err := decodeYAML(doc)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range objs {
+		if err := q.kube.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return path, nil
+}
+
+// startUpstream serves a page on port 80 of a host of its own: a network
+// namespace on this machine at an address in 198.18.0.0/15 (netnshost),
+// where a real destination would stand. Not loopback: Squid refuses
+// loopback, private and link-local destinations by default, and a pod's
+// loopback is its own. Nothing leaves this machine. Like a vendor's API
+// that allow-lists its clients' egress addresses, it answers only requests
+// from the node's pod network (pod traffic is not masqueraded here, so a
+// request through a proxy pod comes from the pod's address); anything else
+// gets 403, so a request that bypassed the proxy cannot pass for one that
+// went through it.
+func (q *quickstart) startUpstream(pods netip.Prefix) error {
+	h, err := netnshost.New()
+	if err != nil {
+		return err
+	}
+	q.upstream = h
+	ap, err := h.Serve(":80", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from, _ := netip.ParseAddrPort(r.RemoteAddr)
+		if !pods.Contains(from.Addr().Unmap()) {
+			http.Error(w, fmt.Sprintf("403: this upstream answers only requests from the egress proxies' pod network %s; you came from %s, not through a proxy", pods, from.Addr()), http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "%s: you came through the egress proxy pod %s (a web server in the network namespace %s at %s; it answers only the pod network %s)\n", //nolint:gosec // plain text of addresses.
+			upstreamBody, from.Addr(), h.Netns, h.Addr, pods)
+	}))
+	if err != nil {
+		return err
+	}
+	q.pageURL = "http://" + ap.Addr().String() + "/"
+	return nil
+}
+
+// stop stops what the quickstart started, last first.
+func (q *quickstart) stop() { q.stopOnce.Do(q.stopAll) }
+
+func (q *quickstart) stopAll() {
+	if q.upstream != nil {
+		if err := q.upstream.Close(); err != nil {
+			say("upstream: %v", err)
+		}
+	}
+	if q.stopRT != nil {
+		q.stopRT()
+		<-q.rtDone
+	}
+	if q.core != nil {
+		q.core.Stop()
+	}
+	if q.registry != nil {
+		_ = q.registry.Close()
+	}
+}
+
+// pids lists the processes the quickstart runs besides the control plane.
+func (q *quickstart) pids() string {
+	var s []string
+	if q.core != nil {
+		s = append(s, fmt.Sprintf("crossplane core %d", q.core.Core.PID()), fmt.Sprintf("crossplane rbac %d", q.core.RBAC.PID()))
+	}
+	return strings.Join(s, ", ")
+}
+
+func decodeYAML(doc string) ([]*unstructured.Unstructured, error) {
+	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		o := &unstructured.Unstructured{}
+		if err := d.Decode(&o.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, err
+		}
+		if len(o.Object) > 0 {
+			out = append(out, o)
+		}
+	}
+}
+
+// nextCommands are the three commands to run next, printed for a user to
+// copy and run by the quickstart test.
+func (q *quickstart) nextCommands(kubeconfig string) string {
+	bin := filepath.Join(q.cacheDir, "bin")
+	qs := filepath.Join(q.root, "examples", "quickstart")
+	var b strings.Builder
+	fmt.Fprintf(&b, "In another shell:\n\n")
+	fmt.Fprintf(&b, "    export KUBECONFIG=%s PATH=%s:$PATH\n\n", kubeconfig, bin)
+	fmt.Fprintf(&b, "    # 1. An EgressProxy claimed by the team-payments namespace (class standard: a PodProxy on the local node)\n")
+	fmt.Fprintf(&b, "    kubectl apply -f %s/\n\n", qs)
+	fmt.Fprintf(&b, "    # 2. Wait for it to be Ready, then see what it is made of\n")
+	fmt.Fprintf(&b, "    kubectl wait egressproxy/payments -n team-payments --for=condition=Ready --timeout=5m && crossplane resource trace egressproxy/payments -n team-payments\n\n")
+	fmt.Fprintf(&b, "    # 3. Fetch the upstream page through the proxy URL of the connection Secret\n")
+	fmt.Fprintf(&b, "    curl -sS -x \"$(kubectl get secret payments-proxy -n team-payments -o jsonpath='{.data.url}' | base64 -d)\" %s\n", q.pageURL)
+	return b.String()
+}
+
+// runCrossplane is make run: every stage in order, printed with how long
+// it took, then the next commands; it runs until shutdown and stops
+// everything it started, last first.
+func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, kubeconfigOut, repo, runtime string, t0 time.Time) int {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		say("%v", err)
+		return 1
+	}
+	if node && os.Geteuid() != 0 {
+		say("the node needs root (containerd, network namespaces, iptables, cgroups): run make run as root, or NODE=0 for none (PodProxies then never run)")
+		return 1
+	}
+	total := 9
+	if !node {
+		total = 7
+	}
+	q := &quickstart{root: root, cacheDir: filepath.Join(root, ".cache"), repo: repo, runtime: runtime,
+		progress: &progress{start: t0, total: total}}
+	defer q.stop()
+	fail := func(what string, err error) int {
+		if shutdown.Err() != nil {
+			say("stopped during %s", what)
+		} else {
+			say("%s: %v", what, err)
+		}
+		return 1
+	}
+
+	cpBins, nodeBins, squidTar, err := q.tools(shutdown, node)
+	if err != nil {
+		return fail("tools", err)
+	}
+	// Crossplane's own CRDs before core init (which otherwise races their
+	// establishment); the provider's come with its package.
+	o.BinDir, o.ControllerManager = cpBins, true
+	o.CRDDirectories = append(o.CRDDirectories, filepath.Join(q.coreBins, "crds"))
+	if node {
+		var imgs []string
+		if o.Node != nil {
+			imgs = o.Node.Images
+		}
+		o.Node = &controlplane.NodeOptions{BinDir: nodeBins, Images: append(imgs, squidTar)}
+	}
+
+	// The packages build while the control plane starts.
+	pkgsDone := q.progress.stage("packages: provider, function and Configuration for linux/" + goruntime.GOARCH + " (hack/xpkg.sh, crossplane xpkg build; kept in .cache/xpkg while the tree is unchanged), building while the control plane starts")
+	pkgErr := make(chan error, 1)
+	tPkg := time.Now()
+	go func() { pkgErr <- q.packages(shutdown) }()
+
+	done := q.progress.stage("control plane: etcd, kube-apiserver, kube-controller-manager")
+	if node {
+		done = q.progress.stage("control plane: etcd, kube-apiserver, kube-controller-manager; and the node: containerd, kubelet, kube-scheduler, kube-proxy")
+		q.progress.n-- // one stage, printed as two below
+	}
+	cp, err := controlplane.Start(shutdown, o)
+	if err != nil {
+		if perr := <-pkgErr; perr != nil {
+			say("packages: %v", perr)
+		}
+		return fail("control plane", err)
+	}
+	q.cp = cp
+	defer func() {
+		q.stop()
+		t := time.Now()
+		if err := cp.Stop(); err != nil {
+			say("stopping the control plane: %v", err)
+		}
+		say("control plane stopped in %.1fs", time.Since(t).Seconds())
+	}()
+	kubeconfig, err := prepare(shutdown, cp, kubeconfigOut)
+	if err != nil {
+		if perr := <-pkgErr; perr != nil {
+			say("packages: %v", perr)
+		}
+		return fail("control plane", err)
+	}
+	pids := cp.PIDs()
+	var pl []string
+	for n, p := range pids {
+		pl = append(pl, fmt.Sprintf("%s %d", n, p))
+	}
+	sort.Strings(pl)
+	done("up; PIDs %s; data and logs in %s", strings.Join(pl, ", "), cp.Dir)
+	if n := cp.Node; n != nil {
+		q.progress.n++
+		fmt.Fprintf(os.Stderr, "make run [%d/%d] node: %s Ready in %.1fs (images imported in %.1fs): pods in %s on bridge %s; containerd at %s; Squid image %s\n",
+			q.progress.n, q.progress.total, n.Name, n.ReadyIn.Seconds(), n.ImportIn.Seconds(), n.PodCIDR, n.Bridge, n.ContainerdSocket, q.squidRef)
+	}
+	if q.cs, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return fail("control plane", err)
+	}
+	if q.kube, err = client.New(cp.Config, client.Options{}); err != nil {
+		return fail("control plane", err)
+	}
+
+	if err := <-pkgErr; err != nil {
+		return fail("packages", err)
+	}
+	pkgsDone("%s built (%.1fs of building)", q.version, time.Since(tPkg).Seconds())
+
+	done = q.progress.stage("registry: an OCI registry on " + strings.SplitN(repo, "/", 2)[0] + " (TLS, CA made for this run), crossplane xpkg push")
+	if err := q.startRegistry(shutdown); err != nil {
+		return fail("registry", err)
+	}
+	done("%s, %s and %s pushed; CA %s", q.ref(providerPackage), q.ref(functionPackage), q.ref(configPackage), q.caFile)
+
+	done = q.progress.stage("Crossplane core v2.4.0: package manager and RBAC manager (webhooks off), trusting the registry's CA")
+	if err := q.startCrossplane(shutdown); err != nil {
+		return fail("Crossplane core", err)
+	}
+	done("running; PIDs %s; logs in %s", q.pids(), filepath.Dir(q.core.Core.LogPath))
+
+	done = q.progress.stage("packages installed: crossplane xpkg install provider, function, configuration --wait")
+	if err := q.runtimeConfigs(shutdown); err != nil {
+		return fail("runtime configs", err)
+	}
+	if err := q.install(shutdown); err != nil {
+		return fail("install", err)
+	}
+	done("Provider %s, Function %s and Configuration %s Healthy; their pods run as processes from the pushed images' binaries under the ServiceAccounts Crossplane made (--provider-runtime=%s; logs in %s)",
+		providerObject, functionPackage, configPackage, q.runtime, q.procs.Dir)
+
+	done = q.progress.stage("ClusterProviderConfig pods for the local cluster (the standard class of the Configuration)")
+	pcPath, err := q.providerConfigs(shutdown)
+	if err != nil {
+		return fail("ClusterProviderConfig", err)
+	}
+	done("PodProxies in namespace %s from %s, under the grant of cluster/rbac/podproxy.yaml; written to %s", proxyNamespace, q.squidRef, pcPath)
+
+	if node {
+		done = q.progress.stage("upstream web server: a network namespace of its own in 198.18.0.0/15 (nothing leaves this machine)")
+		if err := q.startUpstream(cp.Node.PodCIDR); err != nil {
+			return fail("upstream", err)
+		}
+		done("%s (namespace %s)", q.pageURL, q.upstream.Netns)
+	}
+
+	fmt.Fprintf(os.Stderr, "\nmake run: ready for kubectl in %.1fs since make run began.\n\n", time.Since(t0).Seconds())
+	fmt.Fprint(os.Stderr, q.nextCommands(kubeconfig))
+	fmt.Fprintf(os.Stderr, "\nCtrl-C stops everything make run started.\n")
+
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-shutdown.Done():
+			say("stopping: upstream, the provider's and function's processes, Crossplane, the registry, then the node and the control plane")
+			return 0
+		case <-tick.C:
+			if err := q.core.Running(); err != nil {
+				say("%v", err)
+				return 1
+			}
+		}
+	}
+}
