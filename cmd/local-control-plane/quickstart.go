@@ -681,7 +681,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	if err := q.startCrossplane(shutdown); err != nil {
 		return fail("Crossplane core", err)
 	}
-	done("running; PIDs %s; logs in %s", q.pids(), filepath.Dir(q.core.Core.LogPath))
+	done("running; PIDs %s (the RBAC manager in network namespace %s); logs in %s", q.pids(), q.core.RBACNetns(), filepath.Dir(q.core.Core.LogPath))
 
 	done = q.progress.stage("packages installed: crossplane xpkg install provider, function, configuration --wait")
 	if err := q.runtimeConfigs(shutdown); err != nil {

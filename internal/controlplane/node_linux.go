@@ -1311,3 +1311,19 @@ func writeKubeletClientPKI(dir string) error {
 	}
 	return nil
 }
+
+// LockNode waits for this machine's node lock, which a running node
+// holds, and returns its release. A test that looks for what a node it
+// did not start itself (make run's) left behind takes it first, so that
+// no other node runs while it looks (see Leftovers).
+func LockNode(ctx context.Context) (release func(), err error) {
+	f, err := os.OpenFile(nodeLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := flockContext(ctx, f, io.Discard); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { _ = f.Close() }, nil
+}

@@ -36,3 +36,6 @@ func (n *Node) stop() error { return nil }
 
 // Leftovers is empty off Linux.
 func Leftovers() []string { return nil }
+
+// LockNode has nothing to lock off Linux.
+func LockNode(context.Context) (func(), error) { return func() {}, nil }

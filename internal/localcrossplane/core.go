@@ -181,6 +181,9 @@ func relay(l net.Listener, addr string) {
 	}
 }
 
+// RBACNetns is the network namespace the RBAC manager runs in.
+func (c *Core) RBACNetns() string { return c.rbacNet.Netns }
+
 // Stop stops both processes (SIGTERM, SIGKILL after 10 s).
 func (c *Core) Stop() {
 	for _, p := range []*Process{c.RBAC, c.Core} {
