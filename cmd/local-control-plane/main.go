@@ -35,10 +35,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
@@ -64,6 +66,9 @@ func say(format string, args ...any) {
 }
 
 func run() int {
+	// envtest logs through controller-runtime; its lines go to the
+	// control-plane log, not here.
+	ctrllog.SetLogger(logr.Discard())
 	fs := flag.NewFlagSet("local-control-plane", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: local-control-plane [flags] [-- COMMAND [ARG...]]")

@@ -69,6 +69,8 @@ type quickstart struct {
 	squidRef string // the Squid image in the node's containerd
 	version  string
 	pkgs     map[string]string // package name -> .xpkg file
+	// pkgsCached says the packages were built before from the same tree.
+	pkgsCached bool
 
 	registry *localcrossplane.Registry
 	caFile   string
@@ -115,6 +117,29 @@ func (w *indented) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		fmt.Fprintf(os.Stderr, "      %s\n", w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// showLines prints the lines written to it that contain match.
+type showLines struct {
+	match string
+	mu    sync.Mutex
+	buf   []byte
+}
+
+func (w *showLines) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if l := string(w.buf[:i]); strings.Contains(l, w.match) {
+			fmt.Fprintf(os.Stderr, "      %s\n", l)
+		}
 		w.buf = w.buf[i+1:]
 	}
 }
@@ -223,6 +248,7 @@ func (q *quickstart) packages(ctx context.Context) error {
 		}
 	}
 	if have {
+		q.pkgsCached = true
 		return nil
 	}
 	tmp := dir + ".tmp"
@@ -272,8 +298,8 @@ func (q *quickstart) inputsHash() (string, error) {
 }
 
 // startRegistry serves the registry XPKG_REPO names (a loopback address)
-// and pushes the packages to it with `crossplane xpkg push`.
-func (q *quickstart) startRegistry(ctx context.Context) error {
+// and writes its CA where core and the CLI read it.
+func (q *quickstart) startRegistry() error {
 	host := strings.SplitN(q.repo, "/", 2)[0]
 	_, port, err := net.SplitHostPort(host)
 	if err != nil {
@@ -287,9 +313,11 @@ func (q *quickstart) startRegistry(ctx context.Context) error {
 		return fmt.Errorf("the local registry on 127.0.0.1:%s (XPKG_REPO=%s; choose another port with XPKG_REPO=localhost:PORT/egressproxy): %w", port, q.repo, err)
 	}
 	q.caFile = filepath.Join(q.cp.Dir, "registry-ca.pem")
-	if err := os.WriteFile(q.caFile, q.registry.CAPEM, 0o600); err != nil {
-		return err
-	}
+	return os.WriteFile(q.caFile, q.registry.CAPEM, 0o600)
+}
+
+// push pushes the packages to the registry with `crossplane xpkg push`.
+func (q *quickstart) push(ctx context.Context) error {
 	for _, name := range []string{providerPackage, functionPackage, configPackage} {
 		cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
 		cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+q.caFile)
@@ -386,9 +414,10 @@ func (q *quickstart) runtimeConfigs(ctx context.Context) error {
 	return nil
 }
 
-// install installs the three packages with `crossplane xpkg install
-// --wait`, at once (Crossplane resolves the Configuration's dependencies
-// to the two installed by name).
+// install installs the three packages with `crossplane xpkg install`,
+// at once (Crossplane resolves the Configuration's dependencies to the two
+// installed by name), then waits until all three are Healthy. It polls
+// every 250 ms rather than using the CLI's --wait, which polls every 2 s.
 func (q *quickstart) install(ctx context.Context) error {
 	type inst struct{ kind, name, obj, runtimeConfig string }
 	all := []inst{
@@ -402,7 +431,7 @@ func (q *quickstart) install(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			args := []string{"xpkg", "install", in.kind, q.ref(in.name), in.obj, "--wait=5m"}
+			args := []string{"xpkg", "install", in.kind, q.ref(in.name), in.obj}
 			if in.runtimeConfig != "" {
 				args = append(args, "--runtime-config="+in.runtimeConfig)
 			}
@@ -410,16 +439,60 @@ func (q *quickstart) install(ctx context.Context) error {
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+q.cp.KubeconfigPath)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("crossplane %s: %w\n%s", strings.Join(args, " "), err, out)
-				if tails := q.procs.LogTails(15); len(tails) > 0 {
-					for pod, t := range tails {
-						errs[i] = fmt.Errorf("%w\npod %s (a process here):\n%s", errs[i], pod, t)
-					}
-				}
 			}
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var waiting []string
+		for _, in := range all {
+			kind := map[string]string{"provider": "Provider", "function": "Function", "configuration": "Configuration"}[in.kind]
+			o := &unstructured.Unstructured{}
+			o.SetAPIVersion("pkg.crossplane.io/v1")
+			o.SetKind(kind)
+			if err := q.kube.Get(ctx, client.ObjectKey{Name: in.obj}, o); err != nil {
+				waiting = append(waiting, fmt.Sprintf("%s %s: %v", kind, in.obj, err))
+				continue
+			}
+			if st, msg := condition(o, "Healthy"); st != "True" {
+				waiting = append(waiting, fmt.Sprintf("%s %s Healthy=%q %s", kind, in.obj, st, msg))
+			}
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("not Healthy after 5 minutes: %s", strings.Join(waiting, "; "))
+			for pod, t := range q.procs.LogTails(15) {
+				err = fmt.Errorf("%w\npod %s (a process here), last lines of its log:\n%s", err, pod, t)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// condition is the status and reason: message of o's condition typ.
+func condition(o *unstructured.Unstructured, typ string) (string, string) {
+	cs, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			st, _ := m["status"].(string)
+			r, _ := m["reason"].(string)
+			msg, _ := m["message"].(string)
+			return st, r + ": " + msg
+		}
+	}
+	return "", ""
 }
 
 // providerConfigs makes the ClusterProviderConfig the Configuration's
@@ -616,13 +689,27 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	// The packages build while the control plane starts.
 	pkgsDone := q.progress.stage("packages: provider, function and Configuration for linux/" + goruntime.GOARCH + " (hack/xpkg.sh, crossplane xpkg build; kept in .cache/xpkg while the tree is unchanged), building while the control plane starts")
 	pkgErr := make(chan error, 1)
-	tPkg := time.Now()
-	go func() { pkgErr <- q.packages(shutdown) }()
+	var pkgTook time.Duration
+	go func() { t := time.Now(); err := q.packages(shutdown); pkgTook = time.Since(t); pkgErr <- err }()
 
 	done := q.progress.stage("control plane: etcd, kube-apiserver, kube-controller-manager")
 	if node {
 		done = q.progress.stage("control plane: etcd, kube-apiserver, kube-controller-manager; and the node: containerd, kubelet, kube-scheduler, kube-proxy")
 		q.progress.n-- // one stage, printed as two below
+	}
+	// The control plane's log goes to a file; a wait for another node
+	// (the machine runs one at a time) is shown.
+	if o.Log == nil {
+		if err := os.MkdirAll(filepath.Join(q.cacheDir, "run"), 0o755); err != nil {
+			return fail("control plane", err)
+		}
+		lf, err := os.Create(filepath.Join(q.cacheDir, "run", "controlplane.log"))
+		if err != nil {
+			return fail("control plane", err)
+		}
+		defer lf.Close()
+		o.Log = io.MultiWriter(lf, &showLines{match: "another node runs on this machine"})
+		say("control-plane log: %s", lf.Name())
 	}
 	cp, err := controlplane.Start(shutdown, o)
 	if err != nil {
@@ -669,21 +756,32 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	if err := <-pkgErr; err != nil {
 		return fail("packages", err)
 	}
-	pkgsDone("%s built (%.1fs of building)", q.version, time.Since(tPkg).Seconds())
+	how := "built"
+	if q.pkgsCached {
+		how = "unchanged since the last build, taken from " + filepath.Dir(q.pkgs[configPackage])
+	}
+	pkgsDone("%s %s in %.1fs", q.version, how, pkgTook.Seconds())
 
+	// The pushes run while Crossplane core starts.
 	done = q.progress.stage("registry: an OCI registry on " + strings.SplitN(repo, "/", 2)[0] + " (TLS, CA made for this run), crossplane xpkg push")
-	if err := q.startRegistry(shutdown); err != nil {
+	if err := q.startRegistry(); err != nil {
+		return fail("registry", err)
+	}
+	pushErr := make(chan error, 1)
+	go func() { pushErr <- q.push(shutdown) }()
+	coreErr := q.startCrossplane(shutdown)
+	if err := <-pushErr; err != nil {
 		return fail("registry", err)
 	}
 	done("%s, %s and %s pushed; CA %s", q.ref(providerPackage), q.ref(functionPackage), q.ref(configPackage), q.caFile)
 
-	done = q.progress.stage("Crossplane core v2.4.0: package manager and RBAC manager (webhooks off), trusting the registry's CA")
-	if err := q.startCrossplane(shutdown); err != nil {
-		return fail("Crossplane core", err)
+	done = q.progress.stage("Crossplane core v2.4.0: package manager and RBAC manager (webhooks off), trusting the registry's CA; started while the packages were pushed")
+	if coreErr != nil {
+		return fail("Crossplane core", coreErr)
 	}
 	done("running; PIDs %s (the RBAC manager in network namespace %s); logs in %s", q.pids(), q.core.RBACNetns(), filepath.Dir(q.core.Core.LogPath))
 
-	done = q.progress.stage("packages installed: crossplane xpkg install provider, function, configuration --wait")
+	done = q.progress.stage("packages installed: crossplane xpkg install provider, function, configuration; waiting for Healthy")
 	if err := q.runtimeConfigs(shutdown); err != nil {
 		return fail("runtime configs", err)
 	}
