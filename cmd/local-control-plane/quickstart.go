@@ -692,11 +692,11 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	var pkgTook time.Duration
 	go func() { t := time.Now(); err := q.packages(shutdown); pkgTook = time.Since(t); pkgErr <- err }()
 
-	done := q.progress.stage("control plane: etcd, kube-apiserver, kube-controller-manager")
+	what := "control plane: etcd, kube-apiserver, kube-controller-manager"
 	if node {
-		done = q.progress.stage("control plane: etcd, kube-apiserver, kube-controller-manager; and the node: containerd, kubelet, kube-scheduler, kube-proxy")
-		q.progress.n-- // one stage, printed as two below
+		what += "; then the node: containerd, kubelet, kube-scheduler, kube-proxy"
 	}
+	done := q.progress.stage(what)
 	// The control plane's log goes to a file; a wait for another node
 	// (the machine runs one at a time) is shown.
 	if o.Log == nil {
