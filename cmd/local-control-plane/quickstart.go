@@ -164,17 +164,44 @@ func (q *quickstart) script(ctx context.Context, env []string, name string, args
 // image tarball.
 func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, squidTar string, err error) {
 	done := q.progress.stage("tools: control plane and kubectl, node, Squid image, Crossplane core and CLI (built from the Go module proxy into ~/.cache/provider-egressproxy when missing; about 25 minutes cold on 2 cores, instant warm)")
+	// Steps, each timed, so a cold run shows how far it is.
+	steps := 2
+	if node {
+		steps = 4
+	}
+	step := 0
+	sub := func(what string, f func() error) error {
+		step++
+		t := time.Now()
+		fmt.Fprintf(os.Stderr, "      tools %d/%d: %s\n", step, steps, what)
+		if err := f(); err != nil {
+			return err
+		}
+		if d := time.Since(t); d > time.Second {
+			fmt.Fprintf(os.Stderr, "      tools %d/%d: %s done in %.0fs\n", step, steps, what, d.Seconds())
+		}
+		return nil
+	}
 	var l []string
-	if l, err = q.script(ctx, nil, "controlplane-bins.sh"); err != nil {
+	if err = sub("etcd, kube-apiserver, kube-controller-manager, kubectl (about 10 minutes cold)", func() error {
+		l, err = q.script(ctx, nil, "controlplane-bins.sh")
+		return err
+	}); err != nil {
 		return
 	}
 	cpBins = l[len(l)-1]
 	if node {
-		if l, err = q.script(ctx, nil, "node-bins.sh"); err != nil {
+		if err = sub("kubelet, kube-proxy, kube-scheduler, crictl; containerd, runc, CNI plugins from apt (about 6 minutes cold)", func() error {
+			l, err = q.script(ctx, nil, "node-bins.sh")
+			return err
+		}); err != nil {
 			return
 		}
 		nodeBins = l[len(l)-1]
-		if l, err = q.script(ctx, nil, "squid-image.sh"); err != nil {
+		if err = sub("the Squid image, with mmdebstrap (about 2 minutes cold)", func() error {
+			l, err = q.script(ctx, nil, "squid-image.sh")
+			return err
+		}); err != nil {
 			return
 		}
 		if len(l) < 2 {
@@ -182,7 +209,10 @@ func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, sq
 		}
 		squidTar, q.squidRef = l[0], l[1]
 	}
-	if _, err = q.script(ctx, nil, "crossplane-bins.sh", "all"); err != nil {
+	if err = sub("Crossplane core v2.4.0 and the Crossplane CLI v2.5.0 (a few minutes cold each)", func() error {
+		_, err = q.script(ctx, nil, "crossplane-bins.sh", "all")
+		return err
+	}); err != nil {
 		return
 	}
 	if l, err = q.script(ctx, nil, "crossplane-bins.sh"); err != nil {
