@@ -104,7 +104,10 @@ type Probe struct {
 //   - A check waits at most Wait. A slower probe (an address the provider
 //     cannot route to times out) finishes in the background and calls
 //     Notify, so the caller can reconcile again at once, and no reconcile
-//     worker is held for a probe's timeout.
+//     worker is held for a probe's timeout. While a result that found Squid
+//     serving is being renewed, a check that cannot wait answers it (a
+//     Ready proxy does not flap over a slow link); a failure of the renewal
+//     is the answer of the next check.
 //
 // A Prober is safe for concurrent use; the zero value uses the defaults.
 type Prober struct {
@@ -137,6 +140,11 @@ type probeEntry struct {
 	result         Probe
 	at             time.Time
 	waiters        bool // someone gave up waiting: Notify on completion
+	// served: the last probe before this one, of the same address and
+	// identity, found Squid serving. A check that cannot wait for this one
+	// answers that, so a Ready proxy does not turn not-Ready for a moment
+	// each time its result is renewed over a slow link.
+	served bool
 }
 
 // Check reports whether Squid answering as identity (Identity of the
@@ -148,6 +156,7 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 	}
 	e := p.entries[key]
 	now := time.Now()
+	served := false
 	if e != nil && e.addr == addr && e.identity == identity {
 		select {
 		case <-e.done:
@@ -155,6 +164,7 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 				p.mu.Unlock()
 				return e.result
 			}
+			served = e.result.Serving
 			e = nil // expired
 		default: // in flight
 		}
@@ -162,7 +172,7 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 		e = nil
 	}
 	if e == nil {
-		e = &probeEntry{addr: addr, identity: identity, done: make(chan struct{})}
+		e = &probeEntry{addr: addr, identity: identity, done: make(chan struct{}), served: served}
 		p.entries[key] = e
 		p.sweep(now)
 		go p.probe(key, e) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
@@ -187,6 +197,9 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 		return e.result
 	default:
 		e.waiters = true
+		if e.served {
+			return Probe{Serving: true}
+		}
 		return Probe{Pending: true}
 	}
 }

@@ -157,3 +157,38 @@ func TestAskReadsXCache(t *testing.T) {
 		}
 	}
 }
+
+// TestProberServesTheLastSuccessWhileRenewing: a Ready proxy whose result
+// is renewed over a slow link stays Serving until the renewal says
+// otherwise.
+func TestProberServesTheLastSuccessWhileRenewing(t *testing.T) {
+	answer := make(chan error, 4)
+	notified := make(chan string, 4)
+	p := &Prober{
+		Wait:        time.Millisecond,
+		PositiveTTL: time.Nanosecond, NegativeTTL: time.Hour,
+		Ask: func(context.Context, string) (string, error) {
+			if err := <-answer; err != nil {
+				return "", err
+			}
+			return Identity("u1"), nil
+		},
+		Notify: func(key string) { notified <- key },
+	}
+	ctx := context.Background()
+	if got := p.Check(ctx, "k", "10.0.0.5:3128", Identity("u1")); !got.Pending {
+		t.Fatalf("first check: %+v; want Pending", got)
+	}
+	answer <- nil
+	<-notified
+	// The success has expired: a renewal starts, and until it answers the
+	// check says what the last probe found.
+	if got := p.Check(ctx, "k", "10.0.0.5:3128", Identity("u1")); !got.Serving {
+		t.Errorf("while the renewal runs: %+v; want the last answer, Serving", got)
+	}
+	answer <- errors.New("connection refused")
+	<-notified
+	if got := p.Check(ctx, "k", "10.0.0.5:3128", Identity("u1")); got.Serving || !strings.Contains(got.Message, "connection refused") {
+		t.Errorf("after the renewal failed: %+v; want not Serving", got)
+	}
+}

@@ -87,7 +87,7 @@ func newFixture(t *testing.T, mutate ...func(*gcp.Options)) *fixture {
 		// The fake's Squid answers as the squid.conf in the instance's
 		// metadata; results are kept for no time, so every Get sees it as
 		// it is.
-		Prober: &squid.Prober{Ask: f.srv.AskSquid, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
+		Prober: &squid.Prober{Ask: f.srv.AskSquid, Wait: time.Minute, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
 		Log:    &log,
 	}
 	for _, m := range mutate {

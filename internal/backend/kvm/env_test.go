@@ -140,8 +140,8 @@ func (e *testEnv) start() {
 	e.b = NewBackend(Options{
 		Log:    &log,
 		Tracer: tp.Tracer("test"),
-		// Results kept for no time: every Get sees the fake's Squid as it is.
-		Prober: &squid.Prober{Ask: e.host.squidAsk, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
+		// Results kept for no time, and every check waits for its probe (the fake answers at once): every Get sees the fake's Squid as it is.
+		Prober: &squid.Prober{Ask: e.host.squidAsk, Wait: time.Minute, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
 		dial: func(ctx context.Context, t Target) (*conn, error) {
 			e.dials.Add(1)
 			if e.dialErr != nil {

@@ -84,8 +84,8 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 		Provider:    testProvider,
 		Config:      f.cfg,
 		Credentials: f.credentials,
-		// Results kept for no time: every Get sees the fake's guests as they are.
-		Prober:               &squid.Prober{Ask: fake.AskSquid, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
+		// Results kept for no time, and every check waits for its probe (the fake answers at once): every Get sees the fake's guests as they are.
+		Prober:               &squid.Prober{Ask: fake.AskSquid, Wait: time.Minute, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
 		Log:                  &log,
 		RetryFailedTaskAfter: time.Minute,
 		Now:                  f.now,
