@@ -191,6 +191,10 @@ func (c *Client) unchanged(obj client.Object, status bool) bool {
 }
 
 // Get implements client.Reader, noting what it read.
+// CachesConnectionSecrets reports whether Get reads connection Secrets
+// from a watch (no request to the API server).
+func (c *Client) CachesConnectionSecrets() bool { return c.secrets != nil }
+
 func (c *Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*corev1.Secret); ok && c.secrets != nil {
 		return c.secrets.get(ctx, c.Client, key, obj, opts...)
