@@ -3,6 +3,7 @@ package gcp
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
@@ -28,6 +29,9 @@ type sdk struct {
 	addresses *compute.AddressesClient
 	firewalls *compute.FirewallsClient
 	regions   *compute.RegionsClient
+	// opts and rt build the per-call clients of AggregatedInstances.
+	opts []option.ClientOption
+	rt   http.RoundTripper
 }
 
 // NewSDK builds the production API for project from client options
@@ -43,6 +47,7 @@ func NewSDK(ctx context.Context, project string, opts ...option.ClientOption) (A
 		return nil, err
 	}
 	hc.Transport = observedTransport(hc.Transport)
+	s.opts, s.rt = opts[:len(opts):len(opts)], hc.Transport
 	opts = append(opts[:len(opts):len(opts)], option.WithHTTPClient(hc))
 	if s.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
 		return nil, err
@@ -127,7 +132,15 @@ func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults
 		if filter != "" {
 			req.Filter = proto.String(filter)
 		}
-		it := s.instances.AggregatedList(ctx, req, noRetry)
+		// The SDK builds this one request without ctx, so neither its
+		// deadline nor its span would reach it: a client of its own (cheap:
+		// it dials nothing) whose transport puts ctx on the request.
+		ic, err := compute.NewInstancesRESTClient(ctx, append(s.opts[:len(s.opts):len(s.opts)], option.WithHTTPClient(&http.Client{Transport: withContext{ctx: ctx, next: s.rt}}))...)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = ic.Close() }()
+		it := ic.AggregatedList(ctx, req, noRetry)
 		// One page, one request: InternalFetch is the iterator's page
 		// function, and Response the page it read.
 		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
@@ -242,4 +255,14 @@ func isNilClient(c interface{ Close() error }) bool {
 		return v == nil
 	}
 	return false
+}
+
+// withContext sends every request with ctx.
+type withContext struct {
+	ctx  context.Context //nolint:containedctx // The SDK gives the request none: this is where it comes from.
+	next http.RoundTripper
+}
+
+func (w withContext) RoundTrip(req *http.Request) (*http.Response, error) {
+	return w.next.RoundTrip(req.WithContext(w.ctx))
 }
