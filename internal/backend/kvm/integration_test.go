@@ -198,6 +198,64 @@ func TestIntegrationLibvirt_lifecycle(t *testing.T) {
 		}
 	})
 
+	// A create cut short before its domain was defined leaves the overlay
+	// and the seed: the resource being deleted finds them (Ref.Deleting),
+	// and Delete removes them from the real pool.
+	t.Run("VolumesLeftWithoutADomain", func(t *testing.T) {
+		name := "egp-it-cut-short"
+		req := proxy.Request{
+			Name:      name,
+			Mark:      proxy.Mark{UID: "0c8f6a1e-0000-4e2a-9c3f-00000000cafe", InstallationID: "integration"},
+			Placement: proxy.Placement{Location: "local", MachineType: "tiny", Image: "empty"},
+			Proxy:     proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"192.168.213.0/24"}, AllowedPorts: []int32{443}},
+		}
+		inst, err := d.Create(ctx, req)
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		// Once the image is in (when this subtest runs alone), the domain
+		// runs.
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			got, err := d.Get(ctx, proxy.Ref{ID: inst.ID, Name: name, Mark: req.Mark, Placement: req.Placement})
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if strings.HasPrefix(got.Progress, "booting") {
+				break
+			}
+		}
+		// The domain goes by hand; its volumes stay, as a create stopped
+		// between the seed and the define leaves them.
+		h.Virsh(t, "destroy", name)
+		h.Virsh(t, "undefine", name)
+		vols := h.Volumes(t)
+		for _, v := range []string{name + ".qcow2", name + "-seed.iso"} {
+			if !slices.Contains(vols, v) {
+				t.Fatalf("pool lacks %s before the deletion: %v", v, vols)
+			}
+		}
+		r := proxy.Ref{Name: name, Mark: req.Mark, Placement: req.Placement, Live: true}
+		if _, err := d.Get(ctx, r); !proxy.IsNotFound(err) {
+			t.Errorf("Get of a live resource with only volumes = %v; want NotFound (Create resumes)", err)
+		}
+		r.Deleting = true
+		got, err := d.Get(ctx, r)
+		if err != nil || got.State != proxy.StateStopped || !strings.Contains(got.Progress, "remain in pool") {
+			t.Fatalf("Get of the resource being deleted = %+v, %v; want Stopped naming the volumes", got, err)
+		}
+		if err := d.Delete(ctx, r); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if _, err := d.Get(ctx, r); !proxy.IsNotFound(err) {
+			t.Errorf("Get after Delete = %v; want NotFound", err)
+		}
+		for _, v := range h.Volumes(t) {
+			if strings.HasPrefix(v, name) {
+				t.Errorf("volume %s left in the pool", v)
+			}
+		}
+	})
+
 	// What is left is the shared cache: a base and its marker per image
 	// key (the URL is part of the name, and this test's URL is new each
 	// run, so they are removed here to keep the pool from growing).
