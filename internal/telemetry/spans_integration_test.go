@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/api/option"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
@@ -46,8 +47,10 @@ func requestSpan(backend string, s otlptest.Span) bool {
 // request the driver makes to its backend is a span whose parent is the
 // driver's span, whose parent is the operation's; and the backends'
 // credentials are in no span. The backends: a real libvirtd behind a real
-// sshd (kvm), a real kube-apiserver (kubernetes), the Proxmox VE and
-// Compute Engine fakes on the real clients (proxmox, gcp).
+// sshd (kvm), a real kube-apiserver (kubernetes, as a remote cluster,
+// and as the provider's own, whose Observe reads a cache: there the
+// operation is the config's health check), the Proxmox VE and Compute
+// Engine fakes on the real clients (proxmox, gcp).
 func TestBackendSpansIntegration(t *testing.T) {
 	ctx := context.Background()
 	rcv := otlptest.Start(t)
@@ -108,6 +111,21 @@ func TestBackendSpansIntegration(t *testing.T) {
 	if cp.Config.BearerToken != "" {
 		secrets = append(secrets, cp.Config.BearerToken)
 	}
+	// ... and as the cluster the provider runs in, whose reads come from a
+	// cache (a miss there costs no request): its operation is the config's
+	// health check, which asks the API server for its version.
+	informers, err := cache.New(cp.Config, cache.Options{Scheme: clientgoscheme.Scheme, ByObject: kubernetes.CacheByObject()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() { _ = informers.Start(cctx) }()
+	local, err := kubernetes.NewLocalCluster(cp.Config, clientgoscheme.Scheme, informers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers["kubernetes (this cluster)"] = local.Driver("ClusterProviderConfig spans-local", kubernetes.Config{Namespace: "default"}, nil)
 
 	// The reconcile's logger, as controller-runtime puts it in the context,
 	// at V(1): every backend request's line.
@@ -115,18 +133,22 @@ func TestBackendSpansIntegration(t *testing.T) {
 	lctx := logr.NewContext(ctx, funcr.New(func(p, a string) { logs.Line(p + " " + a) }, funcr.Options{Verbosity: 1}))
 	ops := map[string]string{} // backend: the operation's span ID
 	traces := map[string]string{}
-	for backend, d := range drivers {
+	for key, d := range drivers {
+		backend := strings.Fields(key)[0]
 		octx, op := telemetry.Tracer().Start(lctx, "egressproxy.Observe")
 		ref := proxy.Ref{Name: "egp-spans-missing", Mark: proxy.Mark{UID: "6f1c2a7e-0000-4000-8000-000000000001", InstallationID: "spans"}}
 		if backend == "gcp" {
 			ref.Placement.Location = "europe-west1-b"
 		}
-		_, err := telemetry.Instrument(backend, d).Get(octx, ref)
-		op.End()
-		if !proxy.IsNotFound(err) {
-			t.Errorf("%s: Get of a proxy that does not exist = %v; want NotFound", backend, err)
+		if strings.Contains(key, "this cluster") {
+			if h := telemetry.Instrument(backend, d).Check(octx); !h.Healthy() {
+				t.Errorf("%s: Check = %+v; want healthy", key, h)
+			}
+		} else if _, err := telemetry.Instrument(backend, d).Get(octx, ref); !proxy.IsNotFound(err) {
+			t.Errorf("%s: Get of a proxy that does not exist = %v; want NotFound", key, err)
 		}
-		ops[backend], traces[backend] = op.SpanContext().SpanID().String(), op.SpanContext().TraceID().String()
+		op.End()
+		ops[key], traces[key] = op.SpanContext().SpanID().String(), op.SpanContext().TraceID().String()
 	}
 	if err := shutdown(ctx); err != nil {
 		t.Fatalf("flushing the exporter: %v", err)
@@ -137,26 +159,27 @@ func TestBackendSpansIntegration(t *testing.T) {
 	for _, s := range spans {
 		byID[s.SpanID] = s
 	}
-	for backend := range drivers {
+	for key := range drivers {
+		backend := strings.Fields(key)[0]
 		var driverSpan *otlptest.Span
 		var requests []otlptest.Span
 		for _, s := range spans {
-			if s.TraceID != traces[backend] {
+			if s.TraceID != traces[key] {
 				continue
 			}
 			switch {
-			case s.Name == backend+".Get":
+			case s.Name == backend+".Get" || s.Name == backend+".Check":
 				driverSpan = &s
 			case requestSpan(backend, s):
 				requests = append(requests, s)
 			}
 		}
-		if driverSpan == nil || driverSpan.ParentID != ops[backend] {
-			t.Errorf("%s: no span %s.Get that is a child of the operation's", backend, backend)
+		if driverSpan == nil || driverSpan.ParentID != ops[key] {
+			t.Errorf("%s: no span %s.Get that is a child of the operation's", key, backend)
 			continue
 		}
 		if len(requests) == 0 {
-			t.Errorf("%s: no backend request span in the operation's trace", backend)
+			t.Errorf("%s: no backend request span in the operation's trace", key)
 		}
 		var names []string
 		for _, s := range requests {
@@ -168,10 +191,10 @@ func TestBackendSpansIntegration(t *testing.T) {
 				p = byID[p.ParentID]
 			}
 			if p.SpanID != driverSpan.SpanID {
-				t.Errorf("%s: request span %s is not below %s.Get", backend, s.Name, backend)
+				t.Errorf("%s: request span %s is not below %s.Get", key, s.Name, backend)
 			}
 		}
-		t.Logf("%s: %s.Get -> %v", backend, backend, names)
+		t.Logf("%s: %s -> %v", key, driverSpan.Name, names)
 	}
 	for _, s := range spans {
 		for k, v := range s.Attributes {
@@ -219,7 +242,8 @@ func TestBackendSpansIntegration(t *testing.T) {
 			}
 		}
 	}
-	for backend := range drivers {
+	for key := range drivers {
+		backend := strings.Fields(key)[0]
 		if counts[backend] == 0 {
 			t.Errorf("%s: no egressproxy_backend_request_duration_seconds observation", backend)
 		}
