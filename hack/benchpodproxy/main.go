@@ -240,12 +240,36 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
+	depGone := map[string]time.Time{} // by PodProxy UID
+	mrGone := map[string]time.Time{}  // by PodProxy UID
+	gone := func(m map[string]time.Time, uidOf func(client.Object) string) func(obj any) {
+		return func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			o, ok := obj.(client.Object)
+			if !ok {
+				return
+			}
+			at := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if uid := uidOf(o); uid != "" {
+				m[uid] = at
+			}
+		}
+	}
+	labelUID := func(o client.Object) string { return o.GetLabels()[kubernetes.LabelUID] }
 	for obj, m := range map[client.Object]map[string]time.Time{&appsv1.Deployment{}: depSeen, &corev1.Pod{}: podSeen} {
 		i, err := ca.GetInformer(ctx, obj)
 		if err != nil {
 			return err
 		}
-		if _, err := i.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: first(m)}); err != nil {
+		h := toolscache.ResourceEventHandlerFuncs{AddFunc: first(m)}
+		if _, ok := obj.(*appsv1.Deployment); ok {
+			h.DeleteFunc = gone(depGone, labelUID)
+		}
+		if _, err := i.AddEventHandler(h); err != nil {
 			return err
 		}
 	}
@@ -270,7 +294,8 @@ func run(ctx context.Context, o options) error {
 			close(allReady)
 		}
 	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, n any) { seen(n) }}); err != nil {
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, n any) { seen(n) },
+		DeleteFunc: gone(mrGone, func(o client.Object) string { return string(o.GetUID()) })}); err != nil {
 		return err
 	}
 	go func() { _ = ca.Start(ctx) }()
@@ -483,6 +508,14 @@ wait:
 
 	if o.deleteAfter && !timedOut {
 		logf("deleting the PodProxies")
+		delBefore, err := prov.requests(ctx)
+		if err != nil {
+			return err
+		}
+		delAPIBefore, err := apiserverRequests(ctx, cfg)
+		if err != nil {
+			return err
+		}
 		t0 := time.Now()
 		if err := inParallel(o.n, o.creators, func(i int) error {
 			return client.IgnoreNotFound(kube.Delete(ctx, podProxy(i)))
@@ -514,6 +547,47 @@ wait:
 			time.Sleep(200 * time.Millisecond)
 		}
 		fmt.Printf("all deleted:                     %7.2f s after deleting them (their Deployments, Secrets and pods removed first; the last Deployment gone after %.2f s)\n", time.Since(t0).Seconds(), depsGone.Seconds())
+		// Each PodProxy's end against its own Deployment's (target: within
+		// 2 s), and what the delete phase cost (target: under 15 API
+		// requests per proxy, every client).
+		mu.Lock()
+		var gaps []time.Duration
+		within := 0
+		for uid, m := range mrGone {
+			if d, ok := depGone[uid]; ok {
+				g := m.Sub(d)
+				gaps = append(gaps, g)
+				if g <= 2*time.Second {
+					within++
+				}
+			}
+		}
+		mu.Unlock()
+		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+		if len(gaps) > 0 {
+			fmt.Printf("Deployment gone -> PodProxy gone: median %.2f s, p95 %.2f s, max %.2f s; %d of %d within 2 s\n",
+				pct(gaps, 50).Seconds(), pct(gaps, 95).Seconds(), gaps[len(gaps)-1].Seconds(), within, len(gaps))
+		}
+		if delAfter, err := prov.requests(ctx); err == nil {
+			total := 0.0
+			var methods []string
+			for m, v := range delAfter {
+				if d := v - delBefore[m]; d > 0 {
+					total += d
+					methods = append(methods, fmt.Sprintf("%s %.2f", m, d/float64(o.n)))
+				}
+			}
+			sort.Strings(methods)
+			fmt.Printf("delete phase, provider requests per proxy: %.2f (%s)\n", total/float64(o.n), strings.Join(methods, ", "))
+		}
+		if delAPIAfter, err := apiserverRequests(ctx, cfg); err == nil {
+			total := 0.0
+			for k, v := range delAPIAfter {
+				total += v - delAPIBefore[k]
+			}
+			fmt.Printf("delete phase, API server requests per proxy, all clients: %.2f (target under 15); by resource and verb:\n", total/float64(o.n))
+			fmt.Println(strings.Join(perProxy(delAPIBefore, delAPIAfter, o.n), "\n"))
+		}
 	}
 	if o.keepLogs {
 		fmt.Printf("\nlogs in %s\n", dir)

@@ -76,6 +76,7 @@ type options struct {
 	keepLogs   bool
 	env        string
 	profile    string
+	heap       string
 }
 
 const ctlFilter = `controller="managed/kvmproxy.`
@@ -95,6 +96,7 @@ func main() {
 	flag.BoolVar(&o.secrets, "connection-secrets", true, "Give every resource a connection Secret (writeConnectionSecretToRef).")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
 	flag.StringVar(&o.profile, "provider-profile", "", "Write the provider's CPU profile over the last stage's steady-state window to this file.")
+	flag.StringVar(&o.heap, "provider-heap", "", "Write the provider's heap profile, taken after the last stage's steady state, to this file.")
 	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOGC=100, say).")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
@@ -292,6 +294,15 @@ func run(ctx context.Context, o options) error {
 		}
 		results = append(results, st)
 		printStage(st)
+		if o.heap != "" && target == stages[len(stages)-1] {
+			b, err := benchutil.Scrape(ctx, "http://"+prov.pprof+"/debug/pprof/heap")
+			if err == nil {
+				err = os.WriteFile(o.heap, []byte(b), 0o600)
+			}
+			if err != nil {
+				logf("provider heap profile: %v", err)
+			}
+		}
 	}
 
 	var rs *restartResult

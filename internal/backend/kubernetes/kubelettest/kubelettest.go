@@ -26,9 +26,10 @@
 //     `squid -N -n <name> -f <folder>/squid.conf`; -n gives each its own
 //     shared-memory names. Every other line is byte for byte the
 //     provider's.
-//   - Listen: a TCP listener on the pod's address and port that accepts and
-//     closes connections: enough for the driver's reachability check, and
-//     cheap enough for a thousand pods.
+//   - Listen: a TCP listener on the pod's address and port that answers as
+//     the proxy's Squid would answer the readiness probe (squid.AnswerProbes,
+//     with the identity of the proxy in the pod's egressproxy.io/uid label):
+//     enough for the driver's check, and cheap enough for a thousand pods.
 //   - NoListener: nothing listens; the pod is only reported Ready.
 //
 // Then the pod's status becomes phase Running with a Ready condition and
@@ -76,7 +77,8 @@ type Mode int
 const (
 	// Squid runs the real Squid with the provider's squid.conf.
 	Squid Mode = iota
-	// Listen runs a TCP listener that accepts and closes connections.
+	// Listen runs a TCP listener that answers the readiness probe as the
+	// proxy's Squid would.
 	Listen
 	// NoListener runs nothing.
 	NoListener
@@ -87,7 +89,7 @@ func (m Mode) String() string {
 	case Squid:
 		return "a real Squid per pod, running the provider's squid.conf"
 	case Listen:
-		return "a TCP listener per pod (accepts and closes connections), no Squid"
+		return "a TCP listener per pod answering the readiness probe as its Squid would, no Squid"
 	default:
 		return "nothing listening; pods are only reported Ready"
 	}
@@ -407,15 +409,7 @@ func (k *Kubelet) run(ctx context.Context, p *corev1.Pod, ip string) (func(), er
 		if err != nil {
 			return nil, err
 		}
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				_ = c.Close()
-			}
-		}()
+		go squid.AnswerProbes(l, squid.Identity(p.Labels[kubernetes.LabelUID]))
 		return func() { _ = l.Close() }, nil
 	default:
 		return k.runSquid(ctx, p, ip, port)
