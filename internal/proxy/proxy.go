@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -282,8 +283,18 @@ const (
 	ReasonNotAvailable           = "BackendNotAvailable"
 )
 
+// RenderVersion is the version of what is rendered from a Request (Squid's
+// configuration, cloud-init). It is part of Hash, so raising it makes every
+// instance's stored hash differ and each is updated, once, by the provider
+// version that raised it: running proxies pick up a rendering change
+// without their resources being touched. Raise it when instances must.
+//
+//	2  Squid names itself after the resource (visible_hostname
+//	   egress-proxy-<uid>), which the readiness probe reads
+const RenderVersion = 2
+
 // Hash is the stable digest of the parts of a Request that an instance is
-// built from. Drivers store it on the instance (SpecHash) so the controller
+// built from, and of RenderVersion. Drivers store it on the instance (SpecHash) so the controller
 // can tell whether an Update is needed without re-reading every setting.
 // It is written where backend readers can see it, so secrets enter it only
 // through SecretDigest (keyed by the controller), never in the clear.
@@ -307,6 +318,11 @@ func Hash(req Request) string {
 		req.Labels = nil
 	}
 	b, _ := json.Marshal(req) //nolint:errchkjson // plain structs always marshal.
+	if RenderVersion > 1 {
+		// Version 1 hashed the request alone; its hashes stay as they were
+		// so that only a change of rendering updates instances.
+		_, _ = fmt.Fprintf(h, "render %d\n", RenderVersion)
+	}
 	_, _ = h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
