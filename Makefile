@@ -84,10 +84,11 @@ test-deps: controlplane-bins crossplane-bins node-bins
 # crossplane xpkg install, a ClusterProviderConfig for the local cluster
 # and an upstream web server; then the next three commands. Ctrl-C stops
 # everything it started. As root (the node).
-# With KUBECONFIG set: when the cluster runs Crossplane, builds the
-# packages, pushes them to XPKG_REPO and installs them there with crossplane
-# xpkg install; otherwise applies the CRDs and runs the provider out of
-# cluster against it, and says so.
+# With KUBECONFIG set (hack/run-cluster.sh): when the cluster runs
+# Crossplane, builds the packages, pushes them to XPKG_REPO and installs
+# them there with crossplane xpkg install (refused when they are installed
+# already); otherwise applies the CRDs and runs the provider out of cluster
+# against it, and says so.
 .PHONY: run
 run:
 	@t0=$$(date +%s.%N); \

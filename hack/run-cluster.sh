@@ -4,8 +4,11 @@
 # When it runs Crossplane (it serves pkg.crossplane.io's Providers): the
 # packages are built from this tree, pushed to XPKG_REPO (a registry the
 # cluster pulls from, with your registry credentials in the Docker config
-# the Crossplane CLI reads) and installed there with `crossplane xpkg
-# install`, the same path as docs/install.md and make run's local cluster.
+# the Crossplane CLI reads, and its CA in SSL_CERT_FILE if it is not a
+# public one) and installed there with `crossplane xpkg install`, the same
+# path as docs/install.md and make run's local cluster. A cluster that has
+# them installed already is refused, naming the object (upgrades:
+# docs/install.md).
 # Otherwise: the CRDs are applied and the provider runs out of cluster, as a
 # process here, with the identity of KUBECONFIG; it says so.
 #
@@ -25,13 +28,24 @@ if "$KUBECTL" get crd providers.pkg.crossplane.io >/dev/null 2>&1; then
       say "XPKG_REPO=$XPKG_REPO: Crossplane refuses localhost:PORT as not fully qualified, and the cluster must pull from it; set XPKG_REPO to your registry, such as registry.example.com/platform (docs/install.md)"
       exit 1 ;;
   esac
-  make --no-print-directory xpkg-push VERSION="$VERSION" XPKG_REPO="$XPKG_REPO"
-  CLI=$(bash hack/crossplane-bins.sh cli)
   # The Provider's name is the one Crossplane's dependency resolver gives
   # the Configuration's dependency (the repository path as a DNS label), so
   # that it finds it installed and makes no second Provider.
   org=${XPKG_REPO#*/}
-  "$CLI" xpkg install provider "$XPKG_REPO/provider-egressproxy:$VERSION" "${org//\//-}-provider-egressproxy" --wait=5m
+  provider="${org//\//-}-provider-egressproxy"
+  # A cluster that has them already gets no second install: moving all
+  # three to a new build at once makes Crossplane's dependency resolver
+  # add a second Function (seen with v2.4.0); upgrade the Provider as
+  # docs/install.md (Upgrade) says.
+  for o in "provider.pkg.crossplane.io/$provider" function.pkg.crossplane.io/function-egressproxy configuration.pkg.crossplane.io/configuration-egressproxy; do
+    if "$KUBECTL" get "$o" >/dev/null 2>&1; then
+      say "$o is installed in this cluster already: make run installs into a cluster without it; to move it to this build, see docs/install.md (Upgrade)"
+      exit 1
+    fi
+  done
+  make --no-print-directory xpkg-push VERSION="$VERSION" XPKG_REPO="$XPKG_REPO"
+  CLI=$(bash hack/crossplane-bins.sh cli)
+  "$CLI" xpkg install provider "$XPKG_REPO/provider-egressproxy:$VERSION" "$provider" --wait=5m
   "$CLI" xpkg install function "$XPKG_REPO/function-egressproxy:$VERSION" function-egressproxy --wait=5m
   "$CLI" xpkg install configuration "$XPKG_REPO/configuration-egressproxy:$VERSION" configuration-egressproxy --wait=5m
   say "installed $VERSION. PodProxies on InjectedIdentity need the grant of cluster/rbac/podproxy.yaml (docs/install.md); then a ProviderConfig for your backends (examples/) and an EgressProxy (package/configuration/examples/)"

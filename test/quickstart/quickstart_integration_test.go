@@ -155,6 +155,25 @@ func TestQuickstartIntegration(t *testing.T) {
 		t.Errorf("curl through the proxy printed %q; want the upstream's page, reached through the proxy pod (%q...)", page, pageWant)
 	}
 
+	// make run with KUBECONFIG at a cluster running Crossplane (this one)
+	// takes the Crossplane path, and refuses a second install of packages
+	// the cluster has, naming the object.
+	t.Run("WithKubeconfigOfACrossplaneCluster", func(t *testing.T) {
+		kubeconfig := match(t, env, `KUBECONFIG=(\S+)`)
+		c := exec.Command("make", "--no-print-directory", "run", fmt.Sprintf("XPKG_REPO=127.0.0.1:%d/egressproxy", port))
+		c.Dir = root
+		c.Env = append(withoutKubeconfig(os.Environ()), "KUBECONFIG="+kubeconfig)
+		b, err := c.CombinedOutput()
+		for _, want := range []string{"runs Crossplane", "provider.pkg.crossplane.io/egressproxy-provider-egressproxy is installed in this cluster already"} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("KUBECONFIG=%s make run printed no %q (exit %v):\n%s", kubeconfig, want, err, b)
+			}
+		}
+		if err == nil {
+			t.Errorf("KUBECONFIG=%s make run succeeded; want it refused:\n%s", kubeconfig, b)
+		}
+	})
+
 	// Ctrl-C.
 	stopped = true
 	tStop := time.Now()
