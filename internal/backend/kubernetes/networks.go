@@ -4,11 +4,15 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -38,29 +42,8 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 	for _, c := range d.cfg.ClusterNetworks {
 		add(c)
 	}
-	svc := &corev1.Service{}
-	if err := d.live.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc); err == nil {
-		for _, ip := range svc.Spec.ClusterIPs {
-			add(ip)
-		}
-	}
-	eps := &discoveryv1.EndpointSliceList{}
-	if err := d.live.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err == nil {
-		for _, s := range eps.Items {
-			for _, e := range s.Endpoints {
-				for _, a := range e.Addresses {
-					add(a)
-				}
-			}
-		}
-	}
-	cidrs := &networkingv1.ServiceCIDRList{}
-	if err := d.live.List(ctx, cidrs); err == nil {
-		for _, c := range cidrs.Items {
-			for _, s := range c.Spec.CIDRs {
-				add(s)
-			}
-		}
+	for _, c := range d.discoveredNetworks(ctx) {
+		add(c)
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -74,6 +57,78 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 		s[i] = p.String()
 	}
 	return s
+}
+
+// networksTTL is how long a cluster's discovered networks are reused. A
+// Create reads them twice (squid.conf and NetworkPolicy), so without it a
+// thousand creates sent six thousand requests (make bench-podproxy); they
+// change only when an administrator adds a ServiceCIDR or moves the API
+// server, and such a change reaches every proxy's squid.conf and
+// NetworkPolicy within the TTL.
+const networksTTL = 30 * time.Second
+
+// discovered are the discovered networks of each cluster, by the API
+// server's address, for every driver of the process.
+var discovered = struct {
+	mu sync.Mutex
+	m  map[string]discoveredNetworks
+}{m: map[string]discoveredNetworks{}}
+
+type discoveredNetworks struct {
+	at   time.Time
+	nets []string
+}
+
+// discoveredNetworks reads the kubernetes Service's cluster IPs, the API
+// server's endpoint addresses and the ServiceCIDRs, or reuses what was
+// read within networksTTL.
+func (d *Driver) discoveredNetworks(ctx context.Context) []string {
+	key := d.host
+	if key == "" {
+		key = d.provider
+	}
+	discovered.mu.Lock()
+	c, ok := discovered.m[key]
+	discovered.mu.Unlock()
+	if ok && time.Since(c.at) < networksTTL {
+		return c.nets
+	}
+	var nets []string
+	// Kept only when every read answered or was refused for good (no
+	// rights, an older cluster): a read that failed on the way must not
+	// leave a network out of the proxies created for the whole TTL.
+	keep := true
+	settled := func(err error) bool {
+		if err != nil && !kerrors.IsForbidden(err) && !kerrors.IsNotFound(err) && !apimeta.IsNoMatchError(err) {
+			keep = false
+		}
+		return err == nil
+	}
+	svc := &corev1.Service{}
+	if settled(d.live.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc)) {
+		nets = append(nets, svc.Spec.ClusterIPs...)
+	}
+	eps := &discoveryv1.EndpointSliceList{}
+	if settled(d.live.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})) {
+		for _, s := range eps.Items {
+			for _, e := range s.Endpoints {
+				nets = append(nets, e.Addresses...)
+			}
+		}
+	}
+	cidrs := &networkingv1.ServiceCIDRList{}
+	if settled(d.live.List(ctx, cidrs)) {
+		for _, c := range cidrs.Items {
+			nets = append(nets, c.Spec.CIDRs...)
+		}
+	}
+	if !keep {
+		return nets
+	}
+	discovered.mu.Lock()
+	discovered.m[key] = discoveredNetworks{at: time.Now(), nets: nets}
+	discovered.mu.Unlock()
+	return nets
 }
 
 // buildNetworkPolicy says below Squid what Squid denies, where the cluster
