@@ -86,6 +86,16 @@ func namespacedGCP(u *unstructured.Unstructured) map[string]any {
 	return gcp
 }
 
+// namespacedGCPWithEndpoint is the gcp block of a ClusterProviderConfig as
+// a namespace user would write it (a key Secret of its own namespace),
+// with an endpoint.
+func namespacedGCPWithEndpoint(u *unstructured.Unstructured, endpoint string) map[string]any {
+	gcp, _, _ := unstructured.NestedMap(u.Object, "spec", "gcp")
+	gcp["credentials"] = map[string]any{"source": "Secret", "secretRef": map[string]any{"name": "gcp-key", "key": "key.json"}}
+	gcp["endpoint"] = endpoint
+	return gcp
+}
+
 const (
 	nsProxy     = "proxy.m.egressproxy.io"
 	clProxy     = "proxy.egressproxy.io"
@@ -233,6 +243,11 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"ImageURLUserinfoTrick", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://mirror.example.com@169.254.169.254/img")}, []string{"spec.forProvider.image", "not loopback"}},
 		{"CatalogueImageURLMetadata", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.images.debian-12.url", "http://[fd00:ec2::254]/latest/")}, []string{"spec.kvm.images[debian-12].url", "not loopback"}},
 		{"GCPNetworkTagWithTheProvidersPrefix", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.networkTags", []any{"egress-proxy", "egressproxy-3bd1b4f9fcbd965ce7906b0f"})}, []string{"spec.gcp.networkTags[1]", "the provider's own"}},
+		// gcp.endpoint: the platform team's (cluster-scoped configs), HTTPS, nothing but a base URL.
+		{"NamespacedConfigGCPEndpoint", nsPC, []func(*unstructured.Unstructured){unset("spec.kubernetes"), set("spec.gcp", namespacedGCPWithEndpoint(find(t, examples, nsConfig, "ClusterProviderConfig", "gcp-prod"), "https://compute.example.com"))}, []string{"spec.gcp.endpoint", "not allowed on a namespaced ProviderConfig"}},
+		{"GCPEndpointNotHTTPS", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "http://compute.example.com")}, []string{"spec.gcp.endpoint", "must be an https:// URL"}},
+		{"GCPEndpointUserinfo", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://compute.googleapis.com@evil.example.com")}, []string{"spec.gcp.endpoint", "no user info"}},
+		{"GCPEndpointQuery", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://compute.example.com/?alt=x")}, []string{"spec.gcp.endpoint", "must be an https:// URL"}},
 		{"KubernetesNamespaceNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.namespace", "Egress_Proxies")}, []string{"spec.kubernetes.namespace", "should match"}},
 	}
 	for _, tc := range cases {
@@ -267,6 +282,8 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"NarrowClientsWithoutAuth", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "2001:db8::/32"})}},
 		{"OpenPrivateDestinations", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.20.0.0/16", "192.168.1.10/32", "fd12:3456::/32", "100.64.0.0/10"})}},
 		{"NamespacedConfigWithKubeconfigSecret", nsPC, nil},
+		{"GCPPrivateEndpoint", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://compute-myendpoint.p.googleapis.com")}},
+		{"GCPEndpointAddressAndPort", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://127.0.0.1:8443/")}},
 	}
 	for _, tc := range accepts {
 		t.Run("Accepts"+tc.name, func(t *testing.T) {

@@ -48,6 +48,13 @@ type NodeOptions struct {
 	// registry (their pull policy must not be Always).
 	Images []string
 
+	// RegistryCAs are registries (host:port) containerd pulls from over
+	// TLS with a CA of their own (PEM): each gets a hosts.toml in
+	// containerd's certs.d trusting it, as containerd's docs configure a
+	// private registry. For pods whose image is in a test's registry (the
+	// provider Crossplane's package manager installs).
+	RegistryCAs map[string][]byte
+
 	// ContainerdRoot is containerd's root folder (its images and their
 	// unpacked snapshots), kept from one node to the next so that an image
 	// imported before is not unpacked again: importing the Squid image
@@ -104,6 +111,7 @@ type Node struct {
 	holdLock bool
 	// containerdRoot is NodeOptions.ContainerdRoot or its default.
 	containerdRoot string
+	registryCAs    map[string][]byte
 	procs          []*nodeProc
 	sysctls        map[string]string
 	netnsPre       map[string]bool
@@ -217,6 +225,7 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 	n.Gateway = pfx.Addr().Next()
 	n.ContainerdSocket = filepath.Join(n.Dir, "containerd", "containerd.sock")
 	n.containerdRoot = o.ContainerdRoot
+	n.registryCAs = o.RegistryCAs
 	if n.containerdRoot == "" {
 		if n.containerdRoot, err = defaultContainerdRoot(); err != nil {
 			return nil, err
@@ -371,6 +380,19 @@ state = %[2]q
 	confPath := filepath.Join(d, "config.toml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return err
+	}
+	for host, ca := range n.registryCAs {
+		hd := filepath.Join(d, "certs.d", host)
+		if err := os.MkdirAll(hd, 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(hd, "ca.pem"), ca, 0o600); err != nil {
+			return err
+		}
+		hosts := fmt.Sprintf("server = %[1]q\n\n[host.%[1]q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %[2]q\n", "https://"+host, filepath.Join(hd, "ca.pem"))
+		if err := os.WriteFile(filepath.Join(hd, "hosts.toml"), []byte(hosts), 0o600); err != nil {
+			return err
+		}
 	}
 	// The pod network: the bridge made above, addresses from host-local
 	// (.2 to .200), no masquerade: pods reach the bridge, and through

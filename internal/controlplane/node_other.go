@@ -13,8 +13,9 @@ import (
 
 // NodeOptions configures the node Start runs with Options.Node (Linux only).
 type NodeOptions struct {
-	BinDir string
-	Images []string
+	BinDir      string
+	Images      []string
+	RegistryCAs map[string][]byte
 }
 
 // Node is the node of a control plane (Linux only).

@@ -34,8 +34,8 @@ import (
 // revisions), where no node runs them: for each pod it pulls the pod's
 // image from the registry (the one embedded in the package), takes the
 // entrypoint binary out of it, and runs it as a process with the
-// container's args and env (field references resolved, Secret volumes
-// written to a folder that replaces the mount path in env values) and a
+// container's args and env (field references resolved, Secret and
+// ConfigMap volumes written to a folder that replaces the mount path in env values) and a
 // kubeconfig holding a TokenRequest token of the pod's ServiceAccount:
 // exactly the identity and arguments Crossplane gave it. The only
 // additions are the listen addresses (pods share this machine's network
@@ -294,25 +294,44 @@ func (r *ProcessRuntime) start(ctx context.Context, p *corev1.Pod) (*podProc, er
 			return nil, err
 		}
 		for _, v := range p.Spec.Volumes {
-			if v.Name != vm.Name || v.Secret == nil {
+			if v.Name != vm.Name {
 				continue
 			}
-			// Crossplane creates the TLS Secrets shortly after the pod.
-			s := &corev1.Secret{}
-			if err := r.Kube.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.Secret.SecretName}, s); err != nil {
-				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			var data map[string][]byte
+			var items []corev1.KeyToPath
+			var what string
+			switch {
+			case v.Secret != nil:
+				// Crossplane creates the TLS Secrets shortly after the pod.
+				s := &corev1.Secret{}
+				if err := r.Kube.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.Secret.SecretName}, s); err != nil {
+					return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+				}
+				data, items, what = s.Data, v.Secret.Items, "Secret "+s.Name
+			case v.ConfigMap != nil:
+				// A DeploymentRuntimeConfig's volume, such as a CA bundle.
+				cm := &corev1.ConfigMap{}
+				if err := r.Kube.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.ConfigMap.Name}, cm); err != nil {
+					return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+				}
+				data = map[string][]byte{}
+				for k, x := range cm.Data {
+					data[k] = []byte(x)
+				}
+				items, what = v.ConfigMap.Items, "ConfigMap "+cm.Name
+			default:
+				continue
 			}
-			items := v.Secret.Items
 			if len(items) == 0 {
-				for k := range s.Data {
+				for k := range data {
 					items = append(items, corev1.KeyToPath{Key: k, Path: k})
 				}
 			}
 			for _, it := range items {
-				if len(s.Data[it.Key]) == 0 {
-					return nil, fmt.Errorf("volume %s: Secret %s has no %s yet", v.Name, s.Name, it.Key)
+				if len(data[it.Key]) == 0 {
+					return nil, fmt.Errorf("volume %s: %s has no %s yet", v.Name, what, it.Key)
 				}
-				if err := os.WriteFile(filepath.Join(local, it.Path), s.Data[it.Key], 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(local, it.Path), data[it.Key], 0o600); err != nil {
 					return nil, err
 				}
 			}

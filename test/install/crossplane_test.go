@@ -3,11 +3,14 @@ package install_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,54 +168,182 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 	}
 }
 
-// deleteProvider deletes the Provider while proxies exist: the provider's
-// runtime goes; what happens to the CRDs, the proxy objects and their
-// instances is logged (it races: see docs/install.md, Uninstall).
-func deleteProvider(t *testing.T, kube client.Client) {
+// proxyAndInstances is a proxy object and how many backend instances it
+// has (for the deletion's invariant).
+type proxyAndInstances struct {
+	apiVersion, kind, ns, name string
+	uid                        types.UID
+	instances                  func() int
+}
+
+// goneOrNew: the object is gone, or is another of the same name (a
+// composite makes its composed proxies again once their CRD is back).
+func (p proxyAndInstances) goneOrNew(err error, o *unstructured.Unstructured) bool {
+	return (err != nil && (kerrors.IsNotFound(err) || meta.IsNoMatchError(err))) || (err == nil && o.GetUID() != p.uid)
+}
+
+// proxiesOf lists the objects of each kind (apiVersion -> kinds), with
+// instances(kind, object) as their instance count.
+func proxiesOf(t *testing.T, kube client.Client, kinds map[string][]string, instances func(kind string, o *unstructured.Unstructured) func() int) []proxyAndInstances {
+	t.Helper()
+	var out []proxyAndInstances
+	for av, ks := range kinds {
+		for _, k := range ks {
+			l := &unstructured.UnstructuredList{}
+			l.SetAPIVersion(av)
+			l.SetKind(k + "List")
+			if err := kube.List(context.Background(), l); err != nil {
+				t.Fatalf("listing %s: %v", k, err)
+			}
+			for i := range l.Items {
+				o := &l.Items[i]
+				out = append(out, proxyAndInstances{apiVersion: av, kind: k, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), instances: instances(k, o)})
+			}
+		}
+	}
+	return out
+}
+
+// deleteProvider deletes the Provider while proxies exist. Which proxies
+// the provider still deletes before it stops races (docs/install.md,
+// Uninstall); what is asserted is what holds either way: the provider's
+// runtime goes, its CRDs go or are held in deletion by the proxies'
+// finalizers, and every proxy is either gone with its instances, or still
+// there, being deleted, holding its finalizer, with its instances: never an
+// object gone while its instance runs on unseen.
+func deleteProvider(t *testing.T, kube client.Client, running func() []string, proxies []proxyAndInstances) {
 	ctx := context.Background()
+	var revs []string
+	for _, r := range revisions(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj) {
+		revs = append(revs, r.GetName())
+	}
 	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	if err := kube.Delete(ctx, prov); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, "the provider's Deployments to go", 2*time.Minute, func() (bool, string) {
+	// The revisions' Deployments (named after them) and processes; the
+	// Provider may be back by then (see reinstallFinishes) with new ones.
+	ofRevs := func(name string) bool {
+		return slices.ContainsFunc(revs, func(r string) bool { return strings.HasPrefix(name, r) })
+	}
+	testenv.WaitFor(t, "the provider's Deployments and its process to go", 2*time.Minute, func() (bool, string) {
 		l := &unstructured.UnstructuredList{}
 		l.SetAPIVersion("apps/v1")
 		l.SetKind("DeploymentList")
-		if err := kube.List(ctx, l, client.InNamespace(crossplaneNS), client.HasLabels{"pkg.crossplane.io/provider"}); err != nil {
+		if err := kube.List(ctx, l, client.InNamespace(crossplaneNS)); err != nil {
 			return false, err.Error()
 		}
 		var names []string
 		for _, d := range l.Items {
-			names = append(names, d.GetName())
+			if ofRevs(d.GetName()) {
+				names = append(names, d.GetName())
+			}
 		}
-		return len(names) == 0, strings.Join(names, ",")
+		var procs []string
+		for _, p := range running() {
+			if ofRevs(p) {
+				procs = append(procs, p)
+			}
+		}
+		return len(names) == 0 && len(procs) == 0, fmt.Sprintf("Deployments %v, processes %v of revisions %v", names, procs, revs)
 	})
-	// Give the garbage collector a moment to act on what the revisions
-	// owned, then look.
-	time.Sleep(5 * time.Second)
-	l := &unstructured.UnstructuredList{}
-	l.SetAPIVersion("apps/v1")
-	l.SetKind("DeploymentList")
-	if err := kube.List(ctx, l, client.InNamespace(proxyNS)); err != nil {
-		t.Fatal(err)
+	// The CRDs are the revisions': the garbage collector deletes them.
+	crds := map[string]bool{}
+	for _, p := range proxies {
+		group, _, _ := strings.Cut(p.apiVersion, "/")
+		crds[strings.ToLower(strings.TrimSuffix(p.kind, "y"))+"ies."+group] = true
 	}
-	// What follows is a race (docs/install.md, Uninstall): logged, not
-	// asserted.
-	for _, crd := range []string{"podproxies.proxy.m.egressproxy.io", "proxmoxproxies.proxy.m.egressproxy.io"} {
-		o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
-		err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
-		state := "present"
+	for crd := range crds {
+		testenv.WaitFor(t, "CRD "+crd+" to be deleted", 2*time.Minute, func() (bool, string) {
+			o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
+			switch {
+			case kerrors.IsNotFound(err):
+				return true, "gone"
+			case err != nil:
+				return false, err.Error()
+			}
+			return o.GetDeletionTimestamp() != nil, "present, not being deleted"
+		})
+	}
+	// Deleting a CRD deletes its objects: each gets its deletionTimestamp
+	// (the API server's CRD finalizer works through them), and, with no
+	// provider left to run its finalizer, stays.
+	held := 0
+	for _, p := range proxies {
+		o := u(p.apiVersion, p.kind, p.ns, p.name)
+		var gone bool
+		testenv.WaitFor(t, fmt.Sprintf("%s %s to be gone or being deleted", p.kind, p.name), 2*time.Minute, func() (bool, string) {
+			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
+			switch {
+			case p.goneOrNew(err, o):
+				gone = true
+				return true, "gone"
+			case err != nil:
+				return false, err.Error()
+			}
+			return o.GetDeletionTimestamp() != nil, fmt.Sprintf("deletionTimestamp %v", o.GetDeletionTimestamp())
+		})
+		n := p.instances()
 		switch {
-		case err != nil:
-			state = err.Error()
-		case o.GetDeletionTimestamp() != nil:
-			state = "being deleted (held by the proxies' finalizers)"
+		case gone && n != 0:
+			t.Errorf("%s %s is gone but %d of its instances remain", p.kind, p.name, n)
+		case gone:
+			t.Logf("after deleting the Provider: %s %s and its instances gone", p.kind, p.name)
+		case len(o.GetFinalizers()) == 0:
+			t.Errorf("%s %s remains, being deleted, without a finalizer: %v", p.kind, p.name, o.GetFinalizers())
+		default:
+			held++
+			t.Logf("after deleting the Provider: %s %s held in deletion by its finalizer, %d instance(s) left", p.kind, p.name, n)
 		}
-		t.Logf("after deleting the Provider: CRD %s %s", crd, state)
 	}
-	pp := &unstructured.UnstructuredList{}
-	pp.SetAPIVersion("proxy.m.egressproxy.io/v1alpha1")
-	pp.SetKind("PodProxyList")
-	err := kube.List(ctx, pp)
-	t.Logf("after deleting the Provider: %d PodProxies (%v), %d Squid Deployments", len(pp.Items), err, len(l.Items))
+	t.Logf("after deleting the Provider: %d of %d proxies held in deletion with their instances", held, len(proxies))
+}
+
+// reinstalled: the Configuration still depends on the provider, so
+// Crossplane's dependency resolver installs it again by itself (same name,
+// the newest version the constraint admits, the default runtime config,
+// so no PodProxy grant): asserted. Whether that provider then gets to run
+// and finish the deletions races too (its revision must establish the CRDs
+// the garbage collector is deleting): logged, with what the revision says
+// (docs/install.md, Deleting the Provider while proxies exist).
+func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) {
+	ctx := context.Background()
+	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	testenv.WaitFor(t, "Crossplane's dependency resolver to install the Configuration's provider again", 3*time.Minute, func() (bool, string) {
+		err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov)
+		return err == nil && prov.GetDeletionTimestamp() == nil, fmt.Sprint(err)
+	})
+	pkg, _, _ := unstructured.NestedString(prov.Object, "spec", "package")
+	rc, _, _ := unstructured.NestedString(prov.Object, "spec", "runtimeConfigRef", "name")
+	t.Logf("the dependency resolver installed Provider %s again: package %s, runtimeConfigRef %q", providerObj, pkg, rc)
+	testenv.WaitFor(t, "the Provider to name the runtime config with the grant", time.Minute, func() (bool, string) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
+			return false, err.Error()
+		}
+		_ = unstructured.SetNestedField(prov.Object, "provider-egressproxy", "spec", "runtimeConfigRef", "name")
+		err := kube.Update(ctx, prov)
+		return err == nil, fmt.Sprint(err)
+	})
+	// Observed, not asserted: up to a minute for the deletions to finish.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := 0
+		for _, p := range proxies {
+			o := u(p.apiVersion, p.kind, p.ns, p.name)
+			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
+			if !p.goneOrNew(err, o) || p.instances() != 0 {
+				left++
+			}
+		}
+		if left == 0 || time.Now().After(deadline) {
+			var revs []string
+			for _, r := range revisions(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj) {
+				revs = append(revs, r.GetName()+": "+allConditions(r))
+			}
+			t.Logf("after installing the provider again: %d of %d proxies still held; revisions: %s", left, len(proxies), strings.Join(revs, " | "))
+			return
+		}
+		time.Sleep(2 * time.Second)
+	}
 }

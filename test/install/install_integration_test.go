@@ -6,9 +6,13 @@
 // manager) on a real control plane, and run under exactly the identity
 // Crossplane gives the provider (see runtimePods). It then checks what a
 // user would: the revisions Healthy, only the activated kinds present,
-// PodProxy under Crossplane's RBAC without and with the shipped grant,
-// ProxmoxProxy against its fake, an EgressProxy through the installed
-// Configuration, and an upgrade from v0.2.0 to v0.2.1.
+// PodProxy under Crossplane's RBAC without and with the shipped grant
+// (a ProxmoxProxy against its fake Ready before the grant), a GCPProxy
+// against the Compute Engine fake through gcp.endpoint, an EgressProxy and
+// a legacy EgressProxyClaim through the installed Configuration, a
+// Configuration whose dependency is missing, an upgrade from v0.2.0 to
+// v0.2.1, and the Provider's deletion with proxies present.
+// TestProviderPodIntegration runs the installed provider as a real pod.
 package install_test
 
 import (
@@ -35,6 +39,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -55,6 +60,7 @@ const (
 	functionName = "function-egressproxy"
 	configName   = "configuration-egressproxy"
 	proxyNS      = "egress-proxies"
+	gcpProject   = "egressproxy-install"
 )
 
 // script runs a hack/ script and returns the last line it printed.
@@ -289,8 +295,9 @@ func TestInstallIntegration(t *testing.T) {
 	go func() { _ = kl.Run(podsCtx); close(klDone) }()
 	t.Cleanup(func() { stopPods(); <-klDone; kl.Stop() })
 
-	// Safe start: only PodProxy and ProxmoxProxy (namespaced) and the
-	// legacy PodProxy are activated; KVMProxy and GCPProxy stay inactive.
+	// Safe start: only PodProxy, ProxmoxProxy and GCPProxy (namespaced)
+	// and the legacy PodProxy (for claims) are activated; KVMProxy stays
+	// inactive.
 	applyYAML(t, kube, `
 apiVersion: apiextensions.crossplane.io/v1alpha1
 kind: ManagedResourceActivationPolicy
@@ -300,6 +307,7 @@ spec:
   activate:
     - podproxies.proxy.m.egressproxy.io
     - proxmoxproxies.proxy.m.egressproxy.io
+    - gcpproxies.proxy.m.egressproxy.io
     - podproxies.proxy.egressproxy.io
 `)
 
@@ -364,8 +372,9 @@ spec:
 		for crd, want := range map[string]bool{
 			"podproxies.proxy.m.egressproxy.io":     true,
 			"proxmoxproxies.proxy.m.egressproxy.io": true,
+			"gcpproxies.proxy.m.egressproxy.io":     true,
 			"kvmproxies.proxy.m.egressproxy.io":     false,
-			"gcpproxies.proxy.m.egressproxy.io":     false,
+			"gcpproxies.proxy.egressproxy.io":       false,
 		} {
 			o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
@@ -415,27 +424,9 @@ spec:
 	_, m := condition(pp, "Synced")
 	t.Logf("without the grant, the PodProxy says: %s", m)
 
-	// The documented grant: ClusterRole, DeploymentRuntimeConfig,
-	// ClusterRoleBinding, and the Provider naming the runtime config.
-	b, err := os.ReadFile(filepath.Join(root, "cluster", "rbac", "podproxy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tGrant := time.Now()
-	applyYAML(t, kube, string(b))
-	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
-	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
-		t.Fatal(err)
-	}
-	_ = unstructured.SetNestedField(prov.Object, "provider-egressproxy", "spec", "runtimeConfigRef", "name")
-	if err := kube.Update(ctx, prov); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, kube, pp, "Ready", 3*time.Minute)
-	t.Logf("FIGURE install to first PodProxy Ready: %.1fs (including the wait without the grant; grant to PodProxy Ready %.1fs)",
-		time.Since(tInstall).Seconds(), time.Since(tGrant).Seconds())
-
-	// ProxmoxProxy against the fake Proxmox VE.
+	// Every other kind works before the grant: a ProxmoxProxy against the
+	// fake Proxmox VE becomes Ready while the PodProxy still says what it
+	// misses.
 	fake := pvetest.New(t, pvetest.Options{Listen: true})
 	if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: crossplaneNS},
 		Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}}); err != nil {
@@ -476,6 +467,49 @@ spec:
 `)
 	pve := u("proxy.m.egressproxy.io/v1alpha1", "ProxmoxProxy", "team-a", "egress-pve")
 	waitCondition(t, kube, pve, "Ready", 3*time.Minute)
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(pp), pp); err != nil {
+		t.Fatal(err)
+	}
+	if st, msg := condition(pp, "Synced"); st != "False" || !strings.Contains(msg, "may not list pods") {
+		t.Errorf("with the ProxmoxProxy Ready and no grant yet, the PodProxy is Synced %s %q; want False naming the missing permission", st, msg)
+	}
+	if st, _ := condition(pp, "Ready"); st == "True" {
+		t.Error("the PodProxy is Ready without the grant")
+	}
+
+	// The documented grant: ClusterRole, DeploymentRuntimeConfig,
+	// ClusterRoleBinding, and the Provider naming the runtime config.
+	b, err := os.ReadFile(filepath.Join(root, "cluster", "rbac", "podproxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tGrant := time.Now()
+	applyYAML(t, kube, string(b))
+	// The GCP fake's CA, trusted the way docs/install.md says for a
+	// private endpoint behind a CA of your own: a ConfigMap mounted by the
+	// DeploymentRuntimeConfig, SSL_CERT_DIR naming its folder.
+	gfake := gcptest.NewTLS(t, gcpProject)
+	gfake.AutoComplete(300 * time.Millisecond)
+	gfake.RequireAuth()
+	trustCA(t, kube, gfake.CAPEM)
+	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(prov.Object, "provider-egressproxy", "spec", "runtimeConfigRef", "name")
+	if err := kube.Update(ctx, prov); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, kube, pp, "Ready", 3*time.Minute)
+	t.Logf("FIGURE install to first PodProxy Ready: %.1fs (including the wait without the grant; grant to PodProxy Ready %.1fs)",
+		time.Since(tInstall).Seconds(), time.Since(tGrant).Seconds())
+
+	// GCPProxy against the Compute Engine fake, through gcp.endpoint, with
+	// a real service-account key: the provider gets its token from the
+	// key's token_uri and every Compute call carries it.
+	t.Run("GCPProxyThroughTheEndpoint", func(t *testing.T) {
+		gcpReady(t, kube, gfake)
+	})
 
 	// Function and Configuration; an EgressProxy gets its URL Secret.
 	cli(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionName)
@@ -484,6 +518,12 @@ spec:
 	waitCondition(t, kube, u("pkg.crossplane.io/v1", "Function", "", functionName), "Healthy", 5*time.Minute)
 	t.Run("EgressProxyThroughTheConfiguration", func(t *testing.T) {
 		claimReady(t, kube)
+	})
+	t.Run("LegacyEgressProxyClaim", func(t *testing.T) {
+		legacyClaimReady(t, kube)
+	})
+	t.Run("ConfigurationWithAMissingDependency", func(t *testing.T) {
+		missingDependency(t, kube, cliBin, trust, kenv, repo, filepath.Join(dir, "broken"))
 	})
 
 	t.Run("Activation", func(t *testing.T) {
@@ -502,7 +542,48 @@ spec:
 	}
 
 	t.Run("DeleteProviderWithProxies", func(t *testing.T) {
-		deleteProvider(t, kube)
+		gcpInstances := func() int {
+			n := 0
+			for _, x := range gfake.Names() {
+				if strings.HasPrefix(x, "instance ") {
+					n++
+				}
+			}
+			return n
+		}
+		proxies := proxiesOf(t, kube, map[string][]string{
+			// Not the KVMProxy of Activation: its ClusterProviderConfig does
+			// not exist, so no provider can ever finish deleting it.
+			"proxy.m.egressproxy.io/v1alpha1": {"PodProxy", "ProxmoxProxy", "GCPProxy"},
+			"proxy.egressproxy.io/v1alpha1":   {"PodProxy"},
+		}, func(kind string, o *unstructured.Unstructured) func() int {
+			switch kind {
+			case "PodProxy":
+				uid := string(o.GetUID())
+				return func() int {
+					l := &unstructured.UnstructuredList{}
+					l.SetAPIVersion("apps/v1")
+					l.SetKind("DeploymentList")
+					_ = kube.List(ctx, l, client.InNamespace(proxyNS), client.MatchingLabels{"egressproxy.io/uid": uid})
+					return len(l.Items)
+				}
+			case "ProxmoxProxy":
+				return func() int {
+					n := 0
+					for _, vm := range fake.VMs() {
+						if !vm.Template() {
+							n++
+						}
+					}
+					return n
+				}
+			case "GCPProxy":
+				return gcpInstances
+			}
+			return func() int { return 0 }
+		})
+		deleteProvider(t, kube, pods.Running, proxies)
+		reinstalled(t, kube, proxies)
 	})
 }
 

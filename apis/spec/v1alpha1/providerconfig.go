@@ -373,6 +373,20 @@ type GCPConfig struct {
 	Project string `json:"project"`
 	// Credentials for the Compute Engine API.
 	Credentials GCPCredentials `json:"credentials"`
+	// Endpoint is the base URL of the Compute Engine API, for a private
+	// or restricted endpoint (a Private Service Connect endpoint such as
+	// https://compute-myendpoint.p.googleapis.com) and for tests against
+	// a fake; default https://compute.googleapis.com. HTTPS only, no user
+	// info, query or fragment. Only the Compute Engine calls go there: the
+	// key's token_uri and the IAM Credentials API (impersonation) are not
+	// redirected. Allowed on cluster-scoped configs only (the platform
+	// team's): the provider sends the config's access tokens to it and
+	// reports its answers, so a namespaced ProviderConfig may not set it
+	// (docs/security.md).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != '' && !self.contains('@') && !self.contains('?') && !self.contains('#') && !self.contains(' ')",message="must be an https:// URL: a host, an optional port and path, no user info, query or fragment (for example https://compute-myendpoint.p.googleapis.com)"
+	Endpoint string `json:"endpoint,omitempty"`
 	// Network is the VPC network.
 	// +optional
 	// +kubebuilder:default=default

@@ -149,7 +149,7 @@ type Connector struct {
 	// ClientOptions default to ProductionClientOptions.
 	ClientOptions ClientOptions
 	// Endpoint, when set, is passed to the clients (option.WithEndpoint)
-	// and reported by Check.
+	// and reported by Check; a Config's own Endpoint overrides it.
 	Endpoint string
 	// Defaults are the driver options applied to every driver built (Probe, UserData,
 	// FailedOperationHold, Log, Now); Provider, Config and API are set by
@@ -188,7 +188,13 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 	if opts == nil {
 		opts = ProductionClientOptions
 	}
-	key := poolKey(cfg.Project, c.Endpoint, creds)
+	endpoint := c.Endpoint
+	if cfg.Endpoint != "" {
+		endpoint = cfg.Endpoint
+	}
+	// The endpoint is part of the key: clients built for one endpoint
+	// never serve a config that names another.
+	key := poolKey(cfg.Project, endpoint, creds)
 	now := time.Now()
 
 	c.mu.Lock()
@@ -202,8 +208,8 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 		if err != nil {
 			return nil, proxy.WithContext(err, provider, "connect")
 		}
-		if c.Endpoint != "" {
-			co = append(co, option.WithEndpoint(c.Endpoint))
+		if endpoint != "" {
+			co = append(co, option.WithEndpoint(endpoint))
 		}
 		api, err := NewSDK(ctx, cfg.Project, co...)
 		if err != nil {
@@ -226,8 +232,8 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 	if o.Prober == nil {
 		o.Prober = &c.prober
 	}
-	if c.Endpoint != "" && o.Endpoint == "" {
-		o.Endpoint = c.Endpoint
+	if endpoint != "" && o.Endpoint == "" {
+		o.Endpoint = endpoint
 	}
 	return New(o), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"google.golang.org/api/option"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
@@ -191,5 +193,47 @@ func TestConnectorPoolsAndClosesClients(t *testing.T) {
 	}
 	if _, err := d.Get(ctx, proxy.Ref{Name: "pt-pool", Placement: proxy.Placement{Location: testZone}}); !proxy.IsNotFound(err) {
 		t.Errorf("Get on the pooled clients = %v", err)
+	}
+}
+
+// TestConfigEndpoint: a config's own endpoint (gcp.endpoint) is where its
+// clients go, over TLS from a CA the client trusts, and clients are pooled
+// per endpoint: the same key for another endpoint never reuses them.
+func TestConfigEndpoint(t *testing.T) {
+	a, b := gcptest.NewTLS(t, testProject), gcptest.NewTLS(t, testProject)
+	pool := x509.NewCertPool()
+	for _, s := range []*gcptest.Server{a, b} {
+		if !pool.AppendCertsFromPEM(s.CAPEM) {
+			t.Fatal("the fake's CAPEM holds no certificate")
+		}
+	}
+	trusting := func(context.Context, gcp.Credentials) ([]option.ClientOption, error) {
+		return []option.ClientOption{option.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}})}, nil
+	}
+	conn := &gcp.Connector{ClientOptions: trusting}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := context.Background()
+	creds := gcp.Credentials{Key: []byte(`{"type":"service_account"}`)}
+	for _, s := range []*gcptest.Server{a, b} {
+		cfg := testConfig()
+		cfg.Endpoint = s.URL
+		d, err := conn.Driver(ctx, testProvider, cfg, creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Get(ctx, proxy.Ref{Name: "pt-endpoint", Placement: proxy.Placement{Location: testZone}}); !proxy.IsNotFound(err) {
+			t.Fatalf("Get through %s = %v, want NotFound from the fake", s.URL, err)
+		}
+		if h := d.Check(ctx); len(h.Targets) != 1 || h.Targets[0].Address != s.URL {
+			t.Errorf("Check reports %+v, want the target's address %s", h.Targets, s.URL)
+		}
+	}
+	if n := conn.Open(); n != 2 {
+		t.Errorf("%d client sets for one key and two endpoints; want 2", n)
+	}
+	for name, s := range map[string]*gcptest.Server{"a": a, "b": b} {
+		if len(s.Requests()) == 0 {
+			t.Errorf("fake %s got no request: its config's endpoint was not used", name)
+		}
 	}
 }

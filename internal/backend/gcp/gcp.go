@@ -72,6 +72,9 @@ type Config struct {
 	MachineTypes map[string]string
 	// Zones, when set, are the zones whose regions Check reports quota for.
 	Zones []string
+	// Endpoint, when set, is the Compute Engine API's base URL (a private
+	// endpoint, a fake); it overrides the Connector's.
+	Endpoint string
 }
 
 func (c Config) withDefaults() Config {

@@ -38,6 +38,26 @@ func TestNamespacedConfigNeverUsesTheProvidersIdentity(t *testing.T) {
 	}
 }
 
+// TestNamespacedConfigNeverSetsTheGCPEndpoint: a namespace user's config
+// that points the Compute Engine client elsewhere (past admission) would
+// make the provider send its tokens to, and report the answers of, any
+// HTTPS server the user names, from inside the cluster.
+func TestNamespacedConfigNeverSetsTheGCPEndpoint(t *testing.T) {
+	r := ConfigReader{}
+	s := spec.ProviderConfigSpec{GCP: &spec.GCPConfig{Project: "p", Endpoint: "https://kubernetes.default.svc",
+		Credentials: spec.GCPCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Key: "k"}}}}
+	pc := &namespacedv1alpha1.ProviderConfig{Spec: namespacedv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: s}}
+	pc.Namespace, pc.Name = "team-a", "mine"
+	err := r.Of(pc).CheckTenancy()
+	if err == nil || !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "ProviderConfig team-a/mine: gcp.endpoint is not allowed on a namespaced ProviderConfig") {
+		t.Errorf("CheckTenancy() = %v, want a Permanent error naming gcp.endpoint", err)
+	}
+	cpc := &namespacedv1alpha1.ClusterProviderConfig{Spec: namespacedv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: s}}
+	if err := r.Of(cpc).CheckTenancy(); err != nil {
+		t.Errorf("ClusterProviderConfig: CheckTenancy() = %v, want nil", err)
+	}
+}
+
 func TestConfigAllows(t *testing.T) {
 	const secretCloudInit = "#cloud-config\nSENTINEL-cloudinit-secret: 1\n"
 	kvm := func(urls bool, userCI *bool) *Config {

@@ -3,6 +3,8 @@ package gcp
 
 import (
 	"context"
+	"net/url"
+	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -47,6 +49,9 @@ func Connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Co
 		if g == nil {
 			return nil, errors.Errorf("%s has no gcp block", cfg.Name)
 		}
+		if err := checkEndpoint(g.Endpoint); err != nil {
+			return nil, err
+		}
 		var creds gcpbackend.Credentials
 		switch g.Credentials.Source {
 		case xpv2.CredentialsSourceInjectedIdentity:
@@ -68,6 +73,7 @@ func Connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Co
 			NetworkTags:  g.NetworkTags,
 			DiskSizeGB:   g.DiskSizeGB,
 			Zones:        g.Zones,
+			Endpoint:     g.Endpoint,
 			Images:       map[string]string{},
 			MachineTypes: map[string]string{},
 		}
@@ -83,6 +89,20 @@ func Connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Co
 		}
 		return d, nil
 	}
+}
+
+// checkEndpoint is admission's rule for spec.gcp.endpoint again, for a
+// config written past it: the access tokens go there, so never in clear
+// text and never to a URL whose user info or query could hide the host.
+func checkEndpoint(e string) error {
+	if e == "" {
+		return nil
+	}
+	u, err := url.Parse(e)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(e, "?# ") {
+		return proxy.Permanentf("spec.gcp.endpoint must be an https:// URL: a host, an optional port and path, no user info, query or fragment (for example https://compute-myendpoint.p.googleapis.com)")
+	}
+	return nil
 }
 
 func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Request) error {

@@ -29,6 +29,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -55,6 +56,8 @@ type Server struct {
 	// URL is the endpoint to hand option.WithEndpoint.
 	URL     string
 	Project string
+	// CAPEM is the certificate to trust for URL, PEM (NewTLS only).
+	CAPEM []byte
 
 	srv *httptest.Server
 
@@ -149,8 +152,20 @@ type opFailure struct {
 	httpMsg    string
 }
 
-// New starts a fake for project; it stops with the test.
+// New starts a fake for project on plain HTTP; it stops with the test.
 func New(t interface{ Cleanup(func()) }, project string) *Server {
+	return start(t, project, false)
+}
+
+// NewTLS starts a fake for project on HTTPS (a certificate for 127.0.0.1
+// and ::1, issued by the CA in CAPEM), for clients that take only an
+// https endpoint: the provider's gcp.endpoint. Keys from ServiceAccountKey
+// then name its https token endpoint.
+func NewTLS(t interface{ Cleanup(func()) }, project string) *Server {
+	return start(t, project, true)
+}
+
+func start(t interface{ Cleanup(func()) }, project string, tls bool) *Server {
 	s := &Server{
 		Project:   project,
 		instances: map[string]*instance{},
@@ -168,7 +183,12 @@ func New(t interface{ Cleanup(func()) }, project string) *Server {
 		s.violations = append(s.violations, err.Error())
 	}
 	s.discovery = d
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	if tls {
+		s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+		s.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
+	} else {
+		s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	}
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
 	if e, ok := t.(interface{ Errorf(string, ...any) }); ok {
