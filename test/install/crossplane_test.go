@@ -303,10 +303,11 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 // reinstalled: the Configuration still depends on the provider, so
 // Crossplane's dependency resolver installs it again by itself (same name,
 // the newest version the constraint admits, the default runtime config,
-// so no PodProxy grant): asserted. Whether that provider then gets to run
-// and finish the deletions races too (its revision must establish the CRDs
-// the garbage collector is deleting): logged, with what the revision says
-// (docs/install.md, Deleting the Provider while proxies exist).
+// so no PodProxy grant). Its CRDs being deleted are still served, and the
+// provider runs their controllers (internal/crdgate), so once the Provider
+// names the runtime config with the grant again it finishes the deletions:
+// every proxy ends gone with its instances, then Crossplane makes the CRDs
+// again (and the composites their composed proxies, as new objects).
 func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) {
 	ctx := context.Background()
 	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
@@ -325,25 +326,25 @@ func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) 
 		err := kube.Update(ctx, prov)
 		return err == nil, fmt.Sprint(err)
 	})
-	// Observed, not asserted: up to a minute for the deletions to finish.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		left := 0
-		for _, p := range proxies {
-			o := u(p.apiVersion, p.kind, p.ns, p.name)
+	t0 := time.Now()
+	for _, p := range proxies {
+		o := u(p.apiVersion, p.kind, p.ns, p.name)
+		testenv.WaitFor(t, fmt.Sprintf("%s %s and its instances to be gone", p.kind, p.name), 3*time.Minute, func() (bool, string) {
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
-			if !p.goneOrNew(err, o) || p.instances() != 0 {
-				left++
-			}
-		}
-		if left == 0 || time.Now().After(deadline) {
+			n := p.instances()
 			var revs []string
 			for _, r := range revisions(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj) {
 				revs = append(revs, r.GetName()+": "+allConditions(r))
 			}
-			t.Logf("after installing the provider again: %d of %d proxies still held; revisions: %s", left, len(proxies), strings.Join(revs, " | "))
-			return
-		}
-		time.Sleep(2 * time.Second)
+			return p.goneOrNew(err, o) && n == 0, fmt.Sprintf("object: %v, finalizers %v; %d instance(s); revisions: %s", err, o.GetFinalizers(), n, strings.Join(revs, " | "))
+		})
+	}
+	t.Logf("the provider installed again finished the %d deletions in %.1fs", len(proxies), time.Since(t0).Seconds())
+	for _, crd := range []string{"podproxies.proxy.m.egressproxy.io", "proxmoxproxies.proxy.m.egressproxy.io", "gcpproxies.proxy.m.egressproxy.io"} {
+		o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+		testenv.WaitFor(t, "CRD "+crd+" to be made again", 2*time.Minute, func() (bool, string) {
+			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
+			return err == nil && o.GetDeletionTimestamp() == nil, fmt.Sprintf("%v deletionTimestamp %v", err, o.GetDeletionTimestamp())
+		})
 	}
 }

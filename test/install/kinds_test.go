@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
@@ -62,8 +63,8 @@ func trustCA(t *testing.T, kube client.Client, caPEM []byte) {
 // real service-account key: the provider signs a JWT with it, trades it at
 // the key's token_uri for an access token, and the fake refuses Compute
 // calls without one (RequireAuth). Ready needs the instance's address to
-// answer on the proxy port: the test listens there, as Squid on the VM
-// would.
+// answer the provider's probe on the proxy port as its Squid: the test
+// answers there, as Squid on the VM would.
 func gcpReady(t *testing.T, kube client.Client, fake *gcptest.Server) {
 	ctx := context.Background()
 	const sa = "egressproxy@" + gcpProject + ".iam.gserviceaccount.com"
@@ -103,7 +104,7 @@ spec:
       allowedClientCIDRs: ["10.0.0.0/8"]
 `)
 	g := u("proxy.m.egressproxy.io/v1alpha1", "GCPProxy", "team-a", "egress-gcp")
-	var ip string
+	var ip, identity string
 	testenv.WaitFor(t, "the GCPProxy's instance in the Compute Engine fake", 3*time.Minute, func() (bool, string) {
 		for _, n := range fake.Names() {
 			zn, ok := strings.CutPrefix(n, "instance ")
@@ -121,25 +122,28 @@ spec:
 					}
 				}
 			}
+			md, _ := in["metadata"].(map[string]any)
+			items, _ := md["items"].([]any)
+			for _, it := range items {
+				if m, _ := it.(map[string]any); m["key"] == "egressproxy-squid-conf" {
+					v, _ := m["value"].(string)
+					identity = squid.IdentityOf(v)
+				}
+			}
 		}
 		_ = kube.Get(ctx, client.ObjectKeyFromObject(g), g)
 		st, m := condition(g, "Synced")
-		return ip != "", fmt.Sprintf("fake holds %v; Synced %s %s", fake.Names(), st, m)
+		return ip != "" && identity != "", fmt.Sprintf("fake holds %v; Synced %s %s", fake.Names(), st, m)
 	})
+	// Squid on the VM, as the provider's probe asks it who it is: the
+	// visible_hostname of the squid.conf the provider put in the
+	// instance's metadata.
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "3128"))
 	if err != nil {
 		t.Fatalf("listening on the instance's address %s:3128: %v", ip, err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go squid.AnswerProbes(l, identity)
 	waitCondition(t, kube, g, "Ready", 3*time.Minute)
 	if p := fake.Principal(fake.LastAuthorization()); p != sa {
 		t.Errorf("the last Compute call carried a token of %q; want one the fake issued for the key's account %s", p, sa)
