@@ -46,7 +46,6 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
-	"github.com/egressproxy/provider-egressproxy/internal/crdgate"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
@@ -235,9 +234,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 	}
 	if o.safeStart {
 		co.Gate = new(gate.Gate[schema.GroupVersionKind])
-		// crossplane-runtime's gate, except that a CRD being deleted stays
-		// open: its objects' finalizers need their controller.
-		if err := crdgate.Setup(mgr, co); err != nil {
+		if err := customresourcesgate.Setup(mgr, co); err != nil {
 			return errors.Wrap(err, "cannot set up the safe-start gate")
 		}
 	}
