@@ -34,8 +34,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -48,7 +50,17 @@ func init() {
 		fmt.Fprintln(os.Stderr, "benchmemory:", err)
 		os.Exit(2)
 	}
-	kvm.Kind.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return d, nil }
+	bindings = func(mgr ctrl.Manager, o external.Options) []external.Binding {
+		bs := pcontroller.Bindings(mgr, o)
+		k := kvm.New(mgr, kvm.Options{})
+		k.Backend.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return d, nil }
+		for i, b := range bs {
+			if be, _ := b.Describe(); be.Name == k.Backend.Name {
+				bs[i] = k
+			}
+		}
+		return bs
+	}
 	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "egressproxy_bench_observed_instances",
 		Help: "Distinct instances read with Get since this process started (benchmark build only).",

@@ -50,6 +50,11 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
 
+// bindings are the kinds the provider runs: the production ones
+// (controller.Bindings), which the benchmark build (benchmemory.go)
+// replaces.
+var bindings = pcontroller.Bindings
+
 func main() {
 	start := time.Now()
 	var (
@@ -243,7 +248,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		// The jitter applies to both intervals; keep fast polls fast.
 		jitter = o.notReadyPoll / 4
 	}
-	if err := pcontroller.Setup(mgr, external.Options{
+	eo := external.Options{
 		Options:              co,
 		InstallationID:       id,
 		Namespace:            o.namespace,
@@ -251,7 +256,9 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		QuotaRetryInterval:   o.quotaRetry,
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
-	}, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout, OrphanInterval: o.orphanInterval}); err != nil {
+	}
+	if err := pcontroller.SetupBindings(mgr, eo, pcontroller.HealthOptions{Interval: o.healthInterval, Timeout: o.healthTimeout, OrphanInterval: o.orphanInterval},
+		bindings(mgr, eo)...); err != nil {
 		return errors.Wrap(err, "cannot set up controllers")
 	}
 

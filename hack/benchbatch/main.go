@@ -260,7 +260,7 @@ func runGCP(ctx context.Context, o options) error {
 	})
 	f := newFleet(o.n, proxy.Placement{Location: "europe-west1-b", MachineType: "small", Image: "ubuntu-2404"})
 	for i := range f.reqs {
-		f.reqs[i].Exposure = proxy.Exposure{AddressType: gcp.AddressEphemeral}
+		f.reqs[i].Extension = gcp.Exposure{AddressType: gcp.AddressEphemeral}
 	}
 	logf("gcp: bringing %d proxies to Ready", o.n)
 	for i := range f.reqs {

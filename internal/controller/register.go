@@ -7,9 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
-	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
@@ -32,52 +30,55 @@ type HealthOptions struct {
 	OrphanInterval time.Duration
 }
 
+// Bindings are the provider's kinds, each bound to its backend. A steady
+// Proxmox VM's or GCP instance's Get answers from a shared listing at most
+// an eighth of a poll old (internal/backend/batch).
+func Bindings(mgr ctrl.Manager, o external.Options) []external.Binding {
+	return []external.Binding{
+		kvm.New(mgr, kvm.Options{}),
+		proxmox.New(mgr, proxmox.Options{ObserveMaxAge: o.PollInterval / 8}),
+		gcp.New(mgr, gcp.Options{ObserveMaxAge: o.PollInterval / 8}),
+		pod.New(mgr, pod.Options{}),
+	}
+}
+
 // Setup registers the proxy controllers of every kind in both scopes, the
 // config usage controllers and the config health controllers.
 func Setup(mgr ctrl.Manager, o external.Options, ho HealthOptions) error {
+	return SetupBindings(mgr, o, ho, Bindings(mgr, o)...)
+}
+
+// SetupBindings is Setup with the given kinds: every kind's controllers,
+// and the usage, health and orphan controllers of the configs, whose
+// backends are those of the kinds.
+func SetupBindings(mgr ctrl.Manager, o external.Options, ho HealthOptions, bindings ...external.Binding) error {
 	sh := external.NewShared(mgr, o)
-	podKind := pod.NewKind(mgr)
-	for _, setup := range []func(ctrl.Manager, external.Options, *external.Shared) error{
-		kvm.Setup, proxmox.Setup, gcp.Setup, podKind.Setup,
-	} {
-		if err := setup(mgr, o, sh); err != nil {
+	configs := external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID}
+	kinds := map[string][]schema.GroupVersionKind{}
+	for _, b := range bindings {
+		if err := b.Setup(mgr, o, sh); err != nil {
 			return err
 		}
+		backend, gvks := b.Describe()
+		configs.Backends = append(configs.Backends, backend)
+		kinds[backend.Name] = append(kinds[backend.Name], gvks...)
 	}
 	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
 		return err
 	}
-	configs := external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID}
 	configKinds := []schema.GroupVersionKind{nsv1alpha1.ProviderConfigGroupVersionKind, nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind}
 	if err := health.Setup(mgr, health.Reconciler{
-		Kube:    mgr.GetClient(),
-		Configs: configs,
-		Connectors: map[string]health.Connector{
-			kvm.Kind.Backend:     kvm.Kind.Connect,
-			proxmox.Kind.Backend: proxmox.Kind.Connect,
-			gcp.Kind.Backend:     gcp.Kind.Connect,
-			podKind.Backend:      podKind.Connect,
-		},
+		Kube:     mgr.GetClient(),
+		Configs:  configs,
 		Interval: ho.Interval,
 		Timeout:  ho.Timeout,
 	}, o.Logger, configKinds...); err != nil {
 		return err
 	}
 	return orphans.Setup(mgr, orphans.Sweeper{
-		Kube:    mgr.GetClient(),
-		Configs: configs,
-		Connectors: map[string]orphans.Connector{
-			kvm.Kind.Backend:     kvm.Kind.Connect,
-			proxmox.Kind.Backend: proxmox.Kind.Connect,
-			gcp.Kind.Backend:     gcp.Kind.Connect,
-			podKind.Backend:      podKind.Connect,
-		},
-		Kinds: map[string][]schema.GroupVersionKind{
-			kvm.Kind.Backend:     {nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind},
-			proxmox.Kind.Backend: {nsproxy.ProxmoxProxyGroupVersionKind, clusterproxy.ProxmoxProxyGroupVersionKind},
-			gcp.Kind.Backend:     {nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind},
-			podKind.Backend:      {nsproxy.PodProxyGroupVersionKind, clusterproxy.PodProxyGroupVersionKind},
-		},
+		Kube:     mgr.GetClient(),
+		Configs:  configs,
+		Kinds:    kinds,
 		Interval: ho.OrphanInterval,
 		Timeout:  ho.Timeout,
 		Log:      o.Logger,

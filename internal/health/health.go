@@ -5,6 +5,7 @@ package health
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,9 +58,6 @@ const (
 	ReasonVerificationTurned xpv2.ConditionReason = "VerificationOff"
 )
 
-// Connector builds a backend's driver from a config, as the kinds do.
-type Connector func(ctx context.Context, cfg *external.Config) (proxy.Driver, error)
-
 // config is the part of the three config kinds the controller needs.
 type config interface {
 	client.Object
@@ -67,11 +66,12 @@ type config interface {
 
 // Reconciler checks one config kind.
 type Reconciler struct {
-	Kube       client.Client
-	Configs    external.ConfigReader
-	Connectors map[string]Connector
-	Interval   time.Duration
-	Timeout    time.Duration
+	Kube client.Client
+	// Configs resolves configs, and their backends (ConfigReader.Backends)
+	// build the drivers, as the kinds do.
+	Configs  external.ConfigReader
+	Interval time.Duration
+	Timeout  time.Duration
 	// Workers is how many configs of one kind are checked at once
 	// (DefaultWorkers when 0): a config whose hosts do not answer holds
 	// one worker until Timeout, never every check of every other config.
@@ -139,11 +139,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	for _, t := range status.Targets {
 		oldTargets = append(oldTargets, t.Target)
 	}
-	backend := external.Backend(&cfg.Spec)
+	backend := cfg.BackendName()
 	status.Backend = backend
 	status.InstallationID = cfg.InstallationID
-	pc.SetConditions(secureCondition(&cfg.Spec))
-	if insecure := secureCondition(&cfg.Spec); insecure.Status == corev1.ConditionFalse {
+	pc.SetConditions(secureCondition(cfg))
+	if insecure := secureCondition(cfg); insecure.Status == corev1.ConditionFalse {
 		r.Log.Info("WARNING: "+insecure.Message, "config", cfg.Name)
 	}
 
@@ -151,7 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	defer cancel()
 	ctx, span := telemetry.Tracer().Start(ctx, "egressproxy.CheckConfig", trace.WithAttributes(
 		attribute.String("egressproxy.provider_config", cfg.Name), attribute.String("egressproxy.backend", backend)))
-	h := r.check(ctx, cfg, backend)
+	h := r.check(ctx, cfg)
 	if !h.Healthy() {
 		span.SetStatus(codes.Error, "unhealthy")
 	}
@@ -190,8 +190,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	for _, t := range h.Targets {
 		telemetry.ConfigTargetHealthy.WithLabelValues(r.kind, pc.GetNamespace(), pc.GetName(), backend, t.Target).Set(boolGauge(t.Healthy))
 	}
-	if err := r.Kube.Status().Update(ctx, pc); err != nil {
-		return reconcile.Result{}, errors.Wrap(client.IgnoreNotFound(err), "cannot update the config's status")
+	if err := r.writeStatus(ctx, pc, status); err != nil {
+		return reconcile.Result{}, err
 	}
 	for _, ct := range []xpv2.ConditionType{TypeHealthy, TypeSecure} {
 		r.recordTransition(pc, was[ct], status.GetCondition(ct))
@@ -199,20 +199,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: jitter(r.Interval)}, nil
 }
 
+// writeStatus writes the status fields the health check owns with a merge
+// patch of the status subresource: it needs no resourceVersion, so it
+// never conflicts with the usage controller's or the orphan sweep's
+// writes of their own fields in between. Every field is sent, empty ones
+// too, so that nothing of an earlier check stays.
+func (r *Reconciler) writeStatus(ctx context.Context, pc config, status *spec.ProviderConfigStatus) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"conditions":     status.Conditions,
+		"backend":        status.Backend,
+		"installationID": status.InstallationID,
+		"lastCheckTime":  status.LastCheckTime,
+		"targets":        status.Targets,
+	}})
+	if err != nil {
+		return err
+	}
+	return errors.Wrap(client.IgnoreNotFound(r.Kube.Status().Patch(ctx, pc, client.RawPatch(types.MergePatchType, patch))), "cannot update the config's status")
+}
+
 // check runs the backend's Check; a config whose driver cannot be built is
 // one unhealthy target saying why.
-func (r *Reconciler) check(ctx context.Context, cfg *external.Config, backend string) proxy.Health {
+func (r *Reconciler) check(ctx context.Context, cfg *external.Config) proxy.Health {
+	backend := cfg.BackendName()
 	// Before any credential is read: a namespaced config never gets to
 	// use the provider's own identity, not even for a health check.
 	if err := cfg.CheckTenancy(); err != nil {
 		return proxy.Health{Targets: []proxy.TargetHealth{{Target: backend, Reason: string(ReasonIdentityNotAllowed), Message: err.Error()}}}
 	}
-	connect, ok := r.Connectors[backend]
-	if !ok {
+	if cfg.Backend == nil {
 		return proxy.Health{Targets: []proxy.TargetHealth{{Target: backend, Reason: proxy.ReasonNotAvailable,
 			Message: fmt.Sprintf("the %s backend is not available in this build of provider-egressproxy", backend)}}}
 	}
-	d, err := connect(ctx, cfg)
+	d, err := cfg.Backend.Connect(ctx, cfg)
 	if err != nil {
 		reason := proxy.ReasonNotAvailable
 		if proxy.IsTransient(err) {
@@ -223,15 +242,15 @@ func (r *Reconciler) check(ctx context.Context, cfg *external.Config, backend st
 	return telemetry.Instrument(backend, d).Check(ctx)
 }
 
-func secureCondition(s *spec.ProviderConfigSpec) xpv2.Condition {
+// secureCondition is False when the config's block turns a verification
+// off (Block.Insecure says which).
+func secureCondition(cfg *external.Config) xpv2.Condition {
 	c := xpv2.Condition{Type: TypeSecure, Status: corev1.ConditionTrue, Reason: ReasonVerified, LastTransitionTime: metav1.Now()}
-	switch {
-	case s.KVM != nil && s.KVM.Credentials.InsecureIgnoreHostKey:
-		c.Status, c.Reason = corev1.ConditionFalse, ReasonVerificationTurned
-		c.Message = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"
-	case s.Proxmox != nil && s.Proxmox.InsecureSkipTLSVerify:
-		c.Status, c.Reason = corev1.ConditionFalse, ReasonVerificationTurned
-		c.Message = "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"
+	if cfg.Backend == nil {
+		return c
+	}
+	if b, _ := cfg.Backend.Block(&cfg.Spec); b.Insecure != "" {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonVerificationTurned, b.Insecure
 	}
 	return c
 }

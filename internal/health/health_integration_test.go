@@ -118,15 +118,17 @@ func TestIntegrationHealthChecksDoNotWaitForAnotherConfigsHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem := proxytest.NewMemory("memory", "test-install")
+	backend := kvm.New(mgr, kvm.Options{}).Backend
+	connect := backend.Connect
+	backend.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+		if strings.HasSuffix(cfg.Name, " healthy") {
+			return mem, nil
+		}
+		return connect(ctx, cfg) // the real driver, dialling the blackhole
+	}
 	if err := health.Setup(mgr, health.Reconciler{
 		Kube:    mgr.GetClient(),
-		Configs: external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "test-install"},
-		Connectors: map[string]health.Connector{"kvm": func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
-			if strings.HasSuffix(cfg.Name, " healthy") {
-				return mem, nil
-			}
-			return kvm.Connect(ctx, cfg) // the real driver, dialling the blackhole
-		}},
+		Configs: external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "test-install", Backends: []external.Backend{backend}},
 		// Far longer than the test: the stuck check must not end by itself
 		// before the healthy config is checked.
 		Interval: time.Hour, Timeout: 10 * time.Minute,

@@ -5,7 +5,62 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
+
+// legacy is the HashInput of an extension in the shape of the per-kind
+// block the contract carried before extensions, as the gcp and kubernetes
+// backends' extensions give it.
+type legacy struct {
+	AddressType    string
+	RetainAddress  bool
+	ManageFirewall bool
+	ServiceType    string
+}
+
+func (l legacy) HashInput() any { return l }
+
+// TestHashIsStable pins Hash to the digests it gave (at RenderVersion 2)
+// before the per-kind block left the contract: a change here makes every
+// existing instance read as changed, and so be updated once; raise
+// RenderVersion for that, and the digests here with it.
+func TestHashIsStable(t *testing.T) {
+	base := Request{Name: "n", Mark: Mark{UID: "u", InstallationID: "i"}, Placement: Placement{Location: "zone-a", MachineType: "small", Image: "debian"},
+		Proxy:     Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443}, Auth: Auth{Enabled: true, Username: "proxy", Password: "pw"}},
+		CloudInit: "secret", SecretDigest: "digest"}
+	with := func(e Extension) Request { r := base; r.Extension = e; return r }
+	cases := map[string]struct {
+		req  Request
+		want string
+	}{
+		"NoExtension":      {req: base, want: "e39ed18a4acc7296"},
+		"EmptyLegacyBlock": {req: with(legacy{}), want: "e39ed18a4acc7296"},
+		"GCPExposure":      {req: with(legacy{AddressType: "Static", RetainAddress: true, ManageFirewall: true}), want: "9384b65166624d06"},
+		"PodService":       {req: with(legacy{ServiceType: "LoadBalancer"}), want: "74cfc763a118e988"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Hash(tc.req)); diff != "" {
+				t.Errorf("Hash(...): -want, +got:\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHashIgnoresIdentityAndSecrets: name, mark, password and cloud-init
+// never change the digest (secrets enter it only through SecretDigest).
+func TestHashIgnoresIdentityAndSecrets(t *testing.T) {
+	a := Request{Name: "a", Mark: Mark{UID: "1"}, Proxy: Settings{Auth: Auth{Password: "x"}}, CloudInit: "c1"}
+	b := Request{Name: "b", Mark: Mark{UID: "2"}, Proxy: Settings{Auth: Auth{Password: "y"}, AllowedPorts: []int32{}}, CloudInit: "c2", Labels: map[string]string{}}
+	if Hash(a) != Hash(b) {
+		t.Errorf("Hash differs for requests differing only in identity, secrets and empty lists")
+	}
+	b.SecretDigest = "changed"
+	if Hash(a) == Hash(b) {
+		t.Errorf("Hash is the same although SecretDigest changed")
+	}
+}
 
 // TestHashCarriesTheRenderVersion: an instance made by a provider that
 // rendered differently (version 1 hashed the request alone) reads as not
@@ -13,7 +68,7 @@ import (
 // and a request hashes the same every time.
 func TestHashCarriesTheRenderVersion(t *testing.T) {
 	req := Request{Name: "web", Proxy: Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}}
-	b, err := json.Marshal(Request{Proxy: req.Proxy})
+	b, err := json.Marshal(hashInput{Proxy: req.Proxy, Extension: noExtension}) // what version 1 marshalled
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,18 +91,13 @@ type Settings struct {
 	Auth Auth
 }
 
-// Exposure holds the per-kind networking choices that are not part of the
-// proxy settings.
-type Exposure struct {
-	// AddressType is Ephemeral, Static or Internal (GCP).
-	AddressType string
-	// RetainAddress keeps a static address when the instance is deleted (GCP).
-	RetainAddress bool
-	// ManageFirewall creates a firewall rule admitting the allowed client
-	// CIDRs to the proxy port (GCP).
-	ManageFirewall bool
-	// ServiceType is "", ClusterIP or LoadBalancer (PodProxy).
-	ServiceType string
+// Extension is a backend's own part of a Request: what only that backend
+// reads (a GCP proxy's address and firewall, a PodProxy's Service). The
+// kind's binding fills it and the backend's driver reads it; the controller
+// layer passes it on without looking inside.
+type Extension interface {
+	// HashInput is what Hash digests of the extension, marshalled as JSON.
+	HashInput() any
 }
 
 // Request is everything a driver needs to create or update one instance.
@@ -117,8 +112,9 @@ type Request struct {
 	Placement Placement
 	// Proxy is what Squid enforces.
 	Proxy Settings
-	// Exposure holds per-kind networking choices.
-	Exposure Exposure
+	// Extension is the backend's own part of the request; nil when the
+	// backend has none.
+	Extension Extension
 	// CloudInit is optional user-data, merged with the generated Squid
 	// setup. It is secret: never log it.
 	CloudInit string
@@ -148,13 +144,6 @@ type Ref struct {
 	// Get reported (Instance.Operation), so its outcome is read and never
 	// lost.
 	Operation string
-	// Live asks a driver that reads through a cache to confirm a miss with
-	// the backend itself. It is set for an import (management policies
-	// without Create: the instance was made by someone else and is not in
-	// a cache of the driver's own instances) and for a resource being
-	// deleted (a miss then ends the resource, so it must not come from a
-	// cache that has not yet seen an instance created a moment ago).
-	Live bool
 	// Deleting says the managed resource is being deleted. A Get of it
 	// that finds no instance then looks for the pieces a Create cut short
 	// may have left (a volume, a firewall rule, an address, a seed ISO),
@@ -163,6 +152,14 @@ type Ref struct {
 	// controller calls Delete, which removes them, until Get says
 	// NotFound: a resource whose instance never appeared leaks nothing.
 	Deleting bool
+	// Live asks a driver that reads through a cache or a shared snapshot
+	// to read the backend itself. It is set for an import (management
+	// policies without Create: the instance was made by someone else and
+	// is not in a cache of the driver's own instances) and for a resource
+	// being deleted (a miss then ends the resource, so it must not come
+	// from a cache that has not yet seen an instance created a moment
+	// ago).
+	Live bool
 }
 
 // Instance is what a driver reports about one backend instance.
@@ -300,11 +297,6 @@ const RenderVersion = 2
 // through SecretDigest (keyed by the controller), never in the clear.
 func Hash(req Request) string {
 	h := sha256.New()
-	// Mark and Name are identity, not configuration.
-	req.Mark = Mark{}
-	req.Name = ""
-	req.Proxy.Auth.Password = ""
-	req.CloudInit = ""
 	// nil and empty mean the same and must hash the same.
 	for _, l := range []*[]string{&req.Proxy.AllowedClientCIDRs, &req.Proxy.AllowedDestinations, &req.Proxy.AllowedDestinationCIDRs} {
 		if len(*l) == 0 {
@@ -317,7 +309,15 @@ func Hash(req Request) string {
 	if len(req.Labels) == 0 {
 		req.Labels = nil
 	}
-	b, _ := json.Marshal(req) //nolint:errchkjson // plain structs always marshal.
+	req.Proxy.Auth.Password = ""
+	var ext any = noExtension
+	if req.Extension != nil {
+		ext = req.Extension.HashInput()
+	}
+	// Mark and Name are identity, not configuration; CloudInit is secret.
+	b, _ := json.Marshal(hashInput{ //nolint:errchkjson // plain structs always marshal.
+		Placement: req.Placement, Proxy: req.Proxy, Extension: ext, Labels: req.Labels, SecretDigest: req.SecretDigest,
+	})
 	if RenderVersion > 1 {
 		// Version 1 hashed the request alone; its hashes stay as they were
 		// so that only a change of rendering updates instances.
@@ -326,3 +326,24 @@ func Hash(req Request) string {
 	_, _ = h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
+
+// hashInput is what Hash marshals: the fields of a Request in the order and
+// under the names they had when Hash marshalled the Request itself (the
+// extension then was a block named Exposure), so that moving the per-kind
+// block out of the contract changed no digest: only RenderVersion does.
+// TestHashIsStable pins it.
+type hashInput struct {
+	Name         string
+	Mark         Mark
+	Placement    Placement
+	Proxy        Settings
+	Extension    any `json:"Exposure"`
+	CloudInit    string
+	Labels       map[string]string
+	SecretDigest string
+}
+
+// noExtension is what Hash digests for a Request without an Extension: the
+// empty block of per-kind networking choices the contract once carried
+// (see hashInput).
+var noExtension = json.RawMessage(`{"AddressType":"","RetainAddress":false,"ManageFirewall":false,"ServiceType":""}`)

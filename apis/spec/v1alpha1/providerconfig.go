@@ -536,6 +536,25 @@ type KubernetesConfig struct {
 	NetworkPolicy *bool `json:"networkPolicy,omitempty"`
 }
 
+// BlockName is the name of the backend block s holds, as the API spells it
+// (kvm, proxmox, gcp or kubernetes), or "" when it holds none. Admission
+// lets a config hold exactly one. It is what status.backend reports and
+// what the provider's messages name, whether or not the build has a
+// backend for the block.
+func (s *ProviderConfigSpec) BlockName() string {
+	switch {
+	case s.KVM != nil:
+		return "kvm"
+	case s.Proxmox != nil:
+		return "proxmox"
+	case s.GCP != nil:
+		return "gcp"
+	case s.Kubernetes != nil:
+		return "kubernetes"
+	}
+	return ""
+}
+
 // KubernetesCredentials says how to reach the target cluster.
 type KubernetesCredentials struct {
 	// Source is InjectedIdentity (this cluster, the provider's own service

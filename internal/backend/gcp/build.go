@@ -60,7 +60,7 @@ const (
 	MetadataHtpasswd  = "egressproxy-htpasswd" //nolint:gosec // A metadata key, not a credential.
 )
 
-// Address types of proxy.Exposure.AddressType.
+// Address types of Exposure.AddressType.
 const (
 	AddressEphemeral = "Ephemeral"
 	AddressStatic    = "Static"
@@ -290,7 +290,7 @@ func buildAddress(req proxy.Request, region string) *computepb.Address {
 		Description: proto.String("egress address of an egress proxy, managed by provider-egressproxy"),
 		AddressType: proto.String("EXTERNAL"),
 		Region:      proto.String(region),
-		Labels:      addressLabels(req.Mark, req.Exposure.RetainAddress),
+		Labels:      addressLabels(req.Mark, exposureOf(req).RetainAddress),
 	}
 }
 

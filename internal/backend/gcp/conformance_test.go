@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
-	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
@@ -40,7 +39,7 @@ func TestConformance(t *testing.T) {
 				// The rule and the address are made; the instance's insert
 				// is refused for quota.
 				req := request(name, uid)
-				req.Exposure = proxy.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
+				req.Extension = gcp.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
 				f.srv.FailNext("POST", "/instances", http.StatusForbidden, "quotaExceeded", "Quota 'CPUS' exceeded.")
 				for range 5 {
 					if _, err := f.driver.Create(ctx, req); err != nil {

@@ -27,7 +27,7 @@ func (d *Driver) resolveSpec(req proxy.Request) (*spec, error) {
 	case !zoneRE.MatchString(req.Placement.Location):
 		return nil, proxy.Permanentf("zone %q is not a Compute Engine zone such as europe-west1-b", req.Placement.Location)
 	}
-	s := &spec{zone: req.Placement.Location, region: regionOf(req.Placement.Location), req: req, addressType: req.Exposure.AddressType}
+	s := &spec{zone: req.Placement.Location, region: regionOf(req.Placement.Location), req: req, addressType: exposureOf(req).AddressType}
 	if s.addressType == "" {
 		s.addressType = AddressEphemeral
 	}
@@ -43,7 +43,7 @@ func (d *Driver) resolveSpec(req proxy.Request) (*spec, error) {
 	if s.image, ok = d.cfg.Images[req.Placement.Image]; !ok {
 		return nil, proxy.Permanentf("image %q is not in %s: want one of %s", req.Placement.Image, d.o.Provider, keys(d.cfg.Images))
 	}
-	if req.Exposure.ManageFirewall && len(firewallSources(req.Proxy.AllowedClientCIDRs)) == 0 {
+	if exposureOf(req).ManageFirewall && len(firewallSources(req.Proxy.AllowedClientCIDRs)) == 0 {
 		return nil, proxy.Permanentf("the firewall rule needs at least one IPv4 client CIDR: the proxy's network interface is IPv4 only")
 	}
 	if err := validLabels(req.Labels); err != nil {
@@ -87,7 +87,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 			Placement: req.Placement, Progress: progress, Operation: joinOps(ops), SpecHash: proxy.Hash(req),
 		}
 	}
-	if req.Exposure.ManageFirewall {
+	if exposureOf(req).ManageFirewall {
 		op, err := d.ensureFirewall(ctx, req, ProxyTag(req))
 		if err != nil {
 			return proxy.Instance{}, d.fail(ctx, opCreate, err)
@@ -123,7 +123,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	ops = append(ops, opRefOf(op))
 	d.o.pending.remember(opsKey(s.zone, req.Name), ops)
 	d.log(ctx).Info("inserting instance", "id", ID(s.zone, req.Name), "operation", opRefOf(op).String(),
-		"machineType", s.machineType, "image", s.image, "address", s.addressType, "firewall", req.Exposure.ManageFirewall)
+		"machineType", s.machineType, "image", s.image, "address", s.addressType, "firewall", exposureOf(req).ManageFirewall)
 	return placeholder("creating instance"), nil
 }
 

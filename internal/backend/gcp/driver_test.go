@@ -33,7 +33,7 @@ func TestStaticAddressAndFirewallAreCreatedAndRemoved(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	req := request("pt-static", "0c8f6a1e-1111-4e2a-9c3f-00000000000a")
-	req.Exposure = proxy.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
+	req.Extension = gcp.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
 
 	// 1: the rule and the reservation are submitted; the instance waits
 	// for the address.
@@ -121,7 +121,7 @@ func TestRetainedAddressOutlivesTheProxy(t *testing.T) {
 	f.srv.AutoComplete(time.Millisecond)
 	ctx := context.Background()
 	req := request("pt-retain", "0c8f6a1e-2222-4e2a-9c3f-00000000000a")
-	req.Exposure = proxy.Exposure{AddressType: gcp.AddressStatic, RetainAddress: true}
+	req.Extension = gcp.Exposure{AddressType: gcp.AddressStatic, RetainAddress: true}
 	var inst proxy.Instance
 	var err error
 	for range 3 {
@@ -152,7 +152,7 @@ func TestInternalAddressOnly(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	req := request("pt-internal", "0c8f6a1e-3333-4e2a-9c3f-00000000000a")
-	req.Exposure = proxy.Exposure{AddressType: gcp.AddressInternal}
+	req.Extension = gcp.Exposure{AddressType: gcp.AddressInternal}
 	inst, err := f.driver.Create(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +343,7 @@ func TestFirewallNeverOpensToEveryone(t *testing.T) {
 	ctx := context.Background()
 	req := request("pt-v6only", "0c8f6a1e-1111-4e2a-9c3f-00000000000b")
 	req.Proxy.AllowedClientCIDRs = []string{"2001:db8::/32"}
-	req.Exposure = proxy.Exposure{AddressType: gcp.AddressEphemeral, ManageFirewall: true}
+	req.Extension = gcp.Exposure{AddressType: gcp.AddressEphemeral, ManageFirewall: true}
 	if _, err := f.driver.Create(ctx, req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "at least one IPv4 client CIDR") {
 		t.Fatalf("Create = %v; want a Permanent error asking for an IPv4 client CIDR", err)
 	}

@@ -84,7 +84,7 @@ func (r *reconciler) converge(t *testing.T, what string) []error {
 // address besides the instance.
 func fullProxy() proxy.Request {
 	req := request("pt-faults", "0c8f6a1e-7777-4e2a-9c3f-00000000000a")
-	req.Exposure = proxy.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
+	req.Extension = gcp.Exposure{AddressType: gcp.AddressStatic, ManageFirewall: true}
 	return req
 }
 

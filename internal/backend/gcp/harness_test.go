@@ -110,7 +110,7 @@ func request(name, uid string) proxy.Request {
 			AllowedClientCIDRs: []string{"10.0.0.0/8"},
 			AllowedPorts:       []int32{443},
 		},
-		Exposure: proxy.Exposure{AddressType: gcp.AddressEphemeral},
+		Extension: gcp.Exposure{AddressType: gcp.AddressEphemeral},
 	}
 }
 

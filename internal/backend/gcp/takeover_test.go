@@ -23,7 +23,7 @@ func TestTakeover_firewallRuleAndAddressOfTheName(t *testing.T) {
 			"allowed": []any{map[string]any{"IPProtocol": "tcp", "ports": []any{"22"}}}})
 		before, _ := f.srv.Firewall("allow-admin")
 		req := request("allow-admin", "0c8f6a1e-2222-4e2a-9c3f-00000000000a")
-		req.Exposure = proxy.Exposure{ManageFirewall: true}
+		req.Extension = gcp.Exposure{ManageFirewall: true}
 		_, err := f.driver.Create(ctx, req)
 		if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), `firewall rule "allow-admin" already exists and is not this proxy's`) {
 			t.Fatalf("Create over a human's firewall rule = %v; want Permanent naming the rule", err)
@@ -45,7 +45,7 @@ func TestTakeover_firewallRuleAndAddressOfTheName(t *testing.T) {
 		f.srv.PutAddress(testRegion, "team-b-egress", map[string]string{"egressproxy-uid": other.UID, "egressproxy-installation": other.InstallationID})
 		before, _ := f.srv.Address(testRegion, "team-b-egress")
 		req := request("team-b-egress", "0c8f6a1e-2222-4e2a-9c3f-00000000000a")
-		req.Exposure = proxy.Exposure{AddressType: gcp.AddressStatic}
+		req.Extension = gcp.Exposure{AddressType: gcp.AddressStatic}
 		_, err := f.driver.Create(ctx, req)
 		if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), `address "team-b-egress" already exists`) {
 			t.Fatalf("Create over another resource's address = %v; want Permanent naming the address", err)

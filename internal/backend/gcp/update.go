@@ -37,7 +37,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, d.fail(ctx, opUpdate, proxy.Permanentf("instance %q is not this resource's (%s); refusing to update it", name, describeMark(m)))
 	}
 	var ops []OpRef
-	if req.Exposure.ManageFirewall {
+	if exposureOf(req).ManageFirewall {
 		op, err := d.ensureFirewall(ctx, req, firewallTarget(inst, req))
 		if err != nil {
 			return proxy.Instance{}, d.fail(ctx, opUpdate, err)
@@ -52,7 +52,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	}
 	if s.addressType == AddressStatic {
 		op, err := d.setAddressLabels(ctx, s.region, name, req.Mark, func(l map[string]string) {
-			l[LabelRetain] = strconv.FormatBool(req.Exposure.RetainAddress)
+			l[LabelRetain] = strconv.FormatBool(exposureOf(req).RetainAddress)
 		})
 		if err != nil {
 			return proxy.Instance{}, d.fail(ctx, opUpdate, err)

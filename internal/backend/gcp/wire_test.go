@@ -20,7 +20,6 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
-	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 // recorded holds the bodies of the real exchanges in testdata/recorded,
@@ -192,7 +191,7 @@ func TestFakeAnswersInTheRecordedShapes(t *testing.T) {
 	// A static address, a rule and an instance, all settled; then an
 	// insert that fails on its operation.
 	req := request("pt-wire", "0c8f6a1e-0000-4e2a-9c3f-00000000000a")
-	req.Exposure = proxyExposure(gcp.AddressStatic, true)
+	req.Extension = proxyExposure(gcp.AddressStatic, true)
 	first, err := f.driver.Create(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -291,8 +290,8 @@ func TestFakeAnswersInTheRecordedShapes(t *testing.T) {
 	}
 }
 
-func proxyExposure(addressType string, firewall bool) proxy.Exposure {
-	return proxy.Exposure{AddressType: addressType, ManageFirewall: firewall}
+func proxyExposure(addressType string, firewall bool) gcp.Exposure {
+	return gcp.Exposure{AddressType: addressType, ManageFirewall: firewall}
 }
 
 func keysOf(m map[string]any) []string {

@@ -101,7 +101,7 @@ func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespa
 	if d.cfg.NetworkPolicy {
 		children = append(children, &networkingv1.NetworkPolicy{})
 	}
-	if req.Exposure.ServiceType != "" {
+	if serviceType(req) != "" {
 		children = append(children, &corev1.Service{})
 	}
 	for _, obj := range children {
@@ -268,7 +268,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 		ann[AnnotationCreatedAt] = c
 	}
 	next.Annotations = merged(dep.Annotations, ann)
-	if req.Exposure.ServiceType == "" {
+	if serviceType(req) == "" {
 		delete(next.Annotations, AnnotationService)
 	}
 	desired.Spec.Selector = dep.Spec.Selector // immutable
@@ -284,7 +284,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 // ensureService applies the Service req wants, or deletes the one it no
 // longer wants.
 func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req proxy.Request) error {
-	switch t := req.Exposure.ServiceType; t {
+	switch t := serviceType(req); t {
 	case "":
 		if _, had := dep.Annotations[AnnotationService]; !had {
 			return nil

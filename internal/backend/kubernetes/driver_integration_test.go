@@ -138,7 +138,7 @@ func (e *env) driverTests(t *testing.T) {
 		later := func() time.Time { return time.Now().Add(time.Minute) }
 		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
 		req := request("orphan")
-		req.Exposure.ServiceType = "ClusterIP"
+		req.Extension = kubernetes.Exposure{ServiceType: "ClusterIP"}
 		inst, err := d.Create(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -325,7 +325,7 @@ func (e *env) takeoverTests(t *testing.T) {
 		before := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta})
 		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
 		req := request("payments")
-		req.Exposure.ServiceType = "LoadBalancer"
+		req.Extension = kubernetes.Exposure{ServiceType: "LoadBalancer"}
 		if _, err := d.Create(ctx, req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "Service "+ns+"/payments") {
 			t.Fatalf("Create with the external name of an existing Service = %v; want Permanent naming the Service", err)
 		}
@@ -356,7 +356,7 @@ func (e *env) takeoverTests(t *testing.T) {
 		}
 		before := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta})
 		withService := req
-		withService.Exposure.ServiceType = "ClusterIP"
+		withService.Extension = kubernetes.Exposure{ServiceType: "ClusterIP"}
 		ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}
 		if _, err := d.Update(ctx, ref, withService); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "Service "+ns+"/later") {
 			t.Errorf("Update turning on a Service whose name is taken = %v; want Permanent naming the Service", err)
@@ -383,7 +383,7 @@ func (e *env) takeoverTests(t *testing.T) {
 		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
 		req := request("follows")
 		req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "pw-0123456789abcdef"}
-		req.Exposure.ServiceType = "LoadBalancer"
+		req.Extension = kubernetes.Exposure{ServiceType: "LoadBalancer"}
 		inst, err := d.Create(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -394,7 +394,7 @@ func (e *env) takeoverTests(t *testing.T) {
 			service string
 			auth    bool
 		}{{"ClusterIP", true}, {"LoadBalancer", false}, {"ClusterIP", false}, {"", false}} {
-			req.Exposure.ServiceType = step.service
+			req.Extension = kubernetes.Exposure{ServiceType: step.service}
 			req.Proxy.Auth.Enabled = step.auth
 			// As the controller does: a Transient error (a cached
 			// Deployment the Deployment controller just changed) is retried.

@@ -213,8 +213,8 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 	if specHash != "" {
 		annotations[AnnotationSpecHash] = specHash
 	}
-	if req.Exposure.ServiceType != "" {
-		annotations[AnnotationService] = req.Exposure.ServiceType
+	if serviceType(req) != "" {
+		annotations[AnnotationService] = serviceType(req)
 	}
 	pullSecrets := make([]corev1.LocalObjectReference, 0, len(c.ImagePullSecrets))
 	for _, s := range c.ImagePullSecrets {
@@ -367,7 +367,7 @@ func buildSecret(dep *appsv1.Deployment, req proxy.Request, files squid.Files) *
 // buildService puts a ClusterIP or LoadBalancer Service in front of the
 // proxy, owned by dep; nil when the request wants none.
 func buildService(dep *appsv1.Deployment, req proxy.Request) *corev1.Service {
-	t := corev1.ServiceType(req.Exposure.ServiceType)
+	t := corev1.ServiceType(serviceType(req))
 	if t == "" {
 		return nil
 	}

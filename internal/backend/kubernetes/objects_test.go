@@ -212,7 +212,7 @@ func TestBuildService(t *testing.T) {
 	if s := buildService(dep, req); s != nil {
 		t.Errorf("a Service without a service type: %+v", s)
 	}
-	req.Exposure.ServiceType = "ClusterIP"
+	req.Extension = Exposure{ServiceType: "ClusterIP"}
 	s := buildService(dep, req)
 	if s.Spec.Type != corev1.ServiceTypeClusterIP || s.Spec.Ports[0].Port != 3128 || s.Spec.ExternalTrafficPolicy != "" {
 		t.Errorf("ClusterIP Service %+v", s.Spec)
@@ -220,7 +220,7 @@ func TestBuildService(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{LabelName: req.Name, LabelUID: req.Mark.UID}, s.Spec.Selector); diff != "" {
 		t.Errorf("selector (-want +got):\n%s", diff)
 	}
-	req.Exposure.ServiceType = "LoadBalancer"
+	req.Extension = Exposure{ServiceType: "LoadBalancer"}
 	req.Proxy.AllowedClientCIDRs = []string{"10.1.2.3/8", "::ffff:192.168.0.0/112", "10.0.0.0/8"}
 	s = buildService(dep, req)
 	if s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {

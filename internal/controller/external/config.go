@@ -3,6 +3,7 @@ package external
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -34,6 +35,9 @@ type Config struct {
 	// Namespaced is true for a namespaced ProviderConfig, written by a
 	// namespace user: it never acts with the provider's own identity.
 	Namespaced bool
+	// Backend is the backend whose block the config holds; nil when it
+	// holds none of ConfigReader.Backends'.
+	Backend *Backend
 }
 
 // CheckTenancy returns why the config may not be used, or nil: a namespaced
@@ -42,16 +46,12 @@ type Config struct {
 // provider a client of any HTTPS server the tenant names. Admission refuses such configs; this is the
 // same rule again, for configs written before it or past it.
 func (c *Config) CheckTenancy() error {
-	if !c.Namespaced {
+	if !c.Namespaced || c.Backend == nil {
 		return nil
 	}
-	for field, src := range map[string]*xpv2.CredentialsSource{
-		"gcp.credentials.source":        credentialsSource(c.Spec.GCP != nil, func() xpv2.CredentialsSource { return c.Spec.GCP.Credentials.Source }),
-		"kubernetes.credentials.source": credentialsSource(c.Spec.Kubernetes != nil, func() xpv2.CredentialsSource { return c.Spec.Kubernetes.Credentials.Source }),
-	} {
-		if src != nil && *src != xpv2.CredentialsSourceSecret {
-			return proxy.Permanentf("%s: %s %s is not allowed on a namespaced ProviderConfig: it would act with the provider's own identity; use source Secret with credentials in namespace %s, or a ClusterProviderConfig", c.Name, field, *src, c.Secrets.Namespace)
-		}
+	b, _ := c.Backend.Block(&c.Spec)
+	if src := b.CredentialsSource; src != nil && *src != xpv2.CredentialsSourceSecret {
+		return proxy.Permanentf("%s: %s.credentials.source %s is not allowed on a namespaced ProviderConfig: it would act with the provider's own identity; use source Secret with credentials in namespace %s, or a ClusterProviderConfig", c.Name, c.Backend.Name, *src, c.Secrets.Namespace)
 	}
 	// The provider would send the config's tokens to the endpoint and
 	// report its answers, from where the provider sits in the network.
@@ -61,57 +61,30 @@ func (c *Config) CheckTenancy() error {
 	return nil
 }
 
-func credentialsSource(set bool, get func() xpv2.CredentialsSource) *xpv2.CredentialsSource {
-	if !set {
-		return nil
-	}
-	s := get()
-	return &s
-}
-
 // Allows returns why the config does not allow what req asks for, or nil:
-// an image by URL (KVM, unless kvm.allowImageURLs) and the proxy's own
-// cloudInit (unless the backend block's allowUserCloudInit, true by
-// default).
+// an image by URL (unless the block's allowImageURLs) and the proxy's own
+// cloudInit (unless the block's allowUserCloudInit, true by default).
 func (c *Config) Allows(req proxy.Request) error {
-	s := &c.Spec
-	if img := req.Placement.Image; s.KVM != nil && !s.KVM.AllowImageURLs && (strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")) {
-		return proxy.Permanentf("spec.forProvider.image: %s does not allow images by URL (its kvm.allowImageURLs is false): name a key of its kvm.images (%s)", c.Name, strings.Join(Keys(s.KVM.Images), ", "))
-	}
-	if req.CloudInit == "" {
+	if c.Backend == nil {
 		return nil
 	}
-	var allow *bool
-	block := ""
-	switch {
-	case s.KVM != nil:
-		allow, block = s.KVM.AllowUserCloudInit, "kvm"
-	case s.Proxmox != nil:
-		allow, block = s.Proxmox.AllowUserCloudInit, "proxmox"
-	case s.GCP != nil:
-		allow, block = s.GCP.AllowUserCloudInit, "gcp"
+	b, _ := c.Backend.Block(&c.Spec)
+	if img, u := req.Placement.Image, b.ImagesByURL; u != nil && !u.Allowed && (strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")) {
+		keys := slices.Clone(u.Keys)
+		slices.Sort(keys)
+		return proxy.Permanentf("spec.forProvider.image: %s does not allow images by URL (its %s.allowImageURLs is false): name a key of its %s.images (%s)", c.Name, c.Backend.Name, c.Backend.Name, strings.Join(keys, ", "))
 	}
-	if allow != nil && !*allow {
+	if req.CloudInit != "" && b.AllowUserCloudInit != nil && !*b.AllowUserCloudInit {
 		// Never quote the cloudInit: it is secret.
-		return proxy.Permanentf("spec.forProvider.cloudInit: %s does not allow a proxy's own cloud-init (its %s.allowUserCloudInit is false): remove it", c.Name, block)
+		return proxy.Permanentf("spec.forProvider.cloudInit: %s does not allow a proxy's own cloud-init (its %s.allowUserCloudInit is false): remove it", c.Name, c.Backend.Name)
 	}
 	return nil
 }
 
-// Backend returns the block the config holds.
-func Backend(s *spec.ProviderConfigSpec) string {
-	switch {
-	case s.KVM != nil:
-		return "kvm"
-	case s.Proxmox != nil:
-		return "proxmox"
-	case s.GCP != nil:
-		return "gcp"
-	case s.Kubernetes != nil:
-		return "kubernetes"
-	}
-	return ""
-}
+// BackendName is the name of the config's backend block (the API's
+// spelling, also for a block this build has no backend for), "" when it
+// holds none.
+func (c *Config) BackendName() string { return c.Spec.BlockName() }
 
 // ConfigReader resolves the ProviderConfig a managed resource references.
 type ConfigReader struct {
@@ -123,6 +96,9 @@ type ConfigReader struct {
 	// InstallationID is the provider's own installation ID, used when a
 	// config sets none.
 	InstallationID string
+	// Backends are the backends of this build, each given by its kind's
+	// binding; a config's Backend is the one whose block it holds.
+	Backends []Backend
 }
 
 // Resolve returns the config mg references: a ProviderConfig in mg's own
@@ -175,7 +151,14 @@ func (r ConfigReader) config(name string, s spec.ProviderConfigSpec, secretNames
 	if id == "" {
 		id = r.InstallationID
 	}
-	return &Config{Name: name, Spec: s, InstallationID: id, Secrets: Secrets{Kube: r.SecretReader, Namespace: secretNamespace}}
+	c := &Config{Name: name, Spec: s, InstallationID: id, Secrets: Secrets{Kube: r.SecretReader, Namespace: secretNamespace}}
+	for i := range r.Backends {
+		if _, ok := r.Backends[i].Block(&c.Spec); ok {
+			c.Backend = &r.Backends[i]
+			break
+		}
+	}
+	return c
 }
 
 func notFoundHint(err error, what, hint string) error {

@@ -12,21 +12,28 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
+// fixed is a backend named name whose block, present whenever the config
+// holds a kvm block, is b.
+func fixed(name string, b Block) Backend {
+	return Backend{Name: name, Block: func(s *spec.ProviderConfigSpec) (Block, bool) { return b, s.KVM != nil }}
+}
+
 // TestNamespacedConfigNeverUsesTheProvidersIdentity is the attack of a
 // namespace user whose ProviderConfig got past admission (written before
 // the rule, or with validation off): the controller layer refuses it too.
 func TestNamespacedConfigNeverUsesTheProvidersIdentity(t *testing.T) {
-	r := ConfigReader{}
-	for name, s := range map[string]spec.ProviderConfigSpec{
-		"kubernetes": {Kubernetes: &spec.KubernetesConfig{Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}},
-		"gcp":        {GCP: &spec.GCPConfig{Project: "p", Credentials: spec.GCPCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}},
+	for name, src := range map[string]xpv2.CredentialsSource{
+		"InjectedIdentity": xpv2.CredentialsSourceInjectedIdentity,
+		"Environment":      xpv2.CredentialsSourceEnvironment,
 	} {
 		t.Run(name, func(t *testing.T) {
+			r := ConfigReader{Backends: []Backend{fixed("cloud", Block{CredentialsSource: &src})}}
+			s := spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}
 			pc := &namespacedv1alpha1.ProviderConfig{Spec: namespacedv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: s}}
 			pc.Namespace, pc.Name = "team-a", "mine"
 			err := r.Of(pc).CheckTenancy()
-			if err == nil || !proxy.IsPermanent(err) || !strings.Contains(err.Error(), name+".credentials.source InjectedIdentity is not allowed on a namespaced ProviderConfig") {
-				t.Errorf("CheckTenancy() = %v, want a Permanent error naming %s.credentials.source", err, name)
+			if err == nil || !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "cloud.credentials.source "+name+" is not allowed on a namespaced ProviderConfig") {
+				t.Errorf("CheckTenancy() = %v, want a Permanent error naming cloud.credentials.source", err)
 			}
 			// The same block on a ClusterProviderConfig is the platform's
 			// to write, and allowed.
@@ -35,6 +42,29 @@ func TestNamespacedConfigNeverUsesTheProvidersIdentity(t *testing.T) {
 				t.Errorf("ClusterProviderConfig: CheckTenancy() = %v, want nil", err)
 			}
 		})
+	}
+	t.Run("Secret", func(t *testing.T) {
+		src := xpv2.CredentialsSourceSecret
+		r := ConfigReader{Backends: []Backend{fixed("cloud", Block{CredentialsSource: &src})}}
+		pc := &namespacedv1alpha1.ProviderConfig{Spec: namespacedv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}}}
+		if err := r.Of(pc).CheckTenancy(); err != nil {
+			t.Errorf("CheckTenancy() = %v, want nil", err)
+		}
+	})
+}
+
+func TestConfigOfFindsItsBackend(t *testing.T) {
+	r := ConfigReader{Backends: []Backend{
+		{Name: "other", Block: func(*spec.ProviderConfigSpec) (Block, bool) { return Block{}, false }},
+		fixed("kvm", Block{}),
+	}}
+	cfg := r.Of(&namespacedv1alpha1.ClusterProviderConfig{Spec: namespacedv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}}})
+	if got := cfg.BackendName(); got != "kvm" {
+		t.Errorf("BackendName() = %q, want kvm", got)
+	}
+	none := r.Of(&namespacedv1alpha1.ClusterProviderConfig{})
+	if none.Backend != nil || none.BackendName() != "" {
+		t.Errorf("a config with no known block: Backend %v, BackendName %q; want nil and empty", none.Backend, none.BackendName())
 	}
 }
 
@@ -60,25 +90,27 @@ func TestNamespacedConfigNeverSetsTheGCPEndpoint(t *testing.T) {
 
 func TestConfigAllows(t *testing.T) {
 	const secretCloudInit = "#cloud-config\nSENTINEL-cloudinit-secret: 1\n"
-	kvm := func(urls bool, userCI *bool) *Config {
-		return &Config{Name: "ClusterProviderConfig home", Spec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
-			AllowImageURLs: urls, AllowUserCloudInit: userCI, Images: map[string]spec.KVMImage{"debian-12": {}},
-		}}}
+	cfg := func(b Block) *Config {
+		bk := fixed("kvm", b)
+		return &Config{Name: "ClusterProviderConfig home", Spec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}, Backend: &bk}
+	}
+	urls := func(allowed bool) *ImagesByURL {
+		return &ImagesByURL{Allowed: allowed, Keys: []string{"debian-12", "alpine"}}
 	}
 	for name, tc := range map[string]struct {
 		cfg  *Config
 		req  proxy.Request
 		want string
 	}{
-		"catalogue image":          {kvm(false, nil), proxy.Request{Placement: proxy.Placement{Image: "debian-12"}}, ""},
-		"URL image not allowed":    {kvm(false, nil), proxy.Request{Placement: proxy.Placement{Image: "https://example.com/i.qcow2"}}, "spec.forProvider.image: ClusterProviderConfig home does not allow images by URL (its kvm.allowImageURLs is false): name a key of its kvm.images (debian-12)"},
-		"URL image allowed":        {kvm(true, nil), proxy.Request{Placement: proxy.Placement{Image: "https://example.com/i.qcow2"}}, ""},
-		"cloud-init by default":    {kvm(false, nil), proxy.Request{CloudInit: secretCloudInit}, ""},
-		"cloud-init forbidden":     {kvm(false, ptr.To(false)), proxy.Request{CloudInit: secretCloudInit}, "spec.forProvider.cloudInit: ClusterProviderConfig home does not allow a proxy's own cloud-init (its kvm.allowUserCloudInit is false): remove it"},
-		"proxmox cloud-init":       {&Config{Name: "c", Spec: spec.ProviderConfigSpec{Proxmox: &spec.ProxmoxConfig{AllowUserCloudInit: ptr.To(false)}}}, proxy.Request{CloudInit: secretCloudInit}, "its proxmox.allowUserCloudInit is false"},
-		"gcp cloud-init":           {&Config{Name: "c", Spec: spec.ProviderConfigSpec{GCP: &spec.GCPConfig{AllowUserCloudInit: ptr.To(false)}}}, proxy.Request{CloudInit: secretCloudInit}, "its gcp.allowUserCloudInit is false"},
-		"gcp cloud-init allowed":   {&Config{Name: "c", Spec: spec.ProviderConfigSpec{GCP: &spec.GCPConfig{AllowUserCloudInit: ptr.To(true)}}}, proxy.Request{CloudInit: secretCloudInit}, ""},
-		"forbidden but none given": {kvm(false, ptr.To(false)), proxy.Request{}, ""},
+		"catalogue image":            {cfg(Block{ImagesByURL: urls(false)}), proxy.Request{Placement: proxy.Placement{Image: "debian-12"}}, ""},
+		"URL image not allowed":      {cfg(Block{ImagesByURL: urls(false)}), proxy.Request{Placement: proxy.Placement{Image: "https://example.com/i.qcow2"}}, "spec.forProvider.image: ClusterProviderConfig home does not allow images by URL (its kvm.allowImageURLs is false): name a key of its kvm.images (alpine, debian-12)"},
+		"URL image allowed":          {cfg(Block{ImagesByURL: urls(true)}), proxy.Request{Placement: proxy.Placement{Image: "https://example.com/i.qcow2"}}, ""},
+		"no images by URL":           {cfg(Block{}), proxy.Request{Placement: proxy.Placement{Image: "https://example.com/i.qcow2"}}, ""},
+		"cloud-init by default":      {cfg(Block{}), proxy.Request{CloudInit: secretCloudInit}, ""},
+		"cloud-init forbidden":       {cfg(Block{AllowUserCloudInit: ptr.To(false)}), proxy.Request{CloudInit: secretCloudInit}, "spec.forProvider.cloudInit: ClusterProviderConfig home does not allow a proxy's own cloud-init (its kvm.allowUserCloudInit is false): remove it"},
+		"cloud-init allowed":         {cfg(Block{AllowUserCloudInit: ptr.To(true)}), proxy.Request{CloudInit: secretCloudInit}, ""},
+		"forbidden but none given":   {cfg(Block{AllowUserCloudInit: ptr.To(false)}), proxy.Request{}, ""},
+		"config without its backend": {&Config{Name: "c"}, proxy.Request{CloudInit: secretCloudInit}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.cfg.Allows(tc.req)

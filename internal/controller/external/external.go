@@ -74,16 +74,17 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	if err != nil {
 		return nil, err
 	}
-	if b := Backend(&cfg.Spec); b != c.kind.Backend {
-		return nil, errors.Errorf("%s holds a %s block, but a %s needs a config with a %s block: point spec.providerConfigRef at one", cfg.Name, b, c.kind.Name, c.kind.Backend)
+	b := c.kind.Backend
+	if cfg.Backend == nil || cfg.Backend.Name != b.Name {
+		return nil, errors.Errorf("%s holds a %s block, but a %s needs a config with a %s block: point spec.providerConfigRef at one", cfg.Name, cfg.BackendName(), c.kind.Name, b.Name)
 	}
-	d, err := c.kind.Connect(ctx, cfg)
+	d, err := b.Connect(ctx, cfg)
 	if err != nil {
-		return nil, errors.Wrapf(err, "cannot connect to the %s backend of %s", c.kind.Backend, cfg.Name)
+		return nil, errors.Wrapf(err, "cannot connect to the %s backend of %s", b.Name, cfg.Name)
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(c.kind.Backend, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints}, nil
+	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints}, nil
 }
 
 type external[P any] struct {
@@ -139,7 +140,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	if foreign := e.foreign(cr, inst); foreign != nil {
 		return managed.ExternalObservation{}, foreign
 	}
-	setObservation(status, inst, req, e.kind.LocationField)
+	setObservation(status, inst, req, e.kind.Location)
 	e.setReadiness(cr, inst)
 	return managed.ExternalObservation{
 		ResourceExists:    true,
@@ -208,7 +209,7 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 	if err != nil {
 		return managed.ExternalCreation{}, e.describe(err, "cannot create the instance")
 	}
-	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
+	setObservation(cr.Observation(), inst, req, e.kind.Location)
 	e.setReadiness(cr, inst)
 	if inst.Operation != "" {
 		if err := e.saveObservation(ctx, cr); err != nil {
@@ -251,7 +252,7 @@ func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u manage
 	if err != nil {
 		return managed.ExternalUpdate{}, e.describe(err, "cannot update the instance")
 	}
-	setObservation(cr.Observation(), inst, req, e.kind.LocationField)
+	setObservation(cr.Observation(), inst, req, e.kind.Location)
 	e.setReadiness(cr, inst)
 	return managed.ExternalUpdate{ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy)}, nil
 }
@@ -409,6 +410,9 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 	return len(p) > 0
 }
 
+// ref is the Ref of mg's instance. A miss ends a resource being deleted
+// and is final for an import (the instance is not the driver's own): then
+// the driver is asked to read the backend itself (Live).
 func ref(mg resource.Managed, req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
 	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation,
 		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg), Deleting: meta.WasDeleted(mg)}
@@ -425,7 +429,7 @@ func creates(p xpv2.ManagementPolicies) bool {
 	return len(p) == 0
 }
 
-func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Request, locationField string) {
+func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Request, location func(*spec.Placement) *string) {
 	*o = spec.ProxyObservation{
 		ID:             inst.ID,
 		State:          string(inst.State),
@@ -453,13 +457,8 @@ func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Req
 	}
 	if p != (proxy.Placement{}) {
 		o.Placement = &spec.Placement{MachineType: p.MachineType, Image: p.Image}
-		switch locationField {
-		case "host":
-			o.Placement.Host = p.Location
-		case "node":
-			o.Placement.Node = p.Location
-		case "zone":
-			o.Placement.Zone = p.Location
+		if location != nil {
+			*location(o.Placement) = p.Location
 		}
 	}
 }

@@ -65,8 +65,8 @@ func start(t *testing.T) *env {
 	// The KVMProxy binding with its backend swapped for the in-memory one:
 	// everything else (config resolution, catalogue checks, names, marks,
 	// conditions, secrets) is the production code.
-	kind := kvm.Kind
-	kind.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return mem, nil }
+	kind := kvm.New(mgr, kvm.Options{})
+	kind.Backend.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return mem, nil }
 	features := &feature.Flags{}
 	features.Enable(feature.EnableBetaManagementPolicies)
 	log := logging.NewNopLogger()
@@ -91,17 +91,16 @@ func start(t *testing.T) *env {
 		}
 	}
 	sh := external.NewShared(mgr, o)
-	if err := external.Setup(mgr, o, sh, kind, nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind); err != nil {
+	if err := external.Setup(mgr, o, sh, kind); err != nil {
 		t.Fatal(err)
 	}
 	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
 		t.Fatal(err)
 	}
 	if err := health.Setup(mgr, health.Reconciler{
-		Kube:       mgr.GetClient(),
-		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation},
-		Connectors: map[string]health.Connector{"kvm": kind.Connect},
-		Interval:   time.Minute, Timeout: 10 * time.Second,
+		Kube:     mgr.GetClient(),
+		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation, Backends: []external.Backend{kind.Backend}},
+		Interval: time.Minute, Timeout: 10 * time.Second,
 	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
 		t.Fatal(err)
 	}

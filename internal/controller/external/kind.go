@@ -1,13 +1,17 @@
 // Package external turns any proxy.Driver into crossplane-runtime's
 // external client, for every kind and both scopes: one implementation,
 // registered once per scope. It knows Crossplane and nothing of any
-// backend's API.
+// backend: what differs per backend is data on the kind's description
+// (Kind, Backend), given by the kind's binding.
 package external
 
 import (
 	"context"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -27,27 +31,26 @@ type Resource[P any] interface {
 
 // Kind binds one proxy kind to its backend. The generic layer does the
 // rest: config resolution, usage tracking, credentials, names, marks,
-// conditions, connection details and status.
+// conditions, connection details and status. Every binding (package kvm,
+// proxmox, gcp, pod) returns one from its New, and keeps its state in it.
 type Kind[P any] struct {
 	// Name of the kind, such as KVMProxy.
 	Name string
-	// Backend is the ProviderConfig block the kind needs: kvm, proxmox, gcp
-	// or kubernetes.
-	Backend string
-	// LocationField is how the kind spells Placement.Location in its
-	// parameters and status: host, node, zone, or "" when it has none.
-	LocationField string
+	// GVKs are the kind's namespaced and cluster-scoped versions, which
+	// share parameters P.
+	GVKs []schema.GroupVersionKind
+	// Backend is the backend the kind runs on.
+	Backend Backend
+	// Location returns the field of status.atProvider.placement that holds
+	// Placement.Location (Host, Node, Zone); nil when the kind has none.
+	Location func(p *spec.Placement) *string
 	// Proxy returns the common proxy block of the parameters.
 	Proxy func(p *P) *spec.ProxySettings
 	// Request fills the backend-specific parts of req (placement,
-	// cloud-init, exposure) from the parameters, checking them against the
-	// config's catalogues. Its errors name the field and the accepted
-	// values; they become the Synced condition.
+	// cloud-init, the backend's Extension) from the parameters, checking
+	// them against the config's catalogues. Its errors name the field and
+	// the accepted values; they become the Synced condition.
 	Request func(cfg *Config, p *P, req *proxy.Request) error
-	// Connect builds the driver for one reconcile from the config. It is
-	// called on every Connect, so credentials are re-read each time;
-	// drivers pool connections keyed by what they were built from.
-	Connect func(ctx context.Context, cfg *Config) (proxy.Driver, error)
 	// Watches, when set, adds watches to the controller (for example on
 	// objects a driver creates in this cluster) so a change reconciles the
 	// managed resource at once instead of at the next poll. list is an
@@ -55,3 +58,60 @@ type Kind[P any] struct {
 	// scope's list is not a resource.ManagedList).
 	Watches func(mgr manager.Manager, b *builder.Builder, list client.ObjectList) *builder.Builder
 }
+
+// Backend describes one backend to the generic layer: the config block it
+// reads and how to build its driver. The kinds' controllers, the health
+// checks and the orphan sweep read nothing else of a backend.
+type Backend struct {
+	// Name is the name of the ProviderConfig block (kvm, proxmox, gcp,
+	// kubernetes). It names the backend in messages, metrics and the
+	// config's status.backend.
+	Name string
+	// Block returns what the generic layer reads of the config's block of
+	// this backend, and false when the config holds none.
+	Block func(s *spec.ProviderConfigSpec) (Block, bool)
+	// Connect builds the driver for one reconcile from the config. It is
+	// called on every Connect, so credentials are re-read each time;
+	// drivers pool connections keyed by what they were built from.
+	Connect func(ctx context.Context, cfg *Config) (proxy.Driver, error)
+}
+
+// Block is what the generic layer reads of a config's backend block: the
+// settings it enforces itself, before any driver is involved.
+type Block struct {
+	// AllowUserCloudInit is the block's allowUserCloudInit (nil: true, as
+	// when the backend takes no cloud-init).
+	AllowUserCloudInit *bool
+	// ImagesByURL, when set, is whether the block allows images by URL
+	// (a backend that takes them), and the catalogue named otherwise.
+	ImagesByURL *ImagesByURL
+	// CredentialsSource, when set, is the block's credentials.source: a
+	// namespaced config may use only Secret (CheckTenancy).
+	CredentialsSource *xpv2.CredentialsSource
+	// Insecure, when not empty, says which verification the block turns
+	// off and what that exposes (the config's Secure condition).
+	Insecure string
+}
+
+// ImagesByURL is a block's allowImageURLs and its image catalogue's keys.
+type ImagesByURL struct {
+	Allowed bool
+	Keys    []string
+}
+
+// Binding is a kind of any parameter type as the provider's Setup sees
+// it: a Kind[P].
+type Binding interface {
+	// Setup registers the kind's controllers of both scopes.
+	Setup(mgr ctrl.Manager, o Options, sh *Shared) error
+	// Describe returns the kind's backend and its kinds of both scopes.
+	Describe() (Backend, []schema.GroupVersionKind)
+}
+
+// Setup registers k's controllers of both scopes.
+func (k Kind[P]) Setup(mgr ctrl.Manager, o Options, sh *Shared) error {
+	return Setup(mgr, o, sh, k)
+}
+
+// Describe returns k's backend and kinds.
+func (k Kind[P]) Describe() (Backend, []schema.GroupVersionKind) { return k.Backend, k.GVKs }

@@ -1,13 +1,10 @@
 package external
 
 import (
-	"context"
 	"slices"
 	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
-
-	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 // Pick resolves a catalogue key of the parameters: the given key when the
@@ -40,12 +37,4 @@ func Keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-// NotAvailable is the Connect of a kind whose backend this build does not
-// have yet: every reconcile reports it on the Synced condition.
-func NotAvailable(backend string) func(context.Context, *Config) (proxy.Driver, error) {
-	return func(context.Context, *Config) (proxy.Driver, error) {
-		return nil, proxy.Permanentf("the %s backend is not available in this build of provider-egressproxy", backend)
-	}
 }

@@ -102,13 +102,12 @@ func (sh *Shared) ReconcilerManager(mgr ctrl.Manager) ctrl.Manager {
 	return sh.reconcilerManager(mgr)
 }
 
-// Setup registers kind k's controller once for each scope: gvks are the
-// namespaced and the cluster-scoped kinds sharing parameters P.
-func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...schema.GroupVersionKind) error {
+// Setup registers kind k's controller once for each of k.GVKs.
+func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P]) error {
 	c := &connector[P]{
 		kube:      sh.Client,
 		kind:      k,
-		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID},
+		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID, Backends: []Backend{k.Backend}},
 		secrets:   Secrets{Kube: mgr.GetAPIReader()},
 		passwords: sh.Passwords,
 		modern:    resource.NewProviderConfigUsageTracker(mgr.GetClient(), &namespacedv1alpha1.ProviderConfigUsage{}),
@@ -116,7 +115,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], gvks ...sc
 		record:    event.NewAPIRecorder(mgr.GetEventRecorderFor("egressproxy/" + strings.ToLower(k.Name))),
 		hints:     newRetryHints(o.QuotaRetryInterval),
 	}
-	for _, gvk := range gvks {
+	for _, gvk := range k.GVKs {
 		if o.Gate != nil {
 			// Safe start: the controller starts once Crossplane has
 			// activated the kind (its CRD exists and is established).

@@ -5,9 +5,11 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
@@ -18,32 +20,52 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// Kind is the GCPProxy binding on the production connector (real Compute
-// Engine, credentials from the config).
-var Kind = NewKind(connector)
+// Options are the GCPProxy binding's seams for tests.
+type Options struct {
+	// Connector builds the drivers; nil means the production one (real
+	// Compute Engine, credentials from the config). Tests hand it one
+	// pointed at a fake.
+	Connector *gcpbackend.Connector
+	// ObserveMaxAge is how old the aggregated listing a steady instance's
+	// Get may answer from can be (internal/backend/batch), when the
+	// connector sets none; zero: every Get reads its own instance.
+	ObserveMaxAge time.Duration
+}
 
-// connector is the process's.
-var connector = &gcpbackend.Connector{}
-
-// NewKind returns the GCPProxy binding whose drivers come from c: one
-// connector per process, so its pooled clients are shared by both scopes
-// and the health checks. Tests hand it a connector pointed at a fake.
-func NewKind(c *gcpbackend.Connector) external.Kind[spec.GCPProxyParameters] {
+// New returns the GCPProxy binding. Its connector's pooled clients are
+// shared by every config, both scopes and the health checks.
+func New(_ ctrl.Manager, o Options) external.Kind[spec.GCPProxyParameters] {
+	c := o.Connector
+	if c == nil {
+		c = &gcpbackend.Connector{}
+	}
+	if c.ObserveMaxAge == 0 {
+		c.ObserveMaxAge = o.ObserveMaxAge
+	}
 	return external.Kind[spec.GCPProxyParameters]{
-		Name:          "GCPProxy",
-		Backend:       "gcp",
-		LocationField: "zone",
-		Proxy:         func(p *spec.GCPProxyParameters) *spec.ProxySettings { return &p.Proxy },
-		Request:       request,
-		Connect:       Connect(c),
+		Name:     "GCPProxy",
+		GVKs:     []schema.GroupVersionKind{nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind},
+		Location: func(p *spec.Placement) *string { return &p.Zone },
+		Proxy:    func(p *spec.GCPProxyParameters) *spec.ProxySettings { return &p.Proxy },
+		Request:  request,
+		Backend:  external.Backend{Name: "gcp", Block: block, Connect: connect(c)},
 	}
 }
 
-// Connect builds a driver from a config: the service-account key is read
+// block is what the generic layer enforces of a gcp block.
+func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
+	g := s.GCP
+	if g == nil {
+		return external.Block{}, false
+	}
+	return external.Block{AllowUserCloudInit: g.AllowUserCloudInit, CredentialsSource: &g.Credentials.Source}, true
+}
+
+// connect builds a driver from a config: the service-account key is read
 // from its Secret on every call (the connector pools clients by the key's
 // digest, so a rotated key applies at once), or Application Default
 // Credentials are used (InjectedIdentity).
-func Connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+func connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
 	return func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
 		g := cfg.Spec.GCP
 		if g == nil {
@@ -127,24 +149,13 @@ func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Reques
 		return err
 	}
 	req.CloudInit = p.CloudInit
-	req.Exposure.AddressType = gcpbackend.AddressEphemeral
-	req.Exposure.ManageFirewall = true
+	x := gcpbackend.Exposure{AddressType: gcpbackend.AddressEphemeral, ManageFirewall: true}
 	if p.Address != nil {
-		req.Exposure.AddressType = p.Address.Type
-		req.Exposure.RetainAddress = p.Address.Retain
+		x.AddressType, x.RetainAddress = p.Address.Type, p.Address.Retain
 	}
 	if p.Firewall != nil {
-		req.Exposure.ManageFirewall = p.Firewall.Manage
+		x.ManageFirewall = p.Firewall.Manage
 	}
+	req.Extension = x
 	return nil
-}
-
-// Setup registers the GCPProxy controllers of both scopes.
-func Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
-	// A steady instance's Get answers from an aggregated listing at most an
-	// eighth of a poll old (internal/backend/batch).
-	if connector.ObserveMaxAge == 0 {
-		connector.ObserveMaxAge = o.PollInterval / 8
-	}
-	return external.Setup(mgr, o, sh, Kind, nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind)
 }

@@ -108,9 +108,10 @@ func start(t *testing.T) *env {
 		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog},
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	kind := gcp.NewKind(conn)
-	connect := kind.Connect
-	kind.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+	kind := gcp.New(mgr, gcp.Options{Connector: conn})
+	plain := kind.Backend
+	connect := kind.Backend.Connect
+	kind.Backend.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
 		d, err := connect(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -127,17 +128,16 @@ func start(t *testing.T) *env {
 		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 300 * time.Millisecond,
 	}
 	sh := external.NewShared(mgr, o)
-	if err := external.Setup(mgr, o, sh, kind, nsproxy.GCPProxyGroupVersionKind, clusterproxy.GCPProxyGroupVersionKind); err != nil {
+	if err := external.Setup(mgr, o, sh, kind); err != nil {
 		t.Fatal(err)
 	}
 	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
 		t.Fatal(err)
 	}
 	if err := health.Setup(mgr, health.Reconciler{
-		Kube:       mgr.GetClient(),
-		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation},
-		Connectors: map[string]health.Connector{"gcp": connect},
-		Interval:   time.Minute, Timeout: 10 * time.Second,
+		Kube:     mgr.GetClient(),
+		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation, Backends: []external.Backend{plain}},
+		Interval: time.Minute, Timeout: 10 * time.Second,
 	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
 		t.Fatal(err)
 	}

@@ -294,14 +294,14 @@ func startControllers(t *testing.T) client.Client {
 	if err := kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kvm.Setup(mgr, o, external.NewShared(mgr, o)); err != nil {
+	kind := kvm.New(mgr, kvm.Options{})
+	if err := kind.Setup(mgr, o, external.NewShared(mgr, o)); err != nil {
 		t.Fatal(err)
 	}
 	if err := health.Setup(mgr, health.Reconciler{
-		Kube:       mgr.GetClient(),
-		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "e2e"},
-		Connectors: map[string]health.Connector{"kvm": kvm.Kind.Connect},
-		Interval:   time.Minute, Timeout: 30 * time.Second,
+		Kube:     mgr.GetClient(),
+		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "e2e", Backends: []external.Backend{kind.Backend}},
+		Interval: time.Minute, Timeout: 30 * time.Second,
 	}, log, nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,9 @@ package kvm
 import (
 	"context"
 	"strings"
-	"sync"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
@@ -17,32 +17,58 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// Kind is the KVMProxy binding.
-var Kind = external.Kind[spec.KVMProxyParameters]{
-	Name:          "KVMProxy",
-	Backend:       "kvm",
-	LocationField: "host",
-	Proxy:         func(p *spec.KVMProxyParameters) *spec.ProxySettings { return &p.Proxy },
-	Request:       request,
-	Connect:       Connect,
+// Options are the KVMProxy binding's seams for tests.
+type Options struct {
+	// Backend is the kvm state the drivers share; nil means a new one.
+	Backend *kvmbackend.Backend
 }
 
-// backend is the process-wide kvm state (pooled SSH connections, locks,
-// the image cache and creates waiting on it), shared by every config and
-// both scopes; Connect only builds a cheap driver over it.
-var backend = sync.OnceValue(func() *kvmbackend.Backend { return kvmbackend.NewBackend(kvmbackend.Options{}) })
+// New returns the KVMProxy binding. Its backend (pooled SSH connections,
+// locks, the image cache and creates waiting on it) is shared by every
+// config, both scopes and the health checks; Connect only builds a cheap
+// driver over it.
+func New(_ ctrl.Manager, o Options) external.Kind[spec.KVMProxyParameters] {
+	b := o.Backend
+	if b == nil {
+		b = kvmbackend.NewBackend(kvmbackend.Options{})
+	}
+	return external.Kind[spec.KVMProxyParameters]{
+		Name:     "KVMProxy",
+		GVKs:     []schema.GroupVersionKind{nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind},
+		Location: func(p *spec.Placement) *string { return &p.Host },
+		Proxy:    func(p *spec.KVMProxyParameters) *spec.ProxySettings { return &p.Proxy },
+		Request:  request,
+		Backend: external.Backend{
+			Name:    "kvm",
+			Block:   block,
+			Connect: func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) { return connect(ctx, cfg, b) },
+		},
+	}
+}
 
-// Connect builds the driver of one config. The SSH key and known_hosts are
+// block is what the generic layer enforces of a kvm block.
+func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
+	k := s.KVM
+	if k == nil {
+		return external.Block{}, false
+	}
+	b := external.Block{
+		AllowUserCloudInit: k.AllowUserCloudInit,
+		ImagesByURL:        &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
+	}
+	if k.Credentials.InsecureIgnoreHostKey {
+		b.Insecure = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"
+	}
+	return b, true
+}
+
+// connect builds the driver of one config. The SSH key and known_hosts are
 // read from the config's Secrets on every call; the backend pools
 // connections by the material they were built from, so a rotated Secret
 // takes effect on the next dial. A Secret that cannot be read fails
 // Connect naming the field and the Secret, as on every backend (the health
 // check then reports CannotConnect).
-func Connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
-	return connectWith(ctx, cfg, backend())
-}
-
-func connectWith(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (proxy.Driver, error) {
+func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (proxy.Driver, error) {
 	k := cfg.Spec.KVM
 	if k == nil {
 		return nil, errors.Errorf("%s has no kvm block", cfg.Name)
@@ -110,9 +136,4 @@ func request(cfg *external.Config, p *spec.KVMProxyParameters, req *proxy.Reques
 	}
 	req.CloudInit = p.CloudInit
 	return nil
-}
-
-// Setup registers the KVMProxy controllers of both scopes.
-func Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
-	return external.Setup(mgr, o, sh, Kind, nsproxy.KVMProxyGroupVersionKind, clusterproxy.KVMProxyGroupVersionKind)
 }

@@ -52,9 +52,6 @@ const (
 	youngest = 2 * time.Minute
 )
 
-// Connector builds a backend's driver from a config, as the kinds do.
-type Connector func(ctx context.Context, cfg *external.Config) (proxy.Driver, error)
-
 // config is the part of the three config kinds the sweeper needs.
 type config interface {
 	client.Object
@@ -64,10 +61,10 @@ type config interface {
 type Sweeper struct {
 	// Kube reads configs and managed resources (the manager's cache) and
 	// patches config status.
-	Kube    client.Client
+	Kube client.Client
+	// Configs resolves configs, and their backends (ConfigReader.Backends)
+	// build the drivers.
 	Configs external.ConfigReader
-	// Connectors build each backend's driver, by backend name.
-	Connectors map[string]Connector
 	// Kinds are, by backend name, the managed resource kinds (both scopes)
 	// whose UIDs an instance's mark may name.
 	Kinds map[string][]schema.GroupVersionKind
@@ -139,7 +136,7 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if cfg == nil {
 		return reconcile.Result{}, nil
 	}
-	backend := external.Backend(&cfg.Spec)
+	backend := cfg.BackendName()
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = defaultSweepTimeout
@@ -176,15 +173,14 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 // returns those whose managed resource is gone (after deleting what the
 // policy allows), oldest first.
 func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, backend string) (found, deleted []proxy.Instance, err error) {
-	connect, ok := s.Connectors[backend]
-	if !ok {
+	if cfg.Backend == nil {
 		return nil, nil, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
 	}
 	uids, err := s.liveUIDs(ctx, backend)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := connect(ctx, cfg)
+	d, err := cfg.Backend.Connect(ctx, cfg)
 	if err != nil {
 		return nil, nil, errors.Wrap(err, "cannot connect to the backend")
 	}

@@ -109,16 +109,19 @@ func newSetup(t *testing.T, policy *spec.OrphanPolicy, kinds []schema.GroupVersi
 	created := time.Now()
 	create("gone-3h", "uid-gone-1", installation)
 	st.sweeper = &Sweeper{
-		Kube:       kube,
-		Configs:    external.ConfigReader{Kube: kube, InstallationID: installation},
-		Connectors: map[string]Connector{"kvm": func(context.Context, *external.Config) (proxy.Driver, error) { return m, nil }},
-		Kinds:      map[string][]schema.GroupVersionKind{"kvm": kinds},
-		Interval:   time.Hour,
-		Log:        logging.NewNopLogger(),
-		Events:     st.events,
-		kind:       "ClusterProviderConfig",
-		newConfig:  func() config { return &nsv1alpha1.ClusterProviderConfig{} },
-		now:        func() time.Time { return created.Add(3 * time.Hour) },
+		Kube: kube,
+		Configs: external.ConfigReader{Kube: kube, InstallationID: installation, Backends: []external.Backend{{
+			Name:    "kvm",
+			Block:   func(s *spec.ProviderConfigSpec) (external.Block, bool) { return external.Block{}, s.KVM != nil },
+			Connect: func(context.Context, *external.Config) (proxy.Driver, error) { return m, nil },
+		}}},
+		Kinds:     map[string][]schema.GroupVersionKind{"kvm": kinds},
+		Interval:  time.Hour,
+		Log:       logging.NewNopLogger(),
+		Events:    st.events,
+		kind:      "ClusterProviderConfig",
+		newConfig: func() config { return &nsv1alpha1.ClusterProviderConfig{} },
+		now:       func() time.Time { return created.Add(3 * time.Hour) },
 	}
 	return st
 }

@@ -15,6 +15,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -45,13 +46,13 @@ import (
 // managed resource with one cache lookup.
 const uidIndex = "metadata.uid"
 
-// Binding is the PodProxy kind bound to one manager: its Connect builds
-// drivers on the manager's cached client for this cluster, and on pooled
-// clients for remote ones; its Watches make a pod's, Deployment's or
-// Service's change reconcile the proxy at once.
-type Binding struct {
-	external.Kind[spec.PodProxyParameters]
+// Options are the PodProxy binding's seams for tests (none yet).
+type Options struct{}
 
+// binding is the PodProxy binding's state: drivers on the manager's cached
+// client for this cluster and on pooled clients for remote ones, the
+// background prober, and the watches' subscribers.
+type binding struct {
 	local    *kubernetes.Cluster
 	localErr error
 	remote   *kubernetes.Remote
@@ -64,9 +65,12 @@ type Binding struct {
 	subscribers []chan event.GenericEvent
 }
 
-// NewKind returns the PodProxy binding for mgr.
-func NewKind(mgr ctrl.Manager) *Binding {
-	b := &Binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
+// New returns the PodProxy binding for mgr: its Connect builds drivers on
+// the manager's cached client for this cluster, and on pooled clients for
+// remote ones; its Watches make a pod's, Deployment's or Service's change
+// reconcile the proxy at once.
+func New(mgr ctrl.Manager, _ Options) external.Kind[spec.PodProxyParameters] {
+	b := &binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
 	b.prober = &squid.Prober{Notify: b.notify}
 	b.local, b.localErr = kubernetes.NewLocalCluster(mgr.GetConfig(), mgr.GetScheme(), mgr.GetCache())
 	if b.local != nil {
@@ -74,25 +78,28 @@ func NewKind(mgr ctrl.Manager) *Binding {
 			b.access = &access{reviews: cs.SelfSubjectAccessReviews(), recheck: 30 * time.Second}
 		}
 	}
-	b.Kind = external.Kind[spec.PodProxyParameters]{
+	return external.Kind[spec.PodProxyParameters]{
 		Name:    "PodProxy",
-		Backend: "kubernetes",
+		GVKs:    []schema.GroupVersionKind{nsproxy.PodProxyGroupVersionKind, clusterproxy.PodProxyGroupVersionKind},
 		Proxy:   func(p *spec.PodProxyParameters) *spec.ProxySettings { return &p.Proxy },
 		Request: request,
-		Connect: b.connect,
 		Watches: b.watches,
+		Backend: external.Backend{Name: "kubernetes", Block: block, Connect: b.connect},
 	}
-	return b
 }
 
-// Setup registers the PodProxy controllers of both scopes.
-func (b *Binding) Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
-	return external.Setup(mgr, o, sh, b.Kind, nsproxy.PodProxyGroupVersionKind, clusterproxy.PodProxyGroupVersionKind)
+// block is what the generic layer enforces of a kubernetes block.
+func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
+	k := s.Kubernetes
+	if k == nil {
+		return external.Block{}, false
+	}
+	return external.Block{CredentialsSource: &k.Credentials.Source}, true
 }
 
 func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request) error {
 	if p.Service != nil {
-		req.Exposure.ServiceType = p.Service.Type
+		req.Extension = kubernetes.Exposure{ServiceType: p.Service.Type}
 	}
 	return nil
 }
@@ -101,7 +108,7 @@ func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request)
 // manager's client (InjectedIdentity), or the cluster of a kubeconfig read
 // from its Secret on every Connect (pooled by the kubeconfig's digest, so a
 // rotated Secret takes effect at once).
-func (b *Binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+func (b *binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
 	k := cfg.Spec.Kubernetes
 	if k == nil {
 		return nil, errors.Errorf("%s has no kubernetes block", cfg.Name)
@@ -151,7 +158,7 @@ func (b *Binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 // background. They bypass the controller's event filter (which passes
 // only changes of the managed resource's desired state) by being raw
 // sources, and are filtered to the changes Get would see.
-func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list client.ObjectList) *builder.Builder {
+func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client.ObjectList) *builder.Builder {
 	log := mgr.GetLogger().WithName("podproxy-watches")
 	gvk, err := apiutil.GVKForObject(list, mgr.GetScheme())
 	if err != nil {
@@ -219,9 +226,9 @@ func (b *Binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 		}
 	}
 	return bld.
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(podDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(deploymentDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(serviceDigest)))
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(kubernetes.PodDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(kubernetes.DeploymentDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(kubernetes.ServiceDigest)))
 }
 
 // watchPriority is the work-queue priority of reconciles these watches
@@ -266,7 +273,7 @@ func enqueue[T client.Object](toRequests func(context.Context, client.Object) []
 
 // notify is the prober's: a check that finished in the background
 // reconciles its proxy (the key starts with the proxy's UID).
-func (b *Binding) notify(key string) {
+func (b *binding) notify(key string) {
 	uid, _, _ := strings.Cut(key, "/")
 	ev := event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kubernetes.LabelUID: uid}}}}
 	b.mu.Lock()
@@ -289,52 +296,4 @@ func changed[T client.Object](digest func(T) string) predicate.TypedPredicate[T]
 		DeleteFunc:  func(event.TypedDeleteEvent[T]) bool { return true },
 		GenericFunc: func(event.TypedGenericEvent[T]) bool { return true },
 	}
-}
-
-// podDigest is what Get reads of a pod.
-func podDigest(p *corev1.Pod) string {
-	var b strings.Builder
-	b.WriteString(string(p.Status.Phase))
-	b.WriteString("|" + p.Status.PodIP)
-	if p.DeletionTimestamp != nil {
-		b.WriteString("|deleting")
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
-			b.WriteString("|" + string(c.Type) + "=" + string(c.Status) + ":" + c.Reason)
-		}
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil {
-			b.WriteString("|" + cs.Name + ":" + w.Reason)
-		}
-	}
-	return b.String()
-}
-
-// deploymentDigest is what Get reads of a Deployment besides its pods.
-func deploymentDigest(d *appsv1.Deployment) string {
-	var b strings.Builder
-	if d.DeletionTimestamp != nil {
-		b.WriteString("deleting")
-	}
-	if d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
-		b.WriteString("|zero")
-	}
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentReplicaFailure {
-			b.WriteString("|" + string(c.Status) + ":" + c.Message)
-		}
-	}
-	return b.String()
-}
-
-// serviceDigest is what Get reads of a Service.
-func serviceDigest(s *corev1.Service) string {
-	var b strings.Builder
-	b.WriteString(s.Spec.ClusterIP)
-	for _, in := range s.Status.LoadBalancer.Ingress {
-		b.WriteString("|" + in.IP + in.Hostname)
-	}
-	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
@@ -17,29 +18,51 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// Connector builds proxmox drivers from ProviderConfigs. Its Shared state
-// (the connection pool keyed by the CA, the clones this process started,
-// facts read from VM configs) lives as long as the process, across
-// reconciles and configs; nothing in it is a credential.
-type Connector struct {
-	// Shared is handed to every driver; nil means one of its own.
-	Shared *backend.Shared
-	// Options, when set, adjusts the driver options after they are built
-	// from the config (tests: a readiness probe, a clock).
-	Options func(*backend.Options)
+// Options are the ProxmoxProxy binding's seams for tests.
+type Options struct {
+	// Driver, when set, adjusts the driver options after they are built
+	// from the config (a readiness probe, a clock, retry delays).
+	Driver func(*backend.Options)
+	// ObserveMaxAge is how old the /cluster/resources snapshot a steady
+	// VM's Get may answer from can be (internal/backend/batch); zero: every
+	// Get reads its own VM.
+	ObserveMaxAge time.Duration
 }
 
-// connector is the process's.
-var connector = &Connector{Shared: &backend.Shared{}}
+// New returns the ProxmoxProxy binding. Its backend state (the connection
+// pool keyed by the CA, the clones this process started, facts read from
+// VM configs) is shared by every config, both scopes and the health
+// checks, for the binding's life; nothing in it is a credential.
+func New(_ ctrl.Manager, o Options) external.Kind[spec.ProxmoxProxyParameters] {
+	c := &connector{shared: &backend.Shared{ObserveMaxAge: o.ObserveMaxAge}, options: o.Driver}
+	return external.Kind[spec.ProxmoxProxyParameters]{
+		Name:     "ProxmoxProxy",
+		GVKs:     []schema.GroupVersionKind{nsproxy.ProxmoxProxyGroupVersionKind, clusterproxy.ProxmoxProxyGroupVersionKind},
+		Location: func(p *spec.Placement) *string { return &p.Node },
+		Proxy:    func(p *spec.ProxmoxProxyParameters) *spec.ProxySettings { return &p.Proxy },
+		Request:  request,
+		Backend:  external.Backend{Name: "proxmox", Block: block, Connect: c.connect},
+	}
+}
 
-// Kind is the ProxmoxProxy binding.
-var Kind = external.Kind[spec.ProxmoxProxyParameters]{
-	Name:          "ProxmoxProxy",
-	Backend:       "proxmox",
-	LocationField: "node",
-	Proxy:         func(p *spec.ProxmoxProxyParameters) *spec.ProxySettings { return &p.Proxy },
-	Request:       request,
-	Connect:       connector.Connect,
+// block is what the generic layer enforces of a proxmox block.
+func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
+	p := s.Proxmox
+	if p == nil {
+		return external.Block{}, false
+	}
+	b := external.Block{AllowUserCloudInit: p.AllowUserCloudInit}
+	if p.InsecureSkipTLSVerify {
+		b.Insecure = "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"
+	}
+	return b, true
+}
+
+// connector builds proxmox drivers from ProviderConfigs over one shared
+// state.
+type connector struct {
+	shared  *backend.Shared
+	options func(*backend.Options)
 }
 
 func request(cfg *external.Config, p *spec.ProxmoxProxyParameters, req *proxy.Request) error {
@@ -58,12 +81,12 @@ func request(cfg *external.Config, p *spec.ProxmoxProxyParameters, req *proxy.Re
 	return nil
 }
 
-// Connect reads the config's token (and CA) Secrets, on every Connect,
+// connect reads the config's token (and CA) Secrets, on every Connect,
 // that is every reconcile and every health check, and builds a driver
 // that presents them on each of its requests: a rotated Secret applies at
 // the next reconcile, with no restart. Connections are pooled by the CA
 // they trust, so a rotated CA gets fresh ones.
-func (c *Connector) Connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+func (c *connector) connect(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
 	p := cfg.Spec.Proxmox
 	if p == nil {
 		return nil, errors.Errorf("%s has no proxmox block", cfg.Name)
@@ -83,10 +106,10 @@ func (c *Connector) Connect(ctx context.Context, cfg *external.Config) (proxy.Dr
 		Provider:    cfg.Name,
 		Config:      Config(p),
 		Credentials: func(context.Context) (backend.Credentials, error) { return creds, nil },
-		Shared:      c.Shared,
+		Shared:      c.shared,
 	}
-	if c.Options != nil {
-		c.Options(&o)
+	if c.options != nil {
+		c.options(&o)
 	}
 	return backend.New(o)
 }
@@ -118,14 +141,4 @@ func Config(p *spec.ProxmoxConfig) backend.Config {
 		c.MachineTypes[k] = backend.MachineType{Cores: int(m.Cores), MemoryMiB: int(m.MemoryMiB)}
 	}
 	return c
-}
-
-// Setup registers the ProxmoxProxy controllers of both scopes.
-func Setup(mgr ctrl.Manager, o external.Options, sh *external.Shared) error {
-	// A steady VM's Get answers from a /cluster/resources snapshot at most
-	// an eighth of a poll old (internal/backend/batch).
-	if connector.Shared.ObserveMaxAge == 0 {
-		connector.Shared.ObserveMaxAge = o.PollInterval / 8
-	}
-	return external.Setup(mgr, o, sh, Kind, nsproxy.ProxmoxProxyGroupVersionKind, clusterproxy.ProxmoxProxyGroupVersionKind)
 }

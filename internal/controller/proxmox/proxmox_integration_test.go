@@ -74,18 +74,16 @@ func start(t *testing.T) *env {
 	}
 	// The production binding, with a failed task retried after seconds
 	// rather than a minute.
-	kind := proxmoxctl.Kind
-	kind.Connect = (&proxmoxctl.Connector{Shared: &backend.Shared{}, Options: func(o *backend.Options) {
+	kind := proxmoxctl.New(mgr, proxmoxctl.Options{Driver: func(o *backend.Options) {
 		o.RetryFailedTaskAfter = 3 * time.Second
-	}}).Connect
-	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind, nsproxy.ProxmoxProxyGroupVersionKind, clusterproxy.ProxmoxProxyGroupVersionKind); err != nil {
+	}})
+	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind); err != nil {
 		t.Fatal(err)
 	}
 	if err := health.Setup(mgr, health.Reconciler{
-		Kube:       mgr.GetClient(),
-		Configs:    external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation},
-		Connectors: map[string]health.Connector{"proxmox": kind.Connect},
-		Interval:   time.Hour, Timeout: 10 * time.Second,
+		Kube:     mgr.GetClient(),
+		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation, Backends: []external.Backend{kind.Backend}},
+		Interval: time.Hour, Timeout: 10 * time.Second,
 	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind); err != nil {
 		t.Fatal(err)
 	}

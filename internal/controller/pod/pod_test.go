@@ -1,0 +1,59 @@
+package pod
+
+import (
+	"encoding/json"
+	"testing"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/google/go-cmp/cmp"
+
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// TestRequestService: the Service type reaches the driver as the
+// kubernetes backend's Extension, hashing as it did when the contract held
+// it; no Service is no Extension (the hash of the empty block).
+func TestRequestService(t *testing.T) {
+	cases := map[string]struct {
+		params   spec.PodProxyParameters
+		want     proxy.Extension
+		wantHash string
+	}{
+		"NoService": {},
+		"LoadBalancer": {
+			params:   spec.PodProxyParameters{Service: &spec.PodService{Type: "LoadBalancer"}},
+			want:     kubernetes.Exposure{ServiceType: "LoadBalancer"},
+			wantHash: `{"AddressType":"","RetainAddress":false,"ManageFirewall":false,"ServiceType":"LoadBalancer"}`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := proxy.Request{}
+			if err := request(nil, &tc.params, &req); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, req.Extension); diff != "" {
+				t.Errorf("request(...).Extension: -want, +got:\n%s", diff)
+			}
+			if tc.want == nil {
+				return
+			}
+			b, _ := json.Marshal(req.Extension.HashInput())
+			if diff := cmp.Diff(tc.wantHash, string(b)); diff != "" {
+				t.Errorf("HashInput: -want, +got:\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBlock(t *testing.T) {
+	if _, ok := block(&spec.ProviderConfigSpec{GCP: &spec.GCPConfig{}}); ok {
+		t.Error("block of a gcp config: ok; want false")
+	}
+	b, ok := block(&spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}})
+	if !ok || b.CredentialsSource == nil || *b.CredentialsSource != xpv2.CredentialsSourceInjectedIdentity || b.AllowUserCloudInit != nil {
+		t.Errorf("block(kubernetes) = %+v, %v; want the credentials source and nothing else", b, ok)
+	}
+}

@@ -1,0 +1,254 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+)
+
+// events records the events of a reconcile.
+type events struct{ got []string }
+
+func (e *events) Event(_ runtime.Object, ev event.Event) {
+	e.got = append(e.got, string(ev.Type)+" "+string(ev.Reason))
+}
+func (e *events) WithAnnotations(...string) event.Recorder { return e }
+
+// patched is the status a reconcile patched, decoded.
+type patched struct {
+	Status spec.ProviderConfigStatus `json:"status"`
+}
+
+// kvmBackend is a backend on the kvm block whose driver is d, or whose
+// Connect fails with err; insecure turns its Secure condition False.
+func kvmBackend(d proxy.Driver, err error, insecure string) external.Backend {
+	return external.Backend{
+		Name: "kvm",
+		Block: func(s *spec.ProviderConfigSpec) (external.Block, bool) {
+			return external.Block{Insecure: insecure}, s.KVM != nil
+		},
+		Connect: func(context.Context, *external.Config) (proxy.Driver, error) { return d, err },
+	}
+}
+
+// unhealthy is a driver whose check reports one bad target.
+type unhealthy struct{ proxy.Driver }
+
+func (unhealthy) Check(context.Context) proxy.Health {
+	return proxy.Health{Targets: []proxy.TargetHealth{
+		{Target: "host-a", Healthy: true},
+		{Target: "host-b", Reason: proxy.ReasonUnreachable, Message: "dial tcp: i/o timeout"},
+	}}
+}
+
+func TestReconcile(t *testing.T) {
+	mem := proxytest.NewMemory("memory", "inst")
+	errBoom := errors.New("boom")
+	type want struct {
+		err     error
+		patched bool
+		healthy xpv2.Condition
+		secure  corev1.ConditionStatus
+		targets []spec.TargetHealth
+		backend string
+		events  []string
+	}
+	cases := map[string]struct {
+		reason  string
+		config  *nsv1alpha1.ClusterProviderConfig
+		getErr  error
+		patch   error
+		backend external.Backend
+		want    want
+	}{
+		"Healthy": {
+			reason:  "Every target healthy: Healthy True, one event, the status patched.",
+			backend: kvmBackend(mem, nil, ""),
+			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
+				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionTrue, Reason: ReasonHealthy, Message: "1 of 1 targets healthy"},
+				targets: []spec.TargetHealth{{Target: "memory", Address: "memory://memory", Healthy: true}},
+				events:  []string{"Normal Healthy"}},
+		},
+		"Unhealthy": {
+			reason:  "A bad target makes Healthy False, naming the target, reason and message.",
+			backend: kvmBackend(unhealthy{mem}, nil, ""),
+			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
+				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonUnhealthy, Message: "host-b: Unreachable: dial tcp: i/o timeout"},
+				targets: []spec.TargetHealth{{Target: "host-a", Healthy: true}, {Target: "host-b", Reason: proxy.ReasonUnreachable, Message: "dial tcp: i/o timeout"}},
+				events:  []string{"Warning Unhealthy"}},
+		},
+		"CannotConnect": {
+			reason:  "A driver that cannot be built is one target saying why: CannotConnect.",
+			backend: kvmBackend(nil, proxy.Permanentf("the config has no hosts"), ""),
+			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
+				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonCannotConnect, Message: "kvm: BackendNotAvailable: the config has no hosts"},
+				targets: []spec.TargetHealth{{Target: "kvm", Reason: proxy.ReasonNotAvailable, Message: "the config has no hosts"}},
+				events:  []string{"Warning CannotConnect"}},
+		},
+		"CredentialsUnavailable": {
+			reason:  "A Transient Connect error (a Secret not readable yet) is CredentialsUnavailable.",
+			backend: kvmBackend(nil, proxy.Transientf("Secret ssh not found"), ""),
+			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
+				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonUnhealthy, Message: "kvm: CredentialsUnavailable: Secret ssh not found"},
+				targets: []spec.TargetHealth{{Target: "kvm", Reason: proxy.ReasonCredentialsUnavailable, Message: "Secret ssh not found"}},
+				events:  []string{"Warning Unhealthy"}},
+		},
+		"Insecure": {
+			reason:  "A block that turns verification off makes Secure False, with an event.",
+			backend: kvmBackend(mem, nil, "kvm.credentials.insecureIgnoreHostKey is true"),
+			want: want{patched: true, backend: "kvm", secure: corev1.ConditionFalse,
+				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionTrue, Reason: ReasonHealthy, Message: "1 of 1 targets healthy"},
+				targets: []spec.TargetHealth{{Target: "memory", Address: "memory://memory", Healthy: true}},
+				events:  []string{"Normal Healthy", "Warning VerificationOff"}},
+		},
+		"NoBackend": {
+			reason:  "A config whose block this build has no backend for says so.",
+			backend: external.Backend{Name: "gcp", Block: func(*spec.ProviderConfigSpec) (external.Block, bool) { return external.Block{}, false }},
+			want: want{patched: true, secure: corev1.ConditionTrue, backend: "kvm",
+				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonCannotConnect, Message: "kvm: BackendNotAvailable: the kvm backend is not available in this build of provider-egressproxy"},
+				targets: []spec.TargetHealth{{Target: "kvm", Reason: proxy.ReasonNotAvailable, Message: "the kvm backend is not available in this build of provider-egressproxy"}},
+				events:  []string{"Warning CannotConnect"}},
+		},
+		"Gone": {
+			reason:  "A config that is gone is not checked and nothing is written.",
+			getErr:  kerrors.NewNotFound(schema.GroupResource{}, "home"),
+			backend: kvmBackend(mem, nil, ""),
+			want:    want{},
+		},
+		"Deleting": {
+			reason: "A config being deleted is not checked.",
+			config: func() *nsv1alpha1.ClusterProviderConfig {
+				pc := &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home", DeletionTimestamp: &metav1.Time{}, Finalizers: []string{"f"}}}
+				pc.Spec.KVM = &spec.KVMConfig{}
+				return pc
+			}(),
+			backend: kvmBackend(mem, nil, ""),
+			want:    want{},
+		},
+		"PatchFails": {
+			reason:  "A status write that fails is returned, to be retried.",
+			patch:   errBoom,
+			backend: kvmBackend(mem, nil, ""),
+			want:    want{err: errors.Wrap(errBoom, "cannot update the config's status"), patched: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var body []byte
+			kube := &test.MockClient{
+				MockGet: func(_ context.Context, _ client.ObjectKey, obj client.Object) error {
+					if tc.getErr != nil {
+						return tc.getErr
+					}
+					pc := obj.(*nsv1alpha1.ClusterProviderConfig) //nolint:forcetypeassert // The reconciler reads its kind.
+					if tc.config != nil {
+						tc.config.DeepCopyInto(pc)
+						return nil
+					}
+					pc.Name = "home"
+					pc.Spec.KVM = &spec.KVMConfig{}
+					return nil
+				},
+				MockStatusPatch: func(_ context.Context, obj client.Object, p client.Patch, _ ...client.SubResourcePatchOption) error {
+					if p.Type() != types.MergePatchType {
+						t.Errorf("status patch of type %s; want a merge patch (no resourceVersion, no conflict)", p.Type())
+					}
+					body, _ = p.Data(obj)
+					return tc.patch
+				},
+				MockStatusUpdate: func(context.Context, client.Object, ...client.SubResourceUpdateOption) error {
+					t.Error("status written by Update, which conflicts with the other writers of a config's status")
+					return nil
+				},
+			}
+			ev := &events{}
+			r := &Reconciler{
+				Kube:      kube,
+				Configs:   external.ConfigReader{Kube: kube, InstallationID: "inst", Backends: []external.Backend{tc.backend}},
+				Interval:  time.Minute,
+				Timeout:   10 * time.Second,
+				Log:       logging.NewNopLogger(),
+				Events:    ev,
+				kind:      "ClusterProviderConfig",
+				newConfig: func() config { return &nsv1alpha1.ClusterProviderConfig{} },
+				status:    statusOf,
+			}
+			got, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "home"}})
+			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {
+				t.Fatalf("\n%s\nReconcile(...): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if (body != nil) != tc.want.patched {
+				t.Fatalf("\n%s\nstatus patched: %v, want %v", tc.reason, body != nil, tc.want.patched)
+			}
+			if !tc.want.patched || tc.want.err != nil {
+				if got != (reconcile.Result{}) {
+					t.Errorf("\n%s\nReconcile(...) = %+v, want no requeue", tc.reason, got)
+				}
+				return
+			}
+			if got.RequeueAfter < 54*time.Second || got.RequeueAfter > 66*time.Second {
+				t.Errorf("\n%s\nrequeue after %v; want the interval give or take 10%%", tc.reason, got.RequeueAfter)
+			}
+			var p patched
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want.healthy, p.Status.GetCondition(TypeHealthy), test.EquateConditions()); diff != "" {
+				t.Errorf("\n%s\nHealthy: -want, +got:\n%s", tc.reason, diff)
+			}
+			if got := p.Status.GetCondition(TypeSecure).Status; got != tc.want.secure {
+				t.Errorf("\n%s\nSecure %s, want %s", tc.reason, got, tc.want.secure)
+			}
+			if diff := cmp.Diff(tc.want.targets, p.Status.Targets, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(spec.TargetHealth{}, "Details")); diff != "" {
+				t.Errorf("\n%s\ntargets: -want, +got:\n%s", tc.reason, diff)
+			}
+			if p.Status.Backend != tc.want.backend || p.Status.InstallationID != "inst" || p.Status.LastCheckTime == nil {
+				t.Errorf("\n%s\nbackend %q, installationID %q, lastCheckTime %v; want %q, inst, set", tc.reason, p.Status.Backend, p.Status.InstallationID, p.Status.LastCheckTime, tc.want.backend)
+			}
+			if diff := cmp.Diff(tc.want.events, ev.got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("\n%s\nevents: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestStatusPatchCarriesEmptyFields: a target gone since the last check leaves
+// the status: the patch carries the whole list, and an empty one too.
+func TestStatusPatchCarriesEmptyFields(t *testing.T) {
+	var body []byte
+	kube := &test.MockClient{MockStatusPatch: func(_ context.Context, obj client.Object, p client.Patch, _ ...client.SubResourcePatchOption) error {
+		body, _ = p.Data(obj)
+		return nil
+	}}
+	r := &Reconciler{Kube: kube}
+	if err := r.writeStatus(context.Background(), &nsv1alpha1.ClusterProviderConfig{}, &spec.ProviderConfigStatus{Targets: []spec.TargetHealth{}}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"status":{"backend":"","conditions":null,"installationID":"","lastCheckTime":null,"targets":[]}}`
+	if diff := cmp.Diff(want, string(body)); diff != "" {
+		t.Errorf("status patch: -want, +got:\n%s", diff)
+	}
+}
