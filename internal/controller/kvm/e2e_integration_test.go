@@ -267,7 +267,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 }
 
 // startControllers runs a real control plane and, in-process, the
-// KVMProxy controllers with the production binding (kvm.Kind, its real
+// KVMProxy controllers with the production binding (kvm.New, its real
 // Connect) and the config health checks.
 func startControllers(t *testing.T) client.Client {
 	t.Helper()
