@@ -11,7 +11,7 @@ PKG       := github.com/egressproxy/provider-egressproxy
 VERSION   ?= $(shell bash hack/version.sh)
 # The registry and organisation packages are pushed to, which the
 # Configuration's dependsOn names (docs/install.md).
-XPKG_REPO ?= localhost:5000/egressproxy
+XPKG_REPO ?= 127.0.0.1:5000/egressproxy
 LDFLAGS   := -s -w -X $(PKG)/internal/version.Version=$(VERSION)
 GOTEST    ?= $(GO) test
 TESTFLAGS ?= -count=1 -timeout 40m

@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${KUBECONFIG:?set KUBECONFIG to the cluster to run against}"
 VERSION=${VERSION:-$(bash hack/version.sh)}
-XPKG_REPO=${XPKG_REPO:-localhost:5000/egressproxy}
+XPKG_REPO=${XPKG_REPO:-127.0.0.1:5000/egressproxy}
 say() { echo "make run: $*" >&2; }
 
 KUBECTL="$(bash hack/controlplane-bins.sh)/kubectl"

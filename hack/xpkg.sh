@@ -13,7 +13,7 @@
 #
 # Environment: VERSION (default hack/version.sh: the tag, or
 # v0.2.0-dev.<date>.<sha>), XPKG_REPO (the registry and organisation the
-# Configuration's dependsOn names; default localhost:5000/egressproxy),
+# Configuration's dependsOn names; default 127.0.0.1:5000/egressproxy),
 # PLATFORMS (default "linux/amd64 linux/arm64").
 #
 # No docker: each runtime image (a static binary, Debian's CA certificates,
@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${1:-bin/xpkg}
 VERSION=${VERSION:-$(bash hack/version.sh)}
-XPKG_REPO=${XPKG_REPO:-localhost:5000/egressproxy}
+XPKG_REPO=${XPKG_REPO:-127.0.0.1:5000/egressproxy}
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
 export GOFLAGS=-buildvcs=false
 log() { echo "xpkg: $*" >&2; }
@@ -35,7 +35,7 @@ log() { echo "xpkg: $*" >&2; }
 [[ $VERSION =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] ||
   { log "VERSION=$VERSION is not a semantic version (vX.Y.Z[-pre]); Crossplane orders packages by it"; exit 1; }
 [[ $XPKG_REPO =~ ^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+$ ]] ||
-  { log "XPKG_REPO=$XPKG_REPO: want registry/organisation, such as localhost:5000/egressproxy"; exit 1; }
+  { log "XPKG_REPO=$XPKG_REPO: want registry/organisation, such as 127.0.0.1:5000/egressproxy"; exit 1; }
 
 # The package's CRDs must be what the API types generate: a stale CRD in a
 # package would be installed into every cluster that pulls it.
@@ -61,9 +61,9 @@ mkdir -p "$WORK/provider/crds"
 cp package/crossplane.yaml "$WORK/provider/"
 cp package/crds/*.yaml "$WORK/provider/crds/"
 cp -r package/configuration "$WORK/configuration"
-sed -i "s#^\(    - \(provider\|function\): \)localhost:5000/egressproxy/#\1$XPKG_REPO/#" "$WORK/configuration/crossplane.yaml"
+sed -i "s#^\(    - \(provider\|function\): \)127.0.0.1:5000/egressproxy/#\1$XPKG_REPO/#" "$WORK/configuration/crossplane.yaml"
 grep -q "$XPKG_REPO/provider-egressproxy" "$WORK/configuration/crossplane.yaml" ||
-  { log "package/configuration/crossplane.yaml: dependsOn no longer names localhost:5000/egressproxy/provider-egressproxy for make xpkg to replace"; exit 1; }
+  { log "package/configuration/crossplane.yaml: dependsOn no longer names 127.0.0.1:5000/egressproxy/provider-egressproxy for make xpkg to replace"; exit 1; }
 
 files=()
 for plat in $PLATFORMS; do

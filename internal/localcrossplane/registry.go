@@ -45,7 +45,7 @@ type Registry struct {
 }
 
 // StartRegistry serves a registry on addr ("127.0.0.1:0" for a free port,
-// "localhost:5000" for the address packages built with the default
+// "127.0.0.1:5000" for the address packages built with the default
 // XPKG_REPO name) until Close. Its certificate is for 127.0.0.1, ::1 and
 // localhost, from a CA made here and valid for a day.
 func StartRegistry(addr string) (*Registry, error) {
