@@ -306,9 +306,8 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 // so no PodProxy grant): asserted. The held proxies are then observed for
 // a minute with the Provider naming the runtime config with the grant
 // again: their conditions and their configs are logged, not asserted.
-// (In the test's runs they stayed held, with their old conditions, the
-// configs still there and a second revision unhealthy; docs/install.md,
-// Deleting the Provider while proxies exist.)
+// (In the test's runs they stayed held, with their old conditions;
+// docs/install.md, Deleting the Provider while proxies exist.)
 func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) {
 	ctx := context.Background()
 	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
