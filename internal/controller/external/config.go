@@ -42,9 +42,11 @@ type Config struct {
 
 // CheckTenancy returns why the config may not be used, or nil: a namespaced
 // ProviderConfig with InjectedIdentity would act with the provider's own
-// cluster or Google identity, and one with gcp.endpoint would make the
-// provider a client of any HTTPS server the tenant names. Admission refuses such configs; this is the
-// same rule again, for configs written before it or past it.
+// cluster or Google identity, and one with a setting only a cluster-scoped
+// config may make (Block.ClusterOnly, such as gcp.endpoint) would make the
+// provider a client of any server the tenant names. Admission refuses such
+// configs; this is the same rule again, for configs written before it or
+// past it.
 func (c *Config) CheckTenancy() error {
 	if !c.Namespaced || c.Backend == nil {
 		return nil
@@ -53,10 +55,8 @@ func (c *Config) CheckTenancy() error {
 	if src := b.CredentialsSource; src != nil && *src != xpv2.CredentialsSourceSecret {
 		return proxy.Permanentf("%s: %s.credentials.source %s is not allowed on a namespaced ProviderConfig: it would act with the provider's own identity; use source Secret with credentials in namespace %s, or a ClusterProviderConfig", c.Name, c.Backend.Name, *src, c.Secrets.Namespace)
 	}
-	// The provider would send the config's tokens to the endpoint and
-	// report its answers, from where the provider sits in the network.
-	if c.Spec.GCP != nil && c.Spec.GCP.Endpoint != "" {
-		return proxy.Permanentf("%s: gcp.endpoint is not allowed on a namespaced ProviderConfig: the provider would send this config's tokens to it and report its answers from inside the cluster; use a ClusterProviderConfig the platform team provides", c.Name)
+	if b.ClusterOnly != "" {
+		return proxy.Permanentf("%s: %s", c.Name, b.ClusterOnly)
 	}
 	return nil
 }

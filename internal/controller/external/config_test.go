@@ -68,14 +68,13 @@ func TestConfigOfFindsItsBackend(t *testing.T) {
 	}
 }
 
-// TestNamespacedConfigNeverSetsTheGCPEndpoint: a namespace user's config
-// that points the Compute Engine client elsewhere (past admission) would
-// make the provider send its tokens to, and report the answers of, any
-// HTTPS server the user names, from inside the cluster.
-func TestNamespacedConfigNeverSetsTheGCPEndpoint(t *testing.T) {
-	r := ConfigReader{}
-	s := spec.ProviderConfigSpec{GCP: &spec.GCPConfig{Project: "p", Endpoint: "https://kubernetes.default.svc",
-		Credentials: spec.GCPCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Key: "k"}}}}
+// TestNamespacedConfigNeverMakesAClusterOnlySetting: a namespace user's
+// config with a setting only the platform may make (gcp.endpoint would
+// point the Compute Engine client, and its tokens, at any HTTPS server the
+// user names), past admission, is refused too.
+func TestNamespacedConfigNeverMakesAClusterOnlySetting(t *testing.T) {
+	r := ConfigReader{Backends: []Backend{fixed("gcp", Block{ClusterOnly: "gcp.endpoint is not allowed on a namespaced ProviderConfig"})}}
+	s := spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}
 	pc := &namespacedv1alpha1.ProviderConfig{Spec: namespacedv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: s}}
 	pc.Namespace, pc.Name = "team-a", "mine"
 	err := r.Of(pc).CheckTenancy()

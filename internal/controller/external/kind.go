@@ -88,6 +88,10 @@ type Block struct {
 	// CredentialsSource, when set, is the block's credentials.source: a
 	// namespaced config may use only Secret (CheckTenancy).
 	CredentialsSource *xpv2.CredentialsSource
+	// ClusterOnly, when not empty, names a setting of the block that only
+	// a cluster-scoped config may make, and why (CheckTenancy refuses it
+	// on a namespaced ProviderConfig).
+	ClusterOnly string
 	// Insecure, when not empty, says which verification the block turns
 	// off and what that exposes (the config's Secure condition).
 	Insecure string

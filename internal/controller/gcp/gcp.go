@@ -58,7 +58,13 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 	if g == nil {
 		return external.Block{}, false
 	}
-	return external.Block{AllowUserCloudInit: g.AllowUserCloudInit, CredentialsSource: &g.Credentials.Source}, true
+	b := external.Block{AllowUserCloudInit: g.AllowUserCloudInit, CredentialsSource: &g.Credentials.Source}
+	if g.Endpoint != "" {
+		// The provider would send the config's tokens to the endpoint and
+		// report its answers, from where the provider sits in the network.
+		b.ClusterOnly = "gcp.endpoint is not allowed on a namespaced ProviderConfig: the provider would send this config's tokens to it and report its answers from inside the cluster; use a ClusterProviderConfig the platform team provides"
+	}
+	return b, true
 }
 
 // connect builds a driver from a config: the service-account key is read
