@@ -117,6 +117,7 @@ func TestDriverIntegration(t *testing.T) {
 	})
 	e.driverTests(t)
 	t.Run("Takeover", e.takeoverTests)
+	t.Run("Faults", e.faultTests)
 }
 
 // fixture returns fixtures in a fresh namespace each.
