@@ -217,6 +217,20 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 	for _, r := range revisions(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj) {
 		revs = append(revs, r.GetName())
 	}
+	// The CRDs are the revisions': the garbage collector deletes them. The
+	// dependency resolver may install the Provider again (see
+	// reinstallFinishes), whose revision makes them anew: a CRD of another
+	// UID counts as deleted.
+	crds := map[string]types.UID{}
+	for _, p := range proxies {
+		group, _, _ := strings.Cut(p.apiVersion, "/")
+		name := strings.ToLower(strings.TrimSuffix(p.kind, "y")) + "ies." + group
+		o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatalf("CRD %s before deleting the Provider: %v", name, err)
+		}
+		crds[name] = o.GetUID()
+	}
 	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	if err := kube.Delete(ctx, prov); err != nil {
 		t.Fatal(err)
@@ -247,13 +261,10 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 		}
 		return len(names) == 0 && len(procs) == 0, fmt.Sprintf("Deployments %v, processes %v of revisions %v", names, procs, revs)
 	})
-	// The CRDs are the revisions': the garbage collector deletes them.
-	crds := map[string]bool{}
-	for _, p := range proxies {
-		group, _, _ := strings.Cut(p.apiVersion, "/")
-		crds[strings.ToLower(strings.TrimSuffix(p.kind, "y"))+"ies."+group] = true
-	}
-	for crd := range crds {
+	// A CRD the reinstalled Provider's revision took over before the
+	// garbage collector came is kept, and so are its objects.
+	adopted := map[string]bool{}
+	for crd, uid := range crds {
 		testenv.WaitFor(t, "CRD "+crd+" to be deleted", 2*time.Minute, func() (bool, string) {
 			o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
@@ -262,8 +273,19 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 				return true, "gone"
 			case err != nil:
 				return false, err.Error()
+			case o.GetUID() != uid:
+				return true, "deleted and made again by the reinstalled Provider"
+			case o.GetDeletionTimestamp() != nil:
+				return true, "being deleted"
 			}
-			return o.GetDeletionTimestamp() != nil, "present, not being deleted"
+			for _, ref := range o.GetOwnerReferences() {
+				if ref.Kind == "ProviderRevision" && !slices.Contains(revs, ref.Name) {
+					adopted[crd] = true
+					t.Logf("after deleting the Provider: CRD %s taken over by the reinstalled Provider's revision %s before it was collected", crd, ref.Name)
+					return true, "taken over by revision " + ref.Name
+				}
+			}
+			return false, fmt.Sprintf("present, not being deleted, owners %v", o.GetOwnerReferences())
 		})
 	}
 	// Deleting a CRD deletes its objects: each gets its deletionTimestamp
@@ -272,6 +294,11 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 	held := 0
 	for _, p := range proxies {
 		o := u(p.apiVersion, p.kind, p.ns, p.name)
+		group, _, _ := strings.Cut(p.apiVersion, "/")
+		if adopted[strings.ToLower(strings.TrimSuffix(p.kind, "y"))+"ies."+group] {
+			t.Logf("after deleting the Provider: %s %s kept, its CRD taken over by the reinstalled Provider", p.kind, p.name)
+			continue
+		}
 		var gone bool
 		testenv.WaitFor(t, fmt.Sprintf("%s %s to be gone or being deleted", p.kind, p.name), 2*time.Minute, func() (bool, string) {
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
