@@ -38,7 +38,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	}
 	_, err := d.api.AggregatedInstances(ctx, "", 1, "")
 	if err != nil {
-		t.Reason, t.Message = checkReason(ctx, err), proxy.WithContext(classify(err), d.o.Provider, "check").Error()
+		t.Reason, t.Message = checkReason(ctx, err), proxy.WithContext(classify(err), d.o.Provider, proxy.OpCheck).Error()
 		return proxy.Health{Targets: []proxy.TargetHealth{t}}
 	}
 	t.Healthy = true

@@ -71,14 +71,14 @@ func keys[V any](m map[string]V) string {
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	s, err := d.resolveSpec(req)
 	if err != nil {
-		return proxy.Instance{}, d.fail(ctx, opCreate, err)
+		return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
 	}
 	inst, err := d.api.GetInstance(ctx, s.zone, req.Name)
 	switch {
 	case err == nil:
-		return d.adopt(ctx, opCreate, inst, req)
+		return d.adopt(ctx, proxy.OpCreate, inst, req)
 	case !isNotFound(err):
-		return proxy.Instance{}, d.fail(ctx, opCreate, err)
+		return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
 	}
 	var ops []OpRef
 	placeholder := func(progress string) proxy.Instance {
@@ -90,7 +90,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if exposureOf(req).ManageFirewall {
 		op, err := d.ensureFirewall(ctx, req, ProxyTag(req))
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, opCreate, err)
+			return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
 		}
 		ops = appendOp(ops, op)
 	}
@@ -98,7 +98,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if s.addressType == AddressStatic {
 		ip, op, err := d.ensureAddress(ctx, s.region, req)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, opCreate, err)
+			return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
 		}
 		if ip == "" {
 			ops = appendOp(ops, op)
@@ -114,11 +114,11 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		// and adopt it only if it is ours.
 		inst, err := d.api.GetInstance(ctx, s.zone, req.Name)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, opCreate, err)
+			return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
 		}
-		return d.adopt(ctx, opCreate, inst, req)
+		return d.adopt(ctx, proxy.OpCreate, inst, req)
 	case err != nil:
-		return proxy.Instance{}, d.fail(ctx, opCreate, err)
+		return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
 	}
 	ops = append(ops, opRefOf(op))
 	d.o.pending.remember(opsKey(s.zone, req.Name), ops)

@@ -1,7 +1,6 @@
 package gcp
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,17 +45,9 @@ var quotaCodes = []string{
 //
 // The HTTP status and the reasons are kept in the message (the SDK's
 // googleapi.Error prints both) and the first reason in Reason.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *proxy.Error
-	if errors.As(err, &pe) {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return proxy.Classify(proxy.ClassTransient, err)
-	}
+func classify(err error) error { return proxy.ClassifyWith(err, classifyAPI) }
+
+func classifyAPI(err error) error {
 	if credentialsRefused(err) {
 		return &proxy.Error{Class: proxy.ClassPermanent, Reason: "credentials", Err: err}
 	}

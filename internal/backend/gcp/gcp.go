@@ -44,15 +44,6 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
-// Driver operations, as they appear in (*proxy.Error).Op.
-const (
-	opCreate = "create"
-	opGet    = "get"
-	opUpdate = "update"
-	opDelete = "delete"
-	opList   = "list"
-)
-
 // Config is the gcp block of a ProviderConfig, resolved.
 type Config struct {
 	// Project instances are created in.
@@ -253,7 +244,7 @@ func (d *Driver) log(ctx context.Context) logr.Logger {
 // fail gives err its class (unless it has one), the provider and op.
 func (d *Driver) fail(ctx context.Context, op string, err error) error {
 	err = classify(err)
-	if op == opCreate {
+	if op == proxy.OpCreate {
 		// A 404 to the insert or to the address or firewall it needs
 		// names an image, network, subnetwork or zone that does not exist.
 		err = proxy.MissingOnCreate(err)

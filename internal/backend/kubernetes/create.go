@@ -23,14 +23,10 @@ import (
 // Deployment of the same name is adopted only when it carries this
 // request's mark, and then completed; otherwise Create is Permanent.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	inst, err := d.create(ctx, req)
-	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
+	return proxy.Run(ctx, proxy.OpCreate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.create(ctx, req) })
 }
 
 func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	if err := checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}

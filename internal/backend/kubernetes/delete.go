@@ -15,13 +15,10 @@ import (
 // foreground, so the garbage collector removes the pods, the Secret and
 // the Service before the Deployment itself goes. It returns at once.
 func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
-	return d.wrap(d.delete(ctx, ref), opDelete)
+	return proxy.RunErr(ctx, proxy.OpDelete, d.wrap, func(ctx context.Context) error { return d.delete(ctx, ref) })
 }
 
 func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	dep, err := d.deployment(ctx, ref)
 	switch {
 	case proxy.IsNotFound(err):

@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"time"
@@ -27,17 +26,9 @@ import (
 // the message (the quota admission plugin's "exceeded quota: <name>, ...")
 // tells them apart. "failed quota" (a quota requiring limits the object does
 // not set) is Permanent: only a changed config helps.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *proxy.Error
-	if errors.As(err, &pe) {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return proxy.Classify(proxy.ClassTransient, err)
-	}
+func classify(err error) error { return proxy.ClassifyWith(err, classifyAPI) }
+
+func classifyAPI(err error) error {
 	var status kerrors.APIStatus
 	if !errors.As(err, &status) {
 		// Network errors, TLS handshakes, a kubeconfig's server gone.

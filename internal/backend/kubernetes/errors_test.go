@@ -67,7 +67,7 @@ func TestClassify(t *testing.T) {
 
 func TestErrorsCarryTheConfiguredProvider(t *testing.T) {
 	d := New(Options{Provider: "ClusterProviderConfig pods"})
-	err := d.wrap(kerrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("exceeded quota: q")), opCreate)
+	err := d.wrap(kerrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("exceeded quota: q")), proxy.OpCreate)
 	var pe *proxy.Error
 	if !errors.As(err, &pe) || pe.Provider != "ClusterProviderConfig pods" || pe.Op != "create" || pe.Class != proxy.ClassQuota {
 		t.Errorf("wrapped error %#v; want Quota from ClusterProviderConfig pods in create", err)

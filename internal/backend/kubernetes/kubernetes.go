@@ -52,15 +52,6 @@ const secretCheckAfter = 30 * time.Second
 // Secret or Service: it matches no request's hash.
 const childrenMissing = "children-missing"
 
-// Driver operations, as they appear in (*proxy.Error).Op.
-const (
-	opCreate = "create"
-	opGet    = "get"
-	opUpdate = "update"
-	opDelete = "delete"
-	opList   = "list"
-)
-
 // Options configure a Driver.
 type Options struct {
 	// Provider is the configured name of the backend (the ProviderConfig's,

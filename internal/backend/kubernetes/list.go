@@ -13,14 +13,10 @@ import (
 // List implements proxy.Driver: the Deployments in the config's namespace
 // carrying installationID's mark.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	l, err := d.list(ctx, installationID)
-	return l, d.wrap(err, opList)
+	return proxy.Run(ctx, proxy.OpList, d.wrap, func(ctx context.Context) ([]proxy.Instance, error) { return d.list(ctx, installationID) })
 }
 
 func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if installationID == "" {
 		return nil, proxy.Permanentf("empty installation ID")
 	}

@@ -19,14 +19,10 @@ import (
 
 // Get implements proxy.Driver.
 func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	inst, err := d.get(ctx, ref)
-	return inst, d.wrap(err, opGet)
+	return proxy.Run(ctx, proxy.OpGet, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.get(ctx, ref) })
 }
 
 func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	dep, err := d.deployment(ctx, ref)
 	if err != nil {
 		return proxy.Instance{}, err

@@ -11,14 +11,10 @@ import (
 // squid.conf or htpasswd changes the pod template's config hash, which
 // rolls the pod (the new one first).
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	inst, err := d.update(ctx, ref, req)
-	return inst, d.wrap(err, opUpdate)
+	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
 }
 
 func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	dep, err := d.deployment(ctx, ref)
 	if err != nil {
 		return proxy.Instance{}, err

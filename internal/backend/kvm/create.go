@@ -83,17 +83,16 @@ func (d *Driver) image(key string) (resolvedImage, error) {
 // image's background download and returns, and the rest follows in the
 // background once the image is there. Every step resumes after a crash.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	inst, err := d.create(ctx, req)
-	if err != nil {
-		d.log(ctx).V(1).Info("kvm create failed", "name", req.Name, "error", err.Error())
-	}
-	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
+	return proxy.Run(ctx, proxy.OpCreate, d.wrap, func(ctx context.Context) (proxy.Instance, error) {
+		inst, err := d.create(ctx, req)
+		if err != nil {
+			d.log(ctx).V(1).Info("kvm create failed", "name", req.Name, "error", err.Error())
+		}
+		return inst, err
+	})
 }
 
 func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	p, err := d.plan(req)
 	if err != nil {
 		return proxy.Instance{}, err
@@ -441,7 +440,7 @@ func (b *Backend) addPending(d *Driver, p *plan, job *imageJob) *pending {
 		}
 		if err != nil {
 			pe.mu.Lock()
-			pe.err = d.wrap(err, opCreate)
+			pe.err = d.wrap(err, proxy.OpCreate)
 			pe.mu.Unlock()
 			d.log(ctx).Info("kvm background create failed", "host", p.host.Name, "name", p.req.Name, "error", err.Error())
 			return // Get reports the error once, then forgets the pending create

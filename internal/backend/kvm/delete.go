@@ -18,13 +18,10 @@ const undefineFlags = libvirt.DomainUndefineNvram | libvirt.DomainUndefineManage
 // the seed, under the name's lock. When it returns nil nothing of the
 // instance is left on the host (the shared base image stays).
 func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
-	return d.wrap(d.delete(ctx, ref), opDelete)
+	return proxy.RunErr(ctx, proxy.OpDelete, d.wrap, func(ctx context.Context) error { return d.delete(ctx, ref) })
 }
 
 func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	h, name, err := d.resolve(ref)
 	if gone := (errHostGone{}); errors.As(err, &gone) {
 		// The provider cannot reach it; refusing would pin the finalizer.

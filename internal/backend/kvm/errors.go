@@ -58,18 +58,15 @@ func isSSHAuth(err error) bool {
 // Transient (it disappeared mid-call), never NotFound. Errors that already
 // carry a class keep it.
 func classify(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *proxy.Error
-	if errors.As(err, &pe) {
-		return err
-	}
+	return proxy.ClassifyWith(err, func(err error) error { return classifyLibvirt(op, err) })
+}
+
+func classifyLibvirt(op string, err error) error {
 	if code, ok := libvirtCode(err); ok {
 		e := &proxy.Error{Class: proxy.ClassTransient, Reason: codeName(code), Err: err}
 		switch code {
 		case libvirt.ErrNoDomain, libvirt.ErrNoStorageVol:
-			if op != "create" {
+			if op != proxy.OpCreate {
 				e.Class = proxy.ClassNotFound
 			}
 		case libvirt.ErrNoStoragePool, libvirt.ErrXMLError, libvirt.ErrNoSupport, libvirt.ErrInvalidArg,

@@ -272,7 +272,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	api := c.api
 	pool, err := api.StoragePoolLookupByName(ctx, t.Host.pool())
 	if err != nil {
-		return classify(opCreate, err)
+		return classify(proxy.OpCreate, err)
 	}
 	if ok, err := imageReady(ctx, api, pool, img); err != nil || ok {
 		return err
@@ -293,7 +293,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	// the pool again before writing anything.
 	info, err := api.StoragePoolGetInfo(ctx, pool)
 	if err != nil {
-		return classify(opCreate, err)
+		return classify(proxy.OpCreate, err)
 	}
 	if need := uint64(size) + lim.reserve; info.Available < need {
 		return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
@@ -306,13 +306,13 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	}
 	vol, err := api.StorageVolCreateXML(ctx, pool, x)
 	if err != nil {
-		return classify(opCreate, err)
+		return classify(proxy.OpCreate, err)
 	}
 	h := sha256.New()
 	// Exactly size bytes go up; a body that streams more fails.
 	cr := &countingReader{r: io.TeeReader(&exactReader{r: body, left: size, what: img.label()}, h), n: &j.written}
 	if err := api.StorageVolUpload(ctx, vol, cr, uint64(size)); err != nil {
-		return classify(opCreate, err)
+		return classify(proxy.OpCreate, err)
 	}
 	if n := j.written.Load(); n != size {
 		return proxy.Transientf("image %s: got %d of %d bytes", img.label(), n, size)
@@ -328,13 +328,13 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	}
 	mvol, err := api.StorageVolCreateXML(ctx, pool, mx)
 	if err != nil {
-		return classify(opCreate, err)
+		return classify(proxy.OpCreate, err)
 	}
 	if err := api.StorageVolUpload(ctx, mvol, strings.NewReader(digest), 64); err != nil {
-		return classify(opCreate, err)
+		return classify(proxy.OpCreate, err)
 	}
 	// Libvirt learns the uploaded file's real format and size.
-	return classify(opCreate, api.StoragePoolRefresh(ctx, pool))
+	return classify(proxy.OpCreate, api.StoragePoolRefresh(ctx, pool))
 }
 
 // download opens img's URL. Without a Content-Length (a chunked mirror)

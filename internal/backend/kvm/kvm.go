@@ -213,15 +213,6 @@ func (d *Driver) wrap(err error, op string) error {
 	return proxy.WithContext(classify(op, err), d.cfg.Name, op)
 }
 
-// Operation names, as in (*proxy.Error).Op.
-const (
-	opCreate = "create"
-	opGet    = "get"
-	opUpdate = "update"
-	opDelete = "delete"
-	opList   = "list"
-)
-
 var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // host returns the configured host named name; empty means the only one.

@@ -14,14 +14,10 @@ import (
 // image. One host that cannot be listed fails the whole list, so a
 // collector never acts on a partial view.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	out, err := d.list(ctx, installationID)
-	return out, d.wrap(err, opList)
+	return proxy.Run(ctx, proxy.OpList, d.wrap, func(ctx context.Context) ([]proxy.Instance, error) { return d.list(ctx, installationID) })
 }
 
 func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if installationID == "" {
 		return nil, proxy.Permanentf("list: empty installation ID")
 	}

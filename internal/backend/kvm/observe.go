@@ -60,14 +60,10 @@ func (e errHostGone) Error() string {
 // whether Squid answers. A Create waiting for its image reads as
 // Provisioning with the download's progress.
 func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	inst, err := d.get(ctx, ref)
-	return inst, d.wrap(err, opGet)
+	return proxy.Run(ctx, proxy.OpGet, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.get(ctx, ref) })
 }
 
 func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	h, name, err := d.resolve(ref)
 	if gone := (errHostGone{}); errors.As(err, &gone) {
 		return proxy.Instance{}, proxy.Permanentf("%v: the provider cannot reach its instances", gone)

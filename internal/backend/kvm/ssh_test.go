@@ -53,7 +53,7 @@ func (e *sshEnv) call(c Credentials, h Host) error {
 	if err == nil {
 		_, err = api.ConnectGetLibVersion(ctx)
 	}
-	return d.wrap(err, opList)
+	return d.wrap(err, proxy.OpList)
 }
 
 func TestSSH_dialReachesLibvirtThroughTheSocket(t *testing.T) {
@@ -138,7 +138,7 @@ func TestSSH_failuresAreClassifiedAtTheSource(t *testing.T) {
 				t.Errorf("List = %v (%s); want %s containing %q", err, proxy.ClassOf(err), tc.class, tc.want)
 			}
 			var pe *proxy.Error
-			if !errors.As(err, &pe) || pe.Provider != testProvider || pe.Op != opList {
+			if !errors.As(err, &pe) || pe.Provider != testProvider || pe.Op != proxy.OpList {
 				t.Errorf("error %v lacks provider or op", err)
 			}
 			if th.Healthy || th.Reason != tc.reason {

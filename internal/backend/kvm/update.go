@@ -24,14 +24,10 @@ const stageDir = "/var/lib/egressproxy"
 // reloaded, and the new spec hash goes into the domain's metadata.
 // Placement and cloud-init are immutable at admission.
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	inst, err := d.update(ctx, ref, req)
-	return inst, d.wrap(err, opUpdate)
+	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
 }
 
 func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	h, name, err := d.resolve(ref)
 	if gone := (errHostGone{}); errors.As(err, &gone) {
 		return proxy.Instance{}, proxy.Permanentf("%v", gone)

@@ -20,8 +20,7 @@ import (
 // never waits for a task.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	d.warn(ctx)
-	inst, err := d.create(ctx, req)
-	return inst, d.wrap(proxy.MissingOnCreate(err), opCreate)
+	return proxy.Run(ctx, proxy.OpCreate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.create(ctx, req) })
 }
 
 func (d *Driver) checkRequest(req proxy.Request) error {
@@ -32,9 +31,6 @@ func (d *Driver) checkRequest(req proxy.Request) error {
 }
 
 func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	if err := d.checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}

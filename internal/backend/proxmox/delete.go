@@ -16,7 +16,7 @@ import (
 func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 	d.warn(ctx)
 	d.unsteady(ref)
-	return d.wrap(d.delete(ctx, ref), opDelete)
+	return proxy.RunErr(ctx, proxy.OpDelete, d.wrap, func(ctx context.Context) error { return d.delete(ctx, ref) })
 }
 
 // delete takes one step of the deletion per call, decided from the VM:
@@ -31,9 +31,6 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 // The seed goes before the VM, so that once Get says NotFound nothing of
 // the proxy is left. A VM that is not the resource's is left alone.
 func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if ref.ID != "" {
 		if _, _, err := parseID(ref.ID); err != nil {
 			return err

@@ -59,14 +59,9 @@ func statusOf(err error) int {
 // and text; TLS verification failures are Permanent (a wrong CA or
 // hostname does not fix itself); everything else (network, timeouts,
 // cancellation) is Transient.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *proxy.Error
-	if errors.As(err, &pe) {
-		return err
-	}
+func classify(err error) error { return proxy.ClassifyWith(err, classifyAPI) }
+
+func classifyAPI(err error) error {
 	var ae *APIError
 	if errors.As(err, &ae) {
 		switch {

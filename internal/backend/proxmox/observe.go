@@ -21,8 +21,7 @@ import (
 // probes the proxy's port.
 func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
 	d.warn(ctx)
-	inst, err := d.get(ctx, ref)
-	return inst, d.wrap(err, opGet)
+	return proxy.Run(ctx, proxy.OpGet, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.get(ctx, ref) })
 }
 
 // pendingSpec is the SpecHash of a VM whose provisioning is not complete:
@@ -138,9 +137,6 @@ func (d *Driver) locate(idx vmIndex, ref proxy.Ref) (found, bool, error) {
 }
 
 func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	if ref.ID != "" {
 		if _, _, err := parseID(ref.ID); err != nil {
 			return proxy.Instance{}, err

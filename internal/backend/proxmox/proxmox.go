@@ -37,16 +37,6 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
-// Driver operations, as they appear in (*proxy.Error).Op.
-const (
-	opCreate = "create"
-	opGet    = "get"
-	opUpdate = "update"
-	opDelete = "delete"
-	opList   = "list"
-	opCheck  = "check"
-)
-
 // Defaults of Config.
 const (
 	DefaultVMIDMin        = 100000

@@ -12,14 +12,10 @@ import (
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
 	d.warn(ctx)
 	d.unsteady(ref)
-	inst, err := d.update(ctx, ref, req)
-	return inst, d.wrap(err, opUpdate)
+	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
 }
 
 func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return proxy.Instance{}, err
-	}
 	if err := d.checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}

@@ -76,14 +76,14 @@ type memInstance struct {
 }
 
 // The operations of proxy.Driver, as they appear in Calls, FailNext and
-// (*proxy.Error).Op.
+// (*proxy.Error).Op: proxy's, under the names the suite's users know.
 const (
-	OpCreate = "create"
-	OpGet    = "get"
-	OpUpdate = "update"
-	OpDelete = "delete"
-	OpList   = "list"
-	OpCheck  = "check"
+	OpCreate = proxy.OpCreate
+	OpGet    = proxy.OpGet
+	OpUpdate = proxy.OpUpdate
+	OpDelete = proxy.OpDelete
+	OpList   = proxy.OpList
+	OpCheck  = proxy.OpCheck
 )
 
 // MemoryIDPrefix starts every Memory instance ID.
