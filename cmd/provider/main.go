@@ -27,14 +27,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -42,8 +37,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
-	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -141,45 +134,24 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.rate)*2, o.rate*4
 
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
+	s, err := pcontroller.Scheme()
+	if err != nil {
 		return err
 	}
-	if err := apis.AddToScheme(s); err != nil {
-		return err
-	}
-	if err := apiextensionsv1.AddToScheme(s); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                     s,
-		LeaderElection:             o.leaderElection,
-		LeaderElectionID:           "provider-egressproxy.egressproxy.io",
-		LeaderElectionNamespace:    o.namespace,
-		LeaderElectionResourceLock: "leases",
-		// The timings of provider-kubernetes and provider-helm: longer
-		// than controller-runtime's 15 s lease and 10 s renewal, which a
-		// busy provider (hundreds of reconciles per second) has been seen
-		// to miss, losing leadership and restarting.
-		LeaseDuration:          ptr.To(60 * time.Second),
-		RenewDeadline:          ptr.To(50 * time.Second),
-		RetryPeriod:            ptr.To(2 * time.Second),
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress: o.probeAddr,
-		PprofBindAddress:       o.pprofAddr,
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Secrets are read uncached (credentials on every Connect), so
-			// the provider never watches every Secret of the cluster.
-			DisableFor: []client.Object{&corev1.Secret{}},
-		}},
-		Cache: cache.Options{
-			SyncPeriod: &o.sync,
-			ByObject:   cacheByObject(),
-			// Nothing reads managed fields; without them a thousand
-			// resources take a fraction of the memory.
-			DefaultTransform: cache.TransformStripManagedFields(),
-		},
-	})
+	mo := pcontroller.ManagerOptions(s, o.sync)
+	mo.LeaderElection = o.leaderElection
+	mo.LeaderElectionID = "provider-egressproxy.egressproxy.io"
+	mo.LeaderElectionNamespace = o.namespace
+	mo.LeaderElectionResourceLock = "leases"
+	// The timings of provider-kubernetes and provider-helm: longer than
+	// controller-runtime's 15 s lease and 10 s renewal, which a busy
+	// provider (hundreds of reconciles per second) has been seen to miss,
+	// losing leadership and restarting.
+	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = ptr.To(60*time.Second), ptr.To(50*time.Second), ptr.To(2*time.Second)
+	mo.Metrics = metricsserver.Options{BindAddress: o.metricsAddr}
+	mo.HealthProbeBindAddress = o.probeAddr
+	mo.PprofBindAddress = o.pprofAddr
+	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return errors.Wrap(err, "cannot create the manager")
 	}
@@ -273,17 +245,6 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		return err
 	}
 	return mgr.Start(ctx)
-}
-
-// cacheByObject configures the manager's cache per type.
-func cacheByObject() map[client.Object]cache.ByObject {
-	// The PodProxy driver reads its Deployments, pods and Services through
-	// the cache: only those carrying its label are cached, pods without
-	// their spec.
-	m := kubernetes.CacheByObject()
-	// The safe-start gate needs only names and conditions of CRDs.
-	m[&apiextensionsv1.CustomResourceDefinition{}] = cache.ByObject{Transform: customresourcesgate.TransformStripCRDSchema}
-	return m
 }
 
 func envOr(key, def string) string {

@@ -21,7 +21,7 @@ import (
 
 // Start starts a control plane for t (stopped when t ends) with o, plus
 // the provider's CRDs from package/crds, and returns it with the scheme.
-func Start(t *testing.T, o controlplane.Options) (*controlplane.ControlPlane, *runtime.Scheme) {
+func Start(t testing.TB, o controlplane.Options) (*controlplane.ControlPlane, *runtime.Scheme) {
 	t.Helper()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -33,7 +33,7 @@ func Start(t *testing.T, o controlplane.Options) (*controlplane.ControlPlane, *r
 }
 
 // Scheme knows Kubernetes' kinds and the provider's.
-func Scheme(t *testing.T) *runtime.Scheme {
+func Scheme(t testing.TB) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {

@@ -3,27 +3,18 @@ package proxmox_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
@@ -32,11 +23,12 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	backend "github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	proxmoxctl "github.com/egressproxy/provider-egressproxy/internal/controller/proxmox"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const testInstallation = "pve-it"
@@ -46,66 +38,13 @@ const testInstallation = "pve-it"
 // Connect, the production client and driver), against a fake Proxmox VE
 // cluster whose guests open real listeners the readiness probe dials.
 type env struct {
-	kube client.Client
+	*providerenv.Env
 	fake *pvetest.Server
 }
 
 func start(t *testing.T) *env {
 	t.Helper()
 	fake := pvetest.New(t, pvetest.Options{Listen: true})
-	cp, s := testenv.Start(t, controlplane.Options{})
-	ctrl.SetLogger(logr.Discard())
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	features := &feature.Flags{}
-	features.Enable(feature.EnableBetaManagementPolicies)
-	log := logging.NewNopLogger()
-	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	}
-	o := external.Options{
-		Options: controller.Options{
-			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: 400 * time.Millisecond,
-			MaxConcurrentReconciles: 4, Features: features,
-		},
-		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 200 * time.Millisecond,
-	}
-	// The production binding, with a failed task retried after seconds
-	// rather than a minute.
-	kind := proxmoxctl.New(mgr, proxmoxctl.Options{Driver: func(o *backend.Options) {
-		o.RetryFailedTaskAfter = 3 * time.Second
-	}})
-	if err := external.Setup(mgr, o, external.NewShared(mgr, o), kind); err != nil {
-		t.Fatal(err)
-	}
-	if err := health.Setup(mgr, health.Reconciler{
-		Kube:     mgr.GetClient(),
-		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation, Backends: []external.Backend{kind.Backend}},
-		Interval: time.Hour, Timeout: 10 * time.Second,
-	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, ns := range []string{"crossplane-system", "team-a"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
 	block := func() *spec.ProxmoxConfig {
 		vlan := int32(20)
 		return &spec.ProxmoxConfig{
@@ -124,46 +63,28 @@ func start(t *testing.T) *env {
 			MachineTypes: map[string]spec.ProxmoxMachineType{"small": {Cores: 1, MemoryMiB: 1024}},
 		}
 	}
-	for _, obj := range []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: "crossplane-system"},
-			Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}},
-		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
-			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
-		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
-			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
-	} {
-		if err := kube.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &env{kube: kube, fake: fake}
-}
-
-func waitReady(t *testing.T, kube client.Client, mg resource.Managed) {
-	t.Helper()
-	testenv.WaitFor(t, mg.GetName()+" to be Ready", 60*time.Second, func() (bool, string) {
-		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
-			return false, err.Error()
-		}
-		r, s := mg.GetCondition(xpv2.TypeReady), mg.GetCondition(xpv2.TypeSynced)
-		return r.Status == corev1.ConditionTrue && s.Status == corev1.ConditionTrue,
-			fmt.Sprintf("Ready=%s %q, Synced=%s %q", r.Status, r.Message, s.Status, s.Message)
+	e := providerenv.Start(t, providerenv.Options{
+		// The production binding, with a failed task retried after seconds
+		// rather than a minute.
+		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
+			return []external.Binding{proxmoxctl.New(mgr, proxmoxctl.Options{Driver: func(o *backend.Options) {
+				o.RetryFailedTaskAfter = 3 * time.Second
+			}})}
+		},
+		InstallationID: testInstallation, PollInterval: 400 * time.Millisecond, NotReadyPollInterval: 200 * time.Millisecond,
+		Health:     pcontroller.HealthOptions{Interval: time.Hour},
+		Namespaces: []string{"team-a"},
+		Objects: []client.Object{
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: "crossplane-system"},
+				Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
+			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
+				Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
+		},
+		Timeout: 60 * time.Second,
 	})
-}
-
-func waitGone(t *testing.T, kube client.Client, mg resource.Managed) {
-	t.Helper()
-	testenv.WaitFor(t, mg.GetName()+" to be gone", 60*time.Second, func() (bool, string) {
-		err := kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
-		if kerrors.IsNotFound(err) {
-			return true, ""
-		}
-		if err != nil {
-			return false, err.Error()
-		}
-		r, s := mg.GetCondition(xpv2.TypeReady), mg.GetCondition(xpv2.TypeSynced)
-		return false, fmt.Sprintf("Ready=%s %q, Synced=%s %q", r.Status, r.Message, s.Status, s.Message)
-	})
+	return &env{Env: e, fake: fake}
 }
 
 func proxySettings() spec.ProxySettings {
@@ -193,29 +114,29 @@ func failedClone(t *testing.T, e *env) {
 			ForProvider:         spec.ProxmoxProxyParameters{Node: "pve1", Proxy: proxySettings()},
 		},
 	}
-	if err := e.kube.Create(ctx, p); err != nil {
+	if err := e.Kube.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the clone's failure on the Synced condition", 30*time.Second, func() (bool, string) {
-		if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			return false, err.Error()
 		}
 		c := p.GetCondition(xpv2.TypeSynced)
 		return c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "storage 'local-lvm' is full") &&
 			strings.Contains(c.Message, "insufficient free space"), c.Message
 	})
-	waitReady(t, e.kube, p)
-	if err := e.kube.Delete(ctx, p); err != nil {
+	e.WaitReady(t, p)
+	if err := e.Kube.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, e.kube, p)
+	e.WaitGone(t, p)
 }
 
 // configHealth: the health controller reports each node of the config.
 func configHealth(t *testing.T, e *env) {
 	pc := &nsv1alpha1.ClusterProviderConfig{}
 	testenv.WaitFor(t, "the config's health", 30*time.Second, func() (bool, string) {
-		if err := e.kube.Get(context.Background(), types.NamespacedName{Name: "home-pve"}, pc); err != nil {
+		if err := e.Kube.Get(context.Background(), types.NamespacedName{Name: "home-pve"}, pc); err != nil {
 			return false, err.Error()
 		}
 		st := pc.Status
@@ -261,12 +182,12 @@ func lifecycle(t *testing.T, e *env) {
 	}
 	start := time.Now()
 	for _, mg := range []client.Object{ns, cl} {
-		if err := e.kube.Create(ctx, mg); err != nil {
+		if err := e.Kube.Create(ctx, mg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitReady(t, e.kube, ns)
-	waitReady(t, e.kube, cl)
+	e.WaitReady(t, ns)
+	e.WaitReady(t, cl)
 	created := e.fake.Requests()
 	t.Logf("two proxies to Ready in %.1fs with %d API requests (%.1f per proxy)", time.Since(start).Seconds(), len(created), float64(len(created))/2)
 
@@ -290,7 +211,7 @@ func lifecycle(t *testing.T, e *env) {
 			t.Errorf("%s: VM tags %q; want the resource's mark", c.mg.GetName(), vm.Tags)
 		}
 		sec := &corev1.Secret{}
-		if err := e.kube.Get(ctx, c.secret, sec); err != nil {
+		if err := e.Kube.Get(ctx, c.secret, sec); err != nil {
 			t.Fatalf("connection secret: %v", err)
 		}
 		wantURL := "http://" + o.IP + ":3128"
@@ -332,31 +253,25 @@ func lifecycle(t *testing.T, e *env) {
 	t.Run("ChangedProxyBlockIsAppliedByReboot", func(t *testing.T) {
 		before := vmNamed(t, e.fake, meta.GetExternalName(ns))
 		e.fake.ResetRequests()
-		if err := e.kube.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
-			t.Fatal(err)
-		}
-		ns.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"192.168.0.0/16"}
-		if err := e.kube.Update(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
+		e.Update(t, ns, func() { ns.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"192.168.0.0/16"} })
 		testenv.WaitFor(t, "the VM to reboot onto the new seed", 60*time.Second, func() (bool, string) {
 			vm := vmNamed(t, e.fake, meta.GetExternalName(ns))
 			return vm.Boots == before.Boots+1 && !strings.Contains(vm.Description, "applying") && vm.Tags != before.Tags,
 				fmt.Sprintf("boots %d, tags %q", vm.Boots, vm.Tags)
 		})
-		waitReady(t, e.kube, ns)
+		e.WaitReady(t, ns)
 		t.Logf("update applied with %d API requests", len(e.fake.Requests()))
 	})
 
 	t.Run("DeletionLeavesNothing", func(t *testing.T) {
 		e.fake.ResetRequests()
 		for _, mg := range []client.Object{ns, cl} {
-			if err := e.kube.Delete(ctx, mg); err != nil {
+			if err := e.Kube.Delete(ctx, mg); err != nil {
 				t.Fatal(err)
 			}
 		}
-		waitGone(t, e.kube, ns)
-		waitGone(t, e.kube, cl)
+		e.WaitGone(t, ns)
+		e.WaitGone(t, cl)
 		t.Logf("two proxies deleted with %d API requests (%.1f per proxy)", len(e.fake.Requests()), float64(len(e.fake.Requests()))/2)
 		e.fake.FinishTasks()
 		for _, vm := range e.fake.VMs() {
@@ -388,33 +303,27 @@ func configProblems(t *testing.T, e *env) {
 	}
 	waitSynced := func(p *nsproxy.ProxmoxProxy, says string) {
 		t.Helper()
-		testenv.WaitFor(t, p.Name+" Synced=False saying "+says, 30*time.Second, func() (bool, string) {
-			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-				return false, err.Error()
-			}
-			c := p.GetCondition(xpv2.TypeSynced)
-			return c.Status == corev1.ConditionFalse && strings.Contains(c.Message, says), c.Message
-		})
+		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, says)
 	}
 	unknown := mk("unknown-type", func(p *nsproxy.ProxmoxProxy) { p.Spec.ForProvider.MachineType = "huge" })
-	if err := e.kube.Create(ctx, unknown); err != nil {
+	if err := e.Kube.Create(ctx, unknown); err != nil {
 		t.Fatal(err)
 	}
 	waitSynced(unknown, `spec.forProvider.machineType: "huge" is not in ClusterProviderConfig home-pve`)
 
 	// A config whose token Secret is missing.
 	pc := &nsv1alpha1.ClusterProviderConfig{}
-	if err := e.kube.Get(ctx, types.NamespacedName{Name: "home-pve"}, pc); err != nil {
+	if err := e.Kube.Get(ctx, types.NamespacedName{Name: "home-pve"}, pc); err != nil {
 		t.Fatal(err)
 	}
 	broken := pc.DeepCopy()
 	broken.ObjectMeta = metav1.ObjectMeta{Name: "no-token"}
 	broken.Spec.Proxmox.Credentials.TokenSecretRef.Name = "missing"
-	if err := e.kube.Create(ctx, broken); err != nil {
+	if err := e.Kube.Create(ctx, broken); err != nil {
 		t.Fatal(err)
 	}
 	noToken := mk("no-token", func(p *nsproxy.ProxmoxProxy) { p.Spec.ProviderConfigReference.Name = "no-token" })
-	if err := e.kube.Create(ctx, noToken); err != nil {
+	if err := e.Kube.Create(ctx, noToken); err != nil {
 		t.Fatal(err)
 	}
 	waitSynced(noToken, "spec.proxmox.credentials.tokenSecretRef: Secret crossplane-system/missing does not exist")
@@ -424,11 +333,11 @@ func configProblems(t *testing.T, e *env) {
 	wrong := pc.DeepCopy()
 	wrong.ObjectMeta = metav1.ObjectMeta{Name: "wrong-template"}
 	wrong.Spec.Proxmox.Templates = map[string]spec.ProxmoxTemplate{"debian-12": {VMID: int32(vmid)}}
-	if err := e.kube.Create(ctx, wrong); err != nil {
+	if err := e.Kube.Create(ctx, wrong); err != nil {
 		t.Fatal(err)
 	}
 	notTmpl := mk("not-a-template", func(p *nsproxy.ProxmoxProxy) { p.Spec.ProviderConfigReference.Name = "wrong-template" })
-	if err := e.kube.Create(ctx, notTmpl); err != nil {
+	if err := e.Kube.Create(ctx, notTmpl); err != nil {
 		t.Fatal(err)
 	}
 	waitSynced(notTmpl, fmt.Sprintf("VM %d (template \"debian-12\") is not a template", vmid))

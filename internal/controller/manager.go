@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/customresourcesgate"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/apis"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+)
+
+// Scheme knows what the provider reads and writes: Kubernetes' kinds, the
+// provider's own, and CustomResourceDefinitions (the safe-start gate).
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apis.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// ManagerOptions are the manager options the controllers are built for,
+// with scheme s and a full resync every sync: the ones cmd/provider runs
+// with and the integration tests' harness (internal/testenv/providerenv)
+// starts the controllers with. The caller adds what is the process's own
+// (leader election, metrics and probe addresses).
+func ManagerOptions(s *runtime.Scheme, sync time.Duration) ctrl.Options {
+	return ctrl.Options{
+		Scheme: s,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Secrets are read uncached (credentials on every Connect), so
+			// the provider never watches every Secret of the cluster.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+		Cache: cache.Options{
+			SyncPeriod: &sync,
+			ByObject:   cacheByObject(),
+			// Nothing reads managed fields; without them a thousand
+			// resources take a fraction of the memory.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+	}
+}
+
+// cacheByObject configures the manager's cache per type.
+func cacheByObject() map[client.Object]cache.ByObject {
+	// The PodProxy driver reads its Deployments, pods and Services through
+	// the cache: only those carrying its label are cached, pods without
+	// their spec.
+	m := kubernetes.CacheByObject()
+	// The safe-start gate needs only names and conditions of CRDs.
+	m[&apiextensionsv1.CustomResourceDefinition{}] = cache.ByObject{Transform: customresourcesgate.TransformStripCRDSchema}
+	return m
+}

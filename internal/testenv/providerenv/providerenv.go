@@ -1,0 +1,349 @@
+// Package providerenv is the integration tests' harness for the
+// provider's controllers: a real control plane (internal/controlplane,
+// through testenv.Start), the controllers running in the test's process
+// on a manager configured as cmd/provider configures it
+// (controller.ManagerOptions, controller.SetupBindings), one buffer with
+// everything they log, and the waits every such test needs.
+//
+// It is a package of its own, not part of testenv, because it imports the
+// controllers, whose packages' own tests import testenv.
+package providerenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+)
+
+// Namespace is the provider's namespace in the harness (created by Start).
+const Namespace = "crossplane-system"
+
+// Options configure Start. The zero value runs every kind of the provider
+// on a new control plane.
+type Options struct {
+	// ControlPlane are the options of the control plane Start starts
+	// (testenv.Start adds the provider's CRDs); unused with Cluster.
+	ControlPlane controlplane.Options
+	// Cluster is a control plane to run on instead of a new one.
+	Cluster *controlplane.ControlPlane
+
+	// Bindings are the kinds to run, made with the manager; nil runs
+	// every kind, as cmd/provider does (controller.Bindings).
+	Bindings func(ctrl.Manager, external.Options) []external.Binding
+
+	// InstallationID is the provider's installation (default
+	// "test-install").
+	InstallationID string
+	// PollInterval is how often a Ready proxy is observed (default 1 min).
+	PollInterval time.Duration
+	// NotReadyPollInterval is how often a proxy that is not Ready yet is
+	// observed (default 300 ms).
+	NotReadyPollInterval time.Duration
+	// MaxConcurrentReconciles per controller (default 4).
+	MaxConcurrentReconciles int
+	// Health configures the config health checks (default: every minute,
+	// a 10 s timeout, no orphan sweep).
+	Health pcontroller.HealthOptions
+
+	// Namespaces are created before the controllers start, besides
+	// Namespace.
+	Namespaces []string
+	// Objects are created, in order, after the namespaces and before the
+	// controllers start.
+	Objects []client.Object
+
+	// Timeout bounds each of the Env's waits (default 30 s).
+	Timeout time.Duration
+}
+
+// Env is the provider's controllers running on a control plane, until the
+// test ends.
+type Env struct {
+	// Kube is an admin client of the control plane (not the manager's:
+	// reads go to the API server).
+	Kube client.Client
+	// ControlPlane is the control plane the controllers run on.
+	ControlPlane *controlplane.ControlPlane
+	// Scheme knows every kind the provider reads and writes.
+	Scheme *runtime.Scheme
+	// Logs is everything the controllers log, at every verbosity; with
+	// EGRESSPROXY_TEST_LOG set it also goes to stderr.
+	Logs *testenv.Buffer
+	// Ctx ends when the test does, before the manager is waited for.
+	Ctx context.Context
+	// Timeout bounds each wait of the Env; a test on a slow backend (a
+	// real node) raises it.
+	Timeout time.Duration
+}
+
+// Start runs the provider's controllers for t: a control plane (or
+// o.Cluster), the namespaces and objects of o, and the manager, stopped
+// when t ends (an error it returns fails t).
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	cp := o.Cluster
+	if cp == nil {
+		cp, _ = testenv.Start(t, o.ControlPlane)
+	}
+	s, err := pcontroller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{ControlPlane: cp, Scheme: s, Logs: &testenv.Buffer{}, Timeout: or(o.Timeout, 30*time.Second)}
+
+	mo := pcontroller.ManagerOptions(s, time.Hour)
+	mo.Metrics = metricsserver.Options{BindAddress: "0"}
+	// Tests start more than one provider in a process: controller names
+	// repeat.
+	mo.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
+	mgr, err := ctrl.NewManager(cp.Config, mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctrl.SetLogger(logr.Discard())
+	w := zapcore.AddSync(e.Logs)
+	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
+		w = zapcore.NewMultiWriteSyncer(w, zapcore.AddSync(os.Stderr))
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	}
+	log := logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(w), zap.Level(zapcore.Level(-5))))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the provider's last log lines:\n%s", tail(e.Logs.String(), 60))
+		}
+	})
+
+	features := &feature.Flags{}
+	features.Enable(feature.EnableBetaManagementPolicies)
+	eo := external.Options{
+		Options: controller.Options{
+			Logger:                  log,
+			GlobalRateLimiter:       ratelimiter.NewGlobal(100),
+			PollInterval:            or(o.PollInterval, time.Minute),
+			MaxConcurrentReconciles: or(o.MaxConcurrentReconciles, 4),
+			Features:                features,
+		},
+		InstallationID:       or(o.InstallationID, "test-install"),
+		Namespace:            Namespace,
+		NotReadyPollInterval: or(o.NotReadyPollInterval, 300*time.Millisecond),
+	}
+	bindings := o.Bindings
+	if bindings == nil {
+		bindings = pcontroller.Bindings
+	}
+	ho := o.Health
+	ho.Interval, ho.Timeout = or(ho.Interval, time.Minute), or(ho.Timeout, 10*time.Second)
+	if err := pcontroller.SetupBindings(mgr, eo, ho, bindings(mgr, eo)...); err != nil {
+		t.Fatal(err)
+	}
+
+	if e.Kube, err = client.New(cp.Config, client.Options{Scheme: s}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.Ctx = ctx
+	for _, ns := range append([]string{Namespace}, o.Namespaces...) {
+		e.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	e.Create(t, o.Objects...)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return e
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Create creates objs, in order, failing t on an error.
+func (e *Env) Create(t testing.TB, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := e.Kube.Create(context.Background(), o); err != nil {
+			t.Fatalf("create %T %s: %v", o, client.ObjectKeyFromObject(o), err)
+		}
+	}
+}
+
+// WaitFor is testenv.WaitFor within the Env's timeout.
+func (e *Env) WaitFor(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	testenv.WaitFor(t, what, e.Timeout, cond)
+}
+
+// Conditioned is an object with Crossplane conditions: a managed resource
+// or a ProviderConfig.
+type Conditioned interface {
+	client.Object
+	GetCondition(xpv2.ConditionType) xpv2.Condition
+}
+
+// WaitForCondition waits until obj (read again into obj) has condition ct
+// with status and a message containing msg, and returns the condition.
+func (e *Env) WaitForCondition(t testing.TB, obj Conditioned, ct xpv2.ConditionType, status corev1.ConditionStatus, msg string) xpv2.Condition {
+	t.Helper()
+	var c xpv2.Condition
+	e.WaitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msg), func() (bool, string) {
+		if err := e.Kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err.Error()
+		}
+		c = obj.GetCondition(ct)
+		return c.Status == status && strings.Contains(c.Message, msg), fmt.Sprintf("%s=%s %s: %s", ct, c.Status, c.Reason, c.Message)
+	})
+	return c
+}
+
+// WaitReady waits until obj is Ready and Synced.
+func (e *Env) WaitReady(t testing.TB, obj Conditioned) {
+	t.Helper()
+	e.WaitFor(t, obj.GetName()+" to be Ready and Synced", func() (bool, string) {
+		if err := e.Kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err.Error()
+		}
+		r, s := obj.GetCondition(xpv2.TypeReady), obj.GetCondition(xpv2.TypeSynced)
+		return r.Status == corev1.ConditionTrue && s.Status == corev1.ConditionTrue,
+			fmt.Sprintf("Ready=%s %q, Synced=%s %q", r.Status, r.Message, s.Status, s.Message)
+	})
+}
+
+// WaitGone waits until obj no longer exists; seen, when given, adds to
+// what a timeout reports (what is left of it, say).
+func (e *Env) WaitGone(t testing.TB, obj Conditioned, seen ...func() string) {
+	t.Helper()
+	e.WaitFor(t, obj.GetName()+" to be gone", func() (bool, string) {
+		err := e.Kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		if kerrors.IsNotFound(err) {
+			return true, ""
+		}
+		s := obj.GetCondition(xpv2.TypeSynced)
+		msg := fmt.Sprintf("%v; finalizers %v; Synced=%s %q", err, obj.GetFinalizers(), s.Status, s.Message)
+		for _, f := range seen {
+			msg += "; " + f()
+		}
+		return false, msg
+	})
+}
+
+// Delete deletes obj and waits until it is gone; see WaitGone.
+func (e *Env) Delete(t testing.TB, obj Conditioned, seen ...func() string) {
+	t.Helper()
+	if err := e.Kube.Delete(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitGone(t, obj, seen...)
+}
+
+// Update reads obj, applies mutate to it and writes it, again while the
+// write conflicts with another writer's (the controllers write status).
+func (e *Env) Update(t testing.TB, obj client.Object, mutate func()) {
+	t.Helper()
+	for range 20 {
+		if err := e.Kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+		mutate()
+		err := e.Kube.Update(context.Background(), obj)
+		if err == nil {
+			return
+		}
+		if !kerrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("updating %s: 20 conflicts in a row", obj.GetName())
+}
+
+// ConnectionSecret waits for the connection Secret namespace/name to hold
+// a URL and a host other than notHost (a rollout gives a pod proxy a new
+// address; "" takes any), and returns its data.
+func (e *Env) ConnectionSecret(t testing.TB, namespace, name, notHost string) map[string]string {
+	t.Helper()
+	var out map[string]string
+	e.WaitFor(t, "connection Secret "+namespace+"/"+name, func() (bool, string) {
+		s := &corev1.Secret{}
+		if err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, s); err != nil {
+			return false, err.Error()
+		}
+		out = map[string]string{}
+		for k, v := range s.Data {
+			out[k] = string(v)
+		}
+		return out["url"] != "" && out["host"] != notHost, fmt.Sprintf("host %q, %d keys", out["host"], len(out))
+	})
+	return out
+}
+
+// Events are the events recorded about the object namespace/name.
+func (e *Env) Events(t testing.TB, namespace, name string) []corev1.Event {
+	t.Helper()
+	l := &corev1.EventList{}
+	if err := e.Kube.List(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, ev := range l.Items {
+		if ev.InvolvedObject.Name == name && ev.InvolvedObject.Namespace == namespace {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// WaitEvent waits for an event about namespace/name of type typ with
+// reason and a message starting with msgPrefix.
+func (e *Env) WaitEvent(t testing.TB, namespace, name, typ, reason, msgPrefix string) {
+	t.Helper()
+	e.WaitFor(t, fmt.Sprintf("a %s event %s %q on %s", typ, reason, msgPrefix, name), func() (bool, string) {
+		var seen []string
+		for _, ev := range e.Events(t, namespace, name) {
+			if ev.Type == typ && ev.Reason == reason && strings.HasPrefix(ev.Message, msgPrefix) {
+				return true, ""
+			}
+			seen = append(seen, ev.Type+" "+ev.Reason+" "+ev.Message)
+		}
+		return false, strings.Join(seen, "; ")
+	})
+}
