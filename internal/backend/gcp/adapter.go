@@ -96,31 +96,37 @@ func opProto(op *compute.Operation, err error) (*computepb.Operation, error) {
 	return op.Proto(), nil
 }
 
+// sdkCall is the shape of an SDK client's method: one request, options.
+type sdkCall[R, T any] func(context.Context, R, ...gax.CallOption) (T, error)
+
+// send sends req through the SDK's method fn, within the call budget and
+// without the SDK's retries.
+func send[R, T any](s *sdk, ctx context.Context, fn sdkCall[R, T], req R) (T, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (T, error) { return fn(ctx, req, noRetry) })
+}
+
+// start is send for a request that starts an operation.
+func start[R any](s *sdk, ctx context.Context, fn sdkCall[R, *compute.Operation], req R) (*computepb.Operation, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) { return opProto(fn(ctx, req, noRetry)) })
+}
+
 func (s *sdk) GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Instance, error) {
-		return s.instances.Get(ctx, &computepb.GetInstanceRequest{Project: s.project, Zone: zone, Instance: name}, noRetry)
-	})
+	return send(s, ctx, s.instances.Get, &computepb.GetInstanceRequest{Project: s.project, Zone: zone, Instance: name})
 }
 
 func (s *sdk) InsertInstance(ctx context.Context, zone string, inst *computepb.Instance) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.instances.Insert(ctx, &computepb.InsertInstanceRequest{Project: s.project, Zone: zone, InstanceResource: inst}, noRetry))
-	})
+	return start(s, ctx, s.instances.Insert, &computepb.InsertInstanceRequest{Project: s.project, Zone: zone, InstanceResource: inst})
 }
 
 func (s *sdk) UpdateInstance(ctx context.Context, zone string, inst *computepb.Instance, minimalAction string) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.instances.Update(ctx, &computepb.UpdateInstanceRequest{
-			Project: s.project, Zone: zone, Instance: inst.GetName(), InstanceResource: inst,
-			MinimalAction: proto.String(minimalAction), MostDisruptiveAllowedAction: proto.String("RESTART"),
-		}, noRetry))
+	return start(s, ctx, s.instances.Update, &computepb.UpdateInstanceRequest{
+		Project: s.project, Zone: zone, Instance: inst.GetName(), InstanceResource: inst,
+		MinimalAction: proto.String(minimalAction), MostDisruptiveAllowedAction: proto.String("RESTART"),
 	})
 }
 
 func (s *sdk) DeleteInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.instances.Delete(ctx, &computepb.DeleteInstanceRequest{Project: s.project, Zone: zone, Instance: name}, noRetry))
-	})
+	return start(s, ctx, s.instances.Delete, &computepb.DeleteInstanceRequest{Project: s.project, Zone: zone, Instance: name})
 }
 
 func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.InstanceAggregatedList, error) {
@@ -155,73 +161,53 @@ func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults
 }
 
 func (s *sdk) GetOperation(ctx context.Context, op OpRef) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		switch {
-		case op.Zone != "":
-			return s.zoneOps.Get(ctx, &computepb.GetZoneOperationRequest{Project: s.project, Zone: op.Zone, Operation: op.Name}, noRetry)
-		case op.Region != "":
-			return s.regionOps.Get(ctx, &computepb.GetRegionOperationRequest{Project: s.project, Region: op.Region, Operation: op.Name}, noRetry)
-		default:
-			return s.globalOps.Get(ctx, &computepb.GetGlobalOperationRequest{Project: s.project, Operation: op.Name}, noRetry)
-		}
-	})
+	switch {
+	case op.Zone != "":
+		return send(s, ctx, s.zoneOps.Get, &computepb.GetZoneOperationRequest{Project: s.project, Zone: op.Zone, Operation: op.Name})
+	case op.Region != "":
+		return send(s, ctx, s.regionOps.Get, &computepb.GetRegionOperationRequest{Project: s.project, Region: op.Region, Operation: op.Name})
+	default:
+		return send(s, ctx, s.globalOps.Get, &computepb.GetGlobalOperationRequest{Project: s.project, Operation: op.Name})
+	}
 }
 
 func (s *sdk) GetAddress(ctx context.Context, region, name string) (*computepb.Address, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Address, error) {
-		return s.addresses.Get(ctx, &computepb.GetAddressRequest{Project: s.project, Region: region, Address: name}, noRetry)
-	})
+	return send(s, ctx, s.addresses.Get, &computepb.GetAddressRequest{Project: s.project, Region: region, Address: name})
 }
 
 func (s *sdk) InsertAddress(ctx context.Context, region string, a *computepb.Address) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.addresses.Insert(ctx, &computepb.InsertAddressRequest{Project: s.project, Region: region, AddressResource: a}, noRetry))
-	})
+	return start(s, ctx, s.addresses.Insert, &computepb.InsertAddressRequest{Project: s.project, Region: region, AddressResource: a})
 }
 
 func (s *sdk) SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.addresses.SetLabels(ctx, &computepb.SetLabelsAddressRequest{
-			Project: s.project, Region: region, Resource: name,
-			RegionSetLabelsRequestResource: &computepb.RegionSetLabelsRequest{LabelFingerprint: proto.String(fingerprint), Labels: labels},
-		}, noRetry))
+	return start(s, ctx, s.addresses.SetLabels, &computepb.SetLabelsAddressRequest{
+		Project: s.project, Region: region, Resource: name,
+		RegionSetLabelsRequestResource: &computepb.RegionSetLabelsRequest{LabelFingerprint: proto.String(fingerprint), Labels: labels},
 	})
 }
 
 func (s *sdk) DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.addresses.Delete(ctx, &computepb.DeleteAddressRequest{Project: s.project, Region: region, Address: name}, noRetry))
-	})
+	return start(s, ctx, s.addresses.Delete, &computepb.DeleteAddressRequest{Project: s.project, Region: region, Address: name})
 }
 
 func (s *sdk) GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Firewall, error) {
-		return s.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: s.project, Firewall: name}, noRetry)
-	})
+	return send(s, ctx, s.firewalls.Get, &computepb.GetFirewallRequest{Project: s.project, Firewall: name})
 }
 
 func (s *sdk) InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: s.project, FirewallResource: fw}, noRetry))
-	})
+	return start(s, ctx, s.firewalls.Insert, &computepb.InsertFirewallRequest{Project: s.project, FirewallResource: fw})
 }
 
 func (s *sdk) PatchFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.firewalls.Patch(ctx, &computepb.PatchFirewallRequest{Project: s.project, Firewall: name, FirewallResource: fw}, noRetry))
-	})
+	return start(s, ctx, s.firewalls.Patch, &computepb.PatchFirewallRequest{Project: s.project, Firewall: name, FirewallResource: fw})
 }
 
 func (s *sdk) DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) {
-		return opProto(s.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: s.project, Firewall: name}, noRetry))
-	})
+	return start(s, ctx, s.firewalls.Delete, &computepb.DeleteFirewallRequest{Project: s.project, Firewall: name})
 }
 
 func (s *sdk) GetRegion(ctx context.Context, region string) (*computepb.Region, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Region, error) {
-		return s.regions.Get(ctx, &computepb.GetRegionRequest{Project: s.project, Region: region}, noRetry)
-	})
+	return send(s, ctx, s.regions.Get, &computepb.GetRegionRequest{Project: s.project, Region: region})
 }
 
 // Close closes every client built; it is safe on a partly built sdk.

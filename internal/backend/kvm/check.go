@@ -131,18 +131,21 @@ func checkReason(ctx context.Context, err error) string {
 	return proxy.ReasonUnreachable
 }
 
-func poolStateName(s libvirt.StoragePoolState) string {
-	switch s {
-	case libvirt.StoragePoolInactive:
-		return "inactive"
-	case libvirt.StoragePoolBuilding:
-		return "building"
-	case libvirt.StoragePoolRunning:
-		return "running"
-	case libvirt.StoragePoolDegraded:
-		return "degraded"
-	case libvirt.StoragePoolInaccessible:
-		return "inaccessible"
+var poolStateNames = map[libvirt.StoragePoolState]string{
+	libvirt.StoragePoolInactive:     "inactive",
+	libvirt.StoragePoolBuilding:     "building",
+	libvirt.StoragePoolRunning:      "running",
+	libvirt.StoragePoolDegraded:     "degraded",
+	libvirt.StoragePoolInaccessible: "inaccessible",
+}
+
+func poolStateName(s libvirt.StoragePoolState) string { return nameOf(poolStateNames, s) }
+
+// nameOf is the name of libvirt's enum value v in names, "unknown" for one
+// it does not list.
+func nameOf[T comparable](names map[T]string, v T) string {
+	if n, ok := names[v]; ok {
+		return n
 	}
 	return "unknown"
 }

@@ -30,7 +30,7 @@ type observed struct {
 
 // call runs fn inside the span and logs its outcome; upid is what fn
 // returned when it started a task.
-func (o *observed) call(ctx context.Context, name, node string, vmid int, fn func(ctx context.Context) (upid string, err error)) error {
+func (o *observed) call(ctx context.Context, name, node string, vmid int, fn func(ctx context.Context) (upid string, err error)) (string, error) {
 	attrs := append([]attribute.KeyValue{attribute.String("proxmox.call", name)}, o.server...)
 	var kv []any
 	if node != "" {
@@ -55,23 +55,34 @@ func (o *observed) call(ctx context.Context, name, node string, vmid int, fn fun
 		class = telemetry.HTTPErrorClass(ae.Status)
 	}
 	c.EndClass(o.logger(ctx), "proxmox api call", err, class, kv...)
-	return err
+	return upid, err
 }
 
-func (o *observed) Version(ctx context.Context) (v Version, err error) {
-	err = o.call(ctx, "Version", "", 0, func(ctx context.Context) (string, error) {
-		v, err = o.next.Version(ctx)
+// read is call for a request that starts no task and answers v.
+func read[T any](o *observed, ctx context.Context, name, node string, vmid int, fn func(context.Context) (T, error)) (v T, err error) {
+	_, err = o.call(ctx, name, node, vmid, func(ctx context.Context) (string, error) {
+		v, err = fn(ctx)
 		return "", err
 	})
 	return v, err
 }
 
-func (o *observed) Resources(ctx context.Context, typ string) (r []Resource, err error) {
-	err = o.call(ctx, "Resources"+typeSuffix(typ), "", 0, func(ctx context.Context) (string, error) {
-		r, err = o.next.Resources(ctx, typ)
-		return "", err
-	})
-	return r, err
+// readVM is read for a request about one VM.
+func readVM[T any](o *observed, ctx context.Context, name, node string, vmid int, fn func(context.Context, string, int) (T, error)) (T, error) {
+	return read(o, ctx, name, node, vmid, func(ctx context.Context) (T, error) { return fn(ctx, node, vmid) })
+}
+
+// taskVM is call for a request that starts a task on one VM.
+func (o *observed) taskVM(ctx context.Context, name, node string, vmid int, fn func(context.Context, string, int) (string, error)) (string, error) {
+	return o.call(ctx, name, node, vmid, func(ctx context.Context) (string, error) { return fn(ctx, node, vmid) })
+}
+
+func (o *observed) Version(ctx context.Context) (Version, error) {
+	return read(o, ctx, "Version", "", 0, o.next.Version)
+}
+
+func (o *observed) Resources(ctx context.Context, typ string) ([]Resource, error) {
+	return read(o, ctx, "Resources"+typeSuffix(typ), "", 0, func(ctx context.Context) ([]Resource, error) { return o.next.Resources(ctx, typ) })
 }
 
 func typeSuffix(typ string) string {
@@ -81,136 +92,76 @@ func typeSuffix(typ string) string {
 	return "(" + typ + ")"
 }
 
-func (o *observed) NodeStatus(ctx context.Context, node string) (s NodeStatus, err error) {
-	err = o.call(ctx, "NodeStatus", node, 0, func(ctx context.Context) (string, error) {
-		s, err = o.next.NodeStatus(ctx, node)
-		return "", err
-	})
-	return s, err
+func (o *observed) NodeStatus(ctx context.Context, node string) (NodeStatus, error) {
+	return read(o, ctx, "NodeStatus", node, 0, func(ctx context.Context) (NodeStatus, error) { return o.next.NodeStatus(ctx, node) })
 }
 
-func (o *observed) StorageStatus(ctx context.Context, node, storage string) (s StorageStatus, err error) {
-	err = o.call(ctx, "StorageStatus", node, 0, func(ctx context.Context) (string, error) {
-		s, err = o.next.StorageStatus(ctx, node, storage)
-		return "", err
-	})
-	return s, err
+func (o *observed) StorageStatus(ctx context.Context, node, storage string) (StorageStatus, error) {
+	return read(o, ctx, "StorageStatus", node, 0, func(ctx context.Context) (StorageStatus, error) { return o.next.StorageStatus(ctx, node, storage) })
 }
 
-func (o *observed) ISOs(ctx context.Context, node, storage string) (v []Volume, err error) {
-	err = o.call(ctx, "ISOs", node, 0, func(ctx context.Context) (string, error) {
-		v, err = o.next.ISOs(ctx, node, storage)
-		return "", err
-	})
-	return v, err
+func (o *observed) ISOs(ctx context.Context, node, storage string) ([]Volume, error) {
+	return read(o, ctx, "ISOs", node, 0, func(ctx context.Context) ([]Volume, error) { return o.next.ISOs(ctx, node, storage) })
 }
 
-func (o *observed) Upload(ctx context.Context, node, storage, filename string, data []byte) (upid string, err error) {
-	err = o.call(ctx, "Upload", node, 0, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Upload(ctx, node, storage, filename, data)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Upload(ctx context.Context, node, storage, filename string, data []byte) (string, error) {
+	return o.call(ctx, "Upload", node, 0, func(ctx context.Context) (string, error) { return o.next.Upload(ctx, node, storage, filename, data) })
 }
 
-func (o *observed) DeleteVolume(ctx context.Context, node, volid string) (upid string, err error) {
-	err = o.call(ctx, "DeleteVolume", node, 0, func(ctx context.Context) (string, error) {
-		upid, err = o.next.DeleteVolume(ctx, node, volid)
-		return upid, err
-	})
-	return upid, err
-}
-
-func (o *observed) VMConfig(ctx context.Context, node string, vmid int) (c VMConfig, err error) {
-	err = o.call(ctx, "VMConfig", node, vmid, func(ctx context.Context) (string, error) {
-		c, err = o.next.VMConfig(ctx, node, vmid)
-		return "", err
-	})
-	return c, err
+func (o *observed) DeleteVolume(ctx context.Context, node, volid string) (string, error) {
+	return o.call(ctx, "DeleteVolume", node, 0, func(ctx context.Context) (string, error) { return o.next.DeleteVolume(ctx, node, volid) })
 }
 
 func (o *observed) SetVMConfig(ctx context.Context, node string, vmid int, u ConfigUpdate) error {
-	return o.call(ctx, "SetVMConfig", node, vmid, func(ctx context.Context) (string, error) {
-		return "", o.next.SetVMConfig(ctx, node, vmid, u)
-	})
+	_, err := o.call(ctx, "SetVMConfig", node, vmid, func(ctx context.Context) (string, error) { return "", o.next.SetVMConfig(ctx, node, vmid, u) })
+	return err
 }
 
-func (o *observed) Clone(ctx context.Context, node string, vmid int, p CloneParams) (upid string, err error) {
-	err = o.call(ctx, "Clone", node, vmid, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Clone(ctx, node, vmid, p)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Clone(ctx context.Context, node string, vmid int, p CloneParams) (string, error) {
+	return o.call(ctx, "Clone", node, vmid, func(ctx context.Context) (string, error) { return o.next.Clone(ctx, node, vmid, p) })
 }
 
-func (o *observed) Resize(ctx context.Context, node string, vmid int, disk, size string) (upid string, err error) {
-	err = o.call(ctx, "Resize", node, vmid, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Resize(ctx, node, vmid, disk, size)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Resize(ctx context.Context, node string, vmid int, disk, size string) (string, error) {
+	return o.call(ctx, "Resize", node, vmid, func(ctx context.Context) (string, error) { return o.next.Resize(ctx, node, vmid, disk, size) })
 }
 
-func (o *observed) Start(ctx context.Context, node string, vmid int) (upid string, err error) {
-	err = o.call(ctx, "Start", node, vmid, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Start(ctx, node, vmid)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Start(ctx context.Context, node string, vmid int) (string, error) {
+	return o.taskVM(ctx, "Start", node, vmid, o.next.Start)
 }
 
-func (o *observed) Stop(ctx context.Context, node string, vmid int) (upid string, err error) {
-	err = o.call(ctx, "Stop", node, vmid, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Stop(ctx, node, vmid)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Stop(ctx context.Context, node string, vmid int) (string, error) {
+	return o.taskVM(ctx, "Stop", node, vmid, o.next.Stop)
 }
 
-func (o *observed) Reboot(ctx context.Context, node string, vmid int) (upid string, err error) {
-	err = o.call(ctx, "Reboot", node, vmid, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Reboot(ctx, node, vmid)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Reboot(ctx context.Context, node string, vmid int) (string, error) {
+	return o.taskVM(ctx, "Reboot", node, vmid, o.next.Reboot)
 }
 
-func (o *observed) Destroy(ctx context.Context, node string, vmid int) (upid string, err error) {
-	err = o.call(ctx, "Destroy", node, vmid, func(ctx context.Context) (string, error) {
-		upid, err = o.next.Destroy(ctx, node, vmid)
-		return upid, err
-	})
-	return upid, err
+func (o *observed) Destroy(ctx context.Context, node string, vmid int) (string, error) {
+	return o.taskVM(ctx, "Destroy", node, vmid, o.next.Destroy)
 }
 
-func (o *observed) VMStatus(ctx context.Context, node string, vmid int) (s VMStatus, err error) {
-	err = o.call(ctx, "VMStatus", node, vmid, func(ctx context.Context) (string, error) {
-		s, err = o.next.VMStatus(ctx, node, vmid)
-		return "", err
-	})
-	return s, err
+func (o *observed) VMConfig(ctx context.Context, node string, vmid int) (VMConfig, error) {
+	return readVM(o, ctx, "VMConfig", node, vmid, o.next.VMConfig)
 }
 
-func (o *observed) AgentInterfaces(ctx context.Context, node string, vmid int) (i []Interface, err error) {
-	err = o.call(ctx, "AgentInterfaces", node, vmid, func(ctx context.Context) (string, error) {
-		i, err = o.next.AgentInterfaces(ctx, node, vmid)
-		return "", err
-	})
-	return i, err
+func (o *observed) VMStatus(ctx context.Context, node string, vmid int) (VMStatus, error) {
+	return readVM(o, ctx, "VMStatus", node, vmid, o.next.VMStatus)
 }
 
+func (o *observed) AgentInterfaces(ctx context.Context, node string, vmid int) ([]Interface, error) {
+	return readVM(o, ctx, "AgentInterfaces", node, vmid, o.next.AgentInterfaces)
+}
+
+func (o *observed) Tasks(ctx context.Context, node string, vmid int) ([]Task, error) {
+	return readVM(o, ctx, "Tasks", node, vmid, o.next.Tasks)
+}
+
+// TaskLog reports the task's UPID on its span, as a task's start does.
 func (o *observed) TaskLog(ctx context.Context, node, upid string) (l []string, err error) {
-	err = o.call(ctx, "TaskLog", node, 0, func(ctx context.Context) (string, error) {
+	_, err = o.call(ctx, "TaskLog", node, 0, func(ctx context.Context) (string, error) {
 		l, err = o.next.TaskLog(ctx, node, upid)
 		return upid, err
 	})
 	return l, err
-}
-
-func (o *observed) Tasks(ctx context.Context, node string, vmid int) (t []Task, err error) {
-	err = o.call(ctx, "Tasks", node, vmid, func(ctx context.Context) (string, error) {
-		t, err = o.next.Tasks(ctx, node, vmid)
-		return "", err
-	})
-	return t, err
 }
