@@ -97,7 +97,26 @@ func fatal(rsp *fnv1.RunFunctionResponse) string {
 	return ""
 }
 
+// paymentsProxy is the proxy block the namespaced XR payments asks for.
+const paymentsProxy = "proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]"
+
+// namespacedMR is the managed resource the namespaced Composition desires
+// for the XR payments in team-a: a kind on the ClusterProviderConfig config,
+// with the forProvider fields given, one a line.
+func namespacedMR(kind, config string, forProvider ...string) string {
+	return `
+apiVersion: proxy.m.egressproxy.io/v1alpha1
+kind: ` + kind + `
+metadata: {name: payments, namespace: team-a}
+spec:
+  providerConfigRef: {kind: ClusterProviderConfig, name: ` + config + `}
+  writeConnectionSecretToRef: {name: payments-backend}
+  forProvider:
+    ` + strings.Join(forProvider, "\n    ") + "\n"
+}
+
 func TestComposeManagedResource(t *testing.T) {
+	const namespaced = "composition-namespaced.yaml"
 	cases := map[string]struct {
 		xr   string
 		file string
@@ -105,64 +124,21 @@ func TestComposeManagedResource(t *testing.T) {
 		want string // the desired managed resource
 	}{
 		"NamespacedStandardIsAPodProxyOnTheClusterConfig": {
-			xr: xr("standard", "small", "false"), file: "composition-namespaced.yaml", name: "proxy-podproxy",
-			want: `
-apiVersion: proxy.m.egressproxy.io/v1alpha1
-kind: PodProxy
-metadata: {name: payments, namespace: team-a}
-spec:
-  providerConfigRef: {kind: ClusterProviderConfig, name: pods}
-  writeConnectionSecretToRef: {name: payments-backend}
-  forProvider:
-    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]}
-`,
+			xr: xr("standard", "small", "false"), file: namespaced, name: "proxy-podproxy",
+			want: namespacedMR("PodProxy", "pods", paymentsProxy+"}"),
 		},
 		"NamespacedDedicatedMediumIsAKVMProxyWithAuth": {
-			xr: xr("dedicated", "medium", "true"), file: "composition-namespaced.yaml", name: "proxy-kvmproxy",
-			want: `
-apiVersion: proxy.m.egressproxy.io/v1alpha1
-kind: KVMProxy
-metadata: {name: payments, namespace: team-a}
-spec:
-  providerConfigRef: {kind: ClusterProviderConfig, name: home-kvm}
-  writeConnectionSecretToRef: {name: payments-backend}
-  forProvider:
-    image: debian-12
-    machineType: medium
-    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443], auth: {enabled: true}}
-`,
+			xr: xr("dedicated", "medium", "true"), file: namespaced, name: "proxy-kvmproxy",
+			want: namespacedMR("KVMProxy", "home-kvm", "image: debian-12", "machineType: medium", paymentsProxy+", auth: {enabled: true}}"),
 		},
 		"NamespacedCloudLargeIsAGCPProxyWithAStaticAddress": {
-			xr: xr("cloud", "large", "false"), file: "composition-namespaced.yaml", name: "proxy-gcpproxy",
-			want: `
-apiVersion: proxy.m.egressproxy.io/v1alpha1
-kind: GCPProxy
-metadata: {name: payments, namespace: team-a}
-spec:
-  providerConfigRef: {kind: ClusterProviderConfig, name: gcp-prod}
-  writeConnectionSecretToRef: {name: payments-backend}
-  forProvider:
-    image: ubuntu-2404
-    machineType: large
-    address: {type: Static}
-    firewall: {manage: true}
-    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]}
-`,
+			xr: xr("cloud", "large", "false"), file: namespaced, name: "proxy-gcpproxy",
+			want: namespacedMR("GCPProxy", "gcp-prod", "image: ubuntu-2404", "machineType: large",
+				"address: {type: Static}", "firewall: {manage: true}", paymentsProxy+"}"),
 		},
 		"NamespacedDatacenterIsAProxmoxProxy": {
-			xr: xr("datacenter", "small", "false"), file: "composition-namespaced.yaml", name: "proxy-proxmoxproxy",
-			want: `
-apiVersion: proxy.m.egressproxy.io/v1alpha1
-kind: ProxmoxProxy
-metadata: {name: payments, namespace: team-a}
-spec:
-  providerConfigRef: {kind: ClusterProviderConfig, name: home-pve}
-  writeConnectionSecretToRef: {name: payments-backend}
-  forProvider:
-    image: debian-12
-    machineType: small
-    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedDestinations: [.stripe.com], allowedPorts: [443]}
-`,
+			xr: xr("datacenter", "small", "false"), file: namespaced, name: "proxy-proxmoxproxy",
+			want: namespacedMR("ProxmoxProxy", "home-pve", "image: debian-12", "machineType: small", paymentsProxy+"}"),
 		},
 		"LegacyIsAClusterScopedPodProxyWritingToTheConnectionNamespace": {
 			xr: legacyXR, file: "composition-legacy.yaml", name: "proxy-podproxy",

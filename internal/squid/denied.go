@@ -116,8 +116,17 @@ func parseCIDROrAddr(s string) (netip.Prefix, error) {
 }
 
 // compact sorts ps, IPv4 first, and drops duplicates and prefixes inside
-// another (Squid warns about those and drops them itself).
+// another of their family (Squid warns about those and drops them itself).
 func compact(ps []netip.Prefix) []string {
+	return compactBy(ps, func(q, p netip.Prefix) bool {
+		return q.Addr().Is4() == p.Addr().Is4() && q.Bits() < p.Bits() && q.Contains(p.Addr())
+	})
+}
+
+// compactBy sorts ps, IPv4 first, then IPv6 (netip orders by family), for
+// a readable conf, and drops duplicates and each prefix p that another, q,
+// covers.
+func compactBy(ps []netip.Prefix, covers func(q, p netip.Prefix) bool) []string {
 	ps = slices.Clone(ps)
 	slices.SortFunc(ps, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -127,15 +136,9 @@ func compact(ps []netip.Prefix) []string {
 	})
 	ps = slices.Compact(ps)
 	var out []string
-	for i, p := range ps {
-		covered := false
-		for j, q := range ps {
-			if i != j && q.Addr().Is4() == p.Addr().Is4() && q.Bits() < p.Bits() && q.Contains(p.Addr()) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
+	for _, p := range ps {
+		// ps holds no duplicates now: q != p is "another".
+		if !slices.ContainsFunc(ps, func(q netip.Prefix) bool { return q != p && covers(q, p) }) {
 			out = append(out, p.String())
 		}
 	}

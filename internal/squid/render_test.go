@@ -23,6 +23,21 @@ func lines(conf, prefix string) []string {
 	return out
 }
 
+// accessRules are the http_access rules of every conf around the ones
+// between, which depend on the settings: first what is always denied (the
+// cache manager, the proxy's own port, unsafe ports, CONNECT to other than
+// SSL ports, other clients), last the clients allowed and the rest denied.
+func accessRules(between ...string) []string {
+	rules := []string{
+		"http_access deny manager",
+		"http_access deny own_port",
+		"http_access deny !Safe_ports",
+		"http_access deny CONNECT !SSL_ports",
+		"http_access deny !clients",
+	}
+	return append(append(rules, between...), "http_access allow clients", "http_access deny all")
+}
+
 func TestRenderAccessRules(t *testing.T) {
 	for name, tc := range map[string]struct {
 		s    proxy.Settings
@@ -30,18 +45,8 @@ func TestRenderAccessRules(t *testing.T) {
 		want []string
 	}{
 		"open to the clients only": {
-			s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}},
-			want: []string{
-				"http_access deny manager",
-				"http_access deny own_port",
-				"http_access deny !Safe_ports",
-				"http_access deny CONNECT !SSL_ports",
-				"http_access deny !clients",
-				"http_access deny never_dst",
-				"http_access deny private_dst",
-				"http_access allow clients",
-				"http_access deny all",
-			},
+			s:    proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}},
+			want: accessRules("http_access deny never_dst", "http_access deny private_dst"),
 		},
 		"destinations and auth": {
 			s: proxy.Settings{
@@ -49,33 +54,11 @@ func TestRenderAccessRules(t *testing.T) {
 				AllowedDestinations: []string{"example.com"},
 				Auth:                proxy.Auth{Enabled: true, Username: "u", Password: "p"},
 			},
-			want: []string{
-				"http_access deny manager",
-				"http_access deny own_port",
-				"http_access deny !Safe_ports",
-				"http_access deny CONNECT !SSL_ports",
-				"http_access deny !clients",
-				"http_access deny !dest",
-				"http_access deny never_dst",
-				"http_access deny private_dst",
-				"http_access deny !authenticated",
-				"http_access allow clients",
-				"http_access deny all",
-			},
+			want: accessRules("http_access deny !dest", "http_access deny never_dst", "http_access deny private_dst", "http_access deny !authenticated"),
 		},
 		"private ranges opened": {
-			s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.20.0.0/16"}},
-			want: []string{
-				"http_access deny manager",
-				"http_access deny own_port",
-				"http_access deny !Safe_ports",
-				"http_access deny CONNECT !SSL_ports",
-				"http_access deny !clients",
-				"http_access deny never_dst",
-				"http_access deny private_dst !opened_dst",
-				"http_access allow clients",
-				"http_access deny all",
-			},
+			s:    proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.20.0.0/16"}},
+			want: accessRules("http_access deny never_dst", "http_access deny private_dst !opened_dst"),
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

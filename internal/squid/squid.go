@@ -425,28 +425,9 @@ func clientCIDRs(in []string) []string {
 		}
 		return p
 	}
-	// IPv4 first, then IPv6 (netip orders by family), for a readable conf.
-	slices.SortFunc(ps, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
+	return compactBy(ps, func(q, p netip.Prefix) bool {
+		return wide(q).Bits() < wide(p).Bits() && wide(q).Contains(wide(p).Addr())
 	})
-	ps = slices.Compact(ps)
-	var out []string
-	for i, p := range ps {
-		covered := false
-		for j, q := range ps {
-			if i != j && wide(q).Bits() < wide(p).Bits() && wide(q).Contains(wide(p).Addr()) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			out = append(out, p.String())
-		}
-	}
-	return out
 }
 
 // connectPorts returns the CONNECT ports: the allowed ports, or 443.

@@ -18,6 +18,12 @@ func validSettings() proxy.Settings {
 	}
 }
 
+// withAuth returns a change to the settings that turns auth on with the
+// username and password given.
+func withAuth(username, password string) func(*proxy.Settings) {
+	return func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true, Username: username, Password: password} }
+}
+
 func TestValidateAccepts(t *testing.T) {
 	for name, mod := range map[string]func(*proxy.Settings){
 		"minimal":    func(*proxy.Settings) {},
@@ -43,9 +49,7 @@ func TestValidateAccepts(t *testing.T) {
 		"domains": func(s *proxy.Settings) {
 			s.AllowedDestinations = []string{"example.com", ".example.org", "localhost", "a-b.c_d.xn--bcher-kva.example", "EXAMPLE.NET"}
 		},
-		"auth": func(s *proxy.Settings) {
-			s.Auth = proxy.Auth{Enabled: true, Username: "Alice", Password: "p a:s%s wörd"}
-		},
+		"auth":                      withAuth("Alice", "p a:s%s wörd"),
 		"auth off ignores the pair": func(s *proxy.Settings) { s.Auth = proxy.Auth{Username: "a:b"} },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -190,32 +194,17 @@ func TestValidateRejects(t *testing.T) {
 			},
 		},
 		"auth without credentials": {
-			mod: func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true} },
+			mod: withAuth("", ""),
 			want: []string{
 				"auth.username: must not be empty when auth is enabled",
 				"auth.passwordSecretRef: the password is empty; auth needs one",
 			},
 		},
-		"username with colon": {
-			mod:  func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true, Username: "user:pw", Password: "pw"} },
-			want: []string{"auth.username: must not contain ':' (it separates username and password)"},
-		},
-		"username with space": {
-			mod:  func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true, Username: "a b", Password: "pw"} },
-			want: []string{"auth.username: must not contain whitespace or control characters"},
-		},
-		"username with tab": {
-			mod:  func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true, Username: "a\tb", Password: "pw"} },
-			want: []string{"auth.username: must not contain whitespace or control characters"},
-		},
-		"username like a comment": {
-			mod:  func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true, Username: "#a", Password: "pw"} },
-			want: []string{"auth.username: must not start with '#'…"},
-		},
-		"password with newline": {
-			mod:  func(s *proxy.Settings) { s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p\nw"} },
-			want: []string{"auth.passwordSecretRef: the password must not contain control characters (a trailing newline, say)"},
-		},
+		"username with colon":     {mod: withAuth("user:pw", "pw"), want: []string{"auth.username: must not contain ':' (it separates username and password)"}},
+		"username with space":     {mod: withAuth("a b", "pw"), want: []string{"auth.username: must not contain whitespace or control characters"}},
+		"username with tab":       {mod: withAuth("a\tb", "pw"), want: []string{"auth.username: must not contain whitespace or control characters"}},
+		"username like a comment": {mod: withAuth("#a", "pw"), want: []string{"auth.username: must not start with '#'…"}},
+		"password with newline":   {mod: withAuth("a", "p\nw"), want: []string{"auth.passwordSecretRef: the password must not contain control characters (a trailing newline, say)"}},
 		"everything at once": {
 			mod: func(s *proxy.Settings) {
 				*s = proxy.Settings{AllowedPorts: []int32{0}, AllowedDestinations: []string{"*"}, Auth: proxy.Auth{Enabled: true}}
