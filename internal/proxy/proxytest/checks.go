@@ -100,11 +100,8 @@ func checkRepeatCreate(e *env) {
 // GetAfterDeleteIsNotFound: once Delete returned (and the backend settled),
 // Get by ID and by name is NotFound.
 func checkGetAfterDelete(e *env) {
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
-	e.mustDelete(refTo(inst, req))
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
+	e.deleteSettled(inst, req)
 	for _, r := range []proxy.Ref{refTo(inst, req), nameRef(req)} {
 		if got, err := e.get(r); !proxy.IsNotFound(err) {
 			e.t.Errorf("Get(%s) after Delete = instance %q, %s; want NotFound", describeRef(r), got.ID, describe(err))
@@ -115,9 +112,7 @@ func checkGetAfterDelete(e *env) {
 // DeleteByWhatListReturns: what List returns of an instance (ID, name and
 // mark; no placement) is enough to delete it, as the orphan sweep does.
 func checkDeleteByListed(e *env) {
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
 	var listed *proxy.Instance
 	for _, l := range e.list(e.installation) {
 		if l.ID == inst.ID {
@@ -140,11 +135,8 @@ func checkDeleteByListed(e *env) {
 // DeleteTwiceSucceeds: Delete of an already deleted instance succeeds, by
 // ID and by name.
 func checkDeleteTwice(e *env) {
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
-	e.mustDelete(refTo(inst, req))
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
+	e.deleteSettled(inst, req)
 	for _, r := range []proxy.Ref{refTo(inst, req), nameRef(req)} {
 		if err := e.f.Driver.Delete(e.ctx, r); err != nil {
 			e.t.Errorf("second Delete(%s) = %s; want nil", describeRef(r), describe(err))
@@ -244,9 +236,7 @@ func checkMalformedIDs(e *env) {
 // Stopped.
 func checkUnknownState(e *env) {
 	e.need("SetUnknownState", e.f.SetUnknownState != nil)
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
 	if err := e.f.SetUnknownState(e.ctx, inst.ID); err != nil {
 		e.t.Fatalf("proxytest: SetUnknownState(%q): %v", inst.ID, err)
 	}
@@ -584,9 +574,7 @@ func ownRefs(inst proxy.Instance, req proxy.Request) []proxy.Ref {
 // deletion finished.
 func checkGetDuringDelete(e *env) {
 	e.need("HoldDelete", e.f.HoldDelete != nil)
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
 	release := e.f.HoldDelete(e.ctx, inst.ID)
 	defer release()
 	for _, r := range []proxy.Ref{refTo(inst, req), nameRef(req)} {
@@ -599,8 +587,7 @@ func checkGetDuringDelete(e *env) {
 		}
 	}
 	release()
-	e.mustDelete(refTo(inst, req))
-	e.settle(inst.ID)
+	e.deleteSettled(inst, req)
 	if _, err := e.get(refTo(inst, req)); !proxy.IsNotFound(err) {
 		e.t.Errorf("Get(%s) after the held deletion finished = %s; want NotFound", describeRef(refTo(inst, req)), describe(err))
 	}
@@ -612,9 +599,7 @@ func checkGetDuringDelete(e *env) {
 func checkBusy(e *env) {
 	e.need("SetBusy", e.f.SetBusy != nil)
 	d := e.f.Driver
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
 	byID := refTo(inst, req)
 	changed := changedRequest(req)
 
@@ -677,9 +662,7 @@ func checkBusy(e *env) {
 // NotFound.
 func checkCancelled(e *env) {
 	d := e.f.Driver
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
 	byID := refTo(inst, req)
 	changed := changedRequest(req)
 
@@ -773,9 +756,7 @@ func checkSecrets(e *env) {
 // UpdateRewritesSpecHash: on a backend that stores SpecHash, it is
 // proxy.Hash of the Request the instance was last created or updated from.
 func checkUpdateSpecHash(e *env) {
-	req := e.f.Request(nameA, uidA)
-	inst := e.create(req)
-	e.settle(inst.ID)
+	req, inst := e.createSettled()
 	byID := refTo(inst, req)
 	got := e.mustGet(byID)
 	if got.SpecHash == "" {
@@ -977,6 +958,23 @@ func (e *env) create(req proxy.Request) proxy.Instance {
 	return inst
 }
 
+// createSettled creates the instance nameA of uidA and lets the backend
+// settle it.
+func (e *env) createSettled() (proxy.Request, proxy.Instance) {
+	e.t.Helper()
+	req := e.f.Request(nameA, uidA)
+	inst := e.create(req)
+	e.settle(inst.ID)
+	return req, inst
+}
+
+// deleteSettled deletes inst by its ID and lets the backend settle.
+func (e *env) deleteSettled(inst proxy.Instance, req proxy.Request) {
+	e.t.Helper()
+	e.mustDelete(refTo(inst, req))
+	e.settle(inst.ID)
+}
+
 // settle calls the fixture's Settle, if it has one.
 func (e *env) settle(id string) {
 	e.t.Helper()
@@ -1071,19 +1069,18 @@ func describe(err error) string {
 	return fmt.Sprintf("%s error %q", proxy.ClassOf(err), err.Error())
 }
 
+// ids and names return the instances' IDs or names, sorted.
 func ids(l []proxy.Instance) []string {
-	out := []string{}
-	for _, i := range l {
-		out = append(out, i.ID)
-	}
-	sort.Strings(out)
-	return out
+	return sorted(l, func(i proxy.Instance) string { return i.ID })
+}
+func names(l []proxy.Instance) []string {
+	return sorted(l, func(i proxy.Instance) string { return i.Name })
 }
 
-func names(l []proxy.Instance) []string {
+func sorted(l []proxy.Instance, field func(proxy.Instance) string) []string {
 	out := []string{}
 	for _, i := range l {
-		out = append(out, i.Name)
+		out = append(out, field(i))
 	}
 	sort.Strings(out)
 	return out

@@ -2,11 +2,11 @@ package proxytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -172,8 +172,7 @@ func (m *Memory) Request(name, uid string) proxy.Request {
 func (m *Memory) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.record(OpCreate, req.Name)
-	if err := m.enter(ctx, OpCreate); err != nil {
+	if err := m.enter(ctx, OpCreate, req.Name); err != nil {
 		return proxy.Instance{}, err
 	}
 	if !validName.MatchString(req.Name) {
@@ -214,8 +213,7 @@ func (m *Memory) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 func (m *Memory) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.record(OpGet, refString(ref))
-	if err := m.enter(ctx, OpGet); err != nil {
+	if err := m.enter(ctx, OpGet, refString(ref)); err != nil {
 		return proxy.Instance{}, err
 	}
 	in, err := m.lookup(OpGet, ref)
@@ -236,8 +234,7 @@ func (m *Memory) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 func (m *Memory) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.record(OpUpdate, refString(ref))
-	if err := m.enter(ctx, OpUpdate); err != nil {
+	if err := m.enter(ctx, OpUpdate, refString(ref)); err != nil {
 		return proxy.Instance{}, err
 	}
 	in, err := m.lookup(OpUpdate, ref)
@@ -264,8 +261,7 @@ func (m *Memory) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 func (m *Memory) Delete(ctx context.Context, ref proxy.Ref) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.record(OpDelete, refString(ref))
-	if err := m.enter(ctx, OpDelete); err != nil {
+	if err := m.enter(ctx, OpDelete, refString(ref)); err != nil {
 		return err
 	}
 	in, err := m.lookup(OpDelete, ref)
@@ -293,8 +289,7 @@ func (m *Memory) Delete(ctx context.Context, ref proxy.Ref) error {
 func (m *Memory) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.record(OpList, installationID)
-	if err := m.enter(ctx, OpList); err != nil {
+	if err := m.enter(ctx, OpList, installationID); err != nil {
 		return nil, err
 	}
 	if installationID == "" {
@@ -314,9 +309,8 @@ func (m *Memory) List(ctx context.Context, installationID string) ([]proxy.Insta
 func (m *Memory) Check(ctx context.Context) proxy.Health {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.record(OpCheck, "")
 	t := proxy.TargetHealth{Target: MemoryTarget, Address: "memory://" + m.provider}
-	if err := m.enter(ctx, OpCheck); err != nil {
+	if err := m.enter(ctx, OpCheck, ""); err != nil {
 		t.Reason, t.Message = proxy.ReasonAPIError, err.Error()
 		if ctx.Err() != nil {
 			t.Reason = proxy.ReasonTimeout
@@ -426,18 +420,15 @@ func (m *Memory) Leftovers(name string) []string {
 // address. It does nothing to an instance being deleted, and returns nil
 // for one that does not exist.
 func (m *Memory) Settle(id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	name, err := pokeName(id)
-	if err != nil {
-		return err
-	}
-	in, ok := m.instances[name]
-	if !ok || in.deleting {
+	err := m.poke(id, func(in *memInstance) {
+		if !in.deleting {
+			m.setState(in, memRunning)
+		}
+	})
+	if errors.Is(err, errNoInstance) {
 		return nil
 	}
-	m.setState(in, memRunning)
-	return nil
+	return err
 }
 
 // SetState puts an existing instance in state s, as Get will report it;
@@ -591,8 +582,10 @@ func (m *Memory) record(op, target string) {
 	m.calls = append(m.calls, strings.TrimSpace(op+" "+target))
 }
 
-// enter is what every call goes through first: ctx, FailNext, busy.
-func (m *Memory) enter(ctx context.Context, op string) error {
+// enter is what every call goes through first: it is recorded (Calls),
+// then ctx, FailNext and busy are checked.
+func (m *Memory) enter(ctx context.Context, op, target string) error {
+	m.record(op, target)
 	if err := ctx.Err(); err != nil {
 		return m.fail(op, err)
 	}
@@ -680,10 +673,11 @@ func (m *Memory) nextIP() string {
 }
 
 func (m *Memory) sortedNames() []string {
-	names := slices.Collect(maps.Keys(m.instances))
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(m.instances))
 }
+
+// errNoInstance is what poke returns for an instance that does not exist.
+var errNoInstance = errors.New("memory: no instance")
 
 // poke applies fn to an existing instance.
 func (m *Memory) poke(id string, fn func(*memInstance)) error {
@@ -695,7 +689,7 @@ func (m *Memory) poke(id string, fn func(*memInstance)) error {
 	}
 	in, ok := m.instances[name]
 	if !ok {
-		return fmt.Errorf("memory: no instance %q", name)
+		return fmt.Errorf("%w %q", errNoInstance, name)
 	}
 	fn(in)
 	return nil

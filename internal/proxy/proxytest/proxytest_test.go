@@ -192,6 +192,18 @@ type hooked struct {
 	check  func(context.Context) proxy.Health
 }
 
+// onRefusedCreate is m with a Create that, where m refuses (Permanent) an
+// instance that is not the request's, does instead what takeOver does.
+func onRefusedCreate(m *Memory, takeOver func(context.Context, proxy.Request) (proxy.Instance, error)) *hooked {
+	return &hooked{Memory: m, create: func(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+		inst, err := m.Create(ctx, req)
+		if proxy.IsPermanent(err) {
+			return takeOver(ctx, req)
+		}
+		return inst, err
+	}}
+}
+
 func (h *hooked) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	if h.create != nil {
 		return h.create(ctx, req)
@@ -305,27 +317,19 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		{
 			name: "Create adopts an instance it does not own",
 			wrap: func(m *Memory) proxy.Driver {
-				return &hooked{Memory: m, create: func(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-					inst, err := m.Create(ctx, req)
-					if proxy.IsPermanent(err) {
-						return m.Get(ctx, proxy.Ref{Name: req.Name})
-					}
-					return inst, err
-				}}
+				return onRefusedCreate(m, func(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+					return m.Get(ctx, proxy.Ref{Name: req.Name})
+				})
 			},
 			want: takeovers("Create"),
 		},
 		{
 			name: "Create replaces an instance it does not own",
 			wrap: func(m *Memory) proxy.Driver {
-				return &hooked{Memory: m, create: func(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-					inst, err := m.Create(ctx, req)
-					if proxy.IsPermanent(err) {
-						m.Remove(req.Name)
-						return m.Create(ctx, req)
-					}
-					return inst, err
-				}}
+				return onRefusedCreate(m, func(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+					m.Remove(req.Name)
+					return m.Create(ctx, req)
+				})
 			},
 			want: takeovers("Create"),
 		},
@@ -371,7 +375,10 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			name: "Delete removes any instance of the name, marked or not",
 			wrap: func(m *Memory) proxy.Driver {
 				return &hooked{Memory: m, del: func(ctx context.Context, ref proxy.Ref) error {
-					if err := m.enter(ctx, OpDelete); err != nil {
+					m.mu.Lock()
+					err := m.enter(ctx, OpDelete, refString(ref))
+					m.mu.Unlock()
+					if err != nil {
 						return err
 					}
 					inst, err := m.Get(ctx, ref)
