@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 
 	"google.golang.org/api/option"
 
+	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
@@ -50,26 +50,23 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 10, "Concurrent Observes (the provider's --max-concurrent-reconciles).")
 	flag.StringVar(&o.backend, "backend", "proxmox,gcp", "Backends to measure.")
 	flag.Parse()
-	ctx := context.Background()
-	for _, b := range strings.Split(o.backend, ",") {
-		var err error
-		switch b {
-		case "proxmox":
-			err = runProxmox(ctx, o)
-		case "gcp":
-			err = runGCP(ctx, o)
-		default:
-			err = fmt.Errorf("-backend: %q is neither proxmox nor gcp", b)
+	benchutil.Main("benchbatch", func(ctx context.Context) error {
+		for _, b := range strings.Split(o.backend, ",") {
+			var err error
+			switch b {
+			case "proxmox":
+				err = runProxmox(ctx, o)
+			case "gcp":
+				err = runGCP(ctx, o)
+			default:
+				err = fmt.Errorf("-backend: %q is neither proxmox nor gcp", b)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "benchbatch:", err)
-			os.Exit(1)
-		}
-	}
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		return nil
+	})
 }
 
 // fleet is N requests and the status the controller would hold of each.
@@ -204,7 +201,7 @@ func runProxmox(ctx context.Context, o options) error {
 		return err
 	}
 	f := newFleet(o.n, proxy.Placement{Location: "pve1", MachineType: "small", Image: "debian-12"})
-	logf("proxmox: bringing %d proxies to Ready", o.n)
+	benchutil.Logf("proxmox: bringing %d proxies to Ready", o.n)
 	for i := range f.reqs {
 		if err := f.converge(ctx, d, i, fake.FinishTasks); err != nil {
 			return err
@@ -217,7 +214,7 @@ func runProxmox(ctx context.Context, o options) error {
 		}
 	}
 	before := len(fake.Requests())
-	logf("proxmox: polling %d proxies %d times, %v apart", o.n, o.rounds, o.poll)
+	benchutil.Logf("proxmox: polling %d proxies %d times, %v apart", o.n, o.rounds, o.poll)
 	notReady, err := f.poll(ctx, o, d)
 	if err != nil {
 		return err
@@ -262,7 +259,7 @@ func runGCP(ctx context.Context, o options) error {
 	for i := range f.reqs {
 		f.reqs[i].Extension = gcp.Exposure{AddressType: gcp.AddressEphemeral}
 	}
-	logf("gcp: bringing %d proxies to Ready", o.n)
+	benchutil.Logf("gcp: bringing %d proxies to Ready", o.n)
 	for i := range f.reqs {
 		if err := f.converge(ctx, d, i, srv.SettleAll); err != nil {
 			return err
@@ -274,7 +271,7 @@ func runGCP(ctx context.Context, o options) error {
 		}
 	}
 	srv.ResetRequests()
-	logf("gcp: polling %d proxies %d times, %v apart", o.n, o.rounds, o.poll)
+	benchutil.Logf("gcp: polling %d proxies %d times, %v apart", o.n, o.rounds, o.poll)
 	notReady, err := f.poll(ctx, o, d)
 	if err != nil {
 		return err

@@ -22,28 +22,20 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
-	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
 
@@ -54,13 +46,7 @@ func main() {
 	image := flag.String("image", "", "Squid image tarball (default: hack/squid-image.sh's)")
 	ref := flag.String("image-ref", "", "its name (default: hack/squid-image.sh's)")
 	flag.Parse()
-	ctrl.SetLogger(logr.Discard())
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	if err := run(ctx, *rounds, *proxies, *provider, *image, *ref); err != nil {
-		fmt.Fprintln(os.Stderr, "benchnode:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("benchnode", func(ctx context.Context) error { return run(ctx, *rounds, *proxies, *provider, *image, *ref) })
 }
 
 type round struct {
@@ -86,7 +72,7 @@ func run(ctx context.Context, rounds, proxies int, provider, image, ref string) 
 	}
 	var all []round
 	for i := range rounds {
-		r, err := oneRound(ctx, root, proxies, provider, image, ref)
+		r, err := oneRound(ctx, proxies, provider, image, ref)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i+1, err)
 		}
@@ -108,71 +94,38 @@ func run(ctx context.Context, rounds, proxies int, provider, image, ref string) 
 	return nil
 }
 
-func oneRound(ctx context.Context, root string, proxies int, provider, image, ref string) (r round, err error) {
+func oneRound(ctx context.Context, proxies int, provider, image, ref string) (r round, err error) {
 	start := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
-		Node:           &controlplane.NodeOptions{Images: []string{image}},
-	})
+	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchnode",
+		ControlPlane: controlplane.Options{Node: &controlplane.NodeOptions{Images: []string{image}}},
+		Namespaces:   []string{"crossplane-system", "egress-proxies", "bench"}})
 	if err != nil {
 		return r, err
 	}
+	cp, kube := cl.CP, cl.Client
 	defer func() {
-		if cp != nil {
-			_ = cp.Stop()
+		if cl != nil {
+			_ = cl.Stop()
 		}
 	}()
 	total := time.Since(start)
 	r.node, r.imports, r.controlPlane = cp.Node.ReadyIn, cp.Node.ImportIn, total-cp.Node.ReadyIn
 
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
+	if err := benchutil.CreatePodsConfig(ctx, kube, ref); err != nil {
 		return r, err
 	}
-	if err := apis.AddToScheme(s); err != nil {
-		return r, err
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	// Its controllers running before the first create, so that
+	// create-to-Ready is the PodProxy's and not the provider's start.
+	prov, err := benchutil.StartProvider(ctx, benchutil.ProviderOptions{
+		Binary: provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(cp.Dir, "provider.log"),
+		Args: []string{"--poll-not-ready", "30s"}, Controller: "podproxy.proxy.m.egressproxy.io",
+	})
 	if err != nil {
 		return r, err
-	}
-	for _, ns := range []string{"crossplane-system", "egress-proxies", "bench"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return r, err
-		}
-	}
-	if err := kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: "pods"},
-		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
-			Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
-			Namespace:   "egress-proxies", Image: ref,
-		}}},
-	}); err != nil {
-		return r, err
-	}
-
-	cmd := exec.CommandContext(ctx, provider, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--namespace", "crossplane-system", "--installation-id", "bench", "--poll-not-ready", "30s")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath)
-	logFile, err := os.Create(filepath.Join(cp.Dir, "provider.log"))
-	if err != nil {
-		return r, err
-	}
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return r, err
-	}
-	stopProvider := func() {
-		if cmd.Process != nil && cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		}
 	}
 	// Before the control plane: its watches would hold kube-apiserver's
 	// shutdown up.
-	defer stopProvider()
+	defer prov.Stop()
 
 	for i := range proxies {
 		p := &nsproxy.PodProxy{
@@ -210,10 +163,10 @@ func oneRound(ctx context.Context, root string, proxies int, provider, image, re
 			return r, err
 		}
 	}
-	stopProvider()
+	prov.Stop()
 	t0 := time.Now()
-	err = cp.Stop()
-	cp = nil
+	err = cl.Stop()
+	cl = nil
 	r.stop = time.Since(t0)
 	return r, err
 }

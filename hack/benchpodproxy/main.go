@@ -21,40 +21,28 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
-	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
@@ -101,42 +89,17 @@ func main() {
 	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOMEMLIMIT=80MiB, say).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
-	ctrl.SetLogger(logr.Discard())
-
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "benchpodproxy:", err)
-		os.Exit(1)
-	}
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	benchutil.Main("benchpodproxy", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {
-	root, err := controlplane.RepoRoot()
+	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchpodproxy", KeepLogs: o.keepLogs,
+		Namespaces: []string{"crossplane-system", "egress-proxies", "bench"}})
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "benchpodproxy-")
-	if err != nil {
-		return err
-	}
-	if !o.keepLogs {
-		defer os.RemoveAll(dir)
-	}
-
-	logf("starting the control plane (kube-apiserver, etcd)")
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
-		Dir:            filepath.Join(dir, "controlplane"),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cp.Stop() }()
+	defer func() { _ = cl.Stop() }()
+	cp, s, cfg, kube, dir := cl.CP, cl.Scheme, cl.Config, cl.Client, cl.Dir
 	stopKCM, kcmPID, err := startControllerManager(cp, dir)
 	if err != nil {
 		return err
@@ -146,31 +109,7 @@ func run(ctx context.Context, o options) error {
 	pids["kube-controller-manager"] = kcmPID
 	pids["benchpodproxy (kubelet stand-in, watches)"] = os.Getpid()
 
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return err
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		return err
-	}
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.QPS, cfg.Burst = 2000, 4000
-	kube, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return err
-	}
-	for _, ns := range []string{"crossplane-system", "egress-proxies", "bench"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
-	}
-	if err := kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: "pods"},
-		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
-			Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
-			Namespace:   "egress-proxies",
-		}}},
-	}); err != nil {
+	if err := benchutil.CreatePodsConfig(ctx, kube, ""); err != nil {
 		return err
 	}
 
@@ -181,10 +120,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer prov.stop()
-	startCPU, _ := cpuSeconds(prov.pid)
-	startRSS, _ := rss(prov.pid)
-	pids["provider"] = prov.pid
+	defer prov.Stop()
+	startCPU, _ := benchutil.CPUSeconds(prov.PID)
+	startRSS, _ := benchutil.PeakRSS(prov.PID)
+	pids["provider"] = prov.PID
 	cpuBefore := map[string]float64{}
 
 	// The kubelet stand-in, and the times pods turned Ready.
@@ -214,110 +153,48 @@ func run(ctx context.Context, o options) error {
 
 	// Watch the PodProxies turn Ready, and their Deployments and pods
 	// appear, for the timeline.
-	mrReady := map[string]time.Time{}
 	mrCreated := map[string]time.Time{} // by name
-	mrUID := map[string]string{}        // name by UID
 	depSeen := map[string]time.Time{}   // by PodProxy UID
 	podSeen := map[string]time.Time{}   // by PodProxy UID
-	allReady := make(chan struct{})
-	ca, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: kubernetes.CacheByObject()})
-	if err != nil {
-		return err
-	}
-	first := func(m map[string]time.Time) func(obj any) {
-		return func(obj any) {
-			o, ok := obj.(client.Object)
-			if !ok {
-				return
-			}
-			at := time.Now()
+	depGone := map[string]time.Time{}   // by PodProxy UID
+	// at is the first time an object of the PodProxy with label UID was
+	// seen (first) or the time it went (gone).
+	at := func(m map[string]time.Time, first bool) func(client.Object, time.Time) {
+		return func(o client.Object, t time.Time) {
 			mu.Lock()
 			defer mu.Unlock()
 			if uid := o.GetLabels()[kubernetes.LabelUID]; uid != "" {
-				if _, ok := m[uid]; !ok {
-					m[uid] = at
+				if _, ok := m[uid]; !ok || !first {
+					m[uid] = t
 				}
 			}
 		}
 	}
-	depGone := map[string]time.Time{} // by PodProxy UID
-	mrGone := map[string]time.Time{}  // by PodProxy UID
-	gone := func(m map[string]time.Time, uidOf func(client.Object) string) func(obj any) {
-		return func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			o, ok := obj.(client.Object)
-			if !ok {
-				return
-			}
-			at := time.Now()
-			mu.Lock()
-			defer mu.Unlock()
-			if uid := uidOf(o); uid != "" {
-				m[uid] = at
-			}
-		}
-	}
-	labelUID := func(o client.Object) string { return o.GetLabels()[kubernetes.LabelUID] }
-	for obj, m := range map[client.Object]map[string]time.Time{&appsv1.Deployment{}: depSeen, &corev1.Pod{}: podSeen} {
-		i, err := ca.GetInformer(ctx, obj)
-		if err != nil {
+	mrs, err := benchutil.WatchReady(ctx, cfg, cache.Options{Scheme: s, ByObject: kubernetes.CacheByObject()}, &nsproxy.PodProxy{}, func(ca cache.Cache) error {
+		if err := benchutil.Watch(ctx, ca, &appsv1.Deployment{}, at(depSeen, true), at(depGone, false)); err != nil {
 			return err
 		}
-		h := toolscache.ResourceEventHandlerFuncs{AddFunc: first(m)}
-		if _, ok := obj.(*appsv1.Deployment); ok {
-			h.DeleteFunc = gone(depGone, labelUID)
-		}
-		if _, err := i.AddEventHandler(h); err != nil {
-			return err
-		}
-	}
-	inf, err := ca.GetInformer(ctx, &nsproxy.PodProxy{})
+		return benchutil.Watch(ctx, ca, &corev1.Pod{}, at(podSeen, true), nil)
+	})
 	if err != nil {
 		return err
-	}
-	seen := func(obj any) {
-		p, ok := obj.(*nsproxy.PodProxy)
-		if !ok || p.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
-			return
-		}
-		at := time.Now()
-		mu.Lock()
-		defer mu.Unlock()
-		mrUID[string(p.UID)] = p.Name
-		if _, ok := mrReady[string(p.UID)]; ok {
-			return
-		}
-		mrReady[string(p.UID)] = at
-		if len(mrReady) == o.n {
-			close(allReady)
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, n any) { seen(n) },
-		DeleteFunc: gone(mrGone, func(o client.Object) string { return string(o.GetUID()) })}); err != nil {
-		return err
-	}
-	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		return errors.New("the PodProxy cache did not sync")
 	}
 
-	before, err := prov.requests(ctx)
+	before, err := prov.Requests(ctx)
 	if err != nil {
 		return err
 	}
-	apiBefore, err := apiserverRequests(ctx, cfg)
+	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	for name, pid := range pids {
-		cpuBefore[name], _ = cpuSeconds(pid)
+		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
 	}
-	logf("creating %d PodProxies (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
+	benchutil.Logf("creating %d PodProxies (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
 	if o.profile != "" {
 		go func() {
-			rc, err := rest.RESTClientFor(withCodec(cfg))
+			rc, err := rest.RESTClientFor(benchutil.WithCodec(cfg))
 			if err != nil {
 				return
 			}
@@ -329,22 +206,13 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.provProfile != "" {
 		go func() {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+prov.pprof+"/debug/pprof/profile?seconds=10", nil)
-			if err != nil {
-				return
+			if err := prov.SaveProfile(ctx, "profile?seconds=10", o.provProfile); err != nil {
+				benchutil.Logf("provider profile: %v", err)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				logf("provider profile: %v", err)
-				return
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			_ = os.WriteFile(o.provProfile, b, 0o644)
 		}()
 	}
 	start := time.Now()
-	if err := inParallel(o.n, o.creators, func(i int) error {
+	if err := benchutil.InParallel(o.n, o.creators, func(i int) error {
 		p := podProxy(i)
 		at := time.Now()
 		err := kube.Create(ctx, p)
@@ -356,47 +224,37 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	created := time.Since(start)
-	logf("created all in %.2fs; waiting for Ready", created.Seconds())
+	benchutil.Logf("created all in %.2fs; waiting for Ready", created.Seconds())
 
-	progress := time.NewTicker(5 * time.Second)
-	defer progress.Stop()
-	deadline := time.After(o.timeout)
-	timedOut := false
-wait:
-	for {
-		select {
-		case <-allReady:
-			break wait
-		case <-progress.C:
-			mu.Lock()
-			logf("%d of %d Ready (%d pods Ready)", len(mrReady), o.n, len(podReady))
-			mu.Unlock()
-		case <-deadline:
-			timedOut = true
-			break wait
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	took := time.Since(start)
-	after, err := prov.requests(ctx)
+	allReady, err := mrs.Await(ctx, o.n, o.timeout, 5*time.Second, func(ready int) {
+		mu.Lock()
+		defer mu.Unlock()
+		benchutil.Logf("%d of %d Ready (%d pods Ready)", ready, o.n, len(podReady))
+	})
 	if err != nil {
 		return err
 	}
-	metricsText, _ := prov.scrape(ctx)
-	apiAfter, err := apiserverRequests(ctx, cfg)
+	timedOut := !allReady
+	took := time.Since(start)
+	after, err := prov.Requests(ctx)
+	if err != nil {
+		return err
+	}
+	metricsText, _ := prov.Scrape(ctx)
+	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	if o.provHeap != "" {
-		if err := prov.saveHeap(ctx, o.provHeap); err != nil {
-			logf("provider heap profile: %v", err)
+		if err := prov.SaveProfile(ctx, "heap", o.provHeap); err != nil {
+			benchutil.Logf("provider heap profile: %v", err)
 		}
 	}
-	endCPU, _ := cpuSeconds(prov.pid)
-	peakRSS, _ := rss(prov.pid)
-	cpuRows := cpuSince(pids, cpuBefore)
+	endCPU, _ := benchutil.CPUSeconds(prov.PID)
+	peakRSS, _ := benchutil.PeakRSS(prov.PID)
+	cpuRows := benchutil.CPUSince(pids, cpuBefore)
 
+	mrReady, mrGone, mrUID := mrs.Snapshot()
 	mu.Lock()
 	var delays []time.Duration
 	for uid, m := range mrReady {
@@ -449,7 +307,7 @@ wait:
 	if o.env != "" {
 		fmt.Printf("provider environment: %s\n", o.env)
 	}
-	fmt.Printf("machine: %d CPUs; control plane, provider, kube-controller-manager and this program share them\n\n", numCPU())
+	fmt.Printf("machine: %d CPUs; control plane, provider, kube-controller-manager and this program share them\n\n", benchutil.NumCPU())
 	if timedOut {
 		fmt.Printf("TIMED OUT after %v: %d of %d Ready\n", o.timeout, ready, o.n)
 	}
@@ -457,67 +315,59 @@ wait:
 	fmt.Printf("all Ready:                       %7.2f s after the first create\n", took.Seconds())
 	if len(delays) > 0 {
 		fmt.Printf("pod Ready -> PodProxy Ready:     median %.3f s, p95 %.3f s, max %.3f s (%d proxies)\n",
-			pct(delays, 50).Seconds(), pct(delays, 95).Seconds(), delays[len(delays)-1].Seconds(), len(delays))
+			benchutil.Pct(delays, 50).Seconds(), benchutil.Pct(delays, 95).Seconds(), delays[len(delays)-1].Seconds(), len(delays))
 	}
 	var timeline []string
 	for i, name := range []string{"Deployment seen", "pod seen", "pod Ready", "PodProxy Ready"} {
 		d := stages[i]
 		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
 		if len(d) > 0 {
-			timeline = append(timeline, fmt.Sprintf("%s %.2f/%.2f", name, pct(d, 50).Seconds(), pct(d, 95).Seconds()))
+			timeline = append(timeline, fmt.Sprintf("%s %.2f/%.2f", name, benchutil.Pct(d, 50).Seconds(), benchutil.Pct(d, 95).Seconds()))
 		}
 	}
 	fmt.Printf("timeline after each create:      %s s (median/p95)\n", strings.Join(timeline, ", "))
 	for _, sl := range slowest {
 		fmt.Printf("  slowest %s: Deployment seen %.2f, pod seen %.2f, pod Ready %.2f, PodProxy Ready %.2f s\n", sl.name, sl.stages[0].Seconds(), sl.stages[1].Seconds(), sl.stages[2].Seconds(), sl.stages[3].Seconds())
 	}
-	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, rssParts(prov.pid))
+	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, benchutil.RSSParts(prov.PID))
 	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
-	total := 0.0
-	var methods []string
-	for m, v := range after {
-		total += v - before[m]
-		if d := v - before[m]; d > 0 {
-			methods = append(methods, fmt.Sprintf("%s %.2f", m, d/float64(o.n)))
-		}
-	}
-	sort.Strings(methods)
-	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time on %d CPUs)\n", strings.Join(cpuRows, ", "), took.Seconds(), numCPU())
-	fmt.Printf("provider API requests per MR:    %7.2f until all were Ready (%s)\n", total/float64(o.n), strings.Join(methods, ", "))
+	perMR, methods := benchutil.PerMethod(before, after, o.n)
+	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time on %d CPUs)\n", strings.Join(cpuRows, ", "), took.Seconds(), benchutil.NumCPU())
+	fmt.Printf("provider API requests per MR:    %7.2f until all were Ready (%s)\n", perMR, strings.Join(methods, ", "))
 	fmt.Printf("                                 counted: the growth of the provider's rest_client_requests_total from just before the first create\n")
 	fmt.Printf("                                 (every request of its clients, events included, for every controller), divided by %d\n", o.n)
 
 	ctl := `controller="managed/podproxy.proxy.m.egressproxy.io"`
 	wq := `name="managed/podproxy.proxy.m.egressproxy.io"`
 	mean := func(name, filter string) float64 {
-		c := metricSum(metricsText, name+"_count", filter)
+		c := benchutil.MetricSum(metricsText, name+"_count", filter)
 		if c == 0 {
 			return 0
 		}
-		return metricSum(metricsText, name+"_sum", filter) / c
+		return benchutil.MetricSum(metricsText, name+"_sum", filter) / c
 	}
 	fmt.Printf("provider Go heap at the end:     %.1f MiB in use, %.1f MiB from the OS (go_memstats)\n",
-		metricSum(metricsText, "go_memstats_heap_inuse_bytes", "")/(1<<20), metricSum(metricsText, "go_memstats_sys_bytes", "")/(1<<20))
+		benchutil.MetricSum(metricsText, "go_memstats_heap_inuse_bytes", "")/(1<<20), benchutil.MetricSum(metricsText, "go_memstats_sys_bytes", "")/(1<<20))
 	fmt.Printf("provider internals (whole run):  %.2f reconciles per MR, mean reconcile %.0f ms, mean wait in the work queue %.0f ms\n",
-		metricSum(metricsText, "controller_runtime_reconcile_total", ctl)/float64(o.n),
+		benchutil.MetricSum(metricsText, "controller_runtime_reconcile_total", ctl)/float64(o.n),
 		1000*mean("controller_runtime_reconcile_time_seconds", ctl), 1000*mean("workqueue_queue_duration_seconds", wq))
 	fmt.Printf("\nAPI server requests per MR by resource and verb, all clients (the provider; kube-controller-manager on\n")
 	fmt.Printf("deployments, replicasets, pods and events; the stand-in on pods; this program: one podproxies create per MR):\n")
-	rows := perProxy(apiBefore, apiAfter, o.n)
+	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)
 	fmt.Println(strings.Join(rows, "\n"))
 
 	if o.deleteAfter && !timedOut {
-		logf("deleting the PodProxies")
-		delBefore, err := prov.requests(ctx)
+		benchutil.Logf("deleting the PodProxies")
+		delBefore, err := prov.Requests(ctx)
 		if err != nil {
 			return err
 		}
-		delAPIBefore, err := apiserverRequests(ctx, cfg)
+		delAPIBefore, err := benchutil.APIServerRequests(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		t0 := time.Now()
-		if err := inParallel(o.n, o.creators, func(i int) error {
+		if err := benchutil.InParallel(o.n, o.creators, func(i int) error {
 			return client.IgnoreNotFound(kube.Delete(ctx, podProxy(i)))
 		}); err != nil {
 			return err
@@ -566,27 +416,19 @@ wait:
 		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
 		if len(gaps) > 0 {
 			fmt.Printf("Deployment gone -> PodProxy gone: median %.2f s, p95 %.2f s, max %.2f s; %d of %d within 2 s\n",
-				pct(gaps, 50).Seconds(), pct(gaps, 95).Seconds(), gaps[len(gaps)-1].Seconds(), within, len(gaps))
+				benchutil.Pct(gaps, 50).Seconds(), benchutil.Pct(gaps, 95).Seconds(), gaps[len(gaps)-1].Seconds(), within, len(gaps))
 		}
-		if delAfter, err := prov.requests(ctx); err == nil {
-			total := 0.0
-			var methods []string
-			for m, v := range delAfter {
-				if d := v - delBefore[m]; d > 0 {
-					total += d
-					methods = append(methods, fmt.Sprintf("%s %.2f", m, d/float64(o.n)))
-				}
-			}
-			sort.Strings(methods)
-			fmt.Printf("delete phase, provider requests per proxy: %.2f (%s)\n", total/float64(o.n), strings.Join(methods, ", "))
+		if delAfter, err := prov.Requests(ctx); err == nil {
+			perProxy, methods := benchutil.PerMethod(delBefore, delAfter, o.n)
+			fmt.Printf("delete phase, provider requests per proxy: %.2f (%s)\n", perProxy, strings.Join(methods, ", "))
 		}
-		if delAPIAfter, err := apiserverRequests(ctx, cfg); err == nil {
+		if delAPIAfter, err := benchutil.APIServerRequests(ctx, cfg); err == nil {
 			total := 0.0
 			for k, v := range delAPIAfter {
 				total += v - delAPIBefore[k]
 			}
 			fmt.Printf("delete phase, API server requests per proxy, all clients: %.2f (target under 15); by resource and verb:\n", total/float64(o.n))
-			fmt.Println(strings.Join(perProxy(delAPIBefore, delAPIAfter, o.n), "\n"))
+			fmt.Println(strings.Join(benchutil.PerProxy(delAPIBefore, delAPIAfter, o.n), "\n"))
 		}
 	}
 	if o.keepLogs {
@@ -631,26 +473,25 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 			return err
 		}
 	}
-	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		return errors.New("the driver's cache did not sync")
+	if err := benchutil.StartCache(ctx, ca); err != nil {
+		return err
 	}
 	cached, err := client.New(cfg, client.Options{Scheme: kube.Scheme(), Cache: &client.CacheOptions{Reader: ca, DisableFor: []client.Object{&corev1.Secret{}}}})
 	if err != nil {
 		return err
 	}
 	d := kubernetes.New(kubernetes.Options{Provider: "benchpodproxy", Config: kubernetes.Config{Namespace: "egress-proxies"}, Client: cached, Live: kube})
-	apiBefore, err := apiserverRequests(ctx, cfg)
+	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	cpuBefore := map[string]float64{}
 	for name, pid := range pids {
-		cpuBefore[name], _ = cpuSeconds(pid)
+		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
 	}
-	logf("creating %d proxies with the driver (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
+	benchutil.Logf("creating %d proxies with the driver (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
 	start := time.Now()
-	if err := inParallel(o.n, o.creators, func(i int) error {
+	if err := benchutil.InParallel(o.n, o.creators, func(i int) error {
 		_, err := d.Create(ctx, proxy.Request{
 			Name:  fmt.Sprintf("floor-%04d", i),
 			Mark:  proxy.Mark{UID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i), InstallationID: "bench"},
@@ -669,17 +510,17 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 		return ctx.Err()
 	}
 	took := time.Since(start)
-	apiAfter, err := apiserverRequests(ctx, cfg)
+	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	cpuRows := cpuSince(pids, cpuBefore)
+	cpuRows := benchutil.CPUSince(pids, cpuBefore)
 	fmt.Printf("\nFloor: %d proxies created by the kubernetes driver itself (no provider, no PodProxies), kubelet stand-in delay %v\n", o.n, o.delay)
-	fmt.Printf("machine: %d CPUs; control plane, kube-controller-manager and this program share them\n\n", numCPU())
+	fmt.Printf("machine: %d CPUs; control plane, kube-controller-manager and this program share them\n\n", benchutil.NumCPU())
 	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
 	fmt.Printf("all pods Ready:                  %7.2f s after the first create\n", took.Seconds())
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time)\n", strings.Join(cpuRows, ", "), took.Seconds())
-	rows := perProxy(apiBefore, apiAfter, o.n)
+	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)
 	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
 	return nil
 }
@@ -732,164 +573,20 @@ func startControllerManager(cp *controlplane.ControlPlane, dir string) (func(), 
 	}, cmd.Process.Pid, nil
 }
 
-type provider struct {
-	pid     int
-	metrics string
-	pprof   string
-	stop    func()
-}
-
 // startProvider runs the provider binary on the control plane and waits
 // until its PodProxy controllers run.
-func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir string) (*provider, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir string) (*benchutil.Provider, error) {
+	po := benchutil.ProviderOptions{
+		Binary: o.provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(dir, "provider.log"),
+		Rate: o.rate, Concurrent: o.concurrent,
+		Args:       []string{"--poll", "10m", "--poll-not-ready", "30s", "--poll-jitter", "0s", "--config-check-interval", "10m"},
+		Controller: "podproxy.proxy.m.egressproxy.io",
 	}
-	pprofPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, "provider.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(o.provider,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
-		"--health-probe-bind-address", "0",
-		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort),
-		"--namespace", "crossplane-system",
-		"--installation-id", "bench",
-		"--max-reconcile-rate", strconv.Itoa(o.rate),
-		"--max-concurrent-reconciles", strconv.Itoa(o.concurrent),
-		"--poll", "10m", "--poll-not-ready", "30s", "--poll-jitter", "0s",
-		"--config-check-interval", "10m",
-	)
 	if o.debug {
-		cmd.Args = append(cmd.Args, "--debug")
+		po.Args = append(po.Args, "--debug")
 	}
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath)
 	if o.env != "" {
-		cmd.Env = append(cmd.Env, strings.Split(o.env, ",")...)
+		po.Env = strings.Split(o.env, ",")
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf("starting the provider (%s)", o.provider)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	p := &provider{pid: cmd.Process.Pid, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), pprof: fmt.Sprintf("127.0.0.1:%d", pprofPort)}
-	p.stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logFile.Close()
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		body, err := p.scrape(ctx)
-		if err == nil && strings.Contains(body, `controller="managed/podproxy.proxy.m.egressproxy.io"`) {
-			return p, nil
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("the provider exited:\n%s", tail(string(b), 40))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			b, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("the provider's PodProxy controller did not start within 60 s:\n%s", tail(string(b), 40))
-		}
-	}
+	return benchutil.StartProvider(ctx, po)
 }
-
-func (p *provider) scrape(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
-// saveHeap writes the provider's heap profile to path.
-func (p *provider) saveHeap(ctx context.Context, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.pprof+"/debug/pprof/heap", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
-}
-
-// requests sums the provider's rest_client_requests_total by method.
-func (p *provider) requests(ctx context.Context) (map[string]float64, error) {
-	body, err := p.scrape(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "rest_client_requests_total{") {
-			continue
-		}
-		labels, value, ok := strings.Cut(strings.TrimPrefix(l, "rest_client_requests_total{"), "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		method := "?"
-		for _, kv := range strings.Split(labels, ",") {
-			if k, val, ok := strings.Cut(kv, "="); ok && k == "method" {
-				method = strings.Trim(val, `"`)
-			}
-		}
-		out[method] += v
-	}
-	return out, sc.Err()
-}
-
-// The helpers shared with the other benchmarks.
-var (
-	inParallel        = benchutil.InParallel
-	cpuSince          = benchutil.CPUSince
-	perProxy          = benchutil.PerProxy
-	pct               = benchutil.Pct
-	metricSum         = benchutil.MetricSum
-	apiserverRequests = benchutil.APIServerRequests
-	withCodec         = benchutil.WithCodec
-	cpuSeconds        = benchutil.CPUSeconds
-	rss               = benchutil.PeakRSS
-	rssParts          = benchutil.RSSParts
-	freePort          = benchutil.FreePort
-	numCPU            = benchutil.NumCPU
-	tail              = benchutil.Tail
-)

@@ -27,33 +27,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
@@ -99,18 +85,7 @@ func main() {
 	flag.StringVar(&o.heap, "provider-heap", "", "Write the provider's heap profile, taken after the last stage's steady state, to this file.")
 	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOGC=100, say).")
 	flag.Parse()
-	ctrl.SetLogger(logr.Discard())
-
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "benchscale:", err)
-		os.Exit(1)
-	}
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	benchutil.Main("benchscale", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func stageList(o options) ([]int, error) {
@@ -164,46 +139,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	root, err := controlplane.RepoRoot()
+	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchscale", KeepLogs: o.keepLogs,
+		Namespaces: []string{"crossplane-system", "bench"}})
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "benchscale-")
-	if err != nil {
-		return err
-	}
-	if !o.keepLogs {
-		defer os.RemoveAll(dir)
-	}
-
-	logf("starting the control plane (kube-apiserver, etcd)")
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
-		Dir:            filepath.Join(dir, "controlplane"),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cp.Stop() }()
-
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return err
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		return err
-	}
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.QPS, cfg.Burst = 2000, 4000
-	kube, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return err
-	}
-	for _, ns := range []string{"crossplane-system", "bench"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
-	}
+	defer func() { _ = cl.Stop() }()
+	cp, s, cfg, kube, dir := cl.CP, cl.Scheme, cl.Config, cl.Client, cl.Dir
 	if err := kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "memory"},
 		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
@@ -222,54 +164,18 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer func() { prov.stop() }()
-	startRSS, _ := benchutil.PeakRSS(prov.pid)
+	defer func() { prov.Stop() }()
+	startRSS, _ := benchutil.PeakRSS(prov.PID)
 
-	var mu sync.Mutex
-	ready := map[string]bool{}
-	var want int
-	reached := make(chan struct{}, 1)
-	ca, err := cache.New(cfg, cache.Options{Scheme: s})
+	ready, err := benchutil.WatchReady(ctx, cfg, cache.Options{Scheme: s}, &nsproxy.KVMProxy{}, nil)
 	if err != nil {
 		return err
-	}
-	inf, err := ca.GetInformer(ctx, &nsproxy.KVMProxy{})
-	if err != nil {
-		return err
-	}
-	seen := func(obj any) {
-		p, ok := obj.(*nsproxy.KVMProxy)
-		if !ok || p.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if ready[p.Name] {
-			return
-		}
-		ready[p.Name] = true
-		if len(ready) == want {
-			select {
-			case reached <- struct{}{}:
-			default:
-			}
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, n any) { seen(n) }}); err != nil {
-		return err
-	}
-	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		return errors.New("the KVMProxy cache did not sync")
 	}
 
 	var results []stage
 	created := 0
 	for _, target := range stages {
-		mu.Lock()
-		want = target
-		mu.Unlock()
-		logf("creating KVMProxies %d to %d (%d in parallel)", created, target-1, o.creators)
+		benchutil.Logf("creating KVMProxies %d to %d (%d in parallel)", created, target-1, o.creators)
 		t0 := time.Now()
 		from := created
 		if err := benchutil.InParallel(target-from, o.creators, func(i int) error {
@@ -278,13 +184,13 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		created = target
-		logf("created in %.1f s; waiting for all %d to be Ready", time.Since(t0).Seconds(), target)
-		if err := waitReady(ctx, o, &mu, ready, target, reached); err != nil {
+		benchutil.Logf("created in %.1f s; waiting for all %d to be Ready", time.Since(t0).Seconds(), target)
+		if err := waitReady(ctx, o, ready, target); err != nil {
 			return err
 		}
 		st := stage{n: target, ready: time.Since(t0), load: benchutil.Load()}
-		st.peakKiB, _ = benchutil.PeakRSS(prov.pid)
-		logf("all %d Ready after %.1f s; measuring the steady state for one poll (%v)", target, st.ready.Seconds(), o.poll)
+		st.peakKiB, _ = benchutil.PeakRSS(prov.PID)
+		benchutil.Logf("all %d Ready after %.1f s; measuring the steady state for one poll (%v)", target, st.ready.Seconds(), o.poll)
 		profile := ""
 		if target == stages[len(stages)-1] {
 			profile = o.profile
@@ -295,19 +201,15 @@ func run(ctx context.Context, o options) error {
 		results = append(results, st)
 		printStage(st)
 		if o.heap != "" && target == stages[len(stages)-1] {
-			b, err := benchutil.Scrape(ctx, "http://"+prov.pprof+"/debug/pprof/heap")
-			if err == nil {
-				err = os.WriteFile(o.heap, []byte(b), 0o600)
-			}
-			if err != nil {
-				logf("provider heap profile: %v", err)
+			if err := prov.SaveProfile(ctx, "heap", o.heap); err != nil {
+				benchutil.Logf("provider heap profile: %v", err)
 			}
 		}
 	}
 
 	var rs *restartResult
 	if o.restart {
-		logf("restarting the provider with %d Ready resources", created)
+		benchutil.Logf("restarting the provider with %d Ready resources", created)
 		r, p, err := restart(ctx, o, cp, cfg, dir, state, prov, created)
 		if p != nil {
 			prov = p
@@ -351,7 +253,7 @@ func run(ctx context.Context, o options) error {
 }
 
 func printStage(st stage) {
-	logf("N=%d: all Ready %.1f s, peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (load %s)",
+	benchutil.Logf("N=%d: all Ready %.1f s, peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (load %s)",
 		st.n, st.ready.Seconds(), float64(st.peakKiB)/1024, float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, 1000*st.cpuPerPoll, st.writes, st.load)
 }
 
@@ -367,67 +269,45 @@ func formatCounts(m map[string]float64) string {
 	return strings.Join(rows, ", ")
 }
 
-func waitReady(ctx context.Context, o options, mu *sync.Mutex, ready map[string]bool, target int, reached <-chan struct{}) error {
-	mu.Lock()
-	n := len(ready)
-	mu.Unlock()
-	if n >= target {
-		return nil
+func waitReady(ctx context.Context, o options, ready *benchutil.Readiness, target int) error {
+	ok, err := ready.Await(ctx, target, o.timeout, 10*time.Second, func(n int) {
+		benchutil.Logf("%d of %d Ready (load %s)", n, target, benchutil.Load())
+	})
+	if err == nil && !ok {
+		err = fmt.Errorf("only %d of %d Ready after %v", ready.Len(), target, o.timeout)
 	}
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	deadline := time.After(o.timeout)
-	for {
-		select {
-		case <-reached:
-			return nil
-		case <-tick.C:
-			mu.Lock()
-			logf("%d of %d Ready (load %s)", len(ready), target, benchutil.Load())
-			mu.Unlock()
-		case <-deadline:
-			mu.Lock()
-			defer mu.Unlock()
-			return fmt.Errorf("only %d of %d Ready after %v", len(ready), target, o.timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return err
 }
 
 // steady waits for the reconciles that follow Ready to settle (a quarter
 // poll), then measures one poll interval.
-func steady(ctx context.Context, o options, p *provider, st *stage, profile string) error {
-	if err := sleep(ctx, o.poll/4); err != nil {
+func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, profile string) error {
+	if err := benchutil.Sleep(ctx, o.poll/4); err != nil {
 		return err
 	}
 	var saved chan error
 	if profile != "" {
 		saved = make(chan error, 1)
 		go func() {
-			b, err := benchutil.Scrape(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, int(o.poll.Seconds())))
-			if err == nil {
-				err = os.WriteFile(profile, []byte(b), 0o600)
-			}
-			saved <- err
+			saved <- p.SaveProfile(ctx, fmt.Sprintf("profile?seconds=%d", int(o.poll.Seconds())), profile)
 		}()
 	}
-	text0, err := p.scrape(ctx)
+	text0, err := p.Scrape(ctx)
 	if err != nil {
 		return err
 	}
-	cpu0, _ := benchutil.CPUSeconds(p.pid)
+	cpu0, _ := benchutil.CPUSeconds(p.PID)
 	t0 := time.Now()
-	if err := sleep(ctx, o.poll); err != nil {
+	if err := benchutil.Sleep(ctx, o.poll); err != nil {
 		return err
 	}
-	text1, err := p.scrape(ctx)
+	text1, err := p.Scrape(ctx)
 	if err != nil {
 		return err
 	}
-	cpu1, _ := benchutil.CPUSeconds(p.pid)
+	cpu1, _ := benchutil.CPUSeconds(p.PID)
 	window := time.Since(t0)
-	st.anonKiB, st.fileKiB, _ = benchutil.RSSNow(p.pid)
+	st.anonKiB, st.fileKiB, _ = benchutil.RSSNow(p.PID)
 	st.reconciles = benchutil.MetricSum(text1, "controller_runtime_reconcile_total", ctlFilter) - benchutil.MetricSum(text0, "controller_runtime_reconcile_total", ctlFilter)
 	st.expected = float64(st.n) * window.Seconds() / o.poll.Seconds()
 	if st.reconciles > 0 {
@@ -439,7 +319,7 @@ func steady(ctx context.Context, o options, p *provider, st *stage, profile stri
 	st.load = benchutil.Load()
 	if saved != nil {
 		if err := <-saved; err != nil {
-			logf("provider profile: %v", err)
+			benchutil.Logf("provider profile: %v", err)
 		}
 	}
 	return nil
@@ -455,8 +335,8 @@ type restartResult struct {
 
 // restart stops the provider, starts a new one on the same backend state
 // and measures the re-observation.
-func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg *rest.Config, dir, state string, old *provider, n int) (*restartResult, *provider, error) {
-	old.stop()
+func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg *rest.Config, dir, state string, old *benchutil.Provider, n int) (*restartResult, *benchutil.Provider, error) {
+	old.Stop()
 	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -470,7 +350,7 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 	deadline := time.Now().Add(o.timeout)
 	var text string
 	for {
-		text, err = p.scrape(ctx)
+		text, err = p.Scrape(ctx)
 		if err != nil {
 			return nil, p, err
 		}
@@ -480,27 +360,27 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 		if time.Now().After(deadline) {
 			return nil, p, fmt.Errorf("after the restart only %.0f of %d were observed within %v", benchutil.MetricSum(text, "egressproxy_bench_observed_instances", ""), n, o.timeout)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := benchutil.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, p, err
 		}
 	}
 	r := &restartResult{observed: time.Since(t0), sinceControllers: time.Since(tCtl), load: benchutil.Load()}
-	r.cpu, _ = benchutil.CPUSeconds(p.pid)
-	r.peakKiB, _ = benchutil.PeakRSS(p.pid)
+	r.cpu, _ = benchutil.CPUSeconds(p.PID)
+	r.peakKiB, _ = benchutil.PeakRSS(p.PID)
 	// The last reconciles finish their writes, if any, shortly after their
 	// Observe: wait for the reconcile count to reach n, and a little more.
 	for benchutil.MetricSum(text, "controller_runtime_reconcile_total", ctlFilter) < float64(n) && time.Now().Before(deadline) {
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := benchutil.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return nil, p, err
 		}
-		if text, err = p.scrape(ctx); err != nil {
+		if text, err = p.Scrape(ctx); err != nil {
 			return nil, p, err
 		}
 	}
-	if err := sleep(ctx, 5*time.Second); err != nil {
+	if err := benchutil.Sleep(ctx, 5*time.Second); err != nil {
 		return nil, p, err
 	}
-	if text, err = p.scrape(ctx); err != nil {
+	if text, err = p.Scrape(ctx); err != nil {
 		return nil, p, err
 	}
 	r.provWrites = map[string]float64{}
@@ -522,15 +402,6 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 	return r, p, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func kvmProxy(i int, secret bool) *nsproxy.KVMProxy {
 	name := fmt.Sprintf("s-%05d", i)
 	p := &nsproxy.KVMProxy{
@@ -549,88 +420,25 @@ func kvmProxy(i int, secret bool) *nsproxy.KVMProxy {
 	return p
 }
 
-type provider struct {
-	pid     int
-	pprof   string
-	metrics string
-	stop    func()
-}
-
-func (p *provider) scrape(ctx context.Context) (string, error) {
-	return benchutil.Scrape(ctx, p.metrics)
-}
-
-func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir, state, logName string) (*provider, error) {
-	port, err := benchutil.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	pprofPort, err := benchutil.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, logName)
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(o.provider,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
-		"--health-probe-bind-address", "0",
-		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort),
-		"--namespace", "crossplane-system",
-		"--installation-id", "bench",
-		"--max-reconcile-rate", strconv.Itoa(o.rate),
-		"--max-concurrent-reconciles", strconv.Itoa(o.concurrent),
-		"--poll", o.poll.String(), "--poll-jitter", o.jitter.String(), "--poll-not-ready", "30s",
-		"--config-check-interval", "10m",
-	)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath, "EGRESSPROXY_BENCH_STATE="+state)
-	if o.env != "" {
-		cmd.Env = append(cmd.Env, strings.Split(o.env, ",")...)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf("starting the provider (%s)", o.provider)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	p := &provider{pid: cmd.Process.Pid, pprof: fmt.Sprintf("127.0.0.1:%d", pprofPort), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
-	var once sync.Once
-	p.stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
+// startProvider runs the benchmemory provider on the backend state file
+// and waits until its KVMProxy controller runs.
+func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir, state, logName string) (*benchutil.Provider, error) {
+	po := benchutil.ProviderOptions{
+		Binary: o.provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(dir, logName),
+		Rate: o.rate, Concurrent: o.concurrent,
+		Args: []string{"--poll", o.poll.String(), "--poll-jitter", o.jitter.String(), "--poll-not-ready", "30s", "--config-check-interval", "10m"},
+		Env:  []string{"EGRESSPROXY_BENCH_STATE=" + state},
+		// Registered in the benchmark build only.
+		Controller: "kvmproxy.proxy.m.egressproxy.io",
+		Check: func(metrics string) error {
+			if !strings.Contains(metrics, "egressproxy_bench_observed_instances") {
+				return fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: build it with -tags benchmemory (hack/bench-scale.sh does)", o.provider)
 			}
-			_ = logFile.Close()
-		})
+			return nil
+		},
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		body, err := p.scrape(ctx)
-		if err == nil && strings.Contains(body, `controller="managed/kvmproxy.proxy.m.egressproxy.io"`) && strings.Contains(body, "egressproxy_bench_observed_instances") {
-			return p, nil
-		}
-		if err == nil && !strings.Contains(body, "egressproxy_bench_observed_instances") && strings.Contains(body, "controller_runtime") {
-			p.stop()
-			return nil, fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: build it with -tags benchmemory (hack/bench-scale.sh does)", o.provider)
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("the provider exited:\n%s", benchutil.Tail(string(b), 40))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			b, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("the provider's KVMProxy controller did not start within 60 s:\n%s", benchutil.Tail(string(b), 40))
-		}
+	if o.env != "" {
+		po.Env = append(po.Env, strings.Split(o.env, ",")...)
 	}
+	return benchutil.StartProvider(ctx, po)
 }

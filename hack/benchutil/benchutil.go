@@ -71,6 +71,7 @@ func PerProxy(before, after map[string]float64, n int) []string {
 	return rows
 }
 
+// Pct is the p-th percentile of d, which is sorted.
 func Pct(d []time.Duration, p int) time.Duration {
 	i := (len(d)*p + 99) / 100
 	if i > 0 {
@@ -109,8 +110,31 @@ func APIServerRequests(ctx context.Context, cfg *rest.Config) (map[string]float6
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, l := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(l, "apiserver_request_total{")
+	for _, smp := range Samples(string(b), "apiserver_request_total") {
+		kv := smp.Labels
+		if kv["verb"] == "WATCH" || kv["resource"] == "" {
+			continue
+		}
+		res := kv["resource"]
+		if kv["subresource"] != "" {
+			res += "/" + kv["subresource"]
+		}
+		out[res+" "+kv["verb"]] += smp.Value
+	}
+	return out, nil
+}
+
+// Sample is one line of a Prometheus text exposition: its labels and value.
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Samples are the samples of the metric name (with labels) in text.
+func Samples(text, name string) []Sample {
+	var out []Sample
+	for _, l := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(l, name+"{")
 		if !ok {
 			continue
 		}
@@ -128,18 +152,13 @@ func APIServerRequests(ctx context.Context, cfg *rest.Config) (map[string]float6
 				kv[k] = strings.Trim(val, `"`)
 			}
 		}
-		if kv["verb"] == "WATCH" || kv["resource"] == "" {
-			continue
-		}
-		res := kv["resource"]
-		if kv["subresource"] != "" {
-			res += "/" + kv["subresource"]
-		}
-		out[res+" "+kv["verb"]] += v
+		out = append(out, Sample{Labels: kv, Value: v})
 	}
-	return out, nil
+	return out
 }
 
+// WithCodec is cfg with the core API's codec, for a raw REST client (to
+// GET /metrics or /debug/pprof of kube-apiserver).
 func WithCodec(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &corev1.SchemeGroupVersion
@@ -179,25 +198,17 @@ func PeakRSS(pid int) (int, error) {
 	return 0, errors.New("no VmHWM")
 }
 
-// RSSParts is the resident set's parts now: anonymous (heap, stacks),
-// file-backed (the binary's pages) and shared memory, from /proc.
+// RSSParts is the resident set's parts now, anonymous (heap, stacks) and
+// file-backed (the binary's pages), as text.
 func RSSParts(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	anon, file, err := RSSNow(pid)
 	if err != nil {
 		return "?"
 	}
-	var parts []string
-	for _, l := range strings.Split(string(b), "\n") {
-		for _, k := range []string{"RssAnon:", "RssFile:"} {
-			if v, ok := strings.CutPrefix(l, k); ok {
-				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-				parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(k, "Rss")), ":"), float64(kb)/1024))
-			}
-		}
-	}
-	return strings.Join(parts, ", ")
+	return fmt.Sprintf("anon %.1f MiB, file %.1f MiB", float64(anon)/1024, float64(file)/1024)
 }
 
+// FreePort is a free TCP port on 127.0.0.1.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -207,6 +218,7 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
 }
 
+// NumCPU is the machine's processors, from /proc/cpuinfo.
 func NumCPU() int {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -215,6 +227,7 @@ func NumCPU() int {
 	return strings.Count(string(b), "processor\t:")
 }
 
+// Tail is the last n lines of s.
 func Tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
@@ -259,28 +272,30 @@ func Load() string {
 // HTTP method: every request a process's Kubernetes clients sent.
 func ClientRequests(text string) map[string]float64 {
 	out := map[string]float64{}
-	for _, l := range strings.Split(text, "\n") {
-		rest, ok := strings.CutPrefix(l, "rest_client_requests_total{")
-		if !ok {
-			continue
+	for _, smp := range Samples(text, "rest_client_requests_total") {
+		method := smp.Labels["method"]
+		if method == "" {
+			method = "?"
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		method := "?"
-		for _, kv := range strings.Split(labels, ",") {
-			if k, val, ok := strings.Cut(kv, "="); ok && k == "method" {
-				method = strings.Trim(val, `"`)
-			}
-		}
-		out[method] += v
+		out[method] += smp.Value
 	}
 	return out
+}
+
+// PerMethod is the growth from before to after of requests counted by
+// method (ClientRequests), in all and per proxy: the total per proxy and
+// "METHOD n.nn" rows for those that grew.
+func PerMethod(before, after map[string]float64, n int) (float64, []string) {
+	total := 0.0
+	var rows []string
+	for m, v := range after {
+		if d := v - before[m]; d > 0 {
+			total += d
+			rows = append(rows, fmt.Sprintf("%s %.2f", m, d/float64(n)))
+		}
+	}
+	sort.Strings(rows)
+	return total / float64(n), rows
 }
 
 // Writes is the number of requests in by (method or "resource VERB" as
