@@ -8,14 +8,12 @@
 #
 #   hack/bench-batch.sh 100
 #   hack/bench-batch.sh 500 -- -poll 16s -backend gcp
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=hack/bench-env.sh
+source "$(dirname "$0")/bench-env.sh"
 
 N="${1:-100}"
 shift $(( $# > 1 ? 1 : $# ))
 [ "${1:-}" = "--" ] && shift
 
-export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-mkdir -p bin
-go build -o bin/benchbatch ./hack/benchbatch
+bench_build benchbatch
 exec bin/benchbatch -n "$N" "$@"

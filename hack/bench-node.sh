@@ -6,13 +6,11 @@
 # (hack/controlplane-bins.sh, hack/node-bins.sh, hack/squid-image.sh).
 #
 #   hack/bench-node.sh [ROUNDS] [PROXIES]
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# shellcheck source=hack/bench-env.sh
+source "$(dirname "$0")/bench-env.sh"
 bash hack/controlplane-bins.sh >/dev/null
 bash hack/node-bins.sh >/dev/null
 bash hack/squid-image.sh >/dev/null
-mkdir -p bin
 go build -trimpath -o bin/provider ./cmd/provider
-go build -o bin/benchnode ./hack/benchnode
+bench_build benchnode
 exec bin/benchnode -rounds "${1:-3}" -proxies "${2:-3}" -provider bin/provider

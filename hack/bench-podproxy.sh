@@ -14,8 +14,8 @@
 # KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them
 # when missing); builds bin/provider.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=hack/bench-env.sh
+source "$(dirname "$0")/bench-env.sh"
 
 N="${1:-200}"
 DELAY="${2:-0s}"
@@ -26,8 +26,6 @@ case "$DELAY" in
   *) DELAY="${DELAY}s" ;;
 esac
 
-export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-mkdir -p bin
 go build -trimpath -o bin/provider ./cmd/provider
-go build -o bin/benchpodproxy ./hack/benchpodproxy
+bench_build benchpodproxy
 exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/provider "$@"

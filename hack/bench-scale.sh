@@ -11,15 +11,13 @@
 #
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them
 # when missing).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=hack/bench-env.sh
+source "$(dirname "$0")/bench-env.sh"
 
 N="${1:-10000}"
 shift $(( $# > 1 ? 1 : $# ))
 [ "${1:-}" = "--" ] && shift
 
-export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-mkdir -p bin
 go build -trimpath -tags benchmemory -o bin/provider-benchmemory ./cmd/provider
-go build -o bin/benchscale ./hack/benchscale
+bench_build benchscale
 exec bin/benchscale -n "$N" -provider bin/provider-benchmemory "$@"

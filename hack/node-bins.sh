@@ -46,39 +46,10 @@ install_runtime() {
   fi
 }
 
-# The same wrapper module as hack/controlplane-bins.sh (kubernetes' staging
-# modules mapped to the published v0.x ones), importing the node commands.
+# The Kubernetes commands this script builds (hack/k8s-build.sh).
 CMDS=(kubelet kube-proxy kube-scheduler)
-k8s_wrapper() {
-  local d="$WORK/k8s"
-  [ -f "$d/.ready" ] && [ "$(cat "$d/.ready")" = "${CMDS[*]}" ] && return
-  rm -rf "$d"; mkdir -p "$d"
-  local minor="v0.${K8S_VERSION#v1.}"
-  cat >"$d/go.mod" <<MOD
-module k8snodewrapper
-go 1.25
-require k8s.io/kubernetes $K8S_VERSION
-MOD
-  (cd "$d" && go mod download -json k8s.io/kubernetes@"$K8S_VERSION" >/dev/null)
-  local kmod; kmod=$(cd "$d" && go mod download -json k8s.io/kubernetes@"$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging' "$kmod" | awk '{print $1}' | sort -u | while read -r m; do
-    echo "replace $m => $m $minor" >>"$d/go.mod"
-  done
-  { printf '//go:build tools\npackage tools\nimport (\n'; printf '_ "k8s.io/kubernetes/cmd/%s"\n' "${CMDS[@]}"; printf ')\n'; } >"$d/tools.go"
-  (cd "$d" && go mod tidy >/dev/null)
-  echo "${CMDS[*]}" >"$d/.ready"
-}
-
-build_k8s() {
-  local name=$1
-  [ -x "$BIN/$name" ] && return
-  k8s_wrapper
-  log "building $name $K8S_VERSION (about 5 min cold, seconds warm)"
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
-  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  (cd "$WORK/k8s" && go build -trimpath -ldflags="$ld" -o "$BIN/$name.tmp" "k8s.io/kubernetes/cmd/$name")
-  mv "$BIN/$name.tmp" "$BIN/$name"
-}
+# shellcheck source=hack/k8s-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"
 
 # pause holds a pod's namespaces (containerd's sandbox image, which cannot
 # be pulled here, is made from it); static, from this repository.
@@ -100,7 +71,7 @@ build_crictl() {
 }
 
 install_runtime
-for c in "${CMDS[@]}"; do build_k8s "$c"; done
+for c in "${CMDS[@]}"; do build_k8s k8snodewrapper "$c"; done
 build_pause
 build_crictl
 echo "$BIN"
