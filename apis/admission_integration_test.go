@@ -160,12 +160,13 @@ func TestAdmissionIntegration(t *testing.T) {
 	}
 
 	gcpBlock, _ := find(t, examples, nsConfig, "ClusterProviderConfig", "gcp-prod").Object["spec"].(map[string]any)["gcp"]
-	cases := []struct {
+	type rejection struct {
 		name   string
 		base   example
 		mutate []func(*unstructured.Unstructured)
 		want   []string // substrings of the rejection: the field path and the reason
-	}{
+	}
+	cases := []rejection{
 		{"PortZero", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(0))}, []string{"spec.forProvider.proxy.port", "greater than or equal to 1"}},
 		{"PortTooHigh", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(70000))}, []string{"spec.forProvider.proxy.port", "less than or equal to 65535"}},
 		{"NoClientCIDRs", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "at least 1 items"}},
@@ -229,18 +230,6 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"OpenIPv4MappedLoopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"::ffff:127.0.0.1/128"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[0]", "must be a CIDR"}},
 		{"ProxyPortIsAConnectPort", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(8443)), set("spec.forProvider.proxy.allowedPorts", []any{int64(443), int64(8443)})}, []string{"spec.forProvider.proxy.port", "loop back"}},
 		{"ProxyPortIs443", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.port", int64(443))}, []string{"spec.forProvider.proxy.port", "must not be 80, 443"}},
-		// KVM images: a URL's host is never the machine itself or a metadata service, however spelt.
-		{"ImageURLLoopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://127.0.0.1:8080/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLLocalhost", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://LocalHost/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLLocalhostTrailingDot", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://localhost./img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLMetadata", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://169.254.169.254/computeMetadata/v1/")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLMetadataName", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://metadata.google.internal/computeMetadata/v1/")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLIPv6Loopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://[::1]/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLMappedLoopback", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://[::ffff:127.0.0.1]/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLDecimal", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://2130706433/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLUnspecified", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://0.0.0.0/img.qcow2")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLAlibabaMetadata", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://100.100.100.200/latest/meta-data/")}, []string{"spec.forProvider.image", "not loopback"}},
-		{"ImageURLUserinfoTrick", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://mirror.example.com@169.254.169.254/img")}, []string{"spec.forProvider.image", "not loopback"}},
 		{"CatalogueImageURLMetadata", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.images.debian-12.url", "http://[fd00:ec2::254]/latest/")}, []string{"spec.kvm.images[debian-12].url", "not loopback"}},
 		{"GCPNetworkTagWithTheProvidersPrefix", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.networkTags", []any{"egress-proxy", "egressproxy-3bd1b4f9fcbd965ce7906b0f"})}, []string{"spec.gcp.networkTags[1]", "the provider's own"}},
 		// gcp.endpoint: the platform team's (cluster-scoped configs), HTTPS, nothing but a base URL.
@@ -250,14 +239,35 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"GCPEndpointQuery", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://compute.example.com/?alt=x")}, []string{"spec.gcp.endpoint", "must be an https:// URL"}},
 		{"KubernetesNamespaceNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.namespace", "Egress_Proxies")}, []string{"spec.kubernetes.namespace", "should match"}},
 	}
+	// KVM images: a URL's host is never the machine itself or a metadata service, however spelt.
+	for _, c := range []struct{ name, url string }{
+		{"ImageURLLoopback", "http://127.0.0.1:8080/img.qcow2"},
+		{"ImageURLLocalhost", "http://LocalHost/img.qcow2"},
+		{"ImageURLLocalhostTrailingDot", "http://localhost./img.qcow2"},
+		{"ImageURLMetadata", "http://169.254.169.254/computeMetadata/v1/"},
+		{"ImageURLMetadataName", "http://metadata.google.internal/computeMetadata/v1/"},
+		{"ImageURLIPv6Loopback", "http://[::1]/img.qcow2"},
+		{"ImageURLMappedLoopback", "http://[::ffff:127.0.0.1]/img.qcow2"},
+		{"ImageURLDecimal", "http://2130706433/img.qcow2"},
+		{"ImageURLUnspecified", "http://0.0.0.0/img.qcow2"},
+		{"ImageURLAlibabaMetadata", "http://100.100.100.200/latest/meta-data/"},
+		{"ImageURLUserinfoTrick", "http://mirror.example.com@169.254.169.254/img"},
+	} {
+		cases = append(cases, rejection{c.name, nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", c.url)}, []string{"spec.forProvider.image", "not loopback"}})
+	}
+	// create sends the example base, renamed name and changed by mutate.
+	create := func(t *testing.T, base example, name string, mutate []func(*unstructured.Unstructured)) error {
+		t.Helper()
+		u := find(t, examples, base.group, base.kind, base.name)
+		u.SetName(name)
+		for _, m := range mutate {
+			m(u)
+		}
+		return kube.Create(ctx, u)
+	}
 	for _, tc := range cases {
 		t.Run("Rejects"+tc.name, func(t *testing.T) {
-			u := find(t, examples, tc.base.group, tc.base.kind, tc.base.name)
-			u.SetName("bad-" + strings.ToLower(tc.name))
-			for _, m := range tc.mutate {
-				m(u)
-			}
-			err := kube.Create(ctx, u)
+			err := create(t, tc.base, "bad-"+strings.ToLower(tc.name), tc.mutate)
 			if err == nil {
 				t.Fatalf("accepted, want a rejection naming %q", tc.want)
 			}
@@ -287,12 +297,7 @@ func TestAdmissionIntegration(t *testing.T) {
 	}
 	for _, tc := range accepts {
 		t.Run("Accepts"+tc.name, func(t *testing.T) {
-			u := find(t, examples, tc.base.group, tc.base.kind, tc.base.name)
-			u.SetName("ok-" + strings.ToLower(tc.name))
-			for _, m := range tc.mutate {
-				m(u)
-			}
-			if err := kube.Create(ctx, u); err != nil {
+			if err := create(t, tc.base, "ok-"+strings.ToLower(tc.name), tc.mutate); err != nil {
 				t.Fatalf("rejected: %v", err)
 			}
 		})

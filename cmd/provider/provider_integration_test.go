@@ -331,27 +331,28 @@ func TestProviderIntegration(t *testing.T) {
 	})
 
 	t.Run("MetricsEndpoint", func(t *testing.T) {
+		// scrape waits until /metrics has every one of want, and keeps
+		// the last page in body.
 		var body string
-		waitFor(t, 20*time.Second, "the metrics to show backend calls", func() (bool, string) {
-			resp, err := http.Get("http://" + metricsAddr + "/metrics")
-			if err != nil {
-				return false, err.Error()
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			body = string(b)
-			return strings.Contains(body, "egressproxy_backend_call_duration_seconds_count") && strings.Contains(body, "crossplane_managed_resource_exists"), ""
-		})
-		waitFor(t, 20*time.Second, "the config health gauge", func() (bool, string) {
-			resp, err := http.Get("http://" + metricsAddr + "/metrics")
-			if err != nil {
-				return false, err.Error()
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			body = string(b)
-			return strings.Contains(body, `egressproxy_provider_config_target_healthy{backend="`), ""
-		})
+		scrape := func(what string, want ...string) {
+			waitFor(t, 20*time.Second, what, func() (bool, string) {
+				resp, err := http.Get("http://" + metricsAddr + "/metrics")
+				if err != nil {
+					return false, err.Error()
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				body = string(b)
+				for _, w := range want {
+					if !strings.Contains(body, w) {
+						return false, "no " + w
+					}
+				}
+				return true, ""
+			})
+		}
+		scrape("the metrics to show backend calls", "egressproxy_backend_call_duration_seconds_count", "crossplane_managed_resource_exists")
+		scrape("the config health gauge", `egressproxy_provider_config_target_healthy{backend="`)
 		for _, m := range []string{`egressproxy_backend_call_duration_seconds_count{backend="`, `error_class="transient"`, `error_class="none"`,
 			`egressproxy_provider_config_target_healthy{backend="kubernetes",kind="ClusterProviderConfig",name="`,
 			"crossplane_managed_resource_exists", "controller_runtime_reconcile_total"} {
