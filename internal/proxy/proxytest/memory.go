@@ -7,6 +7,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -673,7 +674,9 @@ func (m *Memory) nextIP() string {
 }
 
 func (m *Memory) sortedNames() []string {
-	return slices.Sorted(maps.Keys(m.instances))
+	names := slices.Collect(maps.Keys(m.instances))
+	sort.Strings(names)
+	return names
 }
 
 // errNoInstance is what poke returns for an instance that does not exist.

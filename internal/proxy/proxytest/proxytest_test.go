@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -94,8 +93,8 @@ func runRecorded(newFixture func() Fixture) suiteResult {
 		}
 		res.report[c.name] = recs[i].lines
 	}
-	sort.Strings(res.failed)
-	sort.Strings(res.skipped)
+	slices.Sort(res.failed)
+	slices.Sort(res.skipped)
 	return res
 }
 
@@ -684,7 +683,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 				return f
 			})
 			want := slices.Clone(tc.want)
-			sort.Strings(want)
+			slices.Sort(want)
 			if diff := cmp.Diff(want, res.failed); diff != "" {
 				res.dump(t)
 				t.Errorf("failing checks (-want +got):\n%s", diff)
@@ -709,7 +708,7 @@ func takeovers(ops ...string) []string {
 			out = append(out, prefix+a.name)
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 
