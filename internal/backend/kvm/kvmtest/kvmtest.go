@@ -108,6 +108,13 @@ func Unavailable(tb testing.TB, what string, err error) {
 	tb.Skipf("%s cannot be had here (set CI=true to make this a failure): %v", what, err)
 }
 
+// Start is Up for a program that is not a test (a benchmark under hack/):
+// the host, or why it cannot be had. Call Down when done.
+func Start() (*Host, error) {
+	once.Do(func() { host, hostErr = up() })
+	return host, hostErr
+}
+
 func up() (*Host, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("hack/libvirt-up.sh needs root (libvirtd, sshd, packages)")
