@@ -3,7 +3,6 @@ package gcp
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -27,12 +26,11 @@ import (
 type observeBatch struct {
 	snaps *batch.Snapshots[instanceIndex]
 
-	mu     sync.Mutex
-	steady map[string]string // instance key -> spec label at its last steady Get
+	steady batch.Map[string, string] // instance key -> spec label at its last steady Get
 }
 
 func newObserveBatch(maxAge time.Duration) *observeBatch {
-	return &observeBatch{snaps: batch.New[instanceIndex](maxAge, nil), steady: map[string]string{}}
+	return &observeBatch{snaps: batch.New[instanceIndex](maxAge, nil)}
 }
 
 // instanceIndex is one aggregated listing: instances by zone/name, and
@@ -40,25 +38,6 @@ func newObserveBatch(maxAge time.Duration) *observeBatch {
 type instanceIndex struct {
 	byKey       map[string]*computepb.Instance
 	unreachable map[string]bool // zones/<zone>
-}
-
-func (b *observeBatch) spec(key string) (string, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, ok := b.steady[key]
-	return s, ok
-}
-
-func (b *observeBatch) set(key, spec string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.steady[key] = spec
-}
-
-func (b *observeBatch) drop(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.steady, key)
 }
 
 // listInstallation reads every page of the aggregated listing of the
@@ -93,11 +72,11 @@ func (d *Driver) getSteady(ctx context.Context, zone, name string, ref proxy.Ref
 	if ref.ID == "" || ref.Live || ref.Deleting || ref.Operation != "" || !labelRE.MatchString(ref.Mark.InstallationID) {
 		return proxy.Instance{}, false, nil
 	}
-	spec, ok := d.o.batch.spec(key)
+	spec, ok := d.o.batch.steady.Get(key)
 	if !ok || len(d.o.pending.toFollow(opsKey(zone, name), nil)) > 0 {
 		return proxy.Instance{}, false, nil
 	}
-	if _, deleting := d.o.pending.get(deleteKey(zone, name)); deleting {
+	if _, deleting := d.o.pending.ops.Get(deleteKey(zone, name)); deleting {
 		return proxy.Instance{}, false, nil
 	}
 	idx, _, _, err := d.o.batch.snaps.Get(ctx, d.o.Provider+"\x00"+ref.Mark.InstallationID, key, func(ctx context.Context) (instanceIndex, error) {
@@ -108,12 +87,12 @@ func (d *Driver) getSteady(ctx context.Context, zone, name string, ref proxy.Ref
 	}
 	inst, ok := idx.byKey[key]
 	if !ok || idx.unreachable["zones/"+zone] {
-		d.o.batch.drop(key)
+		d.o.batch.steady.Delete(key)
 		return proxy.Instance{}, false, nil
 	}
 	v := d.view(ctx, inst, true)
 	if v.State != proxy.StateRunning || !v.ProxyReachable || v.SpecHash != spec || v.Mark != ref.Mark {
-		d.o.batch.drop(key)
+		d.o.batch.steady.Delete(key)
 		return proxy.Instance{}, false, nil
 	}
 	return v, true, nil
@@ -126,8 +105,8 @@ func (d *Driver) noteDirect(zone, name string, ref proxy.Ref, v proxy.Instance, 
 	key := zone + "/" + name
 	d.o.batch.snaps.Observed(key)
 	if ref.Live || ref.Deleting || inflight > 0 || v.State != proxy.StateRunning || !v.ProxyReachable || v.SpecHash == "" {
-		d.o.batch.drop(key)
+		d.o.batch.steady.Delete(key)
 		return
 	}
-	d.o.batch.set(key, v.SpecHash)
+	d.o.batch.steady.Set(key, v.SpecHash)
 }

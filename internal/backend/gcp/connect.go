@@ -216,7 +216,7 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 			// The SDK's message on a bad key names the problem, not the key.
 			return nil, proxy.WithContext(proxy.Classify(proxy.ClassPermanent, err), provider, "connect")
 		}
-		cn = &conn{api: api, pending: &pendingOps{ops: map[string]OpRef{}}, batch: newObserveBatch(c.ObserveMaxAge), provider: provider}
+		cn = &conn{api: api, pending: &pendingOps{}, batch: newObserveBatch(c.ObserveMaxAge), provider: provider}
 		c.conns[key] = cn
 		for k, other := range c.conns {
 			if k != key && other.provider == provider {

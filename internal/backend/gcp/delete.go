@@ -65,7 +65,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 	if err != nil {
 		return err
 	}
-	d.o.batch.drop(zone + "/" + name) // changing: read directly from now on
+	d.o.batch.steady.Delete(zone + "/" + name) // changing: read directly from now on
 	key := deleteKey(zone, name)
 	if wait, err := d.pendingStep(ctx, key); err != nil || wait {
 		if err != nil {
@@ -100,7 +100,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 		case err != nil:
 			return d.fail(ctx, proxy.OpDelete, fmt.Errorf("deleting instance %q: %w", name, classify(err)))
 		}
-		d.o.pending.set(key, opRefOf(op))
+		d.o.pending.ops.Set(key, opRefOf(op))
 		d.log(ctx).Info("deleting instance", "id", ID(zone, name), "operation", opRefOf(op).String())
 		return nil
 	case !isNotFound(err):
@@ -120,7 +120,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 			case err != nil:
 				return d.fail(ctx, proxy.OpDelete, fmt.Errorf("releasing address %q: %w", name, classify(err)))
 			default:
-				d.o.pending.set(key, opRefOf(op))
+				d.o.pending.ops.Set(key, opRefOf(op))
 				d.log(ctx).Info("releasing static address", "address", name, "operation", opRefOf(op).String())
 				return nil
 			}
@@ -134,7 +134,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 		return d.fail(ctx, proxy.OpDelete, err)
 	}
 	if op != nil {
-		d.o.pending.set(key, *op)
+		d.o.pending.ops.Set(key, *op)
 		d.log(ctx).Info("deleting firewall rule", "firewall", name, "operation", op.String())
 	}
 	return nil
@@ -144,21 +144,21 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 // while it runs; a failure is returned (and forgotten, so the next call
 // tries again).
 func (d *Driver) pendingStep(ctx context.Context, key string) (wait bool, err error) {
-	o, ok := d.o.pending.get(key)
+	o, ok := d.o.pending.ops.Get(key)
 	if !ok {
 		return false, nil
 	}
 	op, err := d.api.GetOperation(ctx, o)
 	switch {
 	case isNotFound(err):
-		d.o.pending.forget(key)
+		d.o.pending.ops.Delete(key)
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("reading operation %s: %w", o, classify(err))
 	case op.GetStatus() != computepb.Operation_DONE:
 		return true, nil
 	}
-	d.o.pending.forget(key)
+	d.o.pending.ops.Delete(key)
 	if oe := operationError(o.String(), op); oe != nil {
 		return false, classifyOperation(oe)
 	}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/batch"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -145,7 +146,7 @@ func New(o Options) *Driver {
 		o.Endpoint = "compute.googleapis.com"
 	}
 	if o.pending == nil {
-		o.pending = &pendingOps{ops: map[string]OpRef{}}
+		o.pending = &pendingOps{}
 	}
 	if o.batch == nil {
 		o.batch = newObserveBatch(o.ObserveMaxAge)
@@ -165,8 +166,8 @@ func New(o Options) *Driver {
 // the operations remembered here (followed) until an Observe has written
 // them into status.atProvider.operation.
 type pendingOps struct {
+	ops      batch.Map[string, OpRef]
 	mu       sync.Mutex
-	ops      map[string]OpRef
 	followed map[string][]OpRef
 }
 
@@ -212,25 +213,6 @@ func (p *pendingOps) followedUpTo(key string, inflight []OpRef) {
 		return
 	}
 	p.followed[key] = keep
-}
-
-func (p *pendingOps) get(key string) (OpRef, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	o, ok := p.ops[key]
-	return o, ok
-}
-
-func (p *pendingOps) set(key string, o OpRef) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ops[key] = o
-}
-
-func (p *pendingOps) forget(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.ops, key)
 }
 
 func (d *Driver) log(ctx context.Context) logr.Logger {

@@ -181,7 +181,7 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool)
 	}
 	v.Details["status"] = inst.GetStatus()
 	v.State = mapState(inst.GetStatus(), v.IP)
-	if _, deleting := d.o.pending.get(deleteKey(zone, inst.GetName())); deleting {
+	if _, deleting := d.o.pending.ops.Get(deleteKey(zone, inst.GetName())); deleting {
 		v.Progress = "deleting"
 		if v.State == proxy.StateRunning {
 			v.State = proxy.StateStopped

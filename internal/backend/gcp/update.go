@@ -22,7 +22,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	d.o.batch.drop(zone + "/" + name) // changing: read directly from now on
+	d.o.batch.steady.Delete(zone + "/" + name) // changing: read directly from now on
 	req.Name = name
 	req.Placement.Location = zone
 	s, err := d.resolveSpec(req)

@@ -47,33 +47,11 @@ func (s *Shared) snapshots() *batch.Snapshots[vmIndex] {
 	return s.snaps
 }
 
-func (s *Shared) steadyVM(k vmKey) (steadyVM, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.steady[k]
-	return v, ok
-}
-
-func (s *Shared) setSteady(k vmKey, v steadyVM) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.steady == nil {
-		s.steady = map[vmKey]steadyVM{}
-	}
-	s.steady[k] = v
-}
-
-func (s *Shared) dropSteady(k vmKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.steady, k)
-}
-
 // unsteady forgets that ref's VM was steady: the caller is about to change
 // it, so the next Get reads it directly.
 func (d *Driver) unsteady(ref proxy.Ref) {
 	if vmid, _, err := parseID(ref.ID); err == nil {
-		d.shared.dropSteady(vmKey{d.cfg.URL, vmid})
+		d.shared.steady.Delete(vmKey{d.cfg.URL, vmid})
 	}
 }
 
@@ -88,7 +66,7 @@ func (d *Driver) getSteady(ctx context.Context, ref proxy.Ref) (inst proxy.Insta
 		return proxy.Instance{}, false, nil
 	}
 	k := vmKey{d.cfg.URL, vmid}
-	sv, ok := d.shared.steadyVM(k)
+	sv, ok := d.shared.steady.Get(k)
 	if !ok || sv.name != name {
 		return proxy.Instance{}, false, nil
 	}
@@ -107,13 +85,13 @@ func (d *Driver) getSteady(ctx context.Context, ref proxy.Ref) (inst proxy.Insta
 	t := parseTags(e.Tags)
 	rebooted := time.Duration(e.Uptime)*time.Second+uptimeSlack < time.Duration(sv.uptime)*time.Second+taken.Sub(sv.seen)
 	if !ok || bool(e.Template) || e.Name != name || e.Lock != "" || e.Status != "running" || !t.managed || t.spec != sv.spec || rebooted {
-		d.shared.dropSteady(k)
+		d.shared.steady.Delete(k)
 		return proxy.Instance{}, false, nil
 	}
 	inst, err = d.describe(ctx, found{res: e, name: name, knownIP: sv.ip}, ref.Placement, ref.Mark, ref.Operation, nil)
 	if err != nil || inst.State != proxy.StateRunning || !inst.ProxyReachable {
 		// No longer Ready: this Get reads the VM itself, which says why.
-		d.shared.dropSteady(k)
+		d.shared.steady.Delete(k)
 		return proxy.Instance{}, false, nil
 	}
 	d.noteSteady(k, e, inst, err, taken)
@@ -124,8 +102,8 @@ func (d *Driver) getSteady(ctx context.Context, ref proxy.Ref) (inst proxy.Insta
 // it is not steady.
 func (d *Driver) noteSteady(k vmKey, e Resource, inst proxy.Instance, err error, taken time.Time) {
 	if err != nil || inst.State != proxy.StateRunning || !inst.ProxyReachable || inst.SpecHash == pendingSpec || e.Name == "" {
-		d.shared.dropSteady(k)
+		d.shared.steady.Delete(k)
 		return
 	}
-	d.shared.setSteady(k, steadyVM{name: e.Name, spec: inst.SpecHash, ip: inst.IP, uptime: e.Uptime, seen: taken})
+	d.shared.steady.Set(k, steadyVM{name: e.Name, spec: inst.SpecHash, ip: inst.IP, uptime: e.Uptime, seen: taken})
 }

@@ -133,7 +133,7 @@ type Shared struct {
 	facts  map[factKey]facts
 	warned map[string]bool
 	// steady are the VMs whose last Get found them steady (batch.go).
-	steady   map[vmKey]steadyVM
+	steady   batch.Map[vmKey, steadyVM]
 	snapOnce sync.Once
 	snaps    *batch.Snapshots[vmIndex]
 }
