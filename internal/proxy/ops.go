@@ -35,6 +35,17 @@ func Run[T any](ctx context.Context, op string, wrap Wrap, fn func(context.Conte
 	return v, wrap(err, op)
 }
 
+// RunList is Run for List, which every driver refuses without an
+// installation ID (it would match any instance that carries none).
+func RunList(ctx context.Context, installationID string, wrap Wrap, fn func(ctx context.Context, installationID string) ([]Instance, error)) ([]Instance, error) {
+	return Run(ctx, OpList, wrap, func(ctx context.Context) ([]Instance, error) {
+		if installationID == "" {
+			return nil, Permanentf("empty installation ID")
+		}
+		return fn(ctx, installationID)
+	})
+}
+
 // RunErr is Run for an operation that returns only an error (Delete).
 func RunErr(ctx context.Context, op string, wrap Wrap, fn func(context.Context) error) error {
 	_, err := Run(ctx, op, wrap, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })

@@ -68,3 +68,15 @@ func TestClassifyWith(t *testing.T) {
 		}
 	}
 }
+
+// TestRunList: List without an installation ID is Permanent and lists
+// nothing.
+func TestRunList(t *testing.T) {
+	t.Parallel()
+	called := false
+	_, err := RunList(context.Background(), "", func(err error, op string) error { return WithContext(err, "p", op) },
+		func(context.Context, string) ([]Instance, error) { called = true; return nil, nil })
+	if !IsPermanent(err) || called {
+		t.Fatalf("RunList(\"\") = %v, listed %v; want Permanent, nothing listed", err, called)
+	}
+}

@@ -13,13 +13,10 @@ import (
 // List implements proxy.Driver: the Deployments in the config's namespace
 // carrying installationID's mark.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	return proxy.Run(ctx, proxy.OpList, d.wrap, func(ctx context.Context) ([]proxy.Instance, error) { return d.list(ctx, installationID) })
+	return proxy.RunList(ctx, installationID, d.wrap, d.list)
 }
 
 func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	if installationID == "" {
-		return nil, proxy.Permanentf("empty installation ID")
-	}
 	if !labelValue.MatchString(installationID) {
 		return nil, proxy.Permanentf("installation ID %q is not a valid label value", installationID)
 	}

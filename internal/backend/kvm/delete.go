@@ -49,13 +49,9 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	if err != nil {
 		return err
 	}
-	dom, err := api.DomainLookupByName(ctx, name)
+	dom, meta, err := lookupMeta(ctx, api, name)
 	switch {
 	case err == nil:
-		meta, err := readMeta(ctx, api, dom)
-		if err != nil {
-			return err
-		}
 		switch m := meta.mark(); {
 		case m == (proxy.Mark{}):
 			return proxy.Permanentf("domain %s on host %s carries no ownership mark; refusing to delete it", name, h.Name)

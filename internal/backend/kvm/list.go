@@ -14,13 +14,10 @@ import (
 // image. One host that cannot be listed fails the whole list, so a
 // collector never acts on a partial view.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	return proxy.Run(ctx, proxy.OpList, d.wrap, func(ctx context.Context) ([]proxy.Instance, error) { return d.list(ctx, installationID) })
+	return proxy.RunList(ctx, installationID, d.wrap, d.list)
 }
 
 func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	if installationID == "" {
-		return nil, proxy.Permanentf("list: empty installation ID")
-	}
 	out := []proxy.Instance{}
 	for _, h := range d.cfg.Hosts {
 		api, err := d.conn(ctx, h)

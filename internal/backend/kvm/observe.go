@@ -75,7 +75,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	dom, err := api.DomainLookupByName(ctx, name)
+	dom, meta, err := lookupMeta(ctx, api, name)
 	if isCode(err, libvirt.ErrNoDomain) {
 		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
 			if ferr := pe.failure(); ferr != nil {
@@ -89,10 +89,6 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 		}
 		return proxy.Instance{}, proxy.NotFoundf("domain %s does not exist on host %s", name, h.Name)
 	}
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	meta, err := readMeta(ctx, api, dom)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -125,6 +121,17 @@ func (d *Driver) resumeStart(ctx context.Context, api Libvirt, h Host, dom libvi
 }
 
 // readMeta reads the ownership element; a domain without one is unmarked.
+// lookupMeta looks the domain name up and reads the provider's metadata
+// on it; a missing domain is libvirt's ErrNoDomain.
+func lookupMeta(ctx context.Context, api Libvirt, name string) (libvirt.Domain, instanceMeta, error) {
+	dom, err := api.DomainLookupByName(ctx, name)
+	if err != nil {
+		return dom, instanceMeta{}, err
+	}
+	meta, err := readMeta(ctx, api, dom)
+	return dom, meta, err
+}
+
 func readMeta(ctx context.Context, api Libvirt, dom libvirt.Domain) (instanceMeta, error) {
 	x, err := api.DomainGetMetadata(ctx, dom, metadataURI)
 	if isCode(err, libvirt.ErrNoDomainMetadata) {

@@ -48,7 +48,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	dom, err := api.DomainLookupByName(ctx, name)
+	dom, meta, err := lookupMeta(ctx, api, name)
 	if isCode(err, libvirt.ErrNoDomain) {
 		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
 			if m := pe.plan.req.Mark; m != req.Mark {
@@ -58,10 +58,6 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 			return proxy.Instance{}, proxy.Transientf("instance %s on host %s is still being created; it is updated once it runs", name, h.Name)
 		}
 	}
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	meta, err := readMeta(ctx, api, dom)
 	if err != nil {
 		return proxy.Instance{}, err
 	}

@@ -10,7 +10,7 @@ import (
 // List implements proxy.Driver.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
 	d.warn(ctx)
-	return proxy.Run(ctx, proxy.OpList, d.wrap, func(ctx context.Context) ([]proxy.Instance, error) { return d.list(ctx, installationID) })
+	return proxy.RunList(ctx, installationID, d.wrap, d.list)
 }
 
 // list returns the VMs marked with installationID: those whose tags say so
@@ -19,9 +19,6 @@ func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Insta
 // range), and the clones this process has in flight. Creation times come
 // from the facts cache, or a config read once per VM and process.
 func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	if installationID == "" {
-		return nil, proxy.Permanentf("empty installation ID")
-	}
 	res, err := d.api.Resources(ctx, "vm")
 	if err != nil {
 		return nil, err
