@@ -30,30 +30,20 @@ func TestDeletionIntegration(t *testing.T) {
 
 	ready := func(t *testing.T, p *nsproxy.KVMProxy) {
 		t.Helper()
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, p.Name+" to get its external name", func() (bool, string) {
-			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+		e.WaitFor(t, p.Name+" to get its external name", func() (bool, string) {
+			_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			return p.GetAnnotations()["crossplane.io/external-name"] != "", ""
 		})
 		e.settle(t, p.GetAnnotations()["crossplane.io/external-name"])
-		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 	}
 	gone := func(t *testing.T, p *nsproxy.KVMProxy) {
 		t.Helper()
 		name := p.GetAnnotations()["crossplane.io/external-name"]
-		if err := e.kube.Delete(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, p.Name+" to be deleted", func() (bool, string) {
-			err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
-			if kerrors.IsNotFound(err) {
-				return true, ""
-			}
-			c := p.GetCondition(xpv2.TypeSynced)
-			return false, c.Message
-		})
+		e.Delete(t, p)
 		// The driver's Delete ran: the instance is gone.
 		if slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Errorf("instance %s is still on the backend after its resource was deleted", name)
@@ -62,17 +52,17 @@ func TestDeletionIntegration(t *testing.T) {
 	updateConfig := func(t *testing.T, mutate func(*spec.KVMConfig)) {
 		t.Helper()
 		pc := &nsv1alpha1.ClusterProviderConfig{}
-		if err := e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
+		if err := e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
 			t.Fatal(err)
 		}
 		mutate(pc.Spec.KVM)
-		if err := e.kube.Update(ctx, pc); err != nil {
+		if err := e.Kube.Update(ctx, pc); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	t.Run("PasswordSecretDeletedFirst", func(t *testing.T) {
-		if err := e.kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-first", Namespace: "team-b"},
+		if err := e.Kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-first", Namespace: "team-b"},
 			StringData: map[string]string{"password": "gone-before-the-proxy-0123"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +70,7 @@ func TestDeletionIntegration(t *testing.T) {
 			p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw-first", Key: "password"}
 		})
 		ready(t, p)
-		if err := e.kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-first", Namespace: "team-b"}}); err != nil {
+		if err := e.Kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-first", Namespace: "team-b"}}); err != nil {
 			t.Fatal(err)
 		}
 		gone(t, p)
@@ -103,10 +93,10 @@ func TestDeletionIntegration(t *testing.T) {
 
 	t.Run("WholeNamespaceDeleted", func(t *testing.T) {
 		ns := "team-teardown"
-		if err := e.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := e.Kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: ns},
+		if err := e.Kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: ns},
 			StringData: map[string]string{"password": "torn-down-with-its-namespace"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -117,10 +107,10 @@ func TestDeletionIntegration(t *testing.T) {
 		name := p.GetAnnotations()["crossplane.io/external-name"]
 		// No namespace controller runs here: delete what it would, Secrets
 		// first (they have no finalizers), then the proxy.
-		if err := e.kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: ns}}); err != nil {
+		if err := e.Kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: ns}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "teardown-conn", Namespace: ns}}); err != nil && !kerrors.IsNotFound(err) {
+		if err := e.Kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "teardown-conn", Namespace: ns}}); err != nil && !kerrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
 		gone(t, p)
@@ -139,10 +129,10 @@ func TestDeletionIntegration(t *testing.T) {
 		}
 		defer e.mem.ClearFailNext(proxytest.OpCreate)
 		p := nsProxy("team-b", "cut-short")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "out of quota or capacity on the backend; will retry in 5m0s")
+		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "out of quota or capacity on the backend; will retry in 5m0s")
 		name := p.GetAnnotations()["crossplane.io/external-name"]
 		if err := e.mem.PartialCreate(name, string(p.GetUID())); err != nil {
 			t.Fatal(err)

@@ -3,44 +3,31 @@ package external_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
-	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const testInstallation = "test-install"
@@ -48,72 +35,13 @@ const testInstallation = "test-install"
 // env is a real control plane with the KVMProxy controllers of both scopes
 // running in-process against an in-memory backend.
 type env struct {
-	kube client.Client
-	mem  *proxytest.Memory
+	*providerenv.Env
+	mem *proxytest.Memory
 }
 
 func start(t *testing.T) *env {
 	t.Helper()
-	cp, s := testenv.Start(t, controlplane.Options{})
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"},
-		// Each test starts its own env: controller names repeat.
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	mem := proxytest.NewMemory("memory", testInstallation)
-	// The KVMProxy binding with its backend swapped for the in-memory one:
-	// everything else (config resolution, catalogue checks, names, marks,
-	// conditions, secrets) is the production code.
-	kind := kvm.New(mgr, kvm.Options{})
-	kind.Backend.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return mem, nil }
-	features := &feature.Flags{}
-	features.Enable(feature.EnableBetaManagementPolicies)
-	log := logging.NewNopLogger()
-	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	}
-	o := external.Options{
-		Options: controller.Options{
-			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
-			MaxConcurrentReconciles: 4, Features: features,
-		},
-		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 300 * time.Millisecond,
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, ns := range []string{"crossplane-system", "team-a", "team-b"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sh := external.NewShared(mgr, o)
-	if err := external.Setup(mgr, o, sh, kind); err != nil {
-		t.Fatal(err)
-	}
-	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
-		t.Fatal(err)
-	}
-	if err := health.Setup(mgr, health.Reconciler{
-		Kube:     mgr.GetClient(),
-		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation, Backends: []external.Backend{kind.Backend}},
-		Interval: time.Minute, Timeout: 10 * time.Second,
-	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-
 	kvmBlock := func() *spec.KVMConfig {
 		return &spec.KVMConfig{
 			Credentials: spec.KVMCredentials{
@@ -124,27 +52,35 @@ func start(t *testing.T) *env {
 			Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}, {Name: "nuc", Address: "10.0.0.6:22", User: "proxy", Bridge: "br0"}},
 		}
 	}
-	for _, o := range []client.Object{
-		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
-			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
-		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
-			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
-				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}}}},
-		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-a-kvm", Namespace: "team-a"},
-			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: func() *spec.KVMConfig {
-				k := kvmBlock()
-				k.Credentials.SSHKeySecretRef.Namespace = "" // a namespaced config reads its own namespace
-				return k
-			}()}}},
-		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "legacy-kvm"},
-			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: "team-a"}, StringData: map[string]string{"password": "from-a-secret-0123456789"}},
-	} {
-		if err := kube.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &env{kube: kube, mem: mem}
+	e := providerenv.Start(t, providerenv.Options{
+		// The KVMProxy binding with its backend swapped for the in-memory
+		// one: everything else (config resolution, catalogue checks, names,
+		// marks, conditions, secrets) is the production code.
+		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
+			kind := kvm.New(mgr, kvm.Options{})
+			kind.Backend.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return mem, nil }
+			return []external.Binding{kind}
+		},
+		InstallationID: testInstallation,
+		Namespaces:     []string{"team-a", "team-b"},
+		Objects: []client.Object{
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+					Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}}}},
+			&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-a-kvm", Namespace: "team-a"},
+				Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: func() *spec.KVMConfig {
+					k := kvmBlock()
+					k.Credentials.SSHKeySecretRef.Namespace = "" // a namespaced config reads its own namespace
+					return k
+				}()}}},
+			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "legacy-kvm"},
+				Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: "team-a"}, StringData: map[string]string{"password": "from-a-secret-0123456789"}},
+		},
+	})
+	return &env{Env: e, mem: mem}
 }
 
 func nsProxy(ns, name string, mutate ...func(*nsproxy.KVMProxy)) *nsproxy.KVMProxy {
@@ -170,53 +106,11 @@ func nsProxy(ns, name string, mutate ...func(*nsproxy.KVMProxy)) *nsproxy.KVMPro
 	return p
 }
 
-// waitFor polls until cond holds, or fails with what it saw last.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	testenv.WaitFor(t, what, 30*time.Second, cond)
-}
-
-func conditionOf(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType) func() xpv2.Condition {
-	return func() xpv2.Condition {
-		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			t.Fatalf("get %s: %v", obj.GetName(), err)
-		}
-		return obj.GetCondition(ct)
-	}
-}
-
-func waitCondition(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msgContains string) xpv2.Condition {
-	t.Helper()
-	var c xpv2.Condition
-	waitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msgContains), func() (bool, string) {
-		c = conditionOf(t, kube, obj, ct)()
-		return c.Status == status && strings.Contains(c.Message, msgContains), fmt.Sprintf("%s=%s %s: %s", ct, c.Status, c.Reason, c.Message)
-	})
-	return c
-}
-
-func secretData(t *testing.T, kube client.Client, ns, name string) map[string]string {
-	t.Helper()
-	s := &corev1.Secret{}
-	var out map[string]string
-	waitFor(t, "Secret "+ns+"/"+name, func() (bool, string) {
-		if err := kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
-			return false, err.Error()
-		}
-		out = map[string]string{}
-		for k, v := range s.Data {
-			out[k] = string(v)
-		}
-		return out["url"] != "", fmt.Sprintf("keys %v", len(out))
-	})
-	return out
-}
-
 // settle plays the backend finishing its work (boot, delete) on the
 // instance named name, once it exists.
 func (e *env) settle(t *testing.T, name string) {
 	t.Helper()
-	waitFor(t, "instance "+name+" to exist", func() (bool, string) {
+	e.WaitFor(t, "instance "+name+" to exist", func() (bool, string) {
 		for _, i := range e.mem.Instances() {
 			if i.Name == name {
 				return e.mem.Settle(name) == nil, ""
@@ -232,23 +126,23 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 
 	t.Run("NamespacedProxyBecomesReadyAndPublishesItsURL", func(t *testing.T) {
 		p := nsProxy("team-a", "payments")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionFalse, "provisioning")
+		c := e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "provisioning")
 		t.Logf("before boot: %s", c.Message)
 		name := meta.GetExternalName(p)
 		if want := external.InstanceName(p); name != want {
 			t.Fatalf("external name %q, want the deterministic %q", name, want)
 		}
 		e.settle(t, name)
-		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
-		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
 		obs := p.Status.AtProvider
 		if obs.State != "Running" || obs.IP == "" || obs.ID != proxytest.MemoryIDPrefix+name || obs.Placement == nil || obs.Placement.Host != "beelink" || !obs.ProxyReachable {
 			t.Errorf("status.atProvider = %+v", obs)
 		}
-		d := secretData(t, e.kube, "team-a", "payments-conn")
+		d := e.ConnectionSecret(t, "team-a", "payments-conn", "")
 		if len(d["password"]) != 32 || d["username"] != "proxy" || d["host"] != obs.IP || d["port"] != "3128" {
 			t.Errorf("connection secret: username %q, password of %d chars, host %q, port %q", d["username"], len(d["password"]), d["host"], d["port"])
 		}
@@ -268,23 +162,23 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 
 		// Every change of Ready is an event: up, down (seen at once here by
 		// touching the resource instead of waiting for the poll), up again.
-		waitEvent(t, e.kube, "team-a", "payments", corev1.EventTypeNormal, "Available", "Ready is now True (was False): instance "+name+" is running at "+obs.IP)
+		e.WaitEvent(t, "team-a", "payments", corev1.EventTypeNormal, "Available", "Ready is now True (was False): instance "+name+" is running at "+obs.IP)
 		if err := e.mem.SetState(obs.ID, proxy.StateStopped); err != nil {
 			t.Fatal(err)
 		}
 		touch := func(v string) {
 			t.Helper()
-			if err := e.kube.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/touch":"`+v+`"}}}`))); err != nil {
+			if err := e.Kube.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/touch":"`+v+`"}}}`))); err != nil {
 				t.Fatal(err)
 			}
 		}
 		touch("1")
-		waitEvent(t, e.kube, "team-a", "payments", corev1.EventTypeWarning, "Unavailable", "Ready is now False (was True): instance "+name+" is Stopped")
+		e.WaitEvent(t, "team-a", "payments", corev1.EventTypeWarning, "Unavailable", "Ready is now False (was True): instance "+name+" is Stopped")
 		if err := e.mem.SetState(obs.ID, proxy.StateRunning); err != nil {
 			t.Fatal(err)
 		}
 		touch("2")
-		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 
 		// The password is stable across reconciles and restarts: it is
 		// derived, not stored.
@@ -293,14 +187,14 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 
 		t.Run("ChangingTheProxyBlockUpdatesTheInstance", func(t *testing.T) {
 			before, _ := e.mem.Spec(name)
-			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 				t.Fatal(err)
 			}
 			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"192.168.0.0/16"}
-			if err := e.kube.Update(ctx, p); err != nil {
+			if err := e.Kube.Update(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the instance to get the new CIDRs", func() (bool, string) {
+			e.WaitFor(t, "the instance to get the new CIDRs", func() (bool, string) {
 				after, _ := e.mem.Spec(name)
 				return strings.Join(after.Proxy.AllowedClientCIDRs, ",") == "192.168.0.0/16", strings.Join(after.Proxy.AllowedClientCIDRs, ",")
 			})
@@ -311,9 +205,9 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		})
 
 		t.Run("ConfigUsageIsTracked", func(t *testing.T) {
-			waitFor(t, "a ProviderConfigUsage for the proxy", func() (bool, string) {
+			e.WaitFor(t, "a ProviderConfigUsage for the proxy", func() (bool, string) {
 				l := &nsv1alpha1.ProviderConfigUsageList{}
-				if err := e.kube.List(ctx, l, client.InNamespace("team-a")); err != nil {
+				if err := e.Kube.List(ctx, l, client.InNamespace("team-a")); err != nil {
 					return false, err.Error()
 				}
 				for _, u := range l.Items {
@@ -324,19 +218,19 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 				return false, fmt.Sprintf("%d usages", len(l.Items))
 			})
 			pc := &nsv1alpha1.ClusterProviderConfig{}
-			waitFor(t, "the config to count its user", func() (bool, string) {
-				_ = e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc)
+			e.WaitFor(t, "the config to count its user", func() (bool, string) {
+				_ = e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc)
 				return pc.Status.Users >= 1, fmt.Sprint(pc.Status.Users)
 			})
 		})
 
 		t.Run("DeletingTheResourceDeletesTheInstance", func(t *testing.T) {
-			if err := e.kube.Delete(ctx, p); err != nil {
+			if err := e.Kube.Delete(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the resource to be gone", func() (bool, string) {
+			e.WaitFor(t, "the resource to be gone", func() (bool, string) {
 				_ = e.mem.Settle(name) // the backend finishes deleting
-				err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+				err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 				return kerrors.IsNotFound(err), fmt.Sprintf("%v finalizers %v conditions %+v calls %v", err, p.GetFinalizers(), p.Status.Conditions, e.mem.Calls()[max(0, len(e.mem.Calls())-5):])
 			})
 			for _, i := range e.mem.Instances() {
@@ -358,25 +252,25 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 				ForProvider: spec.KVMProxyParameters{Host: "nuc", Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
 			},
 		}
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the external name", func() (bool, string) {
-			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+		e.WaitFor(t, "the external name", func() (bool, string) {
+			_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			return meta.GetExternalName(p) != "", ""
 		})
 		e.settle(t, meta.GetExternalName(p))
-		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
-		d := secretData(t, e.kube, "crossplane-system", "shared-conn")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		d := e.ConnectionSecret(t, "crossplane-system", "shared-conn", "")
 		if _, ok := d["password"]; ok {
 			t.Error("auth is off, yet the connection secret has a password")
 		}
 		if d["url"] != "http://"+p.Status.AtProvider.IP+":3128" {
 			t.Errorf("url = %q", d["url"])
 		}
-		waitFor(t, "a legacy ProviderConfigUsage", func() (bool, string) {
+		e.WaitFor(t, "a legacy ProviderConfigUsage", func() (bool, string) {
 			l := &clusterv1alpha1.ProviderConfigUsageList{}
-			_ = e.kube.List(ctx, l)
+			_ = e.Kube.List(ctx, l)
 			for _, u := range l.Items {
 				if u.ResourceReference.Name == "shared" && u.ProviderConfigReference.Name == "legacy-kvm" {
 					return true, ""
@@ -390,11 +284,11 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		p := nsProxy("team-a", "with-secret", func(p *nsproxy.KVMProxy) {
 			p.Spec.ForProvider.Proxy.Auth.PasswordSecretRef = &spec.SecretKeySelector{Name: "pw", Key: "password"}
 		})
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(t, external.InstanceName(p))
-		d := secretData(t, e.kube, "team-a", "with-secret-conn")
+		d := e.ConnectionSecret(t, "team-a", "with-secret-conn", "")
 		if d["password"] != "from-a-secret-0123456789" {
 			t.Errorf("password = %q, want the Secret's", d["password"])
 		}
@@ -429,10 +323,10 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				if err := e.kube.Create(ctx, tc.p); err != nil {
+				if err := e.Kube.Create(ctx, tc.p); err != nil {
 					t.Fatal(err)
 				}
-				c := waitCondition(t, e.kube, tc.p, xpv2.TypeSynced, corev1.ConditionFalse, tc.want)
+				c := e.WaitForCondition(t, tc.p, xpv2.TypeSynced, corev1.ConditionFalse, tc.want)
 				t.Logf("Synced=False: %s", c.Message)
 			})
 		}
@@ -444,21 +338,21 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		if err := e.mem.Foreign(name); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to adopt it")
+		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to adopt it")
 
 		t.Run("ButCanBeImportedObserveOnly", func(t *testing.T) {
 			imp := nsProxy("team-b", "import", func(p *nsproxy.KVMProxy) {
 				p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve}
 				meta.SetExternalName(p, name)
 			})
-			if err := e.kube.Create(ctx, imp); err != nil {
+			if err := e.Kube.Create(ctx, imp); err != nil {
 				t.Fatal(err)
 			}
-			waitCondition(t, e.kube, imp, xpv2.TypeReady, corev1.ConditionTrue, "")
-			waitCondition(t, e.kube, imp, xpv2.TypeSynced, corev1.ConditionTrue, "")
+			e.WaitForCondition(t, imp, xpv2.TypeReady, corev1.ConditionTrue, "")
+			e.WaitForCondition(t, imp, xpv2.TypeSynced, corev1.ConditionTrue, "")
 		})
 	})
 
@@ -466,12 +360,12 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 	// read its address (and, published, its connection details).
 	t.Run("AnotherResourcesInstanceCannotBeImported", func(t *testing.T) {
 		victim := nsProxy("team-a", "victim")
-		if err := e.kube.Create(ctx, victim); err != nil {
+		if err := e.Kube.Create(ctx, victim); err != nil {
 			t.Fatal(err)
 		}
 		name := external.InstanceName(victim)
 		e.settle(t, name)
-		waitCondition(t, e.kube, victim, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, victim, xpv2.TypeReady, corev1.ConditionTrue, "")
 		before, err := e.mem.Get(ctx, proxy.Ref{Name: name})
 		if err != nil {
 			t.Fatal(err)
@@ -481,25 +375,25 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 			p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve}
 			meta.SetExternalName(p, name)
 		})
-		if err := e.kube.Create(ctx, thief); err != nil {
+		if err := e.Kube.Create(ctx, thief); err != nil {
 			t.Fatal(err)
 		}
-		c := waitCondition(t, e.kube, thief, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to import it")
+		c := e.WaitForCondition(t, thief, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to import it")
 		if !strings.Contains(c.Message, string(victim.GetUID())) {
 			t.Errorf("the condition does not name the resource the instance belongs to: %s", c.Message)
 		}
-		_ = e.kube.Get(ctx, client.ObjectKeyFromObject(thief), thief)
+		_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(thief), thief)
 		if a := thief.Status.AtProvider; a.IP != "" || a.ID != "" || a.Endpoint != "" {
 			t.Errorf("the refused import reports the victim's instance in its status: %+v", a)
 		}
-		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: "team-b", Name: "thief-conn"}, &corev1.Secret{}); !kerrors.IsNotFound(err) {
+		if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: "team-b", Name: "thief-conn"}, &corev1.Secret{}); !kerrors.IsNotFound(err) {
 			t.Errorf("the refused import has a connection Secret (err %v); want none", err)
 		}
-		if err := e.kube.Delete(ctx, thief); err != nil {
+		if err := e.Kube.Delete(ctx, thief); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the refused import to go", func() (bool, string) {
-			err := e.kube.Get(ctx, client.ObjectKeyFromObject(thief), thief)
+		e.WaitFor(t, "the refused import to go", func() (bool, string) {
+			err := e.Kube.Get(ctx, client.ObjectKeyFromObject(thief), thief)
 			return kerrors.IsNotFound(err), fmt.Sprint(err)
 		})
 		after, err := e.mem.Get(ctx, proxy.Ref{Name: name})
@@ -514,10 +408,10 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 			e.mem.FailNext(proxytest.OpCreate, proxy.Quotaf("pool default has 1 GiB free, needs 11 GiB"))
 		}
 		p := nsProxy("team-b", "quota")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "pool default has 1 GiB free, needs 11 GiB")
+		c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "pool default has 1 GiB free, needs 11 GiB")
 		if !strings.Contains(c.Message, "out of quota or capacity on the backend") {
 			t.Errorf("the condition does not say the backend is out of capacity: %s", c.Message)
 		}
@@ -525,8 +419,8 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 
 	t.Run("ConfigHealthIsReported", func(t *testing.T) {
 		pc := &nsv1alpha1.ClusterProviderConfig{}
-		waitFor(t, "Healthy=True on the config", func() (bool, string) {
-			_ = e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc)
+		e.WaitFor(t, "Healthy=True on the config", func() (bool, string) {
+			_ = e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc)
 			c := pc.GetCondition(health.TypeHealthy)
 			return c.Status == corev1.ConditionTrue && len(pc.Status.Targets) == 1 && pc.Status.Targets[0].Target == proxytest.MemoryTarget, c.Message
 		})
@@ -540,8 +434,8 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		if v := testutil.ToFloat64(gauge); v != 1 {
 			t.Errorf("egressproxy_provider_config_target_healthy of home-kvm's target = %v; want 1", v)
 		}
-		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeNormal, "Healthy", "Healthy is now True (was Unknown): 1 of 1 targets healthy")
-		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeWarning, "VerificationOff", "Secure is now False (was Unknown): kvm.credentials.insecureIgnoreHostKey is true")
+		e.WaitEvent(t, "", "home-kvm", corev1.EventTypeNormal, "Healthy", "Healthy is now True (was Unknown): 1 of 1 targets healthy")
+		e.WaitEvent(t, "", "home-kvm", corev1.EventTypeWarning, "VerificationOff", "Secure is now False (was Unknown): kvm.credentials.insecureIgnoreHostKey is true")
 
 		// The target fails its next checks (a spec change runs one now; a
 		// status write that conflicts with the usage controller's runs it
@@ -549,53 +443,21 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		for range 3 {
 			e.mem.FailNext(proxytest.OpCheck, proxy.Transientf("libvirtd does not answer"))
 		}
-		if err := e.kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
+		if err := e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
 			t.Fatal(err)
 		}
 		pc.Spec.KVM.DiskSizeGB = 12
-		if err := e.kube.Update(ctx, pc); err != nil {
+		if err := e.Kube.Update(ctx, pc); err != nil {
 			t.Fatal(err)
 		}
-		waitEvent(t, e.kube, "", "home-kvm", corev1.EventTypeWarning, "Unhealthy", "Healthy is now False (was True): memory: ")
+		e.WaitEvent(t, "", "home-kvm", corev1.EventTypeWarning, "Unhealthy", "Healthy is now False (was True): memory: ")
 		if v := testutil.ToFloat64(gauge); v != 0 {
 			t.Errorf("egressproxy_provider_config_target_healthy of the failing target = %v; want 0", v)
 		}
-		for _, ev := range events(t, e.kube, "", "home-kvm") {
+		for _, ev := range e.Events(t, "", "home-kvm") {
 			if strings.Contains(ev.Message, "Secure is now") && ev.Count > 1 {
 				t.Errorf("Secure did not change, yet its event was recorded %d times", ev.Count)
 			}
 		}
-	})
-}
-
-// events are the events recorded about the object namespace/name.
-func events(t *testing.T, kube client.Client, namespace, name string) []corev1.Event {
-	t.Helper()
-	l := &corev1.EventList{}
-	if err := kube.List(context.Background(), l); err != nil {
-		t.Fatal(err)
-	}
-	var out []corev1.Event
-	for _, ev := range l.Items {
-		if ev.InvolvedObject.Name == name && ev.InvolvedObject.Namespace == namespace {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// waitEvent waits for an event about namespace/name of type typ with reason
-// and a message starting with msgPrefix.
-func waitEvent(t *testing.T, kube client.Client, namespace, name, typ, reason, msgPrefix string) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("a %s event %s %q on %s", typ, reason, msgPrefix, name), func() (bool, string) {
-		var seen []string
-		for _, ev := range events(t, kube, namespace, name) {
-			if ev.Type == typ && ev.Reason == reason && strings.HasPrefix(ev.Message, msgPrefix) {
-				return true, ""
-			}
-			seen = append(seen, ev.Type+" "+ev.Reason+" "+ev.Message)
-		}
-		return false, strings.Join(seen, "; ")
 	})
 }
