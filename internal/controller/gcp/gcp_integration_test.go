@@ -4,22 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/go-logr/logr/funcr"
-	"go.uber.org/zap/zapcore"
 	"google.golang.org/api/option"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,8 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
@@ -37,14 +29,13 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	gcpbackend "github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
-	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/gcp"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const (
@@ -61,10 +52,9 @@ const (
 // scopes in-process, their drivers on the real SDK clients pointed at the
 // fake Compute Engine.
 type env struct {
-	kube client.Client
+	*providerenv.Env
 	srv  *gcptest.Server
-	gets atomic.Int64 // driver Get calls (one per Observe)
-	logs *testenv.Buffer
+	gets *atomic.Int64 // driver Get calls (one per Observe)
 }
 
 // countingDriver counts Get, which the controller calls once per Observe.
@@ -80,21 +70,14 @@ func (c countingDriver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance,
 
 func start(t *testing.T) *env {
 	t.Helper()
-	cp, s := testenv.Start(t, controlplane.Options{})
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{srv: gcptest.New(t, project), logs: &testenv.Buffer{}}
-	e.srv.AutoComplete(300 * time.Millisecond)
+	srv := gcptest.New(t, project)
+	srv.AutoComplete(300 * time.Millisecond)
+	gets := &atomic.Int64{}
 
 	// Everything the provider logs, driver included, goes to one buffer
 	// that the key sentinel is looked for in.
-	zl := zap.New(zap.UseDevMode(true), zap.WriteTo(e.logs), zap.Level(zapcore.Level(-5)))
-	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		zl = zap.New(zap.UseDevMode(true), zap.WriteTo(ioMulti{e.logs, os.Stderr}), zap.Level(zapcore.Level(-5)))
-	}
-	driverLog := funcr.New(func(prefix, args string) { _, _ = fmt.Fprintf(e.logs, "%s %s\n", prefix, args) }, funcr.Options{Verbosity: 5})
+	logs := &testenv.Buffer{}
+	driverLog := funcr.New(func(prefix, args string) { _, _ = fmt.Fprintf(logs, "%s %s\n", prefix, args) }, funcr.Options{Verbosity: 5})
 	conn := &gcpbackend.Connector{
 		// The production code path minus authentication: the key is read
 		// from its Secret and checked, then the clients go to the fake.
@@ -104,48 +87,10 @@ func start(t *testing.T) *env {
 			}
 			return []option.ClientOption{option.WithoutAuthentication()}, nil
 		},
-		Endpoint: e.srv.URL,
+		Endpoint: srv.URL,
 		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog},
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	kind := gcp.New(mgr, gcp.Options{Connector: conn})
-	plain := kind.Backend
-	connect := kind.Backend.Connect
-	kind.Backend.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
-		d, err := connect(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return countingDriver{Driver: d, gets: &e.gets}, nil
-	}
-	features := &feature.Flags{}
-	features.Enable(feature.EnableBetaManagementPolicies)
-	o := external.Options{
-		Options: controller.Options{
-			Logger: logging.NewLogrLogger(zl), GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Second,
-			MaxConcurrentReconciles: 4, Features: features,
-		},
-		InstallationID: testInstallation, Namespace: "crossplane-system", NotReadyPollInterval: 300 * time.Millisecond,
-	}
-	sh := external.NewShared(mgr, o)
-	if err := external.Setup(mgr, o, sh, kind); err != nil {
-		t.Fatal(err)
-	}
-	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
-		t.Fatal(err)
-	}
-	if err := health.Setup(mgr, health.Reconciler{
-		Kube:     mgr.GetClient(),
-		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: testInstallation, Backends: []external.Backend{plain}},
-		Interval: time.Minute, Timeout: 10 * time.Second,
-	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
 	key := fmt.Sprintf(`{"type":"service_account","client_email":"it@%s.iam.gserviceaccount.com","private_key":"%s"}`, project, keySentinel)
 	block := func() *spec.GCPConfig {
 		return &spec.GCPConfig{
@@ -159,50 +104,32 @@ func start(t *testing.T) *env {
 			MachineTypes: map[string]spec.GCPMachineType{"small": {MachineType: "e2-small"}},
 		}
 	}
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gcp-sa", Namespace: "crossplane-system"}, StringData: map[string]string{"key.json": key}},
-		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-prod"},
-			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
-		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-legacy"},
-			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
-	} {
-		if err := kube.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
+	e := providerenv.Start(t, providerenv.Options{
+		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
+			kind := gcp.New(mgr, gcp.Options{Connector: conn})
+			connect := kind.Backend.Connect
+			kind.Backend.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+				d, err := connect(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				return countingDriver{Driver: d, gets: gets}, nil
+			}
+			return []external.Binding{kind}
+		},
+		InstallationID: testInstallation, PollInterval: time.Second,
+		Namespaces: []string{"team-a"},
+		Objects: []client.Object{
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gcp-sa", Namespace: "crossplane-system"}, StringData: map[string]string{"key.json": key}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-prod"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
+			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-legacy"},
+				Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
+		},
+		Timeout: 45 * time.Second,
+		Logs:    logs,
 	})
-	e.kube = kube
-	return e
-}
-
-type ioMulti []interface{ Write([]byte) (int, error) }
-
-func (m ioMulti) Write(p []byte) (int, error) {
-	for _, w := range m {
-		_, _ = w.Write(p)
-	}
-	return len(p), nil
-}
-
-// freePort is a port free on loopback, for a proxy's listener.
-func freePort(t *testing.T) int32 {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // A TCP listener.
+	return &env{Env: e, srv: srv, gets: gets}
 }
 
 // listen plays the proxy of mr answering on ip:port once the fake handed
@@ -216,19 +143,6 @@ func listen(t *testing.T, ip string, port int32, mr resource.Managed) {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	go squid.AnswerProbes(l, squid.Identity(string(mr.GetUID())))
-}
-
-func waitCondition(t *testing.T, kube client.Client, obj resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msgContains string) xpv2.Condition {
-	t.Helper()
-	var c xpv2.Condition
-	testenv.WaitFor(t, fmt.Sprintf("%s %s=%s with %q", obj.GetName(), ct, status, msgContains), 45*time.Second, func() (bool, string) {
-		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return false, err.Error()
-		}
-		c = obj.GetCondition(ct)
-		return c.Status == status && strings.Contains(c.Message, msgContains), fmt.Sprintf("%s=%s %s: %s", ct, c.Status, c.Reason, c.Message)
-	})
-	return c
 }
 
 func nsProxy(name string, port int32, mutate ...func(*nsproxy.GCPProxy)) *nsproxy.GCPProxy {
@@ -256,17 +170,17 @@ func TestGCPProxyIntegration(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("StaticAddressAndFirewallLifecycle", func(t *testing.T) {
-		port := freePort(t)
+		port := testenv.FreePort(t)
 		p := nsProxy("payments", port, func(p *nsproxy.GCPProxy) {
 			p.Spec.ForProvider.Address = &spec.GCPAddress{Type: "Static"}
 			p.Spec.ForProvider.Firewall = &spec.GCPFirewall{Manage: true}
 		})
 		e.srv.ResetRequests()
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		testenv.WaitFor(t, "the external name", 30*time.Second, func() (bool, string) {
-			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			return meta.GetExternalName(p) != "", ""
 		})
 		name := meta.GetExternalName(p)
@@ -280,8 +194,8 @@ func TestGCPProxyIntegration(t *testing.T) {
 			return ok && staticIP != "", fmt.Sprint(e.srv.Names())
 		})
 		listen(t, staticIP, port, p)
-		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
-		waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionTrue, "")
 		obs := p.Status.AtProvider
 		if obs.State != "Running" || obs.IP != staticIP || obs.EgressIP != staticIP || !obs.ProxyReachable ||
 			obs.ID != "zones/"+zone+"/instances/"+name || obs.Placement == nil || obs.Placement.Zone != zone || obs.CreatedAt == nil {
@@ -309,7 +223,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 		}
 		conn := &corev1.Secret{}
 		testenv.WaitFor(t, "the connection secret", 30*time.Second, func() (bool, string) {
-			err := e.kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "payments-conn"}, conn)
+			err := e.Kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "payments-conn"}, conn)
 			return err == nil && string(conn.Data["host"]) == staticIP, fmt.Sprint(err)
 		})
 		if u := string(conn.Data["url"]); !strings.HasPrefix(u, "http://proxy:") || !strings.HasSuffix(u, fmt.Sprintf("@%s:%d", staticIP, port)) {
@@ -350,13 +264,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 		})
 
 		t.Run("ChangingTheClientCIDRsPatchesTheRuleAndRestartsSquid", func(t *testing.T) {
-			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-				t.Fatal(err)
-			}
-			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.30.0.0/16", "192.168.0.0/24"}
-			if err := e.kube.Update(ctx, p); err != nil {
-				t.Fatal(err)
-			}
+			e.Update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.30.0.0/16", "192.168.0.0/24"} })
 			testenv.WaitFor(t, "the rule to admit the new CIDRs", 30*time.Second, func() (bool, string) {
 				fw, _ := e.srv.Firewall(name)
 				return fmt.Sprint(fw["sourceRanges"]) == "[10.30.0.0/16 192.168.0.0/24]", fmt.Sprint(fw["sourceRanges"])
@@ -365,7 +273,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 				inst, _ := e.srv.Instance(zone, name)
 				return strings.Contains(fmt.Sprint(inst["metadata"]), "acl clients src 10.30.0.0/16 192.168.0.0/24"), ""
 			})
-			waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+			e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 			if !slices.ContainsFunc(e.srv.Requests(), func(r string) bool {
 				return strings.HasPrefix(r, "PUT zones/"+zone+"/instances/"+name+"?") && strings.Contains(r, "minimalAction=RESTART")
 			}) {
@@ -375,11 +283,11 @@ func TestGCPProxyIntegration(t *testing.T) {
 
 		t.Run("DeletingRemovesInstanceAddressAndRule", func(t *testing.T) {
 			e.srv.ResetRequests()
-			if err := e.kube.Delete(ctx, p); err != nil {
+			if err := e.Kube.Delete(ctx, p); err != nil {
 				t.Fatal(err)
 			}
 			testenv.WaitFor(t, "the resource to be gone", 45*time.Second, func() (bool, string) {
-				err := e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+				err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 				return kerrors.IsNotFound(err), fmt.Sprintf("%v; backend %v; conditions %+v", err, e.srv.Names(), p.Status.Conditions)
 			})
 			for _, n := range e.srv.Names() {
@@ -411,11 +319,11 @@ func TestGCPProxyIntegration(t *testing.T) {
 		// Accepted, then failed: the stockout arrives on the operation.
 		e.srv.FailNextOperation("instances", "insert", "ZONE_RESOURCE_POOL_EXHAUSTED",
 			"The zone 'projects/"+project+"/zones/"+zone+"' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.", 503)
-		p := nsProxy("stockout", freePort(t))
-		if err := e.kube.Create(ctx, p); err != nil {
+		p := nsProxy("stockout", testenv.FreePort(t))
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "ZONE_RESOURCE_POOL_EXHAUSTED")
+		c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "ZONE_RESOURCE_POOL_EXHAUSTED")
 		if !strings.Contains(c.Message, "out of quota or capacity on the backend") || !strings.Contains(c.Message, "ClusterProviderConfig gcp-prod") {
 			t.Errorf("condition %q: want the quota class and the config's name", c.Message)
 		}
@@ -423,7 +331,7 @@ func TestGCPProxyIntegration(t *testing.T) {
 		if p.Status.AtProvider.Operation == "" {
 			t.Errorf("status.atProvider.operation is empty; the failed insert's operation should be kept while it is reported")
 		}
-		if err := e.kube.Delete(ctx, p); err != nil {
+		if err := e.Kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -432,22 +340,22 @@ func TestGCPProxyIntegration(t *testing.T) {
 		for range 20 {
 			e.srv.FailNext("POST", "zones/"+zone+"/instances", 403, "quotaExceeded", "Quota 'CPUS' exceeded.  Limit: 24.0 in region europe-west1.")
 		}
-		p := nsProxy("quota", freePort(t), func(p *nsproxy.GCPProxy) { p.Spec.ForProvider.Firewall = &spec.GCPFirewall{Manage: false} })
-		if err := e.kube.Create(ctx, p); err != nil {
+		p := nsProxy("quota", testenv.FreePort(t), func(p *nsproxy.GCPProxy) { p.Spec.ForProvider.Firewall = &spec.GCPFirewall{Manage: false} })
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := waitCondition(t, e.kube, p, xpv2.TypeSynced, corev1.ConditionFalse, "quotaExceeded")
+		c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "quotaExceeded")
 		e.srv.ClearFailures()
 		if !strings.Contains(c.Message, "out of quota or capacity") {
 			t.Errorf("condition %q: want the quota class", c.Message)
 		}
-		if err := e.kube.Delete(ctx, p); err != nil {
+		if err := e.Kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("ClusterScopedProxyWithLegacyConfig", func(t *testing.T) {
-		port := freePort(t)
+		port := testenv.FreePort(t)
 		p := &clusterproxy.GCPProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: "shared"},
 			Spec: clusterproxy.GCPProxySpec{
@@ -458,12 +366,12 @@ func TestGCPProxyIntegration(t *testing.T) {
 				ForProvider: spec.GCPProxyParameters{Proxy: spec.ProxySettings{Port: &port, AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
 			},
 		}
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		var ip string
 		testenv.WaitFor(t, "an ephemeral NAT IP", 30*time.Second, func() (bool, string) {
-			_ = e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			inst, ok := e.srv.Instance(zone, meta.GetExternalName(p))
 			if !ok {
 				return false, "no instance"
@@ -472,22 +380,22 @@ func TestGCPProxyIntegration(t *testing.T) {
 			return ip != "", fmt.Sprint(inst["status"])
 		})
 		listen(t, ip, port, p)
-		waitCondition(t, e.kube, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		if p.Status.AtProvider.EgressIP != ip {
 			t.Errorf("egressIP %q, want the ephemeral NAT IP %q", p.Status.AtProvider.EgressIP, ip)
 		}
-		if err := e.kube.Delete(ctx, p); err != nil {
+		if err := e.Kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		testenv.WaitFor(t, "the cluster-scoped resource to be gone", 45*time.Second, func() (bool, string) {
-			return kerrors.IsNotFound(e.kube.Get(ctx, client.ObjectKeyFromObject(p), p)), fmt.Sprint(e.srv.Names())
+			return kerrors.IsNotFound(e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)), fmt.Sprint(e.srv.Names())
 		})
 	})
 
 	t.Run("ConfigHealthReportsTheProjectAndQuota", func(t *testing.T) {
 		pc := &nsv1alpha1.ClusterProviderConfig{}
 		testenv.WaitFor(t, "Healthy=True on the config", 30*time.Second, func() (bool, string) {
-			_ = e.kube.Get(ctx, types.NamespacedName{Name: "gcp-prod"}, pc)
+			_ = e.Kube.Get(ctx, types.NamespacedName{Name: "gcp-prod"}, pc)
 			c := pc.GetCondition(health.TypeHealthy)
 			return c.Status == corev1.ConditionTrue && len(pc.Status.Targets) == 1, c.Message
 		})
@@ -498,11 +406,11 @@ func TestGCPProxyIntegration(t *testing.T) {
 	})
 
 	t.Run("TheKeyNeverLeaks", func(t *testing.T) {
-		if strings.Contains(e.logs.String(), keySentinel) {
+		if strings.Contains(e.Logs.String(), keySentinel) {
 			t.Error("the service-account key appears in the provider's log")
 		}
 		for _, l := range []client.ObjectList{&nsproxy.GCPProxyList{}, &clusterproxy.GCPProxyList{}, &corev1.EventList{}} {
-			if err := e.kube.List(ctx, l); err != nil {
+			if err := e.Kube.List(ctx, l); err != nil {
 				t.Fatal(err)
 			}
 			if strings.Contains(fmt.Sprintf("%+v", l), keySentinel) {

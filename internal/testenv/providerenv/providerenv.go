@@ -81,6 +81,9 @@ type Options struct {
 
 	// Timeout bounds each of the Env's waits (default 30 s).
 	Timeout time.Duration
+	// Logs is the buffer of Env.Logs (default: a new one): given, a test
+	// can send a driver's own log there too.
+	Logs *testenv.Buffer
 }
 
 // Env is the provider's controllers running on a control plane, until the
@@ -116,7 +119,11 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{ControlPlane: cp, Scheme: s, Logs: &testenv.Buffer{}, Timeout: or(o.Timeout, 30*time.Second)}
+	e := &Env{ControlPlane: cp, Scheme: s, Logs: o.Logs, Timeout: or(o.Timeout, 30*time.Second)}
+
+	if e.Logs == nil {
+		e.Logs = &testenv.Buffer{}
+	}
 
 	mo := pcontroller.ManagerOptions(s, time.Hour)
 	mo.Metrics = metricsserver.Options{BindAddress: "0"}
