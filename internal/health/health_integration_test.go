@@ -12,24 +12,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 // blackhole accepts TCP connections on loopback and never answers: a host
@@ -91,54 +89,37 @@ func kvmConfig(name, address string) *nsv1alpha1.ClusterProviderConfig {
 // (its check hangs in the SSH handshake); a config created after it is
 // checked, and reported Healthy, while that check still hangs.
 func TestIntegrationHealthChecksDoNotWaitForAnotherConfigsHosts(t *testing.T) {
-	cp, s := testenv.Start(t, controlplane.Options{})
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}}); err != nil {
-		t.Fatal(err)
-	}
+	mem := proxytest.NewMemory("memory", "test-install")
+	e := providerenv.Start(t, providerenv.Options{
+		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
+			kind := kvm.New(mgr, kvm.Options{})
+			connect := kind.Backend.Connect
+			kind.Backend.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
+				if strings.HasSuffix(cfg.Name, " healthy") {
+					return mem, nil
+				}
+				return connect(ctx, cfg) // the real driver, dialling the blackhole
+			}
+			return []external.Binding{kind}
+		},
+		// Far longer than the test: the stuck check must not end by itself
+		// before the healthy config is checked.
+		Health: pcontroller.HealthOptions{Interval: time.Hour, Timeout: 10 * time.Minute},
+	})
+	kube, ctx := e.Kube, context.Background()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	block, err := ssh.MarshalPrivateKey(key, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Made after the controllers, so that it closes its connections (and
+	// so ends the stuck check) before they are stopped.
 	hole := newBlackhole(t)
 	signer, _ := ssh.NewSignerFromKey(key)
-	if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crossplane-system", Name: "ssh"}, Data: map[string][]byte{
+	e.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crossplane-system", Name: "ssh"}, Data: map[string][]byte{
 		"id_ed25519":  pem.EncodeToMemory(block),
 		"known_hosts": []byte(fmt.Sprintf("%s %s", hole.ln.Addr().String(), ssh.MarshalAuthorizedKey(signer.PublicKey()))),
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	mem := proxytest.NewMemory("memory", "test-install")
-	backend := kvm.New(mgr, kvm.Options{}).Backend
-	connect := backend.Connect
-	backend.Connect = func(ctx context.Context, cfg *external.Config) (proxy.Driver, error) {
-		if strings.HasSuffix(cfg.Name, " healthy") {
-			return mem, nil
-		}
-		return connect(ctx, cfg) // the real driver, dialling the blackhole
-	}
-	if err := health.Setup(mgr, health.Reconciler{
-		Kube:    mgr.GetClient(),
-		Configs: external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "test-install", Backends: []external.Backend{backend}},
-		// Far longer than the test: the stuck check must not end by itself
-		// before the healthy config is checked.
-		Interval: time.Hour, Timeout: 10 * time.Minute,
-	}, logging.NewNopLogger(), nsv1alpha1.ClusterProviderConfigGroupVersionKind); err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); <-done }) //nolint:errcheck // The manager's exit status after cancel says nothing.
+	}})
 
 	if err := kube.Create(ctx, kvmConfig("stuck", hole.ln.Addr().String())); err != nil {
 		t.Fatal(err)
