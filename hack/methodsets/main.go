@@ -40,6 +40,24 @@ type root struct {
 	Name string
 	Kind kind
 	List string // the list type's name, when the package has one
+	// ConfigRef and SecretRef are the xpv2 types of the provider config
+	// and connection Secret references, Item the resource interface of
+	// the list's items: what tells the scopes' method sets apart.
+	ConfigRef, SecretRef, Item string
+}
+
+// scoped fills in what r's methods return in its scope.
+func (r *root) scoped() {
+	switch r.Kind {
+	case modernManaged:
+		r.ConfigRef, r.SecretRef, r.Item = "ProviderConfigReference", "LocalSecretReference", "Managed"
+	case legacyManaged:
+		r.ConfigRef, r.SecretRef, r.Item = "Reference", "SecretReference", "LegacyManaged"
+	case typedUsage:
+		r.ConfigRef, r.Item = "ProviderConfigReference", "ProviderConfigUsage"
+	case legacyUsage:
+		r.ConfigRef, r.Item = "Reference", "ProviderConfigUsage"
+	}
 }
 
 func main() {
@@ -97,6 +115,7 @@ func generate(dir, header string) error {
 		if _, ok := structs[name+"List"]; ok {
 			r.List = name + "List"
 		}
+		r.scoped()
 		roots = append(roots, r)
 	}
 	out := filepath.Join(dir, "zz_generated.methodsets.go")
@@ -183,7 +202,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 )
-{{ range .Roots }}{{ $r := . }}
+{{ range .Roots }}
 {{- if or (managed .) (is . "pc") }}
 // GetCondition of this {{ .Name }}.
 func (mg *{{ .Name }}) GetCondition(ct xpv2.ConditionType) xpv2.Condition {
@@ -206,48 +225,28 @@ func (mg *{{ .Name }}) SetManagementPolicies(r xpv2.ManagementPolicies) {
 	mg.Spec.ManagementPolicies = r
 }
 {{ end }}
-{{- if is . "modern" }}
+{{- if managed . }}
 // GetProviderConfigReference of this {{ .Name }}.
-func (mg *{{ .Name }}) GetProviderConfigReference() *xpv2.ProviderConfigReference {
+func (mg *{{ .Name }}) GetProviderConfigReference() *xpv2.{{ .ConfigRef }} {
 	return mg.Spec.ProviderConfigReference
 }
 
 // SetProviderConfigReference of this {{ .Name }}.
-func (mg *{{ .Name }}) SetProviderConfigReference(r *xpv2.ProviderConfigReference) {
+func (mg *{{ .Name }}) SetProviderConfigReference(r *xpv2.{{ .ConfigRef }}) {
 	mg.Spec.ProviderConfigReference = r
 }
 
 // GetWriteConnectionSecretToReference of this {{ .Name }}.
-func (mg *{{ .Name }}) GetWriteConnectionSecretToReference() *xpv2.LocalSecretReference {
+func (mg *{{ .Name }}) GetWriteConnectionSecretToReference() *xpv2.{{ .SecretRef }} {
 	return mg.Spec.WriteConnectionSecretToReference
 }
 
 // SetWriteConnectionSecretToReference of this {{ .Name }}.
-func (mg *{{ .Name }}) SetWriteConnectionSecretToReference(r *xpv2.LocalSecretReference) {
+func (mg *{{ .Name }}) SetWriteConnectionSecretToReference(r *xpv2.{{ .SecretRef }}) {
 	mg.Spec.WriteConnectionSecretToReference = r
 }
 {{ end }}
 {{- if is . "legacy" }}
-// GetProviderConfigReference of this {{ .Name }}.
-func (mg *{{ .Name }}) GetProviderConfigReference() *xpv2.Reference {
-	return mg.Spec.ProviderConfigReference
-}
-
-// SetProviderConfigReference of this {{ .Name }}.
-func (mg *{{ .Name }}) SetProviderConfigReference(r *xpv2.Reference) {
-	mg.Spec.ProviderConfigReference = r
-}
-
-// GetWriteConnectionSecretToReference of this {{ .Name }}.
-func (mg *{{ .Name }}) GetWriteConnectionSecretToReference() *xpv2.SecretReference {
-	return mg.Spec.WriteConnectionSecretToReference
-}
-
-// SetWriteConnectionSecretToReference of this {{ .Name }}.
-func (mg *{{ .Name }}) SetWriteConnectionSecretToReference(r *xpv2.SecretReference) {
-	mg.Spec.WriteConnectionSecretToReference = r
-}
-
 // GetDeletionPolicy of this {{ .Name }}.
 func (mg *{{ .Name }}) GetDeletionPolicy() xpv2.DeletionPolicy {
 	return mg.Spec.DeletionPolicy
@@ -280,59 +279,26 @@ func (p *{{ .Name }}) SetResourceReference(r xpv2.TypedReference) {
 	p.ResourceReference = r
 }
 {{ end }}
-{{- if is . "typed" }}
-// GetProviderConfigReference of this {{ .Name }}.
-func (p *{{ .Name }}) GetProviderConfigReference() xpv2.ProviderConfigReference {
-	return p.ProviderConfigReference
-}
-
-// SetProviderConfigReference of this {{ .Name }}.
-func (p *{{ .Name }}) SetProviderConfigReference(r xpv2.ProviderConfigReference) {
-	p.ProviderConfigReference = r
-}
-{{ end }}
-{{- if is . "legacyUsage" }}
-// GetProviderConfigReference of this {{ .Name }}.
-func (p *{{ .Name }}) GetProviderConfigReference() xpv2.Reference {
-	return p.ProviderConfigReference
-}
-
-// SetProviderConfigReference of this {{ .Name }}.
-func (p *{{ .Name }}) SetProviderConfigReference(r xpv2.Reference) {
-	p.ProviderConfigReference = r
-}
-{{ end }}
-{{- if .List }}
-{{- if is . "modern" }}
-// GetItems of this {{ .List }}.
-func (l *{{ .List }}) GetItems() []resource.Managed {
-	items := make([]resource.Managed, len(l.Items))
-	for i := range l.Items {
-		items[i] = &l.Items[i]
-	}
-	return items
-}
-{{ end }}
-{{- if is . "legacy" }}
-// GetItems of this {{ .List }}.
-func (l *{{ .List }}) GetItems() []resource.LegacyManaged {
-	items := make([]resource.LegacyManaged, len(l.Items))
-	for i := range l.Items {
-		items[i] = &l.Items[i]
-	}
-	return items
-}
-{{ end }}
 {{- if usage . }}
+// GetProviderConfigReference of this {{ .Name }}.
+func (p *{{ .Name }}) GetProviderConfigReference() xpv2.{{ .ConfigRef }} {
+	return p.ProviderConfigReference
+}
+
+// SetProviderConfigReference of this {{ .Name }}.
+func (p *{{ .Name }}) SetProviderConfigReference(r xpv2.{{ .ConfigRef }}) {
+	p.ProviderConfigReference = r
+}
+{{ end }}
+{{- if and .List .Item }}
 // GetItems of this {{ .List }}.
-func (l *{{ .List }}) GetItems() []resource.ProviderConfigUsage {
-	items := make([]resource.ProviderConfigUsage, len(l.Items))
+func (l *{{ .List }}) GetItems() []resource.{{ .Item }} {
+	items := make([]resource.{{ .Item }}, len(l.Items))
 	for i := range l.Items {
 		items[i] = &l.Items[i]
 	}
 	return items
 }
 {{ end }}
-{{- end }}
 {{- end }}
 `))
