@@ -137,16 +137,6 @@ func buildProvider(t *testing.T) (root, bin string) {
 	return root, bin
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestProviderIntegration runs the built provider binary, as `make run`
 // does, against a real control plane: the examples are applied, every
 // managed resource gets a Synced condition with a clear message, the
@@ -229,7 +219,7 @@ func TestProviderIntegration(t *testing.T) {
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
 
-	metricsAddr, probeAddr := freePort(t), freePort(t)
+	metricsAddr, probeAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	out := &testenv.Buffer{}
 	pctx, stop := context.WithCancel(ctx)
 	cmd := exec.CommandContext(pctx, bin, "--debug", "--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr,
