@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 // adapter is the production Libvirt: go-libvirt over one link, each call
@@ -184,6 +186,10 @@ func (a *adapter) StorageVolDownload(ctx context.Context, vol libvirt.StorageVol
 	})
 	if err != nil {
 		return err
+	}
+	if uint64(len(b)) != length {
+		// Never read a short answer as the volume's content.
+		return proxy.Transientf("libvirt sent %d of the %d bytes of volume %s asked for", len(b), length, vol.Name)
 	}
 	_, err = w.Write(b)
 	return err

@@ -184,7 +184,8 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		_ = client.Close()
 		return nil, &dialError{stageSocket, err}
 	}
-	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(sock))
+	// streamOrder: go-libvirt misreads a download whose data comes first.
+	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(newStreamOrder(sock)))
 	connected := make(chan error, 1)
 	go func() { connected <- l.ConnectToURI(libvirt.QEMUSystem) }()
 	select {

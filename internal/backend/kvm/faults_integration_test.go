@@ -1,0 +1,392 @@
+package kvm_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// The fault-injection suite of the KVM backend on the real libvirtd,
+// through the real sshd (docs/troubleshooting.md has its table). Faults
+// are injected at two places only: the TCP connection to sshd runs
+// through a relay the test cuts, and the driver's own spans (one per
+// libvirt call, ended before the call returns to the driver) tell the
+// test when a call starts and ends. Domains and volumes are named egp-hf-*
+// so that other tests on the shared host are left alone.
+
+// callHooks is a span processor calling the test at the start and end of
+// each of the driver's libvirt calls, synchronously.
+type callHooks struct {
+	mu      sync.Mutex
+	onStart func(call, target string)
+	onEnd   func(call, target string)
+	dials   atomic.Int32
+}
+
+func (c *callHooks) set(onStart, onEnd func(call, target string)) {
+	c.mu.Lock()
+	c.onStart, c.onEnd = onStart, onEnd
+	c.mu.Unlock()
+}
+
+// callOf names a span's libvirt call and the domain or volume it is on.
+func callOf(name string, attrs []attribute.KeyValue) (call, target string, ok bool) {
+	call, ok = strings.CutPrefix(name, "kvm.libvirt.")
+	for _, a := range attrs {
+		if a.Key == "kvm.domain" || a.Key == "kvm.volume" {
+			target = a.Value.AsString()
+		}
+	}
+	return call, target, ok
+}
+
+func (c *callHooks) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
+	if s.Name() == "kvm.dial" {
+		c.dials.Add(1)
+	}
+	c.mu.Lock()
+	f := c.onStart
+	c.mu.Unlock()
+	if call, target, ok := callOf(s.Name(), s.Attributes()); ok && f != nil {
+		f(call, target)
+	}
+}
+
+func (c *callHooks) OnEnd(s sdktrace.ReadOnlySpan) {
+	c.mu.Lock()
+	f := c.onEnd
+	c.mu.Unlock()
+	if call, target, ok := callOf(s.Name(), s.Attributes()); ok && f != nil {
+		f(call, target)
+	}
+}
+
+func (c *callHooks) Shutdown(context.Context) error   { return nil }
+func (c *callHooks) ForceFlush(context.Context) error { return nil }
+
+// relay forwards loopback TCP connections to sshd, and cuts them when
+// told: at once, once some bytes more went up, or at the next bytes that
+// come down (the answer to a call the host has acted on).
+type relay struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	refuse bool
+	// upLeft is how many more bytes go up before the cut; -1 when not
+	// armed.
+	upLeft int64
+	// onAnswer cuts before the next bytes down are passed on.
+	onAnswer bool
+	cuts     int
+}
+
+func newRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target, upLeft: -1}
+	t.Cleanup(func() { _ = ln.Close(); r.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			refuse := r.refuse
+			r.mu.Unlock()
+			if refuse {
+				_ = c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, up)
+			r.mu.Unlock()
+			go r.copy(up, c, true)
+			go r.copy(c, up, false)
+		}
+	}()
+	return r
+}
+
+func (r *relay) addr() string { return r.ln.Addr().String() }
+
+func (r *relay) copy(dst, src net.Conn, upward bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			r.mu.Lock()
+			cut := false
+			switch {
+			case upward && r.upLeft >= 0:
+				if int64(n) >= r.upLeft {
+					n, cut = int(r.upLeft), true
+				} else {
+					r.upLeft -= int64(n)
+				}
+			case !upward && r.onAnswer:
+				n, cut = 0, true
+			}
+			r.mu.Unlock()
+			if n > 0 {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if cut {
+				r.cut()
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+// cut closes every connection now and disarms.
+func (r *relay) cut() {
+	r.mu.Lock()
+	conns := r.conns
+	r.conns, r.upLeft, r.onAnswer = nil, -1, false
+	if len(conns) > 0 {
+		r.cuts++
+	}
+	r.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+func (r *relay) setRefuse(v bool) {
+	r.mu.Lock()
+	r.refuse = v
+	r.mu.Unlock()
+}
+
+func (r *relay) cutAfterUp(n int64) {
+	r.mu.Lock()
+	r.upLeft = n
+	r.mu.Unlock()
+}
+
+func (r *relay) cutOnAnswer() {
+	r.mu.Lock()
+	r.onAnswer = true
+	r.mu.Unlock()
+}
+
+func (r *relay) cutCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cuts
+}
+
+// faultEnv is a driver on the real host, reached through the relay, with
+// an image served from loopback.
+type faultEnv struct {
+	t     *testing.T
+	h     *kvmtest.Host
+	relay *relay
+	hooks *callHooks
+	cfg   kvm.Config
+	opts  kvm.Options
+	b     *kvm.Backend
+	d     *kvm.Driver
+	// names are the instances this test made, purged at its end.
+	names []string
+}
+
+func newFaultEnv(t *testing.T, mutate ...func(*faultEnv)) *faultEnv {
+	t.Helper()
+	h := kvmtest.Up(t)
+	e := &faultEnv{t: t, h: h, relay: newRelay(t, h.Values["SSH_ADDRESS"]), hooks: &callHooks{}}
+	host := h.KVMHost("local")
+	host.Address = e.relay.addr()
+	// The relay is another host:port to known_hosts: the same key there.
+	_, port, _ := net.SplitHostPort(e.relay.addr())
+	var known bytes.Buffer
+	for _, l := range strings.Split(strings.TrimSpace(string(h.KnownHosts)), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 {
+			known.WriteString("[127.0.0.1]:" + port + " " + strings.Join(f[1:], " ") + "\n")
+		}
+	}
+	e.cfg = kvm.Config{
+		Name:         "ClusterProviderConfig faults",
+		Credentials:  kvm.Credentials{Key: h.Key, KnownHosts: known.Bytes()},
+		DiskSizeGB:   1,
+		Images:       map[string]kvm.Image{"empty": {URL: emptyImage(t), Format: "qcow2", Firmware: "bios"}},
+		MachineTypes: map[string]kvm.MachineType{"tiny": {VCPUs: 1, MemoryMiB: 128}},
+		Hosts:        []kvm.Host{host},
+	}
+	e.opts = kvm.Options{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.hooks)).Tracer("faults")}
+	for _, m := range mutate {
+		m(e)
+	}
+	t.Cleanup(func() {
+		e.b.Close()
+		for _, n := range e.names {
+			h.Purge(n)
+		}
+		e.dropBase()
+	})
+	e.start()
+	return e
+}
+
+// start builds a new Backend and Driver: a provider (re)started with no
+// memory of what it did.
+func (e *faultEnv) start() {
+	if e.b != nil {
+		e.b.Close()
+	}
+	e.b = kvm.NewBackend(e.opts)
+	e.d = e.b.Driver(e.cfg)
+}
+
+func (e *faultEnv) request(name string) proxy.Request {
+	if !slices.Contains(e.names, name) {
+		e.names = append(e.names, name)
+	}
+	return proxy.Request{
+		Name:      name,
+		Mark:      proxy.Mark{UID: "0c8f6a1e-0000-4e2a-9c3f-" + strings.Repeat("f", 12), InstallationID: "faults"},
+		Placement: proxy.Placement{Location: "local", MachineType: "tiny", Image: "empty"},
+		Proxy:     proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"192.168.213.0/24"}, AllowedPorts: []int32{443}},
+	}
+}
+
+// liveRef is the resource's Ref with its status lost: no ID.
+func liveRef(req proxy.Request) proxy.Ref {
+	return proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement, Live: true}
+}
+
+// reconcile observes and creates as the controller does until the domain
+// runs (no OS boots from the empty image: "booting" is as far as it gets).
+func (e *faultEnv) reconcile(req proxy.Request) proxy.Instance {
+	e.t.Helper()
+	var inst proxy.Instance
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		inst, err = e.d.Get(context.Background(), liveRef(req))
+		if proxy.IsNotFound(err) {
+			inst, err = e.d.Create(context.Background(), req)
+		}
+		if err == nil && strings.HasPrefix(inst.Progress, "booting") {
+			return inst
+		}
+	}
+	e.t.Fatalf("%s never ran: %+v, %v", req.Name, inst, err)
+	return inst
+}
+
+// deleteAsTheController is a resource's deletion as the controller runs
+// it: Get with Ref.Deleting, Delete while Get finds something.
+func (e *faultEnv) deleteAsTheController(r proxy.Ref) {
+	e.t.Helper()
+	r.Deleting, r.Live = true, true
+	for range 10 {
+		_, err := e.d.Get(context.Background(), r)
+		if proxy.IsNotFound(err) {
+			return
+		}
+		if err != nil {
+			e.t.Fatalf("Get of the resource being deleted: %v", err)
+		}
+		if err := e.d.Delete(context.Background(), r); err != nil {
+			e.t.Fatalf("Delete: %v", err)
+		}
+	}
+	e.t.Fatal("the deletion never ended: Get keeps finding the instance")
+}
+
+// pieces are the domains and volumes of instance name on the host.
+func (e *faultEnv) pieces(name string) (domains, volumes []string) {
+	for _, d := range e.h.Domains(e.t) {
+		if d == name {
+			domains = append(domains, d)
+		}
+	}
+	for _, v := range e.h.Volumes(e.t) {
+		if strings.HasPrefix(v, name) {
+			volumes = append(volumes, v)
+		}
+	}
+	return domains, volumes
+}
+
+// base is this test's base image volume (named as the driver names it:
+// the key and a digest of URL, sha256 and format); its marker is
+// base+".sha256".
+func (e *faultEnv) base() string {
+	img := e.cfg.Images["empty"]
+	sum := sha256.Sum256([]byte(img.URL + "\n" + img.SHA256 + "\n" + img.Format))
+	return "egressproxy-base-empty-" + hex.EncodeToString(sum[:])[:12] + "." + img.Format
+}
+
+// dropBase removes this test's base image and marker.
+func (e *faultEnv) dropBase() {
+	for _, v := range []string{e.base(), e.base() + ".sha256"} {
+		_ = exec.Command("virsh", "-c", "qemu:///system", "vol-delete", "--pool", e.h.Values["POOL"], v).Run()
+	}
+}
+
+// TestIntegrationLibvirtFaults_manyVolumeReadsOnOneConnection: a resource
+// being deleted whose domain is gone reads its overlay and seed (the
+// seed's content, by a volume download) at every observation, on one
+// pooled connection. libvirtd sends a download's data before the call's
+// reply at times; go-libvirt then read a short (or empty) volume and
+// stopped answering on that connection for good, so the next call ran
+// out of its budget: the "Delete did not answer within 30s" seen after a
+// `virsh destroy` during a background start. Every observation answers,
+// and reports both volumes.
+func TestIntegrationLibvirtFaults_manyVolumeReadsOnOneConnection(t *testing.T) {
+	e := newFaultEnv(t, func(e *faultEnv) { e.opts.Budgets = kvm.Budgets{RPC: 10 * time.Second} })
+	req := e.request("egp-hf-reads")
+	e.reconcile(req)
+	e.h.Virsh(t, "destroy", req.Name)
+	e.h.Virsh(t, "undefine", req.Name)
+	r := liveRef(req)
+	r.Deleting = true
+	dials := e.hooks.dials.Load()
+	for i := range 60 {
+		got, err := e.d.Get(context.Background(), r)
+		if err != nil || !strings.Contains(got.Progress, req.Name+".qcow2, "+req.Name+"-seed.iso remain") {
+			t.Fatalf("observation %d of the resource being deleted = %+v, %v; want both volumes reported", i, got, err)
+		}
+	}
+	if n := e.hooks.dials.Load() - dials; n != 0 {
+		t.Errorf("%d connections dialled during the observations; want all on the pooled one", n)
+	}
+	e.deleteAsTheController(r)
+	if doms, vols := e.pieces(req.Name); len(doms)+len(vols) != 0 {
+		t.Errorf("left after the deletion: %v %v", doms, vols)
+	}
+}
