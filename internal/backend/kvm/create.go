@@ -149,6 +149,16 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		need += uint64(size)
 	}
 	if info.Available < need {
+		// libvirt's figures of a directory pool are those of its last
+		// refresh: space freed on the host since is seen only after one.
+		if err := api.StoragePoolRefresh(ctx, pool); err != nil {
+			return proxy.Instance{}, err
+		}
+		if info, err = api.StoragePoolGetInfo(ctx, pool); err != nil {
+			return proxy.Instance{}, err
+		}
+	}
+	if info.Available < need {
 		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
 			"storage pool %s on host %s has %d MiB available; this proxy needs %d MiB", pool.Name, p.host.Name, info.Available>>20, need>>20)}
 	}

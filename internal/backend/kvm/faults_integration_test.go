@@ -5,9 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,17 +297,20 @@ func liveRef(req proxy.Request) proxy.Ref {
 func (e *faultEnv) reconcile(req proxy.Request) proxy.Instance {
 	e.t.Helper()
 	var inst proxy.Instance
-	var err error
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	var err, createErr error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		inst, err = e.d.Get(context.Background(), liveRef(req))
 		if proxy.IsNotFound(err) {
 			inst, err = e.d.Create(context.Background(), req)
+			if err != nil {
+				createErr = err
+			}
 		}
 		if err == nil && strings.HasPrefix(inst.Progress, "booting") {
 			return inst
 		}
 	}
-	e.t.Fatalf("%s never ran: %+v, %v", req.Name, inst, err)
+	e.t.Fatalf("%s never ran: %+v, %v (last error of a Create: %v)", req.Name, inst, err, createErr)
 	return inst
 }
 
@@ -388,5 +395,113 @@ func TestIntegrationLibvirtFaults_manyVolumeReadsOnOneConnection(t *testing.T) {
 	e.deleteAsTheController(r)
 	if doms, vols := e.pieces(req.Name); len(doms)+len(vols) != 0 {
 		t.Errorf("left after the deletion: %v %v", doms, vols)
+	}
+}
+
+// smallPool is a directory pool of its own on a tmpfs of size MiB, for
+// a full pool that the test can grow.
+type smallPool struct {
+	t    *testing.T
+	h    *kvmtest.Host
+	name string
+	dir  string
+}
+
+func newSmallPool(t *testing.T, h *kvmtest.Host, name string, sizeMiB int) *smallPool {
+	t.Helper()
+	p := &smallPool{t: t, h: h, name: name, dir: t.TempDir()}
+	// qemu runs as its own user and must reach the disks.
+	for d := p.dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // Directories of a test's disks.
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.Itoa(sizeMiB)+"M,mode=0711", "egp-hf-small", p.dir).CombinedOutput(); err != nil {
+		kvmtest.Unavailable(t, "a tmpfs for a small pool", fmt.Errorf("mount: %w: %s", err, out))
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("virsh", "-c", "qemu:///system", "pool-destroy", name).Run()
+		_ = exec.Command("virsh", "-c", "qemu:///system", "pool-undefine", name).Run()
+		_ = exec.Command("umount", p.dir).Run()
+	})
+	h.Virsh(t, "pool-define-as", name, "dir", "--target", p.dir)
+	h.Virsh(t, "pool-start", name)
+	return p
+}
+
+// grow makes the filesystem larger, behind libvirt's back.
+func (p *smallPool) grow(sizeMiB int) {
+	p.t.Helper()
+	if out, err := exec.Command("mount", "-o", "remount,size="+strconv.Itoa(sizeMiB)+"M", p.dir).CombinedOutput(); err != nil {
+		p.t.Fatalf("remount: %v: %s", err, out)
+	}
+}
+
+func (p *smallPool) volumes() []string {
+	var out []string
+	for _, l := range strings.Split(p.h.Virsh(p.t, "vol-list", "--pool", p.name), "\n")[2:] {
+		if f := strings.Fields(l); len(f) > 0 {
+			out = append(out, f[0])
+		}
+	}
+	return out
+}
+
+// TestIntegrationLibvirtFaults_quota: a real pool too small for the
+// proxy's disk, and a machine type larger than the host's memory, are
+// Quota before anything is made (no domain, no volume, no download); the
+// pool grown on the host (libvirt not told) lets the same Create through,
+// and the proxy runs and is deleted leaving nothing. The host's memory
+// cannot be grown by a test: a machine type that fits runs instead.
+func TestIntegrationLibvirtFaults_quota(t *testing.T) {
+	var pool *smallPool
+	e := newFaultEnv(t, func(e *faultEnv) {
+		pool = newSmallPool(t, e.h, "egp-hf-small", 32)
+		e.cfg.Hosts[0].Pool = pool.name
+		e.cfg.MachineTypes["huge"] = kvm.MachineType{VCPUs: 1, MemoryMiB: 4 << 20} // 4 TiB
+	})
+	ctx := context.Background()
+
+	{ // the pool full
+		req := e.request("egp-hf-pool-full")
+		_, err := e.d.Create(ctx, req)
+		if proxy.ClassOf(err) != proxy.ClassQuota || !strings.Contains(err.Error(), "storage pool egp-hf-small on host local has") {
+			t.Fatalf("Create into a full pool = %s %v; want Quota naming the pool", proxy.ClassOf(err), err)
+		}
+		if doms, vols := e.pieces(req.Name); len(doms)+len(vols) != 0 || len(pool.volumes()) != 0 {
+			t.Fatalf("made under Quota: %v %v, pool %v", doms, vols, pool.volumes())
+		}
+		pool.grow(2048)
+		e.reconcile(req)
+		want := []string{e.base(), e.base() + ".sha256", req.Name + "-seed.iso", req.Name + ".qcow2"}
+		slices.Sort(want)
+		if doms, _ := e.pieces(req.Name); len(doms) != 1 || !slices.Equal(pool.volumes(), want) {
+			t.Errorf("after the pool grew: domains %v, pool %v; want one domain and %v", doms, pool.volumes(), want)
+		}
+		e.deleteAsTheController(liveRef(req))
+		if doms, vols := e.pieces(req.Name); len(doms)+len(vols) != 0 {
+			t.Errorf("left after the deletion: %v %v", doms, vols)
+		}
+		if got, want := pool.volumes(), []string{e.base(), e.base() + ".sha256"}; !slices.Equal(got, want) {
+			t.Errorf("pool holds %v; want only the shared base %v", got, want)
+		}
+	}
+
+	{ // the host's memory short
+		req := e.request("egp-hf-memory")
+		req.Placement.MachineType = "huge"
+		_, err := e.d.Create(ctx, req)
+		if proxy.ClassOf(err) != proxy.ClassQuota || !strings.Contains(err.Error(), "host local has") || !strings.Contains(err.Error(), "machine type huge needs 4194304 MiB") {
+			t.Fatalf("Create larger than the host's memory = %s %v; want Quota naming the host and machine type", proxy.ClassOf(err), err)
+		}
+		if doms, vols := e.pieces(req.Name); len(doms)+len(vols) != 0 {
+			t.Fatalf("made under Quota: %v %v", doms, vols)
+		}
+		req.Placement.MachineType = "tiny"
+		e.reconcile(req)
+		e.deleteAsTheController(liveRef(req))
+		if doms, vols := e.pieces(req.Name); len(doms)+len(vols) != 0 {
+			t.Errorf("left after the deletion: %v %v", doms, vols)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func TestStreamOrder(t *testing.T) {
 		{"DataBeforeTheReply", []pkt{data(2, "ab"), data(2, "c"), reply(dl, 2), eof(2)}, []int{2, 0, 1, 3}},
 		{"WholeStreamBeforeTheReply", []pkt{data(3, "ab"), eof(3), reply(dl, 3)}, []int{2, 0, 1}},
 		{"OtherCallsInBetweenPass", []pkt{data(4, "ab"), reply(other, 5), reply(dl, 4), eof(4)}, []int{1, 2, 0, 3}},
-		{"PacketsAfterTheEndAreDropped", []pkt{reply(dl, 6), eof(6), data(6, "late"), pkt{dl, socket.Stream, 6, socket.StatusError, "aborted"}}, []int{0, 1}},
+		{"PacketsAfterTheEndAreDropped", []pkt{reply(dl, 6), eof(6), data(6, "late"), {dl, socket.Stream, 6, socket.StatusError, "aborted"}}, []int{0, 1}},
 		{"AFailedReplyDropsItsStream", []pkt{data(9, "ab"), failed, data(9, "c")}, []int{1}},
 		{"UploadConfirmationEndsIt", []pkt{reply(up, 7), {up, socket.Stream, 7, socket.StatusOK, ""}, {up, socket.Stream, 7, socket.StatusError, "late"}}, []int{0, 1}},
 	}
@@ -75,7 +75,7 @@ func TestStreamOrder(t *testing.T) {
 				want.Write(tc.in[i].bytes())
 			}
 			got, err := io.ReadAll(newStreamOrder(readConn{r: &in}))
-			if err != nil && err != io.EOF {
+			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(parsePkts(t, want.Bytes()), parsePkts(t, got)); diff != "" {
