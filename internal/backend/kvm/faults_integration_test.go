@@ -505,3 +505,152 @@ func TestIntegrationLibvirtFaults_quota(t *testing.T) {
 		}
 	}
 }
+
+// createSteps are the calls by which a Create changes the host.
+var createSteps = map[string]bool{"StorageVolCreateXML": true, "StorageVolUpload": true, "StorageVolDelete": true,
+	"StoragePoolRefresh": true, "DomainDefineXML": true, "DomainCreate": true}
+
+// checkRuns asserts the proxy stands on the host as one domain, its
+// overlay backed by the one shared base, and its seed.
+func (e *faultEnv) checkRuns(where, name string) {
+	e.t.Helper()
+	doms, vols := e.pieces(name)
+	if want := []string{name + "-seed.iso", name + ".qcow2"}; len(doms) != 1 || !slices.Equal(vols, want) {
+		e.t.Errorf("%s: domains %v, volumes %v; want one domain and %v", where, doms, vols, want)
+	}
+	all := e.h.Volumes(e.t)
+	if !slices.Contains(all, e.base()) || !slices.Contains(all, e.base()+".sha256") {
+		e.t.Errorf("%s: the base %s or its marker is missing", where, e.base())
+	}
+	if x := e.h.Virsh(e.t, "vol-dumpxml", "--pool", e.h.Values["POOL"], name+".qcow2"); !strings.Contains(x, "<backingStore>") || !strings.Contains(x, e.base()) {
+		e.t.Errorf("%s: the overlay does not back onto the shared base:\n%s", where, x)
+	}
+}
+
+// checkGone asserts nothing of the proxy is left (the shared base may be).
+func (e *faultEnv) checkGone(where, name string) {
+	e.t.Helper()
+	if doms, vols := e.pieces(name); len(doms)+len(vols) != 0 {
+		e.t.Errorf("%s: left after the deletion: %v %v", where, doms, vols)
+	}
+}
+
+// TestIntegrationLibvirtFaults_crashAfterEachCreateStep stops the
+// provider right after each call by which a Create changes the host (the
+// base image's volume, upload, marker and refresh, the overlay, the
+// seed's volume and upload, the define, the start; the image not cached
+// so that its steps are part of it): the connection is cut as the call
+// returns, and a new driver with no memory and no status (no ID) takes
+// over. Resumed, the proxy runs as one domain with one overlay on the one
+// base and one seed; deleted instead, nothing of it is left.
+func TestIntegrationLibvirtFaults_crashAfterEachCreateStep(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	req := e.request("egp-hf-crash")
+	var mu sync.Mutex
+	var steps []string
+	e.hooks.set(nil, func(call, target string) {
+		if createSteps[call] {
+			mu.Lock()
+			steps = append(steps, call+" "+target)
+			mu.Unlock()
+		}
+	})
+	e.reconcile(req)
+	e.hooks.set(nil, nil)
+	e.deleteAsTheController(liveRef(req))
+	mu.Lock()
+	ref := slices.Clone(steps)
+	mu.Unlock()
+	if len(ref) < 10 {
+		t.Fatalf("a create made only %d changes: %v", len(ref), ref)
+	}
+	t.Logf("steps of a create: %v", ref)
+	for k := 1; k <= len(ref); k++ {
+		for _, resume := range []bool{true, false} {
+			where := fmt.Sprintf("crash after step %d of %d (%s), then %s", k, len(ref), ref[k-1], map[bool]string{true: "resumed", false: "deleted"}[resume])
+			e.dropBase()
+			e.start()
+			crashed := make(chan struct{})
+			n := 0
+			e.hooks.set(nil, func(call, _ string) {
+				if !createSteps[call] {
+					return
+				}
+				mu.Lock()
+				n++
+				hit := n == k
+				mu.Unlock()
+				if hit {
+					e.relay.setRefuse(true)
+					e.relay.cut()
+					close(crashed)
+				}
+			})
+			_, _ = e.d.Create(ctx, req)
+			select {
+			case <-crashed:
+			case <-time.After(time.Minute):
+				t.Fatalf("%s: the create never got there", where)
+			}
+			e.hooks.set(nil, nil)
+			e.start()
+			e.relay.setRefuse(false)
+			if resume {
+				e.reconcile(req)
+				e.checkRuns(where, req.Name)
+			}
+			e.deleteAsTheController(liveRef(req))
+			e.checkGone(where, req.Name)
+		}
+	}
+}
+
+// TestIntegrationLibvirtFaults_connectionCutInTheMiddleOfACall cuts the
+// SSH connection during a Create's calls (the image cached): half-way
+// through the seed's upload, and after the host created the overlay,
+// defined the domain or started it but before the answer came back. The
+// Create is Transient; the next reconcile, on the same driver, dials again
+// and finishes with one domain, overlay and seed; the deletion leaves
+// nothing.
+func TestIntegrationLibvirtFaults_connectionCutInTheMiddleOfACall(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	warm := e.request("egp-hf-warm")
+	e.reconcile(warm)
+	e.deleteAsTheController(liveRef(warm))
+	cases := []struct {
+		name, call, suffix string
+		arm                func()
+	}{
+		{"SeedUploadHalfWay", "StorageVolUpload", "-seed.iso", func() { e.relay.cutAfterUp(16 << 10) }},
+		{"OverlayCreatedAnswerLost", "StorageVolCreateXML", ".qcow2", e.relay.cutOnAnswer},
+		{"DomainDefinedAnswerLost", "DomainDefineXML", "", e.relay.cutOnAnswer},
+		{"DomainStartedAnswerLost", "DomainCreate", "", e.relay.cutOnAnswer},
+	}
+	for _, tc := range cases {
+		req := e.request("egp-hf-cut")
+		var once sync.Once
+		e.hooks.set(func(call, target string) {
+			if call == tc.call && target == req.Name+tc.suffix {
+				once.Do(tc.arm)
+			}
+		}, nil)
+		cuts, dials := e.relay.cutCount(), e.hooks.dials.Load()
+		_, err := e.d.Create(ctx, req)
+		e.hooks.set(nil, nil)
+		if e.relay.cutCount() == cuts {
+			t.Fatalf("%s: the connection was never cut (Create = %v)", tc.name, err)
+		}
+		if !proxy.IsTransient(err) {
+			t.Errorf("%s: Create under the cut = %s %v; want Transient", tc.name, proxy.ClassOf(err), err)
+		}
+		e.reconcile(req)
+		if e.hooks.dials.Load() == dials {
+			t.Errorf("%s: no new connection was dialled after the cut", tc.name)
+		}
+		e.checkRuns(tc.name, req.Name)
+		e.deleteAsTheController(liveRef(req))
+		e.checkGone(tc.name, req.Name)
+	}
+}
