@@ -144,21 +144,7 @@ func warm(t *testing.T, e *testEnv) {
 // createAndBoot reconciles until the instance is Running and answering.
 func createAndBoot(t *testing.T, e *testEnv, name, uid string) proxy.Instance {
 	t.Helper()
-	req := e.request(name, uid)
-	var inst proxy.Instance
-	var err error
-	for range 20 {
-		inst, err = e.observeOrCreate(req)
-		if err == nil && inst.ProxyReachable {
-			return inst
-		}
-		e.waitBackground()
-		if err == nil && inst.ID != "" {
-			_ = e.settle(context.Background(), inst.ID)
-		}
-	}
-	t.Fatalf("%s never became Running: %+v, %v", name, inst, err)
-	return inst
+	return createAndBootReq(t, e, e.request(name, uid))
 }
 
 func (h *fakeHost) ncallsNow() int {

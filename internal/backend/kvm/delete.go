@@ -45,11 +45,7 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 		return err
 	}
 	defer unlock()
-	api, err := d.conn(ctx, h)
-	if err != nil {
-		return err
-	}
-	dom, meta, err := lookupMeta(ctx, api, name)
+	api, dom, meta, err := d.lookupMeta(ctx, h, name)
 	switch {
 	case err == nil:
 		switch m := meta.mark(); {

@@ -263,36 +263,76 @@ func (c *fakeConn) ConnectListAllDomains(ctx context.Context, _ libvirt.ConnectL
 }
 
 func (c *fakeConn) DomainGetXMLDesc(ctx context.Context, dom libvirt.Domain) (string, error) {
-	if err := c.enter(ctx, "DomainGetXMLDesc", dom.Name); err != nil {
-		return "", err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
+	d, unlock, err := c.enterDomain(ctx, "DomainGetXMLDesc", dom.Name)
 	if err != nil {
 		return "", err
 	}
+	defer unlock()
 	return d.xml, nil
 }
 
-func (c *fakeConn) dom(name string) (*fakeDomain, error) {
-	d := c.h.domains[name]
-	if d == nil {
-		return nil, lverr(libvirt.ErrNoDomain, "Domain not found: no domain with matching name '%s'", name)
+// enterDomain is enter for a call on the domain name, which it returns
+// with the host locked (unlock releases it); a missing one is libvirt's
+// ErrNoDomain, and the host is then left unlocked.
+func (c *fakeConn) enterDomain(ctx context.Context, method, name string) (*fakeDomain, func(), error) {
+	return enterFind(c, ctx, method, name, func() (*fakeDomain, error) { return c.dom(name) })
+}
+
+// enterPool is enterDomain for a storage pool.
+func (c *fakeConn) enterPool(ctx context.Context, method, name string) (*fakePool, func(), error) {
+	return enterFind(c, ctx, method, name, func() (*fakePool, error) { return c.pool(name) })
+}
+
+// enterVol is enterDomain for a volume.
+func (c *fakeConn) enterVol(ctx context.Context, method string, v libvirt.StorageVol) (*fakeVol, func(), error) {
+	return enterFind(c, ctx, method, v.Name, func() (*fakeVol, error) { return c.vol(v) })
+}
+
+func enterFind[T any](c *fakeConn, ctx context.Context, method, arg string, find func() (T, error)) (T, func(), error) {
+	var zero T
+	if err := c.enter(ctx, method, arg); err != nil {
+		return zero, nil, err
 	}
-	return d, nil
+	c.h.mu.Lock()
+	v, err := find()
+	if err != nil {
+		c.h.mu.Unlock()
+		return zero, nil, err
+	}
+	return v, c.h.mu.Unlock, nil
+}
+
+// find is m[name], or libvirt's error code with its message (format
+// names the thing missing) when there is none.
+func find[T any](m map[string]*T, name string, code libvirt.ErrorNumber, format string) (*T, error) {
+	if v := m[name]; v != nil {
+		return v, nil
+	}
+	return nil, lverr(code, format, name)
+}
+
+func (c *fakeConn) dom(name string) (*fakeDomain, error) {
+	return find(c.h.domains, name, libvirt.ErrNoDomain, "Domain not found: no domain with matching name '%s'")
+}
+
+func (c *fakeConn) pool(name string) (*fakePool, error) {
+	return find(c.h.pools, name, libvirt.ErrNoStoragePool, "Storage pool not found: no storage pool with matching name '%s'")
+}
+
+func (c *fakeConn) vol(v libvirt.StorageVol) (*fakeVol, error) {
+	p, err := c.pool(v.Pool)
+	if err != nil {
+		return nil, err
+	}
+	return find(p.vols, v.Name, libvirt.ErrNoStorageVol, "Storage volume not found: no storage vol with matching name '%s'")
 }
 
 func (c *fakeConn) DomainLookupByName(ctx context.Context, name string) (libvirt.Domain, error) {
-	if err := c.enter(ctx, "DomainLookupByName", name); err != nil {
-		return libvirt.Domain{}, err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(name)
+	d, unlock, err := c.enterDomain(ctx, "DomainLookupByName", name)
 	if err != nil {
 		return libvirt.Domain{}, err
 	}
+	defer unlock()
 	return libvirt.Domain{Name: d.name, UUID: d.uuid}, nil
 }
 
@@ -333,50 +373,36 @@ func (c *fakeConn) DomainDefineXML(ctx context.Context, x string) (libvirt.Domai
 }
 
 func (c *fakeConn) DomainCreate(ctx context.Context, dom libvirt.Domain) error {
-	if err := c.enter(ctx, "DomainCreate", dom.Name); err != nil {
-		return err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
-	if err != nil {
-		return err
-	}
-	if d.state == libvirt.DomainRunning {
-		return lverr(libvirt.ErrOperationInvalid, "Requested operation is not valid: domain is already running")
-	}
-	d.state, d.reason = libvirt.DomainRunning, 1
-	return nil
+	return c.setState(ctx, "DomainCreate", dom, libvirt.DomainRunning, 1, "domain is already running")
 }
 
 func (c *fakeConn) DomainDestroy(ctx context.Context, dom libvirt.Domain) error {
-	if err := c.enter(ctx, "DomainDestroy", dom.Name); err != nil {
-		return err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
+	return c.setState(ctx, "DomainDestroy", dom, libvirt.DomainShutoff, 2, "domain is not running")
+}
+
+// setState moves the domain to state for reason, as libvirt does, which
+// refuses (saying already) a domain in that state already. A domain that
+// stops loses its guest agent.
+func (c *fakeConn) setState(ctx context.Context, method string, dom libvirt.Domain, state libvirt.DomainState, reason int32, already string) error {
+	d, unlock, err := c.enterDomain(ctx, method, dom.Name)
 	if err != nil {
 		return err
 	}
-	if d.state == libvirt.DomainShutoff {
-		return lverr(libvirt.ErrOperationInvalid, "Requested operation is not valid: domain is not running")
+	defer unlock()
+	if d.state == state {
+		return lverr(libvirt.ErrOperationInvalid, "Requested operation is not valid: %s", already)
 	}
-	d.state, d.reason = libvirt.DomainShutoff, 2
-	d.agentUp = false
+	d.state, d.reason = state, reason
+	d.agentUp = d.agentUp && state == libvirt.DomainRunning
 	return nil
 }
 
 func (c *fakeConn) DomainUndefineFlags(ctx context.Context, dom libvirt.Domain, flags libvirt.DomainUndefineFlagsValues) error {
-	if err := c.enter(ctx, "DomainUndefineFlags", dom.Name); err != nil {
-		return err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
+	d, unlock, err := c.enterDomain(ctx, "DomainUndefineFlags", dom.Name)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	if d.nvram && flags&libvirt.DomainUndefineNvram == 0 {
 		return lverr(libvirt.ErrOperationInvalid, "Requested operation is not valid: cannot undefine domain with nvram")
 	}
@@ -385,28 +411,20 @@ func (c *fakeConn) DomainUndefineFlags(ctx context.Context, dom libvirt.Domain, 
 }
 
 func (c *fakeConn) DomainGetState(ctx context.Context, dom libvirt.Domain) (libvirt.DomainState, int32, error) {
-	if err := c.enter(ctx, "DomainGetState", dom.Name); err != nil {
-		return 0, 0, err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
+	d, unlock, err := c.enterDomain(ctx, "DomainGetState", dom.Name)
 	if err != nil {
 		return 0, 0, err
 	}
+	defer unlock()
 	return d.state, d.reason, nil
 }
 
 func (c *fakeConn) DomainGetMetadata(ctx context.Context, dom libvirt.Domain, uri string) (string, error) {
-	if err := c.enter(ctx, "DomainGetMetadata", dom.Name); err != nil {
-		return "", err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
+	d, unlock, err := c.enterDomain(ctx, "DomainGetMetadata", dom.Name)
 	if err != nil {
 		return "", err
 	}
+	defer unlock()
 	m, ok := d.meta[uri]
 	if !ok {
 		return "", lverr(libvirt.ErrNoDomainMetadata, "metadata not found: Requested metadata element is not present")
@@ -415,15 +433,11 @@ func (c *fakeConn) DomainGetMetadata(ctx context.Context, dom libvirt.Domain, ur
 }
 
 func (c *fakeConn) DomainSetMetadata(ctx context.Context, dom libvirt.Domain, x, _, uri string) error {
-	if err := c.enter(ctx, "DomainSetMetadata", dom.Name); err != nil {
-		return err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	d, err := c.dom(dom.Name)
+	d, unlock, err := c.enterDomain(ctx, "DomainSetMetadata", dom.Name)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	d.meta[uri] = x
 	return nil
 }
@@ -500,23 +514,12 @@ func (c *fakeConn) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domai
 	return "", lverr(libvirt.ErrArgumentUnsupported, "unsupported command")
 }
 
-func (c *fakeConn) pool(name string) (*fakePool, error) {
-	p := c.h.pools[name]
-	if p == nil {
-		return nil, lverr(libvirt.ErrNoStoragePool, "Storage pool not found: no storage pool with matching name '%s'", name)
-	}
-	return p, nil
-}
-
 func (c *fakeConn) StoragePoolLookupByName(ctx context.Context, name string) (libvirt.StoragePool, error) {
-	if err := c.enter(ctx, "StoragePoolLookupByName", name); err != nil {
+	_, unlock, err := c.enterPool(ctx, "StoragePoolLookupByName", name)
+	if err != nil {
 		return libvirt.StoragePool{}, err
 	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	if _, err := c.pool(name); err != nil {
-		return libvirt.StoragePool{}, err
-	}
+	defer unlock()
 	return libvirt.StoragePool{Name: name}, nil
 }
 
@@ -525,15 +528,11 @@ func (c *fakeConn) StoragePoolRefresh(ctx context.Context, p libvirt.StoragePool
 }
 
 func (c *fakeConn) StoragePoolGetInfo(ctx context.Context, p libvirt.StoragePool) (PoolInfo, error) {
-	if err := c.enter(ctx, "StoragePoolGetInfo", p.Name); err != nil {
-		return PoolInfo{}, err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	fp, err := c.pool(p.Name)
+	fp, unlock, err := c.enterPool(ctx, "StoragePoolGetInfo", p.Name)
 	if err != nil {
 		return PoolInfo{}, err
 	}
+	defer unlock()
 	return PoolInfo{State: fp.state, Capacity: fp.capacity, Allocation: fp.capacity - fp.available, Available: fp.available}, nil
 }
 
@@ -549,18 +548,6 @@ func (c *fakeConn) NodeGetMemoryStats(ctx context.Context) (MemoryStats, error) 
 	return MemoryStats{Total: 64 << 30, Free: c.h.memAvailable}, nil
 }
 
-func (c *fakeConn) vol(v libvirt.StorageVol) (*fakeVol, error) {
-	p, err := c.pool(v.Pool)
-	if err != nil {
-		return nil, err
-	}
-	fv := p.vols[v.Name]
-	if fv == nil {
-		return nil, lverr(libvirt.ErrNoStorageVol, "Storage volume not found: no storage vol with matching name '%s'", v.Name)
-	}
-	return fv, nil
-}
-
 func (c *fakeConn) StorageVolLookupByName(ctx context.Context, p libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
 	if err := c.enter(ctx, "StorageVolLookupByName", name); err != nil {
 		return libvirt.StorageVol{}, err
@@ -574,27 +561,20 @@ func (c *fakeConn) StorageVolLookupByName(ctx context.Context, p libvirt.Storage
 }
 
 func (c *fakeConn) StorageVolGetPath(ctx context.Context, v libvirt.StorageVol) (string, error) {
-	if err := c.enter(ctx, "StorageVolGetPath", v.Name); err != nil {
+	_, unlock, err := c.enterVol(ctx, "StorageVolGetPath", v)
+	if err != nil {
 		return "", err
 	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	if _, err := c.vol(v); err != nil {
-		return "", err
-	}
+	defer unlock()
 	return "/var/lib/libvirt/images/" + v.Name, nil
 }
 
 func (c *fakeConn) StorageVolGetXMLDesc(ctx context.Context, v libvirt.StorageVol) (string, error) {
-	if err := c.enter(ctx, "StorageVolGetXMLDesc", v.Name); err != nil {
-		return "", err
-	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	fv, err := c.vol(v)
+	fv, unlock, err := c.enterVol(ctx, "StorageVolGetXMLDesc", v)
 	if err != nil {
 		return "", err
 	}
+	defer unlock()
 	return volumeXML(fv.name, fv.capacity, fv.format, fv.backing, "qcow2")
 }
 
@@ -683,14 +663,11 @@ func (c *fakeConn) StorageVolDownload(ctx context.Context, v libvirt.StorageVol,
 }
 
 func (c *fakeConn) StorageVolDelete(ctx context.Context, v libvirt.StorageVol) error {
-	if err := c.enter(ctx, "StorageVolDelete", v.Name); err != nil {
+	_, unlock, err := c.enterVol(ctx, "StorageVolDelete", v)
+	if err != nil {
 		return err
 	}
-	c.h.mu.Lock()
-	defer c.h.mu.Unlock()
-	if _, err := c.vol(v); err != nil {
-		return err
-	}
+	defer unlock()
 	delete(c.h.pools[v.Pool].vols, v.Name)
 	return nil
 }

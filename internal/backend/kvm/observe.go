@@ -71,11 +71,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	api, err := d.conn(ctx, h)
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	dom, meta, err := lookupMeta(ctx, api, name)
+	api, dom, meta, err := d.lookupMeta(ctx, h, name)
 	if isCode(err, libvirt.ErrNoDomain) {
 		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
 			if ferr := pe.failure(); ferr != nil {
@@ -121,15 +117,19 @@ func (d *Driver) resumeStart(ctx context.Context, api Libvirt, h Host, dom libvi
 }
 
 // readMeta reads the ownership element; a domain without one is unmarked.
-// lookupMeta looks the domain name up and reads the provider's metadata
-// on it; a missing domain is libvirt's ErrNoDomain.
-func lookupMeta(ctx context.Context, api Libvirt, name string) (libvirt.Domain, instanceMeta, error) {
+// lookupMeta connects to h, looks the domain name up there and reads the
+// provider's metadata on it; a missing domain is libvirt's ErrNoDomain.
+func (d *Driver) lookupMeta(ctx context.Context, h Host, name string) (Libvirt, libvirt.Domain, instanceMeta, error) {
+	api, err := d.conn(ctx, h)
+	if err != nil {
+		return nil, libvirt.Domain{}, instanceMeta{}, err
+	}
 	dom, err := api.DomainLookupByName(ctx, name)
 	if err != nil {
-		return dom, instanceMeta{}, err
+		return api, dom, instanceMeta{}, err
 	}
 	meta, err := readMeta(ctx, api, dom)
-	return dom, meta, err
+	return api, dom, meta, err
 }
 
 func readMeta(ctx context.Context, api Libvirt, dom libvirt.Domain) (instanceMeta, error) {

@@ -44,11 +44,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, err
 	}
 	defer unlock()
-	api, err := d.conn(ctx, h)
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	dom, meta, err := lookupMeta(ctx, api, name)
+	api, dom, meta, err := d.lookupMeta(ctx, h, name)
 	if isCode(err, libvirt.ErrNoDomain) {
 		if pe := d.b.pendingFor(Target{Host: h}.endpoint() + "/" + name); pe != nil {
 			if m := pe.plan.req.Mark; m != req.Mark {
