@@ -13,15 +13,16 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
 // The fault-injection suite of the GCP backend (docs/troubleshooting.md
 // has its table): every fault ends in the right class and recovers once
 // it clears, with one instance and nothing leaked.
 
-// reconciler drives one resource as the managed reconciler does: Get
-// (Ref.Deleting once deleted), Create when it is missing, Delete while it
-// is found after the resource was deleted. With amnesiac, every reconcile
+// reconciler drives one resource as the managed reconciler does
+// (proxytest.Reconcile): Get (Ref.Deleting once deleted), Create when it
+// is missing, Delete while it is found after the resource was deleted. With amnesiac, every reconcile
 // runs on a new driver with the status lost (a provider restarted each
 // time, its status writes lost).
 type reconciler struct {
@@ -39,26 +40,7 @@ func (r *reconciler) reconcile(ctx context.Context) (bool, error) {
 	}
 	ref := proxy.Ref{ID: r.status.ID, Name: r.req.Name, Mark: r.req.Mark, Placement: r.req.Placement, Operation: r.status.Operation,
 		Live: r.deleted, Deleting: r.deleted}
-	inst, err := r.drv.Get(ctx, ref)
-	switch {
-	case proxy.IsNotFound(err):
-		r.status = proxy.Instance{}
-		if r.deleted {
-			return true, nil
-		}
-		inst, err = r.drv.Create(ctx, r.req)
-		if err == nil {
-			r.status = inst
-		}
-		return false, err
-	case err != nil:
-		return false, err
-	}
-	r.status = inst
-	if r.deleted {
-		return false, r.drv.Delete(ctx, ref)
-	}
-	return inst.State == proxy.StateRunning && inst.ProxyReachable, nil
+	return proxytest.Reconcile(ctx, r.drv, ref, r.req, &r.status, r.deleted)
 }
 
 // converge reconciles until the goal, finishing the fake's operations

@@ -12,6 +12,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
 // reconciler drives one resource as the managed reconciler does, with a
@@ -30,34 +31,7 @@ type reconciler struct {
 // its goal (Running with a reachable proxy and the request's spec, or
 // gone when deleted).
 func (r *reconciler) reconcile(ctx context.Context) (bool, error) {
-	ref := r.ref()
-	inst, err := r.drv.Get(ctx, ref)
-	switch {
-	case proxy.IsNotFound(err):
-		r.status = proxy.Instance{}
-		if r.deleted {
-			return true, nil
-		}
-		inst, err = r.drv.Create(ctx, r.req)
-		if err == nil {
-			r.status = inst
-		}
-		return false, err
-	case err != nil:
-		return false, err
-	}
-	r.status = inst
-	if r.deleted {
-		return false, r.drv.Delete(ctx, ref)
-	}
-	if inst.SpecHash != "" && inst.SpecHash != proxy.Hash(r.req) {
-		u, err := r.drv.Update(ctx, ref, r.req)
-		if err == nil {
-			r.status = u
-		}
-		return false, err
-	}
-	return inst.State == proxy.StateRunning && inst.ProxyReachable, nil
+	return proxytest.Reconcile(ctx, r.drv, r.ref(), r.req, &r.status, r.deleted)
 }
 
 // converge reconciles until the goal, ending the fake's tasks between
