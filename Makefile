@@ -40,10 +40,17 @@ check-generated: generate
 
 ## Build ---------------------------------------------------------------------
 
+# hack/go-build.sh is go build saying how far it is when it takes long (an
+# empty Go build cache: minutes); warm it prints nothing.
+GOBUILD = GO=$(GO) bash hack/go-build.sh
+
 .PHONY: build
-build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/provider ./cmd/provider
-	$(GO) build -o $(BIN)/local-control-plane ./cmd/local-control-plane
+build: build-provider
+	$(GOBUILD) "make build: bin/local-control-plane" -o $(BIN)/local-control-plane ./cmd/local-control-plane
+
+.PHONY: build-provider
+build-provider:
+	$(GOBUILD) "make build: bin/provider" -ldflags '$(LDFLAGS)' -o $(BIN)/provider ./cmd/provider
 
 ## Dependencies the tests and `make run` install themselves -------------------
 
@@ -93,9 +100,9 @@ test-deps: controlplane-bins crossplane-bins node-bins
 run:
 	@t0=$$(date +%s.%N); \
 	if [ -n "$$KUBECONFIG" ]; then \
-		$(MAKE) --no-print-directory build && VERSION=$(VERSION) XPKG_REPO=$(XPKG_REPO) bash hack/run-cluster.sh $(ARGS); \
+		VERSION=$(VERSION) XPKG_REPO=$(XPKG_REPO) bash hack/run-cluster.sh $(ARGS); \
 	else \
-		$(GO) build -o $(BIN)/local-control-plane ./cmd/local-control-plane && \
+		$(GOBUILD) "make run: building bin/local-control-plane" -o $(BIN)/local-control-plane ./cmd/local-control-plane && \
 		$(BIN)/local-control-plane --crossplane $(if $(filter 0,$(NODE)),,--node) $(if $(RUN_XPKG_REPO),--xpkg-repo $(RUN_XPKG_REPO)) \
 			--kubeconfig-out $(CURDIR)/.cache/kubeconfig --started-at $$t0; \
 	fi

@@ -5,6 +5,7 @@
 # downloaded here. Binaries are cached outside the repo
 # and rebuilt only when missing. Prints the folder holding them.
 set -euo pipefail
+HACK=$(cd "$(dirname "$0")" && pwd)
 
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.5}
@@ -38,7 +39,7 @@ require (
 )
 MOD
   printf '//go:build tools\npackage tools\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$d/tools.go"
-  (cd "$d" && go mod tidy >/dev/null && go build -trimpath -ldflags="-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3)
+  (cd "$d" && go mod tidy >/dev/null && bash "$HACK/go-build.sh" "controlplane-bins: etcd" -trimpath -ldflags="-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$BIN/etcd.tmp" "$BIN/etcd"
 }
 

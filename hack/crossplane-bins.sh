@@ -14,6 +14,7 @@
 # `crossplane xpkg build|push|install`), which packages and installs this
 # project: hack/crossplane-bins.sh cli prints the CLI binary's path instead.
 set -euo pipefail
+HACK=$(cd "$(dirname "$0")" && pwd)
 
 XP_VERSION=${XP_VERSION:-v2.4.0}
 CLI_VERSION=${CLI_VERSION:-v2.5.0}
@@ -45,7 +46,7 @@ require (
 MOD
   printf '//go:build tools\npackage tools\nimport _ "github.com/crossplane/crossplane/v2/cmd/crossplane"\n' >"$d/tools.go"
   (cd "$d" && go mod tidy >/dev/null)
-  (cd "$d" && go build -trimpath -ldflags="-s -w -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$XP_VERSION" \
+  (cd "$d" && bash "$HACK/go-build.sh" "crossplane-bins: core" -trimpath -ldflags="-s -w -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$XP_VERSION" \
     -o "$BIN/crossplane.tmp" github.com/crossplane/crossplane/v2/cmd/crossplane)
   # Crossplane's CRDs ship in the module, read by `crossplane core init`.
   local src; src=$(cd "$d" && go list -m -f '{{.Dir}}' github.com/crossplane/crossplane/v2)
@@ -67,7 +68,7 @@ build_cli() {
   [ -d "$src" ] || { log "cannot download github.com/crossplane/cli/v2@$CLI_VERSION"; exit 1; }
   rm -rf "$d"; cp -r "$src" "$d"; chmod -R u+w "$d"
   mkdir -p "$(dirname "$CLI")"
-  (cd "$d" && go build -trimpath \
+  (cd "$d" && bash "$HACK/go-build.sh" "crossplane-bins: CLI" -trimpath \
     -ldflags="-s -w -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$CLI_VERSION" \
     -o "$CLI.tmp" ./cmd/crossplane)
   mv "$CLI.tmp" "$CLI"

@@ -5,6 +5,9 @@
 # wrapper maps each to the published v0.x module of the same release
 # instead. The caller defines log.
 
+# go-build.sh beside this file: the sourcing script may have changed folder.
+K8S_BUILD_HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
 # k8s_wrapper MODULE: (re)writes the wrapper module when $CMDS changed.
 k8s_wrapper() {
   local d="$WORK/k8s"
@@ -35,6 +38,6 @@ build_k8s() {
   log "building $name $K8S_VERSION (about 5 min cold, seconds warm)"
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
   ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  (cd "$WORK/k8s" && go build -trimpath -ldflags="$ld" -o "$BIN/$name.tmp" "k8s.io/kubernetes/cmd/$name")
+  (cd "$WORK/k8s" && bash "$K8S_BUILD_HACK/go-build.sh" "$(basename "$0" .sh): $name" -trimpath -ldflags="$ld" -o "$BIN/$name.tmp" "k8s.io/kubernetes/cmd/$name")
   mv "$BIN/$name.tmp" "$BIN/$name"
 }

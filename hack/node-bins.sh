@@ -56,7 +56,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"
 build_pause() {
   [ -x "$BIN/pause" ] && return
   local root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  (cd "$root" && go build -trimpath -ldflags="-s -w" -o "$BIN/pause.tmp" ./hack/pause)
+  (cd "$root" && bash hack/go-build.sh "node-bins: pause" -trimpath -ldflags="-s -w" -o "$BIN/pause.tmp" ./hack/pause)
   mv "$BIN/pause.tmp" "$BIN/pause"
 }
 

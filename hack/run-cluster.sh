@@ -20,8 +20,12 @@ VERSION=${VERSION:-$(bash hack/version.sh)}
 XPKG_REPO=${XPKG_REPO:-127.0.0.1:5000/egressproxy}
 say() { echo "make run: $*" >&2; }
 
-KUBECTL="$(bash hack/controlplane-bins.sh)/kubectl"
-if "$KUBECTL" get crd providers.pkg.crossplane.io >/dev/null 2>&1; then
+# What the cluster is, asked by hack/runcluster (client-go; no kubectl to
+# build): it fails, saying why, when the cluster cannot be reached.
+mkdir -p bin
+bash hack/go-build.sh "make run: building hack/runcluster" -o bin/runcluster ./hack/runcluster
+crossplane=$(bin/runcluster crossplane)
+if [ "$crossplane" = yes ]; then
   say "the cluster in KUBECONFIG=$KUBECONFIG runs Crossplane: building the packages, pushing them to XPKG_REPO=$XPKG_REPO, installing them with crossplane xpkg install"
   case $XPKG_REPO in
     localhost:*|localhost/*)
@@ -37,20 +41,23 @@ if "$KUBECTL" get crd providers.pkg.crossplane.io >/dev/null 2>&1; then
   # three to a new build at once makes Crossplane's dependency resolver
   # add a second Function (seen with v2.4.0); upgrade the Provider as
   # docs/install.md (Upgrade) says.
-  for o in "provider.pkg.crossplane.io/$provider" function.pkg.crossplane.io/function-egressproxy configuration.pkg.crossplane.io/configuration-egressproxy; do
-    if "$KUBECTL" get "$o" >/dev/null 2>&1; then
-      say "$o is installed in this cluster already: make run installs into a cluster without it; to move it to this build, see docs/install.md (Upgrade)"
-      exit 1
-    fi
-  done
+  have=$(bin/runcluster installed "provider/$provider" function/function-egressproxy configuration/configuration-egressproxy)
+  if [ -n "$have" ]; then
+    say "$have is installed in this cluster already: make run installs into a cluster without it; to move it to this build, see docs/install.md (Upgrade)"
+    exit 1
+  fi
   make --no-print-directory xpkg-push VERSION="$VERSION" XPKG_REPO="$XPKG_REPO"
   CLI=$(bash hack/crossplane-bins.sh cli)
-  "$CLI" xpkg install provider "$XPKG_REPO/provider-egressproxy:$VERSION" "$provider" --wait=5m
-  "$CLI" xpkg install function "$XPKG_REPO/function-egressproxy:$VERSION" function-egressproxy --wait=5m
-  "$CLI" xpkg install configuration "$XPKG_REPO/configuration-egressproxy:$VERSION" configuration-egressproxy --wait=5m
+  for p in "provider provider-egressproxy $provider" "function function-egressproxy function-egressproxy" "configuration configuration-egressproxy configuration-egressproxy"; do
+    read -r kind pkg name <<<"$p"
+    say "crossplane xpkg install $kind $XPKG_REPO/$pkg:$VERSION $name, waiting for it to be Healthy"
+    "$CLI" xpkg install "$kind" "$XPKG_REPO/$pkg:$VERSION" "$name" --wait=5m
+  done
   say "installed $VERSION. PodProxies on InjectedIdentity need the grant of cluster/rbac/podproxy.yaml (docs/install.md); then a ProviderConfig for your backends (examples/) and an EgressProxy (package/configuration/examples/)"
 else
   say "no Crossplane in the cluster in KUBECONFIG=$KUBECONFIG (it serves no providers.pkg.crossplane.io): applying the CRDs and running the provider out of cluster, as a process here, with KUBECONFIG's identity. Compositions and claims need Crossplane (docs/install.md); managed resources work."
-  go run ./hack/applycrds package/crds
+  bin/runcluster apply-crds package/crds | sed 's/^/make run: /' >&2
+  make --no-print-directory build-provider VERSION="$VERSION" >&2
+  say "running bin/provider; Ctrl-C stops it"
   exec bin/provider --log-format console "$@"
 fi

@@ -52,7 +52,7 @@ OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-go build -o "$WORK/runtimeimage" ./hack/runtimeimage
+bash hack/go-build.sh "xpkg: hack/runtimeimage" -o "$WORK/runtimeimage" ./hack/runtimeimage
 
 # Package roots: the provider's holds only its metadata and CRDs (package/
 # also holds the other two packages' folders); the Configuration's names
@@ -70,10 +70,10 @@ for plat in $PLATFORMS; do
   os=${plat%%/*} arch=${plat#*/}
   bin="$WORK/bin/$arch"; mkdir -p "$bin"
   log "building the provider and the function for $plat (static)"
-  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath \
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch bash hack/go-build.sh "xpkg: the provider for $plat" -trimpath \
     -ldflags "-s -w -X github.com/egressproxy/provider-egressproxy/internal/version.Version=$VERSION" \
     -o "$bin/provider" ./cmd/provider
-  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w" \
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch bash hack/go-build.sh "xpkg: the function for $plat" -trimpath -ldflags "-s -w" \
     -o "$bin/function-egressproxy" ./function/cmd/function-egressproxy
   for b in provider function-egressproxy; do
     "$WORK/runtimeimage" --binary "$bin/$b" --platform "$plat" --version "$VERSION" -o "$bin/$b.tar"

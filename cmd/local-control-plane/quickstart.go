@@ -23,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -367,7 +366,7 @@ func (q *quickstart) startCrossplane(ctx context.Context) error {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "crossplane"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	fnIP := loopbackFor(os.Getpid())
+	fnIP := localcrossplane.FunctionIP(os.Getpid())
 	dir := filepath.Join(q.cp.Dir, "crossplane")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -403,12 +402,6 @@ func (q *quickstart) startCrossplane(ctx context.Context) error {
 	return nil
 }
 
-// loopbackFor is a loopback address for the function's process, from the
-// process ID (127.M.N.9; never 127.0.0.x, which other processes use).
-func loopbackFor(pid int) string {
-	return fmt.Sprintf("127.%d.%d.9", 100+pid%100, (pid/100)%250+1)
-}
-
 // runtimeConfigs are the DeploymentRuntimeConfigs the packages are
 // installed with: the provider's from cluster/rbac/podproxy.yaml (its
 // ServiceAccount named for the PodProxy grant), and, while the packages
@@ -418,7 +411,7 @@ func (q *quickstart) runtimeConfigs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	objs, err := decodeYAML(string(b))
+	objs, err := localcrossplane.DecodeYAML(string(b))
 	if err != nil {
 		return fmt.Errorf("cluster/rbac/podproxy.yaml: %w", err)
 	}
@@ -488,7 +481,7 @@ func (q *quickstart) install(ctx context.Context) error {
 				waiting = append(waiting, fmt.Sprintf("%s %s: %v", kind, in.obj, err))
 				continue
 			}
-			if st, msg := condition(o, "Healthy"); st != "True" {
+			if st, msg := localcrossplane.Condition(o, "Healthy"); st != "True" {
 				waiting = append(waiting, fmt.Sprintf("%s %s Healthy=%q %s", kind, in.obj, st, msg))
 			}
 		}
@@ -508,21 +501,6 @@ func (q *quickstart) install(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// condition is the status and reason: message of o's condition typ.
-func condition(o *unstructured.Unstructured, typ string) (string, string) {
-	cs, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
-	for _, c := range cs {
-		m, _ := c.(map[string]any)
-		if m["type"] == typ {
-			st, _ := m["status"].(string)
-			r, _ := m["reason"].(string)
-			msg, _ := m["message"].(string)
-			return st, r + ": " + msg
-		}
-	}
-	return "", ""
 }
 
 // providerConfigs makes the ClusterProviderConfig the Configuration's
@@ -562,7 +540,7 @@ spec:
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		return "", err
 	}
-	objs, err := decodeYAML(doc)
+	objs, err := localcrossplane.DecodeYAML(doc)
 	if err != nil {
 		return "", err
 	}
@@ -635,23 +613,6 @@ func (q *quickstart) pids() string {
 		s = append(s, fmt.Sprintf("crossplane core %d", q.core.Core.PID()), fmt.Sprintf("crossplane rbac %d", q.core.RBAC.PID()))
 	}
 	return strings.Join(s, ", ")
-}
-
-func decodeYAML(doc string) ([]*unstructured.Unstructured, error) {
-	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		o := &unstructured.Unstructured{}
-		if err := d.Decode(&o.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return nil, err
-		}
-		if len(o.Object) > 0 {
-			out = append(out, o)
-		}
-	}
 }
 
 // nextCommands are the three commands to run next, printed for a user to

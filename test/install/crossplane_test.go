@@ -16,51 +16,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 func platformArm64() ociimage.Platform { return ociimage.Platform{Architecture: "arm64"} }
 
-// loopbackFor is a loopback address for this test binary's function
-// (127.M.N.9, from the process ID; never 127.0.0.x).
-func loopbackFor(pid int) (string, error) {
-	return fmt.Sprintf("127.%d.%d.9", 100+pid%100, (pid/100)%250+1), nil
-}
-
-// startCrossplane runs Crossplane core v2.4.0 out of cluster with its
-// package manager and RBAC manager (localcrossplane.StartCore), trusting
-// the registry's CA, until the test ends.
-func startCrossplane(t testing.TB, bins, kubeconfig, dir, caFile string, hosts map[string]string) {
-	t.Helper()
-	c, err := localcrossplane.StartCore(context.Background(), localcrossplane.CoreOptions{
-		BinDir: bins, Kubeconfig: kubeconfig, Dir: dir, CAFile: caFile, Hosts: hosts,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for _, p := range []*localcrossplane.Process{c.Core, c.RBAC} {
-				t.Logf("%s: last lines of its log:\n%s", p.Name, p.Tail(60))
-			}
-		}
-	})
-}
-
 // claimReady: an EgressProxy (class standard: a PodProxy) through the
 // installed Configuration and function gets Ready and its URL Secret.
 func claimReady(t *testing.T, kube client.Client) {
 	ctx := context.Background()
-	xr := u("platform.egressproxy.io/v1alpha1", "EgressProxy", "team-a", "payments")
+	xr := xpt.U("platform.egressproxy.io/v1alpha1", "EgressProxy", "team-a", "payments")
 	xr.Object["spec"] = map[string]any{"class": "standard", "allowedClientCIDRs": []any{"10.0.0.0/8"}}
 	t0 := time.Now()
 	testenv.WaitFor(t, "the EgressProxy kind to be served (the Configuration's XRD)", 2*time.Minute, func() (bool, string) {
 		err := kube.Create(ctx, xr.DeepCopy())
 		return err == nil, fmt.Sprint(err)
 	})
-	waitCondition(t, kube, xr, "Ready", 3*time.Minute)
+	xpt.WaitCondition(t, kube, xr, "Ready", 3*time.Minute)
 	s := &corev1.Secret{}
 	if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "payments-proxy"}, s); err != nil {
 		t.Fatalf("the EgressProxy's Secret team-a/payments-proxy: %v", err)
@@ -76,12 +50,12 @@ func claimReady(t *testing.T, kube client.Client) {
 // Synced condition; there is no KVM host here, so not Ready).
 func activateKVM(t *testing.T, kube client.Client) {
 	ctx := context.Background()
-	mrap := u("apiextensions.crossplane.io/v1alpha1", "ManagedResourceActivationPolicy", "", "egressproxy-kvm")
+	mrap := xpt.U("apiextensions.crossplane.io/v1alpha1", "ManagedResourceActivationPolicy", "", "egressproxy-kvm")
 	mrap.Object["spec"] = map[string]any{"activate": []any{"kvmproxies.proxy.m.egressproxy.io"}}
 	if err := kube.Create(ctx, mrap); err != nil {
 		t.Fatal(err)
 	}
-	k := u("proxy.m.egressproxy.io/v1alpha1", "KVMProxy", "team-a", "egress-kvm")
+	k := xpt.U("proxy.m.egressproxy.io/v1alpha1", "KVMProxy", "team-a", "egress-kvm")
 	k.Object["spec"] = map[string]any{
 		"providerConfigRef": map[string]any{"kind": "ClusterProviderConfig", "name": "home-kvm"},
 		"forProvider":       map[string]any{"proxy": map[string]any{"allowedClientCIDRs": []any{"10.0.0.0/8"}}},
@@ -94,10 +68,10 @@ func activateKVM(t *testing.T, kube client.Client) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(k), k); err != nil {
 			return false, err.Error()
 		}
-		s, m := condition(k, "Synced")
+		s, m := localcrossplane.Condition(k, "Synced")
 		return s != "", s + " " + m
 	})
-	_, m := condition(k, "Synced")
+	_, m := localcrossplane.Condition(k, "Synced")
 	t.Logf("activated KVMProxy reconciled: Synced %s", m)
 }
 
@@ -121,7 +95,7 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 	vmsBefore := vms()
 	push("v0.2.1")
 	t0 := time.Now()
-	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +110,7 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 		return r1.GetName() != r0.GetName() && strings.HasSuffix(img, ":v0.2.1"), r1.GetName() + " " + img
 	})
 	t.Logf("FIGURE upgrade v0.2.0 -> v0.2.1 (update to new revision Healthy): %.1fs", time.Since(t0).Seconds())
-	old := u("pkg.crossplane.io/v1", "ProviderRevision", "", r0.GetName())
+	old := xpt.U("pkg.crossplane.io/v1", "ProviderRevision", "", r0.GetName())
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(old), old); err == nil {
 		if st, _, _ := unstructured.NestedString(old.Object, "spec", "desiredState"); st != "Inactive" {
 			t.Errorf("old revision %s desiredState %q, want Inactive", old.GetName(), st)
@@ -158,7 +132,7 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 		t.Errorf("Providers after the upgrade: %v; want one", names)
 	}
 	for _, o := range []*unstructured.Unstructured{pp, pve} {
-		waitCondition(t, kube, o, "Ready", time.Minute)
+		xpt.WaitCondition(t, kube, o, "Ready", time.Minute)
 	}
 	if after := deps(); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("PodProxy Deployments before the upgrade %v, after %v: want the same objects", before, after)
@@ -225,13 +199,13 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 	for _, p := range proxies {
 		group, _, _ := strings.Cut(p.apiVersion, "/")
 		name := strings.ToLower(strings.TrimSuffix(p.kind, "y")) + "ies." + group
-		o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+		o := xpt.U("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 			t.Fatalf("CRD %s before deleting the Provider: %v", name, err)
 		}
 		crds[name] = o.GetUID()
 	}
-	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	if err := kube.Delete(ctx, prov); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +240,7 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 	adopted := map[string]bool{}
 	for crd, uid := range crds {
 		testenv.WaitFor(t, "CRD "+crd+" to be deleted", 2*time.Minute, func() (bool, string) {
-			o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+			o := xpt.U("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
 			switch {
 			case kerrors.IsNotFound(err):
@@ -293,7 +267,7 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 	// provider left to run its finalizer, stays.
 	held := 0
 	for _, p := range proxies {
-		o := u(p.apiVersion, p.kind, p.ns, p.name)
+		o := xpt.U(p.apiVersion, p.kind, p.ns, p.name)
 		group, _, _ := strings.Cut(p.apiVersion, "/")
 		if adopted[strings.ToLower(strings.TrimSuffix(p.kind, "y"))+"ies."+group] {
 			t.Logf("after deleting the Provider: %s %s kept, its CRD taken over by the reinstalled Provider", p.kind, p.name)
@@ -337,7 +311,7 @@ func deleteProvider(t *testing.T, kube client.Client, running func() []string, p
 // docs/install.md, Deleting the Provider while proxies exist.)
 func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) {
 	ctx := context.Background()
-	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	testenv.WaitFor(t, "Crossplane's dependency resolver to install the Configuration's provider again", 3*time.Minute, func() (bool, string) {
 		err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov)
 		return err == nil && prov.GetDeletionTimestamp() == nil, fmt.Sprint(err)
@@ -357,10 +331,10 @@ func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) 
 	for {
 		var held []string
 		for _, p := range proxies {
-			o := u(p.apiVersion, p.kind, p.ns, p.name)
+			o := xpt.U(p.apiVersion, p.kind, p.ns, p.name)
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
 			if !p.goneOrNew(err, o) || p.instances() != 0 {
-				st, m := condition(o, "Synced")
+				st, m := localcrossplane.Condition(o, "Synced")
 				held = append(held, fmt.Sprintf("%s %s (Synced %s %s)", p.kind, p.name, st, m))
 			}
 		}

@@ -16,13 +16,9 @@
 package install_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -31,125 +27,26 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
-	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
+// The names the packages install as (crossplanetest).
 const (
-	crossplaneNS = "crossplane-system"
-	providerName = "provider-egressproxy"
-	// providerObj is the Provider's name: the one Crossplane's dependency
-	// resolver gives the Configuration's dependency (the repository path as
-	// a DNS label), so that the resolver finds it installed, even in the
-	// moment of an upgrade when neither revision is in the Lock, and makes
-	// no second Provider of the same package.
-	providerObj  = "egressproxy-provider-egressproxy"
-	functionName = "function-egressproxy"
-	configName   = "configuration-egressproxy"
+	crossplaneNS = xpt.Namespace
+	providerName = xpt.ProviderPackage
+	providerObj  = xpt.ProviderObject
+	functionName = xpt.FunctionPackage
+	configName   = xpt.ConfigurationPackage
 	proxyNS      = "egress-proxies"
 	gcpProject   = "egressproxy-install"
 )
-
-// script runs a hack/ script and returns the last line it printed.
-func script(t testing.TB, root string, env []string, name string, args ...string) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	cmd := exec.Command("bash", append([]string{filepath.Join(root, "hack", name)}, args...)...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout = &out
-	cmd.Stderr = io.MultiWriter(&errb, os.Stderr) // cold builds take minutes: show them
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("hack/%s %v: %v\n%s", name, args, err, errb.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	return lines[len(lines)-1]
-}
-
-// cli runs the Crossplane CLI.
-func cli(t testing.TB, bin string, env []string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(bin, args...) //nolint:gosec // the CLI built by hack/crossplane-bins.sh.
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("crossplane %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func u(apiVersion, kind, ns, name string) *unstructured.Unstructured {
-	o := &unstructured.Unstructured{}
-	o.SetAPIVersion(apiVersion)
-	o.SetKind(kind)
-	o.SetNamespace(ns)
-	o.SetName(name)
-	return o
-}
-
-// condition is the status and message of a condition of o.
-func condition(o *unstructured.Unstructured, typ string) (string, string) {
-	cs, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
-	for _, c := range cs {
-		m, _ := c.(map[string]any)
-		if m["type"] == typ {
-			s, _ := m["status"].(string)
-			msg, _ := m["message"].(string)
-			r, _ := m["reason"].(string)
-			return s, r + ": " + msg
-		}
-	}
-	return "", ""
-}
-
-func applyYAML(t testing.TB, kube client.Client, doc string) {
-	t.Helper()
-	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096)
-	for {
-		o := &unstructured.Unstructured{}
-		if err := d.Decode(&o.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			t.Fatal(err)
-		}
-		if len(o.Object) == 0 {
-			continue
-		}
-		if err := kube.Create(context.Background(), o); err != nil {
-			t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
-}
-
-// The ProviderRevision's conditions, RevisionHealthy (its objects are
-// established) and RuntimeHealthy (its Deployment is available), are what
-// Crossplane's Healthy means for a revision.
-
-// waitCondition waits for o's condition typ to be True.
-func waitCondition(t testing.TB, kube client.Client, o *unstructured.Unstructured, typ string, timeout time.Duration) {
-	t.Helper()
-	testenv.WaitFor(t, fmt.Sprintf("%s %s to be %s", o.GetKind(), o.GetName(), typ), timeout, func() (bool, string) {
-		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
-			return false, err.Error()
-		}
-		s, m := condition(o, typ)
-		return s == "True", s + " " + m
-	})
-}
 
 // revisions lists the revisions of a package: name, state, image.
 func revisions(t testing.TB, kube client.Client, kind, label, pkg string) []*unstructured.Unstructured {
@@ -172,8 +69,8 @@ func activeRevision(t testing.TB, kube client.Client, kind, label, pkg string) (
 	for _, r := range revisions(t, kube, kind, label, pkg) {
 		st, _, _ := unstructured.NestedString(r.Object, "spec", "desiredState")
 		img, _, _ := unstructured.NestedString(r.Object, "spec", "image")
-		h, m := condition(r, "RevisionHealthy")
-		rh, rm := condition(r, "RuntimeHealthy")
+		h, m := localcrossplane.Condition(r, "RevisionHealthy")
+		rh, rm := localcrossplane.Condition(r, "RuntimeHealthy")
 		seen = append(seen, fmt.Sprintf("%s %s %s RevisionHealthy=%s %s RuntimeHealthy=%s %s", r.GetName(), st, img, h, m, rh, rm))
 		if st == "Active" {
 			return r, strings.Join(seen, "; ")
@@ -192,38 +89,28 @@ func TestInstallIntegration(t *testing.T) {
 		}
 		t.Skip(err.Error())
 	}
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dir := t.TempDir()
-
-	// The registry, and the CLI and core built from the module proxy.
-	reg := registrytest.Start(t)
-	caFile := filepath.Join(dir, "registry-ca.pem")
-	if err := os.WriteFile(caFile, reg.CAPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cliBin := script(t, root, nil, "crossplane-bins.sh", "cli")
-	bins := script(t, root, nil, "crossplane-bins.sh")
-	repo := reg.Host + "/egressproxy"
-	trust := []string{"SSL_CERT_FILE=" + caFile}
+	// The registry, the control plane (with the controllers that make
+	// Deployments' pods), Crossplane core trusting the registry, and the
+	// runtime for the packages' pods; then the Squid pods.
+	c := xpt.Start(t, xpt.Options{Namespaces: []string{proxyNS, "team-a"}})
+	root, dir, reg, repo, cliBin, kube, pods := c.Root, c.Dir, c.Registry, c.Repo, c.CLI, c.Kube, c.Pods
+	trust := []string{"SSL_CERT_FILE=" + c.CAFile}
 
 	// make xpkg, twice: v0.2.0 and the upgrade v0.2.1.
 	pkgs := filepath.Join(dir, "xpkg")
 	t0 := time.Now()
 	for _, v := range []string{"v0.2.0", "v0.2.1"} {
-		script(t, root, []string{"VERSION=" + v, "XPKG_REPO=" + repo}, "xpkg.sh", pkgs)
+		xpt.Script(t, root, []string{"VERSION=" + v, "XPKG_REPO=" + repo}, "xpkg.sh", pkgs)
 	}
 	t.Logf("make xpkg of v0.2.0 and v0.2.1: %.1fs", time.Since(t0).Seconds())
 	push := func(v string) {
 		for _, n := range []string{providerName, functionName} {
 			files := filepath.Join(pkgs, n+"-"+v+"-amd64.xpkg") + "," + filepath.Join(pkgs, n+"-"+v+"-arm64.xpkg")
-			cli(t, cliBin, trust, "xpkg", "push", "-f", files, repo+"/"+n+":"+v)
+			xpt.CLI(t, cliBin, trust, "xpkg", "push", "-f", files, repo+"/"+n+":"+v)
 		}
-		cli(t, cliBin, trust, "xpkg", "push", "-f", filepath.Join(pkgs, configName+"-"+v+".xpkg"), repo+"/"+configName+":"+v)
+		xpt.CLI(t, cliBin, trust, "xpkg", "push", "-f", filepath.Join(pkgs, configName+"-"+v+".xpkg"), repo+"/"+configName+":"+v)
 	}
 	tPush := time.Now()
 	push("v0.2.0")
@@ -238,67 +125,22 @@ func TestInstallIntegration(t *testing.T) {
 		}
 	}
 
-	// The control plane (with the controllers that make Deployments'
-	// pods) and Crossplane core.
-	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(bins, "crds")}, ControllerManager: true})
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{crossplaneNS, proxyNS, "team-a"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The ServiceAccount Crossplane's Helm chart makes for Crossplane: the
-	// package manager copies its image pull secrets to the packages'.
-	if err := kube.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: crossplaneNS, Name: "crossplane"}}); err != nil {
-		t.Fatal(err)
-	}
-	fnIP := "127.0.0.1"
-	if ip, err := loopbackFor(os.Getpid()); err == nil {
-		fnIP = ip
-	}
-	startCrossplane(t, bins, cp.KubeconfigPath, dir, caFile, map[string]string{functionName + "." + crossplaneNS: fnIP})
-
-	pods := &localcrossplane.ProcessRuntime{Kube: kube, Clientset: cs, Config: cp.Config, Registry: reg.Client, Dir: filepath.Join(dir, "pods"),
-		FunctionAddrs: map[string]string{functionName: fnIP}, Log: func(s string) { t.Log(s) }}
-	// Stopped before the control plane is (cleanups run last first).
-	podsCtx, stopPods := context.WithCancel(ctx)
-	podsDone := make(chan struct{})
-	go func() { pods.Run(podsCtx); close(podsDone) }()
-	t.Cleanup(func() {
-		stopPods()
-		<-podsDone
-		if t.Failed() {
-			for pod, tail := range pods.LogTails(40) {
-				t.Logf("pod %s: last lines of its log:\n%s", pod, tail)
-			}
-		}
-	})
 	if err := os.MkdirAll(filepath.Join(dir, "squid"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	kl, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: squid, Dir: filepath.Join(dir, "squid")})
+	kl, err := kubelettest.New(c.CP.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: squid, Dir: filepath.Join(dir, "squid")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	klCtx, stopKL := context.WithCancel(ctx)
 	klDone := make(chan struct{})
-	go func() { _ = kl.Run(podsCtx); close(klDone) }()
-	t.Cleanup(func() { stopPods(); <-klDone; kl.Stop() })
+	go func() { _ = kl.Run(klCtx); close(klDone) }()
+	t.Cleanup(func() { stopKL(); <-klDone; kl.Stop() })
 
 	// Safe start: only PodProxy, ProxmoxProxy and GCPProxy (namespaced)
 	// and the legacy PodProxy (for claims) are activated; KVMProxy stays
 	// inactive.
-	applyYAML(t, kube, `
+	xpt.ApplyYAML(t, kube, `
 apiVersion: apiextensions.crossplane.io/v1alpha1
 kind: ManagedResourceActivationPolicy
 metadata:
@@ -313,9 +155,9 @@ spec:
 
 	// crossplane xpkg install, as the README says: provider, function,
 	// Configuration. The provider first without the PodProxy grant.
-	kenv := []string{"KUBECONFIG=" + cp.KubeconfigPath}
+	kenv := []string{"KUBECONFIG=" + c.CP.KubeconfigPath}
 	tInstall := time.Now()
-	cli(t, cliBin, kenv, "xpkg", "install", "provider", repo+"/"+providerName+":v0.2.0", providerObj)
+	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "provider", repo+"/"+providerName+":v0.2.0", providerObj)
 	rev := func() *unstructured.Unstructured {
 		var r *unstructured.Unstructured
 		testenv.WaitFor(t, "the provider's active revision to be Healthy", 5*time.Minute, func() (bool, string) {
@@ -324,8 +166,8 @@ spec:
 			if r == nil {
 				return false, seen + " | pods: " + strings.Join(pods.Running(), "; ")
 			}
-			h, _ := condition(r, "RevisionHealthy")
-			rh, _ := condition(r, "RuntimeHealthy")
+			h, _ := localcrossplane.Condition(r, "RevisionHealthy")
+			rh, _ := localcrossplane.Condition(r, "RuntimeHealthy")
 			return h == "True" && rh == "True", seen + " | pods: " + strings.Join(pods.Running(), "; ")
 		})
 		return r
@@ -376,7 +218,7 @@ spec:
 			"kvmproxies.proxy.m.egressproxy.io":     false,
 			"gcpproxies.proxy.egressproxy.io":       false,
 		} {
-			o := u("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+			o := xpt.U("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
 			if got := err == nil; got != want {
 				t.Errorf("CRD %s present = %v, want %v (activation policy egressproxy-some): %v", crd, got, want, err)
@@ -389,7 +231,7 @@ spec:
 
 	// A PodProxy on InjectedIdentity without the grant: the provider runs,
 	// the PodProxy says what is missing and how to fix it.
-	applyYAML(t, kube, `
+	xpt.ApplyYAML(t, kube, `
 apiVersion: m.egressproxy.io/v1alpha1
 kind: ClusterProviderConfig
 metadata:
@@ -413,67 +255,29 @@ spec:
     proxy:
       allowedClientCIDRs: ["10.0.0.0/8"]
 `)
-	pp := u("proxy.m.egressproxy.io/v1alpha1", "PodProxy", "team-a", "egress")
+	pp := xpt.U("proxy.m.egressproxy.io/v1alpha1", "PodProxy", "team-a", "egress")
 	testenv.WaitFor(t, "the PodProxy to say which permission is missing", 2*time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(pp), pp); err != nil {
 			return false, err.Error()
 		}
-		s, m := condition(pp, "Synced")
+		s, m := localcrossplane.Condition(pp, "Synced")
 		return s == "False" && strings.Contains(m, "may not list pods") && strings.Contains(m, "provider-egressproxy-podproxy"), s + " " + m
 	})
-	_, m := condition(pp, "Synced")
+	_, m := localcrossplane.Condition(pp, "Synced")
 	t.Logf("without the grant, the PodProxy says: %s", m)
 
 	// Every other kind works before the grant: a ProxmoxProxy against the
 	// fake Proxmox VE becomes Ready while the PodProxy still says what it
 	// misses.
-	fake := pvetest.New(t, pvetest.Options{Listen: true})
-	if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: crossplaneNS},
-		Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}}); err != nil {
-		t.Fatal(err)
-	}
-	applyYAML(t, kube, `
-apiVersion: m.egressproxy.io/v1alpha1
-kind: ClusterProviderConfig
-metadata:
-  name: home-pve
-spec:
-  proxmox:
-    url: `+fake.URL+`
-    credentials:
-      tokenSecretRef: {namespace: crossplane-system, name: pve, key: token}
-      caSecretRef: {namespace: crossplane-system, name: pve, key: ca.pem}
-    nodes: [pve1]
-    isoStorage: local
-    bridge: vmbr0
-    vmidRange: {min: 100000, max: 199999}
-    diskGiB: 10
-    templates: {debian-12: {vmid: 9000}}
-    machineTypes: {small: {cores: 1, memoryMiB: 1024}}
----
-apiVersion: proxy.m.egressproxy.io/v1alpha1
-kind: ProxmoxProxy
-metadata:
-  name: egress-pve
-  namespace: team-a
-spec:
-  providerConfigRef:
-    kind: ClusterProviderConfig
-    name: home-pve
-  forProvider:
-    node: pve1
-    proxy:
-      allowedClientCIDRs: ["10.0.0.0/8"]
-`)
-	pve := u("proxy.m.egressproxy.io/v1alpha1", "ProxmoxProxy", "team-a", "egress-pve")
-	waitCondition(t, kube, pve, "Ready", 3*time.Minute)
+	pve, fake := xpt.ProxmoxProxy(t, kube, "team-a")
+	xpt.WaitCondition(t, kube, pve, "Ready", 3*time.Minute)
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(pp), pp); err != nil {
 		t.Fatal(err)
 	}
-	if st, msg := condition(pp, "Synced"); st != "False" || !strings.Contains(msg, "may not list pods") {
+	if st, msg := localcrossplane.Condition(pp, "Synced"); st != "False" || !strings.Contains(msg, "may not list pods") {
 		t.Errorf("with the ProxmoxProxy Ready and no grant yet, the PodProxy is Synced %s %q; want False naming the missing permission", st, msg)
 	}
-	if st, _ := condition(pp, "Ready"); st == "True" {
+	if st, _ := localcrossplane.Condition(pp, "Ready"); st == "True" {
 		t.Error("the PodProxy is Ready without the grant")
 	}
 
@@ -484,7 +288,7 @@ spec:
 		t.Fatal(err)
 	}
 	tGrant := time.Now()
-	applyYAML(t, kube, string(b))
+	xpt.ApplyYAML(t, kube, string(b))
 	// The GCP fake's CA, trusted the way docs/install.md says for a
 	// private endpoint behind a CA of your own: a ConfigMap mounted by the
 	// DeploymentRuntimeConfig, SSL_CERT_DIR naming its folder.
@@ -492,7 +296,7 @@ spec:
 	gfake.AutoComplete(300 * time.Millisecond)
 	gfake.RequireAuth()
 	trustCA(t, kube, gfake.CAPEM)
-	prov := u("pkg.crossplane.io/v1", "Provider", "", providerObj)
+	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +304,7 @@ spec:
 	if err := kube.Update(ctx, prov); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, kube, pp, "Ready", 3*time.Minute)
+	xpt.WaitCondition(t, kube, pp, "Ready", 3*time.Minute)
 	t.Logf("FIGURE install to first PodProxy Ready: %.1fs (including the wait without the grant; grant to PodProxy Ready %.1fs)",
 		time.Since(tInstall).Seconds(), time.Since(tGrant).Seconds())
 
@@ -512,10 +316,10 @@ spec:
 	})
 
 	// Function and Configuration; an EgressProxy gets its URL Secret.
-	cli(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionName)
-	cli(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/"+configName+":v0.2.0", configName)
-	waitCondition(t, kube, u("pkg.crossplane.io/v1", "Configuration", "", configName), "Healthy", 5*time.Minute)
-	waitCondition(t, kube, u("pkg.crossplane.io/v1", "Function", "", functionName), "Healthy", 5*time.Minute)
+	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionName)
+	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/"+configName+":v0.2.0", configName)
+	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Configuration", "", configName), "Healthy", 5*time.Minute)
+	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Function", "", functionName), "Healthy", 5*time.Minute)
 	t.Run("EgressProxyThroughTheConfiguration", func(t *testing.T) {
 		claimReady(t, kube)
 	})

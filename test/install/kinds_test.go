@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
@@ -38,7 +40,7 @@ func trustCA(t *testing.T, kube client.Client, caPEM []byte) {
 		Data: map[string]string{"gcp-endpoint.crt": string(caPEM)}}); err != nil {
 		t.Fatal(err)
 	}
-	drc := u("pkg.crossplane.io/v1beta1", "DeploymentRuntimeConfig", "", "provider-egressproxy")
+	drc := xpt.U("pkg.crossplane.io/v1beta1", "DeploymentRuntimeConfig", "", "provider-egressproxy")
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(drc), drc); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func gcpReady(t *testing.T, kube client.Client, fake *gcptest.Server) {
 		Data: map[string][]byte{"key.json": fake.ServiceAccountKey(sa)}}); err != nil {
 		t.Fatal(err)
 	}
-	applyYAML(t, kube, `
+	xpt.ApplyYAML(t, kube, `
 apiVersion: m.egressproxy.io/v1alpha1
 kind: ClusterProviderConfig
 metadata:
@@ -103,7 +105,7 @@ spec:
     proxy:
       allowedClientCIDRs: ["10.0.0.0/8"]
 `)
-	g := u("proxy.m.egressproxy.io/v1alpha1", "GCPProxy", "team-a", "egress-gcp")
+	g := xpt.U("proxy.m.egressproxy.io/v1alpha1", "GCPProxy", "team-a", "egress-gcp")
 	var ip, identity string
 	testenv.WaitFor(t, "the GCPProxy's instance in the Compute Engine fake", 3*time.Minute, func() (bool, string) {
 		for _, n := range fake.Names() {
@@ -132,7 +134,7 @@ spec:
 			}
 		}
 		_ = kube.Get(ctx, client.ObjectKeyFromObject(g), g)
-		st, m := condition(g, "Synced")
+		st, m := localcrossplane.Condition(g, "Synced")
 		return ip != "" && identity != "", fmt.Sprintf("fake holds %v; Synced %s %s", fake.Names(), st, m)
 	})
 	// Squid on the VM, as the provider's probe asks it who it is: the
@@ -144,13 +146,13 @@ spec:
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	go squid.AnswerProbes(l, identity)
-	waitCondition(t, kube, g, "Ready", 3*time.Minute)
+	xpt.WaitCondition(t, kube, g, "Ready", 3*time.Minute)
 	if p := fake.Principal(fake.LastAuthorization()); p != sa {
 		t.Errorf("the last Compute call carried a token of %q; want one the fake issued for the key's account %s", p, sa)
 	}
 	// The config's health check went to the same endpoint.
-	pc := u("m.egressproxy.io/v1alpha1", "ClusterProviderConfig", "", "gcp-fake")
-	waitCondition(t, kube, pc, "Healthy", 2*time.Minute)
+	pc := xpt.U("m.egressproxy.io/v1alpha1", "ClusterProviderConfig", "", "gcp-fake")
+	xpt.WaitCondition(t, kube, pc, "Healthy", 2*time.Minute)
 }
 
 // legacyClaimReady: an EgressProxyClaim (the Crossplane v1 way the
@@ -159,7 +161,7 @@ spec:
 // gets Ready and its connection Secret in the claim's namespace.
 func legacyClaimReady(t *testing.T, kube client.Client) {
 	ctx := context.Background()
-	applyYAML(t, kube, `
+	xpt.ApplyYAML(t, kube, `
 apiVersion: egressproxy.io/v1alpha1
 kind: ProviderConfig
 metadata:
@@ -170,7 +172,7 @@ spec:
     credentials:
       source: InjectedIdentity
 `)
-	c := u("legacy.platform.egressproxy.io/v1alpha1", "EgressProxyClaim", "team-a", "orders")
+	c := xpt.U("legacy.platform.egressproxy.io/v1alpha1", "EgressProxyClaim", "team-a", "orders")
 	c.Object["spec"] = map[string]any{"class": "standard", "allowedClientCIDRs": []any{"10.30.0.0/16"},
 		"writeConnectionSecretToRef": map[string]any{"name": "orders-proxy"}}
 	t0 := time.Now()
@@ -178,7 +180,7 @@ spec:
 		err := kube.Create(ctx, c.DeepCopy())
 		return err == nil, fmt.Sprint(err)
 	})
-	waitCondition(t, kube, c, "Ready", 3*time.Minute)
+	xpt.WaitCondition(t, kube, c, "Ready", 3*time.Minute)
 	s := &corev1.Secret{}
 	testenv.WaitFor(t, "the claim's Secret team-a/orders-proxy with a url", time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "orders-proxy"}, s); err != nil {
@@ -232,10 +234,10 @@ spec:
 		t.Fatal(err)
 	}
 	pkg := filepath.Join(dir, "configuration-broken.xpkg")
-	cli(t, cliBin, nil, "xpkg", "build", "--package-root", dir, "--examples-root", filepath.Join(dir, "examples"), "-o", pkg)
-	cli(t, cliBin, trust, "xpkg", "push", "-f", pkg, repo+"/configuration-broken:v0.0.1")
-	cli(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/configuration-broken:v0.0.1", "configuration-broken")
-	cfg := u("pkg.crossplane.io/v1", "Configuration", "", "configuration-broken")
+	xpt.CLI(t, cliBin, nil, "xpkg", "build", "--package-root", dir, "--examples-root", filepath.Join(dir, "examples"), "-o", pkg)
+	xpt.CLI(t, cliBin, trust, "xpkg", "push", "-f", pkg, repo+"/configuration-broken:v0.0.1")
+	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/configuration-broken:v0.0.1", "configuration-broken")
+	cfg := xpt.U("pkg.crossplane.io/v1", "Configuration", "", "configuration-broken")
 	var seen string
 	testenv.WaitFor(t, "the Configuration's conditions to name its missing dependency", 3*time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(cfg), cfg); err != nil {
@@ -245,7 +247,7 @@ spec:
 		for _, r := range revisions(t, kube, "ConfigurationRevision", "pkg.crossplane.io/package", "configuration-broken") {
 			seen += " | revision " + r.GetName() + ": " + allConditions(r)
 		}
-		st, m := condition(cfg, "Healthy")
+		st, m := localcrossplane.Condition(cfg, "Healthy")
 		return st == "False" && strings.Contains(m, `missing dependencies: "`+missing+`"`), seen
 	})
 	t.Logf("a Configuration with a missing dependency shows: %s", seen)

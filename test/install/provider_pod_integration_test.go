@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
@@ -21,9 +20,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
@@ -46,24 +45,15 @@ import (
 // ConfigMap the test writes as kube-controller-manager would).
 func TestProviderPodIntegration(t *testing.T) {
 	controlplane.RequireNode(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	reg := registrytest.Start(t)
-	caFile := filepath.Join(dir, "registry-ca.pem")
-	if err := os.WriteFile(caFile, reg.CAPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cliBin := script(t, root, nil, "crossplane-bins.sh", "cli")
-	bins := script(t, root, nil, "crossplane-bins.sh")
-	repo := reg.Host + "/egressproxy"
+	tools := xpt.GetTools(t)
+	reg, caFile, repo := xpt.Registry(t, dir)
+	root, cliBin, bins := tools.Root, tools.CLI, tools.CoreBins
 	pkgs := filepath.Join(dir, "xpkg")
 	const v = "v0.2.0"
-	script(t, root, []string{"VERSION=" + v, "XPKG_REPO=" + repo, "PLATFORMS=linux/" + goruntime.GOARCH}, "xpkg.sh", pkgs)
-	cli(t, cliBin, []string{"SSL_CERT_FILE=" + caFile}, "xpkg", "push", "-f",
+	xpt.Script(t, root, []string{"VERSION=" + v, "XPKG_REPO=" + repo, "PLATFORMS=linux/" + goruntime.GOARCH}, "xpkg.sh", pkgs)
+	xpt.CLI(t, cliBin, []string{"SSL_CERT_FILE=" + caFile}, "xpkg", "push", "-f",
 		filepath.Join(pkgs, providerName+"-"+v+"-"+goruntime.GOARCH+".xpkg"), repo+"/"+providerName+":"+v)
 
 	cp := controlplane.ForTest(t, controlplane.Options{
@@ -95,7 +85,7 @@ func TestProviderPodIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startCrossplane(t, bins, cp.KubeconfigPath, dir, caFile, nil)
+	xpt.StartCore(t, localcrossplane.CoreOptions{BinDir: bins, Kubeconfig: cp.KubeconfigPath, Dir: dir, CAFile: caFile})
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := exec.Command(cp.Node.Ctr()[0], append(cp.Node.Ctr()[1:], "containers", "list")...).CombinedOutput() //nolint:gosec // ctr of the test's node.
@@ -113,7 +103,7 @@ func TestProviderPodIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	healthPort := testenv.FreePort(t)
-	applyYAML(t, kube, fmt.Sprintf(`
+	xpt.ApplyYAML(t, kube, fmt.Sprintf(`
 apiVersion: apiextensions.crossplane.io/v1alpha1
 kind: ManagedResourceActivationPolicy
 metadata:
@@ -154,7 +144,7 @@ spec:
 `, api.Hostname(), api.Port(), healthPort))
 
 	t0 := time.Now()
-	cli(t, cliBin, []string{"KUBECONFIG=" + cp.KubeconfigPath}, "xpkg", "install", "provider", repo+"/"+providerName+":"+v, providerObj, "--runtime-config=provider-pod")
+	xpt.CLI(t, cliBin, []string{"KUBECONFIG=" + cp.KubeconfigPath}, "xpkg", "install", "provider", repo+"/"+providerName+":"+v, providerObj, "--runtime-config=provider-pod")
 	var pod corev1.Pod
 	testenv.WaitFor(t, "the provider's pod to be Running and Ready on the node", 5*time.Minute, func() (bool, string) {
 		pl := &corev1.PodList{}
@@ -196,53 +186,16 @@ spec:
 		if r == nil {
 			return false, seen
 		}
-		h, _ := condition(r, "RevisionHealthy")
-		rh, _ := condition(r, "RuntimeHealthy")
+		h, _ := localcrossplane.Condition(r, "RevisionHealthy")
+		rh, _ := localcrossplane.Condition(r, "RuntimeHealthy")
 		return h == "True" && rh == "True", seen
 	})
 	t.Logf("FIGURE install to ProviderRevision %s Healthy (provider as a real pod): %.1fs", r.GetName(), time.Since(t0).Seconds())
 
 	// A proxy through it: a ProxmoxProxy against the fake Proxmox VE.
-	fake := pvetest.New(t, pvetest.Options{Listen: true})
-	if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: crossplaneNS},
-		Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}}); err != nil {
-		t.Fatal(err)
-	}
-	applyYAML(t, kube, `
-apiVersion: m.egressproxy.io/v1alpha1
-kind: ClusterProviderConfig
-metadata:
-  name: home-pve
-spec:
-  proxmox:
-    url: `+fake.URL+`
-    credentials:
-      tokenSecretRef: {namespace: crossplane-system, name: pve, key: token}
-      caSecretRef: {namespace: crossplane-system, name: pve, key: ca.pem}
-    nodes: [pve1]
-    isoStorage: local
-    bridge: vmbr0
-    vmidRange: {min: 100000, max: 199999}
-    diskGiB: 10
-    templates: {debian-12: {vmid: 9000}}
-    machineTypes: {small: {cores: 1, memoryMiB: 1024}}
----
-apiVersion: proxy.m.egressproxy.io/v1alpha1
-kind: ProxmoxProxy
-metadata:
-  name: egress-pve
-  namespace: team-a
-spec:
-  providerConfigRef:
-    kind: ClusterProviderConfig
-    name: home-pve
-  forProvider:
-    node: pve1
-    proxy:
-      allowedClientCIDRs: ["10.0.0.0/8"]
-`)
+	pve, _ := xpt.ProxmoxProxy(t, kube, "team-a")
 	t1 := time.Now()
-	waitCondition(t, kube, u("proxy.m.egressproxy.io/v1alpha1", "ProxmoxProxy", "team-a", "egress-pve"), "Ready", 3*time.Minute)
+	xpt.WaitCondition(t, kube, pve, "Ready", 3*time.Minute)
 	t.Logf("ProxmoxProxy Ready through the provider pod %.1fs after creation", time.Since(t1).Seconds())
 
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(&pod), &pod); err != nil {

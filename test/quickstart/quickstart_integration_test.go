@@ -6,14 +6,11 @@
 package quickstart_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -50,90 +47,18 @@ func TestQuickstartIntegration(t *testing.T) {
 	// default 127.0.0.1:5000 and this test never collide.
 	port := testenv.FreePort(t)
 
-	logPath := filepath.Join(t.TempDir(), "make-run.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, pw := io.Pipe()
-	cmd := exec.Command("make", "--no-print-directory", "run", fmt.Sprintf("RUN_XPKG_REPO=127.0.0.1:%d/egressproxy", port))
-	cmd.Dir = root
-	cmd.Env = withoutKubeconfig(os.Environ())
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(pw, logFile), io.MultiWriter(pw, logFile)
-	// A process group of its own, as a shell gives a foreground job: the
-	// SIGINT below reaches make and everything in its group, as Ctrl-C
-	// would.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); _ = pw.Close(); _ = logFile.Close() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-			select {
-			case err := <-exited:
-				t.Logf("make run stopped at the end of the test (%v)", err)
-			case <-time.After(2 * time.Minute):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			}
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("make run printed:\n%s", b)
-		}
-	})
-
-	// Until it says it is ready: minutes on a cold machine (make test has
-	// built the tools by then), seconds warm.
-	var out strings.Builder
-	lines := make(chan string)
-	go func() {
-		s := bufio.NewScanner(pr)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(30 * time.Minute)
-	ready := false
-	for !ready {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("make run ended before it was ready (%v)", <-exited)
-			}
-			out.WriteString(l + "\n")
-			if strings.HasPrefix(l, readyLine) {
-				ready = true
-			}
-		case <-deadline:
-			t.Fatal("make run was not ready for kubectl after 30 minutes")
-		}
-	}
-	// The next commands follow the ready line; the block ends with the
-	// Ctrl-C line.
-	for l := range lines {
-		out.WriteString(l + "\n")
-		if strings.HasPrefix(l, "Ctrl-C stops everything") {
-			break
-		}
-	}
-	go func() { // keep draining, so make run never blocks on its output
-		for range lines {
-		}
-	}()
-	printed := out.String()
+	m := startMakeRun(t, root, withoutKubeconfig(os.Environ()), fmt.Sprintf("RUN_XPKG_REPO=127.0.0.1:%d/egressproxy", port))
+	// Until it says it is ready and has printed the next commands (the
+	// block ends with the Ctrl-C line): minutes on a cold machine (make
+	// test has built the tools by then), seconds warm.
+	printed := m.waitFor(t, "make run to be ready for kubectl and print the next commands", 30*time.Minute, "\nCtrl-C stops everything")
 	t.Logf("FIGURE make run to ready for kubectl: %s", after(printed, readyLine))
 	env, commands := nextCommands(t, printed)
 
 	// Everything make run started, before it is stopped: its process tree
 	// (containerd's shims leave it; Leftovers covers them), its folders,
 	// its network namespaces.
-	procs := descendants(cmd.Process.Pid)
+	procs := descendants(m.cmd.Process.Pid)
 	dataDir := match(t, printed, `data and logs in (\S+)`)
 	netnses := []string{match(t, printed, `\(namespace (epx[0-9a-f]+)\)`), match(t, printed, `network namespace (epx[0-9a-f]+)\)`)}
 	t.Logf("make run runs %d processes; data in %s; network namespaces %v", len(procs), dataDir, netnses)
@@ -175,27 +100,9 @@ func TestQuickstartIntegration(t *testing.T) {
 	})
 
 	// Ctrl-C.
-	stopped = true
-	tStop := time.Now()
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		// make reports the interrupt as an error; what matters is what is
-		// left.
-		t.Logf("make run stopped in %.1fs (%v)", time.Since(tStop).Seconds(), err)
-	case <-time.After(2 * time.Minute):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		t.Fatal("make run had not stopped 2 minutes after SIGINT")
-	}
+	m.interrupt(t)
 
-	var left []string
-	for pid, p := range procs {
-		if alive(pid, p.start) {
-			left = append(left, fmt.Sprintf("process %d (%s)", pid, p.cmd))
-		}
-	}
+	left := stillRunning(procs)
 	if mounts := mountsBelow(dataDir); len(mounts) > 0 {
 		left = append(left, fmt.Sprintf("mounts %v", mounts))
 	}
@@ -364,4 +271,99 @@ func mountsBelow(dir string) []string {
 		}
 	}
 	return out
+}
+
+// makeRun is `make run` started as a shell starts a foreground job: in a
+// process group of its own, so that a SIGINT to the group reaches make
+// and everything in it, as Ctrl-C in a terminal would.
+type makeRun struct {
+	cmd     *exec.Cmd
+	out     testenv.Buffer // stdout and stderr, as printed
+	done    chan struct{}  // closed when make has exited
+	err     error          // make's exit, once done
+	stopped bool
+}
+
+// startMakeRun runs `make run ARGS` in root with env; what it prints is
+// logged when the test fails, and it gets SIGINT (SIGKILL 2 minutes
+// later) when the test ends before interrupt.
+func startMakeRun(t *testing.T, root string, env []string, args ...string) *makeRun {
+	t.Helper()
+	m := &makeRun{done: make(chan struct{})}
+	m.cmd = exec.Command("make", append([]string{"--no-print-directory", "run"}, args...)...)
+	m.cmd.Dir = root
+	m.cmd.Env = env
+	m.cmd.Stdout, m.cmd.Stderr = &m.out, &m.out
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.err = m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() {
+		if !m.stopped {
+			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGINT)
+			select {
+			case <-m.done:
+				t.Logf("make run stopped at the end of the test (%v)", m.err)
+			case <-time.After(2 * time.Minute):
+				_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+			}
+		}
+		if t.Failed() {
+			t.Logf("make run printed:\n%s", m.out.String())
+		}
+	})
+	return m
+}
+
+// waitFor waits until make run has printed want and returns all it
+// printed; it fails the test when make ends first or timeout passes.
+func (m *makeRun) waitFor(t *testing.T, what string, timeout time.Duration, want string) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		if out := m.out.String(); strings.Contains(out, want) {
+			return out
+		}
+		select {
+		case <-m.done:
+			if out := m.out.String(); strings.Contains(out, want) {
+				return out
+			}
+			t.Fatalf("make run ended (%v) before %s", m.err, what)
+		case <-deadline:
+			t.Fatalf("make run did not get to %s in %v", what, timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// interrupt sends SIGINT to make's process group and waits for make to
+// exit (make reports the interrupt as an error; what matters is what is
+// left).
+func (m *makeRun) interrupt(t *testing.T) {
+	t.Helper()
+	m.stopped = true
+	t0 := time.Now()
+	if err := syscall.Kill(-m.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.done:
+		t.Logf("make run stopped in %.1fs (%v)", time.Since(t0).Seconds(), m.err)
+	case <-time.After(2 * time.Minute):
+		_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatal("make run had not stopped 2 minutes after SIGINT")
+	}
+}
+
+// stillRunning lists the processes of procs that still run.
+func stillRunning(procs map[int]procInfo) []string {
+	var left []string
+	for pid, p := range procs {
+		if alive(pid, p.start) {
+			left = append(left, fmt.Sprintf("process %d (%s)", pid, p.cmd))
+		}
+	}
+	return left
 }
