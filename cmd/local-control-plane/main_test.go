@@ -15,7 +15,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -51,32 +50,13 @@ func helper() int {
 		names = append(names, n.Name)
 	}
 	fmt.Println("helper: namespaces:", strings.Join(names, " "))
-	widgets := schema.GroupVersionResource{Group: "test.egressproxy.io", Version: "v1", Resource: "widgets"}
-	if _, err := dynamic.NewForConfigOrDie(cfg).Resource(widgets).Namespace("default").List(context.Background(), metav1.ListOptions{}); err != nil {
+	if _, err := dynamic.NewForConfigOrDie(cfg).Resource(controlplane.WidgetsResource).Namespace("default").List(context.Background(), metav1.ListOptions{}); err != nil {
 		fmt.Println("helper: widgets:", err)
 		return 1
 	}
 	fmt.Println("helper: widgets CRD installed")
 	return 3
 }
-
-const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.test.egressproxy.io
-spec:
-  group: test.egressproxy.io
-  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-`
 
 // build compiles local-control-plane and returns it with the binaries'
 // folder (built by hack/controlplane-bins.sh when missing).
@@ -91,14 +71,6 @@ func build(t *testing.T) (exe, bin string) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return exe, bin
-}
-
-func crdDir(t *testing.T) string {
-	d := t.TempDir()
-	if err := os.WriteFile(filepath.Join(d, "widgets.yaml"), []byte(widgetCRD), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
 
 // assertNoneLeft checks that no process recorded in dir/pids, nor any
@@ -147,7 +119,7 @@ func TestLocalControlPlaneIntegrationWithRealBinaries(t *testing.T) {
 	exe, bin := build(t)
 	dir := filepath.Join(t.TempDir(), "cp")
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	cmd := exec.Command(exe, "--crds", crdDir(t), "--dir", dir, "--bin-dir", bin, "--kubeconfig-out", kubeconfig,
+	cmd := exec.Command(exe, "--crds", controlplane.WriteCRDs(t, controlplane.WidgetCRD), "--dir", dir, "--bin-dir", bin, "--kubeconfig-out", kubeconfig,
 		"--", os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	start := time.Now()
@@ -181,7 +153,7 @@ func TestLocalControlPlaneIntegrationWithRealBinaries(t *testing.T) {
 func TestLocalControlPlaneIntegrationSignalStopsEverything(t *testing.T) {
 	exe, bin := build(t)
 	dir := filepath.Join(t.TempDir(), "cp")
-	cmd := exec.Command(exe, "--crds", crdDir(t), "--dir", dir, "--bin-dir", bin, "--grace", "1s",
+	cmd := exec.Command(exe, "--crds", controlplane.WriteCRDs(t, controlplane.WidgetCRD), "--dir", dir, "--bin-dir", bin, "--grace", "1s",
 		"--", "sh", "-c", `trap "" TERM; echo command-started; sleep 600`)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

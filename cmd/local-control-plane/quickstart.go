@@ -100,34 +100,16 @@ func (p *progress) stage(what string) func(format string, args ...any) {
 	}
 }
 
-// indented passes a script's progress lines through, indented.
+// indented passes the lines written to it that contain match (all of
+// them when match is empty) to stderr, indented: a script's progress, or
+// the lines of a log worth showing.
 type indented struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (w *indented) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexByte(string(w.buf), '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		fmt.Fprintf(os.Stderr, "      %s\n", w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
-}
-
-// showLines prints the lines written to it that contain match.
-type showLines struct {
 	match string
 	mu    sync.Mutex
 	buf   []byte
 }
 
-func (w *showLines) Write(p []byte) (int, error) {
+func (w *indented) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)
@@ -511,31 +493,13 @@ func (q *quickstart) providerConfigs(ctx context.Context) (string, error) {
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	doc := fmt.Sprintf(`# Written by make run: PodProxies on the local node, from the Squid image
-# built here (hack/squid-image.sh), in the namespace %[1]s, under the
+	doc := `# Written by make run: PodProxies on the local node, from the Squid image
+# built here (hack/squid-image.sh), in the namespace ` + proxyNamespace + `, under the
 # provider's own identity in this cluster (the grant of
 # cluster/rbac/podproxy.yaml).
-apiVersion: m.egressproxy.io/v1alpha1
-kind: ClusterProviderConfig
-metadata:
-  name: pods
-spec:
-  kubernetes:
-    credentials: {source: InjectedIdentity}
-    namespace: %[1]s
-    image: %[2]s
----
+` + localcrossplane.PodsProviderConfig(false, proxyNamespace, q.squidRef) + `---
 # The same for claims (EgressProxyClaim, cluster-scoped kinds).
-apiVersion: egressproxy.io/v1alpha1
-kind: ProviderConfig
-metadata:
-  name: pods
-spec:
-  kubernetes:
-    credentials: {source: InjectedIdentity}
-    namespace: %[1]s
-    image: %[2]s
-`, proxyNamespace, q.squidRef)
+` + localcrossplane.PodsProviderConfig(true, proxyNamespace, q.squidRef)
 	path := filepath.Join(q.cacheDir, "providerconfigs.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		return "", err
@@ -699,7 +663,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 			return fail("control plane", err)
 		}
 		defer lf.Close()
-		o.Log = io.MultiWriter(lf, &showLines{match: "another node runs on this machine"})
+		o.Log = io.MultiWriter(lf, &indented{match: "another node runs on this machine"})
 		say("control-plane log: %s", lf.Name())
 	}
 	cp, err := controlplane.Start(shutdown, o)

@@ -13,38 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
-
-const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.test.egressproxy.io
-spec:
-  group: test.egressproxy.io
-  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-`
-
-func writeCRD(t *testing.T, content string) string {
-	t.Helper()
-	d := t.TempDir()
-	if err := os.WriteFile(filepath.Join(d, "crd.yaml"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
@@ -66,7 +38,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 // kube-apiserver and kube-controller-manager (hack/controlplane-bins.sh
 // builds them; it fails, never skips, without them).
 func TestControlPlaneIntegrationWithRealBinaries(t *testing.T) {
-	cp := ForTest(t, Options{CRDDirectories: []string{writeCRD(t, widgetCRD)}, ControllerManager: true})
+	cp := ForTest(t, Options{CRDDirectories: []string{WriteCRDs(t, WidgetCRD)}, ControllerManager: true})
 	ctx := t.Context()
 
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
@@ -91,8 +63,7 @@ func TestControlPlaneIntegrationWithRealBinaries(t *testing.T) {
 	}
 
 	// The CRD was installed before Start returned.
-	widgets := schema.GroupVersionResource{Group: "test.egressproxy.io", Version: "v1", Resource: "widgets"}
-	if _, err := dynamic.NewForConfigOrDie(cp.Config).Resource(widgets).Namespace("default").List(ctx, metav1.ListOptions{}); err != nil {
+	if _, err := dynamic.NewForConfigOrDie(cp.Config).Resource(WidgetsResource).Namespace("default").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatalf("listing widgets: %v", err)
 	}
 
@@ -187,10 +158,10 @@ func TestControlPlaneIntegrationStartFailureLeavesNoProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cannot get the control-plane binaries: %v", err)
 	}
-	bad := strings.Replace(widgetCRD, "name: widgets.test.egressproxy.io", "name: wrong.test.egressproxy.io", 1)
+	bad := strings.Replace(WidgetCRD, "name: widgets.test.egressproxy.io", "name: wrong.test.egressproxy.io", 1)
 	dir := t.TempDir()
 	start := time.Now()
-	cp, err := Start(t.Context(), Options{BinDir: bin, Dir: dir, CRDDirectories: []string{writeCRD(t, bad)}})
+	cp, err := Start(t.Context(), Options{BinDir: bin, Dir: dir, CRDDirectories: []string{WriteCRDs(t, bad)}})
 	if err == nil {
 		_ = cp.Stop()
 		t.Fatal("Start with an invalid CRD succeeded")

@@ -3,10 +3,47 @@ package controlplane
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
+
+// WidgetCRD is a CRD for tests of CRD installation: widgets.test.egressproxy.io,
+// a namespaced Widget v1 of any content (WidgetsResource).
+const WidgetCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.test.egressproxy.io
+spec:
+  group: test.egressproxy.io
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+`
+
+// WidgetsResource is the resource WidgetCRD serves.
+var WidgetsResource = schema.GroupVersionResource{Group: "test.egressproxy.io", Version: "v1", Resource: "widgets"}
+
+// WriteCRDs writes doc to a file in a new folder, for
+// Options.CRDDirectories, and returns the folder.
+func WriteCRDs(t testing.TB, doc string) string {
+	t.Helper()
+	d := t.TempDir()
+	if err := os.WriteFile(filepath.Join(d, "crd.yaml"), []byte(doc), 0o644); err != nil { //nolint:gosec // a CRD manifest, not secret.
+		t.Fatal(err)
+	}
+	return d
+}
 
 // ForTest starts a control plane for t and stops it when t ends
 // (t.Cleanup). It fails t, never skips it, when the binaries cannot be had

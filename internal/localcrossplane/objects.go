@@ -54,3 +54,30 @@ func DecodeYAML(doc string) ([]*unstructured.Unstructured, error) {
 func FunctionIP(pid int) string {
 	return fmt.Sprintf("127.%d.%d.9", 100+pid%100, (pid/100)%250+1)
 }
+
+// PodsProviderConfig is the YAML of the provider config "pods" that the
+// Configuration's standard class names: PodProxies in namespace, from
+// image (the provider's default Squid image when empty), under the
+// provider's own identity in the cluster (InjectedIdentity: the grant of
+// cluster/rbac/podproxy.yaml). It is the ClusterProviderConfig of
+// m.egressproxy.io for the namespaced kinds, or with legacy the
+// ProviderConfig of egressproxy.io for the cluster-scoped ones (claims).
+func PodsProviderConfig(legacy bool, namespace, image string) string {
+	apiVersion, kind := "m.egressproxy.io/v1alpha1", "ClusterProviderConfig"
+	if legacy {
+		apiVersion, kind = "egressproxy.io/v1alpha1", "ProviderConfig"
+	}
+	doc := fmt.Sprintf(`apiVersion: %s
+kind: %s
+metadata:
+  name: pods
+spec:
+  kubernetes:
+    credentials: {source: InjectedIdentity}
+    namespace: %s
+`, apiVersion, kind, namespace)
+	if image != "" {
+		doc += "    image: " + image + "\n"
+	}
+	return doc
+}

@@ -209,19 +209,12 @@ func cleanPath(p string) (string, error) {
 // Timestamps are set to the epoch.
 func DirLayer(dir string) (v1.Layer, error) {
 	var files []File
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
+	err := walkBelow(dir, func(p, rel string, _ fs.DirEntry) error {
 		info, err := os.Lstat(p)
 		if err != nil {
 			return err
 		}
-		f := File{Path: filepath.ToSlash(rel), Mode: info.Mode()}
+		f := File{Path: rel, Mode: info.Mode()}
 		f.UID, f.GID = owner(info)
 		switch t := info.Mode().Type(); {
 		case t == 0:
@@ -244,6 +237,22 @@ func DirLayer(dir string) (v1.Layer, error) {
 		return nil, fmt.Errorf("reading the root filesystem %s: %w", dir, err)
 	}
 	return Layer(files)
+}
+
+// walkBelow calls fn for every file and folder below dir (dir itself
+// left out), in lexical order, with its path and its path relative to dir
+// in slash form.
+func walkBelow(dir string, fn func(p, rel string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		return fn(p, filepath.ToSlash(rel), d)
+	})
 }
 
 func layerFromBytes(b []byte) (v1.Layer, error) {

@@ -69,15 +69,7 @@ func WriteOCIArchive(file, ref string, idx v1.ImageIndex) error {
 // tarDir writes the regular files and directories below dir as a tar.
 func tarDir(w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
+	err := walkBelow(dir, func(p, rel string, d fs.DirEntry) error {
 		if d.IsDir() {
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: epoch})
 		}

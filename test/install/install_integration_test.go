@@ -231,17 +231,7 @@ spec:
 
 	// A PodProxy on InjectedIdentity without the grant: the provider runs,
 	// the PodProxy says what is missing and how to fix it.
-	xpt.ApplyYAML(t, kube, `
-apiVersion: m.egressproxy.io/v1alpha1
-kind: ClusterProviderConfig
-metadata:
-  name: pods
-spec:
-  kubernetes:
-    namespace: `+proxyNS+`
-    credentials:
-      source: InjectedIdentity
----
+	xpt.ApplyYAML(t, kube, localcrossplane.PodsProviderConfig(false, proxyNS, "")+`---
 apiVersion: proxy.m.egressproxy.io/v1alpha1
 kind: PodProxy
 metadata:

@@ -161,17 +161,7 @@ spec:
 // gets Ready and its connection Secret in the claim's namespace.
 func legacyClaimReady(t *testing.T, kube client.Client) {
 	ctx := context.Background()
-	xpt.ApplyYAML(t, kube, `
-apiVersion: egressproxy.io/v1alpha1
-kind: ProviderConfig
-metadata:
-  name: pods
-spec:
-  kubernetes:
-    namespace: `+proxyNS+`
-    credentials:
-      source: InjectedIdentity
-`)
+	xpt.ApplyYAML(t, kube, localcrossplane.PodsProviderConfig(true, proxyNS, ""))
 	c := xpt.U("legacy.platform.egressproxy.io/v1alpha1", "EgressProxyClaim", "team-a", "orders")
 	c.Object["spec"] = map[string]any{"class": "standard", "allowedClientCIDRs": []any{"10.30.0.0/16"},
 		"writeConnectionSecretToRef": map[string]any{"name": "orders-proxy"}}

@@ -22,9 +22,9 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
 )
 
 const (
@@ -142,20 +142,11 @@ func untarBytes(t *testing.T, b []byte, gz bool) map[string][]byte {
 
 func decode(t *testing.T, b []byte) []*unstructured.Unstructured {
 	t.Helper()
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := d.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out
-			}
-			t.Fatal(err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
+	objs, err := localcrossplane.DecodeYAML(string(b))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return objs
 }
 
 // kinds lists "apiVersion kind name" of objects, sorted.
