@@ -27,6 +27,19 @@ func Condition(o *unstructured.Unstructured, typ string) (status, reasonMessage 
 	return "", ""
 }
 
+// Conditions is every condition of o as "Type=Status Reason: message",
+// joined by "; ": what a message about an object that is not there yet
+// shows.
+func Conditions(o *unstructured.Unstructured) string {
+	cs, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		out = append(out, fmt.Sprintf("%v=%v %v: %v", m["type"], m["status"], m["reason"], m["message"]))
+	}
+	return strings.Join(out, "; ")
+}
+
 // DecodeYAML is the objects of a YAML (or JSON) stream, empty documents
 // left out.
 func DecodeYAML(doc string) ([]*unstructured.Unstructured, error) {

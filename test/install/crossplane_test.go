@@ -341,7 +341,7 @@ func reinstalled(t *testing.T, kube client.Client, proxies []proxyAndInstances) 
 		if len(held) == 0 || time.Now().After(deadline) {
 			var revs []string
 			for _, r := range revisions(t, kube, "ProviderRevision", "pkg.crossplane.io/package", providerObj) {
-				revs = append(revs, r.GetName()+": "+allConditions(r))
+				revs = append(revs, r.GetName()+": "+localcrossplane.Conditions(r))
 			}
 			cfgs := &unstructured.UnstructuredList{}
 			cfgs.SetAPIVersion("m.egressproxy.io/v1alpha1")

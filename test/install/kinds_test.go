@@ -233,9 +233,9 @@ spec:
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(cfg), cfg); err != nil {
 			return false, err.Error()
 		}
-		seen = allConditions(cfg)
+		seen = localcrossplane.Conditions(cfg)
 		for _, r := range revisions(t, kube, "ConfigurationRevision", "pkg.crossplane.io/package", "configuration-broken") {
-			seen += " | revision " + r.GetName() + ": " + allConditions(r)
+			seen += " | revision " + r.GetName() + ": " + localcrossplane.Conditions(r)
 		}
 		st, m := localcrossplane.Condition(cfg, "Healthy")
 		return st == "False" && strings.Contains(m, `missing dependencies: "`+missing+`"`), seen
@@ -244,15 +244,4 @@ spec:
 	if err := kube.Delete(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// allConditions is every condition of o as "Type=Status Reason: message".
-func allConditions(o *unstructured.Unstructured) string {
-	cs, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
-	var out []string
-	for _, c := range cs {
-		m, _ := c.(map[string]any)
-		out = append(out, fmt.Sprintf("%v=%v %v: %v", m["type"], m["status"], m["reason"], m["message"]))
-	}
-	return strings.Join(out, "; ")
 }

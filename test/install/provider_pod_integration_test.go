@@ -16,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -62,19 +60,7 @@ func TestProviderPodIntegration(t *testing.T) {
 		Node:              &controlplane.NodeOptions{RegistryCAs: map[string][]byte{reg.Host: reg.CAPEM}},
 	})
 	t.Logf("FIGURE node Ready in %.1fs", cp.Node.ReadyIn.Seconds())
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{crossplaneNS, "team-a"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kube := xpt.Client(t, cp, crossplaneNS, "team-a")
 	for _, o := range []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: crossplaneNS, Name: "crossplane"}},
 		// What kube-controller-manager's root-ca-cert-publisher writes in

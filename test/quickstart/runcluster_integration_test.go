@@ -12,11 +12,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -92,19 +88,7 @@ func TestRunClusterIntegration(t *testing.T) {
 	t.Run("OutOfClusterWithoutCrossplane", func(t *testing.T) {
 		// No kube-controller-manager: nothing here needs one.
 		cp := controlplane.ForTest(t, controlplane.Options{})
-		s := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(s); err != nil {
-			t.Fatal(err)
-		}
-		kube, err := client.New(cp.Config, client.Options{Scheme: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ns := range []string{xpt.Namespace, "team-a"} {
-			if err := kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		kube := xpt.Client(t, cp, xpt.Namespace, "team-a")
 		m := startMakeRun(t, root, clusterEnv(t, cp.KubeconfigPath, ""))
 		out := m.waitFor(t, "make run to say there is no Crossplane", 20*time.Minute, "make run: no Crossplane in the cluster in KUBECONFIG="+cp.KubeconfigPath)
 		if !strings.Contains(out, "running the provider out of cluster") {

@@ -149,23 +149,12 @@ func Start(t testing.TB, o Options) *Cluster {
 	c := &Cluster{Tools: GetTools(t), Dir: t.TempDir()}
 	c.Registry, c.CAFile, c.Repo = Registry(t, c.Dir)
 	c.CP = controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(c.CoreBins, "crds")}, ControllerManager: true})
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	c.Kube = Client(t, c.CP, append([]string{Namespace}, o.Namespaces...)...)
 	var err error
-	if c.Kube, err = client.New(c.CP.Config, client.Options{Scheme: s}); err != nil {
-		t.Fatal(err)
-	}
 	if c.Clientset, err = kubernetes.NewForConfig(c.CP.Config); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, ns := range append([]string{Namespace}, o.Namespaces...) {
-		if err := c.Kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := c.Kube.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "crossplane"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +177,26 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// Client is an admin client of cp (client-go's scheme; unstructured
+// objects for the rest), after it made the namespaces.
+func Client(t testing.TB, cp *controlplane.ControlPlane, namespaces ...string) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range namespaces {
+		if err := kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kube
 }
 
 // Script runs hack/NAME with args (env added to this process's), its
