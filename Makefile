@@ -48,6 +48,7 @@ GOBUILD = GO=$(GO) bash hack/go-build.sh
 build: build-provider
 	$(GOBUILD) "make build: bin/local-control-plane" -o $(BIN)/local-control-plane ./cmd/local-control-plane
 
+# bin/provider alone (what make run runs out of cluster).
 .PHONY: build-provider
 build-provider:
 	$(GOBUILD) "make build: bin/provider" -ldflags '$(LDFLAGS)' -o $(BIN)/provider ./cmd/provider
