@@ -24,6 +24,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // The fault-injection suite of the KVM backend on the real libvirtd,
@@ -652,5 +653,63 @@ func TestIntegrationLibvirtFaults_connectionCutInTheMiddleOfACall(t *testing.T) 
 		e.checkRuns(tc.name, req.Name)
 		e.deleteAsTheController(liveRef(req))
 		e.checkGone(tc.name, req.Name)
+	}
+}
+
+// TestIntegrationLibvirtFaults_heldDomainJob holds the domain's job lock
+// as libvirt really holds it: the domain's QEMU is stopped (SIGSTOP) and
+// `virsh suspend` waits on its monitor with the job taken, so every other
+// call needing the job waits ("cannot acquire state change lock" after
+// libvirt's 30 s). The driver's Get needs no job and answers; its Delete
+// destroys the domain (libvirt kills QEMU and takes the job over) and
+// leaves nothing; the suspend fails. A Create of a held domain is never
+// needed: one that exists is only observed.
+func TestIntegrationLibvirtFaults_heldDomainJob(t *testing.T) {
+	e := newFaultEnv(t)
+	req := e.request("egp-hf-held")
+	e.reconcile(req)
+	pid, err := os.ReadFile("/run/libvirt/qemu/" + req.Name + ".pid")
+	if err != nil {
+		t.Fatalf("the domain's QEMU pid: %v", err)
+	}
+	qemu := strings.TrimSpace(string(pid))
+	if out, err := exec.Command("kill", "-STOP", qemu).CombinedOutput(); err != nil {
+		t.Fatalf("kill -STOP %s: %v: %s", qemu, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("kill", "-CONT", qemu).Run() })
+	var suspendOut bytes.Buffer
+	suspend := exec.Command("virsh", "-c", "qemu:///system", "suspend", req.Name)
+	suspend.Stdout, suspend.Stderr = &suspendOut, &suspendOut
+	if err := suspend.Start(); err != nil {
+		t.Fatal(err)
+	}
+	suspended := make(chan error, 1)
+	go func() { suspended <- suspend.Wait() }()
+	// The suspend holds the job once libvirt has written "stop" to QEMU's
+	// monitor, where it stays unread: the monitor socket's receive queue.
+	testenv.WaitFor(t, "virsh suspend to hold the domain's job", 30*time.Second, func() (bool, string) {
+		out, _ := exec.Command("ss", "-x", "-p").CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && strings.Contains(l, "monitor.sock") && strings.Contains(l, "pid="+qemu+",") && f[2] != "0" {
+				return true, l
+			}
+		}
+		return false, string(out)
+	})
+	for range 3 {
+		got, err := e.d.Get(context.Background(), liveRef(req))
+		if err != nil || got.State != proxy.StateProvisioning {
+			t.Fatalf("Get while the job is held = %+v, %v; want the booting domain", got, err)
+		}
+	}
+	select {
+	case err := <-suspended:
+		t.Fatalf("virsh suspend returned while QEMU was stopped (%v: %s): the job was never held", err, suspendOut.String())
+	default:
+	}
+	e.deleteAsTheController(liveRef(req))
+	e.checkGone("held job", req.Name)
+	if err := <-suspended; err == nil {
+		t.Errorf("virsh suspend of a domain deleted under it succeeded: %s", suspendOut.String())
 	}
 }
