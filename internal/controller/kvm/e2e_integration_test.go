@@ -15,11 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,19 +23,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
+	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/health"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 func TestMain(m *testing.M) {
@@ -95,7 +88,16 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	})
 
 	t0 = time.Now()
-	kube := startControllers(t)
+	// The KVMProxy controllers with the production binding (kvm.New, its
+	// real Connect) and the config health checks.
+	e := providerenv.Start(t, providerenv.Options{
+		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
+			return []external.Binding{kvm.New(mgr, kvm.Options{})}
+		},
+		InstallationID: "e2e", NotReadyPollInterval: 2 * time.Second, MaxConcurrentReconciles: 2,
+		Health: pcontroller.HealthOptions{Timeout: 30 * time.Second},
+	})
+	kube := e.Kube
 	phase("control plane and controllers", t0)
 
 	ctx := context.Background()
@@ -153,7 +155,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	// Every distinct Ready message on the way, so the log shows the
 	// download's percentages, the boot and the wait for Squid.
 	last := ""
-	waitFor(t, 15*time.Minute, "the KVMProxy to become Ready", func() (bool, string) {
+	testenv.WaitFor(t, "the KVMProxy to become Ready", 15*time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			return false, err.Error()
 		}
@@ -180,7 +182,6 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	if err != nil || proxyURL.User == nil {
 		t.Fatalf("connection secret url %q: %v", proxyURL.Redacted(), err)
 	}
-	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
 	var body string
 	name := meta.GetExternalName(p)
 	t.Cleanup(func() {
@@ -192,15 +193,13 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 			h.Purge(name)
 		}
 	})
-	waitFor(t, 2*time.Minute, "a request through the VM's squid", func() (bool, string) {
-		resp, err := c.Get("http://" + dest + "/")
+	testenv.WaitFor(t, "a request through the VM's squid", 2*time.Minute, func() (bool, string) {
+		r, err := testenv.TryGetThroughProxy(proxyURL.String(), "http://"+dest+"/")
 		if err != nil {
 			return false, err.Error()
 		}
-		defer func() { _ = resp.Body.Close() }()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-		return resp.StatusCode == http.StatusOK, resp.Status
+		body = r.Body
+		return r.Status == http.StatusOK, fmt.Sprint(r.Status, " ", r.SquidError)
 	})
 	if body != hello {
 		t.Errorf("body through the proxy = %q", body)
@@ -208,11 +207,8 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	// Without the password Squid says 407: the proxy is never open.
 	noAuth := *proxyURL
 	noAuth.User = nil
-	resp, err := (&http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&noAuth)}}).Get("http://" + dest + "/")
-	if err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
-		t.Errorf("request without credentials = %v, %v; want 407", resp, err)
-	} else {
-		_ = resp.Body.Close()
+	if r, err := testenv.TryGetThroughProxy(noAuth.String(), "http://"+dest+"/"); err != nil || r.Status != http.StatusProxyAuthRequired {
+		t.Errorf("request without credentials = %+v, %v; want 407", r, err)
 	}
 	phase("requests through squid", t0)
 
@@ -227,7 +223,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	if err := kube.Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Minute, "the proxy to serve on the new port", func() (bool, string) {
+	testenv.WaitFor(t, "the proxy to serve on the new port", 3*time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-e2e", Name: "e2e-proxy"}, conn); err != nil {
 			return false, err.Error()
 		}
@@ -236,13 +232,11 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 			_ = kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 			return false, fmt.Sprintf("url port %s; %s", u.Port(), p.GetCondition(xpv2.TypeSynced).Message)
 		}
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u)}}
-		resp, err := c.Get("http://" + dest + "/")
+		r, err := testenv.TryGetThroughProxy(u.String(), "http://"+dest+"/")
 		if err != nil {
 			return false, err.Error()
 		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
+		return r.Status == http.StatusOK, fmt.Sprint(r.Status, " ", r.SquidError)
 	})
 	phase("update in place", t0)
 
@@ -250,7 +244,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	if err := kube.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Minute, "the KVMProxy to be gone", func() (bool, string) {
+	testenv.WaitFor(t, "the KVMProxy to be gone", 3*time.Minute, func() (bool, string) {
 		err := kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 		return kerrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -264,57 +258,6 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 		}
 	}
 	phase("total", total)
-}
-
-// startControllers runs a real control plane and, in-process, the
-// KVMProxy controllers with the production binding (kvm.New, its real
-// Connect) and the config health checks.
-func startControllers(t *testing.T) client.Client {
-	t.Helper()
-	cp, s := testenv.Start(t, controlplane.Options{})
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := logging.NewNopLogger()
-	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		log = logging.NewLogrLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	}
-	features := &feature.Flags{}
-	features.Enable(feature.EnableBetaManagementPolicies)
-	o := external.Options{
-		Options: controller.Options{Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
-			MaxConcurrentReconciles: 2, Features: features},
-		InstallationID: "e2e", Namespace: "crossplane-system", NotReadyPollInterval: 2 * time.Second,
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}}); err != nil {
-		t.Fatal(err)
-	}
-	kind := kvm.New(mgr, kvm.Options{})
-	if err := kind.Setup(mgr, o, external.NewShared(mgr, o)); err != nil {
-		t.Fatal(err)
-	}
-	if err := health.Setup(mgr, health.Reconciler{
-		Kube:     mgr.GetClient(),
-		Configs:  external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: "e2e", Backends: []external.Backend{kind.Backend}},
-		Interval: time.Minute, Timeout: 30 * time.Second,
-	}, log, nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind); err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return kube
 }
 
 func serve(t *testing.T, addr string, h http.Handler) string {
@@ -342,9 +285,4 @@ func fileSHA256(t *testing.T, path string) (string, int64) {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	testenv.WaitFor(t, what, timeout, cond)
 }
