@@ -3,54 +3,35 @@ package pod_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
-	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
-	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
-	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const (
@@ -63,33 +44,16 @@ const (
 // and the Deployment controller), with the kubelet stand-in running a real
 // Squid per pod, and an HTTP server for the proxies to reach.
 type env struct {
-	kube     client.Client
-	kubelet  *kubelettest.Kubelet
+	*providerenv.Env
 	upstream string // http://<a test host's address>:<port>/
 	port     int32  // the upstream's port
 	// patience multiplies the waits: a real node pulls, starts and probes
 	// containers, on a machine other tests share.
 	patience int
-	// kubeconfig is the control plane's, for a team's own config.
-	kubeconfig []byte
 }
 
 // within is d, times the env's patience.
 func (e *env) within(d time.Duration) time.Duration { return d * time.Duration(max(e.patience, 1)) }
-
-// squidBinary fails (never skips) when CI is set and squid is missing.
-func squidBinary(t *testing.T) string {
-	t.Helper()
-	p, err := kubelettest.SquidPath("")
-	if err == nil {
-		return p
-	}
-	if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
-		t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
-	}
-	t.Skip(err.Error())
-	return ""
-}
 
 // noProxy is the connection Secrets' NO_PROXY: the default and what the
 // config "pods" adds.
@@ -102,30 +66,9 @@ func TestMain(m *testing.M) {
 
 func start(t *testing.T) *env {
 	t.Helper()
-	bin := squidBinary(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds")}, ControllerManager: true})
-	e, ctx := startProvider(t, cp)
-
-	klog := &testenv.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kubelet stand-in:\n%s", klog.String())
-		}
-	})
-	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: bin, Log: klog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(k.Stop)
-	e.kubelet = k
-
+	bin := providerenv.RequireSquid(t)
+	e := startProvider(t, controlplane.Options{ControllerManager: true}, 1)
+	e.StartKubelet(t, bin, "")
 	var port int
 	e.upstream, port = testenv.Upstream(t)
 	e.port = int32(port)
@@ -133,70 +76,18 @@ func start(t *testing.T) *env {
 	return e
 }
 
-// startProvider runs the provider's controllers on cp (until t ends) and
-// creates the namespaces the tests use. The returned context ends when t
-// does, before the manager is waited for.
-func startProvider(t *testing.T, cp *controlplane.ControlPlane) (*env, context.Context) {
+// startProvider runs the provider's controllers, every kind, on a control
+// plane with o (until t ends), with the waits patience times as long, and
+// creates the namespaces the tests use.
+func startProvider(t *testing.T, o controlplane.Options, patience int) *env {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	// As cmd/provider: Secrets uncached, the proxies' objects cached by
-	// their label only.
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme:  s,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Cache:   cache.Options{ByObject: kubernetes.CacheByObject()},
-		// The stand-in and the real-node tests each start a provider in
-		// this process: controller names repeat.
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log, rl := logging.NewNopLogger(), logr.Discard()
-	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		rl = zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
-		log = logging.NewLogrLogger(rl)
-	}
-	ctrl.SetLogger(rl)
-	features := &feature.Flags{}
-	features.Enable(feature.EnableBetaManagementPolicies)
-	if err := pcontroller.Setup(mgr, external.Options{
-		Options: controller.Options{
-			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
-			MaxConcurrentReconciles: 4, Features: features,
-		},
-		InstallationID: installation, Namespace: "crossplane-system",
+	return &env{patience: patience, Env: providerenv.Start(t, providerenv.Options{
+		ControlPlane: o, InstallationID: installation,
 		// Long: the watches, not the polls, must make the proxies Ready.
 		NotReadyPollInterval: 30 * time.Second,
-	}, pcontroller.HealthOptions{Interval: time.Minute, Timeout: 10 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	for _, ns := range []string{"crossplane-system", proxyNS, "team-a", "team-b"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return &env{kube: kube, kubeconfig: cp.Kubeconfig}, ctx
+		Namespaces:           []string{proxyNS, "team-a", "team-b"},
+		Timeout:              30 * time.Second * time.Duration(patience),
+	})}
 }
 
 // createConfigs creates the ProviderConfigs the tests use; image is the
@@ -216,7 +107,7 @@ func (e *env) createConfigs(t *testing.T, image string) {
 		// A namespaced config never uses the provider's own identity
 		// (refused at admission): the team's own kubeconfig, in its
 		// namespace.
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-kubeconfig", Namespace: "team-b"}, Data: map[string][]byte{"kubeconfig": e.kubeconfig}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-kubeconfig", Namespace: "team-b"}, Data: map[string][]byte{"kubeconfig": e.ControlPlane.Kubeconfig}},
 		&nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods", Namespace: "team-b"},
 			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
 				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Name: "team-kubeconfig", Key: "kubeconfig"}},
@@ -232,9 +123,7 @@ func (e *env) createConfigs(t *testing.T, image string) {
 				Hosts:        []spec.KVMHost{{Name: "beelink", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}},
 			}}}},
 	} {
-		if err := e.kube.Create(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
+		e.Create(t, o)
 	}
 }
 
@@ -242,72 +131,8 @@ func (e *env) createConfigs(t *testing.T, image string) {
 // its userinfo, if any) and returns the status and Squid's error code.
 func (e *env) get(t *testing.T, proxyURL string) (int, string) {
 	t.Helper()
-	u, err := url.Parse(proxyURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
-	resp, err := c.Get(e.upstream)
-	if err != nil {
-		t.Fatalf("GET %s through %s: %v", e.upstream, u.Redacted(), err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == http.StatusOK && string(body) != "hello from upstream" {
-		t.Errorf("body through the proxy = %q", body)
-	}
-	return resp.StatusCode, resp.Header.Get("X-Squid-Error")
-}
-
-func (e *env) condition(t *testing.T, mg resource.Managed, ct xpv2.ConditionType, status corev1.ConditionStatus, msg string) xpv2.Condition {
-	t.Helper()
-	var c xpv2.Condition
-	testenv.WaitFor(t, fmt.Sprintf("%s %s=%s %q", mg.GetName(), ct, status, msg), e.within(30*time.Second), func() (bool, string) {
-		if err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
-			return false, err.Error()
-		}
-		c = mg.GetCondition(ct)
-		return c.Status == status && strings.Contains(c.Message, msg), fmt.Sprintf("%s=%s %s %q", ct, c.Status, c.Reason, c.Message)
-	})
-	return c
-}
-
-// connection reads the connection Secret once its host differs from not
-// (a rollout gives the proxy a new pod, and so a new address).
-func (e *env) connection(t *testing.T, ns, name, not string) map[string]string {
-	t.Helper()
-	var out map[string]string
-	testenv.WaitFor(t, "connection Secret "+ns+"/"+name, e.within(30*time.Second), func() (bool, string) {
-		s := &corev1.Secret{}
-		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
-			return false, err.Error()
-		}
-		out = map[string]string{}
-		for k, v := range s.Data {
-			out[k] = string(v)
-		}
-		return out["url"] != "" && out["host"] != not, "host " + out["host"]
-	})
-	return out
-}
-
-// update changes a managed resource, retrying on conflicts.
-func (e *env) update(t *testing.T, mg client.Object, mutate func()) {
-	t.Helper()
-	for range 20 {
-		if err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg); err != nil {
-			t.Fatal(err)
-		}
-		mutate()
-		err := e.kube.Update(context.Background(), mg)
-		if err == nil {
-			return
-		}
-		if !kerrors.IsConflict(err) {
-			t.Fatal(err)
-		}
-	}
-	t.Fatal("too many conflicts")
+	r := testenv.GetThroughProxy(t, proxyURL, e.upstream)
+	return r.Status, r.SquidError
 }
 
 // objects lists what exists of the proxy with this MR UID: Deployment,
@@ -317,7 +142,7 @@ func (e *env) objects(t *testing.T, uid types.UID) []string {
 	sel := client.MatchingLabels{kubernetes.LabelUID: string(uid)}
 	var out []string
 	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{}, &appsv1.ReplicaSetList{}} {
-		if err := e.kube.List(context.Background(), l, sel); err != nil {
+		if err := e.Kube.List(context.Background(), l, sel); err != nil {
 			t.Fatal(err)
 		}
 		items, _ := apimeta.ExtractList(l)
@@ -329,28 +154,14 @@ func (e *env) objects(t *testing.T, uid types.UID) []string {
 	return out
 }
 
-// deleteAndWait deletes mg and waits until it is gone.
+// deleteAndWait deletes mg and waits until it is gone: a few seconds (the
+// Deployment goes in the foreground, after its pod, ReplicaSet and
+// Secret).
 func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 	t.Helper()
 	start := time.Now()
-	if err := e.kube.Delete(context.Background(), mg); err != nil {
-		t.Fatal(err)
-	}
-	e.gone(t, mg)
+	e.Delete(t, mg, func() string { return fmt.Sprint("objects ", e.objects(t, mg.GetUID())) })
 	return time.Since(start)
-}
-
-// gone waits until mg is deleted: a few seconds (the Deployment goes in
-// the foreground, after its pod, ReplicaSet and Secret), 20 s at most.
-func (e *env) gone(t *testing.T, mg resource.Managed) {
-	t.Helper()
-	testenv.WaitFor(t, mg.GetName()+" to be gone", e.within(20*time.Second), func() (bool, string) {
-		err := e.kube.Get(context.Background(), client.ObjectKeyFromObject(mg), mg)
-		if kerrors.IsNotFound(err) {
-			return true, ""
-		}
-		return false, fmt.Sprintf("%v; conditions %+v; objects %v", err, mg.GetCondition(xpv2.TypeSynced), e.objects(t, mg.GetUID()))
-	})
 }
 
 // checkObjects asserts the objects of a proxy: marked, owned by the
@@ -361,7 +172,7 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 	name := meta.GetExternalName(mg)
 	key := types.NamespacedName{Namespace: proxyNS, Name: name}
 	dep := &appsv1.Deployment{}
-	if err := e.kube.Get(ctx, key, dep); err != nil {
+	if err := e.Kube.Get(ctx, key, dep); err != nil {
 		t.Fatal(err)
 	}
 	wantLabels := map[string]string{
@@ -369,14 +180,14 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 		kubernetes.LabelUID: string(mg.GetUID()), kubernetes.LabelInstallation: installation,
 	}
 	sec := &corev1.Secret{}
-	if err := e.kube.Get(ctx, key, sec); err != nil {
+	if err := e.Kube.Get(ctx, key, sec); err != nil {
 		t.Fatal(err)
 	}
 	// The NetworkPolicy saying below Squid what Squid denies, and
 	// squid.conf denying the cluster's own networks: its ServiceCIDR (the
 	// control plane's default) and the API server's address.
 	np := &networkingv1.NetworkPolicy{}
-	if err := e.kube.Get(ctx, key, np); err != nil {
+	if err := e.Kube.Get(ctx, key, np); err != nil {
 		t.Fatalf("the proxy's NetworkPolicy: %v", err)
 	}
 	if fmt.Sprint(np.Spec.PolicyTypes) != "[Egress]" || len(np.Spec.Egress) != 2 {
@@ -389,7 +200,7 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 		}
 	}
 	svcCIDRs := &networkingv1.ServiceCIDRList{}
-	if err := e.kube.List(ctx, svcCIDRs); err != nil || len(svcCIDRs.Items) == 0 {
+	if err := e.Kube.List(ctx, svcCIDRs); err != nil || len(svcCIDRs.Items) == 0 {
 		t.Fatalf("ServiceCIDRs: %v (%d)", err, len(svcCIDRs.Items))
 	}
 	for _, c := range svcCIDRs.Items[0].Spec.CIDRs {
@@ -400,7 +211,7 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 	objs := []client.Object{dep, sec, np}
 	if service {
 		svc := &corev1.Service{}
-		if err := e.kube.Get(ctx, key, svc); err != nil {
+		if err := e.Kube.Get(ctx, key, svc); err != nil {
 			t.Fatal(err)
 		}
 		objs = append(objs, svc)
@@ -460,17 +271,17 @@ func TestPodProxyIntegration(t *testing.T) {
 			},
 		}
 		start := time.Now()
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		t.Logf("Ready %.2fs after creation", time.Since(start).Seconds())
 		obs := p.Status.AtProvider
 		name := meta.GetExternalName(p)
 		if obs.State != "Running" || !obs.ProxyReachable || obs.ID != proxyNS+"/"+name || !strings.HasPrefix(obs.IP, "127.") {
 			t.Errorf("status.atProvider = %+v", obs)
 		}
-		d := e.connection(t, "team-a", "payments-proxy", "")
+		d := e.ConnectionSecret(t, "team-a", "payments-proxy", "")
 		u := "http://" + obs.IP + ":3128"
 		if want := map[string]string{"url": u, "host": obs.IP, "port": "3128", "endpoint": obs.IP + ":3128",
 			"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u, "NO_PROXY": noProxy, "no_proxy": noProxy,
@@ -484,10 +295,10 @@ func TestPodProxyIntegration(t *testing.T) {
 
 		// Clients from 127.0.0.0/8 no longer allowed: the pod rolls out
 		// and the new Squid refuses them.
-		e.update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8"} })
+		e.Update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8"} })
 		mark := time.Now()
-		d2 := e.connection(t, "team-a", "payments-proxy", d["host"])
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		d2 := e.ConnectionSecret(t, "team-a", "payments-proxy", d["host"])
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		t.Logf("rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
 		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden || squidErr != "ERR_ACCESS_DENIED 0" {
 			t.Errorf("GET from 127.0.0.1 after excluding it = %d %q; want 403 ERR_ACCESS_DENIED", code, squidErr)
@@ -495,13 +306,13 @@ func TestPodProxyIntegration(t *testing.T) {
 
 		// Back in, with authentication: another rollout; the URL now holds
 		// the credentials, and a request without them is challenged.
-		e.update(t, p, func() {
+		e.Update(t, p, func() {
 			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"127.0.0.0/8"}
 			p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "payments"}
 		})
 		mark = time.Now()
-		d3 := e.connection(t, "team-a", "payments-proxy", d2["host"])
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		d3 := e.ConnectionSecret(t, "team-a", "payments-proxy", d2["host"])
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		t.Logf("rolled out to %s %.2fs after the change", d3["host"], time.Since(mark).Seconds())
 		if d3["username"] != "payments" || len(d3["password"]) != 32 ||
 			d3["url"] != fmt.Sprintf("http://payments:%s@%s:3128", d3["password"], d3["host"]) {
@@ -562,16 +373,16 @@ func TestPodProxyIntegration(t *testing.T) {
 				},
 			},
 		}
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		name := meta.GetExternalName(p)
 		svc := &corev1.Service{}
-		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: name}, svc); err != nil {
+		if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: name}, svc); err != nil {
 			t.Fatal(err)
 		}
-		d := e.connection(t, "crossplane-system", "shared-egress", "")
+		d := e.ConnectionSecret(t, "crossplane-system", "shared-egress", "")
 		dns := name + "." + proxyNS + ".svc"
 		ps := fmt.Sprint(port)
 		if d["host"] != dns || d["port"] != ps || d["endpoint"] != dns+":"+ps || d["username"] != "proxy" || d["password"] == "" ||
@@ -587,7 +398,7 @@ func TestPodProxyIntegration(t *testing.T) {
 		// own address proves the Squid behind it.
 		pod := p.Status.AtProvider.Details["pod"]
 		pods := &corev1.Pod{}
-		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: pod}, pods); err != nil {
+		if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: pod}, pods); err != nil {
 			t.Fatal(err)
 		}
 		viaPod := fmt.Sprintf("http://proxy:%s@%s", d["password"], net.JoinHostPort(pods.Status.PodIP, d["port"]))
@@ -605,10 +416,10 @@ func TestPodProxyIntegration(t *testing.T) {
 	t.Run("NamespacedProviderConfigOfItsOwnNamespace", func(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-b", "reports", "ProviderConfig", "team-pods")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		uid := p.GetUID()
 		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
 		if left := e.objects(t, uid); len(left) != 0 {
@@ -619,7 +430,7 @@ func TestPodProxyIntegration(t *testing.T) {
 	t.Run("DeletedRightAfterCreateLeavesNothing", func(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-b", "fleeting", "ProviderConfig", "team-pods")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		uid := p.GetUID()
@@ -642,12 +453,12 @@ func TestPodProxyIntegration(t *testing.T) {
 		t.Parallel()
 		const apiKey = "sk-S3NT1NEL-41c0e37d2f9a"
 		victim := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "billing-api"}, Data: map[string][]byte{"api-key": []byte(apiKey)}}
-		if err := e.kube.Create(ctx, victim); err != nil {
+		if err := e.Kube.Create(ctx, victim); err != nil {
 			t.Fatal(err)
 		}
 		snapshot := func() string {
 			s := &corev1.Secret{}
-			if err := e.kube.Get(ctx, client.ObjectKeyFromObject(victim), s); err != nil {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(victim), s); err != nil {
 				t.Fatalf("the victim Secret: %v", err)
 			}
 			return fmt.Sprintf("rv=%s labels=%v owners=%v data=%q", s.ResourceVersion, s.Labels, s.OwnerReferences, s.Data)
@@ -655,10 +466,10 @@ func TestPodProxyIntegration(t *testing.T) {
 		before := snapshot()
 		p := nsPodProxy("team-a", "thief", "ClusterProviderConfig", "pods")
 		meta.SetExternalName(p, "billing-api")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := e.condition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "Secret "+proxyNS+"/billing-api exists and was not created by provider-egressproxy for this proxy")
+		c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "Secret "+proxyNS+"/billing-api exists and was not created by provider-egressproxy for this proxy")
 		if strings.Contains(c.Message, apiKey) {
 			t.Errorf("the condition holds the victim's data: %s", c.Message)
 		}
@@ -674,15 +485,15 @@ func TestPodProxyIntegration(t *testing.T) {
 	t.Run("NamespacedProxyCannotUseAnotherNamespacesProviderConfig", func(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-a", "borrower", "ProviderConfig", "team-pods")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := e.condition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, `ProviderConfig "team-pods" in namespace "team-a" does not exist`)
+		c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, `ProviderConfig "team-pods" in namespace "team-a" does not exist`)
 		t.Logf("Synced: %s", c.Message)
 		if left := e.objects(t, p.GetUID()); len(left) != 0 {
 			t.Errorf("objects were created with another namespace's config: %v", left)
 		}
-		if err := e.kube.Delete(ctx, p); err != nil {
+		if err := e.Kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -690,12 +501,12 @@ func TestPodProxyIntegration(t *testing.T) {
 	t.Run("ConfigWithAnotherBackendsBlock", func(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-a", "confused", "ClusterProviderConfig", "home-kvm")
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := e.condition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "ClusterProviderConfig home-kvm holds a kvm block, but a PodProxy needs a config with a kubernetes block")
+		c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "ClusterProviderConfig home-kvm holds a kvm block, but a PodProxy needs a config with a kubernetes block")
 		t.Logf("Synced: %s", c.Message)
-		if err := e.kube.Delete(ctx, p); err != nil {
+		if err := e.Kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	})

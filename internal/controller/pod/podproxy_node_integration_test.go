@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,21 +48,12 @@ func startNode(t *testing.T) *nodeEnv {
 	t.Helper()
 	controlplane.RequireNode(t)
 	img := testenv.BuildSquidImage(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The control plane's Stop (ForTest fails t on its error) checks,
 	// still holding the machine's node lock, that the node left nothing
 	// behind (controlplane.Leftovers); after it another test's node may
 	// already run.
-	cp := controlplane.ForTest(t, controlplane.Options{
-		CRDDirectories: []string{filepath.Join(root, "package", "crds")},
-		Node:           &controlplane.NodeOptions{Images: []string{img.Tarball, img.CrashingTarball}},
-	})
-	e, _ := startProvider(t, cp)
-	e.patience = 4
-	n := cp.Node
+	e := startProvider(t, controlplane.Options{Node: &controlplane.NodeOptions{Images: []string{img.Tarball, img.CrashingTarball}}}, 4)
+	n := e.ControlPlane.Node
 	// Outside the cluster, where a real destination stands: a test host
 	// in TestNet, which pods reach through this machine's routing (not the
 	// pod network, a cluster network proxies are kept out of).
@@ -81,9 +71,7 @@ func startNode(t *testing.T) *nodeEnv {
 				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
 				Namespace:   proxyNS, Image: image,
 			}}}}
-		if err := e.kube.Create(context.Background(), c); err != nil {
-			t.Fatal(err)
-		}
+		e.Create(t, c)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -99,7 +87,7 @@ func startNode(t *testing.T) *nodeEnv {
 func (e *nodeEnv) pod(t *testing.T, mg interface{ GetName() string }, name string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{}
-	if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: proxyNS, Name: name}, p); err != nil {
+	if err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: proxyNS, Name: name}, p); err != nil {
 		t.Fatalf("pod %s of %s: %v", name, mg.GetName(), err)
 	}
 	return p
@@ -198,23 +186,23 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 			},
 		}
 		start := time.Now()
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		t.Logf("PodProxy create-to-Ready on a real pod: %.2fs", time.Since(start).Seconds())
 		obs := p.Status.AtProvider
 		ip, err := netip.ParseAddr(obs.IP)
 		if obs.State != "Running" || !obs.ProxyReachable || err != nil || !e.node.PodCIDR.Contains(ip) {
 			t.Errorf("status.atProvider = %+v; want Running, reachable, an IP in the pod network %s", obs, e.node.PodCIDR)
 		}
-		d := e.connection(t, "team-a", "payments-proxy", "")
+		d := e.ConnectionSecret(t, "team-a", "payments-proxy", "")
 		if d["url"] != "http://"+obs.IP+":3128" {
 			t.Errorf("connection Secret url %q; want http://%s:3128", d["url"], obs.IP)
 		}
 		if code, squidErr := e.get(t, d["url"]); code != http.StatusOK {
 			sec := &corev1.Secret{}
-			_ = e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}, sec)
+			_ = e.Kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}, sec)
 			t.Fatalf("GET %s through %s = %d %q; want 200; squid.conf:\n%s", e.upstream, d["url"], code, squidErr, sec.Data[kubernetes.KeySquidConf])
 		}
 		e.checkObjects(t, p, false)
@@ -222,10 +210,10 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 
 		// The bridge's clients no longer allowed: the pod rolls out, the
 		// old container goes, and the new Squid refuses them.
-		e.update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.99.0.0/16"} })
+		e.Update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.99.0.0/16"} })
 		mark := time.Now()
-		d2 := e.connection(t, "team-a", "payments-proxy", d["host"])
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		d2 := e.ConnectionSecret(t, "team-a", "payments-proxy", d["host"])
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		t.Logf("rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
 		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden || squidErr != "ERR_ACCESS_DENIED 0" {
 			t.Errorf("GET from %s after excluding it = %d %q; want 403 ERR_ACCESS_DENIED", e.node.Gateway, code, squidErr)
@@ -237,12 +225,12 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 
 		// Back in, with authentication: another rollout; the URL holds the
 		// credentials, a request without them is challenged.
-		e.update(t, p, func() {
+		e.Update(t, p, func() {
 			p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
 			p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "payments"}
 		})
-		d3 := e.connection(t, "team-a", "payments-proxy", d2["host"])
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		d3 := e.ConnectionSecret(t, "team-a", "payments-proxy", d2["host"])
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		if d3["username"] != "payments" || d3["url"] != fmt.Sprintf("http://payments:%s@%s:3128", d3["password"], d3["host"]) {
 			t.Errorf("connection Secret with auth: username %q, url with credentials %v", d3["username"], strings.Contains(d3["url"], d3["password"]))
 		}
@@ -289,16 +277,16 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 			},
 		}
 		start := time.Now()
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		e.condition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
 		t.Logf("PodProxy with a Service create-to-Ready on a real pod: %.2fs", time.Since(start).Seconds())
 		svc := &corev1.Service{}
-		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}, svc); err != nil {
+		if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}, svc); err != nil {
 			t.Fatal(err)
 		}
-		d := e.connection(t, "crossplane-system", "shared-egress", "")
+		d := e.ConnectionSecret(t, "crossplane-system", "shared-egress", "")
 		e.checkObjects(t, p, true)
 		e.checkContainer(t, e.pod(t, p, p.Status.AtProvider.Details["pod"]))
 		// The Secret names the Service by its DNS name, which this machine
@@ -327,10 +315,10 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-b", "unpullable", "ClusterProviderConfig", "broken-image")
 		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := e.condition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "ImagePull")
+		c := e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "ImagePull")
 		t.Logf("Ready: %s %s", c.Reason, c.Message)
 		if !strings.Contains(c.Message, "localhost/egressproxy/no-such-squid:1") {
 			t.Errorf("Ready message %q does not name the image", c.Message)
@@ -345,10 +333,10 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		t.Parallel()
 		p := nsPodProxy("team-b", "crashing", "ClusterProviderConfig", "crashing")
 		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
-		if err := e.kube.Create(ctx, p); err != nil {
+		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := e.condition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "CrashLoopBackOff")
+		c := e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionFalse, "CrashLoopBackOff")
 		t.Logf("Ready: %s %s", c.Reason, c.Message)
 		if !strings.Contains(c.Message, crashMessage) || !strings.Contains(c.Message, "last exit 1") {
 			t.Errorf("Ready message %q; want the container's last exit (1) and message %q", c.Message, crashMessage)

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -353,4 +354,43 @@ func (e *Env) WaitEvent(t testing.TB, namespace, name, typ, reason, msgPrefix st
 		}
 		return false, strings.Join(seen, "; ")
 	})
+}
+
+// RequireSquid returns the path of the squid binary (see
+// kubelettest.SquidPath); without one the test skips, or fails under CI
+// or with EGRESSPROXY_REQUIRE_SQUID=1.
+func RequireSquid(t testing.TB) string {
+	t.Helper()
+	p, err := kubelettest.SquidPath("")
+	if err == nil {
+		return p
+	}
+	if testenv.CI() || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
+		t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
+	}
+	t.Skip(err.Error())
+	return ""
+}
+
+// StartKubelet runs the kubelet stand-in on the Env's control plane until
+// t ends: every pod of the cluster runs as a real squid process (squid,
+// from RequireSquid), its files in dir ("" for a folder of its own). What
+// the stand-in logs is shown when t fails.
+func (e *Env) StartKubelet(t testing.TB, squid, dir string) *kubelettest.Kubelet {
+	t.Helper()
+	klog := &testenv.Buffer{}
+	k, err := kubelettest.New(e.ControlPlane.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: squid, Log: klog, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Run(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k.Stop()
+		if t.Failed() {
+			t.Logf("kubelet stand-in:\n%s", klog.String())
+		}
+	})
+	return k
 }
