@@ -397,6 +397,17 @@ func (c *ControlPlane) PIDs() map[string]int {
 	return m
 }
 
+// StartControllerManager starts kube-controller-manager, as
+// Options.ControllerManager does, on a control plane started without it:
+// for a test whose CRDs are made after the start (the garbage collector
+// finds those only on its 30 s discovery resync). Stop stops it.
+func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
+	if c.kcm != nil {
+		return errors.New("kube-controller-manager runs already")
+	}
+	return c.startControllerManager(ctx, c.Node != nil)
+}
+
 func (c *ControlPlane) startControllerManager(ctx context.Context, node bool) error {
 	controllers := kcmControllers
 	if node {

@@ -8,10 +8,8 @@ package compositions_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,43 +17,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
-	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
-	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
-	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const proxyNS = "egress-proxies"
@@ -70,28 +51,14 @@ var (
 
 // env is everything running for the test.
 type env struct {
-	kube     client.Client
-	cfg      *rest.Config
-	upstream string // http://<a non-loopback address of this machine>:<port>/
+	*providerenv.Env
+	upstream string // http://<a test host's address>:<port>/
 	port     int64
-}
-
-func requireSquid(t testing.TB) string {
-	t.Helper()
-	p, err := kubelettest.SquidPath("")
-	if err == nil {
-		return p
-	}
-	if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
-		t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
-	}
-	t.Skip(err.Error())
-	return ""
 }
 
 func start(t testing.TB) *env {
 	t.Helper()
-	squid := requireSquid(t)
+	squid := providerenv.RequireSquid(t)
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -99,29 +66,18 @@ func start(t testing.TB) *env {
 	bins := crossplaneBins(t, root)
 	dir := t.TempDir()
 	t0 := time.Now()
-	// Crossplane's CRDs are installed (and established) with the
-	// provider's: `core init` applies them again, but its client's REST
-	// mapper may otherwise not know them yet when it writes the Lock.
-	cp := controlplane.ForTest(t, controlplane.Options{CRDDirectories: []string{filepath.Join(root, "package", "crds"), filepath.Join(bins, "crds")}})
-
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	for _, ns := range []string{"crossplane-system", proxyNS, "team-a", "team-b", "team-c"} {
-		if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The provider's controllers, every kind, as cmd/provider sets them up.
+	pe := providerenv.Start(t, providerenv.Options{
+		// Crossplane's CRDs are installed (and established) with the
+		// provider's: `core init` applies them again, but its client's REST
+		// mapper may otherwise not know them yet when it writes the Lock.
+		ControlPlane:   controlplane.Options{CRDDirectories: []string{filepath.Join(bins, "crds")}},
+		InstallationID: "compositions", NotReadyPollInterval: 30 * time.Second,
+		Namespaces: []string{proxyNS, "team-a", "team-b", "team-c"},
+		// The connection Secrets come through Crossplane and the function.
+		Timeout: 60 * time.Second,
+	})
+	cp, kube, ctx := pe.ControlPlane, pe.Kube, pe.Ctx
 
 	xp := startCrossplane(t, kube, bins, cp.KubeconfigPath, dir)
 	xp.serveFunction(t, kube, "function-egressproxy")
@@ -154,7 +110,14 @@ func start(t testing.TB) *env {
 		}
 		return ok, strings.Join(seen, ", ")
 	})
-	startControllerManager(t, cp, dir)
+	// kube-controller-manager (garbage collector, namespace, Deployment and
+	// ReplicaSet controllers) once the composite resources' CRDs exist:
+	// the garbage collector watches the kinds it knows at start and finds
+	// new ones only on a 30 s rediscovery, and it must see a composite's
+	// deletion to cascade it to the composed resources.
+	if err := cp.StartControllerManager(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	block := &spec.KubernetesConfig{Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}, Namespace: proxyNS}
 	for _, o := range []client.Object{
@@ -163,14 +126,9 @@ func start(t testing.TB) *env {
 		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block}}},
 	} {
-		if err := kube.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
+		pe.Create(t, o)
 	}
 
-	startProvider(ctx, t, cp.Config, s)
-
-	klog := &testenv.Buffer{}
 	// Squid's files, kept until the end for its logs. Not under
 	// t.TempDir(), whose 0700 folders Squid's unprivileged user (reading
 	// htpasswd) cannot enter.
@@ -179,74 +137,21 @@ func start(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(kdir) })
-	k, err := kubelettest.New(cp.Config, kubelettest.Options{Mode: kubelettest.Squid, SquidPath: squid, Log: klog, Dir: kdir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	pe.StartKubelet(t, squid, kdir)
 	t.Cleanup(func() {
-		k.Stop()
 		if t.Failed() {
-			t.Logf("kubelet stand-in:\n%s", klog.String())
 			logs, _ := filepath.Glob(filepath.Join(kdir, "*", "squid.log"))
 			for _, l := range logs {
 				t.Logf("%s:\n%s", l, tailFile(l, 30))
 			}
 		}
 	})
-	e := &env{kube: kube, cfg: cp.Config}
+	e := &env{Env: pe}
 	var port int
 	e.upstream, port = testenv.Upstream(t)
 	e.port = int64(port)
 	t.Logf("everything up %.1fs after the start", time.Since(t0).Seconds())
 	return e
-}
-
-// startProvider runs the provider's controllers in this process, as
-// cmd/provider sets them up.
-func startProvider(ctx context.Context, t testing.TB, cfg *rest.Config, s *runtime.Scheme) {
-	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  s,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Cache:   cache.Options{ByObject: kubernetes.CacheByObject()},
-		// BenchmarkClaimToReady starts the stack once per b.N round in
-		// this process: the controllers' metric names repeat.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log, rl := logging.NewNopLogger(), logr.Discard()
-	if os.Getenv("EGRESSPROXY_TEST_LOG") != "" {
-		rl = zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
-		log = logging.NewLogrLogger(rl)
-	}
-	ctrl.SetLogger(rl)
-	features := &feature.Flags{}
-	features.Enable(feature.EnableBetaManagementPolicies)
-	if err := pcontroller.Setup(mgr, external.Options{
-		Options: controller.Options{
-			Logger: log, GlobalRateLimiter: ratelimiter.NewGlobal(100), PollInterval: time.Minute,
-			MaxConcurrentReconciles: 4, Features: features,
-		},
-		InstallationID: "compositions", Namespace: "crossplane-system",
-		NotReadyPollInterval: 30 * time.Second,
-	}, pcontroller.HealthOptions{Interval: time.Minute, Timeout: 10 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("provider manager: %v", err)
-		}
-	})
 }
 
 // TestCompositionsIntegration: an application team's namespaced
@@ -261,7 +166,7 @@ func TestCompositionsIntegration(t *testing.T) {
 	// Crossplane made of the XRDs, `kubectl get egressproxy` must be the
 	// XR, and `kubectl get egress` every kind of the provider and the XRs.
 	t.Run("KubectlNames", func(t *testing.T) {
-		dc, err := discovery.NewDiscoveryClientForConfig(e.cfg)
+		dc, err := discovery.NewDiscoveryClientForConfig(e.ControlPlane.Config)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,8 +210,8 @@ func TestCompositionsIntegration(t *testing.T) {
 		if ref := mr.GetOwnerReferences(); len(ref) != 1 || ref[0].UID != xr.GetUID() {
 			t.Errorf("PodProxy owners %v; want the EgressProxy", ref)
 		}
-		d := e.secret(t, "team-a", "payments-proxy", "")
-		e.secret(t, "team-a", "payments-backend", "") // the PodProxy's own, read by the function
+		d := e.ConnectionSecret(t, "team-a", "payments-proxy", "")
+		e.ConnectionSecret(t, "team-a", "payments-backend", "") // the PodProxy's own, read by the function
 		if d["url"] != "http://"+d["host"]+":3128" || d["username"] != "" {
 			t.Errorf("connection Secret %v; want url http://host:3128 and no credentials", d)
 		}
@@ -323,7 +228,7 @@ func TestCompositionsIntegration(t *testing.T) {
 			left := e.leftovers(t, "team-a", "payments-proxy", gvkPodNS, "team-a", "payments")
 			// The PodProxy's own connection Secret, which the function
 			// reads, goes with it.
-			if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "payments-backend"}, &corev1.Secret{}); err == nil {
+			if err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "payments-backend"}, &corev1.Secret{}); err == nil {
 				left = append(left, "Secret team-a/payments-backend")
 			}
 			return left
@@ -402,10 +307,10 @@ func TestCompositionsIntegration(t *testing.T) {
 		if c := condition(mr, "Ready"); c != "True" {
 			t.Errorf("PodProxy %s Ready=%s", xrName, c)
 		}
-		d := e.secret(t, "team-b", "orders-proxy", "")
+		d := e.ConnectionSecret(t, "team-b", "orders-proxy", "")
 		// Where it came from: the PodProxy's and the composite's Secrets.
-		e.secret(t, "crossplane-system", xrUID+"-backend", "")
-		e.secret(t, "crossplane-system", xrUID, "")
+		e.ConnectionSecret(t, "crossplane-system", xrUID+"-backend", "")
+		e.ConnectionSecret(t, "crossplane-system", xrUID, "")
 		checkProxyKeys(t, "the claim's connection Secret", d)
 		if d["url"] != "http://"+d["host"]+":3128" {
 			t.Errorf("claim's connection Secret %v; want url http://host:3128", d)
@@ -417,9 +322,9 @@ func TestCompositionsIntegration(t *testing.T) {
 		// The team turns authentication on: the change goes from the
 		// claim to the composite, the function, the PodProxy, a new pod,
 		// and back as credentials in the claim's Secret.
-		e.update(t, claim, func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, true, "spec", "auth") })
+		e.Update(t, claim, func() { _ = unstructured.SetNestedField(claim.Object, true, "spec", "auth") })
 		mark := time.Now()
-		d2 := e.secret(t, "team-b", "orders-proxy", d["host"])
+		d2 := e.ConnectionSecret(t, "team-b", "orders-proxy", d["host"])
 		e.ready(t, claim, 60*time.Second)
 		t.Logf("auth rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
 		if d2["username"] == "" || len(d2["password"]) < 16 || d2["url"] != fmt.Sprintf("http://%s:%s@%s:3128", d2["username"], d2["password"], d2["host"]) {
@@ -442,7 +347,7 @@ func TestCompositionsIntegration(t *testing.T) {
 			// The composite's and the PodProxy's connection Secrets in
 			// crossplane-system.
 			for _, n := range []string{xrUID, xrUID + "-backend"} {
-				if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: "crossplane-system", Name: n}, &corev1.Secret{}); err == nil {
+				if err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: "crossplane-system", Name: n}, &corev1.Secret{}); err == nil {
 					left = append(left, "Secret crossplane-system/"+n)
 				}
 			}
@@ -475,7 +380,7 @@ func newObject(gvk schema.GroupVersionKind, ns, name string, specm map[string]an
 
 func (e *env) create(t testing.TB, u *unstructured.Unstructured) {
 	t.Helper()
-	if err := e.kube.Create(context.Background(), u); err != nil {
+	if err := e.Kube.Create(context.Background(), u); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -483,7 +388,7 @@ func (e *env) create(t testing.TB, u *unstructured.Unstructured) {
 func (e *env) tryGet(gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
-	err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, u)
+	err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, u)
 	return u, err
 }
 
@@ -543,42 +448,6 @@ func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Dur
 	})
 }
 
-// secret reads a connection Secret once it has a URL and its host differs
-// from not (a rollout gives the proxy a new pod, and so a new address).
-func (e *env) secret(t testing.TB, ns, name, not string) map[string]string {
-	t.Helper()
-	var out map[string]string
-	testenv.WaitFor(t, "Secret "+ns+"/"+name, 60*time.Second, func() (bool, string) {
-		s := &corev1.Secret{}
-		if err := e.kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
-			return false, err.Error()
-		}
-		out = map[string]string{}
-		for k, v := range s.Data {
-			out[k] = string(v)
-		}
-		return out["url"] != "" && out["host"] != not, "host " + out["host"]
-	})
-	return out
-}
-
-func (e *env) update(t testing.TB, u *unstructured.Unstructured, mutate func(*unstructured.Unstructured)) {
-	t.Helper()
-	for range 20 {
-		got := e.get(t, u.GroupVersionKind(), u.GetNamespace(), u.GetName())
-		mutate(got)
-		err := e.kube.Update(context.Background(), got)
-		if err == nil {
-			u.Object = got.Object
-			return
-		}
-		if !kerrors.IsConflict(err) {
-			t.Fatal(err)
-		}
-	}
-	t.Fatal("too many conflicts")
-}
-
 // deleteAndWait deletes u, no sooner than minAge after its creation (see
 // internal/controller/pod's deleteAndWait: the provider's creation grace
 // period), and waits until it is gone.
@@ -587,7 +456,7 @@ func (e *env) deleteAndWait(t testing.TB, u *unstructured.Unstructured, minAge t
 	if wait := time.Until(u.GetCreationTimestamp().Add(minAge)); wait > 0 {
 		time.Sleep(wait)
 	}
-	if err := e.kube.Delete(context.Background(), u); err != nil {
+	if err := e.Kube.Delete(context.Background(), u); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, u.GetKind()+" "+u.GetName()+" to be gone", 90*time.Second, func() (bool, string) {
@@ -609,14 +478,14 @@ func (e *env) leftovers(t testing.TB, secretNS, secret string, gvk schema.GroupV
 	t.Helper()
 	ctx := context.Background()
 	var left []string
-	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: secret}, &corev1.Secret{}); err == nil {
+	if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: secret}, &corev1.Secret{}); err == nil {
 		left = append(left, "Secret "+secretNS+"/"+secret)
 	}
 	if mr, err := e.tryGet(gvk, ns, name); err == nil {
 		left = append(left, fmt.Sprintf("%s %s (%s)", gvk.Kind, name, conditions(mr)))
 	}
 	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.SecretList{}} {
-		if err := e.kube.List(ctx, l, client.InNamespace(proxyNS), client.HasLabels{kubernetes.LabelUID}); err != nil {
+		if err := e.Kube.List(ctx, l, client.InNamespace(proxyNS), client.HasLabels{kubernetes.LabelUID}); err != nil {
 			t.Fatal(err)
 		}
 		switch l := l.(type) {
@@ -655,31 +524,6 @@ func (e *env) gone(t testing.TB, what string, left func() []string) {
 // its userinfo, if any) and returns the status and Squid's error code.
 func (e *env) request(t testing.TB, proxyURL string) (int, string) {
 	t.Helper()
-	u, err := url.Parse(proxyURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
-	// A connection error (not a refusal, which is a status) is retried
-	// for a few seconds and logged: once, on a loaded machine, both
-	// proxies' first requests got EOF right after Ready.
-	var resp *http.Response
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err = c.Get(e.upstream)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s through %s: %v", e.upstream, u.Redacted(), err)
-		}
-		t.Logf("GET %s through %s: %v; retrying", e.upstream, u.Redacted(), err)
-		time.Sleep(500 * time.Millisecond)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == http.StatusOK && string(body) != "hello from upstream" {
-		t.Errorf("body through the proxy = %q", body)
-	}
-	return resp.StatusCode, resp.Header.Get("X-Squid-Error")
+	r := testenv.GetThroughProxy(t, proxyURL, e.upstream)
+	return r.Status, r.SquidError
 }

@@ -36,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/function"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
 
 // EnvCrossplaneBin names a folder holding crossplane (core v2.4.0) and
@@ -334,19 +333,4 @@ func applyFile(t testing.TB, kube client.Client, path string) []*unstructured.Un
 		}
 		out = append(out, u)
 	}
-}
-
-// startControllerManager runs kube-controller-manager (garbage collector,
-// namespace, Deployment and ReplicaSet controllers) once the composite
-// resources' CRDs exist: the garbage collector watches the kinds it knows
-// at start and finds new ones only on a 30 s rediscovery, and it must see
-// a composite's deletion to cascade it to the composed resources.
-func startControllerManager(t testing.TB, cp *controlplane.ControlPlane, dir string) {
-	t.Helper()
-	startProcess(t, "kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), nil,
-		filepath.Join(cp.BinDir, "kube-controller-manager"),
-		"--kubeconfig="+cp.KubeconfigPath,
-		"--controllers=garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller",
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
-	)
 }
