@@ -2,7 +2,6 @@ package telemetry_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -27,11 +26,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kvmtest.Down()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, kvmtest.Down) }
 
 // requestSpan tells a backend's request spans (made by the decorator on
 // its connections) from its driver spans (<backend>.<Method>, made by

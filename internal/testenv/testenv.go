@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -134,4 +135,17 @@ func FreePort(t testing.TB) int32 {
 	}
 	defer func() { _ = l.Close() }()
 	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert,gosec // A TCP listener's port fits.
+}
+
+// Main is the TestMain of an integration test package: the test binary
+// serves as the Go client of FetchWithEnv when started as one, else it
+// runs the tests, then after (the teardown of what the package's tests
+// share, such as kvmtest.Down), and exits with the tests' status.
+func Main(m *testing.M, after ...func()) {
+	ServeFetch()
+	code := m.Run()
+	for _, f := range after {
+		f()
+	}
+	os.Exit(code)
 }

@@ -35,11 +35,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kvmtest.Down()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, kvmtest.Down) }
 
 // TestIntegrationKVMProxyEndToEnd is the real path: a Debian guest image
 // built by hack/guest-image.sh and served over HTTP on loopback as the

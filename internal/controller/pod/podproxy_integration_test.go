@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,10 +58,7 @@ func (e *env) within(d time.Duration) time.Duration { return d * time.Duration(m
 // config "pods" adds.
 const noProxy = "localhost,127.0.0.1,::1,.svc,.cluster.local,.corp.example"
 
-func TestMain(m *testing.M) {
-	testenv.ServeFetch() // the Go client of testenv.FetchWithEnv
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.Main(m) } // and the Go client of testenv.FetchWithEnv
 
 func start(t *testing.T) *env {
 	t.Helper()
