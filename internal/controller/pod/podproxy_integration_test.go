@@ -160,6 +160,30 @@ func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 	return time.Since(start)
 }
 
+// deleteLeavingNothing deletes mg, waits until it is gone and fails t if
+// any of its objects remain.
+func (e *env) deleteLeavingNothing(t *testing.T, mg resource.Managed) {
+	t.Helper()
+	uid := mg.GetUID()
+	t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, mg).Seconds())
+	if left := e.objects(t, uid); len(left) != 0 {
+		t.Errorf("after the PodProxy is gone, these remain: %v", left)
+	}
+}
+
+// checkChallenged asserts that the proxy of the connection Secret d
+// challenges a request without credentials and one with a wrong password.
+func (e *env) checkChallenged(t *testing.T, d map[string]string) {
+	t.Helper()
+	addr := net.JoinHostPort(d["host"], d["port"])
+	if code, _ := e.get(t, "http://"+addr); code != http.StatusProxyAuthRequired {
+		t.Errorf("GET without credentials = %d; want 407", code)
+	}
+	if code, _ := e.get(t, fmt.Sprintf("http://%s:not-the-password@%s", d["username"], addr)); code != http.StatusProxyAuthRequired {
+		t.Errorf("GET with a wrong password = %d; want 407", code)
+	}
+}
+
 // checkObjects asserts the objects of a proxy: marked, owned by the
 // Deployment, and the pod running the Secret's configuration.
 func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
@@ -326,19 +350,9 @@ func TestPodProxyIntegration(t *testing.T) {
 					f.Client, f.Status, f.Body, f.Remote, d3["endpoint"])
 			}
 		}
-		if code, _ := e.get(t, "http://"+net.JoinHostPort(d3["host"], d3["port"])); code != http.StatusProxyAuthRequired {
-			t.Errorf("GET without credentials = %d; want 407", code)
-		}
-		wrong := fmt.Sprintf("http://payments:%s@%s", "not-the-password", net.JoinHostPort(d3["host"], d3["port"]))
-		if code, _ := e.get(t, wrong); code != http.StatusProxyAuthRequired {
-			t.Errorf("GET with a wrong password = %d; want 407", code)
-		}
+		e.checkChallenged(t, d3)
 
-		uid := p.GetUID()
-		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		if left := e.objects(t, uid); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 		testenv.WaitFor(t, "the stand-in to stop the proxy's Squid", 10*time.Second, func() (bool, string) {
 			conn, err := (&net.Dialer{Timeout: time.Second}).Dial("tcp", net.JoinHostPort(d3["host"], d3["port"]))
 			if err == nil {
@@ -402,11 +416,7 @@ func TestPodProxyIntegration(t *testing.T) {
 			t.Errorf("GET through the pod behind the Service = %d; want 200", code)
 		}
 
-		uid := p.GetUID()
-		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		if left := e.objects(t, uid); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 	})
 
 	t.Run("NamespacedProviderConfigOfItsOwnNamespace", func(t *testing.T) {
@@ -416,11 +426,7 @@ func TestPodProxyIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
-		uid := p.GetUID()
-		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		if left := e.objects(t, uid); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 	})
 
 	t.Run("DeletedRightAfterCreateLeavesNothing", func(t *testing.T) {

@@ -237,19 +237,10 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		if code, _ := e.get(t, d3["url"]); code != http.StatusOK {
 			t.Errorf("GET with the connection Secret's credentials = %d; want 200", code)
 		}
-		if code, _ := e.get(t, "http://"+net.JoinHostPort(d3["host"], d3["port"])); code != http.StatusProxyAuthRequired {
-			t.Errorf("GET without credentials = %d; want 407", code)
-		}
-		if code, _ := e.get(t, fmt.Sprintf("http://payments:not-the-password@%s", net.JoinHostPort(d3["host"], d3["port"]))); code != http.StatusProxyAuthRequired {
-			t.Errorf("GET with a wrong password = %d; want 407", code)
-		}
+		e.checkChallenged(t, d3)
 		last := e.checkContainer(t, e.pod(t, p, p.Status.AtProvider.Details["pod"]))
 
-		uid := p.GetUID()
-		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		if left := e.objects(t, uid); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 		e.closed(t, net.JoinHostPort(d3["host"], d3["port"]))
 		if pid := e.taskPID(t, last); pid != 0 {
 			t.Errorf("the container of the deleted proxy still runs (pid %d)", pid)
@@ -304,11 +295,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		if code, _ := e.get(t, viaService); code != http.StatusOK {
 			t.Errorf("GET through the Service's cluster IP = %d; want 200", code)
 		}
-		uid := p.GetUID()
-		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		if left := e.objects(t, uid); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 	})
 
 	t.Run("ImageThatCannotBePulled", func(t *testing.T) {
@@ -323,10 +310,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		if !strings.Contains(c.Message, "localhost/egressproxy/no-such-squid:1") {
 			t.Errorf("Ready message %q does not name the image", c.Message)
 		}
-		e.deleteAndWait(t, p)
-		if left := e.objects(t, p.GetUID()); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 	})
 
 	t.Run("CrashLoopingContainer", func(t *testing.T) {
@@ -341,9 +325,6 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		if !strings.Contains(c.Message, crashMessage) || !strings.Contains(c.Message, "last exit 1") {
 			t.Errorf("Ready message %q; want the container's last exit (1) and message %q", c.Message, crashMessage)
 		}
-		e.deleteAndWait(t, p)
-		if left := e.objects(t, p.GetUID()); len(left) != 0 {
-			t.Errorf("after the PodProxy is gone, these remain: %v", left)
-		}
+		e.deleteLeavingNothing(t, p)
 	})
 }
