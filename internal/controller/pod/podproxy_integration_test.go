@@ -277,19 +277,7 @@ func TestPodProxyIntegration(t *testing.T) {
 
 	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
 		t.Parallel()
-		p := &nsproxy.PodProxy{
-			ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
-			Spec: nsproxy.PodProxySpec{
-				ManagedResourceSpec: xpv2.ManagedResourceSpec{
-					ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "pods"},
-					WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
-				},
-				ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{
-					AllowedClientCIDRs: []string{"127.0.0.0/8"},
-					AllowedPorts:       []int32{443, e.port},
-				}},
-			},
-		}
+		p := e.payments("127.0.0.0/8")
 		start := time.Now()
 		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -512,6 +500,25 @@ func TestPodProxyIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// payments is the namespaced PodProxy team-a/payments of the "pods"
+// config, publishing its connection Secret payments-proxy, for clients
+// from clients, to ports 443 and the upstream's.
+func (e *env) payments(clients string) *nsproxy.PodProxy {
+	return &nsproxy.PodProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
+		Spec: nsproxy.PodProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "pods"},
+				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
+			},
+			ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{
+				AllowedClientCIDRs: []string{clients},
+				AllowedPorts:       []int32{443, e.port},
+			}},
+		},
+	}
 }
 
 func nsPodProxy(ns, name, kind, config string) *nsproxy.PodProxy {

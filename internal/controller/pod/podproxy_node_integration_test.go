@@ -23,7 +23,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
-	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
@@ -172,19 +171,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 
 	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
 		t.Parallel()
-		p := &nsproxy.PodProxy{
-			ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
-			Spec: nsproxy.PodProxySpec{
-				ManagedResourceSpec: xpv2.ManagedResourceSpec{
-					ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "pods"},
-					WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
-				},
-				ForProvider: spec.PodProxyParameters{Proxy: spec.ProxySettings{
-					AllowedClientCIDRs: []string{e.clients},
-					AllowedPorts:       []int32{443, e.port},
-				}},
-			},
-		}
+		p := e.payments(e.clients)
 		start := time.Now()
 		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
