@@ -34,6 +34,8 @@ import (
 //     Crossplane made).
 //   - RefusesASecondInstall: make run again is refused, naming the
 //     installed Provider.
+//   - UnreachableCluster: KUBECONFIG names a server that does not answer;
+//     make run says so and stops.
 //   - OutOfClusterWithoutCrossplane: a plain control plane. make run says
 //     there is no Crossplane, applies the CRDs and runs the provider as a
 //     process here; a ProxmoxProxy turns Ready through it. Then SIGINT, as
@@ -84,6 +86,28 @@ func TestRunClusterIntegration(t *testing.T) {
 	if !installed {
 		t.Log("InstallsIntoCrossplane failed; OutOfClusterWithoutCrossplane runs anyway")
 	}
+
+	// A KUBECONFIG whose server does not answer: make run says so and
+	// stops, rather than taking it for a cluster without Crossplane.
+	t.Run("UnreachableCluster", func(t *testing.T) {
+		kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: not-a-secret}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out := makeRunOnce(t, root, clusterEnv(t, kubeconfig, ""), false)
+		if want := "runcluster: cannot reach the cluster in KUBECONFIG=" + kubeconfig; !strings.Contains(out, want) {
+			t.Errorf("make run at an unreachable cluster printed no %q:\n%s", want, out)
+		}
+		if strings.Contains(out, "no Crossplane") {
+			t.Errorf("make run took an unreachable cluster for one without Crossplane:\n%s", out)
+		}
+	})
 
 	t.Run("OutOfClusterWithoutCrossplane", func(t *testing.T) {
 		// No kube-controller-manager: nothing here needs one.
