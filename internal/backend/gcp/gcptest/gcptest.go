@@ -44,6 +44,8 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/wirefake"
 )
 
 // Zones the fake knows (the aggregated list reports every one).
@@ -205,9 +207,7 @@ func start(t interface{ Cleanup(func()) }, project string, tls bool) *Server {
 // document seen so far in a request or an answer (a test that uses the
 // fake through New fails on any).
 func (s *Server) Violations() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.violations)
+	return read(s, func() []string { return slices.Clone(s.violations) })
 }
 
 func (s *Server) isFutureValue(problem string) bool {
@@ -248,9 +248,7 @@ func (s *Server) check(r *http.Request, rel string, body map[string]any, status 
 // (checked on each request). Zero turns it off: operations then finish
 // only at Settle.
 func (s *Server) AutoComplete(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.auto = d
+	s.do(func() { s.auto = d })
 }
 
 // Settle finishes every operation in flight on the named proxy's
@@ -270,9 +268,7 @@ func (s *Server) Settle(name string) {
 
 // SettleAll finishes every operation in flight except held deletions.
 func (s *Server) SettleAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.finishAll()
+	s.do(func() { s.finishAll() })
 }
 
 // finishAll is SettleAll with s.mu held.
@@ -286,18 +282,16 @@ func (s *Server) finishAll() {
 
 // SetBusy makes every call answer 503 backendError, or behave again.
 func (s *Server) SetBusy(busy bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.busy = busy
+	s.do(func() { s.busy = busy })
 }
 
 // FailNext makes the next request whose method is method and whose path
 // contains pathPart answer status with one error of reason (quotaExceeded,
 // rateLimitExceeded, forbidden, ...).
 func (s *Server) FailNext(method, pathPart string, status int, reason, message string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failNext = append(s.failNext, failure{method: method, path: pathPart, status: status, reason: reason, message: message})
+	s.do(func() {
+		s.failNext = append(s.failNext, failure{method: method, path: pathPart, status: status, reason: reason, message: message})
+	})
 }
 
 // FailNextOperation makes the next operation of opType (insert, delete)
@@ -306,9 +300,9 @@ func (s *Server) FailNext(method, pathPart string, status int, reason, message s
 // httpErrorStatusCode httpStatus (0 for none). A failed insert leaves no
 // resource behind.
 func (s *Server) FailNextOperation(resource, opType, code, message string, httpStatus int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failOps = append(s.failOps, opFailure{resource: resource, opType: opType, code: code, message: message, httpStatus: httpStatus, httpMsg: strings.ToUpper(http.StatusText(httpStatus))})
+	s.do(func() {
+		s.failOps = append(s.failOps, opFailure{resource: resource, opType: opType, code: code, message: message, httpStatus: httpStatus, httpMsg: strings.ToUpper(http.StatusText(httpStatus))})
+	})
 }
 
 // CutAt closes the connection of the n-th request (counting from 1)
@@ -355,9 +349,7 @@ func hangUp(w http.ResponseWriter) {
 // SetRetryAfter makes every 429 and 503 answer carry Retry-After: v
 // ("" for none), as Google's front ends may.
 func (s *Server) SetRetryAfter(v string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.retryAfter = v
+	s.do(func() { s.retryAfter = v })
 }
 
 // fail writes an error answer, with the Retry-After SetRetryAfter set
@@ -372,9 +364,7 @@ func (s *Server) fail(w http.ResponseWriter, status int, reason, message string)
 // ClearFailures drops the failures FailNext and FailNextOperation queued
 // and not yet used.
 func (s *Server) ClearFailures() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failNext, s.failOps = nil, nil
+	s.do(func() { s.failNext, s.failOps = nil, nil })
 }
 
 // HoldDelete puts the instance (an ID or a name) in the middle of being
@@ -407,17 +397,13 @@ func (s *Server) HoldDelete(id string) (release func()) {
 
 // SetQuotas sets a region's quotas, as regions.get reports them.
 func (s *Server) SetQuotas(region string, q []Quota) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.quotas[region] = q
+	s.do(func() { s.quotas[region] = q })
 }
 
 // SetUnreachable makes the aggregated list report these scopes
 // unreachable (partial success).
 func (s *Server) SetUnreachable(scopes ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.unreach = scopes
+	s.do(func() { s.unreach = scopes })
 }
 
 // SetStatus sets an instance's status as Get will report it (any string:
@@ -472,23 +458,17 @@ func (s *Server) PutAddress(region, name string, labels map[string]string) {
 // Requests returns every request served, oldest first, as
 // "METHOD /path?query" with the /compute/v1/projects/<p>/ prefix cut.
 func (s *Server) Requests() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
+	return read(s, func() []string { return slices.Clone(s.requests) })
 }
 
 // LastAuthorization is the Authorization header of the last request.
 func (s *Server) LastAuthorization() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.auth
+	return read(s, func() string { return s.auth })
 }
 
 // ResetRequests forgets the requests served so far.
 func (s *Server) ResetRequests() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = nil
+	s.do(func() { s.requests = nil })
 }
 
 // Instance returns the stored instance resource (JSON-like), false when
@@ -546,9 +526,7 @@ func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
 
 // SetSquidDown makes every instance's Squid silent (down) or answer again.
 func (s *Server) SetSquidDown(down bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.squidDown = down
+	s.do(func() { s.squidDown = down })
 }
 
 // Address returns the stored address, false when there is none.
@@ -1405,3 +1383,9 @@ func bodyAfterHeaders(lines []string) string {
 	}
 	return ""
 }
+
+// do runs fn under the server's lock (a test control's change).
+func (s *Server) do(fn func()) { wirefake.Do(&s.mu, fn) }
+
+// read returns what fn reads under the server's lock.
+func read[T any](s *Server, fn func() T) T { return wirefake.Read(&s.mu, fn) }

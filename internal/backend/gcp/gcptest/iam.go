@@ -83,17 +83,13 @@ func (s *Server) AllowImpersonation(caller, target string) {
 
 // RequireAuth makes Compute calls need a token the fake issued.
 func (s *Server) RequireAuth() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.iamState().require = true
+	s.do(func() { s.iamState().require = true })
 }
 
 // Principal is the service account whose token the Authorization header
 // carries, or "" when the fake did not issue it.
 func (s *Server) Principal(authorization string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.iamState().tokens[strings.TrimPrefix(authorization, "Bearer ")]
+	return read(s, func() string { return s.iamState().tokens[strings.TrimPrefix(authorization, "Bearer ")] })
 }
 
 // authorized reports whether a Compute call may go on; under s.mu.

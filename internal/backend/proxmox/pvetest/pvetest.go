@@ -57,6 +57,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/wirefake"
 )
 
 // DefaultToken is the API token a default server accepts.
@@ -316,9 +318,7 @@ func (s *Server) Close() {
 
 // CAPEM is the PEM of the CA that signed the server's certificate.
 func (s *Server) CAPEM() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.auth.caPEM)
+	return read(s, func() []byte { return slices.Clone(s.auth.caPEM) })
 }
 
 // RotateCA replaces the server's certificate with one from a new CA and
@@ -338,45 +338,33 @@ func (s *Server) RotateCA() ([]byte, error) {
 
 // SetToken changes the token the server accepts (a rotation).
 func (s *Server) SetToken(token string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.token = token
+	s.do(func() { s.token = token })
 }
 
 // Token returns the token the server accepts.
 func (s *Server) Token() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.token
+	return read(s, func() string { return s.token })
 }
 
 // Requests returns the requests received so far, oldest first.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
+	return read(s, func() []Request { return slices.Clone(s.requests) })
 }
 
 // ResetRequests forgets the request log (to count from a point on).
 func (s *Server) ResetRequests() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = nil
+	s.do(func() { s.requests = nil })
 }
 
 // Violations returns every schema violation seen so far.
 func (s *Server) Violations() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.violations)
+	return read(s, func() []string { return slices.Clone(s.violations) })
 }
 
 // ResetViolations forgets the violations (for tests that send invalid
 // requests on purpose).
 func (s *Server) ResetViolations() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.violations = nil
+	s.do(func() { s.violations = nil })
 }
 
 // Inject adds a fault.
@@ -391,17 +379,13 @@ func (s *Server) Inject(f Fault) {
 
 // ClearFaults removes every fault not yet consumed.
 func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = nil
+	s.do(func() { s.faults = nil })
 }
 
 // SetBusy makes every request fail with 596 (pveproxy cannot reach its
 // worker in time), or behave again.
 func (s *Server) SetBusy(busy bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.busy = busy
+	s.do(func() { s.busy = busy })
 }
 
 // SetNodeOnline takes a node off the network or brings it back.
@@ -417,9 +401,7 @@ func (s *Server) SetNodeOnline(node string, online bool) {
 // qmresize, qmstop, qmdestroy, qmreboot, imgcopy, imgdel) fail with exit
 // status exit when it ends, after writing log to its log.
 func (s *Server) FailNextTask(typ, exit string, log ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failTasks[typ] = append(s.failTasks[typ], failure{exit: exit, log: log})
+	s.do(func() { s.failTasks[typ] = append(s.failTasks[typ], failure{exit: exit, log: log}) })
 }
 
 // failure is how a task will fail.
@@ -577,15 +559,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 
 	fault := s.fault(rec)
-	if fault != nil && !fault.After {
+	// serveFault answers with the fault instead; dropped is what the log
+	// records of a dropped connection.
+	serveFault := func(dropped string) {
 		if fault.Drop {
-			record(0, "connection dropped")
+			record(0, dropped)
 			drop(w)
 			return
 		}
 		a := fail(fault.Status, "%s", fault.Message)
 		a.retryAfter = fault.RetryAfter
 		respond(a)
+	}
+	if fault != nil && !fault.After {
+		serveFault("connection dropped")
 		return
 	}
 
@@ -602,14 +589,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if fault != nil {
-		if fault.Drop {
-			record(0, "connection dropped after serving")
-			drop(w)
-			return
-		}
-		a := fail(fault.Status, "%s", fault.Message)
-		a.retryAfter = fault.RetryAfter
-		respond(a)
+		serveFault("connection dropped after serving")
 		return
 	}
 	respond(a)
@@ -821,3 +801,9 @@ func digestOf(parts ...string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:40]
 }
+
+// do runs fn under the server's lock (a test control's change).
+func (s *Server) do(fn func()) { wirefake.Do(&s.mu, fn) }
+
+// read returns what fn reads under the server's lock.
+func read[T any](s *Server, fn func() T) T { return wirefake.Read(&s.mu, fn) }

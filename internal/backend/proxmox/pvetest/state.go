@@ -1249,9 +1249,9 @@ func (s *Server) HasVM(vmid int) bool {
 // AddContainer adds an LXC container: it takes its VMID (VMIDs are unique
 // across VMs and containers) and is listed with type lxc.
 func (s *Server) AddContainer(vmid int, node, name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cts[vmid] = &vm{vmid: vmid, node: node, conf: map[string]string{"hostname": name}, status: "running"}
+	s.do(func() {
+		s.cts[vmid] = &vm{vmid: vmid, node: node, conf: map[string]string{"hostname": name}, status: "running"}
+	})
 }
 
 // Rename renames a guest, as an admin would.
