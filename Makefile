@@ -176,6 +176,12 @@ bench-batch:
 bench-node: build
 	bash hack/bench-node.sh $(or $(ROUNDS),3) $(or $(PROXIES),3)
 
+# The provider's start: exec to /readyz and to the first reconcile of an
+# existing resource (docs/scaling.md): make bench-start ROUNDS=5
+.PHONY: bench-start
+bench-start: controlplane-bins
+	bash hack/bench-start.sh $(or $(ROUNDS),5)
+
 # The KVM image download into a storage pool of the real libvirt host
 # (as root): RSS growth and throughput for SIZE MiB: make bench-image SIZE=1024
 .PHONY: bench-image

@@ -148,6 +148,11 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 	// provider (hundreds of reconciles per second) has been seen to miss,
 	// losing leadership and restarting.
 	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = ptr.To(60*time.Second), ptr.To(50*time.Second), ptr.To(2*time.Second)
+	// A replica that stops (SIGTERM: a rollout, a drain) gives the lease
+	// up, so that its successor serves at once instead of after the
+	// LeaseDuration; the process exits as soon as the manager has stopped,
+	// so nothing runs unelected. A killed one still holds it until then.
+	mo.LeaderElectionReleaseOnCancel = true
 	mo.Metrics = metricsserver.Options{BindAddress: o.metricsAddr}
 	mo.HealthProbeBindAddress = o.probeAddr
 	mo.PprofBindAddress = o.pprofAddr
@@ -261,7 +266,9 @@ func newZapLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
 	if debug && v < 1 {
 		v = 1
 	}
-	zo := zap.Options{Development: format == "console", DestWriter: w}
+	// Nanosecond timestamps: seconds cannot order what happens within one
+	// (a start, a burst of reconciles).
+	zo := zap.Options{Development: format == "console", DestWriter: w, TimeEncoder: zapcore.RFC3339NanoTimeEncoder}
 	if v > 0 {
 		zo.Level = zapcore.Level(-v)
 	}

@@ -35,14 +35,10 @@ import (
 	"strings"
 	"time"
 
-	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
-	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
-	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
@@ -146,16 +142,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer func() { _ = cl.Stop() }()
 	cp, s, cfg, kube, dir := cl.CP, cl.Scheme, cl.Config, cl.Client, cl.Dir
-	if err := kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: "memory"},
-		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
-			// The benchmark build never reads the key: the backend is in memory.
-			Credentials:  spec.KVMCredentials{SSHKeySecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}, InsecureIgnoreHostKey: true},
-			Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/debian-12.qcow2"}},
-			MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
-			Hosts:        []spec.KVMHost{{Name: "h1", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}},
-		}}},
-	}); err != nil {
+	if err := benchutil.CreateMemoryConfig(ctx, kube); err != nil {
 		return err
 	}
 
@@ -179,7 +166,7 @@ func run(ctx context.Context, o options) error {
 		t0 := time.Now()
 		from := created
 		if err := benchutil.InParallel(target-from, o.creators, func(i int) error {
-			return kube.Create(ctx, kvmProxy(from+i, o.secrets))
+			return kube.Create(ctx, benchutil.MemoryProxy(fmt.Sprintf("s-%05d", from+i), o.secrets))
 		}); err != nil {
 			return err
 		}
@@ -400,24 +387,6 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 		}
 	}
 	return r, p, nil
-}
-
-func kvmProxy(i int, secret bool) *nsproxy.KVMProxy {
-	name := fmt.Sprintf("s-%05d", i)
-	p := &nsproxy.KVMProxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
-		Spec: nsproxy.KVMProxySpec{
-			ManagedResourceSpec: xpv2.ManagedResourceSpec{
-				ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "memory"},
-			},
-			ForProvider: spec.KVMProxyParameters{Host: "h1", MachineType: "small", Image: "debian-12",
-				Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
-		},
-	}
-	if secret {
-		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: name + "-proxy"}
-	}
-	return p
 }
 
 // startProvider runs the benchmemory provider on the backend state file

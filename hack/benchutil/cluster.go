@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/apis"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -129,6 +130,41 @@ func CreatePodsConfig(ctx context.Context, kube client.Client, image string) err
 			Namespace:   "egress-proxies", Image: image,
 		}}},
 	})
+}
+
+// CreateMemoryConfig creates the ClusterProviderConfig "memory": a KVM
+// config for the provider built with -tags benchmemory
+// (cmd/provider/benchmemory.go), whose KVMProxy backend is in memory and
+// never reads the key or reaches the host.
+func CreateMemoryConfig(ctx context.Context, kube client.Client) error {
+	return kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "memory"},
+		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{
+			Credentials:  spec.KVMCredentials{SSHKeySecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}, InsecureIgnoreHostKey: true},
+			Images:       map[string]spec.KVMImage{"debian-12": {URL: "https://example.com/debian-12.qcow2"}},
+			MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 512}},
+			Hosts:        []spec.KVMHost{{Name: "h1", Address: "10.0.0.5:22", User: "proxy", Bridge: "br0"}},
+		}}},
+	})
+}
+
+// MemoryProxy is a KVMProxy named name in the namespace bench on the
+// config of CreateMemoryConfig, with a connection Secret if secret.
+func MemoryProxy(name string, secret bool) *nsproxy.KVMProxy {
+	p := &nsproxy.KVMProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
+		Spec: nsproxy.KVMProxySpec{
+			ManagedResourceSpec: xpv2.ManagedResourceSpec{
+				ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "memory"},
+			},
+			ForProvider: spec.KVMProxyParameters{Host: "h1", MachineType: "small", Image: "debian-12",
+				Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+		},
+	}
+	if secret {
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: name + "-proxy"}
+	}
+	return p
 }
 
 // Logf prints a progress line, with the time, to stderr (the figures go

@@ -26,6 +26,10 @@ type ProviderOptions struct {
 	Rate, Concurrent int
 	// Health is --health-probe-bind-address; "" is "0" (none).
 	Health string
+	// OwnInstallationID leaves --installation-id out, so that the
+	// provider finds (or makes) its own, as installed; otherwise it is
+	// "bench".
+	OwnInstallationID bool
 	// Args are further flags.
 	Args []string
 	// Env is added to this program's environment.
@@ -78,7 +82,9 @@ func StartProvider(ctx context.Context, o ProviderOptions) (*Provider, error) {
 		"--health-probe-bind-address", o.Health,
 		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort),
 		"--namespace", "crossplane-system",
-		"--installation-id", "bench",
+	}
+	if !o.OwnInstallationID {
+		args = append(args, "--installation-id", "bench")
 	}
 	if o.Rate > 0 {
 		args = append(args, "--max-reconcile-rate", strconv.Itoa(o.Rate))
