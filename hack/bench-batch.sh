@@ -11,9 +11,7 @@
 # shellcheck source=hack/bench-env.sh
 source "$(dirname "$0")/bench-env.sh"
 
-N="${1:-100}"
-shift $(( $# > 1 ? 1 : $# ))
-[ "${1:-}" = "--" ] && shift
+bench_args 100 "$@"
 
 bench_build benchbatch
-exec bin/benchbatch -n "$N" "$@"
+exec bin/benchbatch -n "$COUNT" "${ARGS[@]}"

@@ -9,3 +9,21 @@ mkdir -p bin
 bench_build() {
   go build -o "bin/$1" "./hack/$1"
 }
+
+# bench_args DEFAULT "$@": COUNT is the first argument (DEFAULT when there
+# is none) and ARGS what follows it, without a leading "--" (the
+# benchmark's own flags).
+bench_args() {
+  local def=$1; shift
+  COUNT="${1:-$def}"
+  shift $(( $# > 1 ? 1 : $# ))
+  [ "${1:-}" = "--" ] && shift
+  ARGS=("$@")
+}
+
+# bench_provider_memory: the provider built with -tags benchmemory
+# (cmd/provider/benchmemory.go: the KVMProxy kind on the in-memory
+# reference driver) into bin/provider-benchmemory.
+bench_provider_memory() {
+  go build -trimpath -tags benchmemory -o bin/provider-benchmemory ./cmd/provider
+}

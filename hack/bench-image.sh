@@ -12,9 +12,7 @@
 # shellcheck source=hack/bench-env.sh
 source "$(dirname "$0")/bench-env.sh"
 
-SIZE="${1:-1024}"
-shift $(( $# > 1 ? 1 : $# ))
-[ "${1:-}" = "--" ] && shift
+bench_args 1024 "$@"
 
 bench_build benchimage
-exec bin/benchimage -size-mib "$SIZE" "$@"
+exec bin/benchimage -size-mib "$COUNT" "${ARGS[@]}"

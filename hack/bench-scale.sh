@@ -14,10 +14,8 @@
 # shellcheck source=hack/bench-env.sh
 source "$(dirname "$0")/bench-env.sh"
 
-N="${1:-10000}"
-shift $(( $# > 1 ? 1 : $# ))
-[ "${1:-}" = "--" ] && shift
+bench_args 10000 "$@"
 
-go build -trimpath -tags benchmemory -o bin/provider-benchmemory ./cmd/provider
+bench_provider_memory
 bench_build benchscale
-exec bin/benchscale -n "$N" -provider bin/provider-benchmemory "$@"
+exec bin/benchscale -n "$COUNT" -provider bin/provider-benchmemory "${ARGS[@]}"

@@ -16,10 +16,8 @@
 # shellcheck source=hack/bench-env.sh
 source "$(dirname "$0")/bench-env.sh"
 
-ROUNDS="${1:-5}"
-shift $(( $# > 1 ? 1 : $# ))
-[ "${1:-}" = "--" ] && shift
+bench_args 5 "$@"
 
-go build -trimpath -tags benchmemory -o bin/provider-benchmemory ./cmd/provider
+bench_provider_memory
 bench_build benchstart
-exec bin/benchstart -rounds "$ROUNDS" -provider bin/provider-benchmemory "$@"
+exec bin/benchstart -rounds "$COUNT" -provider bin/provider-benchmemory "${ARGS[@]}"

@@ -105,7 +105,7 @@ func run(ctx context.Context, rounds int, binary string, timeline, keep, ownID b
 	}
 	fmt.Printf("exec -> /readyz 200 (min/median/max):                   %s\n", pick(func(r round) time.Duration { return r.readyz }))
 	fmt.Printf("exec -> first reconcile of the existing resource:       %s (target under 1 s)\n", pick(func(r round) time.Duration { return r.reconcile }))
-	fmt.Printf("exec -> its \"provider started\" log line (controllers): %s\n", pick(func(r round) time.Duration { return r.started }))
+	fmt.Printf("exec -> its \"provider started\" log line:               %s\n", pick(func(r round) time.Duration { return r.started }))
 	if timeline {
 		sort.Slice(all, func(i, j int) bool { return all[i].reconcile < all[j].reconcile })
 		fmt.Printf("\nthe median round's log, seconds after exec:\n%s\n", strings.Join(all[len(all)/2].log, "\n"))
