@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -265,7 +265,7 @@ func TestFakeAnswersInTheRecordedShapes(t *testing.T) {
 			v1Instance = l[0].(map[string]any) //nolint:forcetypeassert // The recording's shape.
 		}
 	}
-	sameShape(t, "instance", []map[string]any{v1Instance}, m, keysOf(v1Instance))
+	sameShape(t, "instance", []map[string]any{v1Instance}, m, slices.Sorted(maps.Keys(v1Instance)))
 	sameShape(t, "instance (KCC)", r["compute#instance"], m, nil)
 
 	_, m, b = raw("regions/" + testRegion + "/addresses/pt-wire")
@@ -292,15 +292,6 @@ func TestFakeAnswersInTheRecordedShapes(t *testing.T) {
 
 func proxyExposure(addressType string, firewall bool) gcp.Exposure {
 	return gcp.Exposure{AddressType: addressType, ManageFirewall: firewall}
-}
-
-func keysOf(m map[string]any) []string {
-	k := make([]string, 0, len(m))
-	for key := range m {
-		k = append(k, key)
-	}
-	sort.Strings(k)
-	return k
 }
 
 // sameShape checks got against the recorded bodies of its kind: each key

@@ -3,6 +3,7 @@ package gcptest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
@@ -276,7 +277,7 @@ func (d *Discovery) checkValue(where string, p *Property, val any) []string {
 			return []string{fmt.Sprintf("%s: want an object, got %T", where, val)}
 		}
 		var v []string
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			sub := p.Properties[k]
 			if sub == nil {
 				sub = p.AdditionalProperties
@@ -323,13 +324,4 @@ func (d *Discovery) checkValue(where string, p *Property, val any) []string {
 		}
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
