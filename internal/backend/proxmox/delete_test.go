@@ -24,9 +24,7 @@ func TestDeleteFindsTheSeedWhereItLives(t *testing.T) {
 		if err := f.fake.Migrate(vmidOf(t, r.status.ID), "pve2"); err != nil {
 			t.Fatal(err)
 		}
-		r.deleted = true
-		r.converge(ctx, 20)
-		assertNothingLeft(t, f.fake)
+		r.deleteAll(ctx, 20)
 	})
 	t.Run("VM removed by hand", func(t *testing.T) {
 		f := newFixture(t)
@@ -48,9 +46,7 @@ func TestDeleteFindsTheSeedWhereItLives(t *testing.T) {
 		if v := f.fake.Volumes(); len(v) != 1 || v[0].Node != "" {
 			t.Fatalf("seed: %+v; want one on the shared storage", v)
 		}
-		r.deleted = true
-		r.converge(ctx, 20)
-		assertNothingLeft(t, f.fake)
+		r.deleteAll(ctx, 20)
 	})
 }
 

@@ -77,9 +77,7 @@ func TestFaults_table(t *testing.T) {
 			if got := len(f.fake.Volumes()); got != 1 {
 				t.Errorf("%d seed files; want 1", got)
 			}
-			r.deleted = true
-			r.converge(ctx, 30)
-			assertNothingLeft(t, f.fake)
+			r.deleteAll(ctx, 30)
 		})
 	}
 }

@@ -104,6 +104,15 @@ func TestLifecycleRequests(t *testing.T) {
 }
 
 // assertNothingLeft checks that only the templates and no files remain.
+// deleteAll deletes the resource, reconciles until it is gone (at most
+// rounds) and asserts that nothing of it is left on the fake.
+func (r *reconciler) deleteAll(ctx context.Context, rounds int) {
+	r.t.Helper()
+	r.deleted = true
+	r.converge(ctx, rounds)
+	assertNothingLeft(r.t, r.f.fake)
+}
+
 func assertNothingLeft(t testing.TB, fake *pvetest.Server) {
 	t.Helper()
 	for _, vm := range fake.VMs() {

@@ -60,9 +60,7 @@ func TestLocksSayWhatToDo(t *testing.T) {
 		if err := f.fake.Lock(vmid, ""); err != nil {
 			t.Fatal(err)
 		}
-		r.deleted = true
-		r.converge(ctx, 20)
-		assertNothingLeft(t, f.fake)
+		r.deleteAll(ctx, 20)
 	})
 	t.Run("stale clone lock", func(t *testing.T) {
 		f := newFixture(t)
@@ -93,9 +91,7 @@ func TestLocksSayWhatToDo(t *testing.T) {
 		if err := f.fake.Resume(vmid); err != nil {
 			t.Fatal(err)
 		}
-		r.deleted = true
-		r.converge(ctx, 20)
-		assertNothingLeft(t, f.fake)
+		r.deleteAll(ctx, 20)
 	})
 	t.Run("running task", func(t *testing.T) {
 		f := newFixture(t)
