@@ -347,6 +347,20 @@ func (s *Server) guest(p map[string]string) (*vm, error) {
 	return v, nil
 }
 
+// guestWith is guest, refused by the first of checks that fails.
+func (s *Server) guestWith(p map[string]string, checks ...func(*vm) error) (*vm, error) {
+	v, err := s.guest(p)
+	if err != nil {
+		return nil, err
+	}
+	for _, check := range checks {
+		if err := check(v); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
 // checkLock is PVE::AbstractConfig::check_lock.
 func checkLock(v *vm) error {
 	if l := v.conf["lock"]; l != "" {
@@ -646,14 +660,8 @@ func configDigest(conf map[string]string) string {
 var readOnlyKeys = map[string]bool{"node": true, "vmid": true, "digest": true, "delete": true, "skiplock": true, "revert": true, "force": true, "background_delay": true}
 
 func (s *Server) putConfig(p map[string]string) (answer, error) {
-	v, err := s.guest(p)
+	v, err := s.guestWith(p, checkFlock, checkLock)
 	if err != nil {
-		return answer{}, err
-	}
-	if err := checkFlock(v); err != nil {
-		return answer{}, err
-	}
-	if err := checkLock(v); err != nil {
 		return answer{}, err
 	}
 	if d := p["digest"]; d != "" && d != configDigest(v.conf) {
@@ -770,11 +778,8 @@ func (s *Server) clone(p map[string]string) (answer, error) {
 }
 
 func (s *Server) resize(p map[string]string) (answer, error) {
-	v, err := s.guest(p)
+	v, err := s.guestWith(p, checkLock)
 	if err != nil {
-		return answer{}, err
-	}
-	if err := checkLock(v); err != nil {
 		return answer{}, err
 	}
 	disk := p["disk"]
@@ -893,11 +898,8 @@ func (s *Server) boot(v *vm, now time.Time) string {
 }
 
 func (s *Server) destroy(p map[string]string) (answer, error) {
-	v, err := s.guest(p)
+	v, err := s.guestWith(p, checkLock)
 	if err != nil {
-		return answer{}, err
-	}
-	if err := checkLock(v); err != nil {
 		return answer{}, err
 	}
 	if v.status == "running" {
