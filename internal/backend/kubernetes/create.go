@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,14 +39,18 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err := d.foreignChildren(ctx, req, dep.Namespace); err != nil {
 		return proxy.Instance{}, err
 	}
+	// From here a miss of the name in the cache may be this create's
+	// Deployment, not yet delivered by the watch.
+	d.gone.forget(client.ObjectKeyFromObject(dep))
 	err = d.client.Create(ctx, dep, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:
 		d.logger(ctx).V(1).Info("created Deployment", "namespace", dep.Namespace, "name", dep.Name, "uid", req.Mark.UID)
 		// A crash before the children exist leaves a Deployment whose pod
 		// never starts: Get notices (missingChildren) and reports it out of
-		// date, and Update completes it.
-		if err := d.children(ctx, dep, req, files); err != nil {
+		// date, and Update completes it. foreignChildren just found
+		// their names free: they are created without another read.
+		if err := d.children(ctx, dep, req, files, true); err != nil {
 			return proxy.Instance{}, err
 		}
 		return d.view(ctx, dep)
@@ -74,17 +79,19 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 }
 
 // children writes the Secret (first: pods of a changed template must find
-// the new files) and the Service of dep.
-func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files) error {
-	if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}); err != nil {
+// the new files) and the Service of dep. fresh says dep was created just
+// now, after foreignChildren found the children's names free: they are
+// created without reading them first.
+func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, fresh bool) error {
+	if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
 		return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
 	}
 	if d.cfg.NetworkPolicy {
-		if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}); err != nil {
+		if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}, fresh); err != nil {
 			return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 	}
-	return d.ensureService(ctx, dep, req)
+	return d.ensureService(ctx, dep, req, fresh)
 }
 
 // foreignChildren refuses a request whose Secret or Service name is taken
@@ -120,11 +127,16 @@ func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespa
 // and dep or nobody as its controller). Anything else is left exactly as it
 // is: Permanent, naming it. The rewrite carries the UID and resourceVersion
 // read, so an object replaced in between is never overwritten. empty is a
-// zero object of obj's type, for the read.
-func (d *Driver) writeChild(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark, obj, empty client.Object) error {
+// zero object of obj's type, for the read. absent says the name was just
+// found free: obj is created without the read (one that appeared since
+// fails as a taken name does, and is checked again).
+func (d *Driver) writeChild(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark, obj, empty client.Object, absent bool) error {
 	key := client.ObjectKeyFromObject(obj)
 	existing := empty
-	err := d.live.Get(ctx, key, existing)
+	var err error = kerrors.NewNotFound(schema.GroupResource{}, key.Name)
+	if !absent {
+		err = d.live.Get(ctx, key, existing)
+	}
 	switch {
 	case kerrors.IsNotFound(err):
 		err := d.client.Create(ctx, obj, client.FieldOwner(FieldOwner))
@@ -247,7 +259,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	if current && !force {
 		return d.view(ctx, dep)
 	}
-	if err := d.children(ctx, dep, req, files); err != nil {
+	if err := d.children(ctx, dep, req, files, false); err != nil {
 		return proxy.Instance{}, err
 	}
 	if current {
@@ -279,7 +291,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 
 // ensureService applies the Service req wants, or deletes the one it no
 // longer wants.
-func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req proxy.Request) error {
+func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, fresh bool) error {
 	switch t := serviceType(req); t {
 	case "":
 		if _, had := dep.Annotations[AnnotationService]; !had {
@@ -302,7 +314,7 @@ func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req 
 		}
 		return nil
 	case string(corev1.ServiceTypeClusterIP), string(corev1.ServiceTypeLoadBalancer):
-		if err := d.writeChild(ctx, dep, req.Mark, buildService(dep, req), &corev1.Service{}); err != nil {
+		if err := d.writeChild(ctx, dep, req.Mark, buildService(dep, req), &corev1.Service{}, fresh); err != nil {
 			return fmt.Errorf("cannot write Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 		return nil
