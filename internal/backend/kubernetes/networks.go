@@ -68,11 +68,14 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 const networksTTL = 30 * time.Second
 
 // discovered are the discovered networks of each cluster, by the API
-// server's address, for every driver of the process.
+// server's address, for every driver of the process, and the reads in
+// flight: the creates that start together (50 at once after a burst of
+// new proxies) wait for one read instead of each sending their own.
 var discovered = struct {
-	mu sync.Mutex
-	m  map[string]discoveredNetworks
-}{m: map[string]discoveredNetworks{}}
+	mu     sync.Mutex
+	m      map[string]discoveredNetworks
+	flight map[string]chan struct{}
+}{m: map[string]discoveredNetworks{}, flight: map[string]chan struct{}{}}
 
 type discoveredNetworks struct {
 	at   time.Time
@@ -87,12 +90,45 @@ func (d *Driver) discoveredNetworks(ctx context.Context) []string {
 	if key == "" {
 		key = d.provider
 	}
-	discovered.mu.Lock()
-	c, ok := discovered.m[key]
-	discovered.mu.Unlock()
-	if ok && time.Since(c.at) < networksTTL {
-		return c.nets
+	waited := false
+	for {
+		discovered.mu.Lock()
+		c, ok := discovered.m[key]
+		if ok && time.Since(c.at) < networksTTL {
+			discovered.mu.Unlock()
+			return c.nets
+		}
+		ch, busy := discovered.flight[key]
+		if !busy || waited {
+			done := make(chan struct{})
+			if !busy {
+				discovered.flight[key] = done
+			}
+			discovered.mu.Unlock()
+			defer func() {
+				if !busy {
+					discovered.mu.Lock()
+					delete(discovered.flight, key)
+					discovered.mu.Unlock()
+					close(done)
+				}
+			}()
+			return d.readNetworks(ctx, key)
+		}
+		discovered.mu.Unlock()
+		// Another read is on its way: wait for it once, then read here
+		// if it kept nothing (it failed on the way).
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		waited = true
 	}
+}
+
+// readNetworks reads the cluster's networks and keeps them under key when
+// every read settled.
+func (d *Driver) readNetworks(ctx context.Context, key string) []string {
 	var nets []string
 	// Kept only when every read answered or was refused for good (no
 	// rights, an older cluster): a read that failed on the way must not

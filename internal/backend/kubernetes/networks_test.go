@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -71,5 +72,37 @@ func TestClusterNetworksAreReused(t *testing.T) {
 	}
 	if n := live.reads.Load(); n != 3 {
 		t.Errorf("five calls made %d reads, want 3 (one discovery)", n)
+	}
+}
+
+// Creates that start together wait for one read of the cluster's networks
+// instead of each sending their own, and all get what it read.
+func TestClusterNetworksAreReadOnceByConcurrentCreates(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}}},
+	).Build()
+	live := &countingReader{Reader: c}
+	d := New(Options{Provider: "t", Client: c, Live: live, Host: "https://together.example:6443"})
+	var wg sync.WaitGroup
+	got := make([][]string, 50)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = d.clusterNetworks(context.Background())
+		}()
+	}
+	wg.Wait()
+	for i, g := range got {
+		if len(g) != 1 || g[0] != "10.96.0.0/12" {
+			t.Fatalf("call %d: clusterNetworks = %v, want [10.96.0.0/12]", i, g)
+		}
+	}
+	if n := live.reads.Load(); n != 3 {
+		t.Errorf("50 concurrent calls made %d reads, want 3 (one discovery)", n)
 	}
 }
