@@ -37,6 +37,9 @@ type Cluster struct {
 	DialPods bool
 	// closeIdle closes the idle connections of a pooled remote Cluster.
 	closeIdle func()
+	// gone are the Deployments the cache's watch saw deleted (this
+	// cluster's only: a remote one is read directly).
+	gone *gone
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
@@ -73,7 +76,7 @@ func NewCluster(cfg *rest.Config, c client.Client, live client.Reader) (*Cluster
 // writes, all through clients of Observed(cfg), so that every request the
 // driver makes is a span, a log line and a metric, and none that
 // crossplane-runtime makes on the manager's client is counted as one.
-func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, cache client.Reader) (*Cluster, error) {
+func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, reader client.Reader) (*Cluster, error) {
 	cfg = Observed(cfg)
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -85,7 +88,7 @@ func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, cache client.Read
 	}
 	// As the manager's client: Secrets are never cached (the provider
 	// would otherwise watch every Secret of the cluster).
-	c, err := client.New(cfg, client.Options{Scheme: scheme, HTTPClient: hc, Cache: &client.CacheOptions{Reader: cache, DisableFor: []client.Object{&corev1.Secret{}}}})
+	c, err := client.New(cfg, client.Options{Scheme: scheme, HTTPClient: hc, Cache: &client.CacheOptions{Reader: reader, DisableFor: []client.Object{&corev1.Secret{}}}})
 	if err != nil {
 		return nil, err
 	}
@@ -94,12 +97,22 @@ func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, cache client.Read
 		return nil, err
 	}
 	cl.DialPods = true
+	if inf, ok := reader.(cache.Informers); ok {
+		if i, err := inf.GetInformer(context.Background(), &appsv1.Deployment{}, cache.BlockUntilSynced(false)); err == nil {
+			g := newGone()
+			if _, err := i.AddEventHandler(g.handler()); err == nil {
+				cl.gone = g
+			}
+		}
+	}
 	return cl, nil
 }
 
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
-	return New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
+	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
+	d.gone = cl.gone
+	return d
 }
 
 // Remote builds and pools the Clusters of kubeconfigs. A Cluster is keyed

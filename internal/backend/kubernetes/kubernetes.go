@@ -100,6 +100,8 @@ type Driver struct {
 	dialPods bool
 	log      *logr.Logger
 	now      func() time.Time
+	// gone, when set, are the Deployments the cache's watch saw deleted.
+	gone *gone
 }
 
 var _ proxy.Driver = (*Driver)(nil)

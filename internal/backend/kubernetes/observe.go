@@ -34,8 +34,10 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 // it has one, else by name in the config's namespace. The cache holds only
 // the Deployments the driver made and may lag a create by a moment, so a
 // miss is confirmed with a live read when ref asks (an import, a resource
-// being deleted). A miss is otherwise trusted: at worst Create finds the
-// Deployment exists and adopts it, as it carries this resource's mark.
+// being deleted), unless the watch saw it deleted and this driver has not
+// created it since (gone). A miss is otherwise trusted: at worst Create
+// finds the Deployment exists and adopts it, as it carries this resource's
+// mark.
 func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deployment, error) {
 	key, err := d.key(ref)
 	if err != nil {
@@ -43,7 +45,7 @@ func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deploym
 	}
 	dep := &appsv1.Deployment{}
 	err = d.client.Get(ctx, key, dep)
-	if kerrors.IsNotFound(err) && ref.Live && d.live != client.Reader(d.client) {
+	if kerrors.IsNotFound(err) && ref.Live && d.live != client.Reader(d.client) && !d.gone.seen(key) {
 		err = d.live.Get(ctx, key, dep)
 	}
 	if kerrors.IsNotFound(err) {

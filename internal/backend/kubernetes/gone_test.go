@@ -1,0 +1,60 @@
+package kubernetes
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// A resource being deleted confirms a cache miss of its Deployment with a
+// live read, unless the watch saw the Deployment deleted and the driver
+// has not created it since.
+func TestMissOfADeploymentTheWatchSawDeletedIsTrusted(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	cached := fake.NewClientBuilder().WithScheme(s).Build()
+	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
+	d := New(Options{Provider: "t", Client: cached, Live: live, Config: Config{Namespace: "egress"}})
+	d.gone = newGone()
+	ref := proxy.Ref{Name: "p-1", Live: true, Deleting: true}
+	get := func() {
+		t.Helper()
+		if _, err := d.deployment(context.Background(), ref); !proxy.IsNotFound(err) {
+			t.Fatalf("deployment() = %v, want NotFound", err)
+		}
+	}
+
+	get()
+	if n := live.reads.Load(); n != 1 {
+		t.Fatalf("a miss with nothing seen made %d live reads, want 1", n)
+	}
+	h := d.gone.handler()
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: "p-1"}}
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "egress/p-1", Obj: dep})
+	get()
+	if n := live.reads.Load(); n != 1 {
+		t.Errorf("a miss of a Deployment the watch saw deleted made %d live reads, want none more", n-1)
+	}
+	d.gone.forget(types.NamespacedName{Namespace: "egress", Name: "p-1"})
+	get()
+	if n := live.reads.Load(); n != 2 {
+		t.Errorf("a miss after the driver created the name again made %d live reads, want 1", n-1)
+	}
+	h.OnDelete(dep)
+	h.OnAdd(dep, false)
+	get()
+	if n := live.reads.Load(); n != 3 {
+		t.Errorf("a miss after the watch saw the name created again made %d live reads, want 1", n-2)
+	}
+}
