@@ -1,7 +1,6 @@
 package external
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -180,13 +179,8 @@ func (e *external[P]) unpublished(ctx context.Context, mg resource.Managed, d ma
 		return d
 	}
 	s := &corev1.Secret{}
-	if err := e.kube.Get(ctx, key, s); err != nil || s.Type != resource.SecretTypeConnection || !controlledBy(s, mg.GetUID()) || len(s.Data) != len(d) {
+	if err := e.kube.Get(ctx, key, s); err != nil || s.Type != resource.SecretTypeConnection || !controlledBy(s, mg.GetUID()) || !writes.HeldData(s, d) {
 		return d
-	}
-	for k, v := range d {
-		if cur, ok := s.Data[k]; !ok || !bytes.Equal(cur, v) {
-			return d
-		}
 	}
 	return nil
 }

@@ -227,10 +227,10 @@ func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.C
 	return nil
 }
 
-// Patch implements client.Writer; a patch emptying a connection Secret is
-// not sent.
+// Patch implements client.Writer; a patch emptying a connection Secret, or
+// writing the data the watch holds for it, is not sent.
 func (c *Client) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if c.secrets != nil && c.secrets.emptyPatch(obj, patch) {
+	if c.secrets != nil && (c.secrets.emptyPatch(obj, patch) || c.secrets.heldPatch(ctx, obj, patch)) {
 		return nil
 	}
 	return c.Client.Patch(ctx, obj, patch, opts...)
