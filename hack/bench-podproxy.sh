@@ -13,7 +13,7 @@
 #
 # KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them
-# when missing); builds bin/provider.
+# when missing); builds bin/provider-benchrequests.
 # shellcheck source=hack/bench-env.sh
 source "$(dirname "$0")/bench-env.sh"
 
@@ -26,6 +26,8 @@ case "$DELAY" in
   *) DELAY="${DELAY}s" ;;
 esac
 
-go build -trimpath -o bin/provider ./cmd/provider
+# The provider's build with its requests counted by verb and resource
+# (cmd/provider/benchrequests.go); otherwise the release code.
+go build -trimpath -tags benchrequests -o bin/provider-benchrequests ./cmd/provider
 bench_build benchpodproxy
-exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/provider "$@"
+exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/provider-benchrequests "$@"

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,6 +48,11 @@ import (
 // (controller.Bindings), which the benchmark build (benchmemory.go)
 // replaces.
 var bindings = pcontroller.Bindings
+
+// configure adjusts the API server client's configuration before any
+// client is built; the request-counting benchmark build
+// (benchrequests.go) wraps its transport.
+var configure = func(*rest.Config) {}
 
 func main() {
 	start := time.Now()
@@ -133,6 +139,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 		return errors.Wrap(err, "cannot get a kubeconfig (set KUBECONFIG or run in a cluster)")
 	}
 	cfg.QPS, cfg.Burst = float32(o.rate)*2, o.rate*4
+	configure(cfg)
 
 	s, err := pcontroller.Scheme()
 	if err != nil {

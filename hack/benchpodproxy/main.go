@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -184,6 +185,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	byBefore, _ := byResource(ctx, prov)
 	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return err
@@ -240,6 +242,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	byAfter, _ := byResource(ctx, prov)
 	metricsText, _ := prov.Scrape(ctx)
 	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
@@ -336,6 +339,9 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("provider API requests per MR:    %7.2f until all were Ready (%s)\n", perMR, strings.Join(methods, ", "))
 	fmt.Printf("                                 counted: the growth of the provider's rest_client_requests_total from just before the first create\n")
 	fmt.Printf("                                 (every request of its clients, events included, for every controller), divided by %d\n", o.n)
+	if rows := benchutil.PerProxy(byBefore, byAfter, o.n); len(rows) > 0 {
+		fmt.Printf("provider requests per MR by resource and verb (egressproxy_bench_requests_total):\n%s\n", strings.Join(rows, "\n"))
+	}
 
 	ctl := `controller="managed/podproxy.proxy.m.egressproxy.io"`
 	wq := `name="managed/podproxy.proxy.m.egressproxy.io"`
@@ -362,6 +368,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
+		delByBefore, _ := byResource(ctx, prov)
 		delAPIBefore, err := benchutil.APIServerRequests(ctx, cfg)
 		if err != nil {
 			return err
@@ -421,6 +428,9 @@ func run(ctx context.Context, o options) error {
 		if delAfter, err := prov.Requests(ctx); err == nil {
 			perProxy, methods := benchutil.PerMethod(delBefore, delAfter, o.n)
 			fmt.Printf("delete phase, provider requests per proxy: %.2f (%s)\n", perProxy, strings.Join(methods, ", "))
+			if delByAfter, err := byResource(ctx, prov); err == nil {
+				fmt.Println(strings.Join(benchutil.PerProxy(delByBefore, delByAfter, o.n), "\n"))
+			}
 		}
 		if delAPIAfter, err := benchutil.APIServerRequests(ctx, cfg); err == nil {
 			total := 0.0
@@ -589,4 +599,39 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 		po.Env = strings.Split(o.env, ",")
 	}
 	return benchutil.StartProvider(ctx, po)
+}
+
+// byResource sums the provider's egressproxy_bench_requests_total (the
+// benchrequests build, cmd/provider/benchrequests.go) by "resource VERB",
+// leaving out watches; empty for a build without it.
+func byResource(ctx context.Context, p *benchutil.Provider) (map[string]float64, error) {
+	body, err := p.Scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(l, "egressproxy_bench_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		kv := map[string]string{}
+		for _, f := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(f, "="); ok {
+				kv[k] = strings.Trim(val, `"`)
+			}
+		}
+		if kv["verb"] != "WATCH" {
+			out[kv["resource"]+" "+kv["verb"]] += v
+		}
+	}
+	return out, nil
 }
