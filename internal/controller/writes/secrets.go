@@ -97,11 +97,9 @@ func HeldData(s *corev1.Secret, data map[string][]byte) bool {
 //   - reads come from the watch of connection Secrets; a miss is trusted,
 //     except for a Secret this client created a moment ago that the watch
 //     has not delivered yet, which is read from the API server;
-//
 //   - a connection Secret with no data is neither created nor patched: it
 //     appears when the instance has an address (the Ready condition says
-//     when), and details that become empty leave the last ones in place.
-//
+//     when), and details that become empty leave the last ones in place;
 //   - a patch of a connection Secret whose data the watch holds already
 //     (by its digest), controlled by the same resource, is not sent.
 //
