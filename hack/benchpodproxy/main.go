@@ -29,7 +29,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -610,27 +609,9 @@ func byResource(ctx context.Context, p *benchutil.Provider) (map[string]float64,
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, l := range strings.Split(body, "\n") {
-		rest, ok := strings.CutPrefix(l, "egressproxy_bench_requests_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		kv := map[string]string{}
-		for _, f := range strings.Split(labels, ",") {
-			if k, val, ok := strings.Cut(f, "="); ok {
-				kv[k] = strings.Trim(val, `"`)
-			}
-		}
-		if kv["verb"] != "WATCH" {
-			out[kv["resource"]+" "+kv["verb"]] += v
+	for _, smp := range benchutil.Samples(body, "egressproxy_bench_requests_total") {
+		if smp.Labels["verb"] != "WATCH" {
+			out[smp.Labels["resource"]+" "+smp.Labels["verb"]] += smp.Value
 		}
 	}
 	return out, nil
