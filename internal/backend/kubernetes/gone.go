@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -54,11 +55,7 @@ func (g *gone) handler() toolscache.ResourceEventHandler {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			now := time.Now()
-			for k, at := range g.m {
-				if now.Sub(at) > goneTTL {
-					delete(g.m, k)
-				}
-			}
+			maps.DeleteFunc(g.m, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > goneTTL })
 			g.m[k] = now
 		},
 	}
