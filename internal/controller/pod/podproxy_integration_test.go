@@ -353,24 +353,7 @@ func TestPodProxyIntegration(t *testing.T) {
 	t.Run("ClusterScopedProxyWithServiceAndLegacyConfig", func(t *testing.T) {
 		t.Parallel()
 		port := testenv.FreePort(t) // not the default, and not one another test's process holds
-		p := &clusterproxy.PodProxy{
-			ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
-			Spec: clusterproxy.PodProxySpec{
-				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
-					ProviderConfigReference:          &xpv2.Reference{Name: "pods"},
-					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-egress"},
-				},
-				ForProvider: spec.PodProxyParameters{
-					Service: &spec.PodService{Type: "ClusterIP"},
-					Proxy: spec.ProxySettings{
-						Port:               ptr.To(port),
-						AllowedClientCIDRs: []string{"127.0.0.0/8"},
-						AllowedPorts:       []int32{443, e.port},
-						Auth:               &spec.ProxyAuth{Enabled: true},
-					},
-				},
-			},
-		}
+		p := e.sharedEgress(port, "127.0.0.0/8")
 		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -517,6 +500,31 @@ func (e *env) payments(clients string) *nsproxy.PodProxy {
 				AllowedClientCIDRs: []string{clients},
 				AllowedPorts:       []int32{443, e.port},
 			}},
+		},
+	}
+}
+
+// sharedEgress is the cluster-scoped PodProxy shared-egress of the
+// legacy "pods" config behind a ClusterIP Service, with authentication,
+// on port, for clients from clients, to ports 443 and the upstream's;
+// its connection Secret is crossplane-system/shared-egress.
+func (e *env) sharedEgress(port int32, clients string) *clusterproxy.PodProxy {
+	return &clusterproxy.PodProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
+		Spec: clusterproxy.PodProxySpec{
+			ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
+				ProviderConfigReference:          &xpv2.Reference{Name: "pods"},
+				WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-egress"},
+			},
+			ForProvider: spec.PodProxyParameters{
+				Service: &spec.PodService{Type: "ClusterIP"},
+				Proxy: spec.ProxySettings{
+					Port:               ptr.To(port),
+					AllowedClientCIDRs: []string{clients},
+					AllowedPorts:       []int32{443, e.port},
+					Auth:               &spec.ProxyAuth{Enabled: true},
+				},
+			},
 		},
 	}
 }

@@ -20,9 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
-	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
@@ -236,24 +234,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 
 	t.Run("ClusterScopedProxyBehindAClusterIPService", func(t *testing.T) {
 		t.Parallel()
-		p := &clusterproxy.PodProxy{
-			ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
-			Spec: clusterproxy.PodProxySpec{
-				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
-					ProviderConfigReference:          &xpv2.Reference{Name: "pods"},
-					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-egress"},
-				},
-				ForProvider: spec.PodProxyParameters{
-					Service: &spec.PodService{Type: "ClusterIP"},
-					Proxy: spec.ProxySettings{
-						Port:               ptr.To[int32](8080),
-						AllowedClientCIDRs: []string{e.clients},
-						AllowedPorts:       []int32{443, e.port},
-						Auth:               &spec.ProxyAuth{Enabled: true},
-					},
-				},
-			},
-		}
+		p := e.sharedEgress(8080, e.clients)
 		start := time.Now()
 		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
