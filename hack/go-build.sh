@@ -3,7 +3,8 @@
 # hack/ scripts build with. Cold (an empty Go build cache) a build takes
 # minutes; this prints how many of the packages it needs it has compiled
 # after 10 s and every 20 s after that (also while it links), then how
-# long it took. Warm (a few seconds) it prints nothing. Compiler errors are printed as
+# long it took. Warm (a few seconds) it prints nothing. Ctrl-C stops it.
+# Compiler errors are printed as
 # go build prints them, and its exit code is this script's.
 #
 #   hack/go-build.sh LABEL [GO BUILD FLAGS] PACKAGE
@@ -16,30 +17,35 @@ label=$1
 shift
 pkg=${!#}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-
-"${GO:-go}" build -v "$@" 2>"$out" &
-pid=$!
-# -v names each package as it is compiled: a line without spaces or a
-# colon. Anything else is go build's own output (errors).
-compiled() { grep -cv '[[:space:]:]' "$out" || true; }
-total=
 t0=$SECONDS
-next=10
-while kill -0 "$pid" 2>/dev/null; do
-  if ((SECONDS - t0 >= next)); then
+
+# The progress lines come from a loop in the background; go build runs in
+# the foreground, so that Ctrl-C (SIGINT, which a non-interactive shell's
+# background jobs ignore) stops it.
+report() {
+  local next=10 total=
+  while sleep 1; do
+    kill -0 "$$" 2>/dev/null || exit 0
+    ((SECONDS - t0 >= next)) || continue
     # What the package needs in all, the standard library included (an
     # empty build cache compiles it too): only worth asking when slow.
     [ -n "$total" ] || total=$("${GO:-go}" list -deps "$pkg" 2>/dev/null | wc -l) || total="?"
-    echo "$label: $((SECONDS - t0)) s so far; compiled $(compiled) of the $total packages it needs (the others are in Go's build cache or still to come), then it links" >&2
+    # -v names each package as it is compiled: a line without spaces or
+    # a colon. Anything else is go build's own output (errors).
+    echo "$label: $((SECONDS - t0)) s so far; compiled $(grep -cv '[[:space:]:]' "$out" || true) of the $total packages it needs (the others are in Go's build cache or still to come), then it links" >&2
     next=$((next + 20))
-  fi
-  sleep 0.2
-done
+  done
+}
+report &
+reporter=$!
+trap 'kill "$reporter" 2>/dev/null; rm -f "$out"' EXIT
+
 rc=0
-wait "$pid" || rc=$?
+"${GO:-go}" build -v "$@" 2>"$out" || rc=$?
+kill "$reporter" 2>/dev/null || true
+wait "$reporter" 2>/dev/null || true
 grep '[[:space:]:]' "$out" >&2 || true
-if ((rc == 0 && next > 10)); then
+if ((rc == 0 && SECONDS - t0 >= 10)); then
   echo "$label: built in $((SECONDS - t0)) s" >&2
 fi
 exit "$rc"
