@@ -52,48 +52,38 @@ import (
 )
 
 type options struct {
+	benchutil.ProviderFlags
 	n           int
 	delay       time.Duration
-	provider    string
-	rate        int
-	concurrent  int
-	creators    int
 	timeout     time.Duration
 	listen      bool
 	deleteAfter bool
-	keepLogs    bool
 	debug       bool
 	profile     string
 	provProfile string
 	provHeap    string
 	floor       bool
-	env         string
 }
 
 func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 200, "PodProxies to create.")
 	flag.DurationVar(&o.delay, "kubelet-delay", 0, "How long the kubelet stand-in takes from seeing a pod to reporting it Ready.")
-	flag.StringVar(&o.provider, "provider", "bin/provider", "The provider binary.")
-	flag.IntVar(&o.rate, "max-reconcile-rate", 500, "The provider's --max-reconcile-rate (its client allows twice as many requests per second).")
-	flag.IntVar(&o.concurrent, "max-concurrent-reconciles", 50, "The provider's --max-concurrent-reconciles.")
-	flag.IntVar(&o.creators, "creators", 16, "PodProxies created in parallel.")
+	o.Register("bin/provider")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up waiting for Ready after this long.")
 	flag.BoolVar(&o.listen, "listen", true, "Run a TCP listener per pod (the provider checks that the proxy answers); false runs nothing and no PodProxy becomes Ready.")
 	flag.BoolVar(&o.deleteAfter, "delete", true, "Delete the PodProxies at the end and time it.")
-	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
 	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
 	flag.StringVar(&o.provProfile, "provider-profile", "", "Write a 10 s CPU profile of the provider, taken from the first create, to this file.")
 	flag.StringVar(&o.provHeap, "provider-heap", "", "Write a heap profile of the provider, taken when all are Ready, to this file.")
 	flag.BoolVar(&o.floor, "floor", false, "Measure the floor instead: no provider and no PodProxies; this program creates the N proxies' Deployments and Secrets with the kubernetes driver itself, and times until all their pods are Ready (what kube-controller-manager, the stand-in and the API server take on their own).")
-	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOMEMLIMIT=80MiB, say).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
 	benchutil.Main("benchpodproxy", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {
-	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchpodproxy", KeepLogs: o.keepLogs,
+	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchpodproxy", KeepLogs: o.KeepLogs,
 		Namespaces: []string{"crossplane-system", "egress-proxies", "bench"}})
 	if err != nil {
 		return err
@@ -192,7 +182,7 @@ func run(ctx context.Context, o options) error {
 	for name, pid := range pids {
 		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
 	}
-	benchutil.Logf("creating %d PodProxies (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
+	benchutil.Logf("creating %d PodProxies (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.Creators, o.delay)
 	if o.profile != "" {
 		go func() {
 			rc, err := rest.RESTClientFor(benchutil.WithCodec(cfg))
@@ -213,7 +203,7 @@ func run(ctx context.Context, o options) error {
 		}()
 	}
 	start := time.Now()
-	if err := benchutil.InParallel(o.n, o.creators, func(i int) error {
+	if err := benchutil.InParallel(o.n, o.Creators, func(i int) error {
 		p := podProxy(i)
 		at := time.Now()
 		err := kube.Create(ctx, p)
@@ -305,9 +295,9 @@ func run(ctx context.Context, o options) error {
 
 	fmt.Printf("\nPodProxy benchmark: %d PodProxies (namespaced, ClusterProviderConfig, connection Secret), kubelet stand-in delay %v\n", o.n, o.delay)
 	fmt.Printf("kubelet stand-in: %s; one status write per pod\n", mode)
-	fmt.Printf("provider: %s --max-reconcile-rate %d --max-concurrent-reconciles %d --poll-not-ready 30s (Ready comes from watches, not polls)\n", o.provider, o.rate, o.concurrent)
-	if o.env != "" {
-		fmt.Printf("provider environment: %s\n", o.env)
+	fmt.Printf("provider: %s --max-reconcile-rate %d --max-concurrent-reconciles %d --poll-not-ready 30s (Ready comes from watches, not polls)\n", o.Provider, o.Rate, o.Concurrent)
+	if o.Env != "" {
+		fmt.Printf("provider environment: %s\n", o.Env)
 	}
 	fmt.Printf("machine: %d CPUs; control plane, provider, kube-controller-manager and this program share them\n\n", benchutil.NumCPU())
 	if timedOut {
@@ -373,7 +363,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		t0 := time.Now()
-		if err := benchutil.InParallel(o.n, o.creators, func(i int) error {
+		if err := benchutil.InParallel(o.n, o.Creators, func(i int) error {
 			return client.IgnoreNotFound(kube.Delete(ctx, podProxy(i)))
 		}); err != nil {
 			return err
@@ -440,7 +430,7 @@ func run(ctx context.Context, o options) error {
 			fmt.Println(strings.Join(benchutil.PerProxy(delAPIBefore, delAPIAfter, o.n), "\n"))
 		}
 	}
-	if o.keepLogs {
+	if o.KeepLogs {
 		fmt.Printf("\nlogs in %s\n", dir)
 	}
 	if timedOut {
@@ -498,9 +488,9 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 	for name, pid := range pids {
 		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
 	}
-	benchutil.Logf("creating %d proxies with the driver (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.creators, o.delay)
+	benchutil.Logf("creating %d proxies with the driver (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.Creators, o.delay)
 	start := time.Now()
-	if err := benchutil.InParallel(o.n, o.creators, func(i int) error {
+	if err := benchutil.InParallel(o.n, o.Creators, func(i int) error {
 		_, err := d.Create(ctx, proxy.Request{
 			Name:  fmt.Sprintf("floor-%04d", i),
 			Mark:  proxy.Mark{UID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i), InstallationID: "bench"},
@@ -586,17 +576,15 @@ func startControllerManager(cp *controlplane.ControlPlane, dir string) (func(), 
 // until its PodProxy controllers run.
 func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir string) (*benchutil.Provider, error) {
 	po := benchutil.ProviderOptions{
-		Binary: o.provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(dir, "provider.log"),
-		Rate: o.rate, Concurrent: o.concurrent,
+		Binary: o.Provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(dir, "provider.log"),
+		Rate: o.Rate, Concurrent: o.Concurrent,
 		Args:       []string{"--poll", "10m", "--poll-not-ready", "30s", "--poll-jitter", "0s", "--config-check-interval", "10m"},
 		Controller: "podproxy.proxy.m.egressproxy.io",
 	}
 	if o.debug {
 		po.Args = append(po.Args, "--debug")
 	}
-	if o.env != "" {
-		po.Env = strings.Split(o.env, ",")
-	}
+	po.Env = o.Environment()
 	return benchutil.StartProvider(ctx, po)
 }
 

@@ -44,21 +44,16 @@ import (
 )
 
 type options struct {
-	n          int
-	stages     string
-	provider   string
-	rate       int
-	concurrent int
-	creators   int
-	poll       time.Duration
-	jitter     time.Duration
-	timeout    time.Duration
-	restart    bool
-	secrets    bool
-	keepLogs   bool
-	env        string
-	profile    string
-	heap       string
+	benchutil.ProviderFlags
+	n       int
+	stages  string
+	poll    time.Duration
+	jitter  time.Duration
+	timeout time.Duration
+	restart bool
+	secrets bool
+	profile string
+	heap    string
 }
 
 const ctlFilter = `controller="managed/kvmproxy.`
@@ -67,19 +62,14 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "Managed resources in the end.")
 	flag.StringVar(&o.stages, "stages", "", "Comma-separated resource counts to measure at on the way to -n (default: 1000, 5000 and 10000 below -n, and -n).")
-	flag.StringVar(&o.provider, "provider", "bin/provider-benchmemory", "The provider binary, built with -tags benchmemory.")
-	flag.IntVar(&o.rate, "max-reconcile-rate", 500, "The provider's --max-reconcile-rate (its client allows twice as many requests per second).")
-	flag.IntVar(&o.concurrent, "max-concurrent-reconciles", 50, "The provider's --max-concurrent-reconciles.")
-	flag.IntVar(&o.creators, "creators", 16, "Resources created in parallel.")
+	o.Register("bin/provider-benchmemory")
 	flag.DurationVar(&o.poll, "poll", time.Minute, "The provider's --poll: how often a Ready resource is observed; the steady-state window is one poll.")
 	flag.DurationVar(&o.jitter, "poll-jitter", 10*time.Second, "The provider's --poll-jitter.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for a stage after this long.")
 	flag.BoolVar(&o.restart, "restart", true, "Restart the provider at the end and measure the re-observation.")
 	flag.BoolVar(&o.secrets, "connection-secrets", true, "Give every resource a connection Secret (writeConnectionSecretToRef).")
-	flag.BoolVar(&o.keepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
 	flag.StringVar(&o.profile, "provider-profile", "", "Write the provider's CPU profile over the last stage's steady-state window to this file.")
 	flag.StringVar(&o.heap, "provider-heap", "", "Write the provider's heap profile, taken after the last stage's steady state, to this file.")
-	flag.StringVar(&o.env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOGC=100, say).")
 	flag.Parse()
 	benchutil.Main("benchscale", func(ctx context.Context) error { return run(ctx, o) })
 }
@@ -135,7 +125,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchscale", KeepLogs: o.keepLogs,
+	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchscale", KeepLogs: o.KeepLogs,
 		Namespaces: []string{"crossplane-system", "bench"}})
 	if err != nil {
 		return err
@@ -162,10 +152,10 @@ func run(ctx context.Context, o options) error {
 	var results []stage
 	created := 0
 	for _, target := range stages {
-		benchutil.Logf("creating KVMProxies %d to %d (%d in parallel)", created, target-1, o.creators)
+		benchutil.Logf("creating KVMProxies %d to %d (%d in parallel)", created, target-1, o.Creators)
 		t0 := time.Now()
 		from := created
-		if err := benchutil.InParallel(target-from, o.creators, func(i int) error {
+		if err := benchutil.InParallel(target-from, o.Creators, func(i int) error {
 			return kube.Create(ctx, benchutil.MemoryProxy(fmt.Sprintf("s-%05d", from+i), o.secrets))
 		}); err != nil {
 			return err
@@ -209,7 +199,7 @@ func run(ctx context.Context, o options) error {
 
 	fmt.Printf("\nScale benchmark: %d KVMProxies (namespaced, one ClusterProviderConfig%s) on the in-memory reference driver\n", o.n, map[bool]string{true: ", connection Secrets", false: ""}[o.secrets])
 	fmt.Printf("provider: %s --poll %v --poll-jitter %v --max-reconcile-rate %d --max-concurrent-reconciles %d%s\n",
-		o.provider, o.poll, o.jitter, o.rate, o.concurrent, map[bool]string{true: " (env " + o.env + ")", false: ""}[o.env != ""])
+		o.Provider, o.poll, o.jitter, o.Rate, o.Concurrent, map[bool]string{true: " (env " + o.Env + ")", false: ""}[o.Env != ""])
 	fmt.Printf("machine: %d CPUs shared by kube-apiserver, etcd, the provider and this program; load (1, 5, 15 min) is given per figure\n", benchutil.NumCPU())
 	fmt.Printf("provider RSS before the first create: peak %.1f MiB\n\n", float64(startRSS)/1024)
 	fmt.Printf("%8s %10s %10s %22s %14s %30s %8s %8s  %s\n", "N", "all Ready", "peak RSS", "steady RSS anon+file", "anon slope", "CPU per resource/poll", "GETs", "writes", "load")
@@ -233,7 +223,7 @@ func run(ctx context.Context, o options) error {
 			benchutil.Writes(rs.provWrites), formatCounts(rs.provWrites), benchutil.Writes(rs.apiWrites), formatCounts(rs.apiWrites))
 		fmt.Printf("  new process: peak RSS %.1f MiB, CPU %.1f s until all were observed\n", float64(rs.peakKiB)/1024, rs.cpu)
 	}
-	if o.keepLogs {
+	if o.KeepLogs {
 		fmt.Printf("\nlogs in %s\n", dir)
 	}
 	return nil
@@ -393,21 +383,19 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 // and waits until its KVMProxy controller runs.
 func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir, state, logName string) (*benchutil.Provider, error) {
 	po := benchutil.ProviderOptions{
-		Binary: o.provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(dir, logName),
-		Rate: o.rate, Concurrent: o.concurrent,
+		Binary: o.Provider, Kubeconfig: cp.KubeconfigPath, LogPath: filepath.Join(dir, logName),
+		Rate: o.Rate, Concurrent: o.Concurrent,
 		Args: []string{"--poll", o.poll.String(), "--poll-jitter", o.jitter.String(), "--poll-not-ready", "30s", "--config-check-interval", "10m"},
 		Env:  []string{"EGRESSPROXY_BENCH_STATE=" + state},
 		// Registered in the benchmark build only.
 		Controller: "kvmproxy.proxy.m.egressproxy.io",
 		Check: func(metrics string) error {
 			if !strings.Contains(metrics, "egressproxy_bench_observed_instances") {
-				return fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: build it with -tags benchmemory (hack/bench-scale.sh does)", o.provider)
+				return fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: build it with -tags benchmemory (hack/bench-scale.sh does)", o.Provider)
 			}
 			return nil
 		},
 	}
-	if o.env != "" {
-		po.Env = append(po.Env, strings.Split(o.env, ",")...)
-	}
+	po.Env = append(po.Env, o.Environment()...)
 	return benchutil.StartProvider(ctx, po)
 }

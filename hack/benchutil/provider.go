@@ -3,6 +3,7 @@ package benchutil
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -185,4 +186,32 @@ func (p *Provider) SaveProfile(ctx context.Context, name, path string) error {
 		return errors.New("empty profile")
 	}
 	return os.WriteFile(path, []byte(b), 0o600)
+}
+
+// ProviderFlags are the flags the benchmarks that run the provider share.
+type ProviderFlags struct {
+	Provider         string
+	Rate, Concurrent int
+	Creators         int
+	KeepLogs         bool
+	Env              string
+}
+
+// Register defines -provider (default binary), -max-reconcile-rate,
+// -max-concurrent-reconciles, -creators, -keep-logs and -provider-env.
+func (f *ProviderFlags) Register(binary string) {
+	flag.StringVar(&f.Provider, "provider", binary, "The provider binary.")
+	flag.IntVar(&f.Rate, "max-reconcile-rate", 500, "The provider's --max-reconcile-rate (its client allows twice as many requests per second).")
+	flag.IntVar(&f.Concurrent, "max-concurrent-reconciles", 50, "The provider's --max-concurrent-reconciles.")
+	flag.IntVar(&f.Creators, "creators", 16, "Managed resources created in parallel.")
+	flag.BoolVar(&f.KeepLogs, "keep-logs", false, "Keep the control plane's and the provider's logs.")
+	flag.StringVar(&f.Env, "provider-env", "", "Extra environment of the provider, as NAME=VALUE[,NAME=VALUE] (GOGC=100, GOMEMLIMIT=80MiB, say).")
+}
+
+// Environment is -provider-env as a list.
+func (f *ProviderFlags) Environment() []string {
+	if f.Env == "" {
+		return nil
+	}
+	return strings.Split(f.Env, ",")
 }
