@@ -4,8 +4,8 @@
 # minutes; this prints how many of the packages it needs it has compiled
 # after 10 s and every 20 s after that (also while it links), then how
 # long it took. Warm (a few seconds) it prints nothing. Ctrl-C stops it.
-# Compiler errors are printed as
-# go build prints them, and its exit code is this script's.
+# Compiler errors are printed as go build prints them, and its exit code
+# is this script's.
 #
 #   hack/go-build.sh LABEL [GO BUILD FLAGS] PACKAGE
 #
@@ -38,7 +38,7 @@ report() {
 }
 report &
 reporter=$!
-trap 'kill "$reporter" 2>/dev/null; rm -f "$out"' EXIT
+trap 'kill "$reporter" 2>/dev/null || true; rm -f "$out"' EXIT
 
 rc=0
 "${GO:-go}" build -v "$@" 2>"$out" || rc=$?
