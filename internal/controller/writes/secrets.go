@@ -68,8 +68,14 @@ func DataDigest(data map[string][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// digestOnly replaces s's data with its digest (annotationDataDigest).
+// digestOnly replaces s's data with its digest (annotationDataDigest). It
+// is idempotent, as an informer's transform must be: client-go may hand it
+// an object it already transformed (a provider restart's initial list did,
+// and every connection Secret was written again, make bench-scale).
 func digestOnly(s *corev1.Secret) {
+	if _, done := s.Annotations[annotationDataDigest]; done && len(s.Data) == 0 && len(s.StringData) == 0 {
+		return
+	}
 	a := maps.Clone(s.Annotations)
 	if a == nil {
 		a = map[string]string{}
