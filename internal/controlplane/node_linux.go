@@ -433,8 +433,8 @@ state = %[2]q
 }
 
 // importImages imports the tarballs and removes every other image from
-// the kept root (an older Squid image, say), which containerd's garbage
-// collector then deletes.
+// the kept root (an older Squid image, say, or an older name of the same
+// one), which containerd's garbage collector then deletes.
 func (n *Node) importImages(ctx context.Context, tarballs []string) error {
 	keep := map[string]bool{}
 	for _, img := range tarballs {
@@ -467,7 +467,10 @@ func (n *Node) importImages(ctx context.Context, tarballs []string) error {
 		}
 	}
 	for _, img := range all {
-		if keep[img.ref] || keptDigests[img.digest] {
+		// Another name of a kept image goes too: the CRI reports one of an
+		// image's names as a container's image, so an older tag of the same
+		// content would stand in for the name the test imported.
+		if keep[img.ref] || keptDigests[img.digest] && strings.HasPrefix(img.ref, "sha256:") {
 			continue
 		}
 		if out, err := n.ctr(ctx, "images", "remove", img.ref); err != nil {
