@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -38,8 +39,10 @@ type Cluster struct {
 	// closeIdle closes the idle connections of a pooled remote Cluster.
 	closeIdle func()
 	// gone are the Deployments the cache's watch saw deleted (this
-	// cluster's only: a remote one is read directly).
-	gone *gone
+	// cluster's only, once WatchDeletions ran: a remote one is read
+	// directly).
+	gone     atomic.Pointer[gone]
+	goneOnce sync.Once
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
@@ -97,21 +100,34 @@ func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, reader client.Rea
 		return nil, err
 	}
 	cl.DialPods = true
-	if inf, ok := reader.(cache.Informers); ok {
-		if i, err := inf.GetInformer(context.Background(), &appsv1.Deployment{}, cache.BlockUntilSynced(false)); err == nil {
-			g := newGone()
-			if _, err := i.AddEventHandler(g.handler()); err == nil {
-				cl.gone = g
-			}
-		}
-	}
 	return cl, nil
+}
+
+// WatchDeletions keeps, from the Deployment informer of informers, which
+// Deployments the watch saw deleted, so that the drivers made after it
+// trust a cache miss of those (see gone). Call it only once the provider
+// may list and watch Deployments in every namespace: an informer it may
+// not list never syncs, and the manager's cache waits for every informer
+// it has before any controller starts. Later calls do nothing.
+func (cl *Cluster) WatchDeletions(informers cache.Informers) error {
+	var err error
+	cl.goneOnce.Do(func() {
+		var i cache.Informer
+		if i, err = informers.GetInformer(context.Background(), &appsv1.Deployment{}, cache.BlockUntilSynced(false)); err != nil {
+			return
+		}
+		g := newGone()
+		if _, err = i.AddEventHandler(g.handler()); err == nil {
+			cl.gone.Store(g)
+		}
+	})
+	return err
 }
 
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
-	d.gone = cl.gone
+	d.gone = cl.gone.Load()
 	return d
 }
 

@@ -225,6 +225,11 @@ func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 			return bld
 		}
 	}
+	if b.local != nil {
+		if err := b.local.WatchDeletions(mgr.GetCache()); err != nil {
+			log.Info("cannot follow Deployment deletions; a deleted PodProxy reads its Deployment's absence live", "error", err.Error())
+		}
+	}
 	return bld.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(kubernetes.PodDigest))).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(kubernetes.DeploymentDigest))).
