@@ -139,9 +139,39 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 	if err != nil {
 		return err
 	}
-	listObj, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	opts, err := reconcilerOptions(mgr, o, sh, c, gvk, name)
 	if err != nil {
 		return err
+	}
+	// The reconciler takes its client (and its default finalizer's and
+	// connection publisher's) from the manager: give it Shared.Client,
+	// which leaves out writes the server already holds (package writes).
+	r := managed.NewReconciler(sh.ReconcilerManager(mgr), resource.ManagedKind(gvk), opts...)
+
+	forObj := obj.(client.Object) //nolint:forcetypeassert // Every registered kind is an object.
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		WithOptions(o.ForControllerRuntime()).
+		WithEventFilter(desiredStateChanged()).
+		For(forObj)
+	if k.Watches != nil {
+		// A list object of its own: the state-metrics recorder lists into
+		// the one reconcilerOptions made concurrently.
+		l, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err != nil {
+			return err
+		}
+		b = k.Watches(mgr, b, l.(client.ObjectList)) //nolint:forcetypeassert // Every registered list kind is a list.
+	}
+	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(retryAfter{inner: r, hints: c.hints}), o.GlobalRateLimiter))
+}
+
+// reconcilerOptions are the managed reconciler's options for kind gvk's
+// controller name; with state metrics on, it adds their recorder to mgr.
+func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connector[P], gvk schema.GroupVersionKind, name string) ([]managed.ReconcilerOption, error) {
+	listObj, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err != nil {
+		return nil, err
 	}
 	opts := []managed.ReconcilerOption{
 		managed.WithExternalConnector(c),
@@ -171,32 +201,12 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 			if l, ok := listObj.(resource.ManagedList); ok {
 				sm := statemetrics.NewMRStateRecorder(uncopiedLists{mgr.GetClient()}, o.Logger, o.MetricOptions.MRStateMetrics, l, o.MetricOptions.PollStateMetricInterval)
 				if err := mgr.Add(sm); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
 	}
-	// The reconciler takes its client (and its default finalizer's and
-	// connection publisher's) from the manager: give it Shared.Client,
-	// which leaves out writes the server already holds (package writes).
-	r := managed.NewReconciler(sh.ReconcilerManager(mgr), resource.ManagedKind(gvk), opts...)
-
-	forObj := obj.(client.Object) //nolint:forcetypeassert // Every registered kind is an object.
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named(name).
-		WithOptions(o.ForControllerRuntime()).
-		WithEventFilter(desiredStateChanged()).
-		For(forObj)
-	if k.Watches != nil {
-		// A list object of its own: the state-metrics recorder lists into
-		// listObj concurrently.
-		l, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err != nil {
-			return err
-		}
-		b = k.Watches(mgr, b, l.(client.ObjectList)) //nolint:forcetypeassert // Every registered list kind is a list.
-	}
-	return b.Complete(ratelimiter.NewReconciler(name, errors.WithSilentRequeueOnConflict(retryAfter{inner: r, hints: c.hints}), o.GlobalRateLimiter))
+	return opts, nil
 }
 
 // PollHook polls a resource that is not Ready every notReady, and a Ready

@@ -10,6 +10,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -160,10 +162,32 @@ func (b *binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 // sources, and are filtered to the changes Get would see.
 func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client.ObjectList) *builder.Builder {
 	log := mgr.GetLogger().WithName("podproxy-watches")
-	gvk, err := apiutil.GVKForObject(list, mgr.GetScheme())
+	toRequests, kind, err := b.proxiesByUID(mgr, list)
 	if err != nil {
 		log.Error(err, "cannot watch the proxies' objects; falling back to polling")
 		return bld
+	}
+	ch := make(chan event.GenericEvent, 1024)
+	b.mu.Lock()
+	b.subscribers = append(b.subscribers, ch)
+	b.mu.Unlock()
+	bld = bld.WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests)))
+	if !b.mayWatch(log, kind, mgr.GetCache()) {
+		return bld
+	}
+	return bld.
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(kubernetes.PodDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(kubernetes.DeploymentDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(kubernetes.ServiceDigest)))
+}
+
+// proxiesByUID indexes the managed resources of list's kind by UID and
+// returns what maps an object labelled with a proxy's UID to that proxy
+// (the other scope's controller finds nothing), and the kind.
+func (b *binding) proxiesByUID(mgr manager.Manager, list client.ObjectList) (func(context.Context, client.Object) []reconcile.Request, string, error) {
+	gvk, err := apiutil.GVKForObject(list, mgr.GetScheme())
+	if err != nil {
+		return nil, "", err
 	}
 	// list is shared with other users (the MR state metrics list into it):
 	// only its kind is read here, and each lookup uses a list of its own.
@@ -171,21 +195,15 @@ func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	obj, err := mgr.GetScheme().New(gvk)
 	if err != nil {
-		log.Error(err, "cannot watch the proxies' objects; falling back to polling")
-		return bld
+		return nil, "", err
 	}
 	mr, _ := obj.(client.Object)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), mr, uidIndex, func(o client.Object) []string {
 		return []string{string(o.GetUID())}
 	}); err != nil {
-		log.Error(err, "cannot index the proxies by UID; falling back to polling", "kind", gvk.Kind)
-		return bld
+		return nil, "", errors.Wrapf(err, "cannot index the %s resources by UID", gvk.Kind)
 	}
-
-	// toRequests maps an object labelled with a proxy's UID to that proxy,
-	// if it is of this controller's kind (the other scope's controller
-	// finds nothing).
-	toRequests := func(ctx context.Context, o client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		uid := o.GetLabels()[kubernetes.LabelUID]
 		if uid == "" {
 			return nil
@@ -206,34 +224,30 @@ func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 			return nil
 		})
 		return out
-	}
-	ch := make(chan event.GenericEvent, 1024)
-	b.mu.Lock()
-	b.subscribers = append(b.subscribers, ch)
-	b.mu.Unlock()
-	bld = bld.WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests)))
+	}, gvk.Kind, nil
+}
 
-	// Without the permission to watch them, a watch of pods, Deployments
-	// or Services would never sync and stop the manager: PodProxies are
-	// then polled, and report what is missing (see connect).
+// mayWatch reports whether the provider may watch pods, Deployments and
+// Services in this cluster, and then follows Deployment deletions too.
+// Without the permission such a watch would never sync and stop the
+// manager: PodProxies are then polled, and report what is missing (see
+// connect).
+func (b *binding) mayWatch(log logr.Logger, kind string, informers cache.Informers) bool {
 	if b.access != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var missing *missingError
 		if err := b.access.check(ctx); errors.As(err, &missing) {
-			log.Info("not watching pods, Deployments and Services: PodProxies on InjectedIdentity wait for the permissions (restart the provider after granting them to watch again)", "kind", gvk.Kind, "error", err.Error())
-			return bld
+			log.Info("not watching pods, Deployments and Services: PodProxies on InjectedIdentity wait for the permissions (restart the provider after granting them to watch again)", "kind", kind, "error", err.Error())
+			return false
 		}
 	}
 	if b.local != nil {
-		if err := b.local.WatchDeletions(mgr.GetCache()); err != nil {
+		if err := b.local.WatchDeletions(informers); err != nil {
 			log.Info("cannot follow Deployment deletions; a deleted PodProxy reads its Deployment's absence live", "error", err.Error())
 		}
 	}
-	return bld.
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(kubernetes.PodDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(kubernetes.DeploymentDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(kubernetes.ServiceDigest)))
+	return true
 }
 
 // watchPriority is the work-queue priority of reconciles these watches
