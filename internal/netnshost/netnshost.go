@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -59,6 +60,7 @@ func New(extra ...netip.Addr) (*Host, error) {
 	// Slots are /30s of Net; a free one is claimed by creating its
 	// namespace, which fails when it exists (another test, another
 	// process, or a leftover of a killed run).
+	sweepLeftovers()
 	slots := uint32(1) << (32 - Net.Bits() - 2)
 	base := binary.BigEndian.Uint32(Net.Addr().AsSlice())
 	var h *Host
@@ -82,6 +84,10 @@ func New(extra ...netip.Addr) (*Host, error) {
 			return netip.AddrFrom4(b)
 		}
 		h = &Host{Addr: addr(2), Gateway: addr(1), Netns: name, nsFile: "/run/netns/" + name}
+		if err := claim(name); err != nil {
+			_ = h.Close()
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		break
 	}
 	if h == nil {
@@ -133,10 +139,84 @@ func (h *Host) Close() error {
 	for _, s := range h.servers {
 		_ = s.Close()
 	}
-	if out, err := exec.Command("ip", "netns", "del", h.Netns).CombinedOutput(); err != nil { //nolint:gosec // our namespace.
-		return fmt.Errorf("ip netns del %s: %w: %s", h.Netns, err, strings.TrimSpace(string(out)))
+	return remove(h.Netns)
+}
+
+// remove deletes a namespace of this package's and its owner record.
+func remove(name string) error {
+	if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil { //nolint:gosec // our namespace.
+		return fmt.Errorf("ip netns del %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	_ = os.Remove(filepath.Join(ownersDir, name))
+	return nil
+}
+
+// ownersDir records which process made each namespace ("pid start-time"),
+// so that one left by a process that died without Close (a killed test,
+// a test binary's timeout) is removed by the next New on this machine.
+// /run is a tmpfs: the records go with a reboot, as the namespaces do.
+var ownersDir = "/run/egressproxy-netns"
+
+// claim records this process as the owner of the namespace name.
+func claim(name string) error {
+	if err := os.MkdirAll(ownersDir, 0o700); err != nil {
+		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
+	}
+	id, err := processID(os.Getpid())
+	if err != nil {
+		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(ownersDir, name), []byte(id), 0o600); err != nil {
+		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
 	}
 	return nil
+}
+
+// sweepLeftovers removes the namespaces whose recorded owner no longer
+// runs. A namespace with no record is never touched: its maker may be
+// between creating it and recording itself, or not this package.
+func sweepLeftovers() {
+	entries, err := os.ReadDir(ownersDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rec, err := os.ReadFile(filepath.Join(ownersDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(string(rec), "%d", &pid); err != nil {
+			continue
+		}
+		if id, err := processID(pid); err == nil && id == string(rec) {
+			continue // its owner still runs
+		}
+		if _, err := os.Stat("/run/netns/" + e.Name()); errors.Is(err, os.ErrNotExist) {
+			_ = os.Remove(filepath.Join(ownersDir, e.Name()))
+			continue
+		}
+		_ = remove(e.Name())
+	}
+}
+
+// processID names a running process by its pid and start time (field 22
+// of /proc/PID/stat), which a later process reusing the pid does not share.
+func processID(pid int) (string, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
+	}
+	return fmt.Sprintf("%d %s", pid, fields[19]), nil
 }
 
 // v6 is an address of the veth pair's IPv6 link net, derived from the
