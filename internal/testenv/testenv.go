@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egressproxy/provider-egressproxy/apis"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
@@ -141,8 +143,12 @@ func FreePort(t testing.TB) int32 {
 // serves as the Go client of FetchWithEnv when started as one, else it
 // runs the tests, then after (the teardown of what the package's tests
 // share, such as kvmtest.Down), and exits with the tests' status.
+// controller-runtime's logger is set to discard (a test that runs the
+// provider sets its own), so a package that only uses its client does
+// not print the "log.SetLogger(...) was never called" stack.
 func Main(m *testing.M, after ...func()) {
 	ServeFetch()
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	for _, f := range after {
 		f()

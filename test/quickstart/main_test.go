@@ -1,0 +1,11 @@
+//go:build linux
+
+package quickstart_test
+
+import (
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
