@@ -144,7 +144,7 @@ func (q *quickstart) script(ctx context.Context, env []string, name string, args
 // It returns the control-plane and node binary folders and the Squid
 // image tarball.
 func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, squidTar string, err error) {
-	done := q.progress.stage("tools: control plane and kubectl, node, Squid image, Crossplane core and CLI (built from the Go module proxy into ~/.cache/provider-egressproxy when missing; about 25 minutes cold on 2 cores, instant warm)")
+	done := q.progress.stage("tools: control plane and kubectl, node, Squid image, Crossplane core and CLI (built from the Go module proxy into ~/.cache/provider-egressproxy when missing; about 15 minutes cold on 2 idle cores, instant warm)")
 	// Steps, each timed, so a cold run shows how far it is.
 	steps := 2
 	if node {
