@@ -151,6 +151,12 @@ func TestNodeIntegration(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")) {
 		t.Errorf("ctr tasks list (%v) does not show the pod's container:\n%s", err, out)
 	}
+	// The API server reaches the kubelet's API (logs, exec) with the client
+	// certificate from the node's own CA; the kubelet refuses anonymous
+	// requests, so a certificate it does not trust fails this.
+	if _, err := cs.CoreV1().Pods("default").GetLogs("p", &corev1.PodLogOptions{}).DoRaw(ctx); err != nil {
+		t.Errorf("pod logs through the API server (its kubelet client certificate): %v", err)
+	}
 
 	// Stopped with the pod still there: the stop removes it too. The
 	// machine is looked at before another test's node may start.

@@ -5,12 +5,8 @@ package controlplane
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/pki"
 )
 
 // NodeOptions configures the node Start runs with Options.Node.
@@ -1288,49 +1285,27 @@ func flockContext(ctx context.Context, f *os.File, log io.Writer) error {
 }
 
 // writeKubeletClientPKI writes a CA the kubelet trusts for its own API and
-// a client certificate from it for the API server (logs, exec).
+// a client certificate from it for the API server (logs, exec). Valid for
+// ten years: a `make run` node may run as long as its user likes.
 func writeKubeletClientPKI(dir string) error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	const validFor = 10 * 365 * 24 * time.Hour
+	ca, err := pki.NewCA(pkix.Name{CommonName: "egressproxy-node-kubelet-client-ca"}, validFor)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egressproxy-node-kubelet-client-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	client, err := ca.Issue(pki.Leaf{
+		Subject: pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		Client:  true, ValidFor: validFor,
+	})
 	if err != nil {
 		return err
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	for f, blk := range map[string]*pem.Block{
-		"kubelet-client-ca.crt":        {Type: "CERTIFICATE", Bytes: caDER},
-		"apiserver-kubelet-client.crt": {Type: "CERTIFICATE", Bytes: der},
-		"apiserver-kubelet-client.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	for f, b := range map[string][]byte{
+		"kubelet-client-ca.crt":        ca.CertPEM,
+		"apiserver-kubelet-client.crt": client.CertPEM,
+		"apiserver-kubelet-client.key": client.KeyPEM,
 	} {
-		if err := os.WriteFile(filepath.Join(dir, f), pem.EncodeToMemory(blk), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
 			return err
 		}
 	}

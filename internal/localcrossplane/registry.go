@@ -9,17 +9,12 @@
 package localcrossplane
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"time"
@@ -27,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/pki"
 )
 
 // Registry is a running OCI registry (go-containerregistry's pkg/registry,
@@ -93,42 +89,13 @@ func (r *Registry) HTTPClient() *http.Client {
 // newCertificates is a throwaway CA and a server certificate it signed for
 // 127.0.0.1, ::1 and localhost.
 func newCertificates() ([]byte, tls.Certificate, error) {
-	serial := func() *big.Int {
-		n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-		return n
-	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA(pkix.Name{CommonName: "localcrossplane registry CA"}, 0)
 	if err != nil {
 		return nil, tls.Certificate{}, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "localcrossplane registry CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	leaf, err := ca.Issue(pki.Leaf{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"}, IPAddresses: pki.Loopback()})
 	if err != nil {
 		return nil, tls.Certificate{}, err
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "localhost"},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	return caPEM, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	return ca.CertPEM, leaf.TLS, nil
 }

@@ -3,17 +3,12 @@ package compositions_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -36,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/function"
+	"github.com/egressproxy/provider-egressproxy/internal/pki"
 )
 
 // EnvCrossplaneBin names a folder holding crossplane (core v2.4.0) and
@@ -123,9 +119,7 @@ func tailFile(path string, n int) string {
 // External package runtime (nothing is deployed; functions are reached at
 // the endpoint their revision's status names).
 type crossplane struct {
-	caCert *x509.Certificate
-	caKey  any
-	caPEM  []byte
+	ca *pki.CA
 }
 
 func startCrossplane(t testing.TB, kube client.Client, bins, kubeconfig, dir string) *crossplane {
@@ -166,18 +160,10 @@ func startCrossplane(t testing.TB, kube client.Client, bins, kubeconfig, dir str
 	if err := kube.Get(ctx, types.NamespacedName{Namespace: "crossplane-system", Name: "crossplane-root-ca"}, ca); err != nil {
 		t.Fatal(err)
 	}
-	xp := &crossplane{caPEM: ca.Data["tls.crt"]}
-	cb, _ := pem.Decode(ca.Data["tls.crt"])
-	kb, _ := pem.Decode(ca.Data["tls.key"])
-	if cb == nil || kb == nil {
-		t.Fatal("Secret crossplane-system/crossplane-root-ca holds no PEM tls.crt and tls.key")
-	}
+	xp := &crossplane{}
 	var err error
-	if xp.caCert, err = x509.ParseCertificate(cb.Bytes); err != nil {
-		t.Fatal(err)
-	}
-	if xp.caKey, err = parseKey(kb.Bytes); err != nil {
-		t.Fatal(err)
+	if xp.ca, err = pki.LoadCA(ca.Data["tls.crt"], ca.Data["tls.key"]); err != nil {
+		t.Fatalf("Secret crossplane-system/crossplane-root-ca: %v", err)
 	}
 
 	p := startProcess(t, "crossplane core", filepath.Join(dir, "crossplane.log"), env, filepath.Join(bins, "crossplane"),
@@ -189,16 +175,6 @@ func startCrossplane(t testing.TB, kube client.Client, bins, kubeconfig, dir str
 	return xp
 }
 
-func parseKey(der []byte) (any, error) {
-	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
-		return k, nil
-	}
-	if k, err := x509.ParseECPrivateKey(der); err == nil {
-		return k, nil
-	}
-	return x509.ParsePKCS8PrivateKey(der)
-}
-
 // serveFunction runs the composition function in this process on a
 // loopback port, with a server certificate for localhost signed by
 // Crossplane's CA and requiring Crossplane's client certificate, and
@@ -207,29 +183,15 @@ func parseKey(der []byte) (any, error) {
 // them alone), whose status names the endpoint.
 func (xp *crossplane) serveFunction(t testing.TB, kube client.Client, name string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, xp.caCert, &key.PublicKey, xp.caKey)
+	leaf, err := xp.ca.Issue(pki.Leaf{Subject: pkix.Name{CommonName: name}, DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(xp.caPEM)
+	pool.AppendCertsFromPEM(xp.ca.CertPEM)
 	creds := credentials.NewTLS(&tls.Config{
 		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		Certificates: []tls.Certificate{leaf.TLS},
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	})
