@@ -82,11 +82,18 @@ func Classify(class Class, err error) error {
 // brings it back, so it is Permanent, its message kept and saying so.
 // Create never returns NotFound (the conformance suite and each driver's
 // tests hold it to that); other classes pass through.
+// The provider and operation err names stay on the result, outermost.
 func MissingOnCreate(err error) error {
-	if ClassOf(err) != ClassNotFound {
+	var pe *Error
+	if ClassOf(err) != ClassNotFound || !errors.As(err, &pe) {
 		return err
 	}
-	return &Error{Class: ClassPermanent, Reason: "MissingDependency", Err: fmt.Errorf("something the proxy needs does not exist: %w", err)}
+	cause := err
+	if error(pe) == err { //nolint:errorlint // Identity: is err the *Error itself, not one it wraps.
+		cause = pe.Err // its provider and operation move to the result
+	}
+	return &Error{Class: ClassPermanent, Provider: pe.Provider, Op: pe.Op, Reason: "MissingDependency",
+		Err: fmt.Errorf("something the proxy needs does not exist: %w", cause)}
 }
 
 // Errorf builds a classified error from a format string.

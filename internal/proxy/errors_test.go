@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -99,8 +98,9 @@ func TestWithContext(t *testing.T) {
 
 func TestMissingOnCreateIsPermanent(t *testing.T) {
 	missing := MissingOnCreate(WithContext(NotFoundf("template 9000 does not exist"), "pve", "create"))
-	if !IsPermanent(missing) || !strings.Contains(missing.Error(), "template 9000 does not exist") || !strings.Contains(missing.Error(), "does not exist") {
-		t.Errorf("MissingOnCreate(NotFound) = %s %v; want Permanent naming what is missing", ClassOf(missing), missing)
+	const want = "pve: create: something the proxy needs does not exist: template 9000 does not exist"
+	if !IsPermanent(missing) || missing.Error() != want {
+		t.Errorf("MissingOnCreate(NotFound) = %s %q; want Permanent %q", ClassOf(missing), missing, want)
 	}
 	for _, err := range []error{nil, Transientf("busy"), Quotaf("no room"), Permanentf("bad")} {
 		if got := MissingOnCreate(err); got != err { //nolint:errorlint // Identity: other classes pass through untouched.

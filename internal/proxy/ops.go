@@ -21,18 +21,21 @@ const (
 type Wrap func(err error, op string) error
 
 // Run runs the driver operation op the way every backend does: nothing
-// is sent once ctx is done, a NotFound from a step of Create is
-// Permanent (MissingOnCreate), and the error leaves through wrap.
+// is sent once ctx is done, the error leaves through wrap, and a NotFound
+// from a step of Create is Permanent (MissingOnCreate). MissingOnCreate
+// comes after wrap, so that a backend error fn returns unclassified (a
+// 404 the backend's rules make NotFound) is caught too.
 func Run[T any](ctx context.Context, op string, wrap Wrap, fn func(context.Context) (T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
 		var zero T
 		return zero, wrap(err, op)
 	}
 	v, err := fn(ctx)
+	err = wrap(err, op)
 	if op == OpCreate {
 		err = MissingOnCreate(err)
 	}
-	return v, wrap(err, op)
+	return v, err
 }
 
 // RunList is Run for List, which every driver refuses without an

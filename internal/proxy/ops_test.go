@@ -7,10 +7,17 @@ import (
 )
 
 // TestRun: a done ctx sends nothing, a NotFound from a step of Create is
-// Permanent (only there), and every error leaves through the driver's wrap.
+// Permanent (only there), also when only the driver's rules make it
+// NotFound, and every error leaves through the driver's wrap.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	wrap := func(err error, op string) error { return WithContext(err, "p", op) }
+	gone := errors.New("404 gone")
+	wrap := func(err error, op string) error {
+		if errors.Is(err, gone) {
+			err = Classify(ClassNotFound, err)
+		}
+		return WithContext(err, "p", op)
+	}
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, tc := range []struct {
@@ -25,6 +32,8 @@ func TestRun(t *testing.T) {
 		{"success", context.Background(), OpGet, nil, 1, ""},
 		{"NotFound in Get stays", context.Background(), OpGet, NotFoundf("x"), 1, ClassNotFound},
 		{"NotFound in Create is Permanent", context.Background(), OpCreate, NotFoundf("x"), 1, ClassPermanent},
+		{"backend's NotFound in Get stays", context.Background(), OpGet, gone, 1, ClassNotFound},
+		{"backend's NotFound in Create is Permanent", context.Background(), OpCreate, gone, 1, ClassPermanent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0

@@ -83,7 +83,7 @@ func (d *Driver) getSteady(ctx context.Context, zone, name string, ref proxy.Ref
 		return d.listInstallation(ctx, ref.Mark.InstallationID)
 	})
 	if err != nil {
-		return proxy.Instance{}, true, d.fail(ctx, proxy.OpGet, err)
+		return proxy.Instance{}, true, err
 	}
 	inst, ok := idx.byKey[key]
 	if !ok || idx.unreachable["zones/"+zone] {

@@ -68,17 +68,25 @@ func keys[V any](m map[string]V) string {
 // the firewall rule and the static address are ensured first (a Static
 // proxy returns after submitting the reservation, whose address the
 // instance needs), then the instance is inserted; nothing waits.
+//
+// A 404 to the insert or to the address or firewall it needs names an
+// image, network, subnetwork or zone that does not exist: proxy.Run makes
+// it Permanent.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	return proxy.Run(ctx, proxy.OpCreate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.create(ctx, req) })
+}
+
+func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	s, err := d.resolveSpec(req)
 	if err != nil {
-		return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
+		return proxy.Instance{}, err
 	}
 	inst, err := d.api.GetInstance(ctx, s.zone, req.Name)
 	switch {
 	case err == nil:
-		return d.adopt(ctx, proxy.OpCreate, inst, req)
+		return d.adopt(ctx, inst, req)
 	case !isNotFound(err):
-		return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
+		return proxy.Instance{}, err
 	}
 	var ops []OpRef
 	placeholder := func(progress string) proxy.Instance {
@@ -90,7 +98,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if exposureOf(req).ManageFirewall {
 		op, err := d.ensureFirewall(ctx, req, ProxyTag(req))
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
+			return proxy.Instance{}, err
 		}
 		ops = appendOp(ops, op)
 	}
@@ -98,7 +106,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if s.addressType == AddressStatic {
 		ip, op, err := d.ensureAddress(ctx, s.region, req)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
+			return proxy.Instance{}, err
 		}
 		if ip == "" {
 			ops = appendOp(ops, op)
@@ -114,11 +122,11 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		// and adopt it only if it is ours.
 		inst, err := d.api.GetInstance(ctx, s.zone, req.Name)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
+			return proxy.Instance{}, err
 		}
-		return d.adopt(ctx, proxy.OpCreate, inst, req)
+		return d.adopt(ctx, inst, req)
 	case err != nil:
-		return proxy.Instance{}, d.fail(ctx, proxy.OpCreate, err)
+		return proxy.Instance{}, err
 	}
 	ops = append(ops, opRefOf(op))
 	d.o.pending.remember(opsKey(s.zone, req.Name), ops)
@@ -129,9 +137,9 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 
 // adopt returns an existing instance found by Create if it is ours, and
 // refuses (Permanent) one that is not.
-func (d *Driver) adopt(ctx context.Context, op string, inst *computepb.Instance, req proxy.Request) (proxy.Instance, error) {
+func (d *Driver) adopt(ctx context.Context, inst *computepb.Instance, req proxy.Request) (proxy.Instance, error) {
 	if m := markOf(inst.GetLabels()); m != req.Mark {
-		return proxy.Instance{}, d.fail(ctx, op, proxy.Permanentf("instance %q already exists and is not this resource's (%s); refusing to adopt it", req.Name, describeMark(m)))
+		return proxy.Instance{}, proxy.Permanentf("instance %q already exists and is not this resource's (%s); refusing to adopt it", req.Name, describeMark(m))
 	}
 	return d.view(ctx, inst, false), nil
 }

@@ -61,7 +61,11 @@ func opsKey(zone, name string) string { return "ops/" + zone + "/" + name }
 // step's operation is followed; a step that is running returns nil, and
 // the controller, seeing the proxy still there, calls again.
 func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
-	zone, name, err := d.resolve(ctx, proxy.OpDelete, ref)
+	return proxy.RunErr(ctx, proxy.OpDelete, d.wrap, func(ctx context.Context) error { return d.delete(ctx, ref) })
+}
+
+func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
+	zone, name, err := d.resolve(ref)
 	if err != nil {
 		return err
 	}
@@ -69,7 +73,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 	key := deleteKey(zone, name)
 	if wait, err := d.pendingStep(ctx, key); err != nil || wait {
 		if err != nil {
-			return d.fail(ctx, proxy.OpDelete, err)
+			return err
 		}
 		return nil
 	}
@@ -79,32 +83,32 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 		m := markOf(inst.GetLabels())
 		switch {
 		case m == (proxy.Mark{}):
-			return d.fail(ctx, proxy.OpDelete, proxy.Permanentf("instance %q carries no ownership mark; refusing to delete it", name))
+			return proxy.Permanentf("instance %q carries no ownership mark; refusing to delete it", name)
 		case ref.Mark.UID != "" && !ownedBy(m, ref.Mark):
-			return d.fail(ctx, proxy.OpDelete, proxy.Permanentf("instance %q is not this resource's (%s); refusing to delete it", name, describeMark(m)))
+			return proxy.Permanentf("instance %q is not this resource's (%s); refusing to delete it", name, describeMark(m))
 		}
 		if _, err := d.dropFirewall(ctx, name, m, true); err != nil {
-			return d.fail(ctx, proxy.OpDelete, err)
+			return err
 		}
 		if _, err := d.setAddressLabels(ctx, regionOf(zone), name, m, func(l map[string]string) {
 			if l[LabelRetain] != "true" {
 				l[LabelDeleting] = "true"
 			}
 		}); err != nil {
-			return d.fail(ctx, proxy.OpDelete, err)
+			return err
 		}
 		op, err := d.api.DeleteInstance(ctx, zone, name)
 		switch {
 		case isNotFound(err):
 			return nil
 		case err != nil:
-			return d.fail(ctx, proxy.OpDelete, fmt.Errorf("deleting instance %q: %w", name, classify(err)))
+			return fmt.Errorf("deleting instance %q: %w", name, classify(err))
 		}
 		d.o.pending.ops.Set(key, opRefOf(op))
 		d.log(ctx).Info("deleting instance", "id", ID(zone, name), "operation", opRefOf(op).String())
 		return nil
 	case !isNotFound(err):
-		return d.fail(ctx, proxy.OpDelete, err)
+		return err
 	}
 
 	// The instance is gone: the address, then the rule.
@@ -118,7 +122,7 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 			switch {
 			case isNotFound(err):
 			case err != nil:
-				return d.fail(ctx, proxy.OpDelete, fmt.Errorf("releasing address %q: %w", name, classify(err)))
+				return fmt.Errorf("releasing address %q: %w", name, classify(err))
 			default:
 				d.o.pending.ops.Set(key, opRefOf(op))
 				d.log(ctx).Info("releasing static address", "address", name, "operation", opRefOf(op).String())
@@ -126,12 +130,12 @@ func (d *Driver) Delete(ctx context.Context, ref proxy.Ref) error {
 			}
 		}
 	case !isNotFound(err):
-		return d.fail(ctx, proxy.OpDelete, fmt.Errorf("reading address %q: %w", name, classify(err)))
+		return fmt.Errorf("reading address %q: %w", name, classify(err))
 	}
 	mark := ref.Mark
 	op, err := d.dropFirewall(ctx, name, mark, false)
 	if err != nil {
-		return d.fail(ctx, proxy.OpDelete, err)
+		return err
 	}
 	if op != nil {
 		d.o.pending.ops.Set(key, *op)

@@ -223,17 +223,9 @@ func (d *Driver) log(ctx context.Context) logr.Logger {
 	return telemetry.Logger(ctx, l.WithName("gcp").WithValues("provider", d.o.Provider))
 }
 
-// fail gives err its class (unless it has one), the provider and op.
-func (d *Driver) fail(ctx context.Context, op string, err error) error {
-	err = classify(err)
-	if op == proxy.OpCreate {
-		// A 404 to the insert or to the address or firewall it needs
-		// names an image, network, subnetwork or zone that does not exist.
-		err = proxy.MissingOnCreate(err)
-	}
-	err = proxy.WithContext(err, d.o.Provider, op)
-	d.log(ctx).V(1).Info("call failed", "op", op, "class", string(proxy.ClassOf(err)), "error", err.Error())
-	return err
+// wrap classifies err and names the provider and the operation.
+func (d *Driver) wrap(err error, op string) error {
+	return proxy.WithContext(classify(err), d.o.Provider, op)
 }
 
 // --- IDs ---
@@ -252,19 +244,19 @@ func parseID(id string) (zone, name string, ok bool) {
 // resolve returns the zone and name a Ref points at: its ID when it has
 // one (a malformed one is Permanent, never resolved by name), else its
 // name in its placement.
-func (d *Driver) resolve(ctx context.Context, op string, ref proxy.Ref) (string, string, error) {
+func (d *Driver) resolve(ref proxy.Ref) (string, string, error) {
 	if ref.ID != "" {
 		zone, name, ok := parseID(ref.ID)
 		if !ok {
-			return "", "", d.fail(ctx, op, proxy.Permanentf("malformed instance ID %q: want zones/<zone>/instances/<name>", ref.ID))
+			return "", "", proxy.Permanentf("malformed instance ID %q: want zones/<zone>/instances/<name>", ref.ID)
 		}
 		return zone, name, nil
 	}
 	if !nameRE.MatchString(ref.Name) {
-		return "", "", d.fail(ctx, op, proxy.Permanentf("reference has no ID and an invalid instance name %q", ref.Name))
+		return "", "", proxy.Permanentf("reference has no ID and an invalid instance name %q", ref.Name)
 	}
 	if !zoneRE.MatchString(ref.Placement.Location) {
-		return "", "", d.fail(ctx, op, proxy.Permanentf("reference has no ID and no valid zone (%q)", ref.Placement.Location))
+		return "", "", proxy.Permanentf("reference has no ID and no valid zone (%q)", ref.Placement.Location)
 	}
 	return ref.Placement.Location, ref.Name, nil
 }

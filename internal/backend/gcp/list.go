@@ -15,8 +15,12 @@ import (
 // (unreachables) fails the whole list, Transient: a partial list would
 // look like instances had vanished.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
-	if installationID == "" || !labelRE.MatchString(installationID) {
-		return nil, d.fail(ctx, proxy.OpList, proxy.Permanentf("invalid installation ID %q", installationID))
+	return proxy.RunList(ctx, installationID, d.wrap, d.list)
+}
+
+func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Instance, error) {
+	if !labelRE.MatchString(installationID) {
+		return nil, proxy.Permanentf("invalid installation ID %q", installationID)
 	}
 	filter := fmt.Sprintf("labels.%s = %q", LabelInstallation, installationID)
 	out := []proxy.Instance{}
@@ -24,10 +28,10 @@ func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Insta
 	for {
 		page, err := d.api.AggregatedInstances(ctx, filter, 500, token)
 		if err != nil {
-			return nil, d.fail(ctx, proxy.OpList, err)
+			return nil, err
 		}
 		if u := page.GetUnreachables(); len(u) > 0 {
-			return nil, d.fail(ctx, proxy.OpList, proxy.Transientf("the listing could not reach %s", strings.Join(u, ", ")))
+			return nil, proxy.Transientf("the listing could not reach %s", strings.Join(u, ", "))
 		}
 		for _, scope := range slices.Sorted(maps.Keys(page.GetItems())) {
 			for _, inst := range page.GetItems()[scope].GetInstances() {

@@ -20,7 +20,11 @@ import (
 // code, for FailedOperationHold after it ended; then it is dropped, Get
 // says NotFound, and the controller creates again.
 func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	zone, name, err := d.resolve(ctx, proxy.OpGet, ref)
+	return proxy.Run(ctx, proxy.OpGet, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.get(ctx, ref) })
+}
+
+func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	zone, name, err := d.resolve(ref)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -30,7 +34,7 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	key := opsKey(zone, name)
 	inflight, progress, err := d.follow(ctx, d.o.pending.toFollow(key, splitOps(ref.Operation)))
 	if err != nil {
-		return proxy.Instance{}, d.fail(ctx, proxy.OpGet, err)
+		return proxy.Instance{}, err
 	}
 	d.o.pending.followedUpTo(key, inflight)
 	inst, err := d.api.GetInstance(ctx, zone, name)
@@ -44,7 +48,7 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 		d.noteDirect(zone, name, ref, v, len(inflight))
 		return v, nil
 	case !isNotFound(err):
-		return proxy.Instance{}, d.fail(ctx, proxy.OpGet, err)
+		return proxy.Instance{}, err
 	}
 	if len(inflight) > 0 {
 		// Accepted and not done: never NotFound, or the controller would
@@ -57,13 +61,13 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if ref.ID != "" || ref.Deleting {
 		left, err := d.leftovers(ctx, zone, name, ref.Mark, ref.Deleting)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpGet, err)
+			return proxy.Instance{}, err
 		}
 		if left != "" {
 			return proxy.Instance{ID: ID(zone, name), Name: name, Mark: ref.Mark, State: proxy.StateStopped, Placement: ref.Placement, Progress: left}, nil
 		}
 	}
-	return proxy.Instance{}, d.fail(ctx, proxy.OpGet, proxy.NotFoundf("instance %q not found in zone %s", name, zone))
+	return proxy.Instance{}, proxy.NotFoundf("instance %q not found in zone %s", name, zone)
 }
 
 // follow reads operations: it returns those still running and a progress

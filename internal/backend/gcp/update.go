@@ -18,7 +18,11 @@ import (
 // Squid files changed the update restarts the VM, whose startup script
 // installs them from metadata (cloud-init runs once).
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	zone, name, err := d.resolve(ctx, proxy.OpUpdate, ref)
+	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
+}
+
+func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	zone, name, err := d.resolve(ref)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -27,26 +31,26 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	req.Placement.Location = zone
 	s, err := d.resolveSpec(req)
 	if err != nil {
-		return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, err)
+		return proxy.Instance{}, err
 	}
 	inst, err := d.api.GetInstance(ctx, zone, name)
 	if err != nil {
-		return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, err)
+		return proxy.Instance{}, err
 	}
 	if m := markOf(inst.GetLabels()); m != req.Mark {
-		return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, proxy.Permanentf("instance %q is not this resource's (%s); refusing to update it", name, describeMark(m)))
+		return proxy.Instance{}, proxy.Permanentf("instance %q is not this resource's (%s); refusing to update it", name, describeMark(m))
 	}
 	var ops []OpRef
 	if exposureOf(req).ManageFirewall {
 		op, err := d.ensureFirewall(ctx, req, firewallTarget(inst, req))
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, err)
+			return proxy.Instance{}, err
 		}
 		ops = appendOp(ops, op)
 	} else {
 		op, err := d.dropFirewall(ctx, name, req.Mark, false)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, err)
+			return proxy.Instance{}, err
 		}
 		ops = appendOp(ops, op)
 	}
@@ -55,7 +59,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 			l[LabelRetain] = strconv.FormatBool(exposureOf(req).RetainAddress)
 		})
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, err)
+			return proxy.Instance{}, err
 		}
 		ops = appendOp(ops, op)
 	}
@@ -79,7 +83,7 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		}
 		op, err := d.api.UpdateInstance(ctx, zone, upd, action)
 		if err != nil {
-			return proxy.Instance{}, d.fail(ctx, proxy.OpUpdate, fmt.Errorf("updating instance %q: %w", name, classify(err)))
+			return proxy.Instance{}, fmt.Errorf("updating instance %q: %w", name, classify(err))
 		}
 		ops = append(ops, opRefOf(op))
 		d.log(ctx).Info("updating instance", "id", ID(zone, name), "operation", opRefOf(op).String(), "restart", restart)
