@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	gcdebug "runtime/debug"
 	"time"
@@ -170,7 +171,7 @@ func run(start time.Time, log logging.Logger, o runOptions) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
 		return err
 	}
 
@@ -280,4 +281,25 @@ func newZapLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
 		zo.Level = zapcore.Level(-v)
 	}
 	return zap.New(zap.UseFlagOptions(&zo))
+}
+
+// syncer is the part of the manager's cache that says whether its
+// informers have synced.
+type syncer interface {
+	WaitForCacheSync(ctx context.Context) bool
+}
+
+// cachesSynced is the /readyz check: ready once every informer started so
+// far has synced, so that a replica answering ready reconciles from a
+// full view (a ping answered before the first list had arrived). It waits
+// at most a second: a probe must not hang.
+func cachesSynced(c syncer) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("the informer caches have not synced yet")
+		}
+		return nil
+	}
 }
