@@ -152,41 +152,40 @@ test-pod: test-deps
 
 ## Benchmarks -----------------------------------------------------------------
 
+# Each benchmark is hack/bench-<name>.sh, given the arguments below (make
+# variables with defaults); what it measures is in the script's header.
+BENCHES := bench-podproxy bench-scale bench-batch bench-node bench-start bench-image
+.PHONY: $(BENCHES)
+$(BENCHES):
+	bash hack/$@.sh $(BENCH_ARGS)
+
 # make bench-podproxy N=200 DELAY=3s
-.PHONY: bench-podproxy
 bench-podproxy: build controlplane-bins
-	bash hack/bench-podproxy.sh $(or $(N),200) $(or $(DELAY),3s)
+bench-podproxy: BENCH_ARGS = $(or $(N),200) $(or $(DELAY),3s)
 
 # One provider holding N managed resources on the in-memory reference
 # driver: time to Ready, RSS and CPU per poll at 1000, 5000 and 10000, and a
 # restart (docs/scaling.md): make bench-scale N=10000
-.PHONY: bench-scale
 bench-scale: controlplane-bins
-	bash hack/bench-scale.sh $(or $(N),10000)
+bench-scale: BENCH_ARGS = $(or $(N),10000)
 
 # Backend calls per proxy per poll with batched observation, counted at the
 # Proxmox and GCP fakes: make bench-batch N=100
-.PHONY: bench-batch
-bench-batch:
-	bash hack/bench-batch.sh $(or $(N),100)
+bench-batch: BENCH_ARGS = $(or $(N),100)
 
 # The local node: warm start and stop, PodProxy create-to-Ready on real
 # pods (as root): make bench-node ROUNDS=3 PROXIES=3
-.PHONY: bench-node
 bench-node: build
-	bash hack/bench-node.sh $(or $(ROUNDS),3) $(or $(PROXIES),3)
+bench-node: BENCH_ARGS = $(or $(ROUNDS),3) $(or $(PROXIES),3)
 
 # The provider's start: exec to /readyz and to the first reconcile of an
 # existing resource (docs/scaling.md): make bench-start ROUNDS=5
-.PHONY: bench-start
 bench-start: controlplane-bins
-	bash hack/bench-start.sh $(or $(ROUNDS),5)
+bench-start: BENCH_ARGS = $(or $(ROUNDS),5)
 
 # The KVM image download into a storage pool of the real libvirt host
 # (as root): RSS growth and throughput for SIZE MiB: make bench-image SIZE=1024
-.PHONY: bench-image
-bench-image:
-	bash hack/bench-image.sh $(or $(SIZE),1024)
+bench-image: BENCH_ARGS = $(or $(SIZE),1024)
 
 .PHONY: clean
 clean:

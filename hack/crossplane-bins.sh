@@ -13,39 +13,21 @@
 # and, beside it, the Crossplane CLI (github.com/crossplane/cli/v2 v2.5.0,
 # `crossplane xpkg build|push|install`), which packages and installs this
 # project: hack/crossplane-bins.sh cli prints the CLI binary's path instead.
-set -euo pipefail
-HACK=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=hack/bins-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bins-env.sh"
+bins_init crossplane-bins crossplane
 
 XP_VERSION=${XP_VERSION:-v2.4.0}
 CLI_VERSION=${CLI_VERSION:-v2.5.0}
-CACHE=${EGRESSPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-egressproxy}
 BIN="$CACHE/crossplane/core-$XP_VERSION"
-WORK="$CACHE/crossplane/build"
-mkdir -p "$BIN" "$WORK"
-
-export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
-log() { echo "crossplane-bins: $*" >&2; }
-
-# One build at a time: test packages run in parallel may all call this.
-if command -v flock >/dev/null; then
-  exec 9>"$CACHE/crossplane/.lock"
-  flock -n 9 || { log "another build is running; waiting for it"; flock 9; }
-fi
+mkdir -p "$BIN"
 
 build_core() {
   [ -x "$BIN/crossplane" ] && [ -d "$BIN/crds" ] && return
   log "building Crossplane core $XP_VERSION (a few minutes cold)"
-  local d="$WORK/core"; rm -rf "$d"; mkdir -p "$d"
-  cat >"$d/go.mod" <<MOD
-module crossplanewrapper
-go 1.25
-require (
-	github.com/crossplane/crossplane/v2 $XP_VERSION
-	github.com/crossplane/crossplane/apis/v2 $XP_VERSION
-)
-MOD
-  printf '//go:build tools\npackage tools\nimport _ "github.com/crossplane/crossplane/v2/cmd/crossplane"\n' >"$d/tools.go"
-  (cd "$d" && go mod tidy >/dev/null)
+  local d="$WORK/core"
+  wrapper_module "$d" crossplanewrapper github.com/crossplane/crossplane/v2/cmd/crossplane \
+    "github.com/crossplane/crossplane/v2 $XP_VERSION" "github.com/crossplane/crossplane/apis/v2 $XP_VERSION"
   (cd "$d" && bash "$HACK/go-build.sh" "crossplane-bins: core" -trimpath -ldflags="-s -w -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$XP_VERSION" \
     -o "$BIN/crossplane.tmp" github.com/crossplane/crossplane/v2/cmd/crossplane)
   # Crossplane's CRDs ship in the module, read by `crossplane core init`.

@@ -4,20 +4,13 @@
 # minutes cold). `go install pkg@version` builds it from its own module, so
 # its dependency tree stays out of the provider's go.mod. Prints the path of
 # the binary on stdout; logs go to stderr.
-set -euo pipefail
+# shellcheck source=hack/bins-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bins-env.sh"
+bins_init lint-bins lint
 
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
-CACHE=${EGRESSPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-egressproxy}
 BIN="$CACHE/lint/golangci-lint-$GOLANGCI_LINT_VERSION"
 mkdir -p "$BIN"
-
-export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
-log() { echo "lint-bins: $*" >&2; }
-
-if command -v flock >/dev/null; then
-  exec 9>"$CACHE/lint/.lock"
-  flock -n 9 || { log "another build is running; waiting for it"; flock 9; }
-fi
 
 if [ ! -x "$BIN/golangci-lint" ]; then
   log "building golangci-lint $GOLANGCI_LINT_VERSION (a couple of minutes cold)"

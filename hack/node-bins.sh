@@ -6,23 +6,14 @@
 # from Debian (containerd, runc, the CNI plugins, iptables, conntrack) when
 # missing. Binaries are cached outside the repo and rebuilt only when
 # missing. Prints the folder holding them.
-set -euo pipefail
+# shellcheck source=hack/bins-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bins-env.sh"
+# Its own lock: the control-plane build may run at the same time.
+bins_init node-bins node
 
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
-CACHE=${EGRESSPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-egressproxy}
 BIN="$CACHE/node/k8s-$K8S_VERSION"
-WORK="$CACHE/node/build"
-mkdir -p "$BIN" "$WORK"
-
-export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
-log() { echo "node-bins: $*" >&2; }
-
-# One build at a time: test packages run in parallel may all call this.
-# (Its own lock: the control-plane build may run at the same time.)
-if command -v flock >/dev/null; then
-  exec 9>"$CACHE/node/.lock"
-  flock -n 9 || { log "another build is running; waiting for it"; flock 9; }
-fi
+mkdir -p "$BIN"
 
 # containerd, runc and the CNI plugins come from Debian; apt only when one
 # is missing, so a warm machine never touches the package lists.
@@ -55,8 +46,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"
 # be pulled here, is made from it); static, from this repository.
 build_pause() {
   [ -x "$BIN/pause" ] && return
-  local root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  (cd "$root" && bash hack/go-build.sh "node-bins: pause" -trimpath -ldflags="-s -w" -o "$BIN/pause.tmp" ./hack/pause)
+  (cd "$HACK/.." && bash hack/go-build.sh "node-bins: pause" -trimpath -ldflags="-s -w" -o "$BIN/pause.tmp" ./hack/pause)
   mv "$BIN/pause.tmp" "$BIN/pause"
 }
 
