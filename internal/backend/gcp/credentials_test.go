@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"google.golang.org/api/option"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const keySentinel = "KEY-S3NT1NEL-9f8e7d6c5b4a"
@@ -83,8 +83,8 @@ func TestKeySentinel(t *testing.T) {
 	secrets := append([]string{keySentinel}, pemLines...)
 
 	srv := gcptest.New(t, testProject)
-	logs := &logBuffer{}
-	log := funcr.New(logs.write, funcr.Options{Verbosity: 5})
+	logs := &testenv.Buffer{}
+	log := testLogger(logs)
 	conn := &gcp.Connector{Endpoint: srv.URL, Defaults: gcp.Options{Log: &log, Prober: &squid.Prober{Ask: srv.AskSquid}}}
 	t.Cleanup(func() { _ = conn.Close() })
 	ctx := context.Background()

@@ -2,11 +2,10 @@ package gcp_test
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"google.golang.org/api/option"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const (
@@ -40,7 +40,7 @@ func testConfig() gcp.Config {
 type fixture struct {
 	srv    *gcptest.Server
 	driver *gcp.Driver
-	logs   *logBuffer
+	logs   *testenv.Buffer
 	// opts built driver; newDriver builds another (a restarted provider).
 	opts gcp.Options
 }
@@ -49,21 +49,10 @@ type fixture struct {
 // of the last one's: a provider restarted.
 func (f *fixture) newDriver() *gcp.Driver { return gcp.New(f.opts) }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) write(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.WriteString(prefix + " " + args + "\n")
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// testLogger logs everything up to V(5), the SDK transport's request
+// lines included, into logs.
+func testLogger(logs *testenv.Buffer) logr.Logger {
+	return funcr.New(func(prefix, args string) { logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 5})
 }
 
 func newSDK(t *testing.T, srv *gcptest.Server) gcp.API {
@@ -78,8 +67,8 @@ func newSDK(t *testing.T, srv *gcptest.Server) gcp.API {
 
 func newFixture(t *testing.T, mutate ...func(*gcp.Options)) *fixture {
 	t.Helper()
-	f := &fixture{srv: gcptest.New(t, testProject), logs: &logBuffer{}}
-	log := funcr.New(f.logs.write, funcr.Options{Verbosity: 5})
+	f := &fixture{srv: gcptest.New(t, testProject), logs: &testenv.Buffer{}}
+	log := testLogger(f.logs)
 	o := gcp.Options{
 		Provider: testProvider,
 		Config:   testConfig(),

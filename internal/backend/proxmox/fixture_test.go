@@ -15,6 +15,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const (
@@ -30,7 +31,7 @@ type fixture struct {
 	drv  *proxmox.Driver
 	cfg  proxmox.Config
 	rec  *recorder
-	logs *logBuffer
+	logs *testenv.Buffer
 	opts proxmox.Options
 	// clock is the drivers' clock: time.Now plus what advance added.
 	clockMu sync.Mutex
@@ -64,7 +65,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 		opt(&o)
 	}
 	fake := pvetest.New(t, o.fake)
-	f := &fixture{t: t, fake: fake, logs: &logBuffer{}, token: fake.Token(), ca: fake.CAPEM()}
+	f := &fixture{t: t, fake: fake, logs: &testenv.Buffer{}, token: fake.Token(), ca: fake.CAPEM()}
 	f.cfg = proxmox.Config{
 		URL:               fake.URL,
 		Nodes:             []string{"pve1", "pve2"},
@@ -79,7 +80,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	if o.config != nil {
 		o.config(&f.cfg)
 	}
-	log := funcr.New(func(prefix, args string) { f.logs.add(strings.TrimSpace(prefix + " " + args)) }, funcr.Options{Verbosity: 2})
+	log := funcr.New(func(prefix, args string) { f.logs.Line(strings.TrimSpace(prefix + " " + args)) }, funcr.Options{Verbosity: 2})
 	do := proxmox.Options{
 		Provider:    testProvider,
 		Config:      f.cfg,
@@ -266,19 +267,3 @@ func (r *recorder) Delete(ctx context.Context, ref proxy.Ref) error {
 	return err
 }
 
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (b *logBuffer) add(l string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.lines = append(b.lines, l)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.lines, "\n")
-}
