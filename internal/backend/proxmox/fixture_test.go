@@ -266,4 +266,3 @@ func (r *recorder) Delete(ctx context.Context, ref proxy.Ref) error {
 	r.mu.Unlock()
 	return err
 }
-
