@@ -224,7 +224,8 @@ func (e *env) foreign(ctx context.Context, ns, name string, labels map[string]st
 
 // settle finishes what is pending for the Deployment id: its pods are
 // started and reported Ready and the rollout completes; or, when it is gone
-// or going, everything of it is gone. Then it waits for the cache.
+// or going, its pods are gone too (the garbage collector removes them after
+// a Deployment deleted in the background). Then it waits for the cache.
 func (e *env) settle(ctx context.Context, id string, cached bool) error {
 	ns, name, _ := strings.Cut(id, "/")
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -234,7 +235,13 @@ func (e *env) settle(ctx context.Context, id string, cached bool) error {
 		err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, dep)
 		switch {
 		case kerrors.IsNotFound(err):
-			return e.waitCache(ctx, ns, name, cached)
+			pods, err := e.pods(ctx, e.live, ns, name)
+			if err != nil {
+				return err
+			}
+			if len(pods) == 0 {
+				return e.waitCache(ctx, ns, name, cached)
+			}
 		case err != nil:
 			return err
 		case dep.DeletionTimestamp != nil:

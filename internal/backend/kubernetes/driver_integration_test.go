@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,6 +260,60 @@ func (e *env) driverTests(t *testing.T) {
 			t.Errorf("Get after the rollout = %+v, %v; want Running and up to date", got, err)
 		}
 	})
+
+	// The Deployment of a resource being deleted goes in the background;
+	// the resource must not end while its pod remains (held here by a
+	// finalizer, as a pod in its grace period is).
+	t.Run("ResourceBeingDeletedStaysUntilItsPodIsGone", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t)
+		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
+		req := request("lingering")
+		inst, err := d.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.settle(ctx, inst.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		release := e.holdPods(t, ns, req.Name)
+		deleting := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Live: true, Deleting: true}
+		if err := d.Delete(ctx, deleting); err != nil {
+			t.Fatal(err)
+		}
+		// In the background: the Deployment goes at once (in the
+		// foreground the held pod would keep it); the garbage collector
+		// then deletes the ReplicaSet and the pod, which the finalizer
+		// keeps.
+		waitFor(t, "the Deployment to go and its pod to be deleted", func() (bool, string) {
+			err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: req.Name}, &appsv1.Deployment{})
+			pods, perr := e.pods(ctx, e.live, ns, req.Name)
+			if perr != nil || len(pods) != 1 {
+				t.Fatalf("pods of the proxy: %v, %d; want the held one", perr, len(pods))
+			}
+			return kerrors.IsNotFound(err) && pods[0].DeletionTimestamp != nil, fmt.Sprintf("Deployment: %v; pod deleted: %v", err, pods[0].DeletionTimestamp)
+		})
+		if err := e.waitCache(ctx, ns, req.Name, true); err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Get(ctx, deleting)
+		switch {
+		case err != nil:
+			t.Errorf("Get of the resource being deleted, its Deployment gone and its pod still there = %v; want the proxy, Stopped, so that it is not let go", err)
+		case got.ID != inst.ID || got.Mark != req.Mark || got.State != proxy.StateStopped || !strings.Contains(got.Progress, "stopping"):
+			t.Errorf("Get while the pod remains = ID %q, mark %+v, %s (%s); want %q, the resource's mark, Stopped, saying the pod is stopping", got.ID, got.Mark, got.State, got.Progress, inst.ID)
+		}
+		if err := d.Delete(ctx, deleting); err != nil {
+			t.Errorf("Delete again while the pod remains = %v; want nil", err)
+		}
+		release()
+		if err := e.settle(ctx, inst.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := d.Get(ctx, deleting); !proxy.IsNotFound(err) {
+			t.Errorf("Get once the pod is gone = %+v, %v; want NotFound", got, err)
+		}
+	})
 }
 
 // takeoverTests: an external name that names someone else's Secret or
@@ -451,6 +506,36 @@ func (e *env) takeoverTests(t *testing.T) {
 			t.Errorf("their Secret changed:\nbefore %s\nafter  %s", before, after)
 		}
 	})
+}
+
+// holdPods puts a finalizer on the pods of the proxy name in ns, so that
+// they stay (being deleted) until the returned release, or the test's end.
+func (e *env) holdPods(t *testing.T, ns, name string) func() {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := e.pods(ctx, e.live, ns, name)
+	if err != nil || len(pods) == 0 {
+		t.Fatalf("pods of %s/%s to hold: %v, %d", ns, name, err, len(pods))
+	}
+	for i := range pods {
+		pods[i].Finalizers = append(pods[i].Finalizers, holdFinalizer)
+		if err := e.live.Update(ctx, &pods[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			for _, p := range pods {
+				patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))
+				if err := e.live.Patch(context.Background(), &p, patch); err != nil && !kerrors.IsNotFound(err) {
+					t.Errorf("releasing pod %s: %v", p.Name, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 // waitFor polls cond for up to 20 s.

@@ -17,10 +17,12 @@
 // Create checks before the Deployment exists and fails naming it, and every
 // later write refuses it the same way (writeChild).
 //
-// Deleting the Deployment in the foreground deletes the rest (the garbage
-// collector follows the ownerReferences, blockOwnerDeletion on each), and
-// the Deployment itself goes only once they are gone: Get never reports
-// NotFound while anything of the proxy remains.
+// Deleting the Deployment deletes the rest (the garbage collector follows
+// the ownerReferences). It goes in the background when its pod is known,
+// and Get of the resource being deleted reports the proxy until no pod of
+// it remains; otherwise in the foreground, and the Deployment stays until
+// its ReplicaSet and pods are gone (see Delete). Either way Get never
+// reports NotFound to a resource being deleted while its pod remains.
 //
 // The seam is controller-runtime's client.Client. For the provider's own
 // cluster, reads go through the manager's cache (see CacheByObject), so

@@ -332,8 +332,9 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 	}
 }
 
-// ownerRef makes dep the owner of a child, so deleting dep (foreground)
-// waits for the child and a bypassed finalizer still leaves nothing behind.
+// ownerRef makes dep the owner of a child, so the garbage collector
+// removes the child once dep is gone (a foreground deletion of dep waits
+// for it), and a bypassed finalizer still leaves nothing behind.
 func ownerRef(dep *appsv1.Deployment) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion:         "apps/v1",

@@ -24,6 +24,14 @@ func (d *Driver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 
 func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
 	dep, err := d.deployment(ctx, ref)
+	if proxy.IsNotFound(err) && ref.Deleting {
+		// Gone in the background (Delete): the resource waits for its pods.
+		key, kerr := d.key(ref)
+		if kerr != nil {
+			return proxy.Instance{}, kerr
+		}
+		return d.podsLeft(ctx, key, ref)
+	}
 	if err != nil {
 		return proxy.Instance{}, err
 	}

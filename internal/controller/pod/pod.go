@@ -177,7 +177,7 @@ func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 	}
 	return bld.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(kubernetes.PodDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), changed(kubernetes.DeploymentDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), deploymentChanged())).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(kubernetes.ServiceDigest)))
 }
 
@@ -308,11 +308,27 @@ func (b *binding) notify(key string) {
 // changed passes deletions and the updates that change digest; creations
 // are the driver's own doing and change nothing Get reports, except for a
 // Service (its address may be assigned at creation).
-func changed[T client.Object](digest func(T) string) predicate.TypedPredicate[T] {
+func changed[T client.Object](digest func(T) string) predicate.TypedFuncs[T] {
 	return predicate.TypedFuncs[T]{
 		CreateFunc:  func(e event.TypedCreateEvent[T]) bool { _, svc := any(e.Object).(*corev1.Service); return svc },
 		UpdateFunc:  func(e event.TypedUpdateEvent[T]) bool { return digest(e.ObjectOld) != digest(e.ObjectNew) },
 		DeleteFunc:  func(event.TypedDeleteEvent[T]) bool { return true },
 		GenericFunc: func(event.TypedGenericEvent[T]) bool { return true },
 	}
+}
+
+// deploymentChanged is changed for Deployments, except for a deletion that
+// did not wait (a background one, the driver's Delete of a Deployment with
+// a pod): the resource being deleted waits for the pod, whose deletion
+// reconciles it, and a reconcile now would only repeat the Delete (an
+// event). A deletion that waited for finalizers (in the foreground) ends
+// the resource and passes, as does one the watch missed. A Deployment a
+// human deleted in the background is noticed when its pods go, or at the
+// next poll.
+func deploymentChanged() predicate.TypedFuncs[*appsv1.Deployment] {
+	p := changed(kubernetes.DeploymentDigest)
+	p.DeleteFunc = func(e event.TypedDeleteEvent[*appsv1.Deployment]) bool {
+		return e.DeleteStateUnknown || e.Object.GetDeletionTimestamp() != nil
+	}
+	return p
 }

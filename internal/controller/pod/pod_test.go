@@ -6,6 +6,9 @@ import (
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
@@ -55,5 +58,28 @@ func TestBlock(t *testing.T) {
 	b, ok := block(&spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}})
 	if !ok || b.CredentialsSource == nil || *b.CredentialsSource != xpv2.CredentialsSourceInjectedIdentity || b.AllowUserCloudInit != nil {
 		t.Errorf("block(kubernetes) = %+v, %v; want the credentials source and nothing else", b, ok)
+	}
+}
+
+// TestDeploymentDeletionsThatWaitedReconcile: a Deployment deleted at once
+// (the driver's background deletion) reconciles nothing, its pods' deletions
+// do; one whose deletion waited (foreground: it carries its deletion
+// timestamp to the end), or one the watch missed, reconciles the proxy.
+func TestDeploymentDeletionsThatWaitedReconcile(t *testing.T) {
+	now := metav1.Now()
+	cases := map[string]struct {
+		ev   event.TypedDeleteEvent[*appsv1.Deployment]
+		want bool
+	}{
+		"Background":   {ev: event.TypedDeleteEvent[*appsv1.Deployment]{Object: &appsv1.Deployment{}}, want: false},
+		"Foreground":   {ev: event.TypedDeleteEvent[*appsv1.Deployment]{Object: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}}, want: true},
+		"MissedDelete": {ev: event.TypedDeleteEvent[*appsv1.Deployment]{Object: &appsv1.Deployment{}, DeleteStateUnknown: true}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := deploymentChanged().Delete(tc.ev); got != tc.want {
+				t.Errorf("Delete = %v; want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +37,8 @@ import (
 const (
 	installation = "e2e"
 	proxyNS      = "egress-proxies"
+	// holdFinalizer holds a pod being deleted, as its grace period would.
+	holdFinalizer = "test.egressproxy.io/hold"
 )
 
 // env is the provider's controllers, set up as cmd/provider sets them up,
@@ -132,12 +135,25 @@ func (e *env) get(t *testing.T, proxyURL string) (int, string) {
 }
 
 // objects lists what exists of the proxy with this MR UID: Deployment,
-// Secret, Service and pods.
+// ReplicaSet and pods (running), Secret, NetworkPolicy and Service.
 func (e *env) objects(t *testing.T, uid types.UID) []string {
+	t.Helper()
+	return append(e.running(t, uid), e.list(t, uid, &corev1.SecretList{}, &networkingv1.NetworkPolicyList{}, &corev1.ServiceList{})...)
+}
+
+// running lists what runs, or makes, the pod of the proxy with this MR
+// UID: its Deployment, ReplicaSet and pods.
+func (e *env) running(t *testing.T, uid types.UID) []string {
+	t.Helper()
+	return e.list(t, uid, &appsv1.DeploymentList{}, &appsv1.ReplicaSetList{}, &corev1.PodList{})
+}
+
+// list lists the objects of lists' kinds labelled with this MR UID.
+func (e *env) list(t *testing.T, uid types.UID, lists ...client.ObjectList) []string {
 	t.Helper()
 	sel := client.MatchingLabels{kubernetes.LabelUID: string(uid)}
 	var out []string
-	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{}, &appsv1.ReplicaSetList{}} {
+	for _, l := range lists {
 		if err := e.Kube.List(context.Background(), l, sel); err != nil {
 			t.Fatal(err)
 		}
@@ -151,8 +167,7 @@ func (e *env) objects(t *testing.T, uid types.UID) []string {
 }
 
 // deleteAndWait deletes mg and waits until it is gone: a few seconds (the
-// Deployment goes in the foreground, after its pod, ReplicaSet and
-// Secret).
+// Deployment goes at once, the resource once its pod has).
 func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -161,14 +176,20 @@ func (e *env) deleteAndWait(t *testing.T, mg resource.Managed) time.Duration {
 }
 
 // deleteLeavingNothing deletes mg, waits until it is gone and fails t if
-// any of its objects remain.
+// its pod, or what makes one, remains, or if the garbage collector does not
+// remove the rest (the Secret, NetworkPolicy and Service, owned by the
+// Deployment).
 func (e *env) deleteLeavingNothing(t *testing.T, mg resource.Managed) {
 	t.Helper()
 	uid := mg.GetUID()
 	t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, mg).Seconds())
-	if left := e.objects(t, uid); len(left) != 0 {
+	if left := e.running(t, uid); len(left) != 0 {
 		t.Errorf("after the PodProxy is gone, these remain: %v", left)
 	}
+	testenv.WaitFor(t, "the garbage collector to remove the rest", 20*time.Second, func() (bool, string) {
+		left := e.objects(t, uid)
+		return len(left) == 0, fmt.Sprintf("these remain: %v", left)
+	})
 }
 
 // checkChallenged asserts that the proxy of the connection Secret d
@@ -412,11 +433,79 @@ func TestPodProxyIntegration(t *testing.T) {
 		testenv.WaitFor(t, "the Deployment of "+p.Name, 20*time.Second, func() (bool, string) {
 			return len(e.objects(t, uid)) > 0, "no objects yet"
 		})
-		t.Logf("gone %.2fs after the delete", e.deleteAndWait(t, p).Seconds())
-		testenv.WaitFor(t, "the objects of "+p.Name+" to be gone", 20*time.Second, func() (bool, string) {
-			left := e.objects(t, uid)
-			return len(left) == 0, fmt.Sprintf("these remain: %v", left)
+		e.deleteLeavingNothing(t, p)
+	})
+
+	// The Deployment goes at once (in the background); the resource stays
+	// while its pod remains, here held by a finalizer as a pod in its grace
+	// period is, and goes once the pod has.
+	t.Run("ProxyStaysWhileItsPodRemains", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-a", "lingering", "ClusterProviderConfig", "pods")
+		if err := e.Kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitReady(t, p)
+		uid := p.GetUID()
+		pods := &corev1.PodList{}
+		if err := e.Kube.List(ctx, pods, client.MatchingLabels{kubernetes.LabelUID: string(uid)}); err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the proxy's pods: %v, %d", err, len(pods.Items))
+		}
+		pod := &pods.Items[0]
+		pod.Finalizers = append(pod.Finalizers, holdFinalizer)
+		if err := e.Kube.Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		release := func() {
+			patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))
+			if err := e.Kube.Patch(context.Background(), pod, patch); err != nil && !kerrors.IsNotFound(err) {
+				t.Errorf("releasing pod %s: %v", pod.Name, err)
+			}
+		}
+		defer func() {
+			if t.Failed() {
+				release()
+			}
+		}()
+		if err := e.Kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		stillThere := func(what string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); kerrors.IsNotFound(err) {
+				t.Fatalf("the PodProxy went while its pod still exists (%s)", what)
+			}
+		}
+		testenv.WaitFor(t, "the Deployment to go and the pod to be deleted", 20*time.Second, func() (bool, string) {
+			stillThere("waiting for the Deployment to go")
+			err := e.Kube.Get(ctx, types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}, &appsv1.Deployment{})
+			if gerr := e.Kube.Get(ctx, client.ObjectKeyFromObject(pod), pod); gerr != nil {
+				t.Fatalf("the held pod: %v", gerr)
+			}
+			return kerrors.IsNotFound(err) && pod.DeletionTimestamp != nil, fmt.Sprintf("Deployment: %v; pod deleted at %v", err, pod.DeletionTimestamp)
 		})
+		// Two more reconciles (each asks the driver to delete again, an
+		// event): the provider has looked since the Deployment went.
+		deletes := func() int32 {
+			n := int32(0)
+			for _, ev := range e.Events(t, p.Namespace, p.Name) {
+				if ev.Reason == "DeletedExternalResource" {
+					n += max(ev.Count, 1)
+				}
+			}
+			return n
+		}
+		since := deletes()
+		testenv.WaitFor(t, "two more reconciles of the PodProxy", 30*time.Second, func() (bool, string) {
+			stillThere("after its Deployment went")
+			n := deletes()
+			return n >= since+2, fmt.Sprintf("%d deletes requested, %d when the Deployment went", n, since)
+		})
+		stillThere("after two more reconciles")
+		release()
+		e.WaitGone(t, p)
+		if left := e.running(t, uid); len(left) != 0 {
+			t.Errorf("after the PodProxy is gone, these remain: %v", left)
+		}
 	})
 
 	// The attack: a PodProxy whose external name is a Secret in the
