@@ -182,14 +182,7 @@ func (e *env) driverTests(t *testing.T) {
 	t.Run("ReachabilityInThisClusterAndARemoteOne", func(t *testing.T) {
 		t.Parallel()
 		ns := e.namespace(t)
-		req := request("reach")
-		inst, err := e.driver(kubernetes.Config{Namespace: ns}, nil).Create(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.settle(ctx, inst.ID, true); err != nil {
-			t.Fatal(err)
-		}
+		inst := e.createSettled(t, e.driver(kubernetes.Config{Namespace: ns}, nil), request("reach"))
 		refused := &squid.Prober{Dial: func(context.Context, string, string) (net.Conn, error) {
 			return nil, errors.New("no route to host")
 		}}
@@ -219,13 +212,7 @@ func (e *env) driverTests(t *testing.T) {
 		ns := e.namespace(t)
 		old := e.driver(kubernetes.Config{Namespace: ns, Image: "example.com/squid:1"}, nil)
 		req := request("rolling")
-		inst, err := old.Create(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.settle(ctx, inst.ID, true); err != nil {
-			t.Fatal(err)
-		}
+		inst := e.createSettled(t, old, req)
 		res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}}
 		changed := e.driver(kubernetes.Config{Namespace: ns, Image: "example.com/squid:2", Resources: &res}, nil)
 		got, err := changed.Get(ctx, proxy.Ref{ID: inst.ID})
@@ -269,13 +256,7 @@ func (e *env) driverTests(t *testing.T) {
 		ns := e.namespace(t)
 		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
 		req := request("lingering")
-		inst, err := d.Create(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.settle(ctx, inst.ID, true); err != nil {
-			t.Fatal(err)
-		}
+		inst := e.createSettled(t, d, req)
 		release := e.holdPods(t, ns, req.Name)
 		deleting := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Live: true, Deleting: true}
 		if err := d.Delete(ctx, deleting); err != nil {
@@ -506,6 +487,20 @@ func (e *env) takeoverTests(t *testing.T) {
 			t.Errorf("their Secret changed:\nbefore %s\nafter  %s", before, after)
 		}
 	})
+}
+
+// createSettled creates req with d and settles it: its pod Ready, the
+// rollout done, the cache caught up.
+func (e *env) createSettled(t *testing.T, d *kubernetes.Driver, req proxy.Request) proxy.Instance {
+	t.Helper()
+	inst, err := d.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.settle(context.Background(), inst.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	return inst
 }
 
 // holdPods puts a finalizer on the pods of the proxy name in ns, so that

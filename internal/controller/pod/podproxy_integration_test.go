@@ -413,12 +413,7 @@ func TestPodProxyIntegration(t *testing.T) {
 
 	t.Run("NamespacedProviderConfigOfItsOwnNamespace", func(t *testing.T) {
 		t.Parallel()
-		p := nsPodProxy("team-b", "reports", "ProviderConfig", "team-pods")
-		if err := e.Kube.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
-		e.deleteLeavingNothing(t, p)
+		e.deleteLeavingNothing(t, e.ready(t, nsPodProxy("team-b", "reports", "ProviderConfig", "team-pods")))
 	})
 
 	t.Run("DeletedRightAfterCreateLeavesNothing", func(t *testing.T) {
@@ -441,11 +436,7 @@ func TestPodProxyIntegration(t *testing.T) {
 	// period is, and goes once the pod has.
 	t.Run("ProxyStaysWhileItsPodRemains", func(t *testing.T) {
 		t.Parallel()
-		p := nsPodProxy("team-a", "lingering", "ClusterProviderConfig", "pods")
-		if err := e.Kube.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		e.WaitReady(t, p)
+		p := e.ready(t, nsPodProxy("team-a", "lingering", "ClusterProviderConfig", "pods"))
 		uid := p.GetUID()
 		pods := &corev1.PodList{}
 		if err := e.Kube.List(ctx, pods, client.MatchingLabels{kubernetes.LabelUID: string(uid)}); err != nil || len(pods.Items) != 1 {
@@ -616,6 +607,14 @@ func (e *env) sharedEgress(port int32, clients string) *clusterproxy.PodProxy {
 			},
 		},
 	}
+}
+
+// ready creates p and waits until it is Ready.
+func (e *env) ready(t *testing.T, p *nsproxy.PodProxy) *nsproxy.PodProxy {
+	t.Helper()
+	e.Create(t, p)
+	e.WaitReady(t, p)
+	return p
 }
 
 func nsPodProxy(ns, name, kind, config string) *nsproxy.PodProxy {
