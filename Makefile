@@ -120,6 +120,7 @@ test: test-deps check-generated vet lint
 vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "Not gofmt'ed:"; echo "$$out"; exit 1; fi
+	@bash hack/check-tracked.sh
 
 # golangci-lint at the version pinned in hack/lint-bins.sh (built into the
 # tool cache when missing), with .golangci.yml.
