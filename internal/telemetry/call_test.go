@@ -12,7 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
 )
 
 // TestTransport: a request through the decorator is one client span, a
@@ -22,11 +23,7 @@ import (
 // in none of them.
 func TestTransport(t *testing.T) {
 	const sentinel = "sentinel-9f3c1d"
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	rec := otlptest.Record(t)
 
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) }))
 	defer srv.Close()
@@ -34,7 +31,7 @@ func TestTransport(t *testing.T) {
 	log := funcr.New(func(p, a string) { logs.WriteString(p + " " + a + "\n") }, funcr.Options{Verbosity: 1})
 	rt := Transport("test", func(*http.Request) string { return "things.get" }, func(ctx context.Context) logr.Logger { return Logger(ctx, log) }, nil)
 
-	ctx, parent := tp.Tracer("t").Start(context.Background(), "egressproxy.Observe")
+	ctx, parent := otel.Tracer("t").Start(context.Background(), "egressproxy.Observe")
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/things/x?token="+sentinel, strings.NewReader(sentinel))
 	req.Header.Set("Authorization", "Bearer "+sentinel)
 	before := testutil.CollectAndCount(BackendRequests)

@@ -10,11 +10,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
 )
 
 // TestInstrument: every driver call through Instrument is one client span
@@ -23,15 +22,11 @@ import (
 // request's secrets (password, cloud-init) appear in no attribute.
 func TestInstrument(t *testing.T) {
 	const sentinel = "sentinel-5b2e77"
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	rec := otlptest.Record(t)
 
 	mem := proxytest.NewMemory("memory", "inst")
 	d := Instrument("unit", mem)
-	ctx, parent := tp.Tracer("t").Start(context.Background(), "egressproxy.Create")
+	ctx, parent := otel.Tracer("t").Start(context.Background(), "egressproxy.Create")
 	req := mem.Request("px-1", "uid-1")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: sentinel}
 	req.CloudInit = "#cloud-config\n" + sentinel
@@ -96,11 +91,7 @@ func TestInstrument(t *testing.T) {
 
 // TestInstrumentCheck: an unhealthy check is an error span, transient.
 func TestInstrumentCheck(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	rec := otlptest.Record(t)
 
 	mem := proxytest.NewMemory("memory", "inst")
 	mem.SetBusy(true)

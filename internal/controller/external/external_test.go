@@ -14,10 +14,8 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +28,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
 )
 
 // The unit tests of the external client run every kind's path through the
@@ -710,11 +709,7 @@ func TestConnect(t *testing.T) {
 // (through telemetry.Instrument, as Connect wraps every driver), with the
 // error's class as its status.
 func TestOperationSpans(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	rec := otlptest.Record(t)
 
 	mem := proxytest.NewMemory("memory", "proxytest-installation")
 	e := newExternal(testKind(nil), telemetry.Instrument("kvm", mem), nil)

@@ -1,7 +1,9 @@
-// Package otlptest is an OTLP/gRPC trace receiver for tests: a real
-// collector endpoint on loopback that the provider's exporter
-// (telemetry.SetupTracing, OTEL_EXPORTER_OTLP_PROTOCOL=grpc) sends to, and
-// that keeps every span it is sent.
+// Package otlptest is where tests collect the spans the provider makes:
+// an OTLP/gRPC trace receiver, a real collector endpoint on loopback that
+// the provider's exporter (telemetry.SetupTracing,
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc) sends to and that keeps every span it
+// is sent (Start), and, for a unit test, a recorder of the spans ended in
+// the test's own process (Record).
 package otlptest
 
 import (
@@ -11,6 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -79,4 +84,16 @@ func (r *Receiver) Spans() []Span {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// Record makes the global tracer provider (otel.Tracer) one that records
+// every span ended, until t ends, when the previous provider is restored,
+// and returns the recorder. Tests that use it do not run in parallel.
+func Record(t testing.TB) *tracetest.SpanRecorder {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	return rec
 }
