@@ -35,7 +35,9 @@ type Memory struct {
 	provider     string
 	installation string
 	log          logr.Logger
-	logs         *syncBuffer
+	// logMu guards logs apart from mu: a line is logged with mu held.
+	logMu sync.Mutex
+	logs  strings.Builder
 
 	mu        sync.Mutex
 	instances map[string]*memInstance // by name
@@ -103,13 +105,14 @@ func NewMemory(provider, installationID string) *Memory {
 	m := &Memory{
 		provider:     provider,
 		installation: installationID,
-		logs:         &syncBuffer{},
 		instances:    map[string]*memInstance{},
 		pieces:       map[string]proxy.Mark{},
 		failNext:     map[string][]error{},
 	}
 	m.log = funcr.New(func(prefix, args string) {
-		m.logs.writeLine(strings.TrimSpace(prefix + " " + args))
+		m.logMu.Lock()
+		defer m.logMu.Unlock()
+		m.logs.WriteString(strings.TrimSpace(prefix+" "+args) + "\n")
 	}, funcr.Options{Verbosity: 1}).WithName("memory").WithValues("provider", provider)
 	return m
 }
@@ -572,7 +575,11 @@ func (m *Memory) Spec(id string) (proxy.Request, bool) {
 }
 
 // Logs returns everything m logged so far, one line per entry.
-func (m *Memory) Logs() string { return m.logs.String() }
+func (m *Memory) Logs() string {
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	return m.logs.String()
+}
 
 // --- internals (m.mu held) ---
 
@@ -757,23 +764,4 @@ func cloneRequest(req proxy.Request) proxy.Request {
 	req.Proxy.AllowedDestinations = slices.Clone(req.Proxy.AllowedDestinations)
 	req.Labels = maps.Clone(req.Labels)
 	return req
-}
-
-// syncBuffer collects log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) writeLine(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line)
-	s.b.WriteByte('\n')
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
