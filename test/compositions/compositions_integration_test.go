@@ -35,6 +35,7 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
@@ -103,7 +104,7 @@ func start(t testing.TB) *env {
 				if n == "egressproxies.platform.egressproxy.io" && c == "Offered" {
 					continue // no claims in the namespaced style
 				}
-				st := condition(x, c)
+				st, _ := localcrossplane.Condition(x, c)
 				seen = append(seen, n+" "+c+"="+st)
 				ok = ok && st == "True"
 			}
@@ -204,7 +205,7 @@ func TestCompositionsIntegration(t *testing.T) {
 		t.Logf("EgressProxy Ready %.2fs after creation", time.Since(t0).Seconds())
 
 		mr := e.get(t, gvkPodNS, "team-a", "payments")
-		if c := condition(mr, "Ready"); c != "True" {
+		if c, _ := localcrossplane.Condition(mr, "Ready"); c != "True" {
 			t.Errorf("PodProxy team-a/payments Ready=%s", c)
 		}
 		if ref := mr.GetOwnerReferences(); len(ref) != 1 || ref[0].UID != xr.GetUID() {
@@ -252,13 +253,13 @@ func TestCompositionsIntegration(t *testing.T) {
 				mr, err := e.tryGet(gvk, "team-c", c.class)
 				if err != nil {
 					xr, _ := e.tryGet(gvkXR, "team-c", c.class)
-					return false, err.Error() + "; composite: " + conditions(xr)
+					return false, err.Error() + "; composite: " + localcrossplane.Conditions(xr)
 				}
 				mt, _, _ := unstructured.NestedString(mr.Object, "spec", "forProvider", "machineType")
 				auth, _, _ := unstructured.NestedBool(mr.Object, "spec", "forProvider", "proxy", "auth", "enabled")
 				return mt == c.machineType && auth, fmt.Sprintf("machineType %q, auth %v", mt, auth)
 			})
-			if xr := e.get(t, gvkXR, "team-c", c.class); condition(xr, "Ready") == "True" {
+			if st, _ := localcrossplane.Condition(e.get(t, gvkXR, "team-c", c.class), "Ready"); st == "True" {
 				t.Errorf("EgressProxy %s Ready with a %s whose backend does not exist here", c.class, c.kind)
 			}
 		}
@@ -277,7 +278,8 @@ func TestCompositionsIntegration(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return condition(got, "Synced") == "False" && strings.Contains(conditionMessage(got, "Synced"), want), conditions(got)
+			st, msg := localcrossplane.Condition(got, "Synced")
+			return st == "False" && strings.Contains(msg, want), localcrossplane.Conditions(got)
 		})
 		if _, err := e.tryGet(gvkPodNS, "team-a", "premium"); !kerrors.IsNotFound(err) {
 			t.Errorf("a PodProxy for a refused request: %v", err)
@@ -304,7 +306,7 @@ func TestCompositionsIntegration(t *testing.T) {
 		}
 		xrUID := string(e.get(t, gvkLegacy, "", xrName).GetUID())
 		mr := e.get(t, gvkPodClus, "", xrName)
-		if c := condition(mr, "Ready"); c != "True" {
+		if c, _ := localcrossplane.Condition(mr, "Ready"); c != "True" {
 			t.Errorf("PodProxy %s Ready=%s", xrName, c)
 		}
 		d := e.ConnectionSecret(t, "team-b", "orders-proxy", "")
@@ -401,40 +403,6 @@ func (e *env) get(t testing.TB, gvk schema.GroupVersionKind, ns, name string) *u
 	return u
 }
 
-func condition(u *unstructured.Unstructured, typ string) string {
-	cs, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range cs {
-		m, _ := c.(map[string]any)
-		if m["type"] == typ {
-			s, _ := m["status"].(string)
-			return s
-		}
-	}
-	return ""
-}
-
-func conditionMessage(u *unstructured.Unstructured, typ string) string {
-	cs, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range cs {
-		m, _ := c.(map[string]any)
-		if m["type"] == typ {
-			s, _ := m["message"].(string)
-			return s
-		}
-	}
-	return ""
-}
-
-func conditions(u *unstructured.Unstructured) string {
-	cs, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	var out []string
-	for _, c := range cs {
-		m, _ := c.(map[string]any)
-		out = append(out, fmt.Sprintf("%v=%v %v %q", m["type"], m["status"], m["reason"], m["message"]))
-	}
-	return strings.Join(out, "; ")
-}
-
 // ready waits until u (a composite or a claim) is Ready.
 func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Duration) {
 	t.Helper()
@@ -444,7 +412,8 @@ func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Dur
 			return false, err.Error()
 		}
 		u.Object = got.Object
-		return condition(got, "Ready") == "True", conditions(got)
+		st, _ := localcrossplane.Condition(got, "Ready")
+		return st == "True", localcrossplane.Conditions(got)
 	})
 }
 
@@ -467,7 +436,7 @@ func (e *env) deleteAndWait(t testing.TB, u *unstructured.Unstructured, minAge t
 		if err != nil {
 			return false, err.Error()
 		}
-		return false, fmt.Sprintf("finalizers %v; %s", got.GetFinalizers(), conditions(got))
+		return false, fmt.Sprintf("finalizers %v; %s", got.GetFinalizers(), localcrossplane.Conditions(got))
 	})
 }
 
@@ -482,7 +451,7 @@ func (e *env) leftovers(t testing.TB, secretNS, secret string, gvk schema.GroupV
 		left = append(left, "Secret "+secretNS+"/"+secret)
 	}
 	if mr, err := e.tryGet(gvk, ns, name); err == nil {
-		left = append(left, fmt.Sprintf("%s %s (%s)", gvk.Kind, name, conditions(mr)))
+		left = append(left, fmt.Sprintf("%s %s (%s)", gvk.Kind, name, localcrossplane.Conditions(mr)))
 	}
 	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.SecretList{}} {
 		if err := e.Kube.List(ctx, l, client.InNamespace(proxyNS), client.HasLabels{kubernetes.LabelUID}); err != nil {
