@@ -150,39 +150,32 @@ func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, sq
 	if node {
 		steps = 4
 	}
-	step := 0
-	sub := func(what string, f func() error) error {
-		step++
+	n := 0
+	// step runs one hack/ script, timed, and returns the lines it printed.
+	step := func(what, script string, args ...string) ([]string, error) {
+		n++
 		t := time.Now()
-		fmt.Fprintf(os.Stderr, "      tools %d/%d: %s\n", step, steps, what)
-		if err := f(); err != nil {
-			return err
+		fmt.Fprintf(os.Stderr, "      tools %d/%d: %s\n", n, steps, what)
+		l, err := q.script(ctx, nil, script, args...)
+		if err != nil {
+			return nil, err
 		}
 		if d := time.Since(t); d > time.Second {
-			fmt.Fprintf(os.Stderr, "      tools %d/%d: %s done in %.0fs\n", step, steps, what, d.Seconds())
+			fmt.Fprintf(os.Stderr, "      tools %d/%d: %s done in %.0fs\n", n, steps, what, d.Seconds())
 		}
-		return nil
+		return l, nil
 	}
 	var l []string
-	if err = sub("etcd, kube-apiserver, kube-controller-manager, kubectl (about 10 minutes cold)", func() error {
-		l, err = q.script(ctx, nil, "controlplane-bins.sh")
-		return err
-	}); err != nil {
+	if l, err = step("etcd, kube-apiserver, kube-controller-manager, kubectl (about 10 minutes cold)", "controlplane-bins.sh"); err != nil {
 		return
 	}
 	cpBins = l[len(l)-1]
 	if node {
-		if err = sub("kubelet, kube-proxy, kube-scheduler, crictl; containerd, runc, CNI plugins from apt (about 6 minutes cold)", func() error {
-			l, err = q.script(ctx, nil, "node-bins.sh")
-			return err
-		}); err != nil {
+		if l, err = step("kubelet, kube-proxy, kube-scheduler, crictl; containerd, runc, CNI plugins from apt (about 6 minutes cold)", "node-bins.sh"); err != nil {
 			return
 		}
 		nodeBins = l[len(l)-1]
-		if err = sub("the Squid image, with mmdebstrap (about 2 minutes cold)", func() error {
-			l, err = q.script(ctx, nil, "squid-image.sh")
-			return err
-		}); err != nil {
+		if l, err = step("the Squid image, with mmdebstrap (about 2 minutes cold)", "squid-image.sh"); err != nil {
 			return
 		}
 		if len(l) < 2 {
@@ -190,10 +183,7 @@ func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, sq
 		}
 		squidTar, q.squidRef = l[0], l[1]
 	}
-	if err = sub("Crossplane core v2.4.0 and the Crossplane CLI v2.5.0 (a few minutes cold each)", func() error {
-		_, err = q.script(ctx, nil, "crossplane-bins.sh", "all")
-		return err
-	}); err != nil {
+	if _, err = step("Crossplane core v2.4.0 and the Crossplane CLI v2.5.0 (a few minutes cold each)", "crossplane-bins.sh", "all"); err != nil {
 		return
 	}
 	if l, err = q.script(ctx, nil, "crossplane-bins.sh"); err != nil {
