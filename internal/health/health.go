@@ -20,18 +20,15 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
-	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	configctl "github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -93,10 +90,7 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 	for _, gvk := range gvks {
 		rr := r
 		rr.Log = log.WithValues("controller", "health/"+strings.ToLower(gvk.Kind))
-		rr.newConfig = func() config {
-			o, _ := mgr.GetScheme().New(gvk)
-			return o.(config) //nolint:forcetypeassert // Only config kinds are passed.
-		}
+		rr.newConfig = configctl.NewFunc[config](mgr, gvk)
 		rr.status = statusOf
 		rr.kind = gvk.Kind
 		if rr.Events == nil {
@@ -106,13 +100,7 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 		if workers <= 0 {
 			workers = DefaultWorkers
 		}
-		if err := ctrl.NewControllerManagedBy(mgr).
-			Named("health/"+strings.ToLower(gvk.GroupKind().String())).
-			WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-			// Spec changes only: status writes (this controller's, the usage
-			// controller's) must not trigger another check.
-			For(rr.newConfig(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-			Complete(&rr); err != nil {
+		if err := configctl.SetupPeriodic(mgr, "health/"+strings.ToLower(gvk.GroupKind().String()), rr.newConfig(), workers, &rr); err != nil {
 			return errors.Wrapf(err, "cannot set up the health controller of %s", gvk.Kind)
 		}
 	}
@@ -122,15 +110,8 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 // Reconcile checks one config and requeues itself after the interval.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pc := r.newConfig()
-	if err := r.Kube.Get(ctx, req.NamespacedName, pc); err != nil {
-		if kerrors.IsNotFound(err) {
-			telemetry.ForgetConfig(r.kind, req.Namespace, req.Name, nil)
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if pc.GetDeletionTimestamp() != nil {
-		telemetry.ForgetConfig(r.kind, pc.GetNamespace(), pc.GetName(), nil)
-		return reconcile.Result{}, nil
+	if live, err := configctl.GetLive(ctx, r.Kube, req.NamespacedName, pc, func() { telemetry.ForgetConfig(r.kind, req.Namespace, req.Name, nil) }); !live {
+		return reconcile.Result{}, err
 	}
 	cfg := r.Configs.Of(pc)
 	status := r.status(pc)

@@ -20,20 +20,17 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
-	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	configctl "github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -95,10 +92,7 @@ func Setup(mgr ctrl.Manager, s Sweeper, gvks ...schema.GroupVersionKind) error {
 		name := "orphans/" + strings.ToLower(gvk.GroupKind().String())
 		ss.Log = s.Log.WithValues("controller", name)
 		ss.kind = gvk.Kind
-		ss.newConfig = func() config {
-			o, _ := mgr.GetScheme().New(gvk)
-			return o.(config) //nolint:forcetypeassert // Only config kinds are passed.
-		}
+		ss.newConfig = configctl.NewFunc[config](mgr, gvk)
 		if ss.Events == nil {
 			ss.Events = event.NewAPIRecorder(mgr.GetEventRecorderFor(name))
 		}
@@ -106,13 +100,8 @@ func Setup(mgr ctrl.Manager, s Sweeper, gvks ...schema.GroupVersionKind) error {
 		if workers <= 0 {
 			workers = defaultWorkers
 		}
-		if err := ctrl.NewControllerManagedBy(mgr).
-			Named(name).
-			WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-			// A new config is swept at once, then every Interval; status
-			// writes do not trigger a sweep.
-			For(ss.newConfig(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-			Complete(&ss); err != nil {
+		// A new config is swept at once, then every Interval.
+		if err := configctl.SetupPeriodic(mgr, name, ss.newConfig(), workers, &ss); err != nil {
 			return errors.Wrapf(err, "cannot set up the orphan sweep of %s", gvk.Kind)
 		}
 	}
@@ -122,16 +111,9 @@ func Setup(mgr ctrl.Manager, s Sweeper, gvks ...schema.GroupVersionKind) error {
 // Reconcile sweeps one config and requeues itself after the interval.
 func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pc := s.newConfig()
-	if err := s.Kube.Get(ctx, req.NamespacedName, pc); err != nil {
-		if kerrors.IsNotFound(err) {
-			telemetry.ForgetOrphans(s.configLabel(req.NamespacedName))
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
 	label := s.configLabel(req.NamespacedName)
-	if pc.GetDeletionTimestamp() != nil {
-		telemetry.ForgetOrphans(label)
-		return reconcile.Result{}, nil
+	if live, err := configctl.GetLive(ctx, s.Kube, req.NamespacedName, pc, func() { telemetry.ForgetOrphans(label) }); !live {
+		return reconcile.Result{}, err
 	}
 	next := reconcile.Result{RequeueAfter: jitter(s.Interval)}
 	cfg := s.Configs.Of(pc)
