@@ -95,6 +95,27 @@ func newExternal(k Kind[spec.KVMProxyParameters], mem proxy.Driver, kube client.
 	}
 }
 
+// kindOr is k, or testKind(nil) for a case that names no kind.
+func kindOr(k Kind[spec.KVMProxyParameters]) Kind[spec.KVMProxyParameters] {
+	if k.Name == "" {
+		return testKind(nil)
+	}
+	return k
+}
+
+// setupOurs is ours as a case's setup.
+func setupOurs(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) {
+	ours(t, mem, e)
+}
+
+// setupForeign makes testName an unmarked instance in mem.
+func setupForeign(t *testing.T, mem *proxytest.Memory, _ *external[spec.KVMProxyParameters]) {
+	t.Helper()
+	if err := mem.Foreign(testName); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ours creates testName in mem, as this resource's, and lets it settle.
 func ours(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) proxy.Request {
 	t.Helper()
@@ -120,6 +141,15 @@ func TestObserve(t *testing.T) {
 		ready xpv2.Condition
 		state string
 	}
+	// running is what Observe reports of an instance that runs and
+	// answers, its spec as the resource's (upToDate) or not.
+	running := func(upToDate bool) want {
+		return want{
+			obs:   managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate},
+			ready: xpv2.Available().WithObservedGeneration(3),
+			state: string(proxy.StateRunning),
+		}
+	}
 	cases := map[string]struct {
 		reason string
 		cr     *nsproxy.KVMProxy
@@ -135,12 +165,8 @@ func TestObserve(t *testing.T) {
 		"RunningAndReachable": {
 			reason: "An instance of ours that runs and answers is up to date and Ready, with its connection details.",
 			cr:     proxyResource(),
-			setup:  func(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) { ours(t, mem, e) },
-			want: want{
-				obs:   managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true},
-				ready: xpv2.Available().WithObservedGeneration(3),
-				state: string(proxy.StateRunning),
-			},
+			setup:  setupOurs,
+			want:   running(true),
 		},
 		"Provisioning": {
 			reason: "An instance still booting reads Creating with its progress.",
@@ -160,36 +186,20 @@ func TestObserve(t *testing.T) {
 		"SettingsChanged": {
 			reason: "An instance built from other settings needs an update.",
 			cr:     proxyResource(func(cr *nsproxy.KVMProxy) { cr.Spec.ForProvider.Proxy.AllowedPorts = []int32{8443} }),
-			setup:  func(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) { ours(t, mem, e) },
-			want: want{
-				obs:   managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: false},
-				ready: xpv2.Available().WithObservedGeneration(3),
-				state: string(proxy.StateRunning),
-			},
+			setup:  setupOurs,
+			want:   running(false),
 		},
 		"Unmarked": {
 			reason: "An unmarked instance of the same name is never adopted.",
 			cr:     proxyResource(),
-			setup: func(t *testing.T, mem *proxytest.Memory, _ *external[spec.KVMProxyParameters]) {
-				if err := mem.Foreign(testName); err != nil {
-					t.Fatal(err)
-				}
-			},
-			want: want{err: errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", testName)},
+			setup:  setupForeign,
+			want:   want{err: errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", testName)},
 		},
 		"UnmarkedImport": {
 			reason: "An Observe-only resource may import an unmarked instance.",
 			cr:     proxyResource(observeOnlyPolicy),
-			setup: func(t *testing.T, mem *proxytest.Memory, _ *external[spec.KVMProxyParameters]) {
-				if err := mem.Foreign(testName); err != nil {
-					t.Fatal(err)
-				}
-			},
-			want: want{
-				obs:   managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true},
-				ready: xpv2.Available().WithObservedGeneration(3),
-				state: string(proxy.StateRunning),
-			},
+			setup:  setupForeign,
+			want:   running(true),
 		},
 		"AnotherResourcesImport": {
 			reason: "An Observe-only resource never imports an instance made for another resource.",
@@ -219,11 +229,7 @@ func TestObserve(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			mem := proxytest.NewMemory("memory", "proxytest-installation")
-			k := tc.kind
-			if k.Name == "" {
-				k = testKind(nil)
-			}
-			e := newExternal(k, mem, nil)
+			e := newExternal(kindOr(tc.kind), mem, nil)
 			if tc.setup != nil {
 				tc.setup(t, mem, e)
 			}
@@ -297,7 +303,7 @@ func TestObserveDeleting(t *testing.T) {
 		},
 		"Ours": {
 			reason:    "Our instance exists, and nothing is updated on the way out.",
-			setup:     func(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) { ours(t, mem, e) },
+			setup:     setupOurs,
 			want:      managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true},
 			wantCalls: []string{"create px-1", "get px-1"},
 		},
@@ -346,10 +352,6 @@ func TestObserveDeleting(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			mem := proxytest.NewMemory("memory", "proxytest-installation")
-			k := tc.kind
-			if k.Name == "" {
-				k = testKind(nil)
-			}
 			// Any read of a Secret fails the test: a resource being
 			// deleted must not need its password Secret.
 			kube := &test.MockClient{MockGet: func(context.Context, client.ObjectKey, client.Object) error {
@@ -360,7 +362,7 @@ func TestObserveDeleting(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, mem, e)
 			}
-			e.kind = k
+			e.kind = kindOr(tc.kind)
 			e.secrets = Secrets{Kube: kube}
 			cr := proxyResource(deleting, func(cr *nsproxy.KVMProxy) {
 				cr.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, PasswordSecretRef: &spec.SecretKeySelector{}}
