@@ -76,6 +76,23 @@ func TestReconcile(t *testing.T) {
 		backend string
 		events  []string
 	}
+	// allHealthy is the outcome for a config whose one target (the memory
+	// driver) is healthy, with Secure secure and events.
+	allHealthy := func(secure corev1.ConditionStatus, events ...string) want {
+		return want{patched: true, backend: "kvm", secure: secure,
+			healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionTrue, Reason: ReasonHealthy, Message: "1 of 1 targets healthy"},
+			targets: []spec.TargetHealth{{Target: "memory", Address: "memory://memory", Healthy: true}},
+			events:  events}
+	}
+	// notConnected is the outcome for a config whose driver cannot be
+	// built: one target, the backend, saying why (targetReason: msg),
+	// Healthy False with reason and a Warning event of that reason.
+	notConnected := func(reason xpv2.ConditionReason, targetReason, msg string) want {
+		return want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
+			healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: reason, Message: "kvm: " + targetReason + ": " + msg},
+			targets: []spec.TargetHealth{{Target: "kvm", Reason: targetReason, Message: msg}},
+			events:  []string{"Warning " + string(reason)}}
+	}
 	cases := map[string]struct {
 		reason  string
 		config  *nsv1alpha1.ClusterProviderConfig
@@ -87,10 +104,7 @@ func TestReconcile(t *testing.T) {
 		"Healthy": {
 			reason:  "Every target healthy: Healthy True, one event, the status patched.",
 			backend: kvmBackend(mem, nil, ""),
-			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
-				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionTrue, Reason: ReasonHealthy, Message: "1 of 1 targets healthy"},
-				targets: []spec.TargetHealth{{Target: "memory", Address: "memory://memory", Healthy: true}},
-				events:  []string{"Normal Healthy"}},
+			want:    allHealthy(corev1.ConditionTrue, "Normal Healthy"),
 		},
 		"Unhealthy": {
 			reason:  "A bad target makes Healthy False, naming the target, reason and message.",
@@ -103,34 +117,22 @@ func TestReconcile(t *testing.T) {
 		"CannotConnect": {
 			reason:  "A driver that cannot be built is one target saying why: CannotConnect.",
 			backend: kvmBackend(nil, proxy.Permanentf("the config has no hosts"), ""),
-			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
-				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonCannotConnect, Message: "kvm: BackendNotAvailable: the config has no hosts"},
-				targets: []spec.TargetHealth{{Target: "kvm", Reason: proxy.ReasonNotAvailable, Message: "the config has no hosts"}},
-				events:  []string{"Warning CannotConnect"}},
+			want:    notConnected(ReasonCannotConnect, proxy.ReasonNotAvailable, "the config has no hosts"),
 		},
 		"CredentialsUnavailable": {
 			reason:  "A Transient Connect error (a Secret not readable yet) is CredentialsUnavailable.",
 			backend: kvmBackend(nil, proxy.Transientf("Secret ssh not found"), ""),
-			want: want{patched: true, backend: "kvm", secure: corev1.ConditionTrue,
-				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonUnhealthy, Message: "kvm: CredentialsUnavailable: Secret ssh not found"},
-				targets: []spec.TargetHealth{{Target: "kvm", Reason: proxy.ReasonCredentialsUnavailable, Message: "Secret ssh not found"}},
-				events:  []string{"Warning Unhealthy"}},
+			want:    notConnected(ReasonUnhealthy, proxy.ReasonCredentialsUnavailable, "Secret ssh not found"),
 		},
 		"Insecure": {
 			reason:  "A block that turns verification off makes Secure False, with an event.",
 			backend: kvmBackend(mem, nil, "kvm.credentials.insecureIgnoreHostKey is true"),
-			want: want{patched: true, backend: "kvm", secure: corev1.ConditionFalse,
-				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionTrue, Reason: ReasonHealthy, Message: "1 of 1 targets healthy"},
-				targets: []spec.TargetHealth{{Target: "memory", Address: "memory://memory", Healthy: true}},
-				events:  []string{"Normal Healthy", "Warning VerificationOff"}},
+			want:    allHealthy(corev1.ConditionFalse, "Normal Healthy", "Warning VerificationOff"),
 		},
 		"NoBackend": {
 			reason:  "A config whose block this build has no backend for says so.",
 			backend: external.Backend{Name: "gcp", Block: func(*spec.ProviderConfigSpec) (external.Block, bool) { return external.Block{}, false }},
-			want: want{patched: true, secure: corev1.ConditionTrue, backend: "kvm",
-				healthy: xpv2.Condition{Type: TypeHealthy, Status: corev1.ConditionFalse, Reason: ReasonCannotConnect, Message: "kvm: BackendNotAvailable: the kvm backend is not available in this build of provider-egressproxy"},
-				targets: []spec.TargetHealth{{Target: "kvm", Reason: proxy.ReasonNotAvailable, Message: "the kvm backend is not available in this build of provider-egressproxy"}},
-				events:  []string{"Warning CannotConnect"}},
+			want:    notConnected(ReasonCannotConnect, proxy.ReasonNotAvailable, "the kvm backend is not available in this build of provider-egressproxy"),
 		},
 		"Gone": {
 			reason:  "A config that is gone is not checked and nothing is written.",
