@@ -19,6 +19,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
 	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 var (
@@ -57,15 +58,7 @@ func entries(t *testing.T, l v1.Layer) []string {
 	}
 	defer func() { _ = rc.Close() }()
 	var out []string
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	testenv.EachTarEntry(t, rc, func(h *tar.Header, _ io.Reader) {
 		s := h.Name + " " + strings.TrimLeft(fs.FileMode(h.Mode).String(), "-") + " " + string(h.Typeflag)
 		if h.Mode&0o1000 != 0 {
 			s += " sticky"
@@ -77,7 +70,8 @@ func entries(t *testing.T, l v1.Layer) []string {
 			s += " -> " + h.Linkname
 		}
 		out = append(out, s)
-	}
+	})
+	return out
 }
 
 func TestImageConfigAndLayer(t *testing.T) {
@@ -239,19 +233,11 @@ func TestWriteOCIArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
 	names := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
+	testenv.EachTarEntry(t, f, func(h *tar.Header, content io.Reader) {
+		b, _ := io.ReadAll(content)
 		names[h.Name] = b
-	}
+	})
 	if _, ok := names["oci-layout"]; !ok {
 		t.Fatal("no oci-layout in the archive")
 	}

@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const (
@@ -120,24 +120,17 @@ func untarBytes(t *testing.T, b []byte, gz bool) map[string][]byte {
 		r = z
 	}
 	out := map[string][]byte{}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	testenv.EachTarEntry(t, r, func(h *tar.Header, content io.Reader) {
 		if h.Typeflag != tar.TypeReg {
-			continue
+			return
 		}
-		data, err := io.ReadAll(tr)
+		data, err := io.ReadAll(content)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out[strings.TrimPrefix(h.Name, "/")] = data
-	}
+	})
+	return out
 }
 
 func decode(t *testing.T, b []byte) []*unstructured.Unstructured {
