@@ -53,23 +53,9 @@ func TestLeaderElectionIntegration(t *testing.T) {
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: "crossplane-system"},
-			Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}},
+		fake.Secret("crossplane-system", "pve"),
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
-			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: &spec.ProxmoxConfig{
-				URL: fake.URL,
-				Credentials: spec.ProxmoxCredentials{
-					TokenSecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "pve", Key: "token"},
-					CASecretRef:    &spec.SecretKeySelector{Namespace: "crossplane-system", Name: "pve", Key: "ca.pem"},
-				},
-				Nodes:        []string{"pve1", "pve2"},
-				ISOStorage:   "local",
-				Bridge:       "vmbr0",
-				VMIDRange:    &spec.VMIDRange{Min: 100000, Max: 199999},
-				DiskGiB:      10,
-				Templates:    map[string]spec.ProxmoxTemplate{"debian-12": {VMID: 9000}},
-				MachineTypes: map[string]spec.ProxmoxMachineType{"small": {Cores: 1, MemoryMiB: 1024}},
-			}}}},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: fake.ProviderConfig("crossplane-system", "pve")}}},
 	} {
 		if err := kube.Create(ctx, obj); err != nil {
 			t.Fatal(err)

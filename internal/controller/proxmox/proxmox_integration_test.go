@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,22 +47,9 @@ func start(t *testing.T) *env {
 	t.Helper()
 	fake := pvetest.New(t, pvetest.Options{Listen: true})
 	block := func() *spec.ProxmoxConfig {
-		vlan := int32(20)
-		return &spec.ProxmoxConfig{
-			URL: fake.URL,
-			Credentials: spec.ProxmoxCredentials{
-				TokenSecretRef: spec.SecretKeySelector{Namespace: "crossplane-system", Name: "pve", Key: "token"},
-				CASecretRef:    &spec.SecretKeySelector{Namespace: "crossplane-system", Name: "pve", Key: "ca.pem"},
-			},
-			Nodes:        []string{"pve1", "pve2"},
-			ISOStorage:   "local",
-			Bridge:       "vmbr0",
-			VLANTag:      &vlan,
-			VMIDRange:    &spec.VMIDRange{Min: 100000, Max: 199999},
-			DiskGiB:      10,
-			Templates:    map[string]spec.ProxmoxTemplate{"debian-12": {VMID: 9000}},
-			MachineTypes: map[string]spec.ProxmoxMachineType{"small": {Cores: 1, MemoryMiB: 1024}},
-		}
+		b := fake.ProviderConfig("crossplane-system", "pve")
+		b.VLANTag = ptr.To[int32](20)
+		return b
 	}
 	e := providerenv.Start(t, providerenv.Options{
 		// The production binding, with a failed task retried after seconds
@@ -75,8 +63,7 @@ func start(t *testing.T) *env {
 		Health:     pcontroller.HealthOptions{Interval: time.Hour},
 		Namespaces: []string{"team-a"},
 		Objects: []client.Object{
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: "crossplane-system"},
-				Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}},
+			fake.Secret("crossplane-system", "pve"),
 			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
 				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
 			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
