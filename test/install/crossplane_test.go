@@ -30,10 +30,7 @@ func claimReady(t *testing.T, kube client.Client) {
 	xr := xpt.U("platform.egressproxy.io/v1alpha1", "EgressProxy", "team-a", "payments")
 	xr.Object["spec"] = map[string]any{"class": "standard", "allowedClientCIDRs": []any{"10.0.0.0/8"}}
 	t0 := time.Now()
-	testenv.WaitFor(t, "the EgressProxy kind to be served (the Configuration's XRD)", 2*time.Minute, func() (bool, string) {
-		err := kube.Create(ctx, xr.DeepCopy())
-		return err == nil, fmt.Sprint(err)
-	})
+	xpt.CreateOnceServed(t, kube, xr) // the Configuration's XRD
 	xpt.WaitCondition(t, kube, xr, "Ready", 3*time.Minute)
 	s := &corev1.Secret{}
 	if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "payments-proxy"}, s); err != nil {
@@ -60,10 +57,7 @@ func activateKVM(t *testing.T, kube client.Client) {
 		"providerConfigRef": map[string]any{"kind": "ClusterProviderConfig", "name": "home-kvm"},
 		"forProvider":       map[string]any{"proxy": map[string]any{"allowedClientCIDRs": []any{"10.0.0.0/8"}}},
 	}
-	testenv.WaitFor(t, "KVMProxy to be served once activated", 2*time.Minute, func() (bool, string) {
-		err := kube.Create(ctx, k.DeepCopy())
-		return err == nil, fmt.Sprint(err)
-	})
+	xpt.CreateOnceServed(t, kube, k) // once activated
 	testenv.WaitFor(t, "the provider to reconcile the KVMProxy", 2*time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(k), k); err != nil {
 			return false, err.Error()

@@ -166,10 +166,7 @@ func legacyClaimReady(t *testing.T, kube client.Client) {
 	c.Object["spec"] = map[string]any{"class": "standard", "allowedClientCIDRs": []any{"10.30.0.0/16"},
 		"writeConnectionSecretToRef": map[string]any{"name": "orders-proxy"}}
 	t0 := time.Now()
-	testenv.WaitFor(t, "the EgressProxyClaim kind to be served (the Configuration's legacy XRD)", 2*time.Minute, func() (bool, string) {
-		err := kube.Create(ctx, c.DeepCopy())
-		return err == nil, fmt.Sprint(err)
-	})
+	xpt.CreateOnceServed(t, kube, c) // the Configuration's legacy XRD
 	xpt.WaitCondition(t, kube, c, "Ready", 3*time.Minute)
 	s := &corev1.Secret{}
 	testenv.WaitFor(t, "the claim's Secret team-a/orders-proxy with a url", time.Minute, func() (bool, string) {

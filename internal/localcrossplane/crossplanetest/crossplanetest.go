@@ -255,6 +255,17 @@ func ApplyYAML(t testing.TB, kube client.Client, doc string) {
 	}
 }
 
+// CreateOnceServed creates o as soon as its kind is served (the CRD
+// that an XRD, a package or an activation policy makes is established),
+// waiting up to two minutes.
+func CreateOnceServed(t testing.TB, kube client.Client, o *unstructured.Unstructured) {
+	t.Helper()
+	testenv.WaitFor(t, fmt.Sprintf("%s to be served, to create %s", o.GetKind(), o.GetName()), 2*time.Minute, func() (bool, string) {
+		err := kube.Create(context.Background(), o.DeepCopy())
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 // WaitCondition waits for o's condition typ to be True; o is what was
 // last read.
 func WaitCondition(t testing.TB, kube client.Client, o *unstructured.Unstructured, typ string, timeout time.Duration) {
@@ -276,8 +287,7 @@ func WaitCondition(t testing.TB, kube client.Client, o *unstructured.Unstructure
 func ProxmoxProxy(t testing.TB, kube client.Client, ns string) (*unstructured.Unstructured, *pvetest.Server) {
 	t.Helper()
 	fake := pvetest.New(t, pvetest.Options{Listen: true})
-	if err := kube.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pve", Namespace: Namespace},
-		Data: map[string][]byte{"token": []byte(fake.Token()), "ca.pem": fake.CAPEM()}}); err != nil {
+	if err := kube.Create(context.Background(), fake.Secret(Namespace, "pve")); err != nil {
 		t.Fatal(err)
 	}
 	ApplyYAML(t, kube, `
