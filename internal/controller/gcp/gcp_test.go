@@ -2,10 +2,8 @@ package gcp
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 
-	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
@@ -53,27 +51,5 @@ func TestRequestExposure(t *testing.T) {
 				t.Errorf("zone %q; want the config's first", req.Placement.Location)
 			}
 		})
-	}
-}
-
-func TestBlock(t *testing.T) {
-	if _, ok := block(&spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}); ok {
-		t.Error("block of a kvm config: ok; want false")
-	}
-	b, ok := block(&spec.ProviderConfigSpec{GCP: &spec.GCPConfig{Credentials: spec.GCPCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}})
-	if !ok || b.CredentialsSource == nil || *b.CredentialsSource != xpv2.CredentialsSourceInjectedIdentity || b.ImagesByURL != nil || b.Insecure != "" {
-		t.Errorf("block(gcp) = %+v, %v; want the credentials source, no images by URL, nothing insecure", b, ok)
-	}
-}
-
-// TestBlockEndpointIsClusterOnly: gcp.endpoint is a setting only a
-// cluster-scoped config may make.
-func TestBlockEndpointIsClusterOnly(t *testing.T) {
-	b, _ := block(&spec.ProviderConfigSpec{GCP: &spec.GCPConfig{Endpoint: "https://kubernetes.default.svc"}})
-	if want := "gcp.endpoint is not allowed on a namespaced ProviderConfig"; !strings.HasPrefix(b.ClusterOnly, want) {
-		t.Errorf("block(gcp with an endpoint).ClusterOnly = %q; want it to start %q", b.ClusterOnly, want)
-	}
-	if b, _ := block(&spec.ProviderConfigSpec{GCP: &spec.GCPConfig{}}); b.ClusterOnly != "" {
-		t.Errorf("block(gcp).ClusterOnly = %q; want none", b.ClusterOnly)
 	}
 }
