@@ -195,22 +195,36 @@ func (e *external[P]) Create(ctx context.Context, mg resource.Managed) (c manage
 	defer func() { end(err) }()
 	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
 
-	req, err := e.request(ctx, cr)
+	inst, details, err := e.write(ctx, cr, "cannot create the instance", func(req proxy.Request) (proxy.Instance, error) {
+		return e.driver.Create(ctx, req)
+	})
 	if err != nil {
 		return managed.ExternalCreation{}, err
 	}
-	inst, err := e.driver.Create(ctx, req)
-	if err != nil {
-		return managed.ExternalCreation{}, e.describe(err, "cannot create the instance")
-	}
-	setObservation(cr.Observation(), inst, req, e.kind.Location)
-	e.setReadiness(cr, inst)
 	if inst.Operation != "" {
 		if err := e.saveObservation(ctx, cr); err != nil {
 			return managed.ExternalCreation{}, err
 		}
 	}
-	return managed.ExternalCreation{ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy)}, nil
+	return managed.ExternalCreation{ConnectionDetails: details}, nil
+}
+
+// write is what Create and Update share: the request built from cr's
+// spec, the driver's write of it (call; an error described as what), and
+// the instance it returns observed onto cr. It returns the instance and
+// its connection details.
+func (e *external[P]) write(ctx context.Context, cr Resource[P], what string, call func(proxy.Request) (proxy.Instance, error)) (proxy.Instance, managed.ConnectionDetails, error) {
+	req, err := e.request(ctx, cr)
+	if err != nil {
+		return proxy.Instance{}, nil, err
+	}
+	inst, err := call(req)
+	if err != nil {
+		return proxy.Instance{}, nil, e.describe(err, what)
+	}
+	setObservation(cr.Observation(), inst, req, e.kind.Location)
+	e.setReadiness(cr, inst)
+	return inst, connectionDetails(inst, req, e.cfg.Spec.NoProxy), nil
 }
 
 // saveObservation writes status.atProvider at once, for an instance with
@@ -238,17 +252,13 @@ func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u manage
 	defer func() { end(err) }()
 	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
 
-	req, err := e.request(ctx, cr)
+	_, details, err := e.write(ctx, cr, "cannot update the instance", func(req proxy.Request) (proxy.Instance, error) {
+		return e.driver.Update(ctx, ref(cr, req, cr.Observation()), req)
+	})
 	if err != nil {
 		return managed.ExternalUpdate{}, err
 	}
-	inst, err := e.driver.Update(ctx, ref(cr, req, cr.Observation()), req)
-	if err != nil {
-		return managed.ExternalUpdate{}, e.describe(err, "cannot update the instance")
-	}
-	setObservation(cr.Observation(), inst, req, e.kind.Location)
-	e.setReadiness(cr, inst)
-	return managed.ExternalUpdate{ConnectionDetails: connectionDetails(inst, req, e.cfg.Spec.NoProxy)}, nil
+	return managed.ExternalUpdate{ConnectionDetails: details}, nil
 }
 
 func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d managed.ExternalDelete, err error) {
