@@ -87,10 +87,7 @@ func nsProxy(ns, name string, mutate ...func(*nsproxy.KVMProxy)) *nsproxy.KVMPro
 	p := &nsproxy.KVMProxy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: nsproxy.KVMProxySpec{
-			ManagedResourceSpec: xpv2.ManagedResourceSpec{
-				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home-kvm"},
-				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: name + "-conn"},
-			},
+			ManagedResourceSpec: providerenv.ManagedSpec("home-kvm", name+"-conn"),
 			ForProvider: spec.KVMProxyParameters{
 				Host: "beelink",
 				Proxy: spec.ProxySettings{
@@ -245,11 +242,8 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		p := &clusterproxy.KVMProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: "shared"},
 			Spec: clusterproxy.KVMProxySpec{
-				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
-					ProviderConfigReference:          &xpv2.Reference{Name: "legacy-kvm"},
-					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-conn"},
-				},
-				ForProvider: spec.KVMProxyParameters{Host: "nuc", Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+				ClusterManagedResourceSpec: providerenv.ClusterManagedSpec("legacy-kvm", "shared-conn"),
+				ForProvider:                spec.KVMProxyParameters{Host: "nuc", Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
 			},
 		}
 		if err := e.Kube.Create(ctx, p); err != nil {

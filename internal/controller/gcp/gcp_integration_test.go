@@ -149,10 +149,7 @@ func nsProxy(name string, port int32, mutate ...func(*nsproxy.GCPProxy)) *nsprox
 	p := &nsproxy.GCPProxy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
 		Spec: nsproxy.GCPProxySpec{
-			ManagedResourceSpec: xpv2.ManagedResourceSpec{
-				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "gcp-prod"},
-				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: name + "-conn"},
-			},
+			ManagedResourceSpec: providerenv.ManagedSpec("gcp-prod", name+"-conn"),
 			ForProvider: spec.GCPProxyParameters{
 				Zone: zone, MachineType: "small", Image: "ubuntu-2404",
 				Proxy: spec.ProxySettings{Port: &port, AllowedClientCIDRs: []string{"10.20.0.0/16"}, Auth: &spec.ProxyAuth{Enabled: true}},
@@ -359,11 +356,8 @@ func TestGCPProxyIntegration(t *testing.T) {
 		p := &clusterproxy.GCPProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: "shared"},
 			Spec: clusterproxy.GCPProxySpec{
-				ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
-					ProviderConfigReference:          &xpv2.Reference{Name: "gcp-legacy"},
-					WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-conn"},
-				},
-				ForProvider: spec.GCPProxyParameters{Proxy: spec.ProxySettings{Port: &port, AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+				ClusterManagedResourceSpec: providerenv.ClusterManagedSpec("gcp-legacy", "shared-conn"),
+				ForProvider:                spec.GCPProxyParameters{Proxy: spec.ProxySettings{Port: &port, AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
 			},
 		}
 		if err := e.Kube.Create(ctx, p); err != nil {

@@ -122,10 +122,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	p := &nsproxy.KVMProxy{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e", Namespace: "team-e2e"},
 		Spec: nsproxy.KVMProxySpec{
-			ManagedResourceSpec: xpv2.ManagedResourceSpec{
-				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "local-kvm"},
-				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "e2e-proxy"},
-			},
+			ManagedResourceSpec: providerenv.ManagedSpec("local-kvm", "e2e-proxy"),
 			ForProvider: spec.KVMProxyParameters{
 				Proxy: spec.ProxySettings{
 					AllowedClientCIDRs: []string{h.Values["HOST_IP"] + "/32"},

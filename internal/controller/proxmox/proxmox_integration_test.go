@@ -97,7 +97,7 @@ func failedClone(t *testing.T, e *env) {
 	p := &nsproxy.ProxmoxProxy{
 		ObjectMeta: metav1.ObjectMeta{Name: "clone-fails", Namespace: "team-a"},
 		Spec: nsproxy.ProxmoxProxySpec{
-			ManagedResourceSpec: xpv2.ManagedResourceSpec{ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home-pve"}},
+			ManagedResourceSpec: providerenv.ManagedSpec("home-pve", ""),
 			ForProvider:         spec.ProxmoxProxyParameters{Node: "pve1", Proxy: proxySettings()},
 		},
 	}
@@ -149,10 +149,7 @@ func lifecycle(t *testing.T, e *env) {
 	ns := &nsproxy.ProxmoxProxy{
 		ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: "team-a"},
 		Spec: nsproxy.ProxmoxProxySpec{
-			ManagedResourceSpec: xpv2.ManagedResourceSpec{
-				ProviderConfigReference:          &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home-pve"},
-				WriteConnectionSecretToReference: &xpv2.LocalSecretReference{Name: "payments-proxy"},
-			},
+			ManagedResourceSpec: providerenv.ManagedSpec("home-pve", "payments-proxy"),
 			ForProvider: spec.ProxmoxProxyParameters{Node: "pve1", MachineType: "small", Image: "debian-12",
 				CloudInit: "#cloud-config\ntimezone: Europe/Prague\n", Proxy: proxySettings()},
 		},
@@ -160,11 +157,8 @@ func lifecycle(t *testing.T, e *env) {
 	cl := &clusterproxy.ProxmoxProxy{
 		ObjectMeta: metav1.ObjectMeta{Name: "shared-egress"},
 		Spec: clusterproxy.ProxmoxProxySpec{
-			ClusterManagedResourceSpec: xpv2.ClusterManagedResourceSpec{
-				ProviderConfigReference:          &xpv2.Reference{Name: "home-pve"},
-				WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: "crossplane-system", Name: "shared-egress-proxy"},
-			},
-			ForProvider: spec.ProxmoxProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.30.0.0/16"}}, Node: "pve1"},
+			ClusterManagedResourceSpec: providerenv.ClusterManagedSpec("home-pve", "shared-egress-proxy"),
+			ForProvider:                spec.ProxmoxProxyParameters{Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.30.0.0/16"}}, Node: "pve1"},
 		},
 	}
 	start := time.Now()
@@ -281,7 +275,7 @@ func configProblems(t *testing.T, e *env) {
 		p := &nsproxy.ProxmoxProxy{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
 			Spec: nsproxy.ProxmoxProxySpec{
-				ManagedResourceSpec: xpv2.ManagedResourceSpec{ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home-pve"}},
+				ManagedResourceSpec: providerenv.ManagedSpec("home-pve", ""),
 				ForProvider:         spec.ProxmoxProxyParameters{Node: "pve1", Proxy: proxySettings()},
 			},
 		}

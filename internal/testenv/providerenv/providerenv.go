@@ -356,6 +356,27 @@ func (e *Env) WaitEvent(t testing.TB, namespace, name, typ, reason, msgPrefix st
 	})
 }
 
+// ManagedSpec is the spec every namespaced managed resource of the tests
+// starts from: on the ClusterProviderConfig config, its connection Secret
+// written to secret in its own namespace ("" writes none).
+func ManagedSpec(config, secret string) xpv2.ManagedResourceSpec {
+	s := xpv2.ManagedResourceSpec{ProviderConfigReference: &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: config}}
+	if secret != "" {
+		s.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: secret}
+	}
+	return s
+}
+
+// ClusterManagedSpec is that of a cluster-scoped managed resource: on the
+// cluster-scoped ProviderConfig config, its connection Secret written to
+// secret in Namespace.
+func ClusterManagedSpec(config, secret string) xpv2.ClusterManagedResourceSpec {
+	return xpv2.ClusterManagedResourceSpec{
+		ProviderConfigReference:          &xpv2.Reference{Name: config},
+		WriteConnectionSecretToReference: &xpv2.SecretReference{Namespace: Namespace, Name: secret},
+	}
+}
+
 // RequireSquid returns the path of the squid binary (see
 // kubelettest.SquidPath); without one the test skips, or fails under CI
 // or with EGRESSPROXY_REQUIRE_SQUID=1.
