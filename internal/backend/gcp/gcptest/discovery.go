@@ -75,44 +75,36 @@ type Property struct {
 	AdditionalProperties *Property            `json:"additionalProperties"`
 }
 
-var (
-	discoveryOnce sync.Once
-	discovery     *Discovery
-	discoveryErr  error
-)
-
 // LoadDiscovery parses compute/v1's discovery document from the module
 // cache (once per process).
-func LoadDiscovery() (*Discovery, error) {
-	discoveryOnce.Do(func() {
-		var path string
-		if path, discoveryErr = discoveryPath(); discoveryErr != nil {
-			return
-		}
-		var b []byte
-		if b, discoveryErr = os.ReadFile(path); discoveryErr != nil { //nolint:gosec // The module cache's copy.
-			return
-		}
-		d := &Discovery{}
-		if discoveryErr = json.Unmarshal(b, d); discoveryErr != nil {
-			discoveryErr = fmt.Errorf("%s: %w", path, discoveryErr)
-			return
-		}
-		var walk func(map[string]*dResource)
-		walk = func(rs map[string]*dResource) {
-			for _, r := range rs {
-				for _, m := range r.Methods {
-					m.segments = strings.Split(m.Path, "/")
-					d.methods = append(d.methods, m)
-				}
-				walk(r.Resources)
+var LoadDiscovery = sync.OnceValues(loadDiscovery)
+
+func loadDiscovery() (*Discovery, error) {
+	path, err := discoveryPath()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path) //nolint:gosec // The module cache's copy.
+	if err != nil {
+		return nil, err
+	}
+	d := &Discovery{}
+	if err := json.Unmarshal(b, d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var walk func(map[string]*dResource)
+	walk = func(rs map[string]*dResource) {
+		for _, r := range rs {
+			for _, m := range r.Methods {
+				m.segments = strings.Split(m.Path, "/")
+				d.methods = append(d.methods, m)
 			}
+			walk(r.Resources)
 		}
-		walk(d.Resources)
-		sort.Slice(d.methods, func(i, j int) bool { return d.methods[i].ID < d.methods[j].ID })
-		discovery = d
-	})
-	return discovery, discoveryErr
+	}
+	walk(d.Resources)
+	sort.Slice(d.methods, func(i, j int) bool { return d.methods[i].ID < d.methods[j].ID })
+	return d, nil
 }
 
 // discoveryPath finds compute-api.json of the google.golang.org/api

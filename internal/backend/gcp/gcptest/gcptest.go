@@ -335,17 +335,6 @@ func (s *Server) cutNow(method, path string) (bool, bool) {
 	return true, c.after
 }
 
-// hangUp closes the client's connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
-}
-
 // SetRetryAfter makes every 429 and 503 answer carry Retry-After: v
 // ("" for none), as Google's front ends may.
 func (s *Server) SetRetryAfter(v string) {
@@ -474,13 +463,7 @@ func (s *Server) ResetRequests() {
 // Instance returns the stored instance resource (JSON-like), false when
 // there is none.
 func (s *Server) Instance(zone, name string) (map[string]any, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in, ok := s.instances[zone+"/"+name]
-	if !ok {
-		return nil, false
-	}
-	return clone(s.instanceJSON(in)), true
+	return stored(s, s.instances, zone+"/"+name, s.instanceJSON)
 }
 
 // AskSquid answers a readiness probe of addr (ip:port) as the Squid of
@@ -531,24 +514,24 @@ func (s *Server) SetSquidDown(down bool) {
 
 // Address returns the stored address, false when there is none.
 func (s *Server) Address(region, name string) (map[string]any, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.addresses[region+"/"+name]
-	if !ok {
-		return nil, false
-	}
-	return clone(a.body), true
+	return stored(s, s.addresses, region+"/"+name, func(a *address) map[string]any { return a.body })
 }
 
 // Firewall returns the stored firewall rule, false when there is none.
 func (s *Server) Firewall(name string) (map[string]any, bool) {
+	return stored(s, s.firewalls, name, func(f *firewall) map[string]any { return f.body })
+}
+
+// stored is a copy of the resource of the kind m holds under key, as its
+// JSON (body), false when there is none.
+func stored[V any](s *Server, m map[string]V, key string, body func(V) map[string]any) (map[string]any, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, ok := s.firewalls[name]
+	v, ok := m[key]
 	if !ok {
 		return nil, false
 	}
-	return clone(f.body), true
+	return clone(body(v)), true
 }
 
 // Names lists the stored instances, addresses and firewalls as
@@ -614,7 +597,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	cutIt, cutAfter := s.cutNow(r.Method, rest)
 	if cutIt && !cutAfter {
-		hangUp(w)
+		wirefake.HangUp(w)
 		return
 	}
 	for i, f := range s.failNext {
@@ -627,7 +610,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	status, resp := s.route(r, strings.Split(rest, "/"), body)
 	s.check(r, "projects/"+m[1]+"/"+rest, body, status, resp)
 	if cutIt {
-		hangUp(w)
+		wirefake.HangUp(w)
 		return
 	}
 	if status >= 400 {

@@ -440,16 +440,14 @@ func (s *Server) FinishTasks() {
 
 // PendingTasks returns the UPIDs of the tasks still running.
 func (s *Server) PendingTasks() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick()
-	var out []string
-	for _, t := range s.tasks {
-		if t.running() {
-			out = append(out, t.upid)
+	return readNow(s, func() (out []string) {
+		for _, t := range s.tasks {
+			if t.running() {
+				out = append(out, t.upid)
+			}
 		}
-	}
-	return out
+		return out
+	})
 }
 
 // --- HTTP ---
@@ -564,7 +562,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	serveFault := func(dropped string) {
 		if fault.Drop {
 			record(0, dropped)
-			drop(w)
+			wirefake.HangUp(w)
 			return
 		}
 		a := fail(fault.Status, "%s", fault.Message)
@@ -673,17 +671,6 @@ func (s *Server) write(w http.ResponseWriter, a answer) {
 	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json;charset=UTF-8\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n%s",
 		a.status, reason, len(b), extra, b)
 	_ = buf.Flush()
-}
-
-// drop cuts the connection without an answer.
-func drop(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
 }
 
 // readParams reads query parameters (GET, DELETE) or the form body (POST,
@@ -807,3 +794,9 @@ func (s *Server) do(fn func()) { wirefake.Do(&s.mu, fn) }
 
 // read returns what fn reads under the server's lock.
 func read[T any](s *Server, fn func() T) T { return wirefake.Read(&s.mu, fn) }
+
+// readNow is read of the state as of now: what is due (a task's end, a
+// guest agent starting) has happened first.
+func readNow[T any](s *Server, fn func() T) T {
+	return read(s, func() T { s.tick(); return fn() })
+}

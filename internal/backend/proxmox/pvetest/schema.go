@@ -71,32 +71,22 @@ type Type struct {
 	DefaultKey           json.RawMessage  `json:"default_key"`
 }
 
-var (
-	schemaOnce sync.Once
-	schemaVal  *Schema
-	schemaErr  error
-)
-
 // LoadSchema parses the embedded schema once per process.
-func LoadSchema() (*Schema, error) {
-	schemaOnce.Do(func() {
-		b, err := APIDoc()
-		if err != nil {
-			schemaErr = err
-			return
-		}
-		var roots []*schemaNode
-		if err := json.Unmarshal(b, &roots); err != nil {
-			schemaErr = fmt.Errorf("pvetest: parsing the API schema: %w", err)
-			return
-		}
-		s := &Schema{roots: roots}
-		for _, r := range roots {
-			index(r)
-		}
-		schemaVal = s
-	})
-	return schemaVal, schemaErr
+var LoadSchema = sync.OnceValues(loadSchema)
+
+func loadSchema() (*Schema, error) {
+	b, err := APIDoc()
+	if err != nil {
+		return nil, err
+	}
+	var roots []*schemaNode
+	if err := json.Unmarshal(b, &roots); err != nil {
+		return nil, fmt.Errorf("pvetest: parsing the API schema: %w", err)
+	}
+	for _, r := range roots {
+		index(r)
+	}
+	return &Schema{roots: roots}, nil
 }
 
 // APIDoc returns the uncompressed published schema.
@@ -481,18 +471,13 @@ func (t *Type) checkValue(where string, v any, out *[]string) {
 		if msg := t.checkText(s); msg != "" {
 			bad("%s", msg)
 		}
-	case "integer":
+	case "integer", "number":
 		f, ok := v.(float64)
-		if !ok || f != math.Trunc(f) {
+		switch {
+		case t.Type == "integer" && (!ok || f != math.Trunc(f)):
 			bad("%v (%T) where the schema wants an integer", v, v)
 			return
-		}
-		if msg := t.checkRange(f); msg != "" {
-			bad("%s", msg)
-		}
-	case "number":
-		f, ok := v.(float64)
-		if !ok {
+		case !ok:
 			bad("%T where the schema wants a number", v)
 			return
 		}

@@ -1145,17 +1145,15 @@ func (v VM) Template() bool { return v.Config["template"] == "1" }
 
 // VMs returns every guest and template, by VMID.
 func (s *Server) VMs() []VM {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick()
-	var out []VM
-	for _, id := range slices.Sorted(maps.Keys(s.vms)) {
-		v := s.vms[id]
-		out = append(out, VM{VMID: id, Node: v.node, Name: v.name(), Status: v.status, QMP: v.qmp, Lock: v.conf["lock"],
-			Tags: v.conf["tags"], Description: v.conf["description"], Config: maps.Clone(v.conf), Addr: v.addr,
-			Cloning: v.pending != nil, Seed: v.seed, Boots: v.boots})
-	}
-	return out
+	return readNow(s, func() (out []VM) {
+		for _, id := range slices.Sorted(maps.Keys(s.vms)) {
+			v := s.vms[id]
+			out = append(out, VM{VMID: id, Node: v.node, Name: v.name(), Status: v.status, QMP: v.qmp, Lock: v.conf["lock"],
+				Tags: v.conf["tags"], Description: v.conf["description"], Config: maps.Clone(v.conf), Addr: v.addr,
+				Cloning: v.pending != nil, Seed: v.seed, Boots: v.boots})
+		}
+		return out
+	})
 }
 
 // Volume is a file on a storage.
@@ -1169,20 +1167,18 @@ type Volume struct {
 
 // Volumes returns the files of every storage.
 func (s *Server) Volumes() []Volume {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick()
-	var out []Volume
-	for _, st := range s.storages {
-		for _, node := range slices.Sorted(maps.Keys(st.files)) {
-			for _, id := range slices.Sorted(maps.Keys(st.files[node])) {
-				vol := st.files[node][id]
-				sd, _ := readSeed(vol.data)
-				out = append(out, Volume{Node: node, VolID: id, Size: len(vol.data), Seed: sd})
+	return readNow(s, func() (out []Volume) {
+		for _, st := range s.storages {
+			for _, node := range slices.Sorted(maps.Keys(st.files)) {
+				for _, id := range slices.Sorted(maps.Keys(st.files[node])) {
+					vol := st.files[node][id]
+					sd, _ := readSeed(vol.data)
+					out = append(out, Volume{Node: node, VolID: id, Size: len(vol.data), Seed: sd})
+				}
 			}
 		}
-	}
-	return out
+		return out
+	})
 }
 
 func (s *Server) poke(vmid int, fn func(v *vm)) error {
@@ -1241,11 +1237,7 @@ func (s *Server) Migrate(vmid int, node string) error {
 
 // HasVM reports whether a guest (or a clone in flight) has this VMID.
 func (s *Server) HasVM(vmid int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick()
-	_, ok := s.vms[vmid]
-	return ok
+	return readNow(s, func() bool { _, ok := s.vms[vmid]; return ok })
 }
 
 // AddContainer adds an LXC container: it takes its VMID (VMIDs are unique
