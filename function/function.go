@@ -120,24 +120,30 @@ type Function struct {
 func New(log logging.Logger) *Function { return &Function{log: log} }
 
 // RunFunction composes the managed resource (and, for a namespaced
-// composite, its connection Secret) for one composite resource.
+// composite, its connection Secret) for one composite resource. Whatever
+// stops it is a Fatal result, on the composite and its claim, and nothing
+// new is composed.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
+	if err := f.compose(req, rsp); err != nil {
+		response.Fatal(rsp, err)
+	}
+	return rsp, nil
+}
 
+// compose fills rsp for req.
+func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
 	in := &ProxyClasses{}
 	if err := request.GetInput(req, in); err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot read the function's input (ProxyClasses)"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot read the function's input (ProxyClasses)")
 	}
 	oxr, err := request.GetObservedCompositeResource(req)
 	if err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composite resource"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot read the observed composite resource")
 	}
 	var r Request
 	if err := oxr.Resource.GetValueInto("spec", &r); err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot read the composite resource's spec"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot read the composite resource's spec")
 	}
 	log := f.log.WithValues("xr", oxr.Resource.GetName(), "namespace", oxr.Resource.GetNamespace(), "class", r.Class, "size", r.Size)
 
@@ -146,24 +152,20 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		// The application team's mistake (an unknown class or size) or
 		// the platform team's (a class without a ProviderConfig): say
 		// so on the composite and its claim, and compose nothing new.
-		response.Fatal(rsp, err)
-		return rsp, nil
+		return err
 	}
 
 	observed, err := request.GetObservedComposedResources(req)
 	if err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composed resources"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot read the observed composed resources")
 	}
 	desired, err := request.GetDesiredComposedResources(req)
 	if err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot read the desired composed resources"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot read the desired composed resources")
 	}
 	dxr, err := request.GetDesiredCompositeResource(req)
 	if err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot read the desired composite resource"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot read the desired composite resource")
 	}
 
 	name := resource.Name(ResourceProxyPrefix + strings.ToLower(plan.Kind))
@@ -211,19 +213,16 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 
 	if err := response.SetDesiredComposedResources(rsp, desired); err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composed resources"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot set the desired composed resources")
 	}
 	if err := dxr.Resource.SetValue("status.proxy", status); err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot set the composite's status"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot set the composite's status")
 	}
 	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
-		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composite resource"))
-		return rsp, nil
+		return errors.Wrap(err, "cannot set the desired composite resource")
 	}
 	log.Debug("Composed", "plan", plan.String(), "ready", ready, "connectionKeys", len(details))
-	return rsp, nil
+	return nil
 }
 
 // connectionNamespace is where a cluster-scoped managed resource writes its

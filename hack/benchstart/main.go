@@ -29,6 +29,7 @@ import (
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
 
 const controllerName = "kvmproxy.proxy.m.egressproxy.io"
@@ -125,7 +126,7 @@ func start(ctx context.Context, cl *benchutil.Cluster, binary, state, logName, h
 // 5 ms.
 func measure(ctx context.Context, cl *benchutil.Cluster, binary, state, logName string, ownID bool, extra []string) (round, error) {
 	var r round
-	port, err := benchutil.FreePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return r, err
 	}

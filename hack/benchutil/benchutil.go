@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -206,16 +205,6 @@ func RSSParts(pid int) string {
 		return "?"
 	}
 	return fmt.Sprintf("anon %.1f MiB, file %.1f MiB", float64(anon)/1024, float64(file)/1024)
-}
-
-// FreePort is a free TCP port on 127.0.0.1.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
 }
 
 // NumCPU is the machine's processors, from /proc/cpuinfo.

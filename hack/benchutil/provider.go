@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 )
 
 // ProviderOptions says how to run the provider binary for a benchmark.
@@ -63,11 +65,11 @@ type Provider struct {
 // loopback ports, its namespace crossplane-system and installation ID
 // "bench", and waits (up to 60 s) until o.Controller's metrics show.
 func StartProvider(ctx context.Context, o ProviderOptions) (*Provider, error) {
-	port, err := FreePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	pprofPort, err := FreePort()
+	pprofPort, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -794,4 +795,15 @@ func killGroup(pid int) error {
 		return os.ErrProcessDone
 	}
 	return err
+}
+
+// FreePort is a TCP port free on 127.0.0.1 at the time of the call, for a
+// process that is told the port it listens on.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
 }

@@ -229,7 +229,7 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 		}
 	}
 	for _, p := range []*int{&n.ports.kubelet, &n.ports.kubeletHealthz, &n.ports.proxyHealthz, &n.ports.proxyMetrics} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -1245,15 +1245,6 @@ func freePodCIDR() (netip.Prefix, string, error) {
 		}
 	}
 	return netip.Prefix{}, "", errors.New("no free /24 in 10.213.0.0/16 for the pod network")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil //nolint:forcetypeassert // a TCP listener.
 }
 
 func fileExists(p string) bool {

@@ -212,35 +212,19 @@ func (s *sdk) GetRegion(ctx context.Context, region string) (*computepb.Region, 
 
 // Close closes every client built; it is safe on a partly built sdk.
 func (s *sdk) Close() error {
-	var errs []error
-	for _, c := range []interface{ Close() error }{s.instances, s.zoneOps, s.regionOps, s.globalOps, s.addresses, s.firewalls, s.regions} {
-		if c == nil || isNilClient(c) {
-			continue
-		}
-		errs = append(errs, c.Close())
-	}
-	return errors.Join(errs...)
+	return errors.Join(closeBuilt(s.instances), closeBuilt(s.zoneOps), closeBuilt(s.regionOps), closeBuilt(s.globalOps),
+		closeBuilt(s.addresses), closeBuilt(s.firewalls), closeBuilt(s.regions))
 }
 
-// isNilClient reports a typed nil pointer inside the interface.
-func isNilClient(c interface{ Close() error }) bool {
-	switch v := c.(type) {
-	case *compute.InstancesClient:
-		return v == nil
-	case *compute.ZoneOperationsClient:
-		return v == nil
-	case *compute.RegionOperationsClient:
-		return v == nil
-	case *compute.GlobalOperationsClient:
-		return v == nil
-	case *compute.AddressesClient:
-		return v == nil
-	case *compute.FirewallsClient:
-		return v == nil
-	case *compute.RegionsClient:
-		return v == nil
+// closeBuilt closes c unless it was never built (nil).
+func closeBuilt[T any, C interface {
+	*T
+	Close() error
+}](c C) error {
+	if c == nil {
+		return nil
 	}
-	return false
+	return c.Close()
 }
 
 // withContext sends every request with ctx.

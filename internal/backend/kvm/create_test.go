@@ -25,6 +25,18 @@ func (e *testEnv) observeOrCreate(req proxy.Request) (proxy.Instance, error) {
 	return inst, err
 }
 
+// reconcileSettled is what reconciling req reports once its create's
+// background work (the download, the domain's definition) is done: the
+// error of the first reconcile, else of the one after that work.
+func (e *testEnv) reconcileSettled(req proxy.Request) error {
+	_, err := e.observeOrCreate(req)
+	if err == nil {
+		e.waitBackgroundDone()
+		_, err = e.observeOrCreate(req)
+	}
+	return err
+}
+
 // waitBackground waits until no create of this backend is pending.
 func (e *testEnv) waitBackground() {
 	deadline := time.Now().Add(10 * time.Second)

@@ -24,62 +24,50 @@ func (e *testEnv) createError(req proxy.Request) error {
 	return err
 }
 
-// TestImage_headThatLiesCannotPassThePoolCheck: the attack is an image
-// server whose HEAD claims a tiny file and whose GET streams one the pool
-// has no room for. The pool is checked again with the GET's size before
-// anything is written.
-func TestImage_headThatLiesCannotPassThePoolCheck(t *testing.T) {
-	e := newTestEnv(t, func(e *testEnv) {
-		e.images.headSize = 1024
-		// Room for the overlay, the seed and the claimed 1 KiB; not for
-		// the 3 MiB that come.
-		e.host.pools["default"].available = 10<<30 + seedReserve + 1<<20
-	})
-	err := e.createError(e.request("web", "uid-1"))
-	if !proxy.IsQuota(err) || !strings.Contains(err.Error(), "storage pool default on host lab") || !strings.Contains(err.Error(), "image debian (3 MiB)") {
-		t.Fatalf("Create with a lying HEAD = %v (%s); want Quota naming the pool and the image's real size", err, proxy.ClassOf(err))
-	}
-	if got := e.host.volNames(); len(got) != 0 {
-		t.Errorf("volumes written: %v", got)
-	}
-}
-
-// TestImage_unknownSizeIsFetchedNotReadAsZero: a server that gives no
-// size (no Content-Length on HEAD or GET) is not read as a zero-byte
-// image that fits any pool: the body is spooled, its size measured, and
-// the pool checked with it before anything is written.
-func TestImage_unknownSizeIsFetchedNotReadAsZero(t *testing.T) {
-	e := newTestEnv(t, func(e *testEnv) {
-		e.images.chunked = true
-		e.host.pools["default"].available = 10<<30 + seedReserve + 1<<20
-	})
-	err := e.createError(e.request("web", "uid-1"))
-	if !proxy.IsQuota(err) || !strings.Contains(err.Error(), "image debian (3 MiB)") {
-		t.Fatalf("Create of an image of unknown size = %v (%s); want Quota naming its measured size", err, proxy.ClassOf(err))
-	}
-	if got := e.host.volNames(); len(got) != 0 {
-		t.Errorf("volumes written: %v", got)
-	}
-}
-
-// TestImage_largerThanTheCap: an image above the config's cap is refused,
-// whether the server says so in its HEAD, only in its GET, or streams it
-// without a length; nothing lands in the pool.
-func TestImage_largerThanTheCap(t *testing.T) {
+// TestImage_refusedBeforeAnythingIsWritten: an image that does not fit is
+// refused, naming why, and nothing lands in the pool, whatever its server
+// says about its size.
+func TestImage_refusedBeforeAnythingIsWritten(t *testing.T) {
+	// Room for the overlay, the seed and 1 MiB; not for the 3 MiB image.
+	tight := func(e *testEnv) { e.host.pools["default"].available = 10<<30 + seedReserve + 1<<20 }
+	capped := func(e *testEnv) { e.cfg.MaxImageBytes = 1 << 20 }
+	const capText = "more than the 1 MiB the config allows (kvm.maxImageSizeGiB)"
 	cases := []struct {
 		name  string
-		setup func(e *testEnv)
+		setup []func(e *testEnv)
+		class proxy.Class
+		texts []string
 	}{
-		{"HonestHead", func(*testEnv) {}},
-		{"HeadLies", func(e *testEnv) { e.images.headSize = 1024 }},
-		{"HeadLiesAndBodyHasNoLength", func(e *testEnv) { e.images.headSize = 1024; e.images.chunked = true }},
+		// The attack is an image server whose HEAD claims a tiny file and
+		// whose GET streams one the pool has no room for: the pool is
+		// checked again with the GET's size before anything is written.
+		{"HeadThatLiesCannotPassThePoolCheck", []func(*testEnv){tight, func(e *testEnv) { e.images.headSize = 1024 }},
+			proxy.ClassQuota, []string{"storage pool default on host lab", "image debian (3 MiB)"}},
+		// A server that gives no size (no Content-Length on HEAD or GET)
+		// is not read as a zero-byte image that fits any pool: the body is
+		// spooled and its size measured before the pool is checked.
+		{"UnknownSizeIsFetchedNotReadAsZero", []func(*testEnv){tight, func(e *testEnv) { e.images.chunked = true }},
+			proxy.ClassQuota, []string{"image debian (3 MiB)"}},
+		// An image above the config's cap is refused, whether the server
+		// says so in its HEAD, only in its GET, or streams it without a
+		// length.
+		{"LargerThanTheCap/HonestHead", []func(*testEnv){capped}, proxy.ClassPermanent, []string{capText}},
+		{"LargerThanTheCap/HeadLies", []func(*testEnv){capped, func(e *testEnv) { e.images.headSize = 1024 }},
+			proxy.ClassPermanent, []string{capText}},
+		{"LargerThanTheCap/HeadLiesAndBodyHasNoLength", []func(*testEnv){capped, func(e *testEnv) { e.images.headSize = 1024; e.images.chunked = true }},
+			proxy.ClassPermanent, []string{capText}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newTestEnv(t, func(e *testEnv) { e.cfg.MaxImageBytes = 1 << 20 }, tc.setup)
+			e := newTestEnv(t, tc.setup...)
 			err := e.createError(e.request("web", "uid-1"))
-			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "more than the 1 MiB the config allows (kvm.maxImageSizeGiB)") {
-				t.Fatalf("Create of a 3 MiB image with a 1 MiB cap = %v (%s); want Permanent naming the cap", err, proxy.ClassOf(err))
+			if proxy.ClassOf(err) != tc.class {
+				t.Fatalf("Create = %v (%s); want %s naming %q", err, proxy.ClassOf(err), tc.class, tc.texts)
+			}
+			for _, text := range tc.texts {
+				if !strings.Contains(err.Error(), text) {
+					t.Errorf("Create = %v; want it to name %q", err, text)
+				}
 			}
 			if got := e.host.volNames(); len(got) != 0 {
 				t.Errorf("volumes written: %v", got)

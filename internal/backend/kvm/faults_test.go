@@ -63,11 +63,7 @@ func TestFaults_table(t *testing.T) {
 			tc.inject(e)
 			e.host.mu.Unlock()
 			req := e.request("web", "uid-1")
-			_, err := e.observeOrCreate(req)
-			if err == nil {
-				e.waitBackgroundDone()
-				_, err = e.observeOrCreate(req)
-			}
+			err := e.reconcileSettled(req)
 			if proxy.ClassOf(err) != tc.class || !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), testProvider) {
 				t.Fatalf("under the fault: %s %v; want %s naming %q and the provider", proxy.ClassOf(err), err, tc.class, tc.text)
 			}

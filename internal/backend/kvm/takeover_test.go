@@ -107,11 +107,7 @@ func diskOfAnotherDomain(t *testing.T, vol, diskXML string) {
 			before, _ := e.volSnapshot(vol)
 
 			req := e.request("db", "uid-attacker")
-			_, err := e.observeOrCreate(req)
-			e.waitBackground()
-			if err == nil {
-				_, err = e.observeOrCreate(req)
-			}
+			err := e.reconcileSettled(req)
 			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "is a disk of domain production-db") {
 				t.Errorf("Create of db = %v; want Permanent naming the domain whose disk it is", err)
 			}
@@ -136,11 +132,7 @@ func TestTakeover_volumeTheProviderDidNotCreate(t *testing.T) {
 			e.host.mu.Unlock()
 			before, _ := e.volSnapshot(vol)
 			req := e.request("notes", "uid-attacker")
-			_, err := e.observeOrCreate(req)
-			e.waitBackground()
-			if err == nil {
-				_, err = e.observeOrCreate(req)
-			}
+			err := e.reconcileSettled(req)
 			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "volume "+vol) {
 				t.Errorf("Create of notes = %v; want Permanent naming volume %s", err, vol)
 			}
