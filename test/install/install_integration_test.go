@@ -35,6 +35,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
 	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 // The names the packages install as (crossplanetest).
@@ -82,13 +83,7 @@ func activeRevision(t testing.TB, kube client.Client, kind, label, pkg string) (
 // TestInstallIntegration is the install path of docs/install.md, end to
 // end.
 func TestInstallIntegration(t *testing.T) {
-	squid, err := kubelettest.SquidPath("")
-	if err != nil {
-		if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("EGRESSPROXY_REQUIRE_SQUID") == "1" {
-			t.Fatalf("%v (CI or EGRESSPROXY_REQUIRE_SQUID=1 is set, so this test does not skip)", err)
-		}
-		t.Skip(err.Error())
-	}
+	squid := providerenv.RequireSquid(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	// The registry, the control plane (with the controllers that make
