@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const helperEnv = "LOCAL_CONTROL_PLANE_TEST_HELPER"
@@ -28,9 +29,7 @@ const helperEnv = "LOCAL_CONTROL_PLANE_TEST_HELPER"
 // with helperEnv set, the test binary checks the cluster through
 // KUBECONFIG and exits 3.
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "1" {
-		os.Exit(helper())
-	}
+	testenv.RunAsChild(helperEnv, helper)
 	os.Exit(m.Run())
 }
 
@@ -119,9 +118,10 @@ func TestLocalControlPlaneIntegrationWithRealBinaries(t *testing.T) {
 	exe, bin := build(t)
 	dir := filepath.Join(t.TempDir(), "cp")
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	cmd := exec.Command(exe, "--crds", controlplane.WriteCRDs(t, controlplane.WidgetCRD), "--dir", dir, "--bin-dir", bin, "--kubeconfig-out", kubeconfig,
-		"--", os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	helperArgs, helperEnviron := testenv.ChildArgs(helperEnv, "^$")
+	cmd := exec.Command(exe, append([]string{"--crds", controlplane.WriteCRDs(t, controlplane.WidgetCRD), "--dir", dir, "--bin-dir", bin, "--kubeconfig-out", kubeconfig,
+		"--"}, helperArgs...)...)
+	cmd.Env = helperEnviron
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("ran in %.1fs:\n%s", time.Since(start).Seconds(), out)

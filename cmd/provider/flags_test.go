@@ -6,22 +6,23 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // TestUnknownFlagIsOneLine runs parseFlags in a child process (it exits).
 func TestUnknownFlagIsOneLine(t *testing.T) {
-	if os.Getenv("PARSE_FLAGS_CHILD") == "1" {
+	testenv.RunAsChild("PARSE_FLAGS_CHILD", func() int {
 		flag.Duration("poll", 0, "")
 		os.Args = append([]string{"provider"}, strings.Fields(os.Getenv("PARSE_FLAGS_ARGS"))...)
 		parseFlags()
-		os.Exit(0)
-	}
+		return 0
+	})
 	for args, want := range map[string]string{
 		"--no-such-flag": "provider-egressproxy: flag provided but not defined: -no-such-flag (see --help for the flags it takes)\n",
 		"--poll=soon":    "provider-egressproxy: invalid value \"soon\" for flag -poll: parse error (see --help for the flags it takes)\n",
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestUnknownFlagIsOneLine$") //nolint:gosec // this test binary.
-		cmd.Env = append(os.Environ(), "PARSE_FLAGS_CHILD=1", "PARSE_FLAGS_ARGS="+args)
+		cmd := testenv.ChildCommand("PARSE_FLAGS_CHILD", "^TestUnknownFlagIsOneLine$", "PARSE_FLAGS_ARGS="+args)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		if !errorsAs(err, &ee) || ee.ExitCode() != 2 {

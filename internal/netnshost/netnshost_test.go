@@ -18,15 +18,15 @@ import (
 const childEnv = "NETNSHOST_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	testenv.RunAsChild(childEnv, func() int {
 		h, err := netnshost.New()
 		if err != nil {
 			fmt.Println("error:", err)
-			os.Exit(1)
+			return 1
 		}
 		fmt.Println(h.Netns)
 		select {}
-	}
+	})
 	os.Exit(m.Run())
 }
 
@@ -41,8 +41,7 @@ func exists(name string) bool {
 func TestIntegrationLeftoverOfAKilledProcessIsRemoved(t *testing.T) {
 	live := testenv.NewTestHost(t) // skips, or fails under CI, without root
 
-	child := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // this test binary.
-	child.Env = append(os.Environ(), childEnv+"=1")
+	child := testenv.ChildCommand(childEnv, "^$")
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
