@@ -7,6 +7,7 @@ package writes
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -68,15 +69,8 @@ func (r *recorder) all() []call {
 	return slices.Clone(r.calls)
 }
 
-func kindOf(o runtime.Object) string {
-	switch o.(type) {
-	case *corev1.Secret:
-		return "Secret"
-	case *nsproxy.KVMProxy:
-		return "KVMProxy"
-	}
-	return "other"
-}
+// kindOf is o's kind: the name of its Go type.
+func kindOf(o runtime.Object) string { return reflect.TypeOf(o).Elem().Name() }
 
 func testScheme(t *testing.T) *runtime.Scheme { return testenv.Scheme(t) }
 
