@@ -14,7 +14,8 @@
 //   - at steady state, over one poll interval: the provider's CPU seconds
 //     per reconcile (every Ready resource is observed once a poll, so per
 //     resource per poll), the reconciles against the N x window / poll
-//     expected, and the API writes (target: none);
+//     expected, and the API writes (target: none), split by resource and
+//     verb (the provider is built with -tags benchrequests too);
 //
 // then restarts the provider with every resource Ready and prints the
 // time until the new process has observed each one again (its
@@ -62,7 +63,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "Managed resources in the end.")
 	flag.StringVar(&o.stages, "stages", "", "Comma-separated resource counts to measure at on the way to -n (default: 1000, 5000 and 10000 below -n, and -n).")
-	o.Register("bin/provider-benchmemory")
+	o.Register("bin/provider-benchscale")
 	flag.DurationVar(&o.poll, "poll", time.Minute, "The provider's --poll: how often a Ready resource is observed; the steady-state window is one poll.")
 	flag.DurationVar(&o.jitter, "poll-jitter", 10*time.Second, "The provider's --poll-jitter.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for a stage after this long.")
@@ -116,6 +117,7 @@ type stage struct {
 	reconciles       float64
 	expected         float64
 	writes           float64
+	writesBy         map[string]float64 // "resource VERB" (benchrequests build)
 	reads            float64
 	load             string
 }
@@ -216,11 +218,17 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("  steady RSS: after one poll interval at rest; CPU: the provider's CPU over that poll divided by its reconciles\n")
 	fmt.Printf("  (each Ready resource is observed once a poll; %% polled is those reconciles against N x window / poll)\n")
 	fmt.Printf("  GETs, writes: the provider's GET and other requests over that window (target 0 writes)\n")
+	for _, st := range results {
+		if st.writes > 0 {
+			fmt.Printf("  writes at rest at %d, by resource and verb: %s\n", st.n, formatCounts(st.writesBy))
+		}
+	}
 	if rs != nil {
 		fmt.Printf("\nrestart with %d Ready: every resource observed again %.1f s after the new process started (%.1f s after its controllers did); load %s\n",
 			created, rs.observed.Seconds(), rs.sinceControllers.Seconds(), rs.load)
 		fmt.Printf("  API writes it caused: %.0f at the provider (%s), %.0f at the API server (%s)\n",
 			benchutil.Writes(rs.provWrites), formatCounts(rs.provWrites), benchutil.Writes(rs.apiWrites), formatCounts(rs.apiWrites))
+		fmt.Printf("  the provider's writes by resource and verb: %s\n", formatCounts(rs.provWritesBy))
 		fmt.Printf("  new process: peak RSS %.1f MiB, CPU %.1f s until all were observed\n", float64(rs.peakKiB)/1024, rs.cpu)
 	}
 	if o.KeepLogs {
@@ -230,8 +238,8 @@ func run(ctx context.Context, o options) error {
 }
 
 func printStage(st stage) {
-	benchutil.Logf("N=%d: all Ready %.1f s, peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (load %s)",
-		st.n, st.ready.Seconds(), float64(st.peakKiB)/1024, float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, 1000*st.cpuPerPoll, st.writes, st.load)
+	benchutil.Logf("N=%d: all Ready %.1f s, peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (%s; load %s)",
+		st.n, st.ready.Seconds(), float64(st.peakKiB)/1024, float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, 1000*st.cpuPerPoll, st.writes, formatCounts(st.writesBy), st.load)
 }
 
 func formatCounts(m map[string]float64) string {
@@ -292,6 +300,7 @@ func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, pr
 	}
 	reqs := benchutil.Delta(benchutil.ClientRequests(text0), benchutil.ClientRequests(text1))
 	st.writes = benchutil.Writes(reqs)
+	st.writesBy = benchutil.OnlyWrites(benchutil.Delta(benchutil.ResourceRequests(text0), benchutil.ResourceRequests(text1)))
 	st.reads = reqs["GET"]
 	st.load = benchutil.Load()
 	if saved != nil {
@@ -305,6 +314,7 @@ func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, pr
 type restartResult struct {
 	observed, sinceControllers time.Duration
 	provWrites, apiWrites      map[string]float64
+	provWritesBy               map[string]float64 // "resource VERB" (benchrequests build)
 	peakKiB                    int
 	cpu                        float64
 	load                       string
@@ -360,22 +370,13 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 	if text, err = p.Scrape(ctx); err != nil {
 		return nil, p, err
 	}
-	r.provWrites = map[string]float64{}
-	for k, v := range benchutil.ClientRequests(text) {
-		if benchutil.Writes(map[string]float64{k: v}) > 0 {
-			r.provWrites[k] = v
-		}
-	}
+	r.provWrites = benchutil.OnlyWrites(benchutil.ClientRequests(text))
+	r.provWritesBy = benchutil.OnlyWrites(benchutil.ResourceRequests(text))
 	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
 		return nil, p, err
 	}
-	r.apiWrites = map[string]float64{}
-	for k, v := range benchutil.Delta(apiBefore, apiAfter) {
-		if benchutil.Writes(map[string]float64{k: v}) > 0 {
-			r.apiWrites[k] = v
-		}
-	}
+	r.apiWrites = benchutil.OnlyWrites(benchutil.Delta(apiBefore, apiAfter))
 	return r, p, nil
 }
 

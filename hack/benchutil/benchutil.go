@@ -271,6 +271,33 @@ func ClientRequests(text string) map[string]float64 {
 	return out
 }
 
+// ResourceRequests sums egressproxy_bench_requests_total in Prometheus
+// text (a provider built with -tags benchrequests,
+// cmd/provider/benchrequests.go) by "resource VERB", leaving out
+// watches: the requests ClientRequests counts, split by what they were
+// sent to. It is empty for a build without the tag.
+func ResourceRequests(text string) map[string]float64 {
+	out := map[string]float64{}
+	for _, smp := range Samples(text, "egressproxy_bench_requests_total") {
+		if smp.Labels["verb"] != "WATCH" {
+			out[smp.Labels["resource"]+" "+smp.Labels["verb"]] += smp.Value
+		}
+	}
+	return out
+}
+
+// OnlyWrites is the part of by (keyed as Writes reads it) that changes
+// something, leaving out keys that did not grow.
+func OnlyWrites(by map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range by {
+		if v > 0 && Writes(map[string]float64{k: v}) > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // PerMethod is the growth from before to after of requests counted by
 // method (ClientRequests), in all and per proxy: the total per proxy and
 // "METHOD n.nn" rows for those that grew.
