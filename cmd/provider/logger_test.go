@@ -41,3 +41,29 @@ func TestVerbosity(t *testing.T) {
 		})
 	}
 }
+
+// TestLoggerFieldsAreWrittenAsGiven: fields added with WithValues (encoded
+// only when a line is written, lazyFields) appear in the line, those of
+// each level of loggers derived from one another, and a value that
+// cannot be encoded as JSON is written as zap writes it.
+func TestLoggerFieldsAreWrittenAsGiven(t *testing.T) {
+	var out bytes.Buffer
+	base := newZapLogger(0, false, "json", &out)
+	type request struct{ Namespace, Name string }
+	l := base.WithValues("controller", "kvmproxy").WithValues("request", request{"team-a", "p1"}, "attempt", 2)
+	l.Info("reconciled")
+	base.Info("plain")
+	l.V(1).Info("not written")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines written; want 2:\n%s", len(lines), out.String())
+	}
+	for _, want := range []string{`"controller":"kvmproxy"`, `"request":{"Namespace":"team-a","Name":"p1"}`, `"attempt":2`, `"msg":"reconciled"`} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("line %s lacks %s", lines[0], want)
+		}
+	}
+	if strings.Contains(lines[1], "controller") || !strings.Contains(lines[1], `"msg":"plain"`) {
+		t.Errorf("the base logger's line %s should carry none of the derived logger's fields", lines[1])
+	}
+}
