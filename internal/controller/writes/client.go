@@ -14,7 +14,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -61,7 +61,14 @@ type Client struct {
 	secrets *connectionSecrets
 
 	mu   sync.Mutex
-	seen map[string]seenState // by Go type, namespace and name
+	seen map[objectKey]seenState
+}
+
+// objectKey names an object by its Go type, namespace and name. Its
+// strings are the object's own (no key is built per read).
+type objectKey struct {
+	t               reflect.Type
+	namespace, name string
 }
 
 // seenState is the last known server state of one object.
@@ -82,26 +89,29 @@ const maxReplaced = 4
 // not nil, reports whether it has synced (reads go to the API server
 // until then).
 func NewClient(c client.Client, secretCache client.Reader, synced func() bool) *Client {
-	sc := &Client{Client: c, seen: map[string]seenState{}}
+	sc := &Client{Client: c, seen: map[objectKey]seenState{}}
 	if secretCache != nil {
 		sc.secrets = &connectionSecrets{cache: secretCache, synced: synced, created: map[types.NamespacedName]time.Time{}}
 	}
 	return sc
 }
 
-func seenKey(obj client.Object) string {
-	return fmt.Sprintf("%T/%s/%s", obj, obj.GetNamespace(), obj.GetName())
+func seenKey(obj client.Object) objectKey {
+	return objectKey{t: reflect.TypeOf(obj), namespace: obj.GetNamespace(), name: obj.GetName()}
 }
 
 // digests returns the digest of obj without its status, managed fields,
 // resourceVersion and pending annotation, and the digest of its status.
 func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
+	if status, err = statusDigest(obj); err != nil {
 		return object, status, err
 	}
-	st, err := json.Marshal(u["status"])
-	if err != nil {
+	var u map[string]any
+	if un, ok := obj.(runtime.Unstructured); ok {
+		// The converter hands back an unstructured object's own content:
+		// what is left out below must not be deleted from the caller's.
+		u = runtime.DeepCopyJSON(un.UnstructuredContent())
+	} else if u, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
 		return object, status, err
 	}
 	delete(u, "status")
@@ -119,7 +129,29 @@ func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
 	if err != nil {
 		return object, status, err
 	}
-	return sha256.Sum256(ob), sha256.Sum256(st), nil
+	return sha256.Sum256(ob), status, nil
+}
+
+// statusDigest is the digest of obj's status: its Status field as JSON
+// (the status of an unstructured object), "null" when it has none. It
+// encodes the status alone, not the whole object through the unstructured
+// converter, because it runs on every status write the managed reconciler
+// makes (one per reconcile), where that conversion was most of this
+// client's CPU (make bench-scale profile).
+func statusDigest(obj client.Object) ([sha256.Size]byte, error) {
+	var st any
+	if u, ok := obj.(runtime.Unstructured); ok {
+		st = u.UnstructuredContent()["status"]
+	} else if v := reflect.Indirect(reflect.ValueOf(obj)); v.Kind() == reflect.Struct {
+		if f := v.FieldByName("Status"); f.IsValid() {
+			st = f.Interface()
+		}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
 }
 
 // read notes obj, just read, as the server's state at its
@@ -194,14 +226,12 @@ func (c *Client) unchanged(obj client.Object, status bool) bool {
 	if v := obj.GetResourceVersion(); v != s.version && !slices.Contains(s.replaced, v) {
 		return false
 	}
-	o, st, err := digests(obj)
-	if err != nil {
-		return false
-	}
 	if status {
-		return st == s.status
+		st, err := statusDigest(obj)
+		return err == nil && st == s.status
 	}
-	return o == s.object
+	o, _, err := digests(obj)
+	return err == nil && o == s.object
 }
 
 // Get implements client.Reader, noting what it read.
@@ -220,7 +250,7 @@ func (c *Client) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 	case kerrors.IsNotFound(err):
 		// Gone: forget it.
 		c.mu.Lock()
-		delete(c.seen, fmt.Sprintf("%T/%s/%s", obj, key.Namespace, key.Name))
+		delete(c.seen, objectKey{t: reflect.TypeOf(obj), namespace: key.Namespace, name: key.Name})
 		c.mu.Unlock()
 	}
 	return err

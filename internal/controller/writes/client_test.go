@@ -11,6 +11,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -170,6 +171,56 @@ func TestClientComparesVersionsOnlyForEquality(t *testing.T) {
 	c.read(obj)
 	if !c.unchanged(newer, true) {
 		t.Error("a stale read replaced the state this client wrote")
+	}
+}
+
+// The status is compared alone (statusDigest), for typed objects by their
+// Status field and for unstructured ones by their "status": a change of
+// anything else is not a status change, and a status change is one.
+func TestClientComparesTheStatusAlone(t *testing.T) {
+	typed := kvmProxy()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(nsproxy.KVMProxyGroupVersionKind.GroupVersion().String())
+	u.SetKind(nsproxy.KVMProxyKind)
+	u.SetNamespace("team-a")
+	u.SetName("u")
+	u.Object["status"] = map[string]any{"atProvider": map[string]any{"state": "Running"}}
+	for name, tc := range map[string]struct {
+		obj                       client.Object
+		changeOther, changeStatus func(client.Object)
+	}{
+		"Typed": {
+			obj:          typed,
+			changeOther:  func(o client.Object) { o.(*nsproxy.KVMProxy).Spec.ForProvider.Host = "h2" },
+			changeStatus: func(o client.Object) { o.(*nsproxy.KVMProxy).SetConditions(xpv2.Available()) },
+		},
+		"Unstructured": {
+			obj:         u,
+			changeOther: func(o client.Object) { o.SetLabels(map[string]string{"a": "b"}) },
+			changeStatus: func(o client.Object) {
+				o.(*unstructured.Unstructured).Object["status"] = map[string]any{"atProvider": map[string]any{"state": "Stopped"}}
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := NewClient(nil, nil, nil)
+			obj := tc.obj.DeepCopyObject().(client.Object) //nolint:forcetypeassert // A copy of an object.
+			obj.SetResourceVersion("1")
+			c.read(obj)
+			other := obj.DeepCopyObject().(client.Object) //nolint:forcetypeassert // As above.
+			tc.changeOther(other)
+			if !c.unchanged(other, true) {
+				t.Error("a change outside the status counts as a status change")
+			}
+			if c.unchanged(other, false) {
+				t.Error("a change outside the status does not count as a change of the object")
+			}
+			changed := obj.DeepCopyObject().(client.Object) //nolint:forcetypeassert // As above.
+			tc.changeStatus(changed)
+			if c.unchanged(changed, true) {
+				t.Error("a status change does not count as one")
+			}
+		})
 	}
 }
 
