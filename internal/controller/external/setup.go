@@ -15,7 +15,6 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -155,8 +154,7 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 		WithEventFilter(desiredStateChanged()).
 		For(forObj)
 	if k.Watches != nil {
-		// A list object of its own: the state-metrics recorder lists into
-		// the one reconcilerOptions made concurrently.
+		// The kind's list, for the watches to list into.
 		l, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err != nil {
 			return err
@@ -169,10 +167,6 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 // reconcilerOptions are the managed reconciler's options for kind gvk's
 // controller name; with state metrics on, it adds their recorder to mgr.
 func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connector[P], gvk schema.GroupVersionKind, name string) ([]managed.ReconcilerOption, error) {
-	listObj, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err != nil {
-		return nil, err
-	}
 	opts := []managed.ReconcilerOption{
 		managed.WithExternalConnector(c),
 		managed.WithInitializers(NameInitializer{Kube: sh.Client}),
@@ -198,9 +192,12 @@ func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connec
 	if o.MetricOptions != nil {
 		opts = append(opts, managed.WithMetricRecorder(o.MetricOptions.MRMetrics))
 		if o.MetricOptions.MRStateMetrics != nil {
-			if l, ok := listObj.(resource.ManagedList); ok {
-				sm := statemetrics.NewMRStateRecorder(uncopiedLists{mgr.GetClient()}, o.Logger, o.MetricOptions.MRStateMetrics, l, o.MetricOptions.PollStateMetricInterval)
-				if err := mgr.Add(sm); err != nil {
+			obj, err := mgr.GetScheme().New(gvk)
+			if err != nil {
+				return nil, err
+			}
+			if mo, ok := obj.(client.Object); ok {
+				if err := mgr.Add(newStateRecorder(mgr.GetCache(), mo, gvk, o.MetricOptions.MRStateMetrics, o.MetricOptions.PollStateMetricInterval)); err != nil {
 					return nil, err
 				}
 			}
@@ -258,14 +255,4 @@ func (a annotationsChanged) Update(e ctrlevent.UpdateEvent) bool {
 		delete(n, k)
 	}
 	return !maps.Equal(o, n)
-}
-
-// uncopiedLists lists from the cache without copying its objects, for the
-// MR state metrics, which only count conditions: a copy of every resource
-// every 10 s was 50 MiB of garbage each time at 10,000 resources (make
-// bench-scale).
-type uncopiedLists struct{ client.Client }
-
-func (c uncopiedLists) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
-	return c.Client.List(ctx, l, append(opts, client.UnsafeDisableDeepCopy)...)
 }
