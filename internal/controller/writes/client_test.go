@@ -178,46 +178,52 @@ func TestClientComparesVersionsOnlyForEquality(t *testing.T) {
 // Status field and for unstructured ones by their "status": a change of
 // anything else is not a status change, and a status change is one.
 func TestClientComparesTheStatusAlone(t *testing.T) {
-	typed := kvmProxy()
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(nsproxy.KVMProxyGroupVersionKind.GroupVersion().String())
-	u.SetKind(nsproxy.KVMProxyKind)
-	u.SetNamespace("team-a")
-	u.SetName("u")
-	u.Object["status"] = map[string]any{"atProvider": map[string]any{"state": "Running"}}
+	typed := func(host string, conds ...xpv2.Condition) client.Object {
+		p := kvmProxy()
+		p.Spec.ForProvider.Host = host
+		p.SetConditions(conds...)
+		return p
+	}
+	unstr := func(labels map[string]string, state string) client.Object {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(nsproxy.KVMProxyGroupVersionKind.GroupVersion().String())
+		u.SetKind(nsproxy.KVMProxyKind)
+		u.SetNamespace("team-a")
+		u.SetName("u")
+		u.SetLabels(labels)
+		u.Object["status"] = map[string]any{"atProvider": map[string]any{"state": state}}
+		return u
+	}
 	for name, tc := range map[string]struct {
-		obj                       client.Object
-		changeOther, changeStatus func(client.Object)
+		obj, otherChanged, statusChanged client.Object
 	}{
 		"Typed": {
-			obj:          typed,
-			changeOther:  func(o client.Object) { o.(*nsproxy.KVMProxy).Spec.ForProvider.Host = "h2" },
-			changeStatus: func(o client.Object) { o.(*nsproxy.KVMProxy).SetConditions(xpv2.Available()) },
+			obj:           typed("h1"),
+			otherChanged:  typed("h2"),
+			statusChanged: typed("h1", xpv2.Available()),
 		},
 		"Unstructured": {
-			obj:         u,
-			changeOther: func(o client.Object) { o.SetLabels(map[string]string{"a": "b"}) },
-			changeStatus: func(o client.Object) {
-				o.(*unstructured.Unstructured).Object["status"] = map[string]any{"atProvider": map[string]any{"state": "Stopped"}}
-			},
+			obj:           unstr(nil, "Running"),
+			otherChanged:  unstr(map[string]string{"a": "b"}, "Running"),
+			statusChanged: unstr(nil, "Stopped"),
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := NewClient(nil, nil, nil)
-			obj := tc.obj.DeepCopyObject().(client.Object) //nolint:forcetypeassert // A copy of an object.
-			obj.SetResourceVersion("1")
-			c.read(obj)
-			other := obj.DeepCopyObject().(client.Object) //nolint:forcetypeassert // As above.
-			tc.changeOther(other)
-			if !c.unchanged(other, true) {
+			for _, o := range []client.Object{tc.obj, tc.otherChanged, tc.statusChanged} {
+				o.SetResourceVersion("1")
+			}
+			c.read(tc.obj)
+			if !c.unchanged(tc.obj, true) {
+				t.Error("the object just read counts as changed (was its status taken from it?)")
+			}
+			if !c.unchanged(tc.otherChanged, true) {
 				t.Error("a change outside the status counts as a status change")
 			}
-			if c.unchanged(other, false) {
+			if c.unchanged(tc.otherChanged, false) {
 				t.Error("a change outside the status does not count as a change of the object")
 			}
-			changed := obj.DeepCopyObject().(client.Object) //nolint:forcetypeassert // As above.
-			tc.changeStatus(changed)
-			if c.unchanged(changed, true) {
+			if c.unchanged(tc.statusChanged, true) {
 				t.Error("a status change does not count as one")
 			}
 		})
