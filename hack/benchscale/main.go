@@ -15,7 +15,9 @@
 //     per reconcile (every Ready resource is observed once a poll, so per
 //     resource per poll), the reconciles against the N x window / poll
 //     expected, and the API writes (target: none), split by resource and
-//     verb (the provider is built with -tags benchrequests too);
+//     verb (the provider is built with -tags benchrequests too); the
+//     window starts once the provider has sent no write for 5 s, and the
+//     writes from Ready until then are printed apart;
 //
 // then restarts the provider with every resource Ready and prints the
 // time until the new process has observed each one again (its
@@ -118,8 +120,12 @@ type stage struct {
 	expected         float64
 	writes           float64
 	writesBy         map[string]float64 // "resource VERB" (benchrequests build)
-	reads            float64
-	load             string
+	// settleWrites are the writes from Ready to the window (the last
+	// creates finishing), settleWritesBy split as writesBy.
+	settleWrites   float64
+	settleWritesBy map[string]float64
+	reads          float64
+	load           string
 }
 
 func run(ctx context.Context, o options) error {
@@ -222,6 +228,7 @@ func run(ctx context.Context, o options) error {
 		if st.writes > 0 {
 			fmt.Printf("  writes at rest at %d, by resource and verb: %s\n", st.n, formatCounts(st.writesBy))
 		}
+		fmt.Printf("  writes at %d after all were Ready, before the window (the last creates finishing): %.0f (%s)\n", st.n, st.settleWrites, formatCounts(st.settleWritesBy))
 	}
 	if rs != nil {
 		fmt.Printf("\nrestart with %d Ready: every resource observed again %.1f s after the new process started (%.1f s after its controllers did); load %s\n",
@@ -265,9 +272,17 @@ func waitReady(ctx context.Context, o options, ready *benchutil.Readiness, targe
 }
 
 // steady waits for the reconciles that follow Ready to settle (a quarter
-// poll), then measures one poll interval.
+// poll, and until the provider has sent no write for quietFor), then
+// measures one poll interval.
 func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, profile string) error {
+	before, err := p.Scrape(ctx)
+	if err != nil {
+		return err
+	}
 	if err := benchutil.Sleep(ctx, o.poll/4); err != nil {
+		return err
+	}
+	if err := settle(ctx, o, p, st, before); err != nil {
 		return err
 	}
 	var saved chan error
@@ -309,6 +324,38 @@ func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, pr
 		}
 	}
 	return nil
+}
+
+// quietFor is how long the provider must send no write before the
+// steady-state window starts: under load the writes of the last creates
+// (events above all, which client-go sends one at a time) drain well
+// after every resource is Ready, and they are not writes at rest.
+const quietFor = 5 * time.Second
+
+// settle waits, for at most one poll, until the provider has sent no
+// write for quietFor, and notes in st the writes it sent since before
+// (the stage's Ready).
+func settle(ctx context.Context, o options, p *benchutil.Provider, st *stage, before string) error {
+	deadline := time.Now().Add(o.poll)
+	last, quiet := -1.0, time.Now()
+	for {
+		text, err := p.Scrape(ctx)
+		if err != nil {
+			return err
+		}
+		w := benchutil.Writes(benchutil.ClientRequests(text))
+		if w != last {
+			last, quiet = w, time.Now()
+		}
+		if time.Since(quiet) >= quietFor || time.Now().After(deadline) {
+			st.settleWritesBy = benchutil.OnlyWrites(benchutil.Delta(benchutil.ResourceRequests(before), benchutil.ResourceRequests(text)))
+			st.settleWrites = benchutil.Writes(benchutil.Delta(benchutil.ClientRequests(before), benchutil.ClientRequests(text)))
+			return nil
+		}
+		if err := benchutil.Sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
 }
 
 type restartResult struct {
