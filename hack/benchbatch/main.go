@@ -90,6 +90,24 @@ func newFleet(n int, placement proxy.Placement) *fleet {
 	return f
 }
 
+// ready brings every proxy to Ready (settle ends the fake's work in
+// flight), then observes each once, as the Ready reconcile does: a direct
+// read.
+func (f *fleet) ready(ctx context.Context, backend string, d proxy.Driver, settle func()) error {
+	benchutil.Logf("%s: bringing %d proxies to Ready", backend, len(f.reqs))
+	for i := range f.reqs {
+		if err := f.converge(ctx, d, i, settle); err != nil {
+			return err
+		}
+	}
+	for i := range f.refs {
+		if _, err := d.Get(ctx, f.refs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // converge reconciles proxy i as the managed reconciler does until it is
 // Ready.
 func (f *fleet) converge(ctx context.Context, d proxy.Driver, i int, settle func()) error {
@@ -117,7 +135,8 @@ func (f *fleet) converge(ctx context.Context, d proxy.Driver, i int, settle func
 
 // poll observes every proxy once per round, each at a random moment of the
 // round, with o.workers at a time.
-func (f *fleet) poll(ctx context.Context, o options, d proxy.Driver) (notReady int, err error) {
+func (f *fleet) poll(ctx context.Context, backend string, o options, d proxy.Driver) (notReady int, err error) {
+	benchutil.Logf("%s: polling %d proxies %d times, %v apart", backend, len(f.refs), o.rounds, o.poll)
 	type job struct {
 		i  int
 		at time.Time
@@ -201,21 +220,11 @@ func runProxmox(ctx context.Context, o options) error {
 		return err
 	}
 	f := newFleet(o.n, proxy.Placement{Location: "pve1", MachineType: "small", Image: "debian-12"})
-	benchutil.Logf("proxmox: bringing %d proxies to Ready", o.n)
-	for i := range f.reqs {
-		if err := f.converge(ctx, d, i, fake.FinishTasks); err != nil {
-			return err
-		}
-	}
-	// One Observe each, as the Ready reconcile makes: a direct read.
-	for i := range f.refs {
-		if _, err := d.Get(ctx, f.refs[i]); err != nil {
-			return err
-		}
+	if err := f.ready(ctx, "proxmox", d, fake.FinishTasks); err != nil {
+		return err
 	}
 	before := len(fake.Requests())
-	benchutil.Logf("proxmox: polling %d proxies %d times, %v apart", o.n, o.rounds, o.poll)
-	notReady, err := f.poll(ctx, o, d)
+	notReady, err := f.poll(ctx, "proxmox", o, d)
 	if err != nil {
 		return err
 	}
@@ -259,20 +268,11 @@ func runGCP(ctx context.Context, o options) error {
 	for i := range f.reqs {
 		f.reqs[i].Extension = gcp.Exposure{AddressType: gcp.AddressEphemeral}
 	}
-	benchutil.Logf("gcp: bringing %d proxies to Ready", o.n)
-	for i := range f.reqs {
-		if err := f.converge(ctx, d, i, srv.SettleAll); err != nil {
-			return err
-		}
-	}
-	for i := range f.refs {
-		if _, err := d.Get(ctx, f.refs[i]); err != nil {
-			return err
-		}
+	if err := f.ready(ctx, "gcp", d, srv.SettleAll); err != nil {
+		return err
 	}
 	srv.ResetRequests()
-	benchutil.Logf("gcp: polling %d proxies %d times, %v apart", o.n, o.rounds, o.poll)
-	notReady, err := f.poll(ctx, o, d)
+	notReady, err := f.poll(ctx, "gcp", o, d)
 	if err != nil {
 		return err
 	}
