@@ -287,6 +287,15 @@ func run(ctx context.Context, o options) error {
 		}
 		slowest = append(slowest, sl)
 	}
+	if o.KeepLogs {
+		// Each proxy's pod Ready and PodProxy Ready, to read against the
+		// provider's log (-provider-debug).
+		var b strings.Builder
+		for uid, m := range mrReady {
+			fmt.Fprintf(&b, "%s\t%s\t%s\n", mrUID[uid], podReady[uid].UTC().Format(time.RFC3339Nano), m.UTC().Format(time.RFC3339Nano))
+		}
+		_ = os.WriteFile(filepath.Join(dir, "ready.tsv"), []byte(b.String()), 0o644)
+	}
 	mu.Unlock()
 	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
 	sort.Slice(slowest, func(i, j int) bool { return slowest[i].stages[3] > slowest[j].stages[3] })
