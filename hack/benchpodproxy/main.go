@@ -353,9 +353,10 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("provider Go heap at the end:     %.1f MiB in use, %.1f MiB from the OS (go_memstats)\n",
 		benchutil.MetricSum(metricsText, "go_memstats_heap_inuse_bytes", "")/(1<<20), benchutil.MetricSum(metricsText, "go_memstats_sys_bytes", "")/(1<<20))
-	fmt.Printf("provider internals (whole run):  %.2f reconciles per MR, mean reconcile %.0f ms, mean wait in the work queue %.0f ms\n",
+	fmt.Printf("provider internals (whole run):  %.2f reconciles per MR, mean reconcile %.0f ms, mean wait in the work queue %.0f ms, %.2f requests per MR answered 409 Conflict\n",
 		benchutil.MetricSum(metricsText, "controller_runtime_reconcile_total", ctl)/float64(o.n),
-		1000*mean("controller_runtime_reconcile_time_seconds", ctl), 1000*mean("workqueue_queue_duration_seconds", wq))
+		1000*mean("controller_runtime_reconcile_time_seconds", ctl), 1000*mean("workqueue_queue_duration_seconds", wq),
+		benchutil.MetricSum(metricsText, "rest_client_requests_total", `code="409"`)/float64(o.n))
 	fmt.Printf("\nAPI server requests per MR by resource and verb, all clients (the provider; kube-controller-manager on\n")
 	fmt.Printf("deployments, replicasets, pods and events; the stand-in on pods; this program: one podproxies create per MR):\n")
 	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,15 +84,52 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 // now, after foreignChildren found the children's names free: they are
 // created without reading them first.
 func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, fresh bool) error {
-	if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
-		return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
+	writes := []func() error{
+		func() error {
+			if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
+				return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
+			}
+			return nil
+		},
 	}
 	if d.cfg.NetworkPolicy {
-		if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}, fresh); err != nil {
-			return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
+		writes = append(writes, func() error {
+			if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}, fresh); err != nil {
+				return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
+			}
+			return nil
+		})
+	}
+	writes = append(writes, func() error { return d.ensureService(ctx, dep, req, fresh) })
+	if fresh {
+		// A new Deployment's pod waits for its Secret whichever lands
+		// first: the children are created at once, in parallel (a Create
+		// holds its reconcile worker one round trip instead of three).
+		return inParallel(writes...)
+	}
+	for _, w := range writes {
+		if err := w(); err != nil {
+			return err
 		}
 	}
-	return d.ensureService(ctx, dep, req, fresh)
+	return nil
+}
+
+// inParallel runs fns at once and returns the first of their errors in
+// the order given (so a message does not depend on which finished first).
+func inParallel(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // foreignChildren refuses a request whose Secret or Service name is taken
@@ -107,19 +145,21 @@ func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespa
 	if serviceType(req) != "" {
 		children = append(children, &corev1.Service{})
 	}
-	for _, obj := range children {
-		err := d.live.Get(ctx, key, obj)
-		switch {
-		case kerrors.IsNotFound(err):
-			continue
-		case err != nil:
-			return fmt.Errorf("cannot get %s %s/%s: %w", kindOf(obj), key.Namespace, key.Name, err)
-		}
-		if err := childOwned(obj, nil, req.Mark); err != nil {
-			return err
+	// The reads are independent: at once, in parallel.
+	checks := make([]func() error, len(children))
+	for i, obj := range children {
+		checks[i] = func() error {
+			err := d.live.Get(ctx, key, obj)
+			switch {
+			case kerrors.IsNotFound(err):
+				return nil
+			case err != nil:
+				return fmt.Errorf("cannot get %s %s/%s: %w", kindOf(obj), key.Namespace, key.Name, err)
+			}
+			return childOwned(obj, nil, req.Mark)
 		}
 	}
-	return nil
+	return inParallel(checks...)
 }
 
 // writeChild creates obj (a Secret or Service of dep) when no object has its

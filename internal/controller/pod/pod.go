@@ -73,7 +73,7 @@ type binding struct {
 // reconcile the proxy at once.
 func New(mgr ctrl.Manager, _ Options) external.Kind[spec.PodProxyParameters] {
 	b := &binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
-	b.prober = &squid.Prober{Notify: b.notify}
+	b.prober = &squid.Prober{Notify: b.notify, Wait: probeWait}
 	b.local, b.localErr = kubernetes.NewLocalCluster(mgr.GetConfig(), mgr.GetScheme(), mgr.GetCache())
 	if b.local != nil {
 		if cs, err := authorizationv1.NewForConfig(mgr.GetConfig()); err == nil {
@@ -249,6 +249,16 @@ func (b *binding) mayWatch(log logr.Logger, kind string, informers cache.Informe
 	}
 	return true
 }
+
+// probeWait is how long a reconcile waits for the check that the proxy's
+// Squid answers before reporting it pending (squid.Prober.Wait, 250 ms by
+// default). A pod's address here answers within milliseconds, unless the
+// machine is loaded, as when hundreds of pods turn Ready together: then a
+// check past the default made the resource write a status of its own
+// ("checking that the proxy answers", 0.3 status writes per proxy at 200,
+// make bench-podproxy) and wait for another reconcile to turn Ready;
+// waiting a little longer costs a worker for that time instead.
+const probeWait = time.Second
 
 // watchPriority is the work-queue priority of reconciles these watches
 // cause. Above the default (0) of new and polled resources: under load,
