@@ -410,21 +410,29 @@ state = %[2]q
 	if _, err := n.run("containerd", "containerd", []string{"--config", confPath}, nil); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return poll(ctx, 100*time.Millisecond, 30*time.Second, func() (bool, error) {
 		if _, err := n.ctr(ctx, "version"); err == nil {
-			return nil
+			return true, nil
 		}
-		if err := n.exited("containerd"); err != nil {
+		return false, n.exited("containerd")
+	}, func() error { return errors.New("containerd did not answer on its socket within 30s") })
+}
+
+// poll calls check every interval until it says done or fails, ctx ends,
+// or within has passed: then the error is late's.
+func poll(ctx context.Context, interval, within time.Duration, check func() (bool, error), late func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		if done, err := check(); done || err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return errors.New("containerd did not answer on its socket within 30s")
+			return late()
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }
@@ -714,9 +722,8 @@ func (n *Node) waitReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
 	last := "not registered"
-	for {
+	return poll(ctx, 200*time.Millisecond, 2*time.Minute, func() (bool, error) {
 		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err == nil {
 			for _, c := range node.Status.Conditions {
@@ -727,7 +734,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 					// scheduled.
 					if c.Status == corev1.ConditionTrue {
 						if len(node.Spec.Taints) == 0 {
-							return nil
+							return true, nil
 						}
 						last = fmt.Sprintf("Ready, tainted %v", node.Spec.Taints)
 					}
@@ -736,18 +743,11 @@ func (n *Node) waitReady(ctx context.Context) error {
 		}
 		for _, name := range []string{"containerd", "kubelet", "kube-scheduler", "kube-proxy"} {
 			if err := n.exited(name); err != nil {
-				return err
+				return false, err
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s not Ready within 2m: %s", n.Name, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return false, nil
+	}, func() error { return fmt.Errorf("node %s not Ready within 2m: %s", n.Name, last) })
 }
 
 // stop removes every pod (through the kubelet's runtime: containers
