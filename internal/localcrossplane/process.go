@@ -63,9 +63,10 @@ func (p *Process) Stop(grace time.Duration) {
 }
 
 // Tail is the last n lines of the process's log.
-func (p *Process) Tail(n int) string { return tailFile(p.LogPath, n) }
+func (p *Process) Tail(n int) string { return TailFile(p.LogPath, n) }
 
-func tailFile(path string, n int) string {
+// TailFile is the last n lines of the file at path (a log).
+func TailFile(path string, n int) string {
 	b, _ := os.ReadFile(path) //nolint:gosec // a log file of ours.
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {

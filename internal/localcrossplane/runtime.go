@@ -210,7 +210,7 @@ func (r *ProcessRuntime) LogTails(n int) map[string]string {
 	defer r.mu.Unlock()
 	out := map[string]string{}
 	for pod, f := range r.logs {
-		out[pod] = tailFile(f, n)
+		out[pod] = TailFile(f, n)
 	}
 	return out
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
@@ -64,7 +65,7 @@ func start(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins := crossplaneBins(t, root)
+	bins := xpt.Script(t, root, nil, "crossplane-bins.sh")
 	dir := t.TempDir()
 	t0 := time.Now()
 	// The provider's controllers, every kind, as cmd/provider sets them up.
@@ -88,7 +89,11 @@ func start(t testing.TB) *env {
 	// and the ProviderConfigs the standard class names.
 	cfg := filepath.Join(root, "package", "configuration")
 	for _, f := range []string{"xrd-namespaced.yaml", "xrd-legacy.yaml", "composition-namespaced.yaml", "composition-legacy.yaml"} {
-		applyFile(t, kube, filepath.Join(cfg, f))
+		b, err := os.ReadFile(filepath.Join(cfg, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		xpt.ApplyYAML(t, kube, string(b))
 	}
 	testenv.WaitFor(t, "the XRDs to be established and offered", 60*time.Second, func() (bool, string) {
 		var seen []string
@@ -143,7 +148,7 @@ func start(t testing.TB) *env {
 		if t.Failed() {
 			logs, _ := filepath.Glob(filepath.Join(kdir, "*", "squid.log"))
 			for _, l := range logs {
-				t.Logf("%s:\n%s", l, tailFile(l, 30))
+				t.Logf("%s:\n%s", l, localcrossplane.TailFile(l, 30))
 			}
 		}
 	})

@@ -1,21 +1,16 @@
 package compositions_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,91 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/function"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
 	"github.com/egressproxy/provider-egressproxy/internal/pki"
 )
-
-// EnvCrossplaneBin names a folder holding crossplane (core v2.4.0) and
-// crds/ (its CRDs), replacing hack/crossplane-bins.sh.
-const EnvCrossplaneBin = "EGRESSPROXY_CROSSPLANE_BIN"
-
-// crossplaneBins returns the folder printed by hack/crossplane-bins.sh,
-// which builds Crossplane core from the Go module proxy only when it is
-// missing. It fails t, never skips it.
-func crossplaneBins(t testing.TB, root string) string {
-	t.Helper()
-	if d := os.Getenv(EnvCrossplaneBin); d != "" {
-		return d
-	}
-	var out, errb bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "crossplane-bins.sh"))
-	cmd.Dir = root
-	cmd.Stdout = &out
-	cmd.Stderr = io.MultiWriter(&errb, os.Stderr) // a cold build takes minutes: show it
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("hack/crossplane-bins.sh (builds Crossplane core %s from the Go module proxy): %v\n%s", "v2.4.0", err, errb.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	dir := lines[len(lines)-1]
-	for _, f := range []string{"crossplane", "crds"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Fatalf("hack/crossplane-bins.sh printed %s, which has no %s: %v", dir, f, err)
-		}
-	}
-	return dir
-}
-
-// process is a child process whose output goes to a file, shown when the
-// test fails.
-type process struct {
-	name   string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-}
-
-func startProcess(t testing.TB, name, logPath string, env []string, bin string, args ...string) *process {
-	t.Helper()
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group, and killed with the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	p := &process{name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s: last lines of its log:\n%s", name, tailFile(logPath, 60))
-		}
-	})
-	return p
-}
-
-func tailFile(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // crossplane is Crossplane core running out of cluster on the control
 // plane, as LOCAL-CONTROL-PLANE.md describes: `core init` (CRDs, the CA and
@@ -166,12 +82,11 @@ func startCrossplane(t testing.TB, kube client.Client, bins, kubeconfig, dir str
 		t.Fatalf("Secret crossplane-system/crossplane-root-ca: %v", err)
 	}
 
-	p := startProcess(t, "crossplane core", filepath.Join(dir, "crossplane.log"), env, filepath.Join(bins, "crossplane"),
+	xpt.StartProcess(t, "crossplane core", filepath.Join(dir, "crossplane.log"), env, filepath.Join(bins, "crossplane"),
 		"core", "start", "--enable-webhooks=false", "--package-runtime=External",
 		"--tls-client-certs-dir="+certs, "--xpkg-cache-dir="+filepath.Join(dir, "xpkg-cache"),
 		"--metrics-port=0", "--health-probe-port=0",
 	)
-	_ = p
 	return xp
 }
 
@@ -267,32 +182,4 @@ func (c *callCounter) n() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.count
-}
-
-// applyFile creates every object of a YAML file.
-func applyFile(t testing.TB, kube client.Client, path string) []*unstructured.Unstructured {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	d := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := d.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out
-			}
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := kube.Create(context.Background(), u); err != nil {
-			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
-		}
-		out = append(out, u)
-	}
 }

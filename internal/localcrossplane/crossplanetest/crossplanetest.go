@@ -217,6 +217,24 @@ func Script(t testing.TB, root string, env []string, name string, args ...string
 	return lines[len(lines)-1]
 }
 
+// StartProcess is localcrossplane.StartProcess until the test ends, when
+// it is stopped (SIGKILL 10 s after SIGTERM at the latest); when the test
+// failed, the last lines of its log are logged.
+func StartProcess(t testing.TB, name, logPath string, env []string, bin string, args ...string) *localcrossplane.Process {
+	t.Helper()
+	p, err := localcrossplane.StartProcess(name, logPath, env, bin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("%s: last lines of its log:\n%s", name, p.Tail(60))
+		}
+	})
+	return p
+}
+
 // CLI runs the Crossplane CLI bin with args (env added to this
 // process's) and returns what it printed.
 func CLI(t testing.TB, bin string, env []string, args ...string) string {
