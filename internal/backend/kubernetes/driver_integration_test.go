@@ -253,9 +253,7 @@ func (e *env) driverTests(t *testing.T) {
 	// finalizer, as a pod in its grace period is).
 	t.Run("ResourceBeingDeletedStaysUntilItsPodIsGone", func(t *testing.T) {
 		t.Parallel()
-		ns := e.namespace(t)
-		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
-		req := request("lingering")
+		ns, d, req := e.fresh(t, "lingering")
 		inst := e.createSettled(t, d, req)
 		release := e.holdPods(t, ns, req.Name)
 		deleting := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Live: true, Deleting: true}
@@ -378,9 +376,7 @@ func (e *env) takeoverTests(t *testing.T) {
 	// collect it.
 	t.Run("ServiceMadeLaterIsNeitherRepointedNorCollected", func(t *testing.T) {
 		t.Parallel()
-		ns := e.namespace(t)
-		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
-		req := request("later")
+		ns, d, req := e.fresh(t, "later")
 		inst, err := d.Create(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -401,10 +397,11 @@ func (e *env) takeoverTests(t *testing.T) {
 		if err := d.Delete(ctx, ref); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the proxy's Deployment to go", func() (bool, string) {
-			err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: "later"}, &appsv1.Deployment{})
-			return kerrors.IsNotFound(err), fmt.Sprint(err)
-		})
+		// The Deployment and its pods gone: the garbage collector has
+		// been through what the Deployment owned.
+		if err := e.settle(ctx, inst.ID, true); err != nil {
+			t.Fatal(err)
+		}
 		if after := snapshot(t, &corev1.Service{ObjectMeta: victim.ObjectMeta}); after != before {
 			t.Errorf("the victim Service changed:\nbefore %s\nafter  %s", before, after)
 		}
@@ -415,9 +412,7 @@ func (e *env) takeoverTests(t *testing.T) {
 	// is turned off (what is no longer wanted is removed, not kept).
 	t.Run("OwnChildrenFollowTheRequest", func(t *testing.T) {
 		t.Parallel()
-		ns := e.namespace(t)
-		d := e.driver(kubernetes.Config{Namespace: ns}, nil)
-		req := request("follows")
+		ns, d, req := e.fresh(t, "follows")
 		req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "pw-0123456789abcdef"}
 		req.Extension = kubernetes.Exposure{ServiceType: "LoadBalancer"}
 		inst, err := d.Create(ctx, req)
@@ -487,6 +482,14 @@ func (e *env) takeoverTests(t *testing.T) {
 			t.Errorf("their Secret changed:\nbefore %s\nafter  %s", before, after)
 		}
 	})
+}
+
+// fresh is a new namespace, a driver for it and the request for the
+// proxy name.
+func (e *env) fresh(t *testing.T, name string) (string, *kubernetes.Driver, proxy.Request) {
+	t.Helper()
+	ns := e.namespace(t)
+	return ns, e.driver(kubernetes.Config{Namespace: ns}, nil), request(name)
 }
 
 // createSettled creates req with d and settles it: its pod Ready, the

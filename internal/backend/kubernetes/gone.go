@@ -22,12 +22,26 @@ const goneTTL = 5 * time.Minute
 // last thing the watch said of the name was its deletion and this driver
 // has not created it since: a Deployment created a moment ago may not be
 // in the cache yet, and a resource deleted then must not let it leak.
+//
+// It also remembers the Deployments a driver is creating that the watch
+// has not delivered yet: a miss of one of those is not trusted either (a
+// reconcile right after Create, before the cache has it, would Create
+// again, fail with AlreadyExists, adopt it and rewrite its children:
+// about 5 requests instead of the one live read; 0.07 to 0.27 per proxy
+// at 200, make bench-podproxy).
 type gone struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]time.Time
+	mu   sync.Mutex
+	m    map[types.NamespacedName]time.Time
+	made map[types.NamespacedName]time.Time
 }
 
-func newGone() *gone { return &gone{m: map[types.NamespacedName]time.Time{}} }
+// unseenTTL is how long a Deployment being created is remembered as not
+// yet delivered by the watch: a watch delivers within seconds.
+const unseenTTL = time.Minute
+
+func newGone() *gone {
+	return &gone{m: map[types.NamespacedName]time.Time{}, made: map[types.NamespacedName]time.Time{}}
+}
 
 // handler keeps g from a Deployment informer's events.
 func (g *gone) handler() toolscache.ResourceEventHandler {
@@ -57,6 +71,7 @@ func (g *gone) handler() toolscache.ResourceEventHandler {
 			now := time.Now()
 			maps.DeleteFunc(g.m, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > goneTTL })
 			g.m[k] = now
+			delete(g.made, k)
 		},
 	}
 }
@@ -73,7 +88,7 @@ func (g *gone) seen(k types.NamespacedName) bool {
 	return ok && time.Since(at) <= goneTTL
 }
 
-// forget drops k: a Deployment of the name is (about to be) created.
+// forget drops k: the watch delivered a Deployment of the name.
 func (g *gone) forget(k types.NamespacedName) {
 	if g == nil {
 		return
@@ -81,4 +96,32 @@ func (g *gone) forget(k types.NamespacedName) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.m, k)
+	delete(g.made, k)
+}
+
+// creating notes that a driver is about to create k: its deletion seen
+// before no longer holds, and a miss is not trusted until the watch
+// delivers it (unseen).
+func (g *gone) creating(k types.NamespacedName) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, k)
+	now := time.Now()
+	maps.DeleteFunc(g.made, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > unseenTTL })
+	g.made[k] = now
+}
+
+// unseen reports whether a driver created k less than unseenTTL ago and
+// the watch has not delivered it yet; false for a nil g.
+func (g *gone) unseen(k types.NamespacedName) bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at, ok := g.made[k]
+	return ok && time.Since(at) <= unseenTTL
 }

@@ -46,7 +46,7 @@ func TestMissOfADeploymentTheWatchSawDeletedIsTrusted(t *testing.T) {
 	if n := live.reads.Load(); n != 1 {
 		t.Errorf("a miss of a Deployment the watch saw deleted made %d live reads, want none more", n-1)
 	}
-	d.gone.forget(types.NamespacedName{Namespace: "egress", Name: "p-1"})
+	d.gone.creating(types.NamespacedName{Namespace: "egress", Name: "p-1"})
 	get()
 	if n := live.reads.Load(); n != 2 {
 		t.Errorf("a miss after the driver created the name again made %d live reads, want 1", n-1)
@@ -56,5 +56,41 @@ func TestMissOfADeploymentTheWatchSawDeletedIsTrusted(t *testing.T) {
 	get()
 	if n := live.reads.Load(); n != 3 {
 		t.Errorf("a miss after the watch saw the name created again made %d live reads, want 1", n-2)
+	}
+}
+
+// A live resource trusts a cache miss of its Deployment (Create adopts
+// one that exists), except right after a driver created it, until the
+// watch delivers it: then the miss is confirmed with a live read, so a
+// reconcile right after Create does not create it again.
+func TestMissOfADeploymentBeingCreatedIsConfirmed(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
+	d := New(Options{Provider: "t", Client: fake.NewClientBuilder().WithScheme(s).Build(), Live: live, Config: Config{Namespace: "egress"}})
+	d.gone = newGone()
+	ref := proxy.Ref{Name: "p-1"}
+	key := types.NamespacedName{Namespace: "egress", Name: "p-1"}
+	reads := []struct {
+		what string
+		do   func()
+		want int32
+	}{
+		{"a miss of a name no driver is creating", func() {}, 0},
+		{"a miss of a Deployment being created", func() { d.gone.creating(key) }, 1},
+		{"a miss once the watch delivered it", func() {
+			d.gone.handler().OnAdd(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: "p-1"}}, false)
+		}, 1},
+	}
+	for _, r := range reads {
+		r.do()
+		if _, err := d.deployment(context.Background(), ref); !proxy.IsNotFound(err) {
+			t.Fatalf("%s: deployment() = %v, want NotFound", r.what, err)
+		}
+		if n := live.reads.Load(); n != r.want {
+			t.Errorf("%s: %d live reads in all, want %d", r.what, n, r.want)
+		}
 	}
 }

@@ -43,9 +43,10 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 // the Deployments the driver made and may lag a create by a moment, so a
 // miss is confirmed with a live read when ref asks (an import, a resource
 // being deleted), unless the watch saw it deleted and this driver has not
-// created it since (gone). A miss is otherwise trusted: at worst Create
-// finds the Deployment exists and adopts it, as it carries this resource's
-// mark.
+// created it since, and for a Deployment a driver created that the watch
+// has not delivered yet (gone). A miss is otherwise trusted: at worst
+// Create finds the Deployment exists and adopts it, as it carries this
+// resource's mark.
 func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deployment, error) {
 	key, err := d.key(ref)
 	if err != nil {
@@ -53,7 +54,7 @@ func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deploym
 	}
 	dep := &appsv1.Deployment{}
 	err = d.client.Get(ctx, key, dep)
-	if kerrors.IsNotFound(err) && ref.Live && d.live != client.Reader(d.client) && !d.gone.seen(key) {
+	if kerrors.IsNotFound(err) && d.live != client.Reader(d.client) && (ref.Live && !d.gone.seen(key) || d.gone.unseen(key)) {
 		err = d.live.Get(ctx, key, dep)
 	}
 	if kerrors.IsNotFound(err) {

@@ -298,12 +298,8 @@ func TestPodProxyIntegration(t *testing.T) {
 
 	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
 		t.Parallel()
-		p := e.payments("127.0.0.0/8")
 		start := time.Now()
-		if err := e.Kube.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		p := e.ready(t, e.payments("127.0.0.0/8"))
 		t.Logf("Ready %.2fs after creation", time.Since(start).Seconds())
 		obs := p.Status.AtProvider
 		name := meta.GetExternalName(p)

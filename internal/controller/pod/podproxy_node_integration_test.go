@@ -169,12 +169,8 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 
 	t.Run("NamespacedProxyServesRollsOutAndGoesAway", func(t *testing.T) {
 		t.Parallel()
-		p := e.payments(e.clients)
 		start := time.Now()
-		if err := e.Kube.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		p := e.ready(t, e.payments(e.clients))
 		t.Logf("PodProxy create-to-Ready on a real pod: %.2fs", time.Since(start).Seconds())
 		obs := p.Status.AtProvider
 		ip, err := netip.ParseAddr(obs.IP)
