@@ -78,14 +78,25 @@ func (g *gone) handler() toolscache.ResourceEventHandler {
 
 // seen reports whether the watch saw k deleted (and nothing of k since);
 // false for a nil g.
-func (g *gone) seen(k types.NamespacedName) bool {
+func (g *gone) seen(k types.NamespacedName) bool { return g.recent(k, false) }
+
+// unseen reports whether a driver created k less than unseenTTL ago and
+// the watch has not delivered it yet; false for a nil g.
+func (g *gone) unseen(k types.NamespacedName) bool { return g.recent(k, true) }
+
+// recent is seen, or unseen when made.
+func (g *gone) recent(k types.NamespacedName, made bool) bool {
 	if g == nil {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	at, ok := g.m[k]
-	return ok && time.Since(at) <= goneTTL
+	m, ttl := g.m, goneTTL
+	if made {
+		m, ttl = g.made, unseenTTL
+	}
+	at, ok := m[k]
+	return ok && time.Since(at) <= ttl
 }
 
 // forget drops k: the watch delivered a Deployment of the name.
@@ -114,14 +125,3 @@ func (g *gone) creating(k types.NamespacedName) {
 	g.made[k] = now
 }
 
-// unseen reports whether a driver created k less than unseenTTL ago and
-// the watch has not delivered it yet; false for a nil g.
-func (g *gone) unseen(k types.NamespacedName) bool {
-	if g == nil {
-		return false
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	at, ok := g.made[k]
-	return ok && time.Since(at) <= unseenTTL
-}
