@@ -42,7 +42,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 	// From here a miss of the name in the cache may be this create's
 	// Deployment, not yet delivered by the watch.
-	d.gone.creating(client.ObjectKeyFromObject(dep))
+	d.gone.forget(client.ObjectKeyFromObject(dep), true)
 	err = d.client.Create(ctx, dep, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:

@@ -58,7 +58,7 @@ func (g *gone) handler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if k, ok := key(obj); ok {
-				g.forget(k)
+				g.forget(k, false)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -99,8 +99,10 @@ func (g *gone) recent(k types.NamespacedName, made bool) bool {
 	return ok && time.Since(at) <= ttl
 }
 
-// forget drops k: the watch delivered a Deployment of the name.
-func (g *gone) forget(k types.NamespacedName) {
+// forget drops what is known of k: the watch delivered a Deployment of
+// the name. With creating, a driver is about to create k instead: a miss
+// is then not trusted until the watch delivers it (unseen).
+func (g *gone) forget(k types.NamespacedName, creating bool) {
 	if g == nil {
 		return
 	}
@@ -108,20 +110,10 @@ func (g *gone) forget(k types.NamespacedName) {
 	defer g.mu.Unlock()
 	delete(g.m, k)
 	delete(g.made, k)
-}
-
-// creating notes that a driver is about to create k: its deletion seen
-// before no longer holds, and a miss is not trusted until the watch
-// delivers it (unseen).
-func (g *gone) creating(k types.NamespacedName) {
-	if g == nil {
-		return
+	if creating {
+		now := time.Now()
+		maps.DeleteFunc(g.made, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > unseenTTL })
+		g.made[k] = now
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.m, k)
-	now := time.Now()
-	maps.DeleteFunc(g.made, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > unseenTTL })
-	g.made[k] = now
 }
 

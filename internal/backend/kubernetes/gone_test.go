@@ -46,7 +46,7 @@ func TestMissOfADeploymentTheWatchSawDeletedIsTrusted(t *testing.T) {
 	if n := live.reads.Load(); n != 1 {
 		t.Errorf("a miss of a Deployment the watch saw deleted made %d live reads, want none more", n-1)
 	}
-	d.gone.creating(types.NamespacedName{Namespace: "egress", Name: "p-1"})
+	d.gone.forget(types.NamespacedName{Namespace: "egress", Name: "p-1"}, true)
 	get()
 	if n := live.reads.Load(); n != 2 {
 		t.Errorf("a miss after the driver created the name again made %d live reads, want 1", n-1)
@@ -79,7 +79,7 @@ func TestMissOfADeploymentBeingCreatedIsConfirmed(t *testing.T) {
 		want int32
 	}{
 		{"a miss of a name no driver is creating", func() {}, 0},
-		{"a miss of a Deployment being created", func() { d.gone.creating(key) }, 1},
+		{"a miss of a Deployment being created", func() { d.gone.forget(key, true) }, 1},
 		{"a miss once the watch delivered it", func() {
 			d.gone.handler().OnAdd(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: "p-1"}}, false)
 		}, 1},
