@@ -116,4 +116,3 @@ func (g *gone) forget(k types.NamespacedName, creating bool) {
 		g.made[k] = now
 	}
 }
-
