@@ -91,7 +91,7 @@ const maxReplaced = 4
 func NewClient(c client.Client, secretCache client.Reader, synced func() bool) *Client {
 	sc := &Client{Client: c, seen: map[objectKey]seenState{}}
 	if secretCache != nil {
-		sc.secrets = &connectionSecrets{cache: secretCache, synced: synced, created: map[types.NamespacedName]time.Time{}}
+		sc.secrets = &connectionSecrets{cache: secretCache, synced: synced, now: time.Now, created: map[types.NamespacedName]time.Time{}}
 	}
 	return sc
 }

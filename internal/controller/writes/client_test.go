@@ -10,6 +10,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -257,4 +258,63 @@ func TestClientConnectionSecrets(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(full), got); err != nil || string(got.Data["url"]) != "http://10.0.0.1:3128" {
 		t.Errorf("the connection Secret reads back %q, %v", got.Data, err)
 	}
+}
+
+// A Secret this client created is read from the API server on a miss in
+// the watch only within createdWindow of its creation, and the record of
+// the creations is let go once they are older, on reads as on creates:
+// a burst of creates leaves nothing behind once it is over.
+func TestClientForgetsCreatedSecretsAfterTheWindow(t *testing.T) {
+	ctx := context.Background()
+	server, _ := counted(t)
+	misses := &missing{}
+	live := &countingReader{Reader: server}
+	c := NewClient(server, misses, func() bool { return true })
+	now := time.Unix(1000, 0)
+	c.secrets.now = func() time.Time { return now }
+	for _, name := range []string{"a", "b", "c"} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}, Type: resource.SecretTypeConnection,
+			Data: map[string][]byte{"url": []byte("http://10.0.0.1:3128")}}
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := client.ObjectKey{Namespace: "team-a", Name: "a"}
+	if err := c.secrets.get(ctx, live, key, &corev1.Secret{}); err != nil {
+		t.Errorf("a Secret created a moment ago, not in the watch yet: %v, want it read from the API server", err)
+	}
+	if live.n != 1 {
+		t.Errorf("%d reads from the API server, want 1", live.n)
+	}
+	now = now.Add(2 * createdWindow)
+	if err := c.secrets.get(ctx, live, key, &corev1.Secret{}); !kerrors.IsNotFound(err) {
+		t.Errorf("a miss in the watch %v after the create: %v, want NotFound as the watch says", 2*createdWindow, err)
+	}
+	if live.n != 1 {
+		t.Errorf("%d reads from the API server, want still 1", live.n)
+	}
+	c.secrets.mu.Lock()
+	left := len(c.secrets.created)
+	c.secrets.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d creations still recorded after the window, want none", left)
+	}
+}
+
+// missing is a watch that holds nothing.
+type missing struct{ client.Reader }
+
+func (missing) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return kerrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+}
+
+// countingReader counts its Gets.
+type countingReader struct {
+	client.Reader
+	n int
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.n++
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
