@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
 	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
@@ -250,7 +251,7 @@ func TestProviderIntegration(t *testing.T) {
 	first := &unstructured.Unstructured{}
 	first.SetAPIVersion("proxy.m.egressproxy.io/v1alpha1")
 	first.SetKind("PodProxy")
-	waitFor(t, 20*time.Second, "the provider to reconcile its first resource", func() (bool, string) {
+	testenv.WaitFor(t, "the provider to reconcile its first resource", 20*time.Second, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: "team-payments", Name: "payments-egress"}, first); err != nil {
 			return false, err.Error()
 		}
@@ -280,24 +281,18 @@ func TestProviderIntegration(t *testing.T) {
 			msg = wantByConfig[pc]
 		}
 		u := o.DeepCopy()
-		waitFor(t, 30*time.Second, fmt.Sprintf("%s %s/%s Synced=False", o.GetKind(), o.GetNamespace(), o.GetName()), func() (bool, string) {
+		testenv.WaitFor(t, fmt.Sprintf("%s %s/%s Synced=False", o.GetKind(), o.GetNamespace(), o.GetName()), 30*time.Second, func() (bool, string) {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(o), u); err != nil {
 				return false, err.Error()
 			}
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Synced" {
-					return m["status"] == "False" && strings.Contains(fmt.Sprint(m["message"]), msg), fmt.Sprint(m["message"])
-				}
-			}
-			return false, "no Synced condition"
+			st, reasonMessage := localcrossplane.Condition(u, "Synced")
+			return st == "False" && strings.Contains(reasonMessage, msg), "Synced=" + st + " " + reasonMessage
 		})
 	}
 
 	t.Run("ChangeLogsFromTheEnvironment", func(t *testing.T) {
 		var create *changelogsv1alpha1.ChangeLogEntry
-		waitFor(t, 20*time.Second, "a change log entry for the create of PodProxy team-payments/payments-egress", func() (bool, string) {
+		testenv.WaitFor(t, "a change log entry for the create of PodProxy team-payments/payments-egress", 20*time.Second, func() (bool, string) {
 			var seen []string
 			for _, e := range cl.all() {
 				if e.GetKind() == "PodProxy" && e.GetName() == "payments-egress" && e.GetOperation() == changelogsv1alpha1.OperationType_OPERATION_TYPE_CREATE {
@@ -325,7 +320,7 @@ func TestProviderIntegration(t *testing.T) {
 		// the last page in body.
 		var body string
 		scrape := func(what string, want ...string) {
-			waitFor(t, 20*time.Second, what, func() (bool, string) {
+			testenv.WaitFor(t, what, 20*time.Second, func() (bool, string) {
 				resp, err := http.Get("http://" + metricsAddr + "/metrics")
 				if err != nil {
 					return false, err.Error()
@@ -356,14 +351,14 @@ func TestProviderIntegration(t *testing.T) {
 	})
 
 	t.Run("TracesReachTheCollector", func(t *testing.T) {
-		waitFor(t, 20*time.Second, "config-check spans", func() (bool, string) {
+		testenv.WaitFor(t, "config-check spans", 20*time.Second, func() (bool, string) {
 			n := col.names()
 			return n["egressproxy.CheckConfig"] > 0, fmt.Sprint(n)
 		})
 		t.Logf("span names seen: %v", col.names())
 		// OpenTelemetry's semantic conventions: the examples' Proxmox API
 		// is a closed local port, so its calls fail.
-		waitFor(t, 20*time.Second, "a proxmox driver span with error.type and a proxmox API span with server.address", func() (bool, string) {
+		testenv.WaitFor(t, "a proxmox driver span with error.type and a proxmox API span with server.address", 20*time.Second, func() (bool, string) {
 			drv, api := col.attributes("proxmox.Check"), col.attributes("proxmox.Version")
 			return drv["error.type=transient"] && api["server.address=127.0.0.1"] && api["server.port=9"], fmt.Sprint(drv, api, col.names())
 		})
@@ -425,11 +420,6 @@ func examples(t *testing.T, root string) []*unstructured.Unstructured {
 		}
 	}
 	return out
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	testenv.WaitFor(t, what, timeout, cond)
 }
 
 func tail(s string, n int) string {
