@@ -25,6 +25,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // Host is the real libvirt host the scripts brought up.
@@ -102,7 +103,7 @@ func Up(tb testing.TB) *Host {
 // Unavailable fails tb under CI and skips it elsewhere.
 func Unavailable(tb testing.TB, what string, err error) {
 	tb.Helper()
-	if os.Getenv("CI") != "" {
+	if testenv.CI() {
 		tb.Fatalf("%s is required under CI and cannot be had: %v", what, err)
 	}
 	tb.Skipf("%s cannot be had here (set CI=true to make this a failure): %v", what, err)
