@@ -316,8 +316,8 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
 	fmt.Printf("all Ready:                       %7.2f s after the first create\n", took.Seconds())
 	if len(delays) > 0 {
-		fmt.Printf("pod Ready -> PodProxy Ready:     median %.3f s, p95 %.3f s, max %.3f s (%d proxies)\n",
-			benchutil.Pct(delays, 50).Seconds(), benchutil.Pct(delays, 95).Seconds(), delays[len(delays)-1].Seconds(), len(delays))
+		fmt.Printf("pod Ready -> PodProxy Ready:     median %.3f s, p90 %.3f s, p95 %.3f s, max %.3f s (%d proxies)\n",
+			benchutil.Pct(delays, 50).Seconds(), benchutil.Pct(delays, 90).Seconds(), benchutil.Pct(delays, 95).Seconds(), delays[len(delays)-1].Seconds(), len(delays))
 	}
 	var timeline []string
 	for i, name := range []string{"Deployment seen", "pod seen", "pod Ready", "PodProxy Ready"} {
