@@ -43,10 +43,23 @@ func TestDeletionIntegration(t *testing.T) {
 	gone := func(t *testing.T, p *nsproxy.KVMProxy) {
 		t.Helper()
 		name := p.GetAnnotations()["crossplane.io/external-name"]
+		_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+		uid := string(p.GetUID())
 		e.Delete(t, p)
 		// The driver's Delete ran: the instance is gone.
 		if slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Errorf("instance %s is still on the backend after its resource was deleted", name)
+		}
+		// No garbage collector runs in this control plane: the provider
+		// deleted the connection Secret and the usage before the resource
+		// went.
+		for _, o := range []client.Object{
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name + "-conn"}},
+			&nsv1alpha1.ProviderConfigUsage{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: uid}},
+		} {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(o), o); !kerrors.IsNotFound(err) {
+				t.Errorf("%T %s is still there after its resource was deleted (%v)", o, o.GetName(), err)
+			}
 		}
 	}
 	updateConfig := func(t *testing.T, mutate func(*spec.KVMConfig)) {
