@@ -103,18 +103,35 @@ type task struct {
 
 func (t *task) running() bool { return t.end.IsZero() }
 
-var addrCounter atomic.Uint32
+// addrCounter starts at a random place in 127.77.0.0/16, so that fakes in
+// different processes (test packages run in parallel) start apart.
+var addrCounter = func() *atomic.Uint32 {
+	var c atomic.Uint32
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	c.Store(uint32(b[0])<<8 | uint32(b[1]))
+	return &c
+}()
 
-// nextAddr hands out 127.77.0.1, 127.77.0.2... across every fake of the
-// process, so that listeners of parallel tests never collide.
-func nextAddr() string {
-	for {
+// nextAddr hands out addresses in 127.77.0.0/16 (127.77.x.1 to .254) on
+// which port is free: unique across every fake of the process, and,
+// checked by a bind, not one another process's fake listens on (it would
+// answer this guest's probes as another proxy's Squid).
+func nextAddr(port int) string {
+	var addr string
+	for range 1 << 16 {
 		n := addrCounter.Add(1)
 		if b := n & 0xff; b == 0 || b == 0xff {
 			continue
 		}
-		return fmt.Sprintf("127.77.%d.%d", n>>8&0xff, n&0xff)
+		addr = fmt.Sprintf("127.77.%d.%d", n>>8&0xff, n&0xff)
+		ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+		if err == nil {
+			_ = ln.Close()
+			return addr
+		}
 	}
+	return addr
 }
 
 func randomMAC() string {
@@ -886,7 +903,7 @@ func (s *Server) boot(v *vm, now time.Time) string {
 	v.boots++
 	v.agentInstalled = v.agentPreinstalled || strings.Contains(seed.UserData, "qemu-guest-agent")
 	if v.addr == "" {
-		v.addr = nextAddr()
+		v.addr = nextAddr(s.opts.ProxyPort)
 	}
 	switch d := s.opts.Durations.Agent; d {
 	case Hold:
