@@ -4,12 +4,17 @@
 # nodes: a thousand real pods do not fit 2 cores, so this benchmark keeps
 # the stand-in where everything else runs on the local node
 # (hack/bench-node.sh measures real pods). Not a test: it prints figures
-# (see hack/benchpodproxy/main.go).
+# (see hack/benchpodproxy/main.go). It measures the floor (the same
+# Deployments and Secrets through the kubernetes driver, no provider), then
+# the provider, each on a fresh control plane, and ends with a summary of
+# both beside the targets.
 #
 #   hack/bench-podproxy.sh N [KUBELET_DELAY] [-- extra benchpodproxy flags]
 #
 #   hack/bench-podproxy.sh 200 3s     200 PodProxies, 3 s from pod to Ready
 #   hack/bench-podproxy.sh 1000       1000, an instant kubelet
+#   hack/bench-podproxy.sh 200 3s -- -only provider    the provider only
+#   hack/bench-podproxy.sh 200 3s -- -floor            the floor only
 #
 # KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them

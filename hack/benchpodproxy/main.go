@@ -17,6 +17,11 @@
 //     growth of its rest_client_requests_total (every request its clients
 //     sent, by HTTP method) from just before the first create, divided by N.
 //
+// By default it measures the floor first (floor: the same Deployments and
+// Secrets through the kubernetes driver, no provider), then the provider,
+// each on a fresh control plane, and ends with a summary of both beside
+// the targets (summary.go); -only runs one side.
+//
 // Run it through hack/bench-podproxy.sh.
 package main
 
@@ -63,6 +68,7 @@ type options struct {
 	provProfile string
 	provHeap    string
 	floor       bool
+	only        string
 }
 
 func main() {
@@ -76,39 +82,129 @@ func main() {
 	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
 	flag.StringVar(&o.provProfile, "provider-profile", "", "Write a 10 s CPU profile of the provider, taken from the first create, to this file.")
 	flag.StringVar(&o.provHeap, "provider-heap", "", "Write a heap profile of the provider, taken when all are Ready, to this file.")
-	flag.BoolVar(&o.floor, "floor", false, "Measure the floor instead: no provider and no PodProxies; this program creates the N proxies' Deployments and Secrets with the kubernetes driver itself, and times until all their pods are Ready (what kube-controller-manager, the stand-in and the API server take on their own).")
+	flag.StringVar(&o.only, "only", "", "Run one side only: provider, or floor (no provider and no PodProxies; this program creates the N proxies' Deployments and Secrets with the kubernetes driver itself, and times until all their pods are Ready: what kube-controller-manager, the stand-in and the API server take on their own). By default the floor, then the provider, each on a fresh control plane, then a summary of both.")
+	flag.BoolVar(&o.floor, "floor", false, "Measure the floor only (-only floor).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
 	benchutil.Main("benchpodproxy", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {
+	if o.floor {
+		if o.only != "" && o.only != "floor" {
+			return fmt.Errorf("-floor and -only %s: choose one", o.only)
+		}
+		o.only = "floor"
+	}
+	if o.only != "" && o.only != "provider" && o.only != "floor" {
+		return fmt.Errorf("-only %q: want provider or floor", o.only)
+	}
+	sum := summary{n: o.n, delay: o.delay}
+	if o.only != "provider" {
+		f, l, err := onCluster(ctx, o, floor)
+		if err != nil {
+			return err
+		}
+		sum.floor, sum.floorLoad = f, l
+	}
+	if o.only == "floor" {
+		return nil
+	}
+	p, l, err := onCluster(ctx, o, measureProvider)
+	if err != nil {
+		return err
+	}
+	sum.prov, sum.provLoad = p, l
+	if o.only == "" {
+		sum.print(os.Stdout)
+	}
+	if p.timedOut {
+		return errors.New("not all PodProxies became Ready")
+	}
+	return nil
+}
+
+// side is what one side of the benchmark runs on: a fresh control plane
+// with a kube-controller-manager of its own and the ClusterProviderConfig
+// "pods".
+type side struct {
+	cl *benchutil.Cluster
+	// pids are the processes whose CPU is reported, by name.
+	pids map[string]int
+}
+
+// load is /proc/loadavg at a side's start (before its control plane) and
+// end (its figures taken, its control plane still running): other work on
+// the machine moves the figures.
+type load struct{ start, end string }
+
+// onCluster runs measure on a control plane of its own, started for it and
+// stopped after it, so that neither side inherits the other's etcd or
+// caches.
+func onCluster[R any](ctx context.Context, o options, measure func(context.Context, options, side) (R, error)) (R, load, error) {
+	var r R
+	l := load{start: benchutil.Load()}
 	cl, err := benchutil.StartCluster(ctx, benchutil.ClusterOptions{Name: "benchpodproxy", KeepLogs: o.KeepLogs,
 		Namespaces: []string{"crossplane-system", "egress-proxies", "bench"}})
 	if err != nil {
-		return err
+		return r, l, err
 	}
 	defer func() { _ = cl.Stop() }()
-	cp, s, cfg, kube, dir := cl.CP, cl.Scheme, cl.Config, cl.Client, cl.Dir
-	stopKCM, kcmPID, err := startControllerManager(cp, dir)
+	stopKCM, kcmPID, err := startControllerManager(cl.CP, cl.Dir)
 	if err != nil {
-		return err
+		return r, l, err
 	}
 	defer stopKCM()
-	pids := cp.PIDs()
+	pids := cl.CP.PIDs()
 	pids["kube-controller-manager"] = kcmPID
 	pids["benchpodproxy (kubelet stand-in, watches)"] = os.Getpid()
-
-	if err := benchutil.CreatePodsConfig(ctx, kube, ""); err != nil {
-		return err
+	if err := benchutil.CreatePodsConfig(ctx, cl.Client, ""); err != nil {
+		return r, l, err
 	}
-
-	if o.floor {
-		return floor(ctx, o, cfg, kube, pids)
+	r, err = measure(ctx, o, side{cl: cl, pids: pids})
+	l.end = benchutil.Load()
+	if o.KeepLogs {
+		fmt.Printf("\nlogs in %s\n", cl.Dir)
 	}
+	return r, l, err
+}
+
+// providerResult is what the provider side measured, for the summary.
+type providerResult struct {
+	timedOut bool
+	// took is from the first create until all were Ready.
+	took time.Duration
+	// delays, sorted, are each proxy's pod Ready to PodProxy Ready.
+	delays []time.Duration
+	// peakRSS is the provider's VmHWM in KiB.
+	peakRSS int
+	// requests is the provider's API requests per PodProxy until all were
+	// Ready.
+	requests float64
+	// deleted says the delete phase ran; the figures below are its.
+	deleted bool
+	// delProvider and delAll are its API requests per proxy, the
+	// provider's and every client's.
+	delProvider, delAll float64
+	// afterPod is each PodProxy's end after its last pod's.
+	afterPod gaps
+}
+
+// gaps are, sorted, how long after an event each PodProxy went, and how
+// many within 2 s.
+type gaps struct {
+	d      []time.Duration
+	within int
+}
+
+// measureProvider runs the provider, creates the PodProxies, waits until
+// they are Ready, deletes them, and prints the figures.
+func measureProvider(ctx context.Context, o options, sd side) (providerResult, error) {
+	var res providerResult
+	cp, s, cfg, kube, dir, pids := sd.cl.CP, sd.cl.Scheme, sd.cl.Config, sd.cl.Client, sd.cl.Dir, sd.pids
 	prov, err := startProvider(ctx, o, cp, dir)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer prov.Stop()
 	startCPU, _ := benchutil.CPUSeconds(prov.PID)
@@ -134,11 +230,11 @@ func run(ctx context.Context, o options) error {
 			}
 		}})
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer kl.Stop()
 	if err := kl.Run(ctx); err != nil {
-		return err
+		return res, err
 	}
 
 	// Watch the PodProxies turn Ready, and their Deployments and pods
@@ -168,17 +264,17 @@ func run(ctx context.Context, o options) error {
 		return benchutil.Watch(ctx, ca, &corev1.Pod{}, at(podSeen, true), at(podGone, false))
 	})
 	if err != nil {
-		return err
+		return res, err
 	}
 
 	before, err := prov.Requests(ctx)
 	if err != nil {
-		return err
+		return res, err
 	}
 	byBefore, _ := byResource(ctx, prov)
 	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
-		return err
+		return res, err
 	}
 	for name, pid := range pids {
 		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
@@ -213,7 +309,7 @@ func run(ctx context.Context, o options) error {
 		mu.Unlock()
 		return err
 	}); err != nil {
-		return err
+		return res, err
 	}
 	created := time.Since(start)
 	benchutil.Logf("created all in %.2fs; waiting for Ready", created.Seconds())
@@ -224,19 +320,19 @@ func run(ctx context.Context, o options) error {
 		benchutil.Logf("%d of %d Ready (%d pods Ready)", ready, o.n, len(podReady))
 	})
 	if err != nil {
-		return err
+		return res, err
 	}
 	timedOut := !allReady
 	took := time.Since(start)
 	after, err := prov.Requests(ctx)
 	if err != nil {
-		return err
+		return res, err
 	}
 	byAfter, _ := byResource(ctx, prov)
 	metricsText, _ := prov.Scrape(ctx)
 	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
-		return err
+		return res, err
 	}
 	if o.provHeap != "" {
 		if err := prov.SaveProfile(ctx, "heap", o.provHeap); err != nil {
@@ -316,8 +412,7 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
 	fmt.Printf("all Ready:                       %7.2f s after the first create\n", took.Seconds())
 	if len(delays) > 0 {
-		fmt.Printf("pod Ready -> PodProxy Ready:     median %.3f s, p90 %.3f s, p95 %.3f s, max %.3f s (%d proxies)\n",
-			benchutil.Pct(delays, 50).Seconds(), benchutil.Pct(delays, 90).Seconds(), benchutil.Pct(delays, 95).Seconds(), delays[len(delays)-1].Seconds(), len(delays))
+		fmt.Printf("pod Ready -> PodProxy Ready:     %s (%d proxies)\n", quantiles(delays), len(delays))
 	}
 	var timeline []string
 	for i, name := range []string{"Deployment seen", "pod seen", "pod Ready", "PodProxy Ready"} {
@@ -334,6 +429,7 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, benchutil.RSSParts(prov.PID))
 	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
 	perMR, methods := benchutil.PerMethod(before, after, o.n)
+	res.timedOut, res.took, res.delays, res.peakRSS, res.requests = timedOut, took, delays, peakRSS, perMR
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time on %d CPUs)\n", strings.Join(cpuRows, ", "), took.Seconds(), benchutil.NumCPU())
 	fmt.Printf("provider API requests per MR:    %7.2f until all were Ready (%s)\n", perMR, strings.Join(methods, ", "))
 	fmt.Printf("                                 counted: the growth of the provider's rest_client_requests_total from just before the first create\n")
@@ -366,29 +462,29 @@ func run(ctx context.Context, o options) error {
 		benchutil.Logf("deleting the PodProxies")
 		delBefore, err := prov.Requests(ctx)
 		if err != nil {
-			return err
+			return res, err
 		}
 		delByBefore, _ := byResource(ctx, prov)
 		delAPIBefore, err := benchutil.APIServerRequests(ctx, cfg)
 		if err != nil {
-			return err
+			return res, err
 		}
 		t0 := time.Now()
 		if err := benchutil.InParallel(o.n, o.Creators, func(i int) error {
 			return client.IgnoreNotFound(kube.Delete(ctx, podProxy(i)))
 		}); err != nil {
-			return err
+			return res, err
 		}
 		var depsGone time.Duration
 		for {
 			l := &nsproxy.PodProxyList{}
 			if err := kube.List(ctx, l, client.InNamespace("bench")); err != nil {
-				return err
+				return res, err
 			}
 			if depsGone == 0 {
 				deps := &appsv1.DeploymentList{}
 				if err := kube.List(ctx, deps, client.InNamespace("egress-proxies")); err != nil {
-					return err
+					return res, err
 				}
 				if len(deps.Items) == 0 {
 					depsGone = time.Since(t0)
@@ -410,22 +506,23 @@ func run(ctx context.Context, o options) error {
 		// deletions are read now: the watch may deliver the last ones a
 		// moment after the list came back empty.
 		mrGone := awaitGone(mrs, o.n)
+		res.deleted = true
 		for _, g := range []struct {
 			what string
 			at   map[string]time.Time
-		}{{"Deployment gone -> PodProxy gone:", depGone}, {"last pod gone -> PodProxy gone:  ", podGone}} {
+			keep *gaps // for the summary
+		}{{"Deployment gone -> PodProxy gone:", depGone, nil}, {"last pod gone -> PodProxy gone:  ", podGone, &res.afterPod}} {
 			mu.Lock()
-			gaps, within := gapsAfter(g.at, mrGone)
+			gp := gapsAfter(g.at, mrGone)
 			mu.Unlock()
-			if len(gaps) > 0 {
-				fmt.Printf("%s median %.2f s, p95 %.2f s, max %.2f s (min %.2f s); %d of %d within 2 s\n",
-					g.what, benchutil.Pct(gaps, 50).Seconds(), benchutil.Pct(gaps, 95).Seconds(), gaps[len(gaps)-1].Seconds(), gaps[0].Seconds(), within, len(gaps))
-			} else {
-				fmt.Printf("%s no deletion recorded\n", g.what)
+			if g.keep != nil {
+				*g.keep = gp
 			}
+			fmt.Printf("%s %s\n", g.what, gp)
 		}
 		if delAfter, err := prov.Requests(ctx); err == nil {
 			perProxy, methods := benchutil.PerMethod(delBefore, delAfter, o.n)
+			res.delProvider = perProxy
 			fmt.Printf("delete phase, provider requests per proxy: %.2f (%s)\n", perProxy, strings.Join(methods, ", "))
 			if delByAfter, err := byResource(ctx, prov); err == nil {
 				fmt.Println(strings.Join(benchutil.PerProxy(delByBefore, delByAfter, o.n), "\n"))
@@ -436,17 +533,19 @@ func run(ctx context.Context, o options) error {
 			for k, v := range delAPIAfter {
 				total += v - delAPIBefore[k]
 			}
-			fmt.Printf("delete phase, API server requests per proxy, all clients: %.2f (target under 15); by resource and verb:\n", total/float64(o.n))
+			res.delAll = total / float64(o.n)
+			fmt.Printf("delete phase, API server requests per proxy, all clients: %.2f (target under 15); by resource and verb:\n", res.delAll)
 			fmt.Println(strings.Join(benchutil.PerProxy(delAPIBefore, delAPIAfter, o.n), "\n"))
 		}
 	}
-	if o.KeepLogs {
-		fmt.Printf("\nlogs in %s\n", dir)
-	}
-	if timedOut {
-		return errors.New("not all PodProxies became Ready")
-	}
-	return nil
+	return res, nil
+}
+
+// quantiles is the median, p90, p95 and maximum of d, which is sorted and
+// not empty.
+func quantiles(d []time.Duration) string {
+	return fmt.Sprintf("median %.3f s, p90 %.3f s, p95 %.3f s, max %.3f s",
+		benchutil.Pct(d, 50).Seconds(), benchutil.Pct(d, 90).Seconds(), benchutil.Pct(d, 95).Seconds(), d[len(d)-1].Seconds())
 }
 
 // awaitGone waits up to 5 s for the watch to have delivered n deletions
@@ -462,28 +561,41 @@ func awaitGone(mrs *benchutil.Readiness, n int) map[string]time.Time {
 	}
 }
 
-// gapsAfter is, sorted, how long after its event in before each PodProxy
-// in gone went, and how many of them within 2 s.
-func gapsAfter(before, gone map[string]time.Time) ([]time.Duration, int) {
-	var gaps []time.Duration
-	within := 0
+// gapsAfter is how long after its event in before each PodProxy in gone
+// went.
+func gapsAfter(before, gone map[string]time.Time) gaps {
+	var g gaps
 	for uid, m := range gone {
 		if d, ok := before[uid]; ok {
-			g := m.Sub(d)
-			gaps = append(gaps, g)
-			if g <= 2*time.Second {
-				within++
+			g.d = append(g.d, m.Sub(d))
+			if m.Sub(d) <= 2*time.Second {
+				g.within++
 			}
 		}
 	}
-	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
-	return gaps, within
+	sort.Slice(g.d, func(i, j int) bool { return g.d[i] < g.d[j] })
+	return g
+}
+
+func (g gaps) String() string {
+	if len(g.d) == 0 {
+		return "no deletion recorded"
+	}
+	return fmt.Sprintf("median %.2f s, p95 %.2f s, max %.2f s (min %.2f s); %d of %d within 2 s",
+		benchutil.Pct(g.d, 50).Seconds(), benchutil.Pct(g.d, 95).Seconds(), g.d[len(g.d)-1].Seconds(), g.d[0].Seconds(), g.within, len(g.d))
+}
+
+// floorResult is what the floor side measured, for the summary.
+type floorResult struct {
+	// took is from the first create until all pods were Ready.
+	took time.Duration
 }
 
 // floor creates n proxies through the kubernetes driver directly (the two
 // requests a PodProxy's Create sends: the Deployment and its Secret) and
 // times until the stand-in reports all their pods Ready.
-func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client, pids map[string]int) error {
+func floor(ctx context.Context, o options, sd side) (floorResult, error) {
+	cfg, kube, pids := sd.cl.Config, sd.cl.Client, sd.pids
 	var mu sync.Mutex
 	ready := 0
 	all := make(chan struct{})
@@ -497,33 +609,33 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 			}
 		}})
 	if err != nil {
-		return err
+		return floorResult{}, err
 	}
 	defer kl.Stop()
 	if err := kl.Run(ctx); err != nil {
-		return err
+		return floorResult{}, err
 	}
 	// The driver reads through a cache, as in the provider.
 	ca, err := cache.New(cfg, cache.Options{Scheme: kube.Scheme(), ByObject: kubernetes.CacheByObject()})
 	if err != nil {
-		return err
+		return floorResult{}, err
 	}
 	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.Deployment{}, &corev1.Service{}} {
 		if _, err := ca.GetInformer(ctx, obj); err != nil {
-			return err
+			return floorResult{}, err
 		}
 	}
 	if err := benchutil.StartCache(ctx, ca); err != nil {
-		return err
+		return floorResult{}, err
 	}
 	cached, err := client.New(cfg, client.Options{Scheme: kube.Scheme(), Cache: &client.CacheOptions{Reader: ca, DisableFor: []client.Object{&corev1.Secret{}}}})
 	if err != nil {
-		return err
+		return floorResult{}, err
 	}
 	d := kubernetes.New(kubernetes.Options{Provider: "benchpodproxy", Config: kubernetes.Config{Namespace: "egress-proxies"}, Client: cached, Live: kube})
 	apiBefore, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
-		return err
+		return floorResult{}, err
 	}
 	cpuBefore := map[string]float64{}
 	for name, pid := range pids {
@@ -539,20 +651,20 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 		})
 		return err
 	}); err != nil {
-		return err
+		return floorResult{}, err
 	}
 	created := time.Since(start)
 	select {
 	case <-all:
 	case <-time.After(o.timeout):
-		return fmt.Errorf("not all pods Ready after %v", o.timeout)
+		return floorResult{}, fmt.Errorf("not all pods Ready after %v", o.timeout)
 	case <-ctx.Done():
-		return ctx.Err()
+		return floorResult{}, ctx.Err()
 	}
 	took := time.Since(start)
 	apiAfter, err := benchutil.APIServerRequests(ctx, cfg)
 	if err != nil {
-		return err
+		return floorResult{}, err
 	}
 	cpuRows := benchutil.CPUSince(pids, cpuBefore)
 	fmt.Printf("\nFloor: %d proxies created by the kubernetes driver itself (no provider, no PodProxies), kubelet stand-in delay %v\n", o.n, o.delay)
@@ -562,7 +674,7 @@ func floor(ctx context.Context, o options, cfg *rest.Config, kube client.Client,
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time)\n", strings.Join(cpuRows, ", "), took.Seconds())
 	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)
 	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
-	return nil
+	return floorResult{took: took}, nil
 }
 
 func podProxy(i int) *nsproxy.PodProxy {

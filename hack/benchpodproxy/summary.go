@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// summary is both sides of one run, printed together beside the issue's
+// targets.
+type summary struct {
+	n                   int
+	delay               time.Duration
+	floor               floorResult
+	floorLoad, provLoad load
+	prov                providerResult
+}
+
+// print writes the summary block: each row's figure and its target.
+func (s summary) print(out io.Writer) {
+	fmt.Fprintf(out, "\nSummary: %d proxies, kubelet stand-in delay %v; the floor, then the provider, each on a fresh control plane\n", s.n, s.delay)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	row := func(what, measured, target string) { fmt.Fprintf(w, "%s\t%s\t%s\n", what, measured, target) }
+	row("", "measured", "target")
+	for _, l := range []struct {
+		side string
+		load load
+	}{{"floor", s.floorLoad}, {"provider", s.provLoad}} {
+		row("load average (1, 5, 15 min), "+l.side, fmt.Sprintf("%s at its start, %s at its end", l.load.start, l.load.end), "")
+	}
+	row("all Ready (floor)", fmt.Sprintf("%.2f s", s.floor.took.Seconds()), "")
+	p := s.prov
+	if p.timedOut {
+		row("all Ready (provider)", fmt.Sprintf("TIMED OUT after %.2f s", p.took.Seconds()), "")
+	} else {
+		row("all Ready (provider)", fmt.Sprintf("%.2f s", p.took.Seconds()), "")
+		over := p.took - s.floor.took
+		row("over the floor", fmt.Sprintf("%.2f s, %.0f %% of the floor", over.Seconds(), 100*over.Seconds()/s.floor.took.Seconds()), overheadTarget(s.n))
+	}
+	delays := "none recorded"
+	if len(p.delays) > 0 {
+		delays = quantiles(p.delays)
+	}
+	row("pod Ready -> PodProxy Ready", delays, "p90 under 0.2 s")
+	row("provider peak RSS (VmHWM)", fmt.Sprintf("%.1f MiB", float64(p.peakRSS)/1024), "80 MiB at 1000")
+	row("provider requests per proxy until Ready", fmt.Sprintf("%.2f", p.requests), "6")
+	if p.deleted {
+		row("delete phase, requests per proxy", fmt.Sprintf("%.2f all clients (%.2f the provider's)", p.delAll, p.delProvider), "under 15")
+		row("PodProxy gone after its last pod", p.afterPod.String(), "every one within 2 s")
+	} else {
+		row("delete phase", "not run", "")
+	}
+	_ = w.Flush()
+}
+
+// overheadTarget is the target for the time over the floor: at 200
+// proxies with a 3 s kubelet, and at 1000 with an instant one.
+func overheadTarget(n int) string {
+	switch {
+	case n >= 1000:
+		return "under 50 % of the floor (at 1000, instant kubelet)"
+	case n == 200:
+		return "under 0.5 s (at 200, 3 s kubelet)"
+	default:
+		return "under 0.5 s at 200 (3 s kubelet); under 50 % of the floor at 1000 (instant)"
+	}
+}
