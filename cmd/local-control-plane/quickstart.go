@@ -409,17 +409,31 @@ func (q *quickstart) runtimeConfigs(ctx context.Context) error {
 	return nil
 }
 
-// install installs the three packages with `crossplane xpkg install`,
-// at once (Crossplane resolves the Configuration's dependencies to the two
-// installed by name), then waits until all three are Healthy. It polls
-// every 250 ms rather than using the CLI's --wait, which polls every 2 s.
+// pkgInstall is one package for `crossplane xpkg install`.
+type pkgInstall struct{ kind, name, obj, runtimeConfig string }
+
+// install installs the three packages with `crossplane xpkg install` in
+// dependency order: the provider and the function at once, and once both
+// are Healthy the Configuration, whose dependencies Crossplane then
+// resolves to the two installed by name. Installed all at once, the
+// package manager could record the function in its lock twice (as the
+// Configuration's dependency and as itself), and no revision ever became
+// Healthy ("cannot initialize dependency graph from the packages in the
+// lock: node .../function-egressproxy already exists").
 func (q *quickstart) install(ctx context.Context) error {
-	type inst struct{ kind, name, obj, runtimeConfig string }
-	all := []inst{
-		{"provider", providerPackage, providerObject, "provider-egressproxy"},
-		{"function", functionPackage, functionPackage, functionPackage},
-		{"configuration", configPackage, configPackage, ""},
+	if err := q.installAndWait(ctx,
+		pkgInstall{"provider", providerPackage, providerObject, "provider-egressproxy"},
+		pkgInstall{"function", functionPackage, functionPackage, functionPackage},
+	); err != nil {
+		return err
 	}
+	return q.installAndWait(ctx, pkgInstall{"configuration", configPackage, configPackage, ""})
+}
+
+// installAndWait installs all at once, then waits until every one is
+// Healthy. It polls every 250 ms rather than using the CLI's --wait, which
+// polls every 2 s.
+func (q *quickstart) installAndWait(ctx context.Context, all ...pkgInstall) error {
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, in := range all {
