@@ -11,7 +11,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,10 +19,17 @@ import (
 )
 
 // Create implements proxy.Driver: it creates the Deployment (the root,
-// carrying the mark and the spec hash), then applies the Secret and the
-// Service owned by it. It returns without waiting for the pod. An existing
-// Deployment of the same name is adopted only when it carries this
-// request's mark, and then completed; otherwise Create is Permanent.
+// carrying the mark and the spec hash), then its Secret, NetworkPolicy
+// and Service, owned by it. It returns without waiting for the pod. An
+// existing Deployment of the same name is adopted only when it carries
+// this request's mark, and then completed; otherwise Create is Permanent.
+//
+// A child's name is read only when its create finds it taken: one that is
+// this resource's is rewritten, anything else refuses the Create, and the
+// Deployment just made goes again. Its pod never runs on a Secret that is
+// not this resource's meanwhile (OwnerKey). A name once refused is read
+// before anything is created on the next attempt (taken), so a refused
+// resource retrying does not create and delete a Deployment each time.
 func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
 	return proxy.Run(ctx, proxy.OpCreate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.create(ctx, req) })
 }
@@ -37,27 +43,36 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return proxy.Instance{}, err
 	}
 	dep := buildDeployment(d.cfg, req, files, proxy.Hash(req), d.now())
-	if err := d.foreignChildren(ctx, req, dep.Namespace); err != nil {
-		return proxy.Instance{}, err
+	key := client.ObjectKeyFromObject(dep)
+	if d.taken.has(key) {
+		if err := d.foreignChildren(ctx, req, dep.Namespace); err != nil {
+			return proxy.Instance{}, err
+		}
 	}
 	// From here a miss of the name in the cache may be this create's
 	// Deployment, not yet delivered by the watch.
-	d.gone.forget(client.ObjectKeyFromObject(dep), true)
+	d.gone.forget(key, true)
 	err = d.client.Create(ctx, dep, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:
 		d.logger(ctx).V(1).Info("created Deployment", "namespace", dep.Namespace, "name", dep.Name, "uid", req.Mark.UID)
 		// A crash before the children exist leaves a Deployment whose pod
 		// never starts: Get notices (missingChildren) and reports it out of
-		// date, and Update completes it. foreignChildren just found
-		// their names free: they are created without another read.
+		// date, and Update completes it.
 		if err := d.children(ctx, dep, req, files, true); err != nil {
+			if proxy.IsPermanent(err) {
+				// A name taken by what is not ours: nothing of the proxy
+				// stays (its children that were made go with it).
+				d.taken.add(key)
+				d.undo(ctx, dep)
+			}
 			return proxy.Instance{}, err
 		}
+		d.taken.drop(key)
 		return d.view(ctx, dep)
 	case kerrors.IsAlreadyExists(err):
 		existing := &appsv1.Deployment{}
-		if err := d.live.Get(ctx, client.ObjectKeyFromObject(dep), existing); err != nil {
+		if err := d.live.Get(ctx, key, existing); err != nil {
 			if kerrors.IsNotFound(err) {
 				return proxy.Instance{}, proxy.Transientf("Deployment %s/%s was deleted while being created; will retry", dep.Namespace, dep.Name)
 			}
@@ -79,10 +94,22 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 }
 
+// undo deletes dep, just created by this Create, in the background (its
+// pod cannot have started: see OwnerKey); only that Deployment (its UID).
+// A failure leaves it to the resource's deletion, as any of its objects.
+func (d *Driver) undo(ctx context.Context, dep *appsv1.Deployment) {
+	err := d.client.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &dep.UID})
+	if err != nil && !kerrors.IsNotFound(err) {
+		d.logger(ctx).Info("cannot delete the Deployment of a refused Create; it goes with the resource", "namespace", dep.Namespace, "name", dep.Name, "error", err.Error())
+		return
+	}
+	d.logger(ctx).V(1).Info("deleted the Deployment of a refused Create", "namespace", dep.Namespace, "name", dep.Name)
+}
+
 // children writes the Secret (first: pods of a changed template must find
-// the new files) and the Service of dep. fresh says dep was created just
-// now, after foreignChildren found the children's names free: they are
-// created without reading them first.
+// the new files), the NetworkPolicy and the Service of dep. fresh says dep
+// was created just now: the children are created without reading them
+// first, and a name found taken is read then.
 func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, fresh bool) error {
 	writes := []func() error{
 		func() error {
@@ -132,10 +159,11 @@ func inParallel(fns ...func() error) error {
 	return nil
 }
 
-// foreignChildren refuses a request whose Secret or Service name is taken
-// by an object that is not this resource's, before anything is created:
-// an external name must never make the provider merge into, own or
-// garbage-collect someone else's object.
+// foreignChildren refuses a request whose Secret, NetworkPolicy or Service
+// name is taken by an object that is not this resource's, before anything
+// is created: an external name must never make the provider merge into,
+// own or garbage-collect someone else's object. Create reads them first
+// only for a name refused before (taken); otherwise their creates find it.
 func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespace string) error {
 	key := types.NamespacedName{Namespace: namespace, Name: req.Name}
 	children := []client.Object{&corev1.Secret{}}
@@ -162,21 +190,24 @@ func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespa
 	return inParallel(checks...)
 }
 
-// writeChild creates obj (a Secret or Service of dep) when no object has its
-// name, or rewrites the existing one when it is this resource's (its mark,
-// and dep or nobody as its controller). Anything else is left exactly as it
-// is: Permanent, naming it. The rewrite carries the UID and resourceVersion
-// read, so an object replaced in between is never overwritten. empty is a
-// zero object of obj's type, for the read. absent says the name was just
-// found free: obj is created without the read (one that appeared since
-// fails as a taken name does, and is checked again).
-func (d *Driver) writeChild(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark, obj, empty client.Object, absent bool) error {
+// writeChild creates obj (a Secret, NetworkPolicy or Service of dep) when
+// no object has its name, or rewrites the existing one when it is this
+// resource's (its mark, and dep or nobody as its controller). Anything
+// else is left exactly as it is: Permanent, naming it. The rewrite carries
+// the UID and resourceVersion read, so an object replaced in between is
+// never overwritten. empty is a zero object of obj's type, for the read.
+// create says to create obj first, and read the name only when taken (a
+// new Deployment's child, likely free).
+func (d *Driver) writeChild(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark, obj, empty client.Object, create bool) error {
 	key := client.ObjectKeyFromObject(obj)
-	existing := empty
-	var err error = kerrors.NewNotFound(schema.GroupResource{}, key.Name)
-	if !absent {
-		err = d.live.Get(ctx, key, existing)
+	if create {
+		if err := d.client.Create(ctx, obj, client.FieldOwner(FieldOwner)); !kerrors.IsAlreadyExists(err) {
+			return err
+		}
+		// Taken: whose it is decides, as for any existing object.
 	}
+	existing := empty
+	err := d.live.Get(ctx, key, existing)
 	switch {
 	case kerrors.IsNotFound(err):
 		err := d.client.Create(ctx, obj, client.FieldOwner(FieldOwner))

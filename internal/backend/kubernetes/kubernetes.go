@@ -104,6 +104,8 @@ type Driver struct {
 	now      func() time.Time
 	// gone, when set, are the Deployments the cache's watch saw deleted.
 	gone *gone
+	// taken are the names whose Create was refused (the Cluster's).
+	taken *taken
 }
 
 var _ proxy.Driver = (*Driver)(nil)

@@ -62,9 +62,13 @@ const (
 const (
 	// ConfigMountPath is where the Secret (squid.conf, htpasswd) is mounted.
 	ConfigMountPath = "/etc/squid-egress"
-	// KeySquidConf and KeyHtpasswd are the Secret's keys.
+	// KeySquidConf and KeyHtpasswd are the Secret's keys, and the files'
+	// names in the pod.
 	KeySquidConf = "squid.conf"
 	KeyHtpasswd  = "htpasswd"
+	// FileOwner is the file in the pod that holds the resource's UID,
+	// from the Secret's OwnerKey.
+	FileOwner = "owner"
 	// ContainerName is the Squid container's name.
 	ContainerName = "squid"
 	// PortName names the container and Service port.
@@ -84,7 +88,10 @@ const (
 
 // templateVersion is part of AnnotationTemplateHash: bump it when a change
 // to this file changes the Deployment, so existing proxies roll out.
-const templateVersion = "1"
+// 2: the Secret's keys are listed (configItems); rolling also brings
+// every pod under the Deployment's own template again after a provider
+// downgrade, whose Secret would lack the owner key.
+const templateVersion = "2"
 
 // terminationGrace leaves Squid its shutdown_lifetime to drain connections
 // after SIGTERM, plus a margin.
@@ -247,6 +254,7 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 		Name: "config",
 		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: req.Name,
+			Items:      configItems(req, files),
 			// Readable by Squid's group only (fsGroup), not by everyone.
 			DefaultMode: ptr.To[int32](0o440),
 		}},
@@ -346,9 +354,29 @@ func ownerRef(dep *appsv1.Deployment) metav1.OwnerReference {
 	}
 }
 
-// buildSecret holds Squid's files, owned by dep.
+// OwnerKey is the key of the proxy's Secret that only a Secret written
+// for the resource uid has. The pod mounts it (configItems), and the
+// kubelet starts no container whose Secret lacks a listed key: a
+// Deployment created before its Secret (Create creates the Deployment,
+// then its children, and reads a child's name only when it is taken) can
+// never run on a Secret of the same name that is not this resource's:
+// someone else's, or a deleted resource's not yet collected.
+func OwnerKey(uid string) string { return "owner-" + uid }
+
+// configItems are the Secret's keys the pod mounts: Squid's files and the
+// owner key. Listing them (rather than mounting the whole Secret) makes
+// each one required.
+func configItems(req proxy.Request, files squid.Files) []corev1.KeyToPath {
+	items := []corev1.KeyToPath{{Key: KeySquidConf, Path: KeySquidConf}}
+	if files.Htpasswd != "" {
+		items = append(items, corev1.KeyToPath{Key: KeyHtpasswd, Path: KeyHtpasswd})
+	}
+	return append(items, corev1.KeyToPath{Key: OwnerKey(req.Mark.UID), Path: FileOwner})
+}
+
+// buildSecret holds Squid's files and the owner key, owned by dep.
 func buildSecret(dep *appsv1.Deployment, req proxy.Request, files squid.Files) *corev1.Secret {
-	data := map[string][]byte{KeySquidConf: []byte(files.SquidConf)}
+	data := map[string][]byte{KeySquidConf: []byte(files.SquidConf), OwnerKey(req.Mark.UID): []byte(req.Mark.UID)}
 	if files.Htpasswd != "" {
 		data[KeyHtpasswd] = []byte(files.Htpasswd)
 	}

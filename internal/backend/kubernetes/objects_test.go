@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -200,8 +201,54 @@ func TestBuildSecret(t *testing.T) {
 		t.Errorf("Secret labels %v; want the mark", s.Labels)
 	}
 	noAuth := testRequest()
-	if s := buildSecret(dep, noAuth, render(t, noAuth)); len(s.Data) != 1 {
-		t.Errorf("Secret without auth holds %d keys; want squid.conf only", len(s.Data))
+	if s := buildSecret(dep, noAuth, render(t, noAuth)); len(s.Data) != 2 || s.Data[OwnerKey(noAuth.Mark.UID)] == nil {
+		t.Errorf("Secret without auth holds %d keys; want squid.conf and the owner key only", len(s.Data))
+	}
+}
+
+// The pod mounts the Secret's keys by name, each required, the owner key
+// among them: the kubelet starts no container on a Secret of the proxy's
+// name that was not written for this resource (someone else's, another
+// resource's of the same name), so Create may make the Deployment before
+// it knows the Secret's name is free.
+func TestPodNeedsTheResourcesOwnSecret(t *testing.T) {
+	for _, auth := range []bool{false, true} {
+		req := testRequest()
+		req.Proxy.Auth = proxy.Auth{Enabled: auth, Username: "alice", Password: "pw-0123456789abcdef"}
+		files := render(t, req)
+		dep := buildDeployment(Config{}, req, files, "h", now)
+		var items []corev1.KeyToPath
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			if v.Name == "config" {
+				if v.Secret.Optional != nil && *v.Secret.Optional {
+					t.Errorf("auth %v: the config Secret is optional", auth)
+				}
+				items = v.Secret.Items
+			}
+		}
+		want := []corev1.KeyToPath{{Key: KeySquidConf, Path: KeySquidConf}}
+		if auth {
+			want = append(want, corev1.KeyToPath{Key: KeyHtpasswd, Path: KeyHtpasswd})
+		}
+		want = append(want, corev1.KeyToPath{Key: OwnerKey(req.Mark.UID), Path: FileOwner})
+		if diff := cmp.Diff(want, items); diff != "" {
+			t.Errorf("auth %v: config volume items (-want +got):\n%s", auth, diff)
+		}
+		ours := buildSecret(dep, req, files)
+		other := req
+		other.Mark.UID = "another-uid"
+		theirs := buildSecret(dep, other, files)
+		for _, it := range items {
+			if it.Path == "" || it.Path != filepath.Base(it.Path) {
+				t.Errorf("auth %v: item %+v is not a plain file name", auth, it)
+			}
+			if _, ok := ours.Data[it.Key]; !ok {
+				t.Errorf("auth %v: the pod needs key %q, which the resource's own Secret lacks", auth, it.Key)
+			}
+		}
+		if _, ok := theirs.Data[OwnerKey(req.Mark.UID)]; ok {
+			t.Errorf("auth %v: another resource's Secret holds this resource's owner key", auth)
+		}
 	}
 }
 
