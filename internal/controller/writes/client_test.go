@@ -318,3 +318,173 @@ func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 	r.n++
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
+
+// lagging is a manager's cache that has not caught up: its Get serves
+// stale (when set) for the next lag reads (every read when lag < 0), then
+// the server's object, or gone when set. It counts its Gets.
+type lagging struct {
+	client.Client
+	stale *nsproxy.KVMProxy
+	lag   int
+	gone  bool
+	reads int
+}
+
+func (l *lagging) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	l.reads++
+	if l.stale != nil && l.lag != 0 {
+		l.lag--
+		l.stale.DeepCopyInto(obj.(*nsproxy.KVMProxy)) //nolint:forcetypeassert // The tests read KVMProxies.
+		return nil
+	}
+	if l.gone {
+		return kerrors.NewNotFound(nsproxy.SchemeGroupVersion.WithResource("kvmproxies").GroupResource(), key.Name)
+	}
+	return l.Client.Get(ctx, key, obj, opts...)
+}
+
+// afterOwnWrite returns a client whose reader lags behind its own status
+// write: the object as read before the write, and as written.
+func afterOwnWrite(t *testing.T) (*Client, *lagging, *nsproxy.KVMProxy, *nsproxy.KVMProxy) {
+	t.Helper()
+	ctx := context.Background()
+	server, _ := counted(t, kvmProxy())
+	l := &lagging{Client: server}
+	c := NewClient(l, nil, nil)
+	c.catchUpEvery, c.catchUpFor = time.Millisecond, 20*time.Millisecond
+	before := &nsproxy.KVMProxy{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(kvmProxy()), before); err != nil {
+		t.Fatal(err)
+	}
+	written := before.DeepCopy()
+	written.SetConditions(xpv2.Creating())
+	if err := c.Status().Update(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	l.stale, l.reads = before, 0
+	return c, l, before, written
+}
+
+// A read at a version this client's own write replaced (a cache that has
+// not received the write's watch event) waits for the cache to hold the
+// write, so the status computed from it is not refused with a conflict.
+func TestClientGetWaitsForItsOwnWrite(t *testing.T) {
+	ctx := context.Background()
+	c, l, _, written := afterOwnWrite(t)
+	c.catchUpFor = time.Minute // The cache catches up: no bound is reached.
+	l.lag = 3
+	got := &nsproxy.KVMProxy{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(written), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetResourceVersion() != written.GetResourceVersion() {
+		t.Fatalf("Get returned version %s, want %s (the client's own write)", got.GetResourceVersion(), written.GetResourceVersion())
+	}
+	if l.reads != 4 {
+		t.Errorf("%d reads, want 4 (3 stale, then the write)", l.reads)
+	}
+	got.SetConditions(xpv2.Available())
+	if err := c.Status().Update(ctx, got); err != nil {
+		t.Errorf("the status update after the read = %v, want it accepted", err)
+	}
+}
+
+// Deleted while the cache still held a replaced version: NotFound, and
+// the object is forgotten.
+func TestClientGetWaitingForItsOwnWriteSeesItGone(t *testing.T) {
+	c, l, _, written := afterOwnWrite(t)
+	c.catchUpFor = time.Minute
+	l.lag, l.gone = 2, true
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(written), &nsproxy.KVMProxy{}); !kerrors.IsNotFound(err) {
+		t.Fatalf("Get = %v, want NotFound", err)
+	}
+	if _, ok := c.seen[seenKey(written)]; ok {
+		t.Error("an object gone is still noted")
+	}
+}
+
+// A cache that never catches up costs the bound at most: Get then returns
+// the stale read as it did before, the client keeps the state it wrote,
+// and a different status from that read conflicts as it always did.
+func TestClientGetWaitsForItsOwnWriteAtMostTheBound(t *testing.T) {
+	ctx := context.Background()
+	c, l, before, written := afterOwnWrite(t)
+	l.lag = -1
+	got := &nsproxy.KVMProxy{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(written), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetResourceVersion() != before.GetResourceVersion() {
+		t.Errorf("Get returned version %s, want the stale %s", got.GetResourceVersion(), before.GetResourceVersion())
+	}
+	if l.reads < 2 {
+		t.Errorf("%d reads, want it to have read again", l.reads)
+	}
+	if !c.unchanged(written, true) {
+		t.Error("the stale read replaced the state this client wrote")
+	}
+	got.SetConditions(xpv2.Available())
+	if err := c.Status().Update(ctx, got); !kerrors.IsConflict(err) {
+		t.Errorf("a different status from the stale read = %v, want a conflict", err)
+	}
+
+	// A context done ends the wait too.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	c.catchUpFor = time.Hour
+	if err := c.Get(done, client.ObjectKeyFromObject(written), &nsproxy.KVMProxy{}); err != nil {
+		t.Errorf("Get with a done context = %v, want the stale read", err)
+	}
+}
+
+// Only the client's own writes make a read wait: a read at any other
+// version is one read.
+func TestClientGetDoesNotWaitOtherwise(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]func(t *testing.T, c *Client, l *lagging, before, written *nsproxy.KVMProxy) client.Object{
+		"NeverWritten": func(t *testing.T, _ *Client, l *lagging, _, _ *nsproxy.KVMProxy) client.Object {
+			t.Helper()
+			other := kvmProxy()
+			other.SetName("other")
+			other.SetResourceVersion("")
+			if err := l.Client.Create(ctx, other); err != nil {
+				t.Fatal(err)
+			}
+			l.stale = nil
+			return other
+		},
+		"AtTheVersionWritten": func(_ *testing.T, _ *Client, l *lagging, _, written *nsproxy.KVMProxy) client.Object {
+			l.stale = nil
+			return written
+		},
+		"AtAnotherWritersVersion": func(t *testing.T, _ *Client, l *lagging, _, written *nsproxy.KVMProxy) client.Object {
+			t.Helper()
+			other := written.DeepCopy()
+			other.SetLabels(map[string]string{"changed": "elsewhere"})
+			if err := l.Client.Update(ctx, other); err != nil {
+				t.Fatal(err)
+			}
+			l.stale = nil
+			return other
+		},
+		"AtAVersionNeverSeen": func(_ *testing.T, _ *Client, l *lagging, before, _ *nsproxy.KVMProxy) client.Object {
+			older := before.DeepCopy()
+			older.SetResourceVersion("1")
+			l.stale, l.lag = older, -1
+			return older
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, l, before, written := afterOwnWrite(t)
+			c.catchUpFor = time.Hour // A wait would not end.
+			obj := tc(t, c, l, before, written)
+			l.reads = 0
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &nsproxy.KVMProxy{}); err != nil {
+				t.Fatal(err)
+			}
+			if l.reads != 1 {
+				t.Errorf("%d reads, want 1", l.reads)
+			}
+		})
+	}
+}
