@@ -245,11 +245,11 @@ func (c *Client) unchanged(obj client.Object, status bool) bool {
 	return err == nil && o == s.object
 }
 
-// Get implements client.Reader, noting what it read.
 // CachesConnectionSecrets reports whether Get reads connection Secrets
 // from a watch (no request to the API server).
 func (c *Client) CachesConnectionSecrets() bool { return c.secrets != nil }
 
+// Get implements client.Reader, noting what it read.
 func (c *Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*corev1.Secret); ok && c.secrets != nil {
 		return c.secrets.get(ctx, c.Client, key, obj, opts...)
@@ -286,7 +286,7 @@ func (c *Client) behind(obj client.Object) bool {
 // the read fails: that error is returned). A status computed from the
 // stale read and written would be answered 409 Conflict and the resource
 // retried through the controller's backoff (1 s or more, 0.04 to 0.5 per
-// resource at 200, make bench-scale), most of the tail from pod Ready to
+// resource at 200, make bench-podproxy), most of the tail from pod Ready to
 // resource Ready.
 //
 // Only this client's own writes make it wait: a version in replaced is one
