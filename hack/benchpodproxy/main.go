@@ -181,6 +181,9 @@ type providerResult struct {
 	// requests is the provider's API requests per PodProxy until all were
 	// Ready.
 	requests float64
+	// cpu is the CPU seconds of every process (the provider's and the
+	// control plane's) from the first create until all were Ready.
+	cpu float64
 	// deleted says the delete phase ran; the figures below are its.
 	deleted bool
 	// delProvider and delAll are its API requests per proxy, the
@@ -342,6 +345,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	endCPU, _ := benchutil.CPUSeconds(prov.PID)
 	peakRSS, _ := benchutil.PeakRSS(prov.PID)
 	cpuRows := benchutil.CPUSince(pids, cpuBefore)
+	cpu := benchutil.CPUTotalSince(pids, cpuBefore)
 
 	mrReady, _, mrUID := mrs.Snapshot()
 	mu.Lock()
@@ -429,7 +433,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, benchutil.RSSParts(prov.PID))
 	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
 	perMR, methods := benchutil.PerMethod(before, after, o.n)
-	res.timedOut, res.took, res.delays, res.peakRSS, res.requests = timedOut, took, delays, peakRSS, perMR
+	res.timedOut, res.took, res.delays, res.peakRSS, res.requests, res.cpu = timedOut, took, delays, peakRSS, perMR, cpu
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time on %d CPUs)\n", strings.Join(cpuRows, ", "), took.Seconds(), benchutil.NumCPU())
 	fmt.Printf("provider API requests per MR:    %7.2f until all were Ready (%s)\n", perMR, strings.Join(methods, ", "))
 	fmt.Printf("                                 counted: the growth of the provider's rest_client_requests_total from just before the first create\n")
@@ -589,6 +593,8 @@ func (g gaps) String() string {
 type floorResult struct {
 	// took is from the first create until all pods were Ready.
 	took time.Duration
+	// cpu is the CPU seconds of every process meanwhile.
+	cpu float64
 }
 
 // floor creates n proxies through the kubernetes driver directly (the two
@@ -667,6 +673,7 @@ func floor(ctx context.Context, o options, sd side) (floorResult, error) {
 		return floorResult{}, err
 	}
 	cpuRows := benchutil.CPUSince(pids, cpuBefore)
+	cpu := benchutil.CPUTotalSince(pids, cpuBefore)
 	fmt.Printf("\nFloor: %d proxies created by the kubernetes driver itself (no provider, no PodProxies), kubelet stand-in delay %v\n", o.n, o.delay)
 	fmt.Printf("machine: %d CPUs; control plane, kube-controller-manager and this program share them\n\n", benchutil.NumCPU())
 	fmt.Printf("created all:                     %7.2f s\n", created.Seconds())
@@ -674,7 +681,7 @@ func floor(ctx context.Context, o options, sd side) (floorResult, error) {
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time)\n", strings.Join(cpuRows, ", "), took.Seconds())
 	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)
 	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
-	return floorResult{took: took}, nil
+	return floorResult{took: took, cpu: cpu}, nil
 }
 
 func podProxy(i int) *nsproxy.PodProxy {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 )
 
 // summary is both sides of one run, printed together beside the issue's
@@ -37,6 +39,18 @@ func (s summary) print(out io.Writer) {
 		row("all Ready (provider)", fmt.Sprintf("%.2f s", p.took.Seconds()), "")
 		over := p.took - s.floor.took
 		row("over the floor", fmt.Sprintf("%.2f s, %.0f %% of the floor", over.Seconds(), 100*over.Seconds()/s.floor.took.Seconds()), overheadTarget(s.n))
+		// On a saturated machine the time over the floor cannot be less
+		// than the CPU the provider's side adds (its own, and the API
+		// server's, etcd's and the controllers' for its requests and
+		// objects) spread over every CPU.
+		cpus := float64(benchutil.NumCPU())
+		busy := func(cpu float64, took time.Duration) string {
+			return fmt.Sprintf("%.1f s in %.2f s (%.0f %% of %d CPUs)", cpu, took.Seconds(), 100*cpu/(cpus*took.Seconds()), int(cpus))
+		}
+		row("CPU of every process, floor", busy(s.floor.cpu, s.floor.took), "")
+		row("CPU of every process, provider", busy(p.cpu, p.took), "")
+		extra := p.cpu - s.floor.cpu
+		row("CPU over the floor", fmt.Sprintf("%.1f s, %.2f s of wall time on %d CPUs: the least time over the floor on a busy machine", extra, extra/cpus, int(cpus)), "")
 	}
 	delays := "none recorded"
 	if len(p.delays) > 0 {

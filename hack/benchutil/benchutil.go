@@ -57,6 +57,16 @@ func CPUSince(pids map[string]int, before map[string]float64) []string {
 	return rows
 }
 
+// CPUTotalSince is the CPU seconds of all the processes since before.
+func CPUTotalSince(pids map[string]int, before map[string]float64) float64 {
+	var total float64
+	for name, pid := range pids {
+		c, _ := CPUSeconds(pid)
+		total += c - before[name]
+	}
+	return total
+}
+
 // PerProxy is the growth of each API server request count, per proxy, for
 // those of at least 0.05.
 func PerProxy(before, after map[string]float64, n int) []string {

@@ -5,11 +5,13 @@ package pod_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
@@ -258,6 +261,61 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		})
 		if code, _ := e.get(t, viaService); code != http.StatusOK {
 			t.Errorf("GET through the Service's cluster IP = %d; want 200", code)
+		}
+		e.deleteLeavingNothing(t, p)
+	})
+
+	// The kubelet, not only the driver, keeps a proxy's pod off a Secret of
+	// its name that was not written for it (Create makes the Deployment
+	// before it knows the Secret's name is free): the pod mounts the
+	// resource's owner key by name. Here the proxy's own Secret loses that
+	// key, as a Secret of someone else's would lack it, and the next pod
+	// never starts.
+	t.Run("PodNeverRunsOnASecretWithoutItsOwnerKey", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-b", "owner-key", "ClusterProviderConfig", "pods")
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		e.ready(t, p)
+		key := types.NamespacedName{Namespace: proxyNS, Name: meta.GetExternalName(p)}
+		sec := &corev1.Secret{}
+		if err := e.Kube.Get(ctx, key, sec); err != nil {
+			t.Fatal(err)
+		}
+		owner := kubernetes.OwnerKey(string(p.GetUID()))
+		if _, ok := sec.Data[owner]; !ok {
+			t.Fatalf("the proxy's Secret has no key %s: %v", owner, slices.Sorted(maps.Keys(sec.Data)))
+		}
+		delete(sec.Data, owner)
+		if err := e.Kube.Update(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+		old := p.Status.AtProvider.Details["pod"]
+		if err := e.Kube.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: old}}); err != nil {
+			t.Fatal(err)
+		}
+		var next string
+		testenv.WaitFor(t, "the kubelet to refuse the next pod's Secret", e.within(60*time.Second), func() (bool, string) {
+			evs := &corev1.EventList{}
+			if err := e.Kube.List(ctx, evs, client.InNamespace(proxyNS)); err != nil {
+				return false, err.Error()
+			}
+			for _, ev := range evs.Items {
+				if ev.InvolvedObject.Kind == "Pod" && ev.InvolvedObject.Name != old && strings.HasPrefix(ev.InvolvedObject.Name, key.Name+"-") &&
+					ev.Reason == "FailedMount" && strings.Contains(ev.Message, owner) {
+					next = ev.InvolvedObject.Name
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d events, none a FailedMount naming %s", len(evs.Items), owner)
+		})
+		np := e.pod(t, p, next)
+		for _, cs := range np.Status.ContainerStatuses {
+			if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount != 0 {
+				t.Errorf("pod %s's container %s started on a Secret without its owner key: %+v", next, cs.Name, cs.State)
+			}
+		}
+		if np.Status.Phase != corev1.PodPending {
+			t.Errorf("pod %s is %s; want Pending", next, np.Status.Phase)
 		}
 		e.deleteLeavingNothing(t, p)
 	})
