@@ -105,12 +105,12 @@ func TestCreateOverATakenNameLeavesNothing(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s %v", kindOf(victim), victim.GetLabels()[LabelUID]), func(t *testing.T) {
 			ctx := context.Background()
-			d, fc, c := countingDriver(t, victim.DeepCopyObject().(client.Object))
+			d, fc, c := countingDriver(t, copyOf(t, victim))
 			r := req
 			if _, ok := victim.(*corev1.Service); ok {
 				r.Extension = Exposure{ServiceType: "ClusterIP"}
 			}
-			before := victim.DeepCopyObject().(client.Object)
+			before := copyOf(t, victim)
 			if err := fc.Get(ctx, client.ObjectKeyFromObject(victim), before); err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestCreateOverATakenNameLeavesNothing(t *testing.T) {
 			if err := fc.Get(ctx, key, &appsv1.Deployment{}); !kerrors.IsNotFound(err) {
 				t.Errorf("the refused Create left its Deployment (get: %v)", err)
 			}
-			after := victim.DeepCopyObject().(client.Object)
+			after := copyOf(t, victim)
 			if err := fc.Get(ctx, key, after); err != nil || after.GetResourceVersion() != before.GetResourceVersion() || len(after.GetOwnerReferences()) != 0 {
 				t.Errorf("the %s changed: %v, resourceVersion %s -> %s, owners %v", kindOf(victim), err, before.GetResourceVersion(), after.GetResourceVersion(), after.GetOwnerReferences())
 			}
@@ -138,6 +138,16 @@ func TestCreateOverATakenNameLeavesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// copyOf is a deep copy of o.
+func copyOf(t *testing.T, o client.Object) client.Object {
+	t.Helper()
+	c, ok := o.DeepCopyObject().(client.Object)
+	if !ok {
+		t.Fatalf("a copy of %T is not an object", o)
+	}
+	return c
 }
 
 // A child of this resource's left from an earlier attempt (no controller,
