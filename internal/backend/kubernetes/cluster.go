@@ -45,8 +45,7 @@ type Cluster struct {
 	goneOnce sync.Once
 	// taken are the names whose Create was refused, for every driver of
 	// the Cluster (drivers are made per reconcile).
-	taken     *taken
-	takenOnce sync.Once
+	taken taken
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
@@ -132,8 +131,7 @@ func (cl *Cluster) WatchDeletions(informers cache.Informers) error {
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
 	d.gone = cl.gone.Load()
-	cl.takenOnce.Do(func() { cl.taken = newTaken() })
-	d.taken = cl.taken
+	d.taken = &cl.taken
 	return d
 }
 

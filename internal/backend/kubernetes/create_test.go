@@ -76,7 +76,7 @@ func countingDriver(t *testing.T, objs ...client.Object) (*Driver, client.Client
 		},
 	}).Build()
 	d := New(Options{Provider: "ClusterProviderConfig pods", Config: Config{Namespace: "egress", NetworkPolicy: true}, Client: fc, Live: fc})
-	d.taken = newTaken()
+	d.taken = &taken{}
 	return d, fc, c
 }
 

@@ -17,13 +17,12 @@ const maxTaken = 10000
 // fresh proxy, make bench-podproxy); for these names it reads them all
 // first, as a resource refused once retries through the controller's
 // backoff and would otherwise create and delete a Deployment every time.
-// One set per Cluster; a nil set remembers nothing.
+// One set per Cluster (its zero value is empty); a nil set remembers
+// nothing.
 type taken struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]struct{}
 }
-
-func newTaken() *taken { return &taken{m: map[types.NamespacedName]struct{}{}} }
 
 func (t *taken) has(k types.NamespacedName) bool {
 	if t == nil {
@@ -41,8 +40,8 @@ func (t *taken) add(k types.NamespacedName) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.m) >= maxTaken {
-		clear(t.m)
+	if t.m == nil || len(t.m) >= maxTaken {
+		t.m = map[types.NamespacedName]struct{}{}
 	}
 	t.m[k] = struct{}{}
 }
