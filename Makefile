@@ -62,7 +62,7 @@ build-provider:
 controlplane-bins:
 	@bash hack/controlplane-bins.sh >/dev/null
 
-# The local node (internal/controlplane's Options.Node): kubelet,
+# The local node (internal/devenv/controlplane's Options.Node): kubelet,
 # kube-proxy, kube-scheduler and crictl built from the Go module proxy into
 # the cache, containerd, runc and the CNI plugins from apt, only when
 # missing (about 6 minutes cold); and the Squid image its pods run, built

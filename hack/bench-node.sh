@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the local node (internal/controlplane's Options.Node): warm
+# Benchmark of the local node (internal/devenv/controlplane's Options.Node): warm
 # start and stop of a control plane with its node, and PodProxy
 # create-to-Ready on real pods. Not a test: it prints figures (see
 # hack/benchnode/main.go). Needs root; builds what is missing first

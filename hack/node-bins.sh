@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the node binaries internal/controlplane's optional node needs
+# Builds the node binaries internal/devenv/controlplane's optional node needs
 # (kubelet, kube-proxy, kube-scheduler) from the Go module proxy, the same
 # way hack/controlplane-bins.sh builds kube-apiserver, plus the pod
 # sandboxes' pause process (hack/pause) and crictl, and installs the node's runtime

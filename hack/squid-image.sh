@@ -21,7 +21,7 @@ die() { log "$*"; exit 1; }
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
-KEY=$(cat "$SELF" "$ROOT"/hack/squidimage/*.go "$ROOT"/internal/ociimage/*.go 2>/dev/null | sha256sum | cut -c1-16)
+KEY=$(cat "$SELF" "$ROOT"/hack/squidimage/*.go "$ROOT"/internal/devenv/ociimage/*.go 2>/dev/null | sha256sum | cut -c1-16)
 CACHE=${EGRESSPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-egressproxy}
 OUT="$CACHE/squid-image-$KEY.tar"
 BAD="$CACHE/squid-image-crashing-$KEY.tar"

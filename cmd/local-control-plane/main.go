@@ -1,6 +1,6 @@
 // Command local-control-plane runs a local Kubernetes control plane (etcd,
 // kube-apiserver and kube-controller-manager as local processes, see
-// internal/controlplane) with CRDs installed, and optionally a command
+// internal/devenv/controlplane) with CRDs installed, and optionally a command
 // against it. It is what `make run` runs:
 //
 //	local-control-plane --crds package/crds --kubeconfig-out PATH -- COMMAND [ARG...]
@@ -16,7 +16,7 @@
 // plane until SIGINT or SIGTERM.
 //
 // With --node (as root) it also runs a node on this machine, so that pods
-// really run (see internal/controlplane's Node and docs/development.md):
+// really run (see internal/devenv/controlplane's Node and docs/development.md):
 //
 //	sudo local-control-plane --node --node-image "$(hack/squid-image.sh | head -n1)"
 package main
@@ -42,7 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
 // The command is started from the main goroutine, kept on the main thread:

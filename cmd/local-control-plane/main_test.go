@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 const helperEnv = "LOCAL_CONTROL_PLANE_TEST_HELPER"

@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 )
 
 // The names the quickstart's objects and the Configuration's Compositions

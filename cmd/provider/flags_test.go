@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // TestUnknownFlagIsOneLine runs parseFlags in a child process (it exits).

@@ -1,4 +1,4 @@
-// Command benchnode measures the local node (internal/controlplane's
+// Command benchnode measures the local node (internal/devenv/controlplane's
 // Options.Node) and PodProxy on it. For each of -rounds rounds it starts a
 // control plane with a node and the Squid image of hack/squid-image.sh, runs
 // the provider binary on it, creates -proxies PodProxies one after another
@@ -36,7 +36,7 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
 func main() {

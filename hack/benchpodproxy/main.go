@@ -3,7 +3,7 @@
 // its own with rate limits raised for a thousand Deployments), runs the
 // built provider binary against it, creates N PodProxies, plays the
 // kubelet with internal/backend/kubernetes/kubelettest, and prints the
-// figures below. The stand-in, not the local node (internal/controlplane's
+// figures below. The stand-in, not the local node (internal/devenv/controlplane's
 // Options.Node), because a thousand real pods do not fit this machine's 2
 // cores; this is the one place it stays (hack/bench-node.sh measures real
 // pods, a few at a time). It prints:
@@ -52,7 +52,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 

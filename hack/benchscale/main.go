@@ -1,5 +1,5 @@
 // Command benchscale measures one provider process holding many managed
-// resources: it starts a local control plane (internal/controlplane), runs
+// resources: it starts a local control plane (internal/devenv/controlplane), runs
 // the provider built with -tags benchmemory (cmd/provider/benchmemory.go:
 // the KVMProxy kind on the in-memory reference driver, so the backend
 // costs nothing and the provider and the control plane are what is
@@ -43,7 +43,7 @@ import (
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
 type options struct {

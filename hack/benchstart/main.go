@@ -1,7 +1,7 @@
 // Command benchstart measures the provider's start: from exec until its
 // /readyz answers 200, and until the first reconcile of a managed
 // resource that exists already (Ready, created by an earlier run of the
-// provider). It starts a local control plane (internal/controlplane), runs
+// provider). It starts a local control plane (internal/devenv/controlplane), runs
 // the provider built with -tags benchmemory (the KVMProxy kind on the
 // in-memory reference driver, so no backend is in the way) once to make
 // the resource Ready, then starts it -rounds times and prints each round
@@ -29,7 +29,7 @@ import (
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/hack/benchutil"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
 const controllerName = "kvmproxy.proxy.m.egressproxy.io"

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
 // ProviderOptions says how to run the provider binary for a benchmark.

@@ -1,5 +1,5 @@
 // Command pause is the first process of a pod on the local node
-// (internal/controlplane): it holds the pod's namespaces, reaps the
+// (internal/devenv/controlplane): it holds the pod's namespaces, reaps the
 // zombies it inherits as PID 1, and exits on SIGINT or SIGTERM. It stands
 // in for registry.k8s.io/pause, which cannot be pulled here; hack/node-bins.sh
 // builds it and the node makes its sandbox image from it.

@@ -1,6 +1,6 @@
 // Command runtimeimage makes the runtime image of the provider or the
 // function (the image a Crossplane package embeds and Crossplane runs as
-// its container), without docker, on internal/ociimage:
+// its container), without docker, on internal/devenv/ociimage:
 //
 //	go run ./hack/runtimeimage --binary bin/linux_arm64/provider \
 //	    --platform linux/arm64 --version v0.2.0 -o provider-arm64.tar
@@ -25,7 +25,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
 )
 
 // debianCerts is where Debian's ca-certificates package puts the

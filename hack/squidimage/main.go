@@ -1,5 +1,5 @@
 // Command squidimage makes the Squid image of hack/squid-image.sh from a
-// root filesystem folder (internal/ociimage), as a `docker save` tarball
+// root filesystem folder (internal/devenv/ociimage), as a `docker save` tarball
 // that containerd imports, and the same image with a squid that only
 // prints a message and exits 1 (the crash-loop test's).
 //
@@ -13,7 +13,7 @@ import (
 	"runtime"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
 )
 
 // CrashMessage is what the crashing image's squid prints before it exits 1.

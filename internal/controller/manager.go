@@ -30,7 +30,7 @@ func Scheme() (*runtime.Scheme, error) {
 
 // ManagerOptions are the manager options the controllers are built for,
 // with scheme s and a full resync every sync: the ones cmd/provider runs
-// with and the integration tests' harness (internal/testenv/providerenv)
+// with and the integration tests' harness (internal/devenv/testenv/providerenv)
 // starts the controllers with. The caller adds what is the process's own
 // (leader election, metrics and probe addresses).
 func ManagerOptions(s *runtime.Scheme, sync time.Duration) ctrl.Options {

@@ -12,11 +12,11 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/health"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/orphans"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/pod"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/proxmox"
-	"github.com/egressproxy/provider-egressproxy/internal/health"
 )
 
 // HealthOptions configure the ProviderConfig health checks.

@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // These tests run Debian's real Squid. hack/install-squid.sh installs it.

@@ -19,11 +19,11 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, kvmtest.Down) }

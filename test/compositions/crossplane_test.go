@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/function"
-	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
-	"github.com/egressproxy/provider-egressproxy/internal/pki"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane/crossplanetest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/pki"
 )
 
 // crossplane is Crossplane core running out of cluster on the control

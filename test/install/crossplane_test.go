@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane/crossplanetest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 func platformArm64() ociimage.Platform { return ociimage.Platform{Architecture: "arm64"} }

@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane/crossplanetest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // caDir is where the DeploymentRuntimeConfig mounts extra CA

@@ -18,14 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane/crossplanetest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // TestProviderPodIntegration: the provider Crossplane's package manager
-// installs runs as a real pod on the real node (internal/controlplane's
+// installs runs as a real pod on the real node (internal/devenv/controlplane's
 // Options.Node): containerd pulls the package's runtime image from the
 // test's TLS registry (trusting its CA through certs.d/hosts.toml), the
 // kubelet runs it under the ServiceAccount Crossplane made, with the

@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	xpt "github.com/egressproxy/provider-egressproxy/internal/localcrossplane/crossplanetest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
+	xpt "github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane/crossplanetest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // TestRunClusterIntegration is `make run` with KUBECONFIG set

@@ -20,9 +20,9 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 const keySentinel = "KEY-S3NT1NEL-9f8e7d6c5b4a"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // createError is what Create of req reports, at once or (for a failure in

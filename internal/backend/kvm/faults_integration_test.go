@@ -23,8 +23,8 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // The fault-injection suite of the KVM backend on the real libvirtd,

@@ -21,7 +21,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // multiKeySSHD is a real sshd on a loopback port of its own with an

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
 )
 
 // sshEnv is a Backend with the production SSH dialer against an

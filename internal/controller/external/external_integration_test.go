@@ -22,12 +22,12 @@ import (
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/health"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/health"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const testInstallation = "test-install"

@@ -31,11 +31,11 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/gcp"
-	"github.com/egressproxy/provider-egressproxy/internal/health"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/health"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 const (

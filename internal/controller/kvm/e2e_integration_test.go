@@ -31,8 +31,8 @@ import (
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, kvmtest.Down) }

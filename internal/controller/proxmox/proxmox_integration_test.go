@@ -26,10 +26,10 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/health"
 	proxmoxctl "github.com/egressproxy/provider-egressproxy/internal/controller/proxmox"
-	"github.com/egressproxy/provider-egressproxy/internal/health"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 )
 
 const testInstallation = "pve-it"

@@ -1,10 +1,10 @@
 // Package kubelettest is a kubelet stand-in for a control plane without
-// nodes (internal/controlplane): it "runs" the pods of PodProxies on this
+// nodes (internal/devenv/controlplane): it "runs" the pods of PodProxies on this
 // machine and reports them Ready through the pods' status subresource, as
 // a kubelet would. The tests of the kubernetes backend and of the PodProxy
 // controller use it, and so does hack/benchpodproxy.
 //
-// Pods really run on the local node (internal/controlplane's Options.Node:
+// Pods really run on the local node (internal/devenv/controlplane's Options.Node:
 // kubelet, containerd, kube-proxy), and the PodProxy end-to-end test runs
 // there (TestPodProxyRealNodeIntegration). The stand-in stays where a
 // real node cannot serve: the scale benchmark (hack/benchpodproxy: a

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // Host is the real libvirt host the scripts brought up.

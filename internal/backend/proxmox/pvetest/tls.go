@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509/pkix"
 
-	"github.com/egressproxy/provider-egressproxy/internal/pki"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/pki"
 )
 
 // authority is a throwaway CA and the server certificate it signed, so

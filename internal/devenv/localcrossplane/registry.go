@@ -21,8 +21,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
-	"github.com/egressproxy/provider-egressproxy/internal/pki"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/pki"
 )
 
 // Registry is a running OCI registry (go-containerregistry's pkg/registry,

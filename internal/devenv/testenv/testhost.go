@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 )
 
 // TestNet is where test hosts stand: netnshost.Net, 198.18.0.0/15,

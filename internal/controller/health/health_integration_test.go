@@ -22,12 +22,12 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/health"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
-	"github.com/egressproxy/provider-egressproxy/internal/health"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv/providerenv"
 )
 
 // blackhole accepts TCP connections on loopback and never answers: a host

@@ -28,8 +28,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
-	"github.com/egressproxy/provider-egressproxy/internal/pki"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/pki"
 )
 
 // NodeOptions configures the node Start runs with Options.Node.

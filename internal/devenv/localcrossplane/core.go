@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 )
 
 // Namespace is the namespace Crossplane runs in.

@@ -1,5 +1,5 @@
 // Package crossplanetest brings up, for a test, what installing the
-// project the Crossplane way needs (internal/localcrossplane): an OCI
+// project the Crossplane way needs (internal/devenv/localcrossplane): an OCI
 // registry on loopback with TLS from a CA made for it, a real control
 // plane, Crossplane core v2.4.0 with its package manager and RBAC manager
 // trusting that CA, and the process runtime that runs the packages' pods;
@@ -29,10 +29,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage/registrytest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // The names the packages install as (docs/install.md).

@@ -39,8 +39,8 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // Namespace is the provider's namespace in the harness (created by Start).

@@ -1,5 +1,5 @@
 // Package testenv starts what the integration tests share: a real control
-// plane (internal/controlplane) with the provider's CRDs installed, and a
+// plane (internal/devenv/controlplane) with the provider's CRDs installed, and a
 // scheme that knows Kubernetes' kinds and the provider's.
 package testenv
 
@@ -19,7 +19,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egressproxy/provider-egressproxy/apis"
-	"github.com/egressproxy/provider-egressproxy/internal/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
 // Start starts a control plane for t (stopped when t ends) with o, plus

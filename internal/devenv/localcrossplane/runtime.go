@@ -26,7 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
 )
 
 // ProcessRuntime plays the kubelet for the pods Crossplane's package

@@ -17,9 +17,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage"
-	"github.com/egressproxy/provider-egressproxy/internal/ociimage/registrytest"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/ociimage/registrytest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 var (

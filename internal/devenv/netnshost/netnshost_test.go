@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/egressproxy/provider-egressproxy/internal/netnshost"
-	"github.com/egressproxy/provider-egressproxy/internal/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 // childEnv makes the test binary a process that makes a host, prints its

@@ -1,7 +1,7 @@
 // Package pki makes the throwaway certificate authorities, and the
 // certificates they sign, that the project's local servers need: the OCI
 // registry of internal/localcrossplane, the node's kubelet client
-// certificates (internal/controlplane), the Proxmox fake (pvetest) and the
+// certificates (internal/devenv/controlplane), the Proxmox fake (pvetest) and the
 // composition function served to Crossplane in test/compositions. Every
 // key is ECDSA P-256; every serial number is random, so two authorities
 // made in one run never look alike to a client.

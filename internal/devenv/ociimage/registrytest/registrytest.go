@@ -6,7 +6,7 @@ package registrytest
 import (
 	"testing"
 
-	"github.com/egressproxy/provider-egressproxy/internal/localcrossplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
 )
 
 // Registry is a running registry; see localcrossplane.Registry.
