@@ -23,9 +23,12 @@ const (
 const CheckTarget = "apiserver"
 
 // Check implements proxy.Driver: it reads the config's namespace, lists at
-// most one labelled pod there (proving read and list access where the
-// proxies live) and reads the API server's version, all from the API
-// server itself, never from a cache.
+// most one labelled pod there and reads the API server's version, all from
+// the API server itself, never from a cache; then asks the API server
+// whether the config's identity holds every other permission the driver
+// uses (Permissions), so that a config that could not create a
+// Deployment reads unhealthy, naming what is missing, before any proxy
+// fails on it.
 func (d *Driver) Check(ctx context.Context) proxy.Health {
 	t := proxy.TargetHealth{Target: CheckTarget, Address: d.host, Details: map[string]string{"namespace": d.cfg.Namespace}}
 	fail := func(reason string, err error) proxy.Health {
@@ -42,16 +45,35 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		}
 		t.Details["serverVersion"] = v
 	}
+	// A refused read is reported below with everything else the identity
+	// lacks, named.
+	var refused error
 	ns := &corev1.Namespace{}
 	if err := d.live.Get(ctx, types.NamespacedName{Name: d.cfg.Namespace}, ns); err != nil {
-		if kerrors.IsNotFound(err) {
+		switch {
+		case kerrors.IsNotFound(err):
 			return fail(ReasonNamespaceMissing, fmt.Errorf("namespace %q does not exist: create it, or set spec.kubernetes.namespace to one that does", d.cfg.Namespace))
+		case !kerrors.IsForbidden(err):
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err))
 		}
-		return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err))
+		refused = fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err)
 	}
 	pods := &corev1.PodList{}
 	if err := d.live.List(ctx, pods, client.InNamespace(d.cfg.Namespace), client.MatchingLabels{LabelManagedBy: ManagedBy}, client.Limit(1)); err != nil {
-		return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err))
+		if !kerrors.IsForbidden(err) {
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err))
+		}
+		refused = fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err)
+	}
+	missing, err := missingPermissions(ctx, d.client, Permissions(d.cfg.Namespace, d.cached()))
+	if err != nil {
+		return fail(checkReason(ctx, err), err)
+	}
+	if len(missing) > 0 {
+		return fail(proxy.ReasonForbidden, missingError(missing))
+	}
+	if refused != nil {
+		return fail(proxy.ReasonForbidden, refused)
 	}
 	t.Healthy = true
 	return proxy.Health{Targets: []proxy.TargetHealth{t}}

@@ -115,6 +115,7 @@ func TestDriverIntegration(t *testing.T) {
 		t.Run("ThisCluster", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{New: e.fixture(true)}) })
 		t.Run("KubeconfigSecret", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{New: e.fixture(false)}) })
 	})
+	t.Run("RemoteIdentity", e.remoteIdentityTests)
 	e.driverTests(t)
 	t.Run("Takeover", e.takeoverTests)
 	t.Run("Faults", e.faultTests)

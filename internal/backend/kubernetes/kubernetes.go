@@ -174,3 +174,7 @@ func merged(base, over map[string]string) map[string]string {
 	maps.Copy(out, over)
 	return out
 }
+
+// cached says the driver's reads go through a cache (Options.Live is set
+// apart from Options.Client).
+func (d *Driver) cached() bool { return d.live != client.Reader(d.client) }

@@ -54,7 +54,7 @@ func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deploym
 	}
 	dep := &appsv1.Deployment{}
 	err = d.client.Get(ctx, key, dep)
-	if kerrors.IsNotFound(err) && d.live != client.Reader(d.client) && (ref.Live && !d.gone.seen(key) || d.gone.unseen(key)) {
+	if kerrors.IsNotFound(err) && d.cached() && (ref.Live && !d.gone.seen(key) || d.gone.unseen(key)) {
 		err = d.live.Get(ctx, key, dep)
 	}
 	if kerrors.IsNotFound(err) {
@@ -102,7 +102,7 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instan
 		s := &corev1.Service{}
 		key := client.ObjectKeyFromObject(dep)
 		err := d.client.Get(ctx, key, s)
-		if kerrors.IsNotFound(err) && d.live != client.Reader(d.client) {
+		if kerrors.IsNotFound(err) && d.cached() {
 			err = d.live.Get(ctx, key, s)
 		}
 		switch {

@@ -11,6 +11,8 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 )
 
 // ClusterRole is the name of the ClusterRole this project ships
@@ -20,35 +22,10 @@ import (
 // Events and Leases, and a package cannot ask for more.
 const ClusterRole = "provider-egressproxy-podproxy"
 
-// permission is one verb on one resource, cluster-wide.
-type permission struct {
-	group, resource, verb string
-}
-
-func (p permission) String() string {
-	if p.group == "" {
-		return p.verb + " " + p.resource
-	}
-	return p.verb + " " + p.resource + "." + p.group
-}
-
-// required is what the PodProxy driver does in this cluster
-// (docs/pod-proxy.md, RBAC): it caches its labelled pods, Deployments and
-// Services cluster-wide, creates Deployments, Services, Secrets and
-// NetworkPolicies in whichever namespace a config names, and reads the
-// cluster's own networks (the Service CIDRs, the API server's endpoints),
-// which Squid denies: without them a proxy could reach the API server.
-var required = []permission{
-	{"", "pods", "list"}, {"", "pods", "watch"},
-	{"apps", "deployments", "list"}, {"apps", "deployments", "watch"},
-	{"apps", "deployments", "create"}, {"apps", "deployments", "update"}, {"apps", "deployments", "delete"},
-	{"", "services", "list"}, {"", "services", "watch"}, {"", "services", "create"}, {"", "services", "update"}, {"", "services", "delete"},
-	{"", "secrets", "create"}, {"", "secrets", "update"},
-	{"", "namespaces", "get"},
-	{"networking.k8s.io", "networkpolicies", "get"}, {"networking.k8s.io", "networkpolicies", "create"},
-	{"networking.k8s.io", "networkpolicies", "update"}, {"networking.k8s.io", "networkpolicies", "delete"},
-	{"networking.k8s.io", "servicecidrs", "list"}, {"discovery.k8s.io", "endpointslices", "list"},
-}
+// required is what the PodProxy driver does in this cluster, where its
+// cache lists and watches cluster-wide and a config may name any
+// namespace (kubernetes.Permissions).
+var required = kubernetes.Permissions("", true)
 
 // access tells whether this provider's identity holds the permissions
 // PodProxies on InjectedIdentity need, asking the API server
@@ -66,14 +43,14 @@ type access struct {
 
 // missingError is the error of every PodProxy on InjectedIdentity while
 // permissions are missing: it names them and the fix.
-type missingError struct{ missing []permission }
+type missingError struct{ missing []kubernetes.Permission }
 
 func (e *missingError) Error() string {
 	s := make([]string, len(e.missing))
 	for i, p := range e.missing {
 		s[i] = p.String()
 	}
-	return fmt.Sprintf("this provider's service account may not %s cluster-wide, which PodProxies on InjectedIdentity need: "+
+	return fmt.Sprintf("this provider's service account may not %s, which PodProxies on InjectedIdentity need: "+
 		"bind ClusterRole %s to it (docs/install.md, PodProxy permissions: a ClusterRoleBinding and a DeploymentRuntimeConfig naming the service account); "+
 		"the provider picks the grant up without a restart",
 		strings.Join(s, ", "), ClusterRole)
@@ -87,10 +64,10 @@ func (a *access) check(ctx context.Context) error {
 	if !a.checked.IsZero() && (a.err == nil || time.Since(a.checked) < a.recheck) {
 		return a.err
 	}
-	var missing []permission
+	var missing []kubernetes.Permission
 	for _, p := range required {
 		r, err := a.reviews.Create(ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authzv1.ResourceAttributes{Group: p.group, Resource: p.resource, Verb: p.verb},
+			ResourceAttributes: p.Attributes(),
 		}}, metav1.CreateOptions{})
 		if err != nil {
 			return errors.Wrapf(err, "cannot review this provider's permissions (%s)", p)
