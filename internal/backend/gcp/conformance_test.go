@@ -14,7 +14,7 @@ import (
 // TestConformance runs the proxy.Driver conformance suite on the real
 // driver and the real SDK clients against the fake Compute Engine.
 func TestConformance(t *testing.T) {
-	proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+	proxytest.Run(t, proxytest.Harness{Complete: true, New: func(t *testing.T) proxytest.Fixture {
 		f := newFixture(t)
 		return proxytest.Fixture{
 			Driver:   f.driver,

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -106,14 +107,15 @@ func startEnv(t *testing.T) *env {
 // through the Remote pool). Pokes: Settle (the kubelet stand-in reports
 // the pods Ready with a listener on their address, then waits for the
 // rollout, or after a Delete for the garbage collector; and for the cache
-// to catch up), Foreign, ForeignMarked, SetUnknownState (a pod phase the
+// to catch up), PartialCreate (a Secret and NetworkPolicy left without
+// their Deployment) with Leftovers, Foreign, ForeignMarked, SetUnknownState (a pod phase the
 // driver does not know), SetBusy (every API call answers 429), HoldDelete
 // (a finalizer on the Deployment), LogOutput and MalformedIDs.
 func TestDriverIntegration(t *testing.T) {
 	e := startEnv(t)
 	t.Run("Conformance", func(t *testing.T) {
-		t.Run("ThisCluster", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{New: e.fixture(true)}) })
-		t.Run("KubeconfigSecret", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{New: e.fixture(false)}) })
+		t.Run("ThisCluster", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{Complete: true, New: e.fixture(true)}) })
+		t.Run("KubeconfigSecret", func(t *testing.T) { proxytest.Run(t, proxytest.Harness{Complete: true, New: e.fixture(false)}) })
 	})
 	t.Run("RemoteIdentity", e.remoteIdentityTests)
 	e.driverTests(t)
@@ -170,6 +172,8 @@ func (e *env) fixture(cached bool) func(t *testing.T) proxytest.Fixture {
 			ForeignMarked: func(ctx context.Context, name, uid string) error {
 				return e.foreign(ctx, ns, name, marked(name, uid), cached)
 			},
+			PartialCreate:   func(ctx context.Context, name, uid string) error { return e.orphanedChildren(ctx, ns, name, uid) },
+			Leftovers:       func(ctx context.Context, name string) ([]string, error) { return e.children(ctx, ns, name) },
 			SetUnknownState: func(ctx context.Context, id string) error { return e.unknownState(ctx, id, cached) },
 			SetBusy:         func(_ context.Context, b bool) { busy.Store(b) },
 			HoldDelete:      func(ctx context.Context, id string) func() { return e.holdDelete(t, ctx, id, cached) },
@@ -194,6 +198,41 @@ func marked(name, uid string) map[string]string {
 		kubernetes.LabelUID:          uid,
 		kubernetes.LabelInstallation: testInstallation,
 	}
+}
+
+// orphanedChildren leaves what a proxy's Deployment leaves when it goes
+// with its children orphaned (kubectl delete --cascade=orphan), or what a
+// create that wrote the children first leaves: its Secret and
+// NetworkPolicy, marked for uid, owned by nothing, without a Deployment.
+func (e *env) orphanedChildren(ctx context.Context, ns, name, uid string) error {
+	labels := marked(name, uid)
+	for _, obj := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, StringData: map[string]string{"squid.conf": "# left over\n"}},
+		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		}},
+	} {
+		if err := e.live.Create(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// children lists the Secret, NetworkPolicy and Service of name that
+// remain, by kind.
+func (e *env) children(ctx context.Context, ns, name string) ([]string, error) {
+	var left []string
+	for _, obj := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}, &corev1.Service{}} {
+		err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+		switch {
+		case err == nil:
+			left = append(left, fmt.Sprintf("%T %s", obj, name))
+		case !kerrors.IsNotFound(err):
+			return nil, err
+		}
+	}
+	return left, nil
 }
 
 // foreign creates a Deployment named name, with labels (nil: a human's,

@@ -35,7 +35,9 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	dep, err := d.deployment(ctx, ref)
 	switch {
 	case proxy.IsNotFound(err):
-		return nil // gone; Get reports its pods until they are
+		// Gone; Get reports its pods until they are. What it left without
+		// an owner is removed here.
+		return d.deleteOrphans(ctx, ref)
 	case err != nil:
 		return err
 	case dep.DeletionTimestamp != nil:
@@ -64,6 +66,27 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	}
 	d.logger(ctx).V(1).Info("deleted Deployment", "namespace", dep.Namespace, "name", dep.Name, "propagation", policy)
 	return nil
+}
+
+// deleteOrphans deletes the children ref's proxy left without its
+// Deployment (leftovers), for a resource whose mark is known.
+func (d *Driver) deleteOrphans(ctx context.Context, ref proxy.Ref) error {
+	if ref.Mark.UID == "" || ref.Mark.InstallationID == "" {
+		return nil
+	}
+	key, err := d.key(ref)
+	if err != nil {
+		return err
+	}
+	// While its pods remain, the garbage collector is at work.
+	if pods, err := d.pods(ctx, key.Namespace, ref.Mark, key.Name); err != nil || len(pods) > 0 {
+		return err
+	}
+	left, err := d.leftovers(ctx, key, ref.Mark)
+	if err != nil {
+		return err
+	}
+	return d.deleteLeftovers(ctx, left)
 }
 
 // pods are the pods carrying mark and the name label name in namespace,
@@ -96,6 +119,13 @@ func (d *Driver) podsLeft(ctx context.Context, key types.NamespacedName, ref pro
 		return proxy.Instance{}, err
 	}
 	if len(pods) == 0 {
+		left, err := d.leftovers(ctx, key, ref.Mark)
+		if err != nil {
+			return proxy.Instance{}, err
+		}
+		if len(left) > 0 {
+			return leftoversInstance(key, ref.Mark, left), nil
+		}
 		return proxy.Instance{}, gone
 	}
 	d.logger(ctx).V(1).Info("Deployment gone, its pod remains", "namespace", key.Namespace, "name", key.Name, "pod", pods[0].Name)

@@ -84,8 +84,10 @@ func Permissions(namespace string, cached bool) []Permission {
 		in("apps", "deployments/finalizers", "update"),
 		cachedOr("", "services", "get"),
 		in("", "services", "create", "update", "delete"),
-		in("", "secrets", "get", "create", "update"),
-		in("networking.k8s.io", "networkpolicies", "get", "create", "update"),
+		// delete: the children a Deployment left without an owner
+		// (leftovers.go).
+		in("", "secrets", "get", "create", "update", "delete"),
+		in("networking.k8s.io", "networkpolicies", "get", "create", "update", "delete"),
 		{{Resource: "namespaces", Verb: "get", Name: namespace}},
 		// The cluster's own networks (networks.go).
 		{{Resource: "services", Verb: "get", Namespace: "default"}},

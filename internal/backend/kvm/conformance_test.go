@@ -15,7 +15,7 @@ import (
 // host. The image is not cached, so every instance goes through the
 // background download and the background finish.
 func TestConformance(t *testing.T) {
-	proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+	proxytest.Run(t, proxytest.Harness{Complete: true, New: func(t *testing.T) proxytest.Fixture {
 		e := newTestEnv(t)
 		return proxytest.Fixture{
 			Driver:   e.d,

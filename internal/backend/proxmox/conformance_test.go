@@ -17,7 +17,7 @@ import (
 // cluster, every task held until Settle (which ends them and lets the
 // driver take its next steps, as reconciles would).
 func TestConformance(t *testing.T) {
-	proxytest.Run(t, proxytest.Harness{New: func(t *testing.T) proxytest.Fixture {
+	proxytest.Run(t, proxytest.Harness{Complete: true, New: func(t *testing.T) proxytest.Fixture {
 		f := newFixture(t)
 		token := f.fake.Token()
 		return proxytest.Fixture{

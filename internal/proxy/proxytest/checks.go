@@ -210,7 +210,7 @@ func checkPartialCreate(e *env) {
 // are Permanent, and do not fall back to the Ref's name.
 func checkMalformedIDs(e *env) {
 	if len(e.f.MalformedIDs) == 0 {
-		e.t.Skipf("proxytest: fixture lists no MalformedIDs; cannot check that malformed IDs are Permanent")
+		e.skipf("proxytest: fixture lists no MalformedIDs; cannot check that malformed IDs are Permanent")
 	}
 	req := e.f.Request(nameA, uidA)
 	inst := e.create(req)
@@ -760,7 +760,7 @@ func checkUpdateSpecHash(e *env) {
 	byID := refTo(inst, req)
 	got := e.mustGet(byID)
 	if got.SpecHash == "" {
-		e.t.Skipf("proxytest: the backend does not store SpecHash (empty after Create)")
+		e.skipf("proxytest: the backend does not store SpecHash (empty after Create)")
 	}
 	if want := proxy.Hash(req); got.SpecHash != want {
 		e.t.Errorf("Get after Create: SpecHash %q; want proxy.Hash(request) %q", got.SpecHash, want)
@@ -942,8 +942,18 @@ func (e *env) exercise() []outcome {
 func (e *env) need(poke string, ok bool) {
 	e.t.Helper()
 	if !ok {
-		e.t.Skipf("proxytest: fixture has no %s poke", poke)
+		e.skipf("proxytest: fixture has no %s poke", poke)
 	}
+}
+
+// skipf skips the check, or fails it where the harness says its fixture
+// is complete.
+func (e *env) skipf(format string, args ...any) {
+	e.t.Helper()
+	if e.complete {
+		e.t.Fatalf(format+" (the harness is Complete: every check must run)", args...)
+	}
+	e.t.Skipf(format, args...)
 }
 
 func (e *env) create(req proxy.Request) proxy.Instance {

@@ -35,12 +35,16 @@ type Harness struct {
 	// Subtests run in parallel; each calls New once and gets its own
 	// backend. Register cleanups with t.Cleanup.
 	New func(t *testing.T) Fixture
+	// Complete says the fixture gives every poke: a check that would be
+	// skipped for want of one fails instead. Every driver's harness sets
+	// it; a skipped check is a hole in the contract.
+	Complete bool
 }
 
 // Fixture is one driver on one empty backend, plus the backend pokes the
-// suite needs. Every poke is optional: nil means the backend cannot do it,
-// and the subtests that need it are skipped with a message saying which
-// capability is missing.
+// suite needs. A nil poke means the backend cannot do it: the subtests that
+// need it are skipped with a message saying which capability is missing,
+// or fail where the harness is Complete (every driver's is).
 type Fixture struct {
 	// Driver under test. Required.
 	Driver proxy.Driver
@@ -150,7 +154,8 @@ type check struct {
 //	CheckReturnsTargets
 //	ErrorsAreClassifiedWithProvider
 //
-// A subtest whose fixture field (in parentheses) is missing is skipped.
+// A subtest whose fixture field (in parentheses) is missing is skipped,
+// or fails under Harness.Complete.
 // Settle, LogOutput and Secrets are used where present and make the
 // checks that use them stricter.
 func Run(t *testing.T, h Harness) {
@@ -161,7 +166,7 @@ func Run(t *testing.T, h Harness) {
 	for _, c := range checks() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			runCheck(t, h.New(t), c)
+			runCheck(t, h.New(t), c, h.Complete)
 		})
 	}
 }
@@ -171,7 +176,7 @@ func Run(t *testing.T, h Harness) {
 const checkTimeout = 20 * time.Second
 
 // runCheck runs one check against one fixture, reporting to t.
-func runCheck(t tb, f Fixture, c check) {
+func runCheck(t tb, f Fixture, c check, complete bool) {
 	t.Helper()
 	if f.Driver == nil {
 		t.Fatalf("proxytest: Fixture.Driver is nil")
@@ -186,7 +191,7 @@ func runCheck(t tb, f Fixture, c check) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	c.fn(&env{t: t, f: f, ctx: ctx, installation: req.Mark.InstallationID})
+	c.fn(&env{t: t, f: f, ctx: ctx, installation: req.Mark.InstallationID, complete: complete})
 }
 
 // env is what a check works with.
@@ -195,4 +200,6 @@ type env struct {
 	f            Fixture
 	ctx          context.Context
 	installation string
+	// complete turns a skip for want of a poke into a failure.
+	complete bool
 }

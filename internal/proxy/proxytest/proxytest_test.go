@@ -70,7 +70,10 @@ type suiteResult struct {
 }
 
 // runRecorded runs every check, each on a fresh fixture, against recorders.
-func runRecorded(newFixture func() Fixture) suiteResult {
+func runRecorded(newFixture func() Fixture) suiteResult { return runRecordedAs(newFixture, false) }
+
+// runRecordedAs is runRecorded for a harness that is complete or not.
+func runRecordedAs(newFixture func() Fixture, complete bool) suiteResult {
 	cs := checks()
 	recs := make([]*recorder, len(cs))
 	var wg sync.WaitGroup
@@ -79,7 +82,7 @@ func runRecorded(newFixture func() Fixture) suiteResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runCheck(recs[i], newFixture(), c)
+			runCheck(recs[i], newFixture(), c, complete)
 		}()
 	}
 	wg.Wait()
@@ -113,6 +116,26 @@ func TestMemoryPassesEveryCheckWithoutSkipping(t *testing.T) {
 	if len(res.failed) != 0 || len(res.skipped) != 0 {
 		res.dump(t)
 		t.Errorf("failed %v, skipped %v; want none", res.failed, res.skipped)
+	}
+}
+
+// TestCompleteHarnessFailsWhatWouldSkip: with Harness.Complete, a check
+// that a missing poke would skip fails, saying which poke: no driver's
+// suite can pass while a check of the contract did not run.
+func TestCompleteHarnessFailsWhatWouldSkip(t *testing.T) {
+	t.Parallel()
+	res := runRecordedAs(func() Fixture {
+		m := NewMemory("memory-test", "proxytest-installation")
+		f := m.Fixture()
+		f.PartialCreate = nil
+		return f
+	}, true)
+	if want := []string{"DeletionRemovesWhatACutShortCreateLeft"}; !slices.Equal(res.failed, want) || len(res.skipped) != 0 {
+		res.dump(t)
+		t.Fatalf("failed %v, skipped %v; want failed %v and none skipped", res.failed, res.skipped, want)
+	}
+	if lines := res.report[res.failed[0]]; len(lines) == 0 || !strings.Contains(lines[len(lines)-1], "PartialCreate poke") {
+		t.Errorf("the failure %q does not name the missing poke", lines)
 	}
 }
 
@@ -170,7 +193,7 @@ func TestRunRejectsBrokenFixtures(t *testing.T) {
 			t.Parallel()
 			r := &recorder{}
 			done := make(chan struct{})
-			go func() { defer close(done); runCheck(r, f, checks()[0]) }()
+			go func() { defer close(done); runCheck(r, f, checks()[0], false) }()
 			<-done
 			if !r.failed || !strings.Contains(strings.Join(r.lines, "\n"), "proxytest: Fixture") {
 				t.Errorf("runCheck with %s: failed=%v, %q; want a failure naming the fixture", name, r.failed, r.lines)
