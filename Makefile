@@ -151,6 +151,13 @@ test-integration: test-deps
 test-pod: test-deps
 	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./internal/backend/kubernetes/... ./internal/controller/pod/... ./internal/squid/...
 
+# The docs check alone (test/docs, part of make test too): every flag,
+# environment variable, metric, condition reason and make target that
+# README.md and docs/ name exists in the code or this Makefile.
+.PHONY: test-docs
+test-docs:
+	$(GOTEST) -count=1 ./test/docs/
+
 ## Benchmarks -----------------------------------------------------------------
 
 # Each benchmark is hack/bench-<name>.sh, given the arguments below (make
