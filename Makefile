@@ -175,7 +175,7 @@ bench-podproxy: BENCH_ARGS = $(or $(N),200) $(or $(DELAY),3s)
 
 # One provider holding N managed resources on the in-memory reference
 # driver: time to Ready, RSS and CPU per poll at 1000, 5000 and 10000, and a
-# restart (docs/scaling.md): make bench-scale N=10000
+# restart (docs/benchmarks.md): make bench-scale N=10000
 bench-scale: controlplane-bins
 bench-scale: BENCH_ARGS = $(or $(N),10000)
 
@@ -189,7 +189,7 @@ bench-node: build
 bench-node: BENCH_ARGS = $(or $(ROUNDS),3) $(or $(PROXIES),3)
 
 # The provider's start: exec to /readyz and to the first reconcile of an
-# existing resource (docs/scaling.md): make bench-start ROUNDS=5
+# existing resource (docs/benchmarks.md): make bench-start ROUNDS=5
 bench-start: controlplane-bins
 bench-start: BENCH_ARGS = $(or $(ROUNDS),5)
 

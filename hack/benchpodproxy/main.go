@@ -1,5 +1,5 @@
 // Command benchpodproxy measures the PodProxy controller: it starts a local
-// control plane (internal/controlplane, plus a kube-controller-manager of
+// control plane (internal/devenv/controlplane, plus a kube-controller-manager of
 // its own with rate limits raised for a thousand Deployments), runs the
 // built provider binary against it, creates N PodProxies, plays the
 // kubelet with internal/backend/kubernetes/kubelettest, and prints the

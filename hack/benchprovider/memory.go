@@ -78,7 +78,7 @@ type benchDriver struct {
 	observed map[string]bool
 	// saved holds a hash of each instance's record as last written: the
 	// backend's state is not the provider's, and a copy of every record
-	// would be counted in the provider's memory (make bench-scale).
+	// would be counted in the provider's memory.
 	saved map[string]uint64
 	seed  maphash.Seed
 }

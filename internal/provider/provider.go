@@ -92,10 +92,10 @@ func Main(h Hooks) {
 	parseFlags()
 	if os.Getenv("GOGC") == "" {
 		// Collect more often than Go's default (100): the heap grows to 1.4
-		// times what is live between collections. At 10,000 resources 40
-		// keeps the provider under 200 MiB (197 MiB peak, 211 at 50) at
-		// the same CPU per resource per poll (0.77 ms, make bench-scale;
-		// docs/scaling.md).
+		// times what is live between collections, not twice. Most of the
+		// live heap is the caches, which grow with the resources, so this
+		// bounds the provider's memory for little CPU (docs/benchmarks.md
+		// has the figures).
 		gcdebug.SetGCPercent(40)
 	}
 
@@ -286,9 +286,9 @@ func envOr(key, def string) string {
 // is written with them. crossplane-runtime's and controller-runtime's
 // reconcilers add their fields (the request, the reconcile ID) to a new
 // logger on every reconcile, and zap's JSON encoder encodes them at once,
-// by reflection: about a tenth of a steady reconcile's CPU (make
-// bench-scale profile), for lines that are not written unless something
-// goes wrong or --debug is on. What is written is the same.
+// by reflection: a noticeable share of a steady reconcile's CPU, for
+// lines that are not written unless something goes wrong or --debug is
+// on. What is written is the same.
 type lazyFields struct{ zapcore.Core }
 
 func (c lazyFields) With(fields []zapcore.Field) zapcore.Core {
