@@ -118,7 +118,7 @@ type stage struct {
 	reconciles       float64
 	expected         float64
 	writes           float64
-	writesBy         map[string]float64 // "resource VERB" (benchrequests build)
+	writesBy         map[string]float64 // "resource VERB" (counted by hack/benchprovider)
 	// settleWrites are the writes from Ready to the window (the last
 	// creates finishing), settleWritesBy split as writesBy.
 	settleWrites   float64
@@ -360,7 +360,7 @@ func settle(ctx context.Context, o options, p *benchutil.Provider, st *stage, be
 type restartResult struct {
 	observed, sinceControllers time.Duration
 	provWrites, apiWrites      map[string]float64
-	provWritesBy               map[string]float64 // "resource VERB" (benchrequests build)
+	provWritesBy               map[string]float64 // "resource VERB" (counted by hack/benchprovider)
 	peakKiB                    int
 	cpu                        float64
 	load                       string
