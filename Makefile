@@ -170,7 +170,7 @@ $(BENCHES):
 # The floor, then the provider, each on a fresh control plane, and a summary
 # of both against the targets: make bench-podproxy N=200 DELAY=3s (one side:
 # hack/bench-podproxy.sh 200 3s -- -only provider, or -- -floor)
-bench-podproxy: build controlplane-bins
+bench-podproxy: controlplane-bins
 bench-podproxy: BENCH_ARGS = $(or $(N),200) $(or $(DELAY),3s)
 
 # One provider holding N managed resources on the in-memory reference
