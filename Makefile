@@ -151,6 +151,13 @@ test-integration: test-deps
 test-pod: test-deps
 	EGRESSPROXY_REQUIRE_SQUID=1 $(GOTEST) $(TESTFLAGS) ./internal/backend/kubernetes/... ./internal/controller/pod/... ./internal/squid/...
 
+# The docs check alone (test/docs, part of make test too): every flag,
+# environment variable, metric, condition reason and make target that
+# README.md and docs/ name exists in the code or this Makefile.
+.PHONY: test-docs
+test-docs:
+	$(GOTEST) -count=1 ./test/docs/
+
 ## Benchmarks -----------------------------------------------------------------
 
 # Each benchmark is hack/bench-<name>.sh, given the arguments below (make
@@ -163,12 +170,12 @@ $(BENCHES):
 # The floor, then the provider, each on a fresh control plane, and a summary
 # of both against the targets: make bench-podproxy N=200 DELAY=3s (one side:
 # hack/bench-podproxy.sh 200 3s -- -only provider, or -- -floor)
-bench-podproxy: build controlplane-bins
+bench-podproxy: controlplane-bins
 bench-podproxy: BENCH_ARGS = $(or $(N),200) $(or $(DELAY),3s)
 
 # One provider holding N managed resources on the in-memory reference
 # driver: time to Ready, RSS and CPU per poll at 1000, 5000 and 10000, and a
-# restart (docs/scaling.md): make bench-scale N=10000
+# restart (docs/benchmarks.md): make bench-scale N=10000
 bench-scale: controlplane-bins
 bench-scale: BENCH_ARGS = $(or $(N),10000)
 
@@ -182,7 +189,7 @@ bench-node: build
 bench-node: BENCH_ARGS = $(or $(ROUNDS),3) $(or $(PROXIES),3)
 
 # The provider's start: exec to /readyz and to the first reconcile of an
-# existing resource (docs/scaling.md): make bench-start ROUNDS=5
+# existing resource (docs/benchmarks.md): make bench-start ROUNDS=5
 bench-start: controlplane-bins
 bench-start: BENCH_ARGS = $(or $(ROUNDS),5)
 

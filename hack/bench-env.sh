@@ -21,9 +21,9 @@ bench_args() {
   ARGS=("$@")
 }
 
-# bench_provider_memory: the provider built with -tags benchmemory
-# (cmd/provider/benchmemory.go: the KVMProxy kind on the in-memory
-# reference driver) into bin/provider-benchmemory.
-bench_provider_memory() {
-  go build -trimpath -tags benchmemory -o bin/provider-benchmemory ./cmd/provider
+# bench_provider: the provider the benchmarks run (hack/benchprovider:
+# the shipped program with the KVMProxy kind on the in-memory reference
+# driver and its API requests counted) into bin/benchprovider.
+bench_provider() {
+  go build -trimpath -o bin/benchprovider ./hack/benchprovider
 }

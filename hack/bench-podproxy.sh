@@ -18,7 +18,7 @@
 #
 # KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them
-# when missing); builds bin/provider-benchrequests.
+# when missing); builds bin/benchprovider.
 # shellcheck source=hack/bench-env.sh
 source "$(dirname "$0")/bench-env.sh"
 
@@ -31,8 +31,8 @@ case "$DELAY" in
   *) DELAY="${DELAY}s" ;;
 esac
 
-# The provider's build with its requests counted by verb and resource
-# (cmd/provider/benchrequests.go); otherwise the release code.
-go build -trimpath -tags benchrequests -o bin/provider-benchrequests ./cmd/provider
+# The provider with its requests counted by verb and resource
+# (hack/benchprovider; its in-memory KVMProxy backend is not used here).
+bench_provider
 bench_build benchpodproxy
-exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/provider-benchrequests "$@"
+exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/benchprovider "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Scale benchmark: one provider process holding N managed resources, on
 # the in-memory reference driver so the backend costs nothing (the
-# provider is built with -tags benchmemory: cmd/provider/benchmemory.go,
-# and benchrequests, which counts its requests by resource and verb).
+# provider is hack/benchprovider, which also counts its requests by
+# resource and verb, so writes are told apart).
 # Not a test: it prints figures (see hack/benchscale/main.go).
 #
 #   hack/bench-scale.sh N [-- extra benchscale flags]
@@ -17,8 +17,6 @@ source "$(dirname "$0")/bench-env.sh"
 
 bench_args 10000 "$@"
 
-# benchrequests too: the provider counts its requests by resource and
-# verb (cmd/provider/benchrequests.go), so writes are told apart.
-go build -trimpath -tags benchmemory,benchrequests -o bin/provider-benchscale ./cmd/provider
+bench_provider
 bench_build benchscale
-exec bin/benchscale -n "$COUNT" -provider bin/provider-benchscale "${ARGS[@]}"
+exec bin/benchscale -n "$COUNT" -provider bin/benchprovider "${ARGS[@]}"

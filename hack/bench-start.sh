@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Start benchmark: from exec of the provider until its /readyz answers and
 # until it has reconciled a managed resource that exists already, on a
-# local control plane, ROUNDS times (the provider built with -tags
-# benchmemory: the KVMProxy kind on the in-memory reference driver, so no
-# backend is in the way). Not a test: it prints figures and the median
+# local control plane, ROUNDS times (hack/benchprovider: the KVMProxy kind
+# on the in-memory reference driver, so no backend is in the way). Not a test: it prints figures and the median
 # round's log (see hack/benchstart/main.go).
 #
 #   hack/bench-start.sh [ROUNDS] [-- extra benchstart flags]
@@ -18,6 +17,6 @@ source "$(dirname "$0")/bench-env.sh"
 
 bench_args 5 "$@"
 
-bench_provider_memory
+bench_provider
 bench_build benchstart
-exec bin/benchstart -rounds "$COUNT" -provider bin/provider-benchmemory "${ARGS[@]}"
+exec bin/benchstart -rounds "$COUNT" -provider bin/benchprovider "${ARGS[@]}"

@@ -1,5 +1,5 @@
 // Command benchpodproxy measures the PodProxy controller: it starts a local
-// control plane (internal/controlplane, plus a kube-controller-manager of
+// control plane (internal/devenv/controlplane, plus a kube-controller-manager of
 // its own with rate limits raised for a thousand Deployments), runs the
 // built provider binary against it, creates N PodProxies, plays the
 // kubelet with internal/backend/kubernetes/kubelettest, and prints the
@@ -75,7 +75,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 200, "PodProxies to create.")
 	flag.DurationVar(&o.delay, "kubelet-delay", 0, "How long the kubelet stand-in takes from seeing a pod to reporting it Ready.")
-	o.Register("bin/provider")
+	o.Register("bin/benchprovider")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up waiting for Ready after this long.")
 	flag.BoolVar(&o.listen, "listen", true, "Run a TCP listener per pod (the provider checks that the proxy answers); false runs nothing and no PodProxy becomes Ready.")
 	flag.BoolVar(&o.deleteAfter, "delete", true, "Delete the PodProxies at the end and time it.")
@@ -748,9 +748,9 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 	return benchutil.StartProvider(ctx, po)
 }
 
-// byResource sums the provider's egressproxy_bench_requests_total (the
-// benchrequests build, cmd/provider/benchrequests.go) by "resource VERB",
-// leaving out watches; empty for a build without it.
+// byResource sums the provider's egressproxy_bench_requests_total
+// (hack/benchprovider counts them) by "resource VERB", leaving out
+// watches; empty for the shipped provider.
 func byResource(ctx context.Context, p *benchutil.Provider) (map[string]float64, error) {
 	body, err := p.Scrape(ctx)
 	if err != nil {

@@ -1,8 +1,7 @@
 // Command benchscale measures one provider process holding many managed
 // resources: it starts a local control plane (internal/devenv/controlplane), runs
-// the provider built with -tags benchmemory (cmd/provider/benchmemory.go:
-// the KVMProxy kind on the in-memory reference driver, so the backend
-// costs nothing and the provider and the control plane are what is
+// the benchmark's provider (hack/benchprovider: the KVMProxy kind on the
+// in-memory reference driver, so the backend costs nothing and the provider and the control plane are what is
 // measured), creates KVMProxies in stages (1,000, 5,000, 10,000 by
 // default, up to -n) and prints, at each stage:
 //
@@ -15,7 +14,7 @@
 //     per reconcile (every Ready resource is observed once a poll, so per
 //     resource per poll), the reconciles against the N x window / poll
 //     expected, and the API writes (target: none), split by resource and
-//     verb (the provider is built with -tags benchrequests too); the
+//     verb (hack/benchprovider counts its requests); the
 //     window starts once the provider has sent no write for 5 s, and the
 //     writes from Ready until then are printed apart;
 //
@@ -65,7 +64,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 10000, "Managed resources in the end.")
 	flag.StringVar(&o.stages, "stages", "", "Comma-separated resource counts to measure at on the way to -n (default: 1000, 5000 and 10000 below -n, and -n).")
-	o.Register("bin/provider-benchscale")
+	o.Register("bin/benchprovider")
 	flag.DurationVar(&o.poll, "poll", time.Minute, "The provider's --poll: how often a Ready resource is observed; the steady-state window is one poll.")
 	flag.DurationVar(&o.jitter, "poll-jitter", 10*time.Second, "The provider's --poll-jitter.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for a stage after this long.")
@@ -119,7 +118,7 @@ type stage struct {
 	reconciles       float64
 	expected         float64
 	writes           float64
-	writesBy         map[string]float64 // "resource VERB" (benchrequests build)
+	writesBy         map[string]float64 // "resource VERB" (counted by hack/benchprovider)
 	// settleWrites are the writes from Ready to the window (the last
 	// creates finishing), settleWritesBy split as writesBy.
 	settleWrites   float64
@@ -361,7 +360,7 @@ func settle(ctx context.Context, o options, p *benchutil.Provider, st *stage, be
 type restartResult struct {
 	observed, sinceControllers time.Duration
 	provWrites, apiWrites      map[string]float64
-	provWritesBy               map[string]float64 // "resource VERB" (benchrequests build)
+	provWritesBy               map[string]float64 // "resource VERB" (counted by hack/benchprovider)
 	peakKiB                    int
 	cpu                        float64
 	load                       string
@@ -427,7 +426,7 @@ func restart(ctx context.Context, o options, cp *controlplane.ControlPlane, cfg 
 	return r, p, nil
 }
 
-// startProvider runs the benchmemory provider on the backend state file
+// startProvider runs the benchmark's provider on the backend state file
 // and waits until its KVMProxy controller runs.
 func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane, dir, state, logName string) (*benchutil.Provider, error) {
 	po := benchutil.ProviderOptions{
@@ -439,7 +438,7 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 		Controller: "kvmproxy.proxy.m.egressproxy.io",
 		Check: func(metrics string) error {
 			if !strings.Contains(metrics, "egressproxy_bench_observed_instances") {
-				return fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: build it with -tags benchmemory (hack/bench-scale.sh does)", o.Provider)
+				return fmt.Errorf("%s has no egressproxy_bench_observed_instances metric: run hack/benchprovider (hack/bench-scale.sh builds it)", o.Provider)
 			}
 			return nil
 		},

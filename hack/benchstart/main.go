@@ -2,7 +2,7 @@
 // /readyz answers 200, and until the first reconcile of a managed
 // resource that exists already (Ready, created by an earlier run of the
 // provider). It starts a local control plane (internal/devenv/controlplane), runs
-// the provider built with -tags benchmemory (the KVMProxy kind on the
+// the benchmark's provider (hack/benchprovider: the KVMProxy kind on the
 // in-memory reference driver, so no backend is in the way) once to make
 // the resource Ready, then starts it -rounds times and prints each round
 // and min/median/max, with the provider's own log lines on the way
@@ -36,7 +36,7 @@ const controllerName = "kvmproxy.proxy.m.egressproxy.io"
 
 func main() {
 	rounds := flag.Int("rounds", 5, "Provider starts to measure.")
-	provider := flag.String("provider", "bin/provider-benchmemory", "The provider binary, built with -tags benchmemory.")
+	provider := flag.String("provider", "bin/benchprovider", "The provider binary: hack/benchprovider's.")
 	timeline := flag.Bool("timeline", true, "Print the provider's log lines of the median round, relative to its exec.")
 	keep := flag.Bool("keep-logs", false, "Keep the control plane's and the provider's logs.")
 	args := flag.String("provider-args", "", "Extra provider flags, space-separated.")

@@ -282,10 +282,9 @@ func ClientRequests(text string) map[string]float64 {
 }
 
 // ResourceRequests sums egressproxy_bench_requests_total in Prometheus
-// text (a provider built with -tags benchrequests,
-// cmd/provider/benchrequests.go) by "resource VERB", leaving out
+// text (hack/benchprovider counts them) by "resource VERB", leaving out
 // watches: the requests ClientRequests counts, split by what they were
-// sent to. It is empty for a build without the tag.
+// sent to. It is empty for the shipped provider.
 func ResourceRequests(text string) map[string]float64 {
 	out := map[string]float64{}
 	for _, smp := range Samples(text, "egressproxy_bench_requests_total") {

@@ -133,8 +133,8 @@ func CreatePodsConfig(ctx context.Context, kube client.Client, image string) err
 }
 
 // CreateMemoryConfig creates the ClusterProviderConfig "memory": a KVM
-// config for the provider built with -tags benchmemory
-// (cmd/provider/benchmemory.go), whose KVMProxy backend is in memory and
+// config for the benchmark's provider (hack/benchprovider), whose
+// KVMProxy backend is in memory and
 // never reads the key or reaches the host.
 func CreateMemoryConfig(ctx context.Context, kube client.Client) error {
 	return kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{

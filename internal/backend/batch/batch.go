@@ -22,8 +22,8 @@ import (
 )
 
 // DefaultMaxAge is the age limit a driver uses when it is given none: an
-// eighth of the provider's default poll (5 minutes), so at 100 proxies per
-// config fewer than 0.1 list calls are made per proxy per poll.
+// eighth of the provider's default poll (5 minutes), so a config's steady
+// proxies cost at most eight list calls a poll, whatever their number.
 const DefaultMaxAge = 5 * time.Minute / 8
 
 // Snapshots holds the latest snapshot of every config key and, per

@@ -22,8 +22,8 @@ import (
 // (Stopped) until no pod of it remains (podsLeft), so the resource still
 // disappears only once its pod no longer runs, without the garbage
 // collector's and the Deployment and ReplicaSet controllers' work of a
-// foreground deletion (about 36 API requests per proxy, make
-// bench-podproxy). One whose pod the driver has not seen yet goes in the
+// foreground deletion (several times the API requests of a background
+// one). One whose pod the driver has not seen yet goes in the
 // foreground: a pod its ReplicaSet is about to make would not be waited
 // for, and in the foreground the ReplicaSet makes none and the Deployment
 // stays until the ReplicaSet and its pods are gone.

@@ -60,9 +60,8 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 }
 
 // networksTTL is how long a cluster's discovered networks are reused. A
-// Create reads them twice (squid.conf and NetworkPolicy), so without it a
-// thousand creates sent six thousand requests (make bench-podproxy); they
-// change only when an administrator adds a ServiceCIDR or moves the API
+// Create reads them twice (squid.conf and NetworkPolicy), so without it
+// every Create would cost several discovery requests; they change only when an administrator adds a ServiceCIDR or moves the API
 // server, and such a change reaches every proxy's squid.conf and
 // NetworkPolicy within the TTL.
 const networksTTL = 30 * time.Second

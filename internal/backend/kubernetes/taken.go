@@ -13,8 +13,8 @@ const maxTaken = 10000
 
 // taken are the proxy names (namespace and name) whose Create was refused
 // because a child's name is someone else's. Create reads a child's name
-// only when its create finds it taken (one request each saved on every
-// fresh proxy, make bench-podproxy); for these names it reads them all
+// only when its create finds it taken, so a fresh proxy costs no reads;
+// for these names it reads them all
 // first, as a resource refused once retries through the controller's
 // backoff and would otherwise create and delete a Deployment every time.
 // One set per Cluster (its zero value is empty); a nil set remembers

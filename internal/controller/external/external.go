@@ -151,9 +151,9 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 // unpublished is d, or nil when mg's connection Secret (in the watch of
 // connection Secrets) already holds exactly d. crossplane-runtime's
 // publisher compares the Secret's data with the details by go-cmp on every
-// reconcile, which was about a third of a steady reconcile's CPU (make
-// bench-scale); it cannot be replaced (v2.4.0 keeps that option
-// unexported). Nil details cost it nothing, and the writes client leaves
+// reconcile, a large share of a steady reconcile's CPU; it cannot be
+// replaced (v2.4.0 keeps that option unexported). Nil details cost it
+// nothing, and the writes client leaves
 // out a connection Secret patch with no data, so nothing is sent either
 // way. Only with that client and its watch: without the client the data
 // would be patched empty, without the watch the read is a request.

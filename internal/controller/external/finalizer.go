@@ -18,8 +18,8 @@ import (
 // before the finalizer goes, once the resource is being deleted and its
 // instance is gone (or orphaned): the resource's connection Secret and
 // ProviderConfigUsage, both controlled by it, are deleted here, one DELETE
-// each, instead of by the garbage collector after the resource has gone (a
-// GET and a DELETE each, make bench-podproxy's delete phase). The outcome
+// each, instead of by the garbage collector after the resource has gone
+// (which reads each owner before it deletes: a GET and a DELETE). The outcome
 // is the same: neither outlives the resource. Only an object whose
 // controller is this resource is deleted, with its UID as precondition (a
 // Secret of the same name made since is never touched); anything else, and

@@ -226,8 +226,8 @@ func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]bool
 	for _, gvk := range kinds {
 		// The typed kind, which the manager's cache already holds for the
 		// kind's controller: a list of metadata would be a second informer
-		// of every resource (about 1.3 KiB each, make bench-scale). Only
-		// UIDs are read, so the cache's objects are not copied.
+		// of every resource. Only UIDs are read, so the cache's objects are
+		// not copied.
 		o, err := s.Kube.Scheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err != nil {
 			return nil, errors.Wrapf(err, "cannot list %s to tell orphans from proxies", gvk.GroupKind())

@@ -254,10 +254,10 @@ func (b *binding) mayWatch(log logr.Logger, kind string, informers cache.Informe
 // Squid answers before reporting it pending (squid.Prober.Wait, 250 ms by
 // default). A pod's address here answers within milliseconds, unless the
 // machine is loaded, as when hundreds of pods turn Ready together: then a
-// check past the default made the resource write a status of its own
-// ("checking that the proxy answers", 0.3 status writes per proxy at 200,
-// make bench-podproxy) and wait for another reconcile to turn Ready;
-// waiting a little longer costs a worker for that time instead.
+// check past the default would make the resource write a status of its
+// own ("checking that the proxy answers") and wait for another reconcile
+// to turn Ready; waiting a little longer costs a worker for that time
+// instead.
 const probeWait = time.Second
 
 // watchPriority is the work-queue priority of reconciles these watches

@@ -147,8 +147,8 @@ func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
 // (the status of an unstructured object), "null" when it has none. It
 // encodes the status alone, not the whole object through the unstructured
 // converter, because it runs on every status write the managed reconciler
-// makes (one per reconcile), where that conversion was most of this
-// client's CPU (make bench-scale profile).
+// makes (one per reconcile): converting the whole object there would cost
+// more than the rest of this client.
 func statusDigest(obj client.Object) ([sha256.Size]byte, error) {
 	var st any
 	if u, ok := obj.(runtime.Unstructured); ok {
@@ -169,8 +169,8 @@ func statusDigest(obj client.Object) ([sha256.Size]byte, error) {
 // resourceVersion, unless that is a version this client's own write
 // replaced (a cache that has not caught up): the write's state stays. An
 // object at the version already noted is that state: its digests are not
-// computed again (they were most of a steady reconcile's CPU in this
-// client, make bench-scale).
+// computed again, since a steady resource is read at the same version on
+// every reconcile.
 func (c *Client) read(obj client.Object) {
 	key := seenKey(obj)
 	v := obj.GetResourceVersion()
@@ -285,9 +285,8 @@ func (c *Client) behind(obj client.Object) bool {
 // at a version this client's own write did not replace, or it is gone (or
 // the read fails: that error is returned). A status computed from the
 // stale read and written would be answered 409 Conflict and the resource
-// retried through the controller's backoff (1 s or more, 0.04 to 0.5 per
-// resource at 200, make bench-podproxy), most of the tail from pod Ready to
-// resource Ready.
+// retried through the controller's backoff (a second or more), which
+// would delay its Ready well past its pod's.
 //
 // Only this client's own writes make it wait: a version in replaced is one
 // the API server has moved past (the write that replaced it succeeded), so

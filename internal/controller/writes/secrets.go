@@ -29,9 +29,9 @@ import (
 // without their data: a cached Secret holds only the digest of its data
 // (DataDigest), which is all the Client needs to tell whether the server
 // already holds some details. So the provider keeps no copy of every
-// proxy's credentials in memory, and 10,000 connection Secrets cost a
-// digest each instead of a dozen values (make bench-scale). The manager's
-// own cache holds no Secrets at all.
+// proxy's credentials in memory, and a connection Secret costs a digest
+// rather than a dozen values, whatever the number of proxies. The
+// manager's own cache holds no Secrets at all.
 func ConnectionSecretCache(cfg *rest.Config, s *runtime.Scheme) (cache.Cache, error) {
 	strip := cache.TransformStripManagedFields()
 	return cache.New(cfg, cache.Options{
@@ -71,8 +71,9 @@ func DataDigest(data map[string][]byte) string {
 
 // digestOnly replaces s's data with its digest (annotationDataDigest). It
 // is idempotent, as an informer's transform must be: client-go may hand it
-// an object it already transformed (a provider restart's initial list did,
-// and every connection Secret was written again, make bench-scale).
+// an object it already transformed (a restart's initial list does), and a
+// second transform must not make every connection Secret look changed and
+// be written again.
 func digestOnly(s *corev1.Secret) {
 	if _, done := s.Annotations[annotationDataDigest]; done && len(s.Data) == 0 && len(s.StringData) == 0 {
 		return
@@ -214,11 +215,10 @@ func (cs *connectionSecrets) noteCreated(obj client.Object) {
 }
 
 // prune forgets the creations older than createdWindow, at most every
-// half window: not on every create, which made a burst of creates
-// quadratic, and also on reads, so that what a burst noted does not stay
-// once the creates stop (it did, about 250 bytes a resource, make
-// bench-scale heap profile at 10,000). A map emptied is made anew: Go's
-// maps do not shrink.
+// half window (on every create a burst of creates would be quadratic),
+// and on reads too, so that what a burst of creates noted does not stay
+// in memory once the creates stop. A map emptied is made anew: Go's maps
+// do not shrink.
 func (cs *connectionSecrets) prune() {
 	now := cs.now()
 	if now.UnixNano()-cs.prunedAt.Load() < int64(createdWindow/2) {

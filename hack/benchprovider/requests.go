@@ -1,13 +1,9 @@
-//go:build benchrequests
-
-// This file is built only with -tags benchrequests, by the PodProxy
-// benchmark (hack/bench-podproxy.sh): it counts every request the
-// provider sends to its API server by verb and resource, in the metric
-// egressproxy_bench_requests_total{verb,resource}, so the benchmark can
-// say where the provider's requests go (client-go's own
-// rest_client_requests_total has no resource). Never shipped: the release
-// build has no such tag.
 package main
+
+// Every request the provider sends to its API server is counted by verb
+// and resource, in the metric egressproxy_bench_requests_total{verb,
+// resource}, so the benchmarks can say where the provider's requests go
+// (client-go's own rest_client_requests_total has no resource).
 
 import (
 	"net/http"
@@ -18,13 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-func init() {
+// countRequests is a Hooks.Configure that counts the requests.
+func countRequests() func(*rest.Config) {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressproxy_bench_requests_total",
 		Help: "Requests to the API server by verb (LIST and WATCH told apart from GET) and resource (with its subresource).",
 	}, []string{"verb", "resource"})
 	metrics.Registry.MustRegister(requests)
-	configure = func(cfg *rest.Config) {
+	return func(cfg *rest.Config) {
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 			return roundTripper(func(r *http.Request) (*http.Response, error) {
 				verb, resource := classify(r)

@@ -1,12 +1,11 @@
-//go:build benchmemory
+package main
 
-// This file is built only with -tags benchmemory, by the scale benchmark
-// (hack/bench-scale.sh): the KVMProxy kind's backend becomes the in-memory
-// reference driver (internal/proxy/proxytest.Memory), so that 10,000
-// managed resources cost the control plane and the provider, not libvirt.
+// The KVMProxy kind's backend here is the in-memory reference driver
+// (internal/proxy/proxytest.Memory), so that thousands of managed
+// resources cost the control plane and the provider, not libvirt.
 // Everything above the driver (config resolution, catalogue checks,
 // names, marks, conditions, connection Secrets, the writes client) is the
-// production code. Never shipped: the release build has no such tag.
+// production code.
 //
 // The environment steers it:
 //
@@ -21,7 +20,6 @@
 // It adds the metric egressproxy_bench_observed_instances: the number of
 // distinct instances this process has read with Get, which tells the
 // benchmark when a restarted provider has observed every resource again.
-package main
 
 import (
 	"bufio"
@@ -46,13 +44,19 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
-func init() {
+// memoryBindings are the production bindings with the KVMProxy kind on
+// the in-memory driver.
+func memoryBindings() func(ctrl.Manager, external.Options) []external.Binding {
 	d, err := newBenchDriver(os.Getenv("EGRESSPROXY_BENCH_STATE"), os.Getenv("EGRESSPROXY_BENCH_SETTLE"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchmemory:", err)
+		fmt.Fprintln(os.Stderr, "benchprovider:", err)
 		os.Exit(2)
 	}
-	bindings = func(mgr ctrl.Manager, o external.Options) []external.Binding {
+	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "egressproxy_bench_observed_instances",
+		Help: "Distinct instances read with Get since this process started (benchmark program only).",
+	}, d.observedCount))
+	return func(mgr ctrl.Manager, o external.Options) []external.Binding {
 		bs := pcontroller.Bindings(mgr, o)
 		k := kvm.New(mgr, kvm.Options{})
 		k.Backend.Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return d, nil }
@@ -63,10 +67,6 @@ func init() {
 		}
 		return bs
 	}
-	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "egressproxy_bench_observed_instances",
-		Help: "Distinct instances read with Get since this process started (benchmark build only).",
-	}, d.observedCount))
 }
 
 // benchDriver is Memory with its instances written through to a file.
@@ -78,7 +78,7 @@ type benchDriver struct {
 	observed map[string]bool
 	// saved holds a hash of each instance's record as last written: the
 	// backend's state is not the provider's, and a copy of every record
-	// would be counted in the provider's memory (make bench-scale).
+	// would be counted in the provider's memory.
 	saved map[string]uint64
 	seed  maphash.Seed
 }
