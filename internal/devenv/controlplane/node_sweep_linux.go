@@ -1,0 +1,198 @@
+//go:build linux
+
+package controlplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// sweep removes what this node made that a clean stop would have removed
+// already, and reports what it had to remove as an error when the node
+// ran (a clean stop leaves nothing: the test checks).
+func (n *Node) sweep() error {
+	if err := sweepNodes(n.c.log.writer("[node] ")); err != nil {
+		return err
+	}
+	// containerd 1.6 keeps its pods' network namespaces in /run/netns.
+	for name := range netnsNames() {
+		if strings.HasPrefix(name, "cni-") && !n.netnsPre[name] {
+			_ = exec.Command("ip", "netns", "delete", name).Run()
+		}
+	}
+	if left := Leftovers(); len(left) > 0 {
+		return fmt.Errorf("the node left these behind: %s", strings.Join(left, "; "))
+	}
+	return os.Remove(nodeDirFile)
+}
+
+// recordedNodeDir is the folder of the last node started on this machine
+// that did not stop cleanly (or of the one running), or "".
+func recordedNodeDir() string {
+	b, err := os.ReadFile(nodeDirFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// sweepNodes removes what any node of this package left on this machine:
+// processes in the kubelet's cgroups and containerd shims of a node folder,
+// mounts below a node folder, cni-* network namespaces nothing runs in,
+// the pod bridges, iptables chains KUBE-* and CNI-* and the rules jumping
+// to them, and the /kubepods cgroups. Call it holding the node lock.
+func sweepNodes(log io.Writer) error {
+	var errs []error
+	// Containers (and pause) live in /kubepods; shims are containerd's
+	// children, started with its socket path on their command line.
+	for _, pid := range append(kubepodsPIDs(), nodeShimPIDs()...) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	waitGone(append(kubepodsPIDs(), nodeShimPIDs()...), 10*time.Second)
+
+	for _, m := range nodeMounts() {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	for name := range netnsNames() {
+		if strings.HasPrefix(name, "cni-") {
+			if out, _ := exec.Command("ip", "netns", "pids", name).Output(); len(bytes.TrimSpace(out)) == 0 {
+				_ = exec.Command("ip", "netns", "delete", name).Run()
+			}
+		}
+	}
+	for _, br := range bridges() {
+		if out, err := exec.Command("ip", "link", "delete", br).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", br, err, out))
+		}
+	}
+	for _, ipt := range iptablesCommands() {
+		if err := sweepChains(ipt); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, cg := range kubepodsCgroups() {
+		removeCgroup(cg)
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(log, "sweep: %v\n", errors.Join(errs...))
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers lists what a node of this package leaves on this machine when
+// it is not stopped cleanly: processes in /kubepods, containerd shims of a
+// node, mounts below a node folder, cni-* network namespaces, pod bridges,
+// KUBE-*/CNI-* iptables chains, /kubepods cgroups. Empty after a clean
+// stop.
+func Leftovers() []string {
+	var out []string
+	if p := kubepodsPIDs(); len(p) > 0 {
+		out = append(out, fmt.Sprintf("processes in /kubepods %v", p))
+	}
+	if p := nodeShimPIDs(); len(p) > 0 {
+		out = append(out, fmt.Sprintf("containerd shims %v", p))
+	}
+	if m := nodeMounts(); len(m) > 0 {
+		out = append(out, fmt.Sprintf("mounts %v", m))
+	}
+	var ns []string
+	for name := range netnsNames() {
+		if strings.HasPrefix(name, "cni-") {
+			ns = append(ns, name)
+		}
+	}
+	if len(ns) > 0 {
+		out = append(out, fmt.Sprintf("network namespaces %v", ns))
+	}
+	if b := bridges(); len(b) > 0 {
+		out = append(out, fmt.Sprintf("bridges %v", b))
+	}
+	for _, ipt := range iptablesCommands() {
+		if r := nodeRules(ipt); len(r) > 0 {
+			out = append(out, fmt.Sprintf("%s rules %v", ipt, r))
+		}
+	}
+	if cg := kubepodsCgroups(); len(cg) > 0 {
+		out = append(out, fmt.Sprintf("cgroups %v", cg))
+	}
+	return out
+}
+
+// nodeShimPIDs are containerd shims started by a node's containerd (its
+// socket in the recorded node folder).
+func nodeShimPIDs() []int {
+	dir := recordedNodeDir()
+	if dir == "" {
+		return nil
+	}
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && strings.Contains(string(b), dir+"/containerd/") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func waitGone(pids []int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for _, pid := range pids {
+		for time.Now().Before(deadline) {
+			if _, ok := procStartTime(pid); !ok {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// nodeMounts are mount points below the recorded node folder (containers'
+// root filesystems, the kubelet's volumes, sandboxes' /dev/shm) or a cni-*
+// network namespace, deepest first.
+func nodeMounts() []string {
+	dir := recordedNodeDir()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if (dir != "" && strings.HasPrefix(mp, dir+"/")) || strings.HasPrefix(mp, "/run/netns/cni-") || strings.HasPrefix(mp, "/var/run/netns/cni-") {
+			out = append(out, mp)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
