@@ -44,6 +44,9 @@ state = %[2]q
   stream_server_port = "0"
   disable_apparmor = true
   restrict_oom_score_adj = true
+  # The pods' network namespaces below the state folder, not as
+  # /run/netns/cni-*, where another containerd keeps its own.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

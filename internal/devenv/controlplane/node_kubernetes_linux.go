@@ -32,6 +32,14 @@ kind: KubeletConfiguration
 # This machine mounts cgroup v1: kubelet 1.35 refuses it unless told.
 failCgroupV1: false
 cgroupDriver: cgroupfs
+# Names of its own, apart from another kubelet's on this machine: pods'
+# cgroups below /egressproxy-node, their logs in the node's folder (a
+# kubelet removes the log folders of pods it does not know), no iptables
+# chains of the kubelet's (another kubelet's have the same names).
+cgroupRoot: /%[7]s
+podLogsDir: %[8]q
+volumePluginDir: %[9]q
+makeIPTablesUtilChains: false
 containerRuntimeEndpoint: unix://%[1]s
 address: %[2]s
 port: %[3]d
@@ -65,7 +73,7 @@ staticPodPath: ""
 rotateCertificates: false
 serverTLSBootstrap: false
 `, n.ContainerdSocket, n.Gateway, n.ports.kubelet, n.ports.kubeletHealthz,
-		filepath.Join(n.pki, "kubelet-client-ca.crt"), n.PodCIDR)
+		filepath.Join(n.pki, "kubelet-client-ca.crt"), n.PodCIDR, nodeCgroup, filepath.Join(d, "pod-logs"), filepath.Join(d, "volume-plugins"))
 	confPath := filepath.Join(d, "config.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return err

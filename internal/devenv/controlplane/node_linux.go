@@ -105,7 +105,6 @@ type Node struct {
 	registryCAs    map[string][]byte
 	procs          []*nodeProc
 	sysctls        map[string]string
-	netnsPre       map[string]bool
 	pki            string
 	ports          struct{ kubelet, kubeletHealthz, proxyHealthz, proxyMetrics int }
 }
@@ -119,8 +118,8 @@ type nodeProc struct {
 
 const (
 	// nodeLock serialises nodes on this machine: kube-proxy's iptables
-	// chains, the kubelet's cgroups (/kubepods) and containerd's network
-	// namespaces (/run/netns/cni-*) are machine-wide.
+	// chains are machine-wide, and so are the node's cgroup and the names
+	// of its bridges.
 	nodeLock = "/run/egressproxy-node.lock"
 	// nodeDirFile records the folder of the node running (or killed):
 	// its mounts and shims are what a sweep looks for.
@@ -128,6 +127,10 @@ const (
 	// bridgePrefix names the pod bridges (epxnode<N>); a sweep removes
 	// those left by a killed node.
 	bridgePrefix = "epxnode"
+	// nodeCgroup is the kubelet's cgroupRoot: pods and containers live in
+	// /egressproxy-node/kubepods/..., apart from another kubelet's
+	// /kubepods, and a sweep kills and removes only what is below it.
+	nodeCgroup = "egressproxy-node"
 	// pauseImage is the sandbox image made from hack/pause.
 	pauseImage = "localhost/egressproxy/pause:1"
 	// nodeName is the Node's name.
@@ -191,10 +194,18 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 	if err := sweepNodes(c.log.writer("[node] ")); err != nil {
 		return nil, fmt.Errorf("removing what an earlier node left behind: %w", err)
 	}
+	// kube-proxy's chain names are fixed, and it removes another
+	// kube-proxy's rules when it starts and on --cleanup: beside one, the
+	// node would break the Services of the Kubernetes running here.
+	if sign := foreignKubeProxy(); sign != "" {
+		return nil, fmt.Errorf("another Kubernetes' kube-proxy runs on this machine (%s); the node's kube-proxy would take over its iptables chains, whose names kube-proxy fixes: stop that one first, or run without a node (NODE=0 for make run)", sign)
+	}
+	if err := recordKeptChains(); err != nil {
+		return nil, err
+	}
 	if o.locked != nil {
 		o.locked()
 	}
-	n.netnsPre = netnsNames()
 	if err := os.RemoveAll(n.Dir); err != nil {
 		return nil, err
 	}
@@ -243,6 +254,9 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	note := n.c.log.writer("[node] ")
 	t0 := time.Now()
 	if err := n.bridgeUp(); err != nil {
+		return err
+	}
+	if err := makeNodeCgroups(); err != nil {
 		return err
 	}
 	if err := n.startContainerd(ctx); err != nil {
@@ -394,12 +408,10 @@ func (n *Node) waitReady(ctx context.Context) error {
 
 // stop removes every pod (through the kubelet's runtime: containers
 // stopped, network namespaces and veths deleted, IPs released), stops the
-// processes, and sweeps: mounts, network namespaces, the bridge, iptables
-// chains and cgroups the node made. What is still there after that is an
-// error.
+// processes, and sweeps: mounts, the bridge, iptables chains and cgroups
+// the node made. What is still there after that is an error.
 func (n *Node) stop() error {
 	var errs []error
-	note := n.c.log.writer("[node] ")
 	// The kubelet first: it would restart what is removed below.
 	n.signal("kube-scheduler", "kube-proxy", "kubelet")
 	if n.running("containerd") {
@@ -408,11 +420,9 @@ func (n *Node) stop() error {
 		}
 	}
 	n.signal("containerd")
-	// kube-proxy --cleanup removes its iptables chains (the sweep below
-	// removes the kubelet's and anything it missed).
-	if out, err := exec.Command(filepath.Join(n.BinDir, "kube-proxy"), "--cleanup", "--v=0").CombinedOutput(); err != nil {
-		fmt.Fprintf(note, "kube-proxy --cleanup: %v: %s\n", err, out)
-	}
+	// The sweep removes kube-proxy's chains, not kube-proxy --cleanup: that
+	// also flushes every IPVS service and deletes any kube-proxy nftables
+	// table on the machine.
 	if err := n.sweep(); err != nil {
 		errs = append(errs, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"math/big"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -44,15 +43,6 @@ func lastPodAddr(p netip.Prefix) netip.Addr {
 	a := p.Addr().As4()
 	a[3] = 200
 	return netip.AddrFrom4(a)
-}
-
-func netnsNames() map[string]bool {
-	m := map[string]bool{}
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		m[e.Name()] = true
-	}
-	return m
 }
 
 func bridges() []string {

@@ -3,7 +3,6 @@
 package controlplane
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -24,12 +23,6 @@ func (n *Node) sweep() error {
 	if err := sweepNodes(n.c.log.writer("[node] ")); err != nil {
 		return err
 	}
-	// containerd 1.6 keeps its pods' network namespaces in /run/netns.
-	for name := range netnsNames() {
-		if strings.HasPrefix(name, "cni-") && !n.netnsPre[name] {
-			_ = exec.Command("ip", "netns", "delete", name).Run()
-		}
-	}
 	if left := Leftovers(); len(left) > 0 {
 		return fmt.Errorf("the node left these behind: %s", strings.Join(left, "; "))
 	}
@@ -46,30 +39,27 @@ func recordedNodeDir() string {
 	return strings.TrimSpace(string(b))
 }
 
-// sweepNodes removes what any node of this package left on this machine:
-// processes in the kubelet's cgroups and containerd shims of a node folder,
-// mounts below a node folder, cni-* network namespaces nothing runs in,
-// the pod bridges, iptables chains KUBE-* and CNI-* and the rules jumping
-// to them, and the /kubepods cgroups. Call it holding the node lock.
+// sweepNodes removes what a node of this package left on this machine,
+// found by the names the node gives everything it makes: processes in its
+// cgroups (nodeCgroup) and containerd shims of its folder, mounts below
+// its folder (containers' root filesystems, volumes, the pods' network
+// namespaces), the pod bridges (bridgePrefix), kube-proxy's iptables
+// chains and the rules jumping to them (only when a node ran: kube-proxy's
+// names are fixed, see proxyChains), and its cgroups. Call it holding the
+// node lock.
 func sweepNodes(log io.Writer) error {
 	var errs []error
-	// Containers (and pause) live in /kubepods; shims are containerd's
-	// children, started with its socket path on their command line.
-	for _, pid := range append(kubepodsPIDs(), nodeShimPIDs()...) {
+	// Containers (and pause) live in the node's cgroup; shims are
+	// containerd's children, started with its socket path on their command
+	// line.
+	for _, pid := range append(nodeCgroupPIDs(), nodeShimPIDs()...) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	waitGone(append(kubepodsPIDs(), nodeShimPIDs()...), 10*time.Second)
+	waitGone(append(nodeCgroupPIDs(), nodeShimPIDs()...), 10*time.Second)
 
 	for _, m := range nodeMounts() {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
-		}
-	}
-	for name := range netnsNames() {
-		if strings.HasPrefix(name, "cni-") {
-			if out, _ := exec.Command("ip", "netns", "pids", name).Output(); len(bytes.TrimSpace(out)) == 0 {
-				_ = exec.Command("ip", "netns", "delete", name).Run()
-			}
 		}
 	}
 	for _, br := range bridges() {
@@ -77,12 +67,15 @@ func sweepNodes(log io.Writer) error {
 			errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", br, err, out))
 		}
 	}
-	for _, ipt := range iptablesCommands() {
-		if err := sweepChains(ipt); err != nil {
-			errs = append(errs, err)
+	if recordedNodeDir() != "" {
+		kept := keptChains()
+		for _, ipt := range iptablesCommands() {
+			if err := sweepChains(ipt, kept); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
-	for _, cg := range kubepodsCgroups() {
+	for _, cg := range nodeCgroups() {
 		removeCgroup(cg)
 	}
 	if len(errs) > 0 {
@@ -92,14 +85,14 @@ func sweepNodes(log io.Writer) error {
 }
 
 // Leftovers lists what a node of this package leaves on this machine when
-// it is not stopped cleanly: processes in /kubepods, containerd shims of a
-// node, mounts below a node folder, cni-* network namespaces, pod bridges,
-// KUBE-*/CNI-* iptables chains, /kubepods cgroups. Empty after a clean
-// stop.
+// it is not stopped cleanly: processes in its cgroups, containerd shims of
+// a node, mounts below a node folder, pod bridges, kube-proxy's iptables
+// chains (but those another component had before the node started), the
+// node's cgroups. Empty after a clean stop.
 func Leftovers() []string {
 	var out []string
-	if p := kubepodsPIDs(); len(p) > 0 {
-		out = append(out, fmt.Sprintf("processes in /kubepods %v", p))
+	if p := nodeCgroupPIDs(); len(p) > 0 {
+		out = append(out, fmt.Sprintf("processes in the node's cgroups %v", p))
 	}
 	if p := nodeShimPIDs(); len(p) > 0 {
 		out = append(out, fmt.Sprintf("containerd shims %v", p))
@@ -107,24 +100,16 @@ func Leftovers() []string {
 	if m := nodeMounts(); len(m) > 0 {
 		out = append(out, fmt.Sprintf("mounts %v", m))
 	}
-	var ns []string
-	for name := range netnsNames() {
-		if strings.HasPrefix(name, "cni-") {
-			ns = append(ns, name)
-		}
-	}
-	if len(ns) > 0 {
-		out = append(out, fmt.Sprintf("network namespaces %v", ns))
-	}
 	if b := bridges(); len(b) > 0 {
 		out = append(out, fmt.Sprintf("bridges %v", b))
 	}
+	kept := keptChains()
 	for _, ipt := range iptablesCommands() {
-		if r := nodeRules(ipt); len(r) > 0 {
+		if r := nodeRules(ipt, kept); len(r) > 0 {
 			out = append(out, fmt.Sprintf("%s rules %v", ipt, r))
 		}
 	}
-	if cg := kubepodsCgroups(); len(cg) > 0 {
+	if cg := nodeCgroups(); len(cg) > 0 {
 		out = append(out, fmt.Sprintf("cgroups %v", cg))
 	}
 	return out
@@ -169,8 +154,8 @@ func waitGone(pids []int, timeout time.Duration) {
 }
 
 // nodeMounts are mount points below the recorded node folder (containers'
-// root filesystems, the kubelet's volumes, sandboxes' /dev/shm) or a cni-*
-// network namespace, deepest first.
+// root filesystems, the kubelet's volumes, sandboxes' /dev/shm, the pods'
+// network namespaces), deepest first.
 func nodeMounts() []string {
 	dir := recordedNodeDir()
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -184,7 +169,7 @@ func nodeMounts() []string {
 			continue
 		}
 		mp := unescapeMount(f[4])
-		if (dir != "" && strings.HasPrefix(mp, dir+"/")) || strings.HasPrefix(mp, "/run/netns/cni-") || strings.HasPrefix(mp, "/var/run/netns/cni-") {
+		if dir != "" && strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
 	}
