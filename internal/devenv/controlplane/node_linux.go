@@ -59,6 +59,10 @@ type NodeOptions struct {
 	// locked, when set, runs once the node holds the machine's node lock
 	// and has swept (a test looks at the machine before the node starts).
 	locked func()
+	// heldLock, when set, is the machine's node lock held already (by a
+	// test that keeps it across nodes, so that no other node runs between
+	// them): the node uses it and leaves it held.
+	heldLock *os.File
 }
 
 // EnvNodeBinDir names the environment variable that, when set, names the
@@ -181,13 +185,17 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 			return nil, fmt.Errorf("the CNI plugin %s is missing from %s (run %s, which installs containernetworking-plugins): %w", p, cniBinDir, nodeBinsScript, err)
 		}
 	}
-	f, err := os.OpenFile(nodeLock, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	n.lock = f
-	if err := flockContext(ctx, f, c.log.writer("[node] ")); err != nil {
-		return nil, err
+	if o.heldLock != nil {
+		n.lock, n.holdLock = o.heldLock, true
+	} else {
+		f, err := os.OpenFile(nodeLock, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		n.lock = f
+		if err := flockContext(ctx, f, c.log.writer("[node] ")); err != nil {
+			return nil, err
+		}
 	}
 	// Whatever is left now is a killed node's: this machine runs one node
 	// at a time.

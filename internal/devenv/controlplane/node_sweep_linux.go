@@ -3,6 +3,9 @@
 package controlplane
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +59,11 @@ func sweepNodes(log io.Writer) error {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	waitGone(append(nodeCgroupPIDs(), nodeShimPIDs()...), 10*time.Second)
+	for _, p := range nodeShimSockets() {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 
 	for _, m := range nodeMounts() {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
@@ -75,9 +83,14 @@ func sweepNodes(log io.Writer) error {
 			}
 		}
 	}
-	for _, cg := range nodeCgroups() {
-		removeCgroup(cg)
-	}
+	// A cgroup whose last process was just killed may stay busy until
+	// that process is reaped.
+	_ = poll(context.Background(), 50*time.Millisecond, 10*time.Second, func() (bool, error) {
+		for _, cg := range nodeCgroups() {
+			removeCgroup(cg)
+		}
+		return len(nodeCgroups()) == 0, nil
+	}, func() error { return nil })
 	if len(errs) > 0 {
 		fmt.Fprintf(log, "sweep: %v\n", errors.Join(errs...))
 	}
@@ -96,6 +109,9 @@ func Leftovers() []string {
 	}
 	if p := nodeShimPIDs(); len(p) > 0 {
 		out = append(out, fmt.Sprintf("containerd shims %v", p))
+	}
+	if p := nodeShimSockets(); len(p) > 0 {
+		out = append(out, fmt.Sprintf("shim sockets %v", p))
 	}
 	if m := nodeMounts(); len(m) > 0 {
 		out = append(out, fmt.Sprintf("mounts %v", m))
@@ -136,6 +152,31 @@ func nodeShimPIDs() []int {
 		args := strings.Split(string(b), "\x00")
 		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && strings.Contains(string(b), dir+"/containerd/") {
 			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// shimSocketDir is where containerd 1.6 puts its shims' sockets, whatever
+// its state folder: each named by a hash of containerd's socket, the
+// namespace and the task, so the node's never collide with another
+// containerd's. A shim killed (not stopped) leaves its socket behind.
+const shimSocketDir = "/run/containerd/s"
+
+// nodeShimSockets are the sockets there of the recorded node's tasks (its
+// containerd's state folder still lists them after a kill).
+func nodeShimSockets() []string {
+	dir := recordedNodeDir()
+	if dir == "" {
+		return nil
+	}
+	sock := filepath.Join(dir, "containerd", "containerd.sock")
+	tasks, _ := filepath.Glob(filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "*", "*"))
+	var out []string
+	for _, t := range tasks {
+		sum := sha256.Sum256([]byte(filepath.Join(sock, filepath.Base(filepath.Dir(t)), filepath.Base(t))))
+		if p := filepath.Join(shimSocketDir, hex.EncodeToString(sum[:])); fileExists(p) {
+			out = append(out, p)
 		}
 	}
 	return out
