@@ -7,9 +7,10 @@
 # Idempotent: it does nothing when /usr/sbin/squid, curl and ip exist.
 #
 # The tests start their own squids in the foreground with generated
-# configs; a system squid would only hold port 3128 and a PID file, so this
-# script makes sure none is left running after the install (Debian's
-# postinst starts one through invoke-rc.d where an init system allows it).
+# configs, ports and PID files, and need nothing from a system squid:
+# while installing, a policy-rc.d (exit 101) keeps the package's postinst
+# from starting one. A squid the machine already had, running or not, is
+# left as it is.
 set -euo pipefail
 
 log() { echo "install-squid: $*" >&2; }
@@ -42,18 +43,5 @@ trap cleanup EXIT
 log "installing Debian's squid package"
 $SUDO apt-get update -qq
 $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl iproute2 >/dev/null
-
-# Belt and braces: if a squid got started anyway (policy-rc.d was already
-# present and allowed it, or an init system ignored it), stop it.
-if [ -x /etc/init.d/squid ]; then
-  $SUDO /etc/init.d/squid stop >/dev/null 2>&1 || true
-fi
-if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-  $SUDO systemctl disable --now squid >/dev/null 2>&1 || true
-fi
-if [ -s /run/squid.pid ]; then
-  pid=$(cat /run/squid.pid)
-  if kill -0 "$pid" 2>/dev/null; then $SUDO kill "$pid" || true; fi
-fi
 
 log "installed: $(/usr/sbin/squid -v | head -n1)"

@@ -11,6 +11,7 @@ set -euo pipefail
 
 CALLER=${1:-$PPID}
 STATE=${EGRESSPROXY_LIBVIRT_STATE:-/run/egressproxy-libvirt}
+DATA=${EGRESSPROXY_LIBVIRT_DATA:-/var/lib/egressproxy-libvirt}
 NET=egressproxy-test
 URI=qemu:///system
 
@@ -47,9 +48,13 @@ stop() { # pidfile name
 
 stop "$STATE/sshd.pid" sshd
 if [ -f "$STATE/owns-libvirtd" ] && alive "$STATE/libvirtd.pid"; then
-  # Guests outlive libvirtd: destroy what runs on the daemon we started.
+  # Guests outlive libvirtd: destroy the tests' that run on the daemon we
+  # started, those whose disks are in the test pool (another guest of this
+  # machine's libvirt configuration is not ours).
   for d in $(virsh -c "$URI" list --name 2>/dev/null); do
-    virsh -c "$URI" destroy "$d" >/dev/null 2>&1 && log "destroyed domain $d"
+    if grep -qF "$DATA/pool/" <<<"$(virsh -c "$URI" domblklist "$d" 2>/dev/null)"; then
+      virsh -c "$URI" destroy "$d" >/dev/null 2>&1 && log "destroyed domain $d"
+    fi
   done
   virsh -c "$URI" net-destroy "$NET" >/dev/null 2>&1 || true
   stop "$STATE/libvirtd.pid" libvirtd

@@ -104,11 +104,13 @@ if ! alive "$STATE/libvirtd.pid"; then
 fi
 
 # --- network: isolated, DHCP, no forward ------------------------------------------
-# libvirtd defines a NAT network "default" on its first start: traffic must
-# stay on this machine, so it is stopped and not autostarted.
-if virsh -c "$URI" net-info default >/dev/null 2>&1; then
+# A libvirtd this script started (none was running) brings up the NAT
+# network "default" it defines on a first start: traffic must stay on this
+# machine, so that instance of it is stopped. Its definition and autostart
+# setting are the machine's and stay as they are, and a libvirtd that was
+# running already is not reconfigured at all.
+if [ -f "$STATE/owns-libvirtd" ] && grep -q '^Active:.*yes' <<<"$(virsh -c "$URI" net-info default 2>/dev/null)"; then
   virsh -c "$URI" net-destroy default >/dev/null 2>&1 || true
-  virsh -c "$URI" net-autostart default --disable >/dev/null 2>&1 || true
 fi
 if ! virsh -c "$URI" net-info "$NET" >/dev/null 2>&1; then
   cat >"$STATE/net.xml" <<XML

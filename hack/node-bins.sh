@@ -28,13 +28,21 @@ install_runtime() {
   [ "$(id -u)" -eq 0 ] || { log "need root to install ${missing[*]}"; exit 1; }
   log "installing ${missing[*]} from apt"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2
-  # Debian starts a system containerd; the node runs its own, on its own
-  # socket and folders, and needs nothing from this one.
-  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-    systemctl disable --now containerd >/dev/null 2>&1 || true
+  # The node runs its own containerd, on its own socket and folders: the
+  # package's service is not started (policy-rc.d exit 101 tells
+  # invoke-rc.d and deb-systemd-invoke so). A policy-rc.d already there is
+  # the machine's own and stays as it is; nothing running is stopped.
+  local policy=/usr/sbin/policy-rc.d added=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    added=1
   fi
+  local rc=0
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2 || rc=$?
+  [ -n "$added" ] && rm -f "$policy"
+  [ "$rc" -eq 0 ] || { log "apt-get install ${missing[*]} failed"; exit "$rc"; }
 }
 
 # The Kubernetes commands this script builds (hack/k8s-build.sh).

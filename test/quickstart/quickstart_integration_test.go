@@ -36,7 +36,9 @@ const (
 // connection Secret), checks the page came through the proxy pod, then
 // sends SIGINT to make's process group as Ctrl-C in a terminal would and
 // checks nothing make run started is left: no process, no mount below its
-// folders, no network namespace, container, bridge or iptables rule.
+// folders, no network namespace, container, bridge or iptables rule; and
+// that foreign look-alikes planted before (controlplane.PlantLookalikes)
+// are all still there.
 func TestQuickstartIntegration(t *testing.T) {
 	controlplane.RequireNode(t)
 	root, err := controlplane.RepoRoot()
@@ -46,6 +48,17 @@ func TestQuickstartIntegration(t *testing.T) {
 	// A registry port of its own, so that a developer's make run on the
 	// default 127.0.0.1:5000 and this test never collide.
 	port := testenv.FreePort(t)
+	// What another Kubernetes, Docker and Squid keep on a developer's
+	// machine, planted while no node runs: make run and its Ctrl-C leave
+	// it as it is.
+	lockCtx, lockCancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer lockCancel()
+	unlock, err := controlplane.LockNode(lockCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookalikesGone := controlplane.PlantLookalikes(t)
+	unlock()
 
 	m := startMakeRun(t, root, withoutKubeconfig(os.Environ()), fmt.Sprintf("RUN_XPKG_REPO=127.0.0.1:%d/egressproxy", port))
 	// Until it says it is ready and has printed the next commands (the
@@ -128,6 +141,9 @@ func TestQuickstartIntegration(t *testing.T) {
 	}
 	left = append(left, controlplane.Leftovers()...)
 	release()
+	if gone := lookalikesGone(); len(gone) > 0 {
+		t.Errorf("make run and its Ctrl-C removed or changed what is not theirs: %v", gone)
+	}
 	if len(left) > 0 {
 		t.Errorf("after Ctrl-C, make run left behind:\n  %s", strings.Join(left, "\n  "))
 	}

@@ -30,7 +30,7 @@ type machineState struct {
 
 var (
 	counters = regexp.MustCompile(`\[\d+:\d+\]`)
-	nodeLike = regexp.MustCompile(`KUBE-|CNI-|cni-|` + bridgePrefix + `|veth|/kubepods|` + regexp.QuoteMeta(os.TempDir()+"/"+tempPrefix))
+	nodeLike = regexp.MustCompile(`KUBE-|CNI-|cni-|` + bridgePrefix + `|veth|/kubepods|` + nodeCgroup + `|` + regexp.QuoteMeta(os.TempDir()+"/"+tempPrefix))
 )
 
 func snapshot(t *testing.T) machineState {
@@ -74,14 +74,7 @@ func TestNodeIntegration(t *testing.T) {
 	RequireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	bins, err := BinDir(ctx, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeBins, err := nodeBinDir(ctx, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins, nodeBins := nodeTestBins(ctx, t)
 	// Under the machine's node lock: another test's node may run until
 	// then.
 	var before machineState
@@ -187,6 +180,20 @@ func TestNodeIntegration(t *testing.T) {
 	if _, err := os.Stat(cp.Dir); !os.IsNotExist(err) {
 		t.Errorf("control-plane folder %s still there (%v)", cp.Dir, err)
 	}
+}
+
+// nodeTestBins finds (or builds) the control plane's and the node's
+// binaries.
+func nodeTestBins(ctx context.Context, t *testing.T) (bins, nodeBins string) {
+	t.Helper()
+	bins, err := BinDir(ctx, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeBins, err = nodeBinDir(ctx, os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+	return bins, nodeBins
 }
 
 func equalMaps(a, b map[string]string) bool {

@@ -1,0 +1,211 @@
+//go:build linux
+
+package controlplane
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lookalikes are what another Kubernetes, Docker or Squid on a developer's
+// machine keeps where a careless node would look: a process in a
+// kubepods cgroup, kubelet and CNI chains with rules jumping to them, an
+// idle cni-* network namespace, a containerd on its default socket and a
+// squid. The test plants them and removes what it planted.
+type lookalikes struct {
+	cgroupProc    *exec.Cmd
+	cgroupDir     string
+	chains        [][3]string // iptables, table, chain
+	jumps         [][]string  // iptables arguments after -t TABLE -A
+	netns         string
+	socket        string
+	listener      net.Listener
+	services      []*exec.Cmd
+	cleanups      []func()
+	cgroupCreated []string
+}
+
+// PlantLookalikes plants the look-alikes (root; Linux), removed when the
+// test ends, and returns what reports those gone or changed. Plant them
+// holding the node lock (LockNode), so that no node runs meanwhile.
+func PlantLookalikes(t testing.TB) (check func() []string) {
+	return plantLookalikes(t).check
+}
+
+func plantLookalikes(t testing.TB) *lookalikes {
+	t.Helper()
+	l := &lookalikes{}
+	t.Cleanup(l.remove)
+	id := make([]byte, 4)
+	_, _ = rand.Read(id)
+	suffix := hex.EncodeToString(id)
+
+	// A pod of another kubelet: cgroup v2's kubepods.slice, or v1's
+	// /kubepods in the pids hierarchy (any one the node would sweep).
+	var dir string
+	if fileExists(filepath.Join(cgroupFS, "cgroup.controllers")) {
+		dir = filepath.Join(cgroupFS, "kubepods.slice", "kubepods-besteffort.slice", "kubepods-besteffort-podlookalike"+suffix+".slice")
+	} else {
+		h := filepath.Join(cgroupFS, "pids")
+		if !fileExists(filepath.Join(h, "cgroup.procs")) {
+			ents, _ := os.ReadDir(cgroupFS)
+			for _, e := range ents {
+				if p := filepath.Join(cgroupFS, e.Name()); fileExists(filepath.Join(p, "cgroup.procs")) {
+					h = p
+					break
+				}
+			}
+		}
+		dir = filepath.Join(h, "kubepods", "besteffort", "podlookalike"+suffix)
+	}
+	for p := dir; p != cgroupFS && !fileExists(p); p = filepath.Dir(p) {
+		l.cgroupCreated = append(l.cgroupCreated, p)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("planting a foreign kubepods cgroup: %v", err)
+	}
+	l.cgroupDir = dir
+	l.cgroupProc = startSleep(t, "sleep")
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(l.cgroupProc.Process.Pid)), 0o644); err != nil {
+		t.Fatalf("moving a sleep into %s: %v", dir, err)
+	}
+
+	// Another kubelet's firewall chain and a CNI firewall plugin's chain,
+	// each with a rule jumping to it (empty chains: they return at once).
+	for _, c := range [][2]string{{kubeletChains[0], "INPUT"}, {"CNI-FORWARD", "FORWARD"}} {
+		chain, from := c[0], c[1]
+		if !slices.Contains(chainsOf(iptablesSave("iptables", "filter")), chain) {
+			if out, err := exec.Command("iptables", "-t", "filter", "-N", chain).CombinedOutput(); err != nil {
+				t.Fatalf("iptables -N %s: %v: %s", chain, err, out)
+			}
+			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", "-t", "filter", "-X", chain).Run() })
+		}
+		jump := []string{from, "-j", chain}
+		if exec.Command("iptables", append([]string{"-t", "filter", "-C"}, jump...)...).Run() != nil {
+			if out, err := exec.Command("iptables", append([]string{"-t", "filter", "-A"}, jump...)...).CombinedOutput(); err != nil {
+				t.Fatalf("iptables -A %v: %v: %s", jump, err, out)
+			}
+			// Before the chain's -X, registered above.
+			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, jump...)...).Run() })
+		}
+		l.chains = append(l.chains, [3]string{"iptables", "filter", chain})
+		l.jumps = append(l.jumps, jump)
+	}
+
+	// Another containerd's idle pod network namespace.
+	l.netns = "cni-" + suffix + "-0000-4000-8000-lookalike0000"
+	if out, err := exec.Command("ip", "netns", "add", l.netns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", l.netns, err, out)
+	}
+	l.cleanups = append(l.cleanups, func() { _ = exec.Command("ip", "netns", "delete", l.netns).Run() })
+
+	// Docker's containerd on its default socket, unless a real one is
+	// there (then that one must survive), and a system squid.
+	l.socket = "/run/containerd/containerd.sock"
+	if _, err := os.Stat(l.socket); errors.Is(err, os.ErrNotExist) {
+		if !fileExists(filepath.Dir(l.socket)) {
+			if err := os.Mkdir(filepath.Dir(l.socket), 0o711); err != nil {
+				t.Fatal(err)
+			}
+			l.cleanups = append(l.cleanups, func() { _ = os.Remove(filepath.Dir(l.socket)) })
+		}
+		ln, err := net.Listen("unix", l.socket)
+		if err != nil {
+			t.Fatalf("standing in for a containerd on %s: %v", l.socket, err)
+		}
+		l.listener = ln
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		l.services = append(l.services, startSleep(t, "containerd"))
+	}
+	l.services = append(l.services, startSleep(t, "containerd-shim-runc-v2"), startSleep(t, "squid"))
+	return l
+}
+
+// startSleep starts a sleep whose command line names it argv0: a process
+// standing in for another's.
+func startSleep(t testing.TB, argv0 string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "3600")
+	cmd.Args[0] = argv0
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	return cmd
+}
+
+// check reports the look-alikes that are gone or changed.
+func (l *lookalikes) check() []string {
+	var gone []string
+	alive := func(what string, cmd *exec.Cmd) {
+		if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			gone = append(gone, fmt.Sprintf("%s (pid %d): %v", what, cmd.Process.Pid, err))
+		}
+	}
+	alive("the process in the foreign cgroup "+l.cgroupDir, l.cgroupProc)
+	if b, err := os.ReadFile(filepath.Join(l.cgroupDir, "cgroup.procs")); err != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(l.cgroupProc.Process.Pid)) {
+		gone = append(gone, fmt.Sprintf("cgroup %s or the sleep in it (%v)", l.cgroupDir, err))
+	}
+	for _, c := range l.chains {
+		if !slices.Contains(chainsOf(iptablesSave(c[0], c[1])), c[2]) {
+			gone = append(gone, fmt.Sprintf("%s chain %s/%s", c[0], c[1], c[2]))
+		}
+	}
+	for _, j := range l.jumps {
+		if out, err := exec.Command("iptables", append([]string{"-t", "filter", "-C"}, j...)...).CombinedOutput(); err != nil {
+			gone = append(gone, fmt.Sprintf("iptables rule %v: %s", j, strings.TrimSpace(string(out))))
+		}
+	}
+	if !fileExists("/run/netns/" + l.netns) {
+		gone = append(gone, "network namespace "+l.netns)
+	}
+	if c, err := net.DialTimeout("unix", l.socket, time.Second); err != nil && l.listener != nil {
+		gone = append(gone, fmt.Sprintf("the containerd socket %s: %v", l.socket, err))
+	} else if err == nil {
+		_ = c.Close()
+	}
+	for _, s := range l.services {
+		alive(s.Args[0], s)
+	}
+	return gone
+}
+
+func (l *lookalikes) remove() {
+	for _, s := range append(l.services, l.cgroupProc) {
+		if s != nil {
+			_ = s.Process.Kill()
+		}
+	}
+	if l.listener != nil {
+		_ = l.listener.Close() // removes the socket
+	}
+	if l.cgroupProc != nil {
+		waitGone([]int{l.cgroupProc.Process.Pid}, 5*time.Second)
+	}
+	for _, d := range l.cgroupCreated {
+		_ = syscall.Rmdir(d)
+	}
+	for i := len(l.cleanups) - 1; i >= 0; i-- {
+		l.cleanups[i]()
+	}
+}
