@@ -45,11 +45,15 @@ const InUseFinalizer = "m.egressproxy.io/in-use-by-proxies"
 // usedByConfigDomain prefixes the finalizer a config's Secrets carry.
 const usedByConfigDomain = "providerconfig.m.egressproxy.io/"
 
-// deletingRecheck is how soon a config is looked at again while it or
-// one of its resources is being deleted: no event follows a resource's
-// going (its usage goes just before it, or, in a namespace being deleted,
-// long before).
+// deletingRecheck is how soon a config being deleted is looked at again
+// while resources still name it: no event follows a resource's going (its
+// usage goes just before it, or, in a namespace being deleted, long
+// before), and the namespace waits on the config.
 const deletingRecheck = 2 * time.Second
+
+// resourceDeletingRecheck is that wait for a config that is not being
+// deleted, one of whose resources is: only its Secrets' release waits.
+const resourceDeletingRecheck = 10 * time.Second
 
 // SecretFinalizer is the finalizer the Secrets that the namespaced
 // ProviderConfig name reads carry while the config is in use: the config's
@@ -139,6 +143,11 @@ func (p *Protector) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 		return reconcile.Result{}, p.removeFinalizer(ctx, pc)
 	}
+	if meta.WasDeleted(pc) {
+		// Nothing takes a new finalizer any more: only watch for the last
+		// resource to go.
+		return reconcile.Result{RequeueAfter: deletingRecheck}, nil
+	}
 	if err := p.Ensure(ctx, pc); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -146,8 +155,8 @@ func (p *Protector) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err := p.release(ctx, pc.Namespace, pc.Name, SecretNames(&pc.Spec.ProviderConfigSpec)); err != nil {
 		return reconcile.Result{}, err
 	}
-	if deleting || meta.WasDeleted(pc) {
-		return reconcile.Result{RequeueAfter: deletingRecheck}, nil
+	if deleting {
+		return reconcile.Result{RequeueAfter: resourceDeletingRecheck}, nil
 	}
 	return reconcile.Result{}, nil
 }
