@@ -27,7 +27,9 @@ import (
 // controller (kube-controller-manager) deleting in its own order, and the
 // fake Compute Engine is left with no instance, address or firewall rule
 // of the namespace. Each round is a namespace of its own; the second
-// deletes it while the proxies are still being created.
+// deletes it while the proxies are still being created, the others hold
+// the instances' deletion until the namespace controller has deleted
+// everything else in it.
 func TestGCPProxyNamespaceDeletionIntegration(t *testing.T) {
 	e := start(t, controlplane.Options{ControllerManager: true})
 	ctx := context.Background()
@@ -85,8 +87,28 @@ func TestGCPProxyNamespaceDeletionIntegration(t *testing.T) {
 				e.WaitReady(t, p)
 			}
 
+			// In the rounds with Ready proxies, the instances' deletion is
+			// held until the namespace controller has deleted everything
+			// else in it: the proxies' last reconciles read the config and
+			// Secrets being deleted.
+			var release []func()
+			if ready {
+				for _, n := range names {
+					release = append(release, e.srv.HoldDelete(n))
+				}
+			}
 			start := time.Now()
-			e.DeleteNamespace(t, ns, 3*time.Minute)
+			if err := e.Kube.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			if ready {
+				e.WaitSwept(t, ns, 2*time.Minute)
+				time.Sleep(3 * time.Second)
+				for _, r := range release {
+					r()
+				}
+			}
+			e.WaitNamespaceGone(t, ns, 3*time.Minute)
 			t.Logf("namespace %s gone %.1fs after its delete", ns, time.Since(start).Seconds())
 			e.srv.SettleAll()
 			for _, n := range e.srv.Names() {

@@ -39,7 +39,9 @@ import (
 // for the in-memory one (TestIntegrationKVMProxyEndToEnd runs the real
 // libvirtd, which a namespace's deletion adds nothing to: what it needs
 // is the config and its Secrets). Each round is a namespace of its own;
-// the second deletes it while the proxies are still being created.
+// the second deletes it while the proxies are still being created, the
+// others hold the instances' deletion until the namespace controller has
+// deleted everything else in it.
 func TestKVMProxyNamespaceDeletionIntegration(t *testing.T) {
 	mem := proxytest.NewMemory("memory", "kvm-ns")
 	mem.Quiet()
@@ -118,8 +120,28 @@ func TestKVMProxyNamespaceDeletionIntegration(t *testing.T) {
 				}
 			}
 
+			// In the rounds with Ready proxies, the instances' deletion is
+			// held until the namespace controller has deleted everything
+			// else in it: the proxies' last reconciles read the config and
+			// Secrets being deleted.
+			var release []func()
+			if ready {
+				for _, n := range names {
+					release = append(release, mem.HoldDelete(proxytest.MemoryIDPrefix+n))
+				}
+			}
 			start := time.Now()
-			e.DeleteNamespace(t, ns, 3*time.Minute)
+			if err := e.Kube.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			if ready {
+				e.WaitSwept(t, ns, 2*time.Minute)
+				time.Sleep(3 * time.Second)
+				for _, r := range release {
+					r()
+				}
+			}
+			e.WaitNamespaceGone(t, ns, 3*time.Minute)
 			t.Logf("namespace %s gone %.1fs after its delete", ns, time.Since(start).Seconds())
 			for _, i := range mem.Instances() {
 				if slices.Contains(names, i.Name) {

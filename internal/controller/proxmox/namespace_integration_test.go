@@ -33,7 +33,8 @@ import (
 // real namespace controller (kube-controller-manager) deleting in its own
 // order, and every VM of the namespace is deleted on the fake. Each round
 // is a namespace of its own; one deletes the namespace while the proxies
-// are still being created.
+// are still being created; in the others the fake answers nothing until
+// the namespace controller has deleted everything else in it.
 func TestProxmoxNamespaceDeletionIntegration(t *testing.T) {
 	fake := pvetest.New(t, pvetest.Options{Listen: true})
 	e := providerenv.Start(t, providerenv.Options{
@@ -69,8 +70,24 @@ func TestProxmoxNamespaceDeletionIntegration(t *testing.T) {
 				})
 				names[meta.GetExternalName(p)] = true
 			}
+			// In the rounds with Ready proxies, the server answers nothing
+			// until the namespace controller has deleted everything else
+			// in the namespace: the proxies' Delete reads the config and
+			// Secrets being deleted.
+			if ready {
+				fake.SetBusy(true)
+				t.Cleanup(func() { fake.SetBusy(false) })
+			}
 			start := time.Now()
-			e.DeleteNamespace(t, ns, 3*time.Minute)
+			if err := e.Kube.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			if ready {
+				e.WaitSwept(t, ns, 2*time.Minute)
+				time.Sleep(3 * time.Second)
+				fake.SetBusy(false)
+			}
+			e.WaitNamespaceGone(t, ns, 3*time.Minute)
 			t.Logf("namespace %s gone %.1fs after its delete", ns, time.Since(start).Seconds())
 			fake.FinishTasks()
 			for _, vm := range fake.VMs() {

@@ -423,18 +423,24 @@ func (e *Env) StartKubelet(t testing.TB, squid, dir string) *kubelettest.Kubelet
 // DeleteNamespace deletes namespace ns as kubectl delete namespace does
 // (the kube-controller-manager's namespace controller, which the control
 // plane must run, deletes what it holds) and waits until it is gone,
-// within timeout. A timeout reports what is left in it: each object of the
-// provider's kinds and Secrets, with its finalizers and, for a managed
-// resource, its Synced condition.
+// within timeout; see WaitNamespaceGone.
 func (e *Env) DeleteNamespace(t testing.TB, ns string, timeout time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	if err := e.Kube.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := e.Kube.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	e.WaitNamespaceGone(t, ns, timeout)
+}
+
+// WaitNamespaceGone waits until namespace ns is gone, within timeout. A
+// timeout reports what is left in it: each object of the provider's kinds
+// and Secrets, with its finalizers and, for a managed resource, its
+// Synced condition.
+func (e *Env) WaitNamespaceGone(t testing.TB, ns string, timeout time.Duration) {
+	t.Helper()
 	testenv.WaitFor(t, "namespace "+ns+" to be gone", timeout, func() (bool, string) {
 		n := &corev1.Namespace{}
-		err := e.Kube.Get(ctx, types.NamespacedName{Name: ns}, n)
+		err := e.Kube.Get(context.Background(), types.NamespacedName{Name: ns}, n)
 		if kerrors.IsNotFound(err) {
 			return true, ""
 		}
@@ -442,10 +448,47 @@ func (e *Env) DeleteNamespace(t testing.TB, ns string, timeout time.Duration) {
 	})
 }
 
-// left lists the objects of the provider's kinds and the Secrets in ns.
+// WaitSwept waits until the namespace controller has been through
+// namespace ns (being deleted): every object of the provider's kinds and
+// every Secret in it is gone or being deleted. A test that holds its
+// proxies' deletion on the backend releases it then, so the proxies'
+// Delete runs after everything else of the namespace was deleted, the
+// order that needs the most.
+func (e *Env) WaitSwept(t testing.TB, ns string, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, "the namespace controller to delete everything in "+ns, timeout, func() (bool, string) {
+		var live []string
+		for _, o := range e.objectsIn(t, ns) {
+			if o.GetDeletionTimestamp() == nil {
+				live = append(live, fmt.Sprintf("%T %s", o, o.GetName()))
+			}
+		}
+		return len(live) == 0, "not deleted yet: " + strings.Join(live, ", ")
+	})
+}
+
+// left lists the objects of the provider's kinds and the Secrets in ns,
+// with their finalizers and, for a managed resource, its Synced message.
 func (e *Env) left(t testing.TB, ns string) []string {
 	t.Helper()
 	var out []string
+	for _, o := range e.objectsIn(t, ns) {
+		s := fmt.Sprintf("%s %s finalizers %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), o.GetFinalizers())
+		if c, ok := o.(Conditioned); ok {
+			if sc := c.GetCondition(xpv2.TypeSynced); sc.Message != "" {
+				s += fmt.Sprintf(" Synced=%s %q", sc.Status, sc.Message)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// objectsIn lists the objects of the provider's namespaced kinds and the
+// Secrets in ns.
+func (e *Env) objectsIn(t testing.TB, ns string) []client.Object {
+	t.Helper()
+	var out []client.Object
 	for gvk := range e.Scheme.AllKnownTypes() {
 		if !strings.HasSuffix(gvk.Kind, "List") || !(strings.Contains(gvk.Group, "egressproxy.io") || (gvk.Group == "" && gvk.Kind == "SecretList")) {
 			continue
@@ -461,18 +504,14 @@ func (e *Env) left(t testing.TB, ns string) []string {
 		if err := e.Kube.List(context.Background(), l, client.InNamespace(ns)); err != nil {
 			continue
 		}
+		kind := gvk.GroupVersion().WithKind(strings.TrimSuffix(gvk.Kind, "List"))
 		_ = apimeta.EachListItem(l, func(o runtime.Object) error {
 			co, ok := o.(client.Object)
 			if !ok || co.GetNamespace() == "" {
 				return nil
 			}
-			s := fmt.Sprintf("%s %s finalizers %v", strings.TrimSuffix(gvk.Kind, "List"), co.GetName(), co.GetFinalizers())
-			if c, ok := o.(Conditioned); ok {
-				if sc := c.GetCondition(xpv2.TypeSynced); sc.Message != "" {
-					s += fmt.Sprintf(" Synced=%s %q", sc.Status, sc.Message)
-				}
-			}
-			out = append(out, s)
+			co.GetObjectKind().SetGroupVersionKind(kind)
+			out = append(out, co)
 			return nil
 		})
 	}
