@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
@@ -55,6 +56,7 @@ func SetupBindings(mgr ctrl.Manager, o external.Options, ho HealthOptions, bindi
 	sh := external.NewShared(mgr, o)
 	configs := external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID}
 	kinds := map[string][]schema.GroupVersionKind{}
+	var namespaced []schema.GroupVersionKind
 	for _, b := range bindings {
 		if err := b.Setup(mgr, o, sh); err != nil {
 			return err
@@ -62,8 +64,13 @@ func SetupBindings(mgr ctrl.Manager, o external.Options, ho HealthOptions, bindi
 		backend, gvks := b.Describe()
 		configs.Backends = append(configs.Backends, backend)
 		kinds[backend.Name] = append(kinds[backend.Name], gvks...)
+		for _, gvk := range gvks {
+			if gvk.Group == nsproxy.Group {
+				namespaced = append(namespaced, gvk)
+			}
+		}
 	}
-	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options); err != nil {
+	if err := config.Setup(mgr, sh.ReconcilerManager(mgr), o.Options, namespaced); err != nil {
 		return err
 	}
 	configKinds := []schema.GroupVersionKind{nsv1alpha1.ProviderConfigGroupVersionKind, nsv1alpha1.ClusterProviderConfigGroupVersionKind, clusterv1alpha1.ProviderConfigGroupVersionKind}

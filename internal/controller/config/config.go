@@ -1,5 +1,7 @@
 // Package config sets up the ProviderConfig controllers: usage accounting
-// (a config in use is not deleted) for all three config kinds.
+// (a config in use is not deleted) for all three config kinds, and the
+// protection of a namespaced config and its Secrets while managed
+// resources name it (Protector).
 package config
 
 import (
@@ -8,23 +10,29 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/providerconfig"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 )
 
-// Setup registers usage accounting for every config kind. rm is the
-// manager the reconcilers take their client from (a config whose finalizer
-// is in place needs no update each time a usage comes or goes).
-func Setup(mgr, rm ctrl.Manager, o controller.Options) error {
+// Setup registers usage accounting for every config kind, and the
+// Protector of namespaced ProviderConfigs, which counts the managed
+// resources of kinds (the namespaced ones). rm is the manager the usage
+// reconcilers take their client from (a config whose finalizer is in place
+// needs no update each time a usage comes or goes).
+func Setup(mgr, rm ctrl.Manager, o controller.Options, kinds []schema.GroupVersionKind) error {
 	for _, c := range []struct {
 		config, usage client.Object
 		kinds         resource.ProviderConfigKinds
@@ -56,7 +64,23 @@ func Setup(mgr, rm ctrl.Manager, o controller.Options) error {
 			return err
 		}
 	}
-	return nil
+	name := "protection/" + nsv1alpha1.ProviderConfigGroupVersionKind.GroupKind().String()
+	p := &Protector{Kube: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Kinds: kinds}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		WithOptions(o.ForControllerRuntime()).
+		For(&nsv1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, protectionChanged()))).
+		Watches(&nsv1alpha1.ProviderConfigUsage{}, batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: nsv1alpha1.ProviderConfigKind}, after: usageBatch}).
+		Complete(ratelimiter.NewReconciler(name, p, o.GlobalRateLimiter))
+}
+
+// protectionChanged passes updates that start a config's deletion or take
+// its InUseFinalizer away (status writes, the usage count, pass no).
+func protectionChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+		return meta.WasDeleted(e.ObjectNew) != meta.WasDeleted(e.ObjectOld) ||
+			meta.FinalizerExists(e.ObjectOld, InUseFinalizer) != meta.FinalizerExists(e.ObjectNew, InUseFinalizer)
+	}}
 }
 
 // usageBatch is how long a config's usage count waits for more usages to

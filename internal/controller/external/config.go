@@ -38,6 +38,9 @@ type Config struct {
 	// Backend is the backend whose block the config holds; nil when it
 	// holds none of ConfigReader.Backends'.
 	Backend *Backend
+	// namespacedConfig is the namespaced ProviderConfig the config was
+	// read from (nil for the other kinds), for Connect to protect it.
+	namespacedConfig *namespacedv1alpha1.ProviderConfig
 }
 
 // CheckTenancy returns why the config may not be used, or nil: a namespaced
@@ -215,7 +218,7 @@ func (r ConfigReader) Of(obj client.Object) *Config {
 	switch pc := obj.(type) {
 	case *namespacedv1alpha1.ProviderConfig:
 		c := r.config(fmt.Sprintf("ProviderConfig %s/%s", pc.Namespace, pc.Name), pc.Spec.ProviderConfigSpec, pc.Namespace)
-		c.Namespaced = true
+		c.Namespaced, c.namespacedConfig = true, pc
 		return c
 	case *namespacedv1alpha1.ClusterProviderConfig:
 		return r.config("ClusterProviderConfig "+pc.Name, pc.Spec.ProviderConfigSpec, "")

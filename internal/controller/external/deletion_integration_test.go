@@ -2,8 +2,10 @@ package external_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +17,7 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
@@ -130,6 +133,55 @@ func TestDeletionIntegration(t *testing.T) {
 		if slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Errorf("the namespace's proxy left its instance %s behind", name)
 		}
+	})
+
+	t.Run("ConfigInUseStaysAndOneGoneForGoodSaysSo", func(t *testing.T) {
+		// A namespaced config that a proxy names stays when deleted (its
+		// finalizer); taken away for good all the same (its finalizers
+		// removed by hand), the proxy being deleted says that its instance
+		// stays, and how to let go, instead of waiting silently.
+		pc := &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "going-kvm", Namespace: "team-b"}}
+		home := &nsv1alpha1.ClusterProviderConfig{}
+		if err := e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, home); err != nil {
+			t.Fatal(err)
+		}
+		pc.Spec.KVM = home.Spec.KVM.DeepCopy()
+		pc.Spec.KVM.Credentials.SSHKeySecretRef.Namespace = ""
+		key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pc.Spec.KVM.Credentials.SSHKeySecretRef.Name, Namespace: "team-b"},
+			StringData: map[string]string{pc.Spec.KVM.Credentials.SSHKeySecretRef.Key: "not read by the in-memory backend"}}
+		e.Create(t, key, pc)
+		p := nsProxy("team-b", "config-gone", func(p *nsproxy.KVMProxy) {
+			p.Spec.ProviderConfigReference = &xpv2.ProviderConfigReference{Kind: "ProviderConfig", Name: "going-kvm"}
+		})
+		ready(t, p)
+		name := p.GetAnnotations()["crossplane.io/external-name"]
+		defer e.mem.Remove(proxytest.MemoryIDPrefix + name)
+		if err := e.Kube.Delete(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(pc), pc); err != nil || !slices.Contains(pc.Finalizers, config.InUseFinalizer) {
+			t.Fatalf("the config a proxy names, deleted: %v, finalizers %v; want it kept by %s", err, pc.Finalizers, config.InUseFinalizer)
+		}
+		e.Update(t, pc, func() { pc.Finalizers = nil })
+		e.WaitFor(t, "the config to be gone and its Secret let go of", func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(key), key); err != nil {
+				return false, err.Error()
+			}
+			return kerrors.IsNotFound(e.Kube.Get(ctx, client.ObjectKeyFromObject(pc), &nsv1alpha1.ProviderConfig{})) && len(key.Finalizers) == 0,
+				fmt.Sprintf("Secret finalizers %v", key.Finalizers)
+		})
+		if err := e.Kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse,
+			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, remove the finalizer finalizer.managedresource.crossplane.io from this resource): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
+		if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
+			t.Fatalf("instance %s is gone without its config", name)
+		}
+		// The way out the condition names.
+		e.Update(t, p, func() { p.Finalizers = nil })
+		e.WaitGone(t, p)
 	})
 
 	t.Run("CreateCutShortLeavesNothing", func(t *testing.T) {

@@ -22,11 +22,14 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -49,6 +52,9 @@ type connector[P any] struct {
 	record event.Recorder
 	// hints carry a failed reconcile's wait to retryAfter.
 	hints *retryHints
+	// protect protects a namespaced config and its Secrets for the
+	// Delete of the resources that name it (config.Protector.Ensure).
+	protect func(context.Context, *namespacedv1alpha1.ProviderConfig) error
 }
 
 // Connect tracks the config's usage, resolves the config, checks that it
@@ -59,31 +65,61 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	if !ok {
 		return nil, errors.Errorf("%T is not a %s", mg, c.kind.Name)
 	}
-	switch m := mg.(type) {
-	case resource.ModernManaged:
-		if err := c.modern.Track(ctx, m); err != nil {
-			return nil, errors.Wrap(err, "cannot track ProviderConfig usage")
-		}
-	case resource.LegacyManaged:
-		if err := c.legacy.Track(ctx, m); err != nil {
-			return nil, errors.Wrap(err, "cannot track ProviderConfig usage")
-		}
+	if err := c.track(ctx, mg); err != nil {
+		return nil, err
 	}
 	cfg, err := c.configs.Resolve(ctx, mg)
 	if err != nil {
-		return nil, err
+		return nil, deletingHint(mg, err)
 	}
 	b := c.kind.Backend
 	if cfg.Backend == nil || cfg.Backend.Name != b.Name {
 		return nil, errors.Errorf("%s holds a %s block, but a %s needs a config with a %s block: point spec.providerConfigRef at one", cfg.Name, cfg.BackendName(), c.kind.Name, b.Name)
 	}
+	// What deletes the instance is protected before there is one: the
+	// config's Protector would do it within a second, a namespace deleted
+	// in that second would take the config's Secrets with it.
+	if pc := cfg.namespacedConfig; pc != nil && !meta.WasDeleted(mg) && !config.Protected(pc) && c.protect != nil {
+		if err := c.protect(ctx, pc); err != nil {
+			return nil, err
+		}
+	}
 	d, err := b.Connect(ctx, cfg)
 	if err != nil {
-		return nil, errors.Wrapf(err, "cannot connect to the %s backend of %s", b.Name, cfg.Name)
+		return nil, deletingHint(mg, errors.Wrapf(err, "cannot connect to the %s backend of %s", b.Name, cfg.Name))
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
 	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints}, nil
+}
+
+// track records mg's use of its config. A resource being deleted in a
+// namespace that is being deleted goes on without: the namespace refuses
+// new objects, and the usage (deleted with the namespace's other objects)
+// only protects configs, which the resource no longer needs protected
+// from anything but the namespace's deletion (config.Protector does that).
+func (c *connector[P]) track(ctx context.Context, mg resource.Managed) error {
+	var err error
+	switch m := mg.(type) {
+	case resource.ModernManaged:
+		err = c.modern.Track(ctx, m)
+	case resource.LegacyManaged:
+		err = c.legacy.Track(ctx, m)
+	}
+	if err != nil && !(meta.WasDeleted(mg) && kerrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)) {
+		return errors.Wrap(err, "cannot track ProviderConfig usage")
+	}
+	return nil
+}
+
+// deletingHint adds to a Connect error of a resource being deleted what
+// it means: the instance cannot be deleted, the resource stays (retried
+// with backoff), and the ways out.
+func deletingHint(mg resource.Managed, err error) error {
+	if !meta.WasDeleted(mg) {
+		return err
+	}
+	return errors.Wrapf(err, "cannot delete the instance of %s, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, remove the finalizer %s from this resource)", mg.GetName(), managed.FinalizerName)
 }
 
 type external[P any] struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -636,16 +637,21 @@ func TestConnect(t *testing.T) {
 		pc.Spec.KVM = &spec.KVMConfig{}
 		return nil
 	}
+	// What the API server answers a create in a namespace being deleted.
+	terminating := kerrors.NewForbidden(schema.GroupResource{Group: "m.egressproxy.io", Resource: "providerconfigusages"}, "u-1",
+		errors.New("unable to create new content in namespace team-a because it is being terminated"))
+	terminating.ErrStatus.Details.Causes = append(terminating.ErrStatus.Details.Causes, metav1.StatusCause{Type: corev1.NamespaceTerminatingCause})
 	mem := proxytest.NewMemory("memory", "proxytest-installation")
 	kvmBackend := testKind(nil).Backend
 	kvmBackend.Connect = func(context.Context, *Config) (proxy.Driver, error) { return mem, nil }
 	cases := map[string]struct {
-		reason  string
-		get     test.MockGetFn
-		track   error
-		connect func(context.Context, *Config) (proxy.Driver, error)
-		backend string
-		wantErr error
+		reason   string
+		get      test.MockGetFn
+		track    error
+		connect  func(context.Context, *Config) (proxy.Driver, error)
+		backend  string
+		deleting bool
+		wantErr  error
 	}{
 		"Connected": {reason: "A config with the kind's block connects.", get: kvmConfig},
 		"TrackFails": {
@@ -666,6 +672,22 @@ func TestConnect(t *testing.T) {
 			reason: "A driver that cannot be built names the backend and config.", get: kvmConfig,
 			connect: func(context.Context, *Config) (proxy.Driver, error) { return nil, errBoom },
 			wantErr: errors.Wrap(errBoom, "cannot connect to the kvm backend of ClusterProviderConfig home"),
+		},
+		"DeletingInATerminatingNamespace": {
+			reason: "A resource being deleted goes on without its usage when its namespace, being deleted, refuses to make one.",
+			get:    kvmConfig, track: errors.Wrap(terminating, "cannot apply ProviderConfigUsage"), deleting: true,
+		},
+		"TerminatingNamespaceStopsALiveResource": {
+			reason: "A resource that is not being deleted is never used untracked.",
+			get:    kvmConfig, track: terminating,
+			wantErr: errors.Wrap(terminating, "cannot track ProviderConfig usage"),
+		},
+		"DeletingWithoutItsConfig": {
+			reason:   "A resource being deleted whose config is gone says that its instance stays, and the ways out.",
+			get:      test.NewMockGetFn(kerrors.NewNotFound(schema.GroupResource{}, "home")),
+			deleting: true,
+			wantErr: errors.Wrap(errors.New(`ClusterProviderConfig "home" does not exist`),
+				"cannot delete the instance of web, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, remove the finalizer finalizer.managedresource.crossplane.io from this resource)"),
 		},
 	}
 	for name, tc := range cases {
@@ -691,6 +713,9 @@ func TestConnect(t *testing.T) {
 			}
 			cr := proxyResource(func(cr *nsproxy.KVMProxy) {
 				cr.SetProviderConfigReference(&xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home"})
+				if tc.deleting {
+					deleting(cr)
+				}
 			})
 			ec, err := c.Connect(context.Background(), cr)
 			if diff := cmp.Diff(errText(tc.wantErr), errText(err)); diff != "" {

@@ -32,6 +32,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/health"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -55,6 +56,7 @@ type env struct {
 	*providerenv.Env
 	srv  *gcptest.Server
 	gets *atomic.Int64 // driver Get calls (one per Observe)
+	key  string        // the service-account key the fake accepts
 }
 
 // countingDriver counts Get, which the controller calls once per Observe.
@@ -68,7 +70,8 @@ func (c countingDriver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance,
 	return c.Driver.Get(ctx, ref)
 }
 
-func start(t *testing.T) *env {
+// start runs the controllers on a control plane started with cp.
+func start(t *testing.T, cp controlplane.Options) *env {
 	t.Helper()
 	srv := gcptest.New(t, project)
 	srv.AutoComplete(300 * time.Millisecond)
@@ -105,6 +108,7 @@ func start(t *testing.T) *env {
 		}
 	}
 	e := providerenv.Start(t, providerenv.Options{
+		ControlPlane: cp,
 		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
 			kind := gcp.New(mgr, gcp.Options{Connector: conn})
 			connect := kind.Backend.Connect
@@ -129,7 +133,7 @@ func start(t *testing.T) *env {
 		Timeout: 45 * time.Second,
 		Logs:    logs,
 	})
-	return &env{Env: e, srv: srv, gets: gets}
+	return &env{Env: e, srv: srv, gets: gets, key: key}
 }
 
 // listen plays the proxy of mr answering on ip:port once the fake handed
@@ -163,7 +167,7 @@ func nsProxy(name string, port int32, mutate ...func(*nsproxy.GCPProxy)) *nsprox
 }
 
 func TestGCPProxyIntegration(t *testing.T) {
-	e := start(t)
+	e := start(t, controlplane.Options{})
 	ctx := context.Background()
 
 	t.Run("StaticAddressAndFirewallLifecycle", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,8 +38,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes/kubelettest"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
+	pconfig "github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
@@ -414,4 +418,141 @@ func (e *Env) StartKubelet(t testing.TB, squid, dir string) *kubelettest.Kubelet
 		}
 	})
 	return k
+}
+
+// DeleteNamespace deletes namespace ns as kubectl delete namespace does
+// (the kube-controller-manager's namespace controller, which the control
+// plane must run, deletes what it holds) and waits until it is gone,
+// within timeout; see WaitNamespaceGone.
+func (e *Env) DeleteNamespace(t testing.TB, ns string, timeout time.Duration) {
+	t.Helper()
+	if err := e.Kube.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitNamespaceGone(t, ns, timeout)
+}
+
+// WaitNamespaceGone waits until namespace ns is gone, within timeout. A
+// timeout reports what is left in it: each object of the provider's kinds
+// and Secrets, with its finalizers and, for a managed resource, its
+// Synced condition.
+func (e *Env) WaitNamespaceGone(t testing.TB, ns string, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, "namespace "+ns+" to be gone", timeout, func() (bool, string) {
+		n := &corev1.Namespace{}
+		err := e.Kube.Get(context.Background(), types.NamespacedName{Name: ns}, n)
+		if kerrors.IsNotFound(err) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%v; phase %s; left: %s", err, n.Status.Phase, strings.Join(e.left(t, ns), "; "))
+	})
+}
+
+// WaitSwept waits until the namespace controller has been through
+// namespace ns (being deleted): every object of the provider's kinds and
+// every Secret in it is gone or being deleted. A test that holds its
+// proxies' deletion on the backend releases it then, so the proxies'
+// Delete runs after everything else of the namespace was deleted, the
+// order that needs the most.
+func (e *Env) WaitSwept(t testing.TB, ns string, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, "the namespace controller to delete everything in "+ns, timeout, func() (bool, string) {
+		var live []string
+		for _, o := range e.objectsIn(t, ns) {
+			if o.GetDeletionTimestamp() == nil {
+				live = append(live, fmt.Sprintf("%T %s", o, o.GetName()))
+			}
+		}
+		return len(live) == 0, "not deleted yet: " + strings.Join(live, ", ")
+	})
+}
+
+// left lists the objects of the provider's kinds and the Secrets in ns,
+// with their finalizers and, for a managed resource, its Synced message.
+func (e *Env) left(t testing.TB, ns string) []string {
+	t.Helper()
+	var out []string
+	for _, o := range e.objectsIn(t, ns) {
+		s := fmt.Sprintf("%s %s finalizers %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), o.GetFinalizers())
+		if c, ok := o.(Conditioned); ok {
+			if sc := c.GetCondition(xpv2.TypeSynced); sc.Message != "" {
+				s += fmt.Sprintf(" Synced=%s %q", sc.Status, sc.Message)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// objectsIn lists the objects of the provider's namespaced kinds and the
+// Secrets in ns.
+func (e *Env) objectsIn(t testing.TB, ns string) []client.Object {
+	t.Helper()
+	var out []client.Object
+	for gvk := range e.Scheme.AllKnownTypes() {
+		if !strings.HasSuffix(gvk.Kind, "List") || !(strings.Contains(gvk.Group, "egressproxy.io") || (gvk.Group == "" && gvk.Kind == "SecretList")) {
+			continue
+		}
+		o, err := e.Scheme.New(gvk)
+		if err != nil {
+			continue
+		}
+		l, ok := o.(client.ObjectList)
+		if !ok {
+			continue
+		}
+		if err := e.Kube.List(context.Background(), l, client.InNamespace(ns)); err != nil {
+			continue
+		}
+		kind := gvk.GroupVersion().WithKind(strings.TrimSuffix(gvk.Kind, "List"))
+		_ = apimeta.EachListItem(l, func(o runtime.Object) error {
+			co, ok := o.(client.Object)
+			if !ok || co.GetNamespace() == "" {
+				return nil
+			}
+			co.GetObjectKind().SetGroupVersionKind(kind)
+			out = append(out, co)
+			return nil
+		})
+	}
+	return out
+}
+
+// WaitProtected waits until the namespaced ProviderConfig ns/config and
+// the Secrets it reads carry the finalizers that keep them for the Delete
+// of the resources that name it.
+func (e *Env) WaitProtected(t testing.TB, ns, config string, secrets ...string) {
+	t.Helper()
+	e.WaitFor(t, "ProviderConfig "+ns+"/"+config+" and its Secrets to be protected", func() (bool, string) {
+		var seen []string
+		pc := &nsv1alpha1.ProviderConfig{}
+		if err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: config}, pc); err != nil {
+			return false, err.Error()
+		}
+		if !slices.Contains(pc.Finalizers, pconfig.InUseFinalizer) {
+			seen = append(seen, fmt.Sprintf("ProviderConfig %s finalizers %v", config, pc.Finalizers))
+		}
+		for _, name := range secrets {
+			s := &corev1.Secret{}
+			if err := e.Kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+				return false, err.Error()
+			}
+			if !slices.Contains(s.Finalizers, pconfig.SecretFinalizer(config)) {
+				seen = append(seen, fmt.Sprintf("Secret %s finalizers %v", name, s.Finalizers))
+			}
+		}
+		return len(seen) == 0, strings.Join(seen, "; ")
+	})
+}
+
+// CheckNoFinalizerLeft fails t when an object of the provider's kinds or
+// a Secret in namespace ns (one that outlives the tenants' namespaces,
+// such as the provider's own) carries a finalizer of the provider's.
+func (e *Env) CheckNoFinalizerLeft(t testing.TB, ns string) {
+	t.Helper()
+	for _, l := range e.left(t, ns) {
+		if strings.Contains(l, "egressproxy.io/") {
+			t.Errorf("in namespace %s: %s", ns, l)
+		}
+	}
 }
