@@ -34,9 +34,11 @@ fi
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # stages LOG: one line per stage make run printed it had finished:
-# "NAME TOOK AT" (seconds), and "ready AT".
+# "NAME|TOOK|AT" (seconds), and "ready||AT". The packages stage ends when
+# the control plane is up; what it took is the build's own time.
 stages() {
   sed -n -E \
+    -e '/^make run \[[0-9]+\/[0-9]+\] packages: /{s/^.* in ([0-9.]+)s \([0-9.]+s; ([0-9.]+)s since make run began\)$/packages|\1|\2/p;d;}' \
     -e 's/^make run \[[0-9]+\/[0-9]+\] ([^:]+): .*\(([0-9.]+)s; ([0-9.]+)s since make run began\)$/\1|\2|\3/p' \
     -e 's/^make run \[[0-9]+\/[0-9]+\] (node): .* Ready in ([0-9.]+)s .*$/\1|\2|/p' \
     -e 's/^make run: ready for kubectl in ([0-9.]+)s since make run began\.$/ready||\1/p' "$1"
@@ -64,6 +66,7 @@ for r in $(seq 1 "$rounds"); do
   stopped=$((SECONDS - t))
   echo "round $r (load $(load)):"
   while IFS='|' read -r name took at; do
+    name=${name%% (*}
     if [ "$name" = ready ]; then
       printf '  %-40s %7s  %7.1fs\n' "ready for kubectl" "" "$at"
       readies+=("$at")
