@@ -329,16 +329,23 @@ func (q *quickstart) writeCA() error {
 	return os.WriteFile(q.caFile, q.registry.CAPEM, 0o600)
 }
 
-// push pushes the packages to the registry with `crossplane xpkg push`.
+// push pushes the packages to the registry with `crossplane xpkg push`,
+// all three at once: they are independent, and on the way to ready.
 func (q *quickstart) push(ctx context.Context) error {
-	for _, name := range []string{providerPackage, functionPackage, configPackage} {
-		cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
-		cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+q.caFile)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("crossplane xpkg push %s: %w\n%s", q.ref(name), err, out)
-		}
+	names := []string{providerPackage, functionPackage, configPackage}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
+			cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+q.caFile)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("crossplane xpkg push %s: %w\n%s", q.ref(name), err, out)
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (q *quickstart) ref(name string) string { return q.repo + "/" + name + ":" + q.version }
