@@ -162,7 +162,7 @@ test-docs:
 
 # Each benchmark is hack/bench-<name>.sh, given the arguments below (make
 # variables with defaults); what it measures is in the script's header.
-BENCHES := bench-podproxy bench-scale bench-batch bench-node bench-start bench-image
+BENCHES := bench-podproxy bench-scale bench-batch bench-node bench-start bench-image bench-run
 .PHONY: $(BENCHES)
 $(BENCHES):
 	bash hack/$@.sh $(BENCH_ARGS)
@@ -192,6 +192,11 @@ bench-node: BENCH_ARGS = $(or $(ROUNDS),3) $(or $(PROXIES),3)
 # existing resource (docs/benchmarks.md): make bench-start ROUNDS=5
 bench-start: controlplane-bins
 bench-start: BENCH_ARGS = $(or $(ROUNDS),5)
+
+# make run (no KUBECONFIG) ROUNDS times in a row, each to ready for
+# kubectl and then Ctrl-C: the time to each stage and to ready, and the
+# load average (as root; NODE=0 for no node): make bench-run ROUNDS=3
+bench-run: BENCH_ARGS = $(or $(ROUNDS),3)
 
 # The KVM image download into a storage pool of the real libvirt host
 # (as root): RSS growth and throughput for SIZE MiB: make bench-image SIZE=1024

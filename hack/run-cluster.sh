@@ -10,7 +10,9 @@
 # them installed already is refused, naming the object (upgrades:
 # docs/install.md).
 # Otherwise: the CRDs are applied and the provider runs out of cluster, as a
-# process here, with the identity of KUBECONFIG; it says so.
+# process here, with the identity of KUBECONFIG, in its namespace (made when
+# missing: a cluster without Crossplane has no crossplane-system); it says
+# so.
 #
 #   KUBECONFIG=... VERSION=... XPKG_REPO=... hack/run-cluster.sh [PROVIDER FLAGS]
 set -euo pipefail
@@ -57,6 +59,25 @@ if [ "$crossplane" = yes ]; then
 else
   say "no Crossplane in the cluster in KUBECONFIG=$KUBECONFIG (it serves no providers.pkg.crossplane.io): applying the CRDs and running the provider out of cluster, as a process here, with KUBECONFIG's identity. Compositions and claims need Crossplane (docs/install.md); managed resources work."
   bin/runcluster apply-crds package/crds | sed 's/^/make run: /' >&2
+  # The provider keeps its leader-election lease and installation ID in
+  # its namespace (--namespace, else $POD_NAMESPACE, else
+  # crossplane-system, where Crossplane would run it): made when missing.
+  ns=${POD_NAMESPACE:-crossplane-system}
+  prev=
+  for a in "$@"; do
+    case $a in
+      --namespace=*|-namespace=*) ns=${a#*=} ;;
+    esac
+    case $prev in
+      --namespace|-namespace) ns=$a ;;
+    esac
+    prev=$a
+  done
+  made=$(bin/runcluster namespace "$ns")
+  case $made in
+    created) say "created the namespace $ns, the provider's (its leader-election lease and installation ID; another one: ARGS=--namespace=NAME)" ;;
+    *) say "the provider's namespace: $ns" ;;
+  esac
   make --no-print-directory build-provider VERSION="$VERSION" >&2
   say "running bin/provider; Ctrl-C stops it"
   exec bin/provider --log-format console "$@"

@@ -87,7 +87,7 @@ func run() int {
 	grace := fs.Duration("grace", 10*time.Second, "how long COMMAND gets to exit after SIGTERM before it is killed")
 	withCrossplane := fs.Bool("crossplane", false, "what make run brings up: build what is missing, then the control plane (and, as root, a node), a local registry with the packages built from this tree, Crossplane core with its package manager, the provider, function and Configuration installed with crossplane xpkg install, a ClusterProviderConfig for the local cluster and an upstream web server; then print the next commands. Takes no COMMAND")
 	xpkgRepo := fs.String("xpkg-repo", "127.0.0.1:5000/egressproxy", "with --crossplane: the registry and organisation the packages are built for and pushed to, served by make run on that loopback address (an IP: Crossplane refuses localhost:PORT as not fully qualified)")
-	providerRuntime := fs.String("provider-runtime", "process", "with --crossplane: how the provider's and the function's pods run: process (their image's binary as a process here, under the pod's ServiceAccount)")
+	providerRuntime := fs.String("provider-runtime", "", "with --crossplane: how the provider's and the function's pods run: pod (real pods on the node, their images pulled from the registry; the default with --node) or process (their image's binary as a process here, under the pod's ServiceAccount, its token renewed; the default without a node)")
 	startedAt := fs.Float64("started-at", 0, "with --crossplane: when make run began (Unix seconds), for the times printed")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -233,7 +233,8 @@ func serve(shutdown context.Context, again <-chan os.Signal, cp *controlplane.Co
 
 // prepare creates the namespace crossplane-system and writes the admin
 // kubeconfig to kubeconfigOut (when given); it returns the kubeconfig's
-// path.
+// path. Under sudo, the kubeconfig and the folders made for it belong to
+// the user who ran sudo, whose shell uses it; nothing else changes owner.
 func prepare(ctx context.Context, cp *controlplane.ControlPlane, kubeconfigOut string) (string, error) {
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
@@ -245,9 +246,10 @@ func prepare(ctx context.Context, cp *controlplane.ControlPlane, kubeconfigOut s
 	}
 	kubeconfig := cp.KubeconfigPath
 	if kubeconfigOut != "" {
+		u := sudoInvoker()
 		if kubeconfig, err = filepath.Abs(kubeconfigOut); err == nil {
-			if err = os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err == nil {
-				err = os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600)
+			if err = u.mkdirAll(filepath.Dir(kubeconfig)); err == nil {
+				err = u.writeFile(kubeconfig, cp.Kubeconfig)
 			}
 		}
 		if err != nil {

@@ -10,11 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	goruntime "runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,9 +48,13 @@ const (
 	proxyNamespace = "egress-proxies"
 	// processScheduler is the scheduler name the DeploymentRuntimeConfigs
 	// give the provider's and the function's pods while they run as
-	// processes (ProcessRuntime): the node's kube-scheduler leaves them
-	// alone, so its kubelet never tries them.
+	// processes (ProcessRuntime, without a node): no kube-scheduler
+	// places them.
 	processScheduler = "egressproxy-process-runtime"
+	// The two ways the provider's and the function's pods run
+	// (--provider-runtime).
+	runtimePod     = "pod"
+	runtimeProcess = "process"
 	// upstreamBody starts the page the quickstart's upstream serves.
 	upstreamBody = "hello from the make run upstream"
 )
@@ -57,7 +64,7 @@ type quickstart struct {
 	root     string // the repository
 	cacheDir string // the repository's .cache (kubeconfig, tools, packages)
 	repo     string // XPKG_REPO: registry host and organisation
-	runtime  string // how the provider and function run: "process"
+	runtime  string // how the provider and function run: runtimePod or runtimeProcess
 	progress *progress
 
 	cp       *controlplane.ControlPlane
@@ -73,8 +80,9 @@ type quickstart struct {
 
 	registry *localcrossplane.Registry
 	caFile   string
+	fnIP     string // the loopback address the function listens on
 	core     *localcrossplane.Core
-	procs    *localcrossplane.ProcessRuntime
+	procs    *localcrossplane.ProcessRuntime // runtimeProcess only
 	stopRT   context.CancelFunc
 	rtDone   chan struct{}
 	upstream *netnshost.Host
@@ -205,9 +213,7 @@ func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, sq
 		links["crictl"] = filepath.Join(nodeBins, "crictl")
 	}
 	for name, target := range links {
-		p := filepath.Join(bin, name)
-		_ = os.Remove(p)
-		if err = os.Symlink(target, p); err != nil {
+		if err = sudoInvoker().placeTool(target, filepath.Join(bin, name)); err != nil {
 			return
 		}
 	}
@@ -298,8 +304,9 @@ func (q *quickstart) inputsHash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// startRegistry serves the registry XPKG_REPO names (a loopback address)
-// and writes its CA where core and the CLI read it.
+// startRegistry serves the registry XPKG_REPO names (a loopback address),
+// before the node starts: its containerd trusts the registry's CA from
+// the start.
 func (q *quickstart) startRegistry() error {
 	host := strings.SplitN(q.repo, "/", 2)[0]
 	_, port, err := net.SplitHostPort(host)
@@ -313,32 +320,45 @@ func (q *quickstart) startRegistry() error {
 	if err != nil {
 		return fmt.Errorf("the local registry on 127.0.0.1:%s (XPKG_REPO=%s; choose another port with XPKG_REPO=localhost:PORT/egressproxy): %w", port, q.repo, err)
 	}
+	return nil
+}
+
+// writeCA writes the registry's CA where core and the CLI read it.
+func (q *quickstart) writeCA() error {
 	q.caFile = filepath.Join(q.cp.Dir, "registry-ca.pem")
 	return os.WriteFile(q.caFile, q.registry.CAPEM, 0o600)
 }
 
-// push pushes the packages to the registry with `crossplane xpkg push`.
+// push pushes the packages to the registry with `crossplane xpkg push`,
+// all three at once: they are independent, and on the way to ready.
 func (q *quickstart) push(ctx context.Context) error {
-	for _, name := range []string{providerPackage, functionPackage, configPackage} {
-		cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
-		cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+q.caFile)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("crossplane xpkg push %s: %w\n%s", q.ref(name), err, out)
-		}
+	names := []string{providerPackage, functionPackage, configPackage}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
+			cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+q.caFile)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("crossplane xpkg push %s: %w\n%s", q.ref(name), err, out)
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (q *quickstart) ref(name string) string { return q.repo + "/" + name + ":" + q.version }
 
 // startCrossplane runs Crossplane core and its RBAC manager, and the
-// process runtime for the packages' pods.
+// process runtime for the packages' pods when they run as processes.
 func (q *quickstart) startCrossplane(ctx context.Context) error {
 	if _, err := q.cs.CoreV1().ServiceAccounts(crossplaneNamespace).Create(ctx,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "crossplane"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	fnIP := localcrossplane.FunctionIP(os.Getpid())
+	q.fnIP = fnIP
 	dir := filepath.Join(q.cp.Dir, "crossplane")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -353,8 +373,15 @@ func (q *quickstart) startCrossplane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if q.runtime != "process" {
-		return fmt.Errorf("--provider-runtime=%s: only process is supported yet", q.runtime)
+	if q.runtime == runtimePod {
+		// What kube-controller-manager's root-ca-cert-publisher writes in
+		// every namespace (not run here): the CA of the pods' token volume.
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: crossplaneNamespace, Name: "kube-root-ca.crt"},
+			Data: map[string]string{"ca.crt": string(q.cp.Config.CAData)}}
+		if _, err := q.cs.CoreV1().ConfigMaps(crossplaneNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "process-runtime.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // ours.
 	if err != nil {
@@ -376,8 +403,8 @@ func (q *quickstart) startCrossplane(ctx context.Context) error {
 
 // runtimeConfigs are the DeploymentRuntimeConfigs the packages are
 // installed with: the provider's from cluster/rbac/podproxy.yaml (its
-// ServiceAccount named for the PodProxy grant), and, while the packages
-// run as processes, both with the process runtime's scheduler name.
+// ServiceAccount named for the PodProxy grant), and the function's; their
+// pod templates are podTemplate's.
 func (q *quickstart) runtimeConfigs(ctx context.Context) error {
 	b, err := os.ReadFile(filepath.Join(q.root, "cluster", "rbac", "podproxy.yaml"))
 	if err != nil {
@@ -393,20 +420,87 @@ func (q *quickstart) runtimeConfigs(ctx context.Context) error {
 	}}
 	objs = append(objs, fn)
 	for _, o := range objs {
-		if o.GetKind() == "DeploymentRuntimeConfig" && q.runtime == "process" {
-			_ = unstructured.SetNestedField(o.Object, map[string]any{
-				"selector": map[string]any{},
-				"template": map[string]any{"spec": map[string]any{
-					"schedulerName": processScheduler,
-					"containers":    []any{map[string]any{"name": "package-runtime"}},
-				}},
-			}, "spec", "deploymentTemplate", "spec")
+		if o.GetKind() == "DeploymentRuntimeConfig" {
+			tmpl, err := q.podTemplate(o.GetName() == functionPackage)
+			if err != nil {
+				return err
+			}
+			_ = unstructured.SetNestedField(o.Object, map[string]any{"selector": map[string]any{}, "template": tmpl},
+				"spec", "deploymentTemplate", "spec")
 		}
 		if err := q.kube.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
 	return nil
+}
+
+// podTemplate is the pod template of the provider's or the function's
+// DeploymentRuntimeConfig. As processes: the process runtime's scheduler
+// name. As pods on the node, what this control plane needs that a
+// cluster would not (docs/development.md, "The provider as a real pod"):
+// the host's network, since kube-apiserver listens on loopback only and
+// Crossplane core, a process here, dials the function at the loopback
+// address its Service name resolves to for core; listeners off the fixed
+// ports of the host; and the token volume the ServiceAccount admission
+// plugin (off here) would add, a projected token the kubelet renews.
+//
+// On the host's network a container port is a host port, and the
+// scheduler places no two pods asking for one host port on a node: both
+// packages' pods would ask for 8080 (Crossplane's metrics port) and 9443
+// (the provider's webhook port, the function's gRPC port). Crossplane adds
+// a port only when the template names none of that name, so the template
+// names them, on free ports (the function's gRPC port stays 9443, on its
+// own loopback address).
+func (q *quickstart) podTemplate(function bool) (map[string]any, error) {
+	if q.runtime == runtimeProcess {
+		return map[string]any{"spec": map[string]any{
+			"schedulerName": processScheduler,
+			"containers":    []any{map[string]any{"name": "package-runtime"}},
+		}}, nil
+	}
+	c := map[string]any{"name": "package-runtime"}
+	spec := map[string]any{"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet", "containers": []any{c}}
+	port := func(name string) (any, error) {
+		p, err := controlplane.FreePort()
+		return map[string]any{"name": name, "containerPort": int64(p)}, err
+	}
+	metrics, err := port("metrics")
+	if err != nil {
+		return nil, err
+	}
+	if function {
+		c["ports"] = []any{metrics, map[string]any{"name": "grpc", "containerPort": int64(9443)}}
+		c["args"] = []any{"--address=" + q.fnIP + ":9443"}
+		c["readinessProbe"] = map[string]any{"tcpSocket": map[string]any{"host": q.fnIP, "port": int64(9443)}, "periodSeconds": int64(1)}
+		return map[string]any{"spec": spec}, nil
+	}
+	api, err := url.Parse(q.cp.Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	webhook, err := port("webhook")
+	if err != nil {
+		return nil, err
+	}
+	c["ports"] = []any{metrics, webhook}
+	health, err := controlplane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	spec["volumes"] = []any{map[string]any{"name": "kube-api-access", "projected": map[string]any{"sources": []any{
+		map[string]any{"serviceAccountToken": map[string]any{"path": "token", "expirationSeconds": int64(3607)}},
+		map[string]any{"configMap": map[string]any{"name": "kube-root-ca.crt", "items": []any{map[string]any{"key": "ca.crt", "path": "ca.crt"}}}},
+		map[string]any{"downwardAPI": map[string]any{"items": []any{map[string]any{"path": "namespace", "fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}}},
+	}}}}
+	c["args"] = []any{"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health)}
+	c["env"] = []any{
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": api.Hostname()},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": api.Port()},
+	}
+	c["volumeMounts"] = []any{map[string]any{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}}
+	c["readinessProbe"] = map[string]any{"httpGet": map[string]any{"host": "127.0.0.1", "port": int64(health), "path": "/readyz"}, "periodSeconds": int64(1)}
+	return map[string]any{"spec": spec}, nil
 }
 
 // pkgInstall is one package for `crossplane xpkg install`.
@@ -475,11 +569,7 @@ func (q *quickstart) installAndWait(ctx context.Context, all ...pkgInstall) erro
 			return nil
 		}
 		if time.Now().After(deadline) {
-			err := fmt.Errorf("not Healthy after 5 minutes: %s", strings.Join(waiting, "; "))
-			for pod, t := range q.procs.LogTails(15) {
-				err = fmt.Errorf("%w\npod %s (a process here), last lines of its log:\n%s", err, pod, t)
-			}
-			return err
+			return fmt.Errorf("not Healthy after 5 minutes: %s%s", strings.Join(waiting, "; "), q.podsReport(ctx))
 		}
 		select {
 		case <-ctx.Done():
@@ -487,6 +577,71 @@ func (q *quickstart) installAndWait(ctx context.Context, all ...pkgInstall) erro
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// podsReport is, for a failure, the provider's and the function's pods:
+// their state and the last lines of their logs (through the kubelet, or
+// the process runtime's files).
+func (q *quickstart) podsReport(ctx context.Context) string {
+	var b strings.Builder
+	if q.procs != nil {
+		for pod, t := range q.procs.LogTails(15) {
+			fmt.Fprintf(&b, "\npod %s (a process here), last lines of its log:\n%s", pod, t)
+		}
+		return b.String()
+	}
+	pods, err := q.packagePods(ctx)
+	if err != nil {
+		return "\n" + err.Error()
+	}
+	for _, p := range pods {
+		fmt.Fprintf(&b, "\npod %s on node %q: %s, conditions %+v, containers %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		logs, err := q.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: new(int64(15))}).DoRaw(ctx)
+		if err != nil {
+			fmt.Fprintf(&b, "\n  no log: %v", err)
+			continue
+		}
+		fmt.Fprintf(&b, "\n  last lines of its log:\n%s", logs)
+	}
+	return b.String()
+}
+
+// packagePods are the pods of the provider's and the function's
+// revisions.
+func (q *quickstart) packagePods(ctx context.Context) ([]corev1.Pod, error) {
+	var out []corev1.Pod
+	for _, label := range []string{"pkg.crossplane.io/provider", "pkg.crossplane.io/function"} {
+		pl, err := q.cs.CoreV1().Pods(crossplaneNamespace).List(ctx, metav1.ListOptions{LabelSelector: label})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pl.Items...)
+	}
+	return out, nil
+}
+
+// running says where the provider's and the function's pods run.
+func (q *quickstart) running(ctx context.Context) (string, error) {
+	if q.procs != nil {
+		return fmt.Sprintf("their pods run as processes from the pushed images' binaries under the ServiceAccounts Crossplane made (--provider-runtime=%s; logs in %s)", q.runtime, q.procs.Dir), nil
+	}
+	pods, err := q.packagePods(ctx)
+	if err != nil {
+		return "", err
+	}
+	var l []string
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		img := ""
+		if len(p.Status.ContainerStatuses) > 0 {
+			img = p.Status.ContainerStatuses[0].Image
+		}
+		l = append(l, fmt.Sprintf("pod %s %s on node %s (%s)", p.Name, p.Status.Phase, p.Spec.NodeName, img))
+	}
+	sort.Strings(l)
+	return "their pods: " + strings.Join(l, ", ") + "; kubelet-projected ServiceAccount tokens", nil
 }
 
 // providerConfigs makes the ClusterProviderConfig the Configuration's
@@ -589,7 +744,17 @@ func (q *quickstart) nextCommands(kubeconfig string) string {
 	bin := filepath.Join(q.cacheDir, "bin")
 	qs := filepath.Join(q.root, "examples", "quickstart")
 	var b strings.Builder
-	fmt.Fprintf(&b, "In another shell:\n\n")
+	if u := sudoInvoker(); u != nil {
+		// Under sudo the commands are for the user who ran it: the
+		// kubeconfig is theirs, the tools in bin run for them.
+		name := strconv.Itoa(u.uid)
+		if usr, err := user.LookupId(name); err == nil {
+			name = usr.Username
+		}
+		fmt.Fprintf(&b, "In another shell, as %s (who ran sudo; no sudo needed):\n\n", name)
+	} else {
+		fmt.Fprintf(&b, "In another shell:\n\n")
+	}
 	fmt.Fprintf(&b, "    export KUBECONFIG=%s PATH=%s:$PATH\n\n", kubeconfig, bin)
 	fmt.Fprintf(&b, "    # 1. An EgressProxy claimed by the team-payments namespace (class standard: a PodProxy on the local node)\n")
 	fmt.Fprintf(&b, "    kubectl apply -f %s/\n\n", qs)
@@ -613,12 +778,37 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 		say("the node needs root (containerd, network namespaces, iptables, cgroups): run make run as root, or NODE=0 for none (PodProxies then never run)")
 		return 1
 	}
+	switch {
+	case runtime == "" && node:
+		runtime = runtimePod
+	case runtime == "":
+		runtime = runtimeProcess
+	case runtime == runtimePod && !node:
+		say("--provider-runtime=pod needs the node: the provider and function run as processes without one")
+		return 2
+	case runtime != runtimePod && runtime != runtimeProcess:
+		say("--provider-runtime=%s: want pod or process", runtime)
+		return 2
+	}
 	total := 9
 	if !node {
 		total = 7
 	}
 	q := &quickstart{root: root, cacheDir: filepath.Join(root, ".cache"), repo: repo, runtime: runtime,
 		progress: &progress{start: t0, total: total}}
+	// The kubeconfig's folder before anything else is put in it (.cache
+	// by default): under sudo, one made here belongs to the user who ran
+	// sudo.
+	if kubeconfigOut != "" {
+		abs, err := filepath.Abs(kubeconfigOut)
+		if err == nil {
+			err = sudoInvoker().mkdirAll(filepath.Dir(abs))
+		}
+		if err != nil {
+			say("--kubeconfig-out %s: %v", kubeconfigOut, err)
+			return 1
+		}
+	}
 	defer q.stop()
 	fail := func(what string, err error) int {
 		if shutdown.Err() != nil {
@@ -633,6 +823,11 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	if err != nil {
 		return fail("tools", err)
 	}
+	// The registry first: the node's containerd trusts its CA from the
+	// start.
+	if err := q.startRegistry(); err != nil {
+		return fail("registry", err)
+	}
 	// Crossplane's own CRDs before core init (which otherwise races their
 	// establishment); the provider's come with its package.
 	o.BinDir, o.ControllerManager = cpBins, true
@@ -642,7 +837,8 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 		if o.Node != nil {
 			imgs = o.Node.Images
 		}
-		o.Node = &controlplane.NodeOptions{BinDir: nodeBins, Images: append(imgs, squidTar)}
+		o.Node = &controlplane.NodeOptions{BinDir: nodeBins, Images: append(imgs, squidTar),
+			RegistryCAs: map[string][]byte{q.registry.Host: q.registry.CAPEM}}
 	}
 
 	// The packages build while the control plane starts.
@@ -723,7 +919,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 
 	// The pushes run while Crossplane core starts.
 	done = q.progress.stage("registry: an OCI registry on " + strings.SplitN(repo, "/", 2)[0] + " (TLS, CA made for this run), crossplane xpkg push")
-	if err := q.startRegistry(); err != nil {
+	if err := q.writeCA(); err != nil {
 		return fail("registry", err)
 	}
 	pushErr := make(chan error, 1)
@@ -747,8 +943,11 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	if err := q.install(shutdown); err != nil {
 		return fail("install", err)
 	}
-	done("Provider %s, Function %s and Configuration %s Healthy; their pods run as processes from the pushed images' binaries under the ServiceAccounts Crossplane made (--provider-runtime=%s; logs in %s)",
-		providerObject, functionPackage, configPackage, q.runtime, q.procs.Dir)
+	where, err := q.running(shutdown)
+	if err != nil {
+		return fail("install", err)
+	}
+	done("Provider %s, Function %s and Configuration %s Healthy; %s", providerObject, functionPackage, configPackage, where)
 
 	done = q.progress.stage("ClusterProviderConfig pods for the local cluster (the standard class of the Configuration)")
 	pcPath, err := q.providerConfigs(shutdown)
@@ -774,7 +973,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	for {
 		select {
 		case <-shutdown.Done():
-			say("stopping: upstream, the provider's and function's processes, Crossplane, the registry, then the node and the control plane")
+			say("stopping: upstream, Crossplane, the registry, then the node (with the provider's and function's pods, or their processes) and the control plane")
 			return 0
 		case <-tick.C:
 			if err := q.core.Running(); err != nil {

@@ -13,6 +13,10 @@
 //	runcluster apply-crds DIR...
 //	                            installs or updates the CRDs in the folders
 //	                            and waits until they are served
+//	runcluster namespace NAME   creates the namespace when it is missing
+//	                            (the provider's own: its leader-election
+//	                            lease and installation-ID ConfigMap live
+//	                            there); prints "created" or "exists"
 package main
 
 import (
@@ -24,6 +28,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -31,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-const usage = "usage: runcluster crossplane | installed KIND/NAME... | apply-crds DIR..."
+const usage = "usage: runcluster crossplane | installed KIND/NAME... | apply-crds DIR... | namespace NAME"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -92,6 +97,25 @@ func main() {
 			fail("%v", err)
 		}
 		fmt.Printf("%d CRDs installed and served\n", len(crds))
+	case cmd == "namespace" && len(args) == 1:
+		nsr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+		ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": args[0]}}}
+		_, err := dyn.Resource(nsr).Create(ctx, ns, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			fmt.Println("created")
+		case apierrors.IsAlreadyExists(err):
+			fmt.Println("exists")
+		case apierrors.IsForbidden(err):
+			// Forbidden to create says nothing of whether it is there.
+			if _, gerr := dyn.Resource(nsr).Get(ctx, args[0], metav1.GetOptions{}); gerr == nil {
+				fmt.Println("exists")
+				return
+			}
+			fail("the provider's namespace %s is missing and your identity in KUBECONFIG=%s may not create it: create it, or name one that exists with ARGS=--namespace=NAME: %v", args[0], os.Getenv("KUBECONFIG"), err)
+		default:
+			fail("creating the provider's namespace %s: %v", args[0], err)
+		}
 	default:
 		fail(usage)
 	}

@@ -11,12 +11,20 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
@@ -27,18 +35,20 @@ const (
 	pageWant  = "hello from the make run upstream: you came through the egress proxy pod "
 )
 
-// TestQuickstartIntegration runs `make run` (a whole local Crossplane: the
-// control plane, a real node, a local registry with the packages built
+// TestQuickstartIntegration runs `sudo make run` (a whole local Crossplane:
+// the control plane, a real node, a local registry with the packages built
 // from this tree, Crossplane core installing them with crossplane xpkg
-// install, a ClusterProviderConfig and an upstream web server), follows
-// the three commands it prints (apply examples/quickstart/, kubectl wait
-// and crossplane resource trace, curl through the proxy URL of the
-// connection Secret), checks the page came through the proxy pod, then
-// sends SIGINT to make's process group as Ctrl-C in a terminal would and
-// checks nothing make run started is left: no process, no mount below its
-// folders, no network namespace, container, bridge or iptables rule; and
-// that foreign look-alikes planted before (controlplane.PlantLookalikes)
-// are all still there.
+// install, a ClusterProviderConfig and an upstream web server), checks
+// the provider and the function run as pods on the node from the pushed
+// images, with the ServiceAccount token the kubelet projects, follows the
+// three commands it prints as the user who ran sudo (apply
+// examples/quickstart/, kubectl wait and crossplane resource trace, curl
+// through the proxy URL of the connection Secret), checks the page came
+// through the proxy pod, then sends SIGINT to make's process group as
+// Ctrl-C in a terminal would and checks nothing make run started is left:
+// no process, no mount below its folders, no network namespace,
+// container, bridge or iptables rule; and that foreign look-alikes
+// planted before (controlplane.PlantLookalikes) are all still there.
 func TestQuickstartIntegration(t *testing.T) {
 	controlplane.RequireNode(t)
 	root, err := controlplane.RepoRoot()
@@ -60,19 +70,35 @@ func TestQuickstartIntegration(t *testing.T) {
 	lookalikesGone := controlplane.PlantLookalikes(t)
 	unlock()
 
-	m := startMakeRun(t, root, withoutKubeconfig(os.Environ()), fmt.Sprintf("RUN_XPKG_REPO=127.0.0.1:%d/egressproxy", port))
+	// As sudo leaves it for make: root, and who ran it in SUDO_UID and
+	// SUDO_GID (nobody, here).
+	sudoEnv := append(withoutKubeconfig(os.Environ()), fmt.Sprintf("SUDO_UID=%d", sudoUser), fmt.Sprintf("SUDO_GID=%d", sudoUser))
+	m := startMakeRun(t, root, sudoEnv, fmt.Sprintf("RUN_XPKG_REPO=127.0.0.1:%d/egressproxy", port))
 	// Until it says it is ready and has printed the next commands (the
 	// block ends with the Ctrl-C line): minutes on a cold machine (make
 	// test has built the tools by then), seconds warm.
 	printed := m.waitFor(t, "make run to be ready for kubectl and print the next commands", 30*time.Minute, "\nCtrl-C stops everything")
 	t.Logf("FIGURE make run to ready for kubectl: %s", after(printed, readyLine))
 	env, commands := nextCommands(t, printed)
+	kubeconfig := match(t, env, `KUBECONFIG=(\S+)`)
+	if !strings.Contains(printed, "In another shell, as nobody (who ran sudo") {
+		t.Errorf("make run under sudo did not say whose shell the commands are for:\n%s", printed)
+	}
+	if st, err := os.Stat(kubeconfig); err != nil || st.Sys().(*syscall.Stat_t).Uid != sudoUser || st.Mode().Perm() != 0o600 { //nolint:forcetypeassert // Linux.
+		t.Errorf("the kubeconfig %s: %v, %v; want it the user's who ran sudo, 0600", kubeconfig, st, err)
+	}
+
+	// The provider and the function: pods on the node, Running and Ready,
+	// from the images pushed to the registry, with a token the kubelet
+	// projects.
+	node := match(t, printed, `node: (\S+) Ready in`)
+	dataDir := match(t, printed, `data and logs in (\S+)`)
+	checkPackagePods(t, kubeconfig, node, dataDir, fmt.Sprintf("127.0.0.1:%d/egressproxy/", port))
 
 	// Everything make run started, before it is stopped: its process tree
 	// (containerd's shims leave it; Leftovers covers them), its folders,
 	// its network namespaces.
 	procs := descendants(m.cmd.Process.Pid)
-	dataDir := match(t, printed, `data and logs in (\S+)`)
 	netnses := []string{match(t, printed, `\(namespace (epx[0-9a-f]+)\)`), match(t, printed, `network namespace (epx[0-9a-f]+)\)`)}
 	t.Logf("make run runs %d processes; data in %s; network namespaces %v", len(procs), dataDir, netnses)
 
@@ -97,7 +123,6 @@ func TestQuickstartIntegration(t *testing.T) {
 	// takes the Crossplane path, and refuses a second install of packages
 	// the cluster has, naming the object.
 	t.Run("WithKubeconfigOfACrossplaneCluster", func(t *testing.T) {
-		kubeconfig := match(t, env, `KUBECONFIG=(\S+)`)
 		c := exec.Command("make", "--no-print-directory", "run", fmt.Sprintf("XPKG_REPO=127.0.0.1:%d/egressproxy", port))
 		c.Dir = root
 		c.Env = append(withoutKubeconfig(os.Environ()), "KUBECONFIG="+kubeconfig)
@@ -171,13 +196,27 @@ func nextCommands(t *testing.T, printed string) (string, []string) {
 	return env, cmds
 }
 
-// run runs a printed command in bash from another folder, as a user's
-// other shell would, after the printed export line; it returns stdout.
+// sudoUser is who runs `sudo make run` in the test: nobody.
+const sudoUser = 65534
+
+// run runs a printed command in bash as the user who ran sudo, in their
+// home folder, as their other shell would, after the printed export line;
+// it returns stdout.
 func run(t *testing.T, env, command string) string {
 	t.Helper()
+	home := t.TempDir()
+	for _, d := range []string{filepath.Dir(home), home} {
+		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // to be entered by the user.
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(home, sudoUser, sudoUser); err != nil {
+		t.Fatal(err)
+	}
 	c := exec.Command("bash", "-c", "set -eo pipefail\n"+env+"\n"+command) //nolint:gosec // what make run printed.
-	c.Dir = t.TempDir()
-	c.Env = withoutKubeconfig(os.Environ())
+	c.Dir = home
+	c.Env = []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "USER=nobody", "LANG=C.UTF-8"}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sudoUser, Gid: sudoUser}}
 	var stderr strings.Builder
 	c.Stderr = &stderr
 	b, err := c.Output()
@@ -186,6 +225,66 @@ func run(t *testing.T, env, command string) string {
 	}
 	t.Logf("$ %s\n%s", command, b)
 	return string(b)
+}
+
+// checkPackagePods checks, through the API, that the provider's and the
+// function's pods run on the node, Running and Ready, from images of
+// registry; and, for the provider, that its ServiceAccount token is the
+// one the kubelet projected into the pod's volume (a token of its
+// ServiceAccount bound to the pod, which the kubelet renews).
+func checkPackagePods(t *testing.T, kubeconfig, node, dataDir, registry string) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, pkg := range []struct{ label, image string }{
+		{"pkg.crossplane.io/provider", registry + "provider-egressproxy:"},
+		{"pkg.crossplane.io/function", registry + "function-egressproxy:"},
+	} {
+		pl, err := cs.CoreV1().Pods("crossplane-system").List(ctx, metav1.ListOptions{LabelSelector: pkg.label})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pl.Items) != 1 {
+			t.Errorf("%d pods labelled %s; want one", len(pl.Items), pkg.label)
+			continue
+		}
+		p := pl.Items[0]
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		}
+		if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || !ready {
+			t.Errorf("pod %s: on node %q, phase %s, ready %v; want Running and Ready on the node %s", p.Name, p.Spec.NodeName, p.Status.Phase, ready, node)
+		}
+		if len(p.Status.ContainerStatuses) != 1 || !strings.HasPrefix(p.Status.ContainerStatuses[0].Image, pkg.image) || p.Status.ContainerStatuses[0].ImageID == "" {
+			t.Errorf("pod %s runs %+v; want one container of an image %s... pulled from the registry", p.Name, p.Status.ContainerStatuses, pkg.image)
+		}
+		t.Logf("pod %s %s on node %s, image %s", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses[0].Image)
+		if pkg.label != "pkg.crossplane.io/provider" {
+			continue
+		}
+		tokFile := filepath.Join(dataDir, "node", "kubelet", "root", "pods", string(p.UID), "volumes", "kubernetes.io~projected", "kube-api-access", "token")
+		tok, err := os.ReadFile(tokFile) //nolint:gosec // the kubelet's file.
+		if err != nil {
+			t.Errorf("the provider pod's projected token: %v", err)
+			continue
+		}
+		tr, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: string(tok)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "system:serviceaccount:crossplane-system:" + p.Spec.ServiceAccountName
+		if !tr.Status.Authenticated || tr.Status.User.Username != want || !slices.Contains(tr.Status.User.Extra["authentication.kubernetes.io/pod-name"], p.Name) {
+			t.Errorf("the provider pod's projected token authenticates %v as %q, extra %v; want %s, bound to pod %s", tr.Status.Authenticated, tr.Status.User.Username, tr.Status.User.Extra, want, p.Name)
+		}
+	}
 }
 
 func withoutKubeconfig(env []string) []string {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,9 +38,11 @@ import (
 //     installed Provider.
 //   - UnreachableCluster: KUBECONFIG names a server that does not answer;
 //     make run says so and stops.
-//   - OutOfClusterWithoutCrossplane: a plain control plane. make run says
-//     there is no Crossplane, applies the CRDs and runs the provider as a
-//     process here; a ProxmoxProxy turns Ready through it. Then SIGINT, as
+//   - OutOfClusterWithoutCrossplane: a plain control plane, with no
+//     namespace crossplane-system. make run says there is no Crossplane,
+//     applies the CRDs, makes the provider's namespace crossplane-system
+//     and runs the provider as a process here (its installation ID kept
+//     there); a ProxmoxProxy turns Ready through it. Then SIGINT, as
 //     Ctrl-C, and nothing make run started is left running.
 func TestRunClusterIntegration(t *testing.T) {
 	root, err := controlplane.RepoRoot()
@@ -112,12 +116,31 @@ current-context: c
 	t.Run("OutOfClusterWithoutCrossplane", func(t *testing.T) {
 		// No kube-controller-manager: nothing here needs one.
 		cp := controlplane.ForTest(t, controlplane.Options{})
-		kube := xpt.Client(t, cp, xpt.Namespace, "team-a")
+		// The provider's namespace is not made here: a cluster without
+		// Crossplane has none.
+		kube := xpt.Client(t, cp, "team-a")
+		ns := &corev1.Namespace{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: xpt.Namespace}, ns); !apierrors.IsNotFound(err) {
+			t.Fatalf("the plain control plane has a namespace %s (%v); want none", xpt.Namespace, err)
+		}
 		m := startMakeRun(t, root, clusterEnv(t, cp.KubeconfigPath, ""))
 		out := m.waitFor(t, "make run to say there is no Crossplane", 20*time.Minute, "make run: no Crossplane in the cluster in KUBECONFIG="+cp.KubeconfigPath)
 		if !strings.Contains(out, "running the provider out of cluster") {
 			t.Errorf("make run did not say it runs the provider out of cluster:\n%s", out)
 		}
+		out = m.waitFor(t, "make run to run bin/provider", 10*time.Minute, "make run: running bin/provider")
+		if want := "make run: created the namespace " + xpt.Namespace + ", the provider's"; !strings.Contains(out, want) {
+			t.Errorf("make run did not say %q:\n%s", want, out)
+		}
+		// The provider works in it: it keeps its installation ID there.
+		testenv.WaitFor(t, "the provider's installation-ID ConfigMap in "+xpt.Namespace, time.Minute, func() (bool, string) {
+			cm := &corev1.ConfigMap{}
+			err := kube.Get(context.Background(), client.ObjectKey{Namespace: xpt.Namespace, Name: "provider-egressproxy-installation"}, cm)
+			if err != nil {
+				return false, err.Error()
+			}
+			return cm.Data["id"] != "", fmt.Sprintf("data %v", cm.Data)
+		})
 		crds := packageCRDs(t, root)
 		testenv.WaitFor(t, fmt.Sprintf("the %d CRDs of package/crds to be established", len(crds)), 5*time.Minute, func() (bool, string) {
 			var missing []string

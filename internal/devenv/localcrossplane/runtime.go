@@ -36,8 +36,9 @@ import (
 // entrypoint binary out of it, and runs it as a process with the
 // container's args and env (field references resolved, Secret and
 // ConfigMap volumes written to a folder that replaces the mount path in env values) and a
-// kubeconfig holding a TokenRequest token of the pod's ServiceAccount:
-// exactly the identity and arguments Crossplane gave it. The only
+// kubeconfig naming a file that holds a TokenRequest token of the pod's
+// ServiceAccount, renewed before it expires as a kubelet renews a
+// projected token: exactly the identity and arguments Crossplane gave it. The only
 // additions are the listen addresses (pods share this machine's network
 // here): the provider's health endpoint on a free loopback port and its
 // metrics off; the function on the loopback address its Service name
@@ -65,8 +66,16 @@ type ProcessRuntime struct {
 	// run.
 	SchedulerName string
 	// Log receives one line per thing done (a process started, stopped,
-	// restarted).
+	// restarted, a token renewed).
 	Log func(string)
+	// TokenExpiry is how long each ServiceAccount token asked for is
+	// valid (default an hour; the API server takes no less than 10
+	// minutes). TokenRenew is how long a token is used before the next
+	// one replaces it in its file (default 80 % of TokenExpiry, when a
+	// kubelet renews a projected token). client-go re-reads a token file
+	// at least every minute, so a process left up for days keeps
+	// authenticating.
+	TokenExpiry, TokenRenew time.Duration
 
 	mu    sync.Mutex
 	procs map[types.UID]*podProc
@@ -75,14 +84,16 @@ type ProcessRuntime struct {
 }
 
 type podProc struct {
-	pod    string
-	image  string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	health func() bool
-	ready  bool
-	logf   string
-	args   []string
+	// stopToken ends the renewal of the process's token.
+	stopToken context.CancelFunc
+	pod       string
+	image     string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	health    func() bool
+	ready     bool
+	logf      string
+	args      []string
 }
 
 // Run syncs the pods every 300 ms until ctx ends, then stops every
@@ -106,6 +117,7 @@ func (r *ProcessRuntime) Run(ctx context.Context) {
 }
 
 func (p *podProc) stop() {
+	p.stopToken()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
@@ -162,6 +174,7 @@ func (r *ProcessRuntime) sync(ctx context.Context) {
 			// restartPolicy Always: start it again at the next sync, as a
 			// kubelet would (after its back-off).
 			ready = false
+			pp.stopToken()
 			r.logf(fmt.Sprintf("pod %s: its process exited (%v); restarting it", p.Name, pp.cmd.ProcessState))
 			r.mu.Lock()
 			delete(r.procs, p.UID)
@@ -379,23 +392,14 @@ func (r *ProcessRuntime) start(ctx context.Context, p *corev1.Pod) (*podProc, er
 		set(e.Name, localize(v))
 	}
 
-	// The pod's identity: a token of its ServiceAccount.
-	tok, err := r.Clientset.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: ptr(int64(3600)),
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("TokenRequest for ServiceAccount %s: %w", p.Spec.ServiceAccountName, err)
+	// The pod's identity: a token of its ServiceAccount, in a file the
+	// kubeconfig names, renewed while the process runs.
+	tokPath := filepath.Join(dir, "token")
+	if _, err := r.writeToken(ctx, p, tokPath); err != nil {
+		return nil, err
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: r.Config.Host, CertificateAuthorityData: r.Config.CAData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa"}
-	kc.CurrentContext = "c"
 	kcPath := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, kcPath); err != nil {
+	if err := r.writeKubeconfig(kcPath, tokPath); err != nil {
 		return nil, err
 	}
 	set("KUBECONFIG", kcPath)
@@ -441,8 +445,83 @@ func (r *ProcessRuntime) start(ctx context.Context, p *corev1.Pod) (*podProc, er
 	}
 	pp.cmd = cmd
 	go func() { _ = cmd.Wait(); _ = lf.Close(); close(pp.exited) }()
+	var tokCtx context.Context
+	tokCtx, pp.stopToken = context.WithCancel(ctx)
+	go r.renewToken(tokCtx, p, tokPath)
 	r.logf(fmt.Sprintf("pod %s: running %s from %s as ServiceAccount %s with args %q", p.Name, path.Base(argv[0]), c.Image, p.Spec.ServiceAccountName, argv[1:]))
 	return pp, nil
+}
+
+func (r *ProcessRuntime) tokenTimes() (expiry, renew time.Duration) {
+	expiry, renew = r.TokenExpiry, r.TokenRenew
+	if expiry == 0 {
+		expiry = time.Hour
+	}
+	if renew == 0 {
+		renew = expiry * 4 / 5
+	}
+	return expiry, renew
+}
+
+// writeKubeconfig writes a kubeconfig for the cluster that authenticates
+// with the token in tokenFile, read again as it changes.
+func (r *ProcessRuntime) writeKubeconfig(file, tokenFile string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: r.Config.Host, CertificateAuthorityData: r.Config.CAData}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa"}
+	kc.CurrentContext = "c"
+	return clientcmd.WriteToFile(*kc, file)
+}
+
+// writeToken asks for a token of p's ServiceAccount, bound to p, and
+// writes it to file through a rename, so that a reader never sees half of
+// one. It returns when the token expires.
+func (r *ProcessRuntime) writeToken(ctx context.Context, p *corev1.Pod, file string) (time.Time, error) {
+	expiry, _ := r.tokenTimes()
+	tok, err := r.Clientset.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr(int64(expiry.Seconds())),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("TokenRequest for ServiceAccount %s: %w", p.Spec.ServiceAccountName, err)
+	}
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, []byte(tok.Status.Token), 0o600); err != nil {
+		return time.Time{}, err
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return time.Time{}, err
+	}
+	return tok.Status.ExpirationTimestamp.Time, nil
+}
+
+// renewToken replaces the token in file every TokenRenew until ctx ends.
+// A renewal that fails is tried again every 10 s (sooner with a shorter
+// TokenRenew) while the token in the file is still good.
+func (r *ProcessRuntime) renewToken(ctx context.Context, p *corev1.Pod, file string) {
+	_, renew := r.tokenTimes()
+	wait := renew
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		exp, err := r.writeToken(ctx, p, file)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			wait = min(10*time.Second, renew)
+			r.logf(fmt.Sprintf("pod %s: renewing its ServiceAccount token (again in %s): %v", p.Name, wait, err))
+			continue
+		}
+		wait = renew
+		r.logf(fmt.Sprintf("pod %s: ServiceAccount token renewed, valid until %s", p.Name, exp.Format(time.RFC3339)))
+	}
 }
 
 // functionOf is the Function a pod runs ("" for a provider's pod).
