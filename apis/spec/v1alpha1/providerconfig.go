@@ -520,8 +520,10 @@ type KubernetesConfig struct {
 	// proxy's allowedDestinationCIDRs cannot open them). Added to what the
 	// provider discovers: the API server's endpoints, the kubernetes
 	// Service, ServiceCIDRs and the nodes' podCIDRs. Set them where
-	// discovery cannot see them (a cluster without ServiceCIDR objects or
-	// node podCIDRs).
+	// discovery cannot see them: a cluster without ServiceCIDR objects, or
+	// a network plugin that assigns pod addresses itself (Calico's IPAM
+	// pools, Cilium's cluster-pool, the AWS VPC CNI), where nodes carry no
+	// podCIDRs or not the ones pods use.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43

@@ -36,8 +36,9 @@ func (p permission) String() string {
 // (docs/pod-proxy.md, RBAC): it caches its labelled pods, Deployments and
 // Services cluster-wide, creates Deployments, Services, Secrets and
 // NetworkPolicies in whichever namespace a config names, and reads the
-// cluster's own networks (the Service CIDRs, the API server's endpoints),
-// which Squid denies: without them a proxy could reach the API server.
+// cluster's own networks (the Service CIDRs, the API server's endpoints,
+// the nodes' pod ranges), which Squid denies: without them a proxy could
+// reach the API server and the cluster's pods.
 var required = []permission{
 	{"", "pods", "list"}, {"", "pods", "watch"},
 	{"apps", "deployments", "list"}, {"apps", "deployments", "watch"},
@@ -48,6 +49,7 @@ var required = []permission{
 	{"networking.k8s.io", "networkpolicies", "get"}, {"networking.k8s.io", "networkpolicies", "create"},
 	{"networking.k8s.io", "networkpolicies", "update"}, {"networking.k8s.io", "networkpolicies", "delete"},
 	{"networking.k8s.io", "servicecidrs", "list"}, {"discovery.k8s.io", "endpointslices", "list"},
+	{"", "nodes", "list"},
 }
 
 // access tells whether this provider's identity holds the permissions
