@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -94,6 +95,24 @@ func namespacedGCPWithEndpoint(u *unstructured.Unstructured, endpoint string) ma
 	gcp["credentials"] = map[string]any{"source": "Secret", "secretRef": map[string]any{"name": "gcp-key", "key": "key.json"}}
 	gcp["endpoint"] = endpoint
 	return gcp
+}
+
+// slash8s are n IPv4 /8s, each within the limit for a proxy without auth.
+func slash8s(n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%d.0.0.0/8", i+1)
+	}
+	return out
+}
+
+// slash24s are n IPv4 /24s.
+func slash24s(n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.%d.0.0/24", i)
+	}
+	return out
 }
 
 const (
@@ -216,6 +235,17 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"OpenIPv6", nsKVM, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"2000::/3"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "/32 (IPv6)"}},
 		{"OpenIPv6All", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth", map[string]any{"enabled": false}), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"::/0"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "without auth"}},
 		{"OpenSlash7", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "12.0.0.0/7"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "without auth"}},
+		// ... and no more than a /8 of IPv4 and a /32 of IPv6 together, however split or spelt.
+		{"OpenBySixtyFourSlash8s", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", slash8s(64))}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenByTwoSlash8s", clPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "11.0.0.0/8"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenBySlash8AndOneMore", nsKVM, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "192.0.2.1/32"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenByNAT64", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"64:ff9b::/96"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenByNAT64NextToIPv4", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth", map[string]any{"enabled": false}), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "64:ff9b::b00:0/104"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenBy6to4NextToIPv4", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "2002:b00::/32"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenByCoveringIPv4Mapped", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"::/64"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /8 of IPv4"}},
+		{"OpenIPv6ByTwoSlash32s", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"2001:db8::/32", "2001:db9::/32"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "together may admit at most a /32 of IPv6"}},
+		// Admission adds sizes: an overlap counts twice (the controller computes the exact union).
+		{"OverlapCountsTwiceAtAdmission", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "10.1.0.0/16"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs", "overlapping entries count twice"}},
 		{"IPv4MappedClientCIDR", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{"::ffff:0.0.0.0/96"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs[0]", "must be a CIDR"}},
 		// No pivot: IP literals as destinations, never-openable destination CIDRs, the proxy's own port.
 		{"DestinationIPLiteral", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"example.com", "169.254.169.254"})}, []string{"spec.forProvider.proxy.allowedDestinations[1]", "not an IP address", "allowedDestinationCIDRs"}},
@@ -289,6 +319,9 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"ImageURLByName", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2")}},
 		{"ImageURLRoutableAddress", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://203.0.113.7:8080/img.qcow2")}},
 		{"ImageURLRoutableIPv6", nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", "http://[2001:db8::7]/img.qcow2")}},
+		{"SplitSlash8WithoutAuth", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/9", "10.128.0.0/9", "2001:db8::/33", "2001:db8:8000::/33"})}},
+		{"SixtyFourNarrowWithoutAuth", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", slash24s(64))}},
+		{"SixtyFourSlash8sWithAuth", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", slash8s(64))}},
 		{"NarrowClientsWithoutAuth", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "2001:db8::/32"})}},
 		{"OpenPrivateDestinations", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.20.0.0/16", "192.168.1.10/32", "fd12:3456::/32", "100.64.0.0/10"})}},
 		{"NamespacedConfigWithKubeconfigSecret", nsPC, nil},

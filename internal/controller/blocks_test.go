@@ -46,6 +46,24 @@ func TestBlocks(t *testing.T) {
 				Insecure: "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"},
 			wantOK: true,
 		},
+		"KVM/TenantCloudInit": {
+			backend: kvmBackend,
+			spec:    spec.ProviderConfigSpec{KVM: &spec.KVMConfig{AllowTenantCloudInit: true}},
+			want:    external.Block{AllowTenantCloudInit: true, ImagesByURL: &external.ImagesByURL{Keys: []string{}}},
+			wantOK:  true,
+		},
+		"Proxmox/TenantCloudInit": {
+			backend: proxmoxBackend,
+			spec:    spec.ProviderConfigSpec{Proxmox: &spec.ProxmoxConfig{AllowTenantCloudInit: true}},
+			want:    external.Block{AllowTenantCloudInit: true},
+			wantOK:  true,
+		},
+		"GCP/TenantCloudInit": {
+			backend: gcpBackend,
+			spec:    spec.ProviderConfigSpec{GCP: &spec.GCPConfig{AllowTenantCloudInit: true, Credentials: spec.GCPCredentials{Source: injected}}},
+			want:    external.Block{AllowTenantCloudInit: true, CredentialsSource: &injected},
+			wantOK:  true,
+		},
 		"Proxmox/NotItsBlock": {backend: proxmoxBackend, spec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}},
 		"Proxmox/Verified": {
 			backend: proxmoxBackend,

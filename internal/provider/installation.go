@@ -4,21 +4,32 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
+	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 )
 
 // installationConfigMap holds the installation ID in the provider's own
 // namespace (key id). It has no owner, so it outlives the provider's
 // revisions and an uninstall: a provider installed again marks and finds
-// the same instances.
+// the same instances. Nothing stops its deletion, so the ID is also read
+// back from where the provider records it on every check of a config
+// (status.installationID), and a missing ConfigMap is made again from
+// there (recoveredInstallationID).
 const installationConfigMap = "provider-egressproxy-installation"
 
 // waitInstallationID is defaultInstallationID, tried again every few
@@ -65,7 +76,13 @@ func defaultInstallationID(ctx context.Context, c client.Client, namespace strin
 		return "", errors.Wrapf(err, "cannot read ConfigMap %s, which holds the installation ID (or pass --installation-id)", key)
 	}
 
-	id, err := kubeSystemID(ctx, c)
+	id, err := recoveredInstallationID(ctx, c)
+	if err != nil {
+		return "", errors.Wrapf(err, "ConfigMap %s, which holds the installation ID, does not exist", key)
+	}
+	if id == "" {
+		id, err = kubeSystemID(ctx, c)
+	}
 	if err != nil {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
@@ -85,6 +102,57 @@ func defaultInstallationID(ctx context.Context, c client.Client, namespace strin
 		return "", errors.Wrapf(err, "cannot create ConfigMap %s to keep the installation ID (or pass --installation-id)", key)
 	}
 	return id, nil
+}
+
+// recoveredInstallationID is the installation ID the provider recorded in
+// the status of the configs that use its own (no spec.installationID),
+// "" when none has one (a new installation), and an error when they
+// disagree or cannot be listed: a wrong guess would make every instance
+// another installation's, and a new one would make the provider create
+// every instance again beside the old ones.
+func recoveredInstallationID(ctx context.Context, c client.Reader) (string, error) {
+	seen := map[string][]string{}
+	add := func(kind, name string, s spec.ProviderConfigSpec, st spec.ProviderConfigStatus) {
+		if s.InstallationID == "" && st.InstallationID != "" {
+			seen[st.InstallationID] = append(seen[st.InstallationID], kind+" "+name)
+		}
+	}
+	cpcs := &namespacedv1alpha1.ClusterProviderConfigList{}
+	pcs := &namespacedv1alpha1.ProviderConfigList{}
+	legacy := &clusterv1alpha1.ProviderConfigList{}
+	for _, l := range []client.ObjectList{cpcs, pcs, legacy} {
+		err := c.List(ctx, l)
+		switch {
+		case apimeta.IsNoMatchError(err):
+			// The kind is not installed: no config of it records anything.
+		case err != nil:
+			return "", errors.Wrap(err, "cannot list the ProviderConfigs that record it")
+		}
+	}
+	for _, pc := range cpcs.Items {
+		add("ClusterProviderConfig", pc.Name, pc.Spec.ProviderConfigSpec, pc.Status)
+	}
+	for _, pc := range pcs.Items {
+		add("ProviderConfig", pc.Namespace+"/"+pc.Name, pc.Spec.ProviderConfigSpec, pc.Status)
+	}
+	for _, pc := range legacy.Items {
+		add("ProviderConfig (egressproxy.io)", pc.Name, pc.Spec.ProviderConfigSpec, pc.Status)
+	}
+	switch len(seen) {
+	case 0:
+		return "", nil
+	case 1:
+		for id := range seen {
+			return id, nil
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id, by := range seen {
+		slices.Sort(by)
+		ids = append(ids, fmt.Sprintf("%s (%s)", id, strings.Join(by, ", ")))
+	}
+	slices.Sort(ids)
+	return "", errors.Errorf("the configs' status.installationID disagree: %s; create the ConfigMap with the right one as data.id, or pass --installation-id", strings.Join(ids, "; "))
 }
 
 // kubeSystemID is "k" and the first 8 characters of the kube-system

@@ -48,12 +48,21 @@ var PrivateDestinations = prefixes(
 	"64:ff9b:1::/48", // local-use NAT64 (RFC 8215): embeds IPv4 anywhere
 )
 
-// DeniedByDefault returns the ranges every proxy denies, as Squid checks
-// them (each IPv4 range also in its NAT64 and 6to4 spellings): never are
-// denied always, private unless AllowedDestinationCIDRs opens them. A
-// backend that enforces the same below Squid (a NetworkPolicy) uses these.
-func DeniedByDefault() (never, private []netip.Prefix) {
-	return withEmbeddings(NeverDestinations), withEmbeddings(PrivateDestinations)
+// Denied returns the ranges a proxy denies, exactly as Squid checks them
+// (each IPv4 range also in its NAT64 and 6to4 spellings): never are denied
+// always (NeverDestinations and extra, Options.DeniedDestinationCIDRs),
+// private unless AllowedDestinationCIDRs opens them. A backend that
+// enforces the same below Squid (a NetworkPolicy) uses these, so the two
+// fences cannot drift apart. Entries of extra that do not parse are left
+// out (Render refuses them).
+func Denied(extra []string) (never, private []netip.Prefix) {
+	never = slices.Clone(NeverDestinations)
+	for _, d := range extra {
+		if p, err := parseCIDROrAddr(d); err == nil {
+			never = append(never, p)
+		}
+	}
+	return withEmbeddings(never), withEmbeddings(PrivateDestinations)
 }
 
 // prefixes parses a fixed list.
@@ -166,19 +175,14 @@ func checkDestinationCIDR(c string) string {
 
 // destinationACLs are the dst ACL lines and the deny rules for Render.
 func destinationACLs(s proxy.Settings, o Options) (acls, rules []string) {
-	never := withEmbeddings(NeverDestinations)
-	for _, d := range o.DeniedDestinationCIDRs {
-		p, _ := parseCIDROrAddr(d) // withDefaults checked it.
-		never = append(never, p)
-	}
-	never = withEmbeddings(never)
+	never, private := Denied(o.DeniedDestinationCIDRs) // withDefaults checked them.
 	acls = append(acls,
 		"# Destinations never reached, checked after name resolution: the proxy",
 		"# host, link-local, cloud metadata services, multicast and reserved",
 		"# space, and what the backend adds (a cluster's own networks).",
 		"acl never_dst dst "+strings.Join(compact(never), " "),
 		"# Private ranges: reached only where allowedDestinationCIDRs opens them.",
-		"acl private_dst dst "+strings.Join(compact(withEmbeddings(PrivateDestinations)), " "))
+		"acl private_dst dst "+strings.Join(compact(private), " "))
 	rules = append(rules,
 		"# Never: the proxy's own host, link-local and metadata (which hand out",
 		"# the machine's credentials), the backend's own networks.",

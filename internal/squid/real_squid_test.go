@@ -107,7 +107,7 @@ func TestSquidParsesEveryVariant(t *testing.T) {
 		"destinations":           {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinations: []string{"example.com", ".example.com", "a.example.org", ".b.example.org", ".example.org", "localhost"}}},
 		"auth and destinations":  {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinations: []string{".example.com"}, Auth: auth}},
 		"several ports":          {s: proxy.Settings{Port: 8080, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443, 8443, 22, 5432, 443}}},
-		"IPv6 CIDRs":             {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"fd00::/32", "2001:db8::/32", "10.0.0.0/8", "::ffff:192.168.0.0/112"}}},
+		"IPv6 CIDRs":             {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"fd00::/33", "2001:db8::/33", "10.0.0.0/9", "::ffff:192.168.0.0/112"}}},
 		"overlapping CIDRs":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.3/32", "10.1.2.3/8", "fd00::/32", "fd00::/48"}}},
 		"0.0.0.0/0":              {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"0.0.0.0/0", "10.0.0.0/8"}, Auth: auth}},
 		"::/0":                   {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"::/0", "fd00::/8", "::1/128"}, Auth: auth}},

@@ -257,7 +257,7 @@ func TestRenderRejectsInvalidSettings(t *testing.T) {
 
 func TestHash(t *testing.T) {
 	base := proxy.Settings{
-		Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8", "192.168.0.0/16"},
+		Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/9", "192.168.0.0/16"},
 		AllowedPorts: []int32{443, 8443},
 		Auth:         proxy.Auth{Enabled: true, Username: "u", Password: "p1"},
 	}
@@ -281,7 +281,7 @@ func TestHash(t *testing.T) {
 	}{
 		"same input": {func(*proxy.Settings, *Options) {}, true},
 		"reordered lists": {func(s *proxy.Settings, _ *Options) {
-			s.AllowedClientCIDRs = []string{"192.168.0.0/16", "10.0.0.0/8"}
+			s.AllowedClientCIDRs = []string{"192.168.0.0/16", "10.0.0.0/9"}
 			s.AllowedPorts = []int32{8443, 443}
 		}, true},
 		"password changed":  {func(s *proxy.Settings, _ *Options) { s.Auth.Password = "p2" }, false},

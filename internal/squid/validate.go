@@ -83,11 +83,21 @@ func Validate(s proxy.Settings) error {
 	if len(s.AllowedClientCIDRs) == 0 {
 		add("allowedClientCIDRs", "at least one CIDR is required: the proxy never serves everyone by default")
 	}
+	entriesOK := true
 	for i, c := range s.AllowedClientCIDRs {
 		if msg := checkCIDR(c); msg != "" {
 			add(fmt.Sprintf("allowedClientCIDRs[%d]", i), "%s", msg)
+			entriesOK = false
 		} else if msg := checkOpen(c); msg != "" && !s.Auth.Enabled {
 			add(fmt.Sprintf("allowedClientCIDRs[%d]", i), "%s", msg)
+			entriesOK = false
+		}
+	}
+	// The limit holds for the entries together too (once each entry is
+	// sound, so that one broad entry is reported once).
+	if entriesOK && !s.Auth.Enabled {
+		if msg := checkOpenUnion(s.AllowedClientCIDRs); msg != "" {
+			add("allowedClientCIDRs", "%s", msg)
 		}
 	}
 

@@ -29,7 +29,7 @@ func TestValidateAccepts(t *testing.T) {
 		"minimal":    func(*proxy.Settings) {},
 		"port 1":     func(s *proxy.Settings) { s.Port = 1 },
 		"port 65535": func(s *proxy.Settings) { s.Port = 65535 },
-		"IPv6 CIDR":  func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"fd00::/32", "2001:db8::1/128"} },
+		"IPv6 CIDR":  func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"fd00::/33", "2001:db8::1/128"} },
 		"0.0.0.0/0 with auth": func(s *proxy.Settings) {
 			s.AllowedClientCIDRs = []string{"0.0.0.0/0"}
 			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p"}

@@ -126,10 +126,22 @@ type KVMConfig struct {
 	// AllowUserCloudInit lets proxies add their own cloudInit. Default
 	// true; set false so that the proxies of this config run exactly the
 	// provider's setup (a proxy's cloudInit is then refused with a
-	// condition). User cloud-init runs as root on the VM.
+	// condition). User cloud-init runs as root on the VM. On a
+	// ClusterProviderConfig, namespaced proxies need allowTenantCloudInit
+	// as well.
 	// +optional
 	// +kubebuilder:default=true
 	AllowUserCloudInit *bool `json:"allowUserCloudInit,omitempty"`
+	// AllowTenantCloudInit lets namespaced proxies (a tenant's) that use
+	// this config as a ClusterProviderConfig add their own cloudInit.
+	// Default false: a tenant's cloud-init runs as root on a VM of the
+	// platform's, on the platform's network, and can rewrite Squid's
+	// configuration. allowUserCloudInit: false refuses everyone's still.
+	// Cluster-scoped proxies, and a namespaced ProviderConfig's own
+	// proxies (the tenant's own hypervisor), follow allowUserCloudInit
+	// alone: there it means nothing.
+	// +optional
+	AllowTenantCloudInit bool `json:"allowTenantCloudInit,omitempty"`
 	// Images is the catalogue of base images by key.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
@@ -306,6 +318,11 @@ type ProxmoxConfig struct {
 	// +optional
 	// +kubebuilder:default=true
 	AllowUserCloudInit *bool `json:"allowUserCloudInit,omitempty"`
+	// AllowTenantCloudInit lets namespaced proxies that use this config as
+	// a ClusterProviderConfig add their own cloudInit; see
+	// kvm.allowTenantCloudInit. Default false.
+	// +optional
+	AllowTenantCloudInit bool `json:"allowTenantCloudInit,omitempty"`
 	// RequestTimeoutSeconds bounds each API request.
 	// +optional
 	// +kubebuilder:default=30
@@ -402,6 +419,11 @@ type GCPConfig struct {
 	// +optional
 	// +kubebuilder:default=true
 	AllowUserCloudInit *bool `json:"allowUserCloudInit,omitempty"`
+	// AllowTenantCloudInit lets namespaced proxies that use this config as
+	// a ClusterProviderConfig add their own cloudInit; see
+	// kvm.allowTenantCloudInit. Default false.
+	// +optional
+	AllowTenantCloudInit bool `json:"allowTenantCloudInit,omitempty"`
 	// NetworkTags put on every instance, besides the provider's own tag
 	// for the proxy (egressproxy- and a digest), which its firewall rule
 	// targets.
@@ -520,8 +542,10 @@ type KubernetesConfig struct {
 	// proxy's allowedDestinationCIDRs cannot open them). Added to what the
 	// provider discovers: the API server's endpoints, the kubernetes
 	// Service, ServiceCIDRs and the nodes' podCIDRs. Set them where
-	// discovery cannot see them (a cluster without ServiceCIDR objects or
-	// node podCIDRs).
+	// discovery cannot see them: a cluster without ServiceCIDR objects, or
+	// a network plugin that assigns pod addresses itself (Calico's IPAM
+	// pools, Cilium's cluster-pool, the AWS VPC CNI), where nodes carry no
+	// podCIDRs or not the ones pods use.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43

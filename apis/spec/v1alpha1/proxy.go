@@ -29,6 +29,8 @@ type SecretKeySelector struct {
 // ProxySettings is the common proxy block: what Squid enforces, the same on
 // every kind.
 // +kubebuilder:validation:XValidation:rule="(has(self.auth) && self.auth.enabled) || self.allowedClientCIDRs.all(c, !isCIDR(c) || cidr(c).prefixLength() >= (cidr(c).ip().family() == 4 ? 8 : 32))",message="without auth, no allowedClientCIDRs entry may be broader than /8 (IPv4) or /32 (IPv6): the proxy would be open to much of the internet; narrow them, or turn on auth (auth.enabled: true), which makes them allowed",fieldPath=".allowedClientCIDRs"
+// +kubebuilder:validation:XValidation:rule="(has(self.auth) && self.auth.enabled) || (self.allowedClientCIDRs.filter(c, isCIDR(c)).map(c, cidr(c)).map(n, n.ip().family() == 4 ? (n.prefixLength() >= 8 ? [4294967296, 2147483648, 1073741824, 536870912, 268435456, 134217728, 67108864, 33554432, 16777216, 8388608, 4194304, 2097152, 1048576, 524288, 262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1][n.prefixLength()] : 0) : n.prefixLength() < 32 ? 0 : cidr('64:ff9b::/96').containsCIDR(n) ? [4294967296, 2147483648, 1073741824, 536870912, 268435456, 134217728, 67108864, 33554432, 16777216, 8388608, 4194304, 2097152, 1048576, 524288, 262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1][n.prefixLength() - 96] : cidr('2002::/16').containsCIDR(n) ? [4294967296, 2147483648, 1073741824, 536870912, 268435456, 134217728, 67108864, 33554432, 16777216, 8388608, 4194304, 2097152, 1048576, 524288, 262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1][n.prefixLength() <= 48 ? n.prefixLength() - 16 : 32] : (n.containsCIDR(cidr('64:ff9b::/96')) || (n.prefixLength() <= 95 && n.containsCIDR(cidr('::fffe:0:0/95')))) ? 4294967296 : 0).sum() <= 16777216)",message="without auth, allowedClientCIDRs together may admit at most a /8 of IPv4 (16777216 addresses, counting IPv6 entries that carry IPv4 clients: NAT64 64:ff9b::/96, 6to4 2002::/16, any covering ::ffff:0:0/96): admission adds up the entries' sizes, so overlapping entries count twice; merge or narrow them, or turn on auth (auth.enabled: true)",fieldPath=".allowedClientCIDRs"
+// +kubebuilder:validation:XValidation:rule="(has(self.auth) && self.auth.enabled) || (self.allowedClientCIDRs.filter(c, isCIDR(c)).map(c, cidr(c)).filter(n, n.ip().family() == 6 && n.prefixLength() >= 32).map(n, n.prefixLength() <= 64 ? [4294967296, 2147483648, 1073741824, 536870912, 268435456, 134217728, 67108864, 33554432, 16777216, 8388608, 4194304, 2097152, 1048576, 524288, 262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1][n.prefixLength() - 32] : 1).sum() <= 4294967296)",message="without auth, allowedClientCIDRs together may admit at most a /32 of IPv6: admission adds up the IPv6 entries' sizes (each narrower than a /64 counts as a /64), so overlapping entries count twice; merge or narrow them, or turn on auth (auth.enabled: true)",fieldPath=".allowedClientCIDRs"
 // +kubebuilder:validation:XValidation:rule="!has(self.port) || (self.port != 80 && self.port != 443 && !(has(self.allowedPorts) && self.port in self.allowedPorts))",message="port must not be 80, 443 or one of allowedPorts: those are destination ports, and a request to the proxy's own port could loop back into it; use another port, such as 3128",fieldPath=".port"
 type ProxySettings struct {
 	// Port Squid listens on.
@@ -40,8 +42,11 @@ type ProxySettings struct {
 
 	// AllowedClientCIDRs may use the proxy; everyone else is refused. At
 	// least one is required: the proxy is never open. Without auth none
-	// may be broader than /8 (IPv4) or /32 (IPv6); with auth any is
-	// allowed.
+	// may be broader than /8 (IPv4) or /32 (IPv6), and all of them
+	// together may cover at most a /8 of IPv4 (IPv6 entries that carry
+	// IPv4 clients, NAT64 and 6to4, count there) and a /32 of IPv6.
+	// Admission adds up the entries' sizes (overlaps count twice); the
+	// provider checks the exact union again. With auth any is allowed.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43

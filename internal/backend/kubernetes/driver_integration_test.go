@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,6 +124,65 @@ func (e *env) driverTests(t *testing.T) {
 		h := d.Check(ctx)
 		if h.Healthy() || h.Targets[0].Reason != kubernetes.ReasonNamespaceMissing {
 			t.Errorf("Check with a missing namespace = %+v; want unhealthy, %s", h, kubernetes.ReasonNamespaceMissing)
+		}
+	})
+
+	// The pod network, as the nodes' podCIDRs say it, is denied like the
+	// Service network, in squid.conf and the NetworkPolicy, and a proxy
+	// that opens 10.0.0.0/8 does not reopen it.
+	t.Run("PodNetworkIsDenied", func(t *testing.T) {
+		t.Parallel()
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("podcidrs-%d", e.seq.Add(1))},
+			Spec: corev1.NodeSpec{
+				PodCIDR: "10.244.7.0/24", PodCIDRs: []string{"10.244.7.0/24", "fd00:10:244:7::/64"},
+				// Nothing runs there: no kubelet stands behind it.
+				Unschedulable: true, Taints: []corev1.Taint{{Key: "egressproxy.io/test", Effect: corev1.TaintEffectNoSchedule}},
+			},
+		}
+		if err := e.live.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.live.Delete(context.Background(), node) })
+		ns := e.namespace(t)
+		// A host of its own: discovered networks are kept per API server,
+		// and other tests read this one's before the node existed.
+		d := kubernetes.New(kubernetes.Options{
+			Provider: testProvider, Config: kubernetes.Config{Namespace: ns, NetworkPolicy: true}, Client: e.cached, Live: e.live,
+			Version: e.remote.Version, Host: e.cp.Config.Host + "/" + node.Name, DialPods: true,
+		})
+		req := request("podnet")
+		req.Proxy.AllowedDestinationCIDRs = []string{"10.0.0.0/8", "fc00::/7"}
+		if _, err := d.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		sec := &corev1.Secret{}
+		if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: req.Name}, sec); err != nil {
+			t.Fatal(err)
+		}
+		var never []string
+		for l := range strings.Lines(string(sec.Data[kubernetes.KeySquidConf])) {
+			if f := strings.Fields(l); len(f) > 3 && f[0] == "acl" && f[1] == "never_dst" {
+				never = f[3:]
+			}
+		}
+		for _, c := range []string{"10.244.7.0/24", "fd00:10:244:7::/64", "64:ff9b::af4:700/120"} {
+			if !slices.Contains(never, c) {
+				t.Errorf("squid.conf never_dst does not hold %s: %v", c, never)
+			}
+		}
+		np := &networkingv1.NetworkPolicy{}
+		if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: req.Name}, np); err != nil {
+			t.Fatal(err)
+		}
+		excepts := map[string][]string{}
+		for _, p := range np.Spec.Egress[1].To {
+			excepts[p.IPBlock.CIDR] = p.IPBlock.Except
+		}
+		for cidr, pod := range map[string]string{"0.0.0.0/0": "10.244.7.0/24", "10.0.0.0/8": "10.244.7.0/24", "::/0": "fd00:10:244:7::/64", "fc00::/7": "fd00:10:244:7::/64"} {
+			if ex, ok := excepts[cidr]; !ok || !slices.Contains(ex, pod) {
+				t.Errorf("NetworkPolicy ipBlock %s (present: %v) does not except the pod network %s: %v", cidr, ok, pod, ex)
+			}
 		}
 	})
 

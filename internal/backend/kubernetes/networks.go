@@ -25,11 +25,12 @@ import (
 // clusterNetworks are the target cluster's own networks, which a PodProxy
 // never reaches (its resource cannot open them): the config's
 // ClusterNetworks, the kubernetes Service's cluster IPs, the API server's
-// endpoint addresses and the cluster's ServiceCIDRs. What discovery
-// cannot read (no rights, an older cluster) is left to the config and to
-// the private ranges every proxy denies anyway. Node podCIDRs are not
-// read: they change as nodes come and go, and would roll every proxy; set
-// the pod network in clusterNetworks where it is not a private range.
+// endpoint addresses, the cluster's ServiceCIDRs and its pod network as
+// the nodes' podCIDRs say it. What discovery cannot read (no rights, an
+// older cluster, a network plugin that assigns pod addresses itself and
+// leaves podCIDRs empty) is left to the config and to the private ranges
+// every proxy denies anyway. Adjacent ranges are merged (a node's /24s
+// become the /16 they fill), so squid.conf stays short on a big cluster.
 func (d *Driver) clusterNetworks(ctx context.Context) []string {
 	var out []netip.Prefix
 	add := func(s string) {
@@ -45,13 +46,7 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 	for _, c := range d.discoveredNetworks(ctx) {
 		add(c)
 	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	out = slices.Compact(out)
+	out = joinPrefixes(out)
 	s := make([]string, len(out))
 	for i, p := range out {
 		s[i] = p.String()
@@ -59,11 +54,48 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 	return s
 }
 
+// joinPrefixes sorts ps and drops every prefix another covers, then joins the
+// two halves of a prefix into it until none are left: the same addresses,
+// in as few prefixes as they take.
+func joinPrefixes(ps []netip.Prefix) []netip.Prefix {
+	for {
+		slices.SortFunc(ps, func(a, b netip.Prefix) int {
+			if c := a.Addr().Compare(b.Addr()); c != 0 {
+				return c
+			}
+			return a.Bits() - b.Bits()
+		})
+		ps = slices.Compact(ps)
+		var out []netip.Prefix
+		joined := false
+		for _, p := range ps {
+			if n := len(out); n > 0 {
+				last := out[n-1]
+				switch {
+				case last.Addr().Is4() == p.Addr().Is4() && last.Bits() <= p.Bits() && last.Contains(p.Addr()):
+					continue // covered
+				case last.Bits() == p.Bits() && last.Bits() > 0 && last.Addr().Is4() == p.Addr().Is4():
+					if up := netip.PrefixFrom(last.Addr(), last.Bits()-1).Masked(); up == netip.PrefixFrom(p.Addr(), p.Bits()-1).Masked() {
+						out[n-1], joined = up, true
+						continue
+					}
+				}
+			}
+			out = append(out, p)
+		}
+		if !joined {
+			return out
+		}
+		ps = out
+	}
+}
+
 // networksTTL is how long a cluster's discovered networks are reused. A
 // Create reads them twice (squid.conf and NetworkPolicy), so without it
-// every Create would cost several discovery requests; they change only when an administrator adds a ServiceCIDR or moves the API
-// server, and such a change reaches every proxy's squid.conf and
-// NetworkPolicy within the TTL.
+// every Create would cost several discovery requests; they change when an
+// administrator adds a ServiceCIDR or moves the API server and when a node
+// joins with a pod range of its own, and such a change reaches the
+// squid.conf and NetworkPolicy a proxy is written with within the TTL.
 const networksTTL = 30 * time.Second
 
 // discovered are the discovered networks of each cluster, by the API
@@ -82,8 +114,8 @@ type discoveredNetworks struct {
 }
 
 // discoveredNetworks reads the kubernetes Service's cluster IPs, the API
-// server's endpoint addresses and the ServiceCIDRs, or reuses what was
-// read within networksTTL.
+// server's endpoint addresses, the ServiceCIDRs and the nodes' podCIDRs,
+// or reuses what was read within networksTTL.
 func (d *Driver) discoveredNetworks(ctx context.Context) []string {
 	key := d.host
 	if key == "" {
@@ -157,6 +189,15 @@ func (d *Driver) readNetworks(ctx context.Context, key string) []string {
 			nets = append(nets, c.Spec.CIDRs...)
 		}
 	}
+	nodes := &corev1.NodeList{}
+	if settled(d.live.List(ctx, nodes)) {
+		for _, n := range nodes.Items {
+			nets = append(nets, n.Spec.PodCIDRs...)
+			if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
+				nets = append(nets, n.Spec.PodCIDR)
+			}
+		}
+	}
 	if !keep {
 		return nets
 	}
@@ -168,18 +209,15 @@ func (d *Driver) readNetworks(ctx context.Context, key string) []string {
 
 // buildNetworkPolicy says below Squid what Squid denies, where the cluster
 // enforces NetworkPolicies: the proxy's pods may send DNS anywhere, and
-// anything else only outside the denied ranges (never, private and the
-// cluster's networks), plus the private ranges the resource opened (the
-// never ranges inside them excepted). It only narrows egress; ingress is
+// anything else only outside the ranges Squid denies (squid.Denied: never,
+// private and the cluster's networks, in every spelling Squid checks),
+// plus the private ranges the resource opened, without the never ranges
+// inside them; an opened range inside a never range (a Service network in
+// 10.0.0.0/8) is not opened at all. It only narrows egress; ingress is
 // Squid's (clients arrive through load balancers that may not keep their
 // address).
 func buildNetworkPolicy(dep *appsv1.Deployment, req proxy.Request, cluster []string) *networkingv1.NetworkPolicy {
-	never, private := squid.DeniedByDefault()
-	for _, c := range cluster {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			never = append(never, p)
-		}
-	}
+	never, private := squid.Denied(cluster)
 	var opened []netip.Prefix
 	for _, c := range req.Proxy.AllowedDestinationCIDRs {
 		if p, err := netip.ParsePrefix(c); err == nil {
@@ -190,6 +228,8 @@ func buildNetworkPolicy(dep *appsv1.Deployment, req proxy.Request, cluster []str
 			opened = append(opened, p)
 		}
 	}
+	// within are the prefixes of ps strictly inside outer (an except must
+	// be); covered says one of ps holds all of p.
 	within := func(outer netip.Prefix, ps []netip.Prefix) []string {
 		var out []string
 		for _, p := range ps {
@@ -199,12 +239,20 @@ func buildNetworkPolicy(dep *appsv1.Deployment, req proxy.Request, cluster []str
 		}
 		return compactStrings(out)
 	}
+	covered := func(p netip.Prefix, ps []netip.Prefix) bool {
+		return slices.ContainsFunc(ps, func(q netip.Prefix) bool {
+			return q.Addr().Is4() == p.Addr().Is4() && q.Bits() <= p.Bits() && q.Contains(p.Addr())
+		})
+	}
 	all := append(slices.Clone(never), private...)
 	var to []networkingv1.NetworkPolicyPeer
 	for _, world := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
 		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: world.String(), Except: within(world, all)}})
 	}
 	for _, o := range opened {
+		if covered(o, never) {
+			continue
+		}
 		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: o.String(), Except: within(o, never)}})
 	}
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP

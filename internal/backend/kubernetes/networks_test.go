@@ -3,9 +3,14 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -14,6 +19,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // countingReader counts reads and can fail them.
@@ -57,21 +64,20 @@ func TestClusterNetworksAreReused(t *testing.T) {
 	d := New(Options{Provider: "t", Client: c, Live: failing, Host: "https://flaky.example:6443"})
 	d.clusterNetworks(ctx)
 	d.clusterNetworks(ctx)
-	if n := failing.reads.Load(); n != 6 {
-		t.Errorf("after failed reads: %d reads for two calls, want 6 (nothing kept)", n)
+	if n := failing.reads.Load(); n != 8 {
+		t.Errorf("after failed reads: %d reads for two calls, want 8 (nothing kept)", n)
 	}
 
 	live := &countingReader{Reader: c}
 	d = New(Options{Provider: "t", Client: c, Live: live, Host: "https://api.example:6443", Config: Config{ClusterNetworks: []string{"192.0.2.0/24"}}})
-	want := []string{"10.96.0.0/12", "10.96.0.1/32", "192.0.2.0/24"}
+	want := []string{"10.96.0.0/12", "192.0.2.0/24"} // 10.96.0.1 is inside the first
 	for range 5 {
-		got := d.clusterNetworks(ctx)
-		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		if got := d.clusterNetworks(ctx); !slices.Equal(got, want) {
 			t.Fatalf("clusterNetworks = %v, want %v", got, want)
 		}
 	}
-	if n := live.reads.Load(); n != 3 {
-		t.Errorf("five calls made %d reads, want 3 (one discovery)", n)
+	if n := live.reads.Load(); n != 4 {
+		t.Errorf("five calls made %d reads, want 4 (one discovery)", n)
 	}
 }
 
@@ -102,7 +108,184 @@ func TestClusterNetworksAreReadOnceByConcurrentCreates(t *testing.T) {
 			t.Fatalf("call %d: clusterNetworks = %v, want [10.96.0.0/12]", i, g)
 		}
 	}
-	if n := live.reads.Load(); n != 3 {
-		t.Errorf("50 concurrent calls made %d reads, want 3 (one discovery)", n)
+	if n := live.reads.Load(); n != 4 {
+		t.Errorf("50 concurrent calls made %d reads, want 4 (one discovery)", n)
 	}
+}
+
+// The pod network is the nodes' podCIDRs (podCIDR where only that is set),
+// merged where they fill a range, and what the config names.
+func TestClusterNetworksHoldThePodNetwork(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string, cidrs ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDRs: cidrs}}
+		if len(cidrs) > 0 {
+			n.Spec.PodCIDR = cidrs[0]
+		}
+		return n
+	}
+	old := node("old", "10.244.3.0/24")
+	old.Spec.PodCIDRs = nil
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		node("a", "10.244.0.0/24", "fd00:10:244::/64"),
+		node("b", "10.244.1.0/24", "fd00:10:244:1::/64"),
+		node("c", "10.244.2.0/24"),
+		old,
+		node("calico"), // a network plugin that assigns addresses itself
+	).Build()
+	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://pods.example:6443", Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
+	want := []string{"10.244.0.0/22", "100.96.0.0/11", "fd00:10:244::/63"}
+	if got := d.clusterNetworks(context.Background()); !slices.Equal(got, want) {
+		t.Errorf("clusterNetworks = %v, want %v", got, want)
+	}
+}
+
+func TestJoinPrefixes(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"10.0.0.0/25", "10.0.0.128/25", "10.0.1.0/24"}, []string{"10.0.0.0/23"}},
+		{[]string{"10.0.1.0/24", "10.0.2.0/24"}, []string{"10.0.1.0/24", "10.0.2.0/24"}}, // not halves of one
+		{[]string{"10.0.0.0/8", "10.1.0.0/16", "10.0.0.1/32"}, []string{"10.0.0.0/8"}},
+		{[]string{"0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"}, []string{"0.0.0.0/0", "::/0"}},
+		{[]string{"10.0.0.0/24", "10.0.0.0/24"}, []string{"10.0.0.0/24"}},
+	} {
+		var ps []netip.Prefix
+		for _, s := range tc.in {
+			ps = append(ps, netip.MustParsePrefix(s))
+		}
+		var got []string
+		for _, p := range joinPrefixes(ps) {
+			got = append(got, p.String())
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("joinPrefixes(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestNetworkPolicyDeniesWhatSquidDenies walks the deny lists of the
+// squid.conf a proxy gets (never_dst, and private_dst less opened_dst) and
+// checks that the proxy's NetworkPolicy lets no address of any of them
+// through, whatever the resource opens: the metadata addresses, the
+// cluster's networks and their NAT64 and 6to4 spellings included. (Port
+// 53, which the policy opens everywhere for name resolution, is the one
+// exception, and only for DNS.)
+func TestNetworkPolicyDeniesWhatSquidDenies(t *testing.T) {
+	cluster := []string{"10.0.0.0/24", "10.0.0.1", "192.0.2.2", "10.244.0.0/16", "fd00:10:96::/112", "100.65.0.0/16"}
+	for name, opened := range map[string][]string{
+		"nothing opened":                {},
+		"RFC 1918":                      {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
+		"shared and IETF space":         {"100.64.0.0/10", "192.0.0.0/24"},
+		"unique local IPv6":             {"fc00::/7"},
+		"NAT64 spellings":               {"64:ff9b::a00:0/104", "64:ff9b::6440:0/106", "64:ff9b::c000:0/120", "64:ff9b:1::/48"},
+		"6to4 spellings":                {"2002:a00::/24", "2002:6440::/26", "2002:c000::/40"},
+		"exactly a metadata address":    {"100.100.100.200/32", "192.0.0.192/32", "fd00:ec2::254/128"},
+		"inside the cluster's networks": {"10.0.0.0/28", "10.244.1.0/24", "64:ff9b::a00:0/120"},
+		"IPv4-mapped":                   {"::ffff:10.0.0.0/104"},
+		"a part of a private range":     {"10.30.0.0/16", "fd12:3456::/32"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := testRequest()
+			req.Proxy.AllowedDestinationCIDRs = opened
+			files, err := squid.Render(req.Proxy, squidOptions(req, cluster))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acl := map[string][]netip.Prefix{}
+			for l := range strings.Lines(files.SquidConf) {
+				f := strings.Fields(l)
+				if len(f) > 3 && f[0] == "acl" && f[2] == "dst" {
+					for _, c := range f[3:] {
+						acl[f[1]] = append(acl[f[1]], netip.MustParsePrefix(c))
+					}
+				}
+			}
+			if len(acl["never_dst"]) == 0 || len(acl["private_dst"]) == 0 || len(opened) > 0 && len(acl["opened_dst"]) == 0 {
+				t.Fatalf("squid.conf has no never_dst, private_dst or opened_dst:\n%s", files.SquidConf)
+			}
+			dep := buildDeployment(Config{}, req, files, "h", time.Unix(0, 0))
+			np := buildNetworkPolicy(dep, req, cluster)
+			var peers []networkingv1.IPBlock
+			for _, r := range np.Spec.Egress {
+				if len(r.Ports) > 0 {
+					continue // DNS
+				}
+				for _, p := range r.To {
+					if p.IPBlock == nil {
+						t.Fatalf("egress peer %+v is not an ipBlock: it would allow what no list says", p)
+					}
+					peers = append(peers, *p.IPBlock)
+				}
+			}
+			// leaks is what of denied one peer lets through, given what
+			// else Squid lets through (the opened ranges, for private).
+			leaks := func(denied netip.Prefix, alsoAllowed []netip.Prefix) []string {
+				var out []string
+				for _, b := range peers {
+					c := netip.MustParsePrefix(b.CIDR)
+					x, ok := intersect(denied, c)
+					if !ok {
+						continue
+					}
+					except := slices.Clone(alsoAllowed)
+					for _, e := range b.Except {
+						except = append(except, netip.MustParsePrefix(e))
+					}
+					if !coveredBy(x, except) {
+						out = append(out, fmt.Sprintf("%s through ipBlock %s except %v", x, b.CIDR, b.Except))
+					}
+				}
+				return out
+			}
+			for _, n := range acl["never_dst"] {
+				for _, l := range leaks(n, nil) {
+					t.Errorf("Squid never reaches %s; the policy lets %s", n, l)
+				}
+			}
+			for _, p := range acl["private_dst"] {
+				for _, l := range leaks(p, acl["opened_dst"]) {
+					t.Errorf("Squid denies %s (not opened); the policy lets %s", p, l)
+				}
+			}
+		})
+	}
+}
+
+// intersect is the common part of two prefixes (which either nest or are
+// disjoint).
+func intersect(a, b netip.Prefix) (netip.Prefix, bool) {
+	switch {
+	case a.Addr().Is4() != b.Addr().Is4():
+		return netip.Prefix{}, false
+	case a.Bits() >= b.Bits() && b.Contains(a.Addr()):
+		return a, true
+	case b.Bits() >= a.Bits() && a.Contains(b.Addr()):
+		return b, true
+	}
+	return netip.Prefix{}, false
+}
+
+// coveredBy says every address of x lies in one of ps: one covers x, or
+// each half of x is covered.
+func coveredBy(x netip.Prefix, ps []netip.Prefix) bool {
+	inside := false
+	for _, p := range ps {
+		switch q, ok := intersect(x, p); {
+		case !ok:
+		case q == x:
+			return true
+		default:
+			inside = true
+		}
+	}
+	if !inside || x.Bits() == x.Addr().BitLen() {
+		return false
+	}
+	lo := netip.PrefixFrom(x.Addr(), x.Bits()+1)
+	b := x.Addr().AsSlice()
+	b[x.Bits()/8] |= 0x80 >> (x.Bits() % 8)
+	a, _ := netip.AddrFromSlice(b)
+	return coveredBy(lo, ps) && coveredBy(netip.PrefixFrom(a, x.Bits()+1), ps)
 }

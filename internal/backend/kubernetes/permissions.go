@@ -93,6 +93,7 @@ func Permissions(namespace string, cached bool) []Permission {
 		{{Resource: "services", Verb: "get", Namespace: "default"}},
 		{{Group: "discovery.k8s.io", Resource: "endpointslices", Verb: "list", Namespace: "default"}},
 		cluster("networking.k8s.io", "servicecidrs", "list"),
+		cluster("", "nodes", "list"),
 	} {
 		for _, q := range p {
 			if !slices.Contains(ps, q) {

@@ -35,6 +35,10 @@ type Config struct {
 	// Namespaced is true for a namespaced ProviderConfig, written by a
 	// namespace user: it never acts with the provider's own identity.
 	Namespaced bool
+	// Tenant is true for a ClusterProviderConfig resolved for a namespaced
+	// resource: the platform team's config used by a namespace user, whose
+	// cloud-init it refuses unless its block allows tenants'.
+	Tenant bool
 	// Backend is the backend whose block the config holds; nil when it
 	// holds none of ConfigReader.Backends'.
 	Backend *Backend
@@ -66,7 +70,10 @@ func (c *Config) CheckTenancy() error {
 
 // Allows returns why the config does not allow what req asks for, or nil:
 // an image by URL (unless the block's allowImageURLs) and the proxy's own
-// cloudInit (unless the block's allowUserCloudInit, true by default).
+// cloudInit (unless the block's allowUserCloudInit, true by default, and
+// for a tenant's proxy on a ClusterProviderConfig its
+// allowTenantCloudInit, false by default: the cloud-init would run as
+// root on the platform's VM).
 func (c *Config) Allows(req proxy.Request) error {
 	if c.Backend == nil {
 		return nil
@@ -80,6 +87,9 @@ func (c *Config) Allows(req proxy.Request) error {
 	if req.CloudInit != "" && b.AllowUserCloudInit != nil && !*b.AllowUserCloudInit {
 		// Never quote the cloudInit: it is secret.
 		return proxy.Permanentf("spec.forProvider.cloudInit: %s does not allow a proxy's own cloud-init (its %s.allowUserCloudInit is false): remove it", c.Name, c.Backend.Name)
+	}
+	if req.CloudInit != "" && c.Tenant && !b.AllowTenantCloudInit {
+		return proxy.Permanentf("spec.forProvider.cloudInit: %s does not allow the cloud-init of namespaced proxies (its %s.allowTenantCloudInit is false, the default): it would run as root on a VM of the platform's; remove it, use a ProviderConfig of this namespace, or ask the platform team to set %s.allowTenantCloudInit: true", c.Name, c.Backend.Name, c.Backend.Name)
 	}
 	return nil
 }
@@ -131,7 +141,9 @@ func (r ConfigReader) Resolve(ctx context.Context, mg resource.Managed) (*Config
 			if err := r.Kube.Get(ctx, types.NamespacedName{Name: ref.Name}, pc); err != nil {
 				return nil, notFoundHint(err, fmt.Sprintf("ClusterProviderConfig %q", ref.Name), "")
 			}
-			return r.Of(pc), nil
+			cfg := r.Of(pc)
+			cfg.Tenant = true
+			return cfg, nil
 		default:
 			return nil, errors.Errorf("spec.providerConfigRef.kind %q is not supported: want ProviderConfig or ClusterProviderConfig", ref.Kind)
 		}

@@ -93,6 +93,7 @@ func TestConfigAllows(t *testing.T) {
 		bk := fixed("kvm", b)
 		return &Config{Name: "ClusterProviderConfig home", Spec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}, Backend: &bk}
 	}
+	tenant := func(c *Config) *Config { c.Tenant = true; return c }
 	urls := func(allowed bool) *ImagesByURL {
 		return &ImagesByURL{Allowed: allowed, Keys: []string{"debian-12", "alpine"}}
 	}
@@ -110,6 +111,11 @@ func TestConfigAllows(t *testing.T) {
 		"cloud-init allowed":         {cfg(Block{AllowUserCloudInit: ptr.To(true)}), proxy.Request{CloudInit: secretCloudInit}, ""},
 		"forbidden but none given":   {cfg(Block{AllowUserCloudInit: ptr.To(false)}), proxy.Request{}, ""},
 		"config without its backend": {&Config{Name: "c"}, proxy.Request{CloudInit: secretCloudInit}, ""},
+		"tenant's cloud-init on a cluster config": {tenant(cfg(Block{})), proxy.Request{CloudInit: secretCloudInit},
+			"spec.forProvider.cloudInit: ClusterProviderConfig home does not allow the cloud-init of namespaced proxies (its kvm.allowTenantCloudInit is false, the default)"},
+		"tenant's cloud-init allowed":           {tenant(cfg(Block{AllowTenantCloudInit: true})), proxy.Request{CloudInit: secretCloudInit}, ""},
+		"tenant's but allowUserCloudInit false": {tenant(cfg(Block{AllowTenantCloudInit: true, AllowUserCloudInit: ptr.To(false)})), proxy.Request{CloudInit: secretCloudInit}, "its kvm.allowUserCloudInit is false"},
+		"tenant without cloud-init":             {tenant(cfg(Block{})), proxy.Request{}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.cfg.Allows(tc.req)

@@ -66,6 +66,12 @@ func start(t *testing.T) *env {
 		Objects: []client.Object{
 			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
 				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: kvmBlock()}}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm-tenant-cloudinit"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: func() *spec.KVMConfig {
+					k := kvmBlock()
+					k.AllowTenantCloudInit = true
+					return k
+				}()}}},
 			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
 					Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}}}},
@@ -322,6 +328,62 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 				}
 				c := e.WaitForCondition(t, tc.p, xpv2.TypeSynced, corev1.ConditionFalse, tc.want)
 				t.Logf("Synced=False: %s", c.Message)
+			})
+		}
+	})
+
+	// A tenant's cloud-init runs as root on the VM: on the platform's
+	// ClusterProviderConfig only where it allows tenants' (off by default);
+	// on the tenant's own config, and for cluster-scoped proxies, as the
+	// config's allowUserCloudInit says (on by default).
+	t.Run("TenantCloudInit", func(t *testing.T) {
+		const cloudInit = "#cloud-config\npackages: [htop]\n"
+		withCloudInit := func(p *nsproxy.KVMProxy) { p.Spec.ForProvider.CloudInit = cloudInit }
+		t.Run("RefusedOnAClusterProviderConfig", func(t *testing.T) {
+			p := nsProxy("team-b", "tenant-cloudinit", withCloudInit)
+			if err := e.Kube.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			c := e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse,
+				"spec.forProvider.cloudInit: ClusterProviderConfig home-kvm does not allow the cloud-init of namespaced proxies (its kvm.allowTenantCloudInit is false, the default)")
+			if strings.Contains(c.Message, "htop") {
+				t.Errorf("the condition quotes the cloud-init: %s", c.Message)
+			}
+			for _, i := range e.mem.Instances() {
+				if i.Name == external.InstanceName(p) {
+					t.Errorf("instance %s was created for a refused cloud-init", i.Name)
+				}
+			}
+		})
+		allowed := []struct {
+			name string
+			p    providerenv.Conditioned
+		}{
+			{"AllowedWhereTheClusterProviderConfigSaysSo", nsProxy("team-b", "tenant-cloudinit-ok", withCloudInit, func(p *nsproxy.KVMProxy) {
+				p.Spec.ProviderConfigReference.Name = "home-kvm-tenant-cloudinit"
+			})},
+			{"AllowedOnTheTenantsOwnConfig", nsProxy("team-a", "own-cloudinit", withCloudInit, func(p *nsproxy.KVMProxy) {
+				p.Spec.ProviderConfigReference = &xpv2.ProviderConfigReference{Kind: "ProviderConfig", Name: "team-a-kvm"}
+			})},
+			{"AllowedOnAClusterScopedProxy", &clusterproxy.KVMProxy{
+				ObjectMeta: metav1.ObjectMeta{Name: "platform-cloudinit"},
+				Spec: clusterproxy.KVMProxySpec{
+					ClusterManagedResourceSpec: providerenv.ClusterManagedSpec("legacy-kvm", "platform-cloudinit-conn"),
+					ForProvider:                spec.KVMProxyParameters{Host: "nuc", CloudInit: cloudInit, Proxy: spec.ProxySettings{AllowedClientCIDRs: []string{"10.0.0.0/8"}}},
+				},
+			}},
+		}
+		for _, tc := range allowed {
+			t.Run(tc.name, func(t *testing.T) {
+				if err := e.Kube.Create(ctx, tc.p); err != nil {
+					t.Fatal(err)
+				}
+				e.WaitFor(t, "the external name", func() (bool, string) {
+					_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(tc.p), tc.p)
+					return meta.GetExternalName(tc.p) != "", ""
+				})
+				e.settle(t, meta.GetExternalName(tc.p))
+				e.WaitForCondition(t, tc.p, xpv2.TypeReady, corev1.ConditionTrue, "")
 			})
 		}
 	})

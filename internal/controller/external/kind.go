@@ -82,6 +82,10 @@ type Block struct {
 	// AllowUserCloudInit is the block's allowUserCloudInit (nil: true, as
 	// when the backend takes no cloud-init).
 	AllowUserCloudInit *bool
+	// AllowTenantCloudInit is the block's allowTenantCloudInit: whether a
+	// namespaced proxy on this config as a ClusterProviderConfig may bring
+	// its own cloud-init (Config.Tenant).
+	AllowTenantCloudInit bool
 	// ImagesByURL, when set, is whether the block allows images by URL
 	// (a backend that takes them), and the catalogue named otherwise.
 	ImagesByURL *ImagesByURL

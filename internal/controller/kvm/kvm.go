@@ -53,8 +53,9 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 		return external.Block{}, false
 	}
 	b := external.Block{
-		AllowUserCloudInit: k.AllowUserCloudInit,
-		ImagesByURL:        &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
+		AllowUserCloudInit:   k.AllowUserCloudInit,
+		AllowTenantCloudInit: k.AllowTenantCloudInit,
+		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
 	}
 	if k.Credentials.InsecureIgnoreHostKey {
 		b.Insecure = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"

@@ -64,8 +64,13 @@ func start(t *testing.T) *env {
 		Namespaces: []string{"team-a"},
 		Objects: []client.Object{
 			fake.Secret("crossplane-system", "pve"),
+			// The namespaced proxy of lifecycle brings its own cloud-init.
 			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
-				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: func() *spec.ProxmoxConfig {
+					b := block()
+					b.AllowTenantCloudInit = true
+					return b
+				}()}}},
 			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
 				Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
 		},

@@ -1118,9 +1118,11 @@ func identityOf(i proxy.Instance) identity {
 }
 
 // changedRequest is req with different proxy settings (and so a different
-// Hash), sharing no slices with req.
+// Hash), sharing no slices with req. The added client CIDR is a small IPv6
+// one, so that a request without auth stays within the clients' limit
+// (at most a /8 of IPv4 together) whatever its own CIDRs.
 func changedRequest(req proxy.Request) proxy.Request {
-	req.Proxy.AllowedClientCIDRs = append(slices.Clone(req.Proxy.AllowedClientCIDRs), "192.0.2.0/24")
+	req.Proxy.AllowedClientCIDRs = append(slices.Clone(req.Proxy.AllowedClientCIDRs), "2001:db8:ffff::/48")
 	req.Proxy.AllowedDestinations = append(slices.Clone(req.Proxy.AllowedDestinations), ".example.org")
 	return req
 }
