@@ -27,6 +27,7 @@ import (
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Options configure every proxy controller.
@@ -113,6 +114,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P]) error {
 		legacy:    resource.NewLegacyProviderConfigUsageTracker(mgr.GetClient(), &clusterv1alpha1.ProviderConfigUsage{}),
 		record:    event.NewAPIRecorder(mgr.GetEventRecorderFor("egressproxy/" + strings.ToLower(k.Name))),
 		hints:     newRetryHints(o.QuotaRetryInterval),
+		egress:    &squid.EgressChecker{},
 	}
 	for _, gvk := range k.GVKs {
 		if o.Gate != nil {
