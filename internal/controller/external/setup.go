@@ -26,6 +26,7 @@ import (
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -209,12 +210,13 @@ func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connec
 	return opts, nil
 }
 
-// PollHook polls a resource that is not Ready every notReady, and a Ready
-// one at the configured poll interval; both with up to jitter either way so
-// that resources created together do not poll together.
+// PollHook polls a resource that is not Ready, or whose egress check is
+// still out, every notReady, and a Ready one at the configured poll
+// interval; both with up to jitter either way so that resources created
+// together do not poll together.
 func PollHook(notReady, jitter time.Duration) managed.PollIntervalHook {
 	return func(mg resource.Managed, interval time.Duration) time.Duration {
-		if mg.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue && notReady > 0 {
+		if (mg.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue || mg.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified)).Reason == reasonEgressPending) && notReady > 0 {
 			interval = notReady
 		}
 		if jitter <= 0 {
