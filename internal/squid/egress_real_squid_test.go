@@ -1,9 +1,12 @@
 package squid
 
 import (
+	"encoding/base64"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -79,4 +82,53 @@ func TestRealSquidEgressCheck(t *testing.T) {
 	expect(t, "the user from a client", client{proxy: asUser}.get(t, up.plain+"/other"), 200)
 	expect(t, "no credential from a client", client{proxy: &url.URL{Scheme: "http", Host: open.addr}}.get(t, up.plain+"/other"), 407)
 	expect(t, "a wrong password from a client", client{proxy: &url.URL{Scheme: "http", Host: open.addr, User: url.UserPassword(user, "nope")}}.get(t, up.plain+"/other"), 407)
+}
+
+// TestRealSquidLogsNoSecrets reads everything a real Squid logged (its
+// access log on stdout, where kubectl logs shows a PodProxy's, and its own
+// messages) after requests with the right, a wrong and the check's
+// credentials: an access line per request, with the user's name, and
+// never a password or a Proxy-Authorization value.
+func TestRealSquidLogsNoSecrets(t *testing.T) {
+	bin := squidBinary(t)
+	helper := helperPath(t, bin)
+	up := startUpstreams(t, nil)
+	const user, pw, checkPW = "team", "sentinel-user-password-41", "sentinel-check-password-42"
+	check := proxy.EgressCheck{URL: up.plain + netnshost.EchoPath, Username: CheckUsername, Password: checkPW}
+	sq := startSquid(t, bin, proxy.Settings{
+		AllowedClientCIDRs: []string{"127.0.0.0/8"},
+		AllowedPorts:       []int32{up.plainPort},
+		Auth:               proxy.Auth{Enabled: true, Username: user, Password: pw},
+		EgressCheck:        &check,
+	}, up.options(helper))
+	as := func(u, p string) client {
+		return client{proxy: &url.URL{Scheme: "http", Host: sq.addr, User: url.UserPassword(u, p)}}
+	}
+	expect(t, "the user", as(user, pw).get(t, up.plain+"/logged"), 200)
+	expect(t, "a wrong password", as(user, pw+"-wrong").get(t, up.plain+"/logged"), 407)
+	if _, err := AskEgress(t.Context(), nil, sq.addr, check); err != nil {
+		t.Fatal(err)
+	}
+	// Squid writes an access line when a transaction ends; give it a moment.
+	var log string
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(sq.log)
+		log = string(b)
+		if strings.Count(log, "/logged") >= 2 && strings.Contains(log, netnshost.EchoPath) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if strings.Count(log, "/logged") < 2 || !strings.Contains(log, " "+user+" ") || !strings.Contains(log, " "+CheckUsername+" ") {
+		t.Errorf("the access log lacks a line per request with its user:\n%s", log)
+	}
+	for _, secret := range []string{pw, checkPW,
+		base64.StdEncoding.EncodeToString([]byte(user + ":" + pw)),
+		base64.StdEncoding.EncodeToString([]byte(CheckUsername + ":" + checkPW)),
+		"Proxy-Authorization", "Basic "} {
+		if strings.Contains(log, secret) {
+			t.Errorf("Squid's log holds %q:\n%s", secret, log)
+		}
+	}
 }
