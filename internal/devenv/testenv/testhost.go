@@ -111,3 +111,20 @@ func Upstream(t testing.TB) (string, int) {
 func EchoURL(url string) string {
 	return strings.TrimSuffix(url, "/") + netnshost.EchoPath
 }
+
+// EchoFromHere is what the echo endpoint at echoURL (EchoURL) sees of a
+// request from this machine without a proxy: the address a process here
+// (a fake's guest Squid) reaches the test host from.
+func EchoFromHere(t testing.TB, echoURL string) string {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}).Get(echoURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %s, %v", echoURL, resp.Status, err)
+	}
+	return strings.TrimSpace(string(body))
+}
