@@ -194,8 +194,9 @@ type Egress struct {
 
 // EgressChecker runs egress checks in the background, one at a time per
 // key, and keeps each key's latest result: a check is sent when a key is
-// new, when its proxy address or URL changes (another instance, another
-// node), and then every Interval (a failure again after RetryInterval).
+// new, when its instance, proxy address or URL changes (a recreated or
+// updated instance, another node), and then every interval (a failure
+// again after RetryInterval).
 // Check never waits longer than Wait, so no reconcile is held by a slow
 // echo endpoint; the result is there for a later Check. Safe for
 // concurrent use; the zero value uses the defaults.
@@ -216,16 +217,17 @@ type EgressChecker struct {
 }
 
 type egressEntry struct {
-	addr, url string
-	done      chan struct{}
-	result    Egress
-	finished  time.Time
+	instance, addr, url string
+	done                chan struct{}
+	result              Egress
+	finished            time.Time
 }
 
 // Check returns key's latest egress result for a proxy at proxyAddr, and
-// starts a check when none is known for that address and URL, or the
-// latest is older than interval.
-func (e *EgressChecker) Check(ctx context.Context, key, proxyAddr string, c proxy.EgressCheck, interval time.Duration) Egress {
+// starts a check when none is known for that instance (any string that
+// changes when the instance does), address and URL, or the latest is
+// older than interval.
+func (e *EgressChecker) Check(ctx context.Context, key, instance, proxyAddr string, c proxy.EgressCheck, interval time.Duration) Egress {
 	e.mu.Lock()
 	if e.entries == nil {
 		e.entries = map[string]*egressEntry{}
@@ -243,13 +245,13 @@ func (e *EgressChecker) Check(ctx context.Context, key, proxyAddr string, c prox
 			if en.result.Error != "" {
 				ttl = e.retry()
 			}
-			start = en.addr != proxyAddr || en.url != c.URL || time.Since(en.finished) >= ttl
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || time.Since(en.finished) >= ttl
 		default: // in flight
-			start = en.addr != proxyAddr || en.url != c.URL
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL
 		}
 	}
 	if start {
-		en = &egressEntry{addr: proxyAddr, url: c.URL, done: make(chan struct{}), result: prev}
+		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, done: make(chan struct{}), result: prev}
 		e.entries[key] = en
 		go e.run(en, c) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.
 	}

@@ -109,6 +109,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	case !ready && inst.State == proxy.StateRunning && before.source == spec.EgressIPVerified:
 		// A probe that failed once says nothing of the egress address.
 		o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.source, before.at
+		inst.EgressIP = o.EgressIP
 		return
 	case !ready:
 		return
@@ -117,7 +118,9 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	case inst.ProxyAddress == "":
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressNoPath, "the provider cannot reach the proxy to send the egress check through it, and the backend reports no check from inside the instance")
 	default:
-		r := e.egress.Check(ctx, string(cr.GetUID()), inst.ProxyAddress, *check, e.egressInterval())
+		// A recreated or updated instance is checked at once.
+		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + inst.SpecHash
+		r := e.egress.Check(ctx, string(cr.GetUID()), version, inst.ProxyAddress, *check, e.egressInterval())
 		switch {
 		case r.IP == "" && r.Error == "":
 			if before.source == spec.EgressIPVerified {

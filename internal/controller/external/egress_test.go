@@ -66,6 +66,8 @@ func TestSetEgress(t *testing.T) {
 	remote.ProxyAddress, remote.EgressIP, remote.EgressSource, remote.EgressCheckedAt = "", "203.0.113.3", proxy.EgressReported, time.Now()
 	unreached := running
 	unreached.ProxyAddress = ""
+	blip := running
+	blip.ProxyReachable, blip.ProxyAddress = false, ""
 
 	type step struct {
 		inst   proxy.Instance
@@ -89,6 +91,9 @@ func TestSetEgress(t *testing.T) {
 		"ChangedWhenThePodMoved": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {moved, "203.0.113.8"}},
 			wantIP: "203.0.113.8", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
 			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
+		"AProbeThatFailsOnceKeepsTheAddress": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {blip, ""}},
+			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressVerified, wantStatus: corev1.ConditionTrue,
+			wantEvents: []string{"Normal EgressIPVerified"}},
 		"CheckFails": {kind: egressKind(), steps: []step{{running, ""}},
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
 		"ReportedFromInside": {kind: egressKind(), steps: []step{{remote, ""}},
