@@ -205,7 +205,7 @@ func TestKubectlIntegration(t *testing.T) {
 				}
 				cols = append(cols, n)
 			}
-			if want := "[Name READY SYNCED EXTERNAL-NAME IP STATE EGRESS-IP AGE CONFIG(wide) BACKEND-ID(wide)]"; fmt.Sprint(cols) != want {
+			if want := "[Name READY SYNCED EXTERNAL-NAME IP STATE EGRESS-IP AGE CONFIG(wide) BACKEND-ID(wide) EGRESS-SOURCE(wide)]"; fmt.Sprint(cols) != want {
 				t.Errorf("%s.%s columns %v; want %s", kind, group, cols, want)
 			}
 		}

@@ -189,6 +189,12 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		if s, err := omr.Resource.GetString("status.atProvider.state"); err == nil && s != "" {
 			status["state"] = s
 		}
+		// The address a vendor allow-lists, and how the provider knows it.
+		for _, k := range []string{"egressIP", "egressIPSource", "egressIPVerifiedAt"} {
+			if s, err := omr.Resource.GetString("status.atProvider." + k); err == nil && s != "" {
+				status[k] = s
+			}
+		}
 	}
 	desired[name] = &resource.DesiredComposed{Resource: mr, Ready: ready}
 

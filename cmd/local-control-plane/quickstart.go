@@ -652,13 +652,19 @@ func (q *quickstart) providerConfigs(ctx context.Context) (string, error) {
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
+	// The upstream's echo endpoint, when it runs: each proxy's egress
+	// address is then verified through the proxy (docs/allow-listing.md).
+	echo := ""
+	if q.pageURL != "" {
+		echo = "    egressCheck: {url: \"" + strings.TrimSuffix(q.pageURL, "/") + netnshost.EchoPath + "\"}\n"
+	}
 	doc := `# Written by make run: PodProxies on the local node, from the Squid image
 # built here (hack/squid-image.sh), in the namespace ` + proxyNamespace + `, under the
 # provider's own identity in this cluster (the grant of
 # cluster/rbac/podproxy.yaml).
-` + localcrossplane.PodsProviderConfig(false, proxyNamespace, q.squidRef) + `---
+` + localcrossplane.PodsProviderConfig(false, proxyNamespace, q.squidRef) + echo + `---
 # The same for claims (EgressProxyClaim, cluster-scoped kinds).
-` + localcrossplane.PodsProviderConfig(true, proxyNamespace, q.squidRef)
+` + localcrossplane.PodsProviderConfig(true, proxyNamespace, q.squidRef) + echo
 	path := filepath.Join(q.cacheDir, "providerconfigs.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		return "", err
@@ -695,6 +701,11 @@ func (q *quickstart) startUpstream(pods netip.Prefix) error {
 		from, _ := netip.ParseAddrPort(r.RemoteAddr)
 		if !pods.Contains(from.Addr().Unmap()) {
 			http.Error(w, fmt.Sprintf("403: this upstream answers only requests from the egress proxies' pod network %s; you came from %s, not through a proxy", pods, from.Addr()), http.StatusForbidden)
+			return
+		}
+		if r.URL.Path == netnshost.EchoPath {
+			// The ClusterProviderConfig's echo endpoint (egressCheck).
+			netnshost.Echo(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -949,20 +960,21 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	}
 	done("Provider %s, Function %s and Configuration %s Healthy; %s", providerObject, functionPackage, configPackage, where)
 
-	done = q.progress.stage("ClusterProviderConfig pods for the local cluster (the standard class of the Configuration)")
-	pcPath, err := q.providerConfigs(shutdown)
-	if err != nil {
-		return fail("ClusterProviderConfig", err)
-	}
-	done("PodProxies in namespace %s from %s, under the grant of cluster/rbac/podproxy.yaml; written to %s", proxyNamespace, q.squidRef, pcPath)
-
 	if node {
+		// Before the ClusterProviderConfig, which names its echo endpoint.
 		done = q.progress.stage("upstream web server: a network namespace of its own in 198.18.0.0/15 (nothing leaves this machine)")
 		if err := q.startUpstream(cp.Node.PodCIDR); err != nil {
 			return fail("upstream", err)
 		}
 		done("%s (namespace %s)", q.pageURL, q.upstream.Netns)
 	}
+
+	done = q.progress.stage("ClusterProviderConfig pods for the local cluster (the standard class of the Configuration)")
+	pcPath, err := q.providerConfigs(shutdown)
+	if err != nil {
+		return fail("ClusterProviderConfig", err)
+	}
+	done("PodProxies in namespace %s from %s, under the grant of cluster/rbac/podproxy.yaml; written to %s", proxyNamespace, q.squidRef, pcPath)
 
 	fmt.Fprintf(os.Stderr, "\nmake run: ready for kubectl in %.1fs since make run began.\n\n", time.Since(t0).Seconds())
 	fmt.Fprint(os.Stderr, q.nextCommands(kubeconfig))

@@ -88,6 +88,7 @@ var (
 		ageColumn,
 		{Name: "CONFIG", Type: "string", JSONPath: ".spec.providerConfigRef.name", Priority: 1},
 		{Name: "BACKEND-ID", Type: "string", JSONPath: ".status.atProvider.id", Priority: 1},
+		{Name: "EGRESS-SOURCE", Type: "string", JSONPath: ".status.atProvider.egressIPSource", Priority: 1},
 	}
 	configColumns = []column{
 		{Name: "BACKEND", Type: "string", JSONPath: ".status.backend"},

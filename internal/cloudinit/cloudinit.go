@@ -291,10 +291,18 @@ func MetaData(instanceID, hostname string) string {
 // SquidConfOf is the squid.conf the user-data UserData made installs, ""
 // when it has none: what the guest's Squid then runs. The backends' fakes
 // answer readiness probes with its identity (squid.IdentityOf).
-func SquidConfOf(userData string) string {
+func SquidConfOf(userData string) string { return stagedFile(userData, "squid.conf") }
+
+// HtpasswdOf is the htpasswd the user-data UserData made installs, ""
+// when it has none (the fakes run real Squid from it).
+func HtpasswdOf(userData string) string { return stagedFile(userData, "htpasswd") }
+
+// stagedFile is the content of the file the generated part writes to
+// stageDir/name, "" when it writes none.
+func stagedFile(userData, name string) string {
 	lines := strings.Split(userData, "\n")
 	for i, l := range lines {
-		if strings.TrimSpace(l) != "- path: "+stageDir+"/squid.conf" {
+		if strings.TrimSpace(l) != "- path: "+stageDir+"/"+name {
 			continue
 		}
 		for _, c := range lines[i+1:] {

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -304,8 +305,13 @@ type seen struct {
 	Via, XForwardedFor, Forwarded, ProxyAuthorization string
 }
 
-// upstream answers every request with what it saw of the proxy.
+// upstream answers every request with what it saw of the proxy, and
+// netnshost.EchoPath with the address the request came from.
 func upstream(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == netnshost.EchoPath {
+		netnshost.Echo(w, r)
+		return
+	}
 	_ = json.NewEncoder(w).Encode(seen{
 		Via:                r.Header.Get("Via"),
 		XForwardedFor:      r.Header.Get("X-Forwarded-For"),

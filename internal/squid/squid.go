@@ -255,7 +255,8 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 			"# its reverse DNS, which whoever owns the address controls.",
 			"acl dest dstdomain -n "+strings.Join(dests, " "))
 	}
-	if s.Auth.Enabled {
+	check := s.EgressCheck
+	if s.Auth.Enabled || check != nil {
 		w("",
 			"# Basic authentication against the htpasswd file (hashed",
 			"# passwords only; the password is never in this file).",
@@ -267,10 +268,31 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 			"auth_param basic credentialsttl 5 minutes",
 			// Squid would otherwise lower-case usernames and never find a
 			// mixed-case one in htpasswd.
-			"auth_param basic casesensitive on",
-			"acl authenticated proxy_auth REQUIRED")
+			"auth_param basic casesensitive on")
+	}
+	if check != nil {
+		// After auth_param, which proxy_auth needs.
+		w("")
+		w(egressCheckACLs(check)...)
+	}
+	switch {
+	case s.Auth.Enabled && check != nil:
+		// The user's name alone: the check's credential is in the same
+		// htpasswd and must not count as the user's.
+		w("acl authenticated proxy_auth " + s.Auth.Username)
+	case s.Auth.Enabled:
+		w("acl authenticated proxy_auth REQUIRED")
 	}
 	w("")
+	// unlessCheck lets the egress check through a denial: the check's
+	// request alone is exempt from the client, port and allow-list rules,
+	// never from the destination denials.
+	unlessCheck := func(rule string) string {
+		if check == nil {
+			return rule
+		}
+		return rule + " !egress_check"
+	}
 
 	// The order matters: Squid applies the first rule that matches. Every
 	// check that can deny outright (403) comes before the authentication
@@ -280,25 +302,36 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		"# The cache manager would disclose the configuration and statistics.",
 		"http_access deny manager",
 		"http_access deny own_port",
-		"http_access deny !Safe_ports",
-		"http_access deny CONNECT !SSL_ports",
-		"http_access deny !clients")
+		unlessCheck("http_access deny !Safe_ports"),
+		unlessCheck("http_access deny CONNECT !SSL_ports"),
+		unlessCheck("http_access deny !clients"))
 	if len(dests) > 0 {
 		// Before the dst rules below, so a name off the list is refused
 		// without a DNS lookup.
-		w("http_access deny !dest")
+		w(unlessCheck("http_access deny !dest"))
 	}
 	w(dstRules...)
 	if s.Auth.Enabled {
-		w("# Missing or wrong credentials: 407.",
-			"http_access deny !authenticated")
+		rule := "http_access deny !authenticated"
+		if check != nil {
+			// egress_check first: the rule must end on the proxy_auth ACL
+			// so that wrong credentials still get a 407.
+			rule = "http_access deny !egress_check !authenticated"
+		}
+		w("# Missing or wrong credentials: 407.", rule)
 	}
-	w("http_access allow clients",
-		"http_access deny all")
+	w("http_access allow clients")
+	if check != nil {
+		w("http_access allow egress_check")
+	}
+	w("http_access deny all")
 
 	f := Files{SquidConf: b.String()}
 	if s.Auth.Enabled {
 		f.Htpasswd = htpasswdLine(s.Auth.Username, s.Auth.Password, o.HtpasswdSalt)
+	}
+	if check != nil {
+		f.Htpasswd += htpasswdLine(check.Username, check.Password, o.HtpasswdSalt)
 	}
 	return f, nil
 }

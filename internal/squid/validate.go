@@ -135,6 +135,9 @@ func Validate(s proxy.Settings) error {
 			add("auth.passwordSecretRef", "%s", msg)
 		}
 	}
+	if c := s.EgressCheck; c != nil {
+		errs = append(errs, checkEgressCheck(s, c)...)
+	}
 
 	if len(errs) == 0 {
 		return nil

@@ -173,6 +173,11 @@ type KVMConfig struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
 	MaxConcurrentDownloadsPerHost int32 `json:"maxConcurrentDownloadsPerHost,omitempty"`
+	// EgressCheck, when set, has the provider verify each Ready proxy's
+	// egress address: it asks the echo endpoint through the proxy and
+	// records what the endpoint saw (docs/allow-listing.md).
+	// +optional
+	EgressCheck *EgressCheck `json:"egressCheck,omitempty"`
 }
 
 // KVMCredentials are the SSH credentials for every host of a kvm block.
@@ -267,6 +272,16 @@ type KVMHost struct {
 	// +kubebuilder:default=kvm
 	// +kubebuilder:validation:Enum=kvm;qemu
 	DomainType string `json:"domainType,omitempty"`
+	// GuestNetwork says how the guests' traffic leaves the host: NAT (the
+	// host translates it to its own address, as libvirt's default network
+	// does) or Routed (the guests' own addresses reach the destination).
+	// Only with Routed is a guest's own address published as its egress
+	// address without an egress check; behind NAT the address a
+	// destination sees is the host's, which only the check finds.
+	// +optional
+	// +kubebuilder:default=NAT
+	// +kubebuilder:validation:Enum=NAT;Routed
+	GuestNetwork string `json:"guestNetwork,omitempty"`
 }
 
 // ProxmoxConfig is the proxmox backend block.
@@ -339,6 +354,11 @@ type ProxmoxConfig struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="machine type keys must be lowercase letters, digits and dashes (at most 63)"
 	MachineTypes map[string]ProxmoxMachineType `json:"machineTypes"`
+	// EgressCheck, when set, has the provider verify each Ready proxy's
+	// egress address: it asks the echo endpoint through the proxy and
+	// records what the endpoint saw (docs/allow-listing.md).
+	// +optional
+	EgressCheck *EgressCheck `json:"egressCheck,omitempty"`
 }
 
 // ProxmoxCredentials are the API credentials of a proxmox block.
@@ -458,6 +478,11 @@ type GCPConfig struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(k) <= 63)",message="machine type keys must be lowercase letters, digits and dashes (at most 63)"
 	MachineTypes map[string]GCPMachineType `json:"machineTypes"`
+	// EgressCheck, when set, has the provider verify each Ready proxy's
+	// egress address: it asks the echo endpoint through the proxy and
+	// records what the endpoint saw (docs/allow-listing.md).
+	// +optional
+	EgressCheck *EgressCheck `json:"egressCheck,omitempty"`
 }
 
 // GCPCredentials says how to authenticate to Compute Engine.
@@ -558,6 +583,11 @@ type KubernetesConfig struct {
 	// +optional
 	// +kubebuilder:default=true
 	NetworkPolicy *bool `json:"networkPolicy,omitempty"`
+	// EgressCheck, when set, has the provider verify each Ready proxy's
+	// egress address: it asks the echo endpoint through the proxy and
+	// records what the endpoint saw (docs/allow-listing.md).
+	// +optional
+	EgressCheck *EgressCheck `json:"egressCheck,omitempty"`
 }
 
 // BlockName is the name of the backend block s holds, as the API spells it
@@ -633,4 +663,28 @@ type TargetHealth struct {
 	// Details found on the way (versions, free space).
 	// +optional
 	Details map[string]string `json:"details,omitempty"`
+}
+
+// EgressCheck names an echo endpoint: a URL that answers a GET with the
+// caller's address, as plain text (an address and nothing else, as
+// https://api.ipify.org does) or as JSON with the address in "ip" or
+// "origin" (https://api.ipify.org?format=json, httpbin's /ip). The
+// provider sends one request through each Ready proxy, with a credential
+// of its own that the proxy accepts for this URL alone, and publishes the
+// address the endpoint saw (status.atProvider.egressIP, the connection
+// Secret's egressIP).
+type EgressCheck struct {
+	// URL of the echo endpoint, http:// or https:// with a host and an
+	// optional port and path, no query, no user info. Over http the proxy
+	// admits the check credential for this exact URL; over https (a
+	// CONNECT tunnel, whose path the proxy cannot see) for this host and
+	// port.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^https?://(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?)(:[0-9]{1,5})?(/[-a-zA-Z0-9._~/%]*)?$`
+	URL string `json:"url"`
+	// Interval between checks of a proxy that stays Ready; a changed
+	// instance (another address, node or spec) is checked at once. Default
+	// 1h; at least 1m.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
 }

@@ -145,9 +145,22 @@ type ProxyObservation struct {
 	// IP clients connect to.
 	// +optional
 	IP string `json:"ip,omitempty"`
-	// EgressIP is the address the proxy's traffic leaves from, when known.
+	// EgressIP is the address the proxy's traffic leaves from, when known:
+	// what an echo endpoint saw through the proxy (EgressIPSource Verified
+	// or Reported), or the backend's own figure where that is the egress
+	// address (Backend: a GCP instance's external address, a routed KVM
+	// guest's own).
 	// +optional
 	EgressIP string `json:"egressIP,omitempty"`
+	// EgressIPSource says where EgressIP comes from: Verified (the
+	// provider's request through the proxy), Reported (the same check run
+	// inside the instance, reported by the backend) or Backend (the
+	// backend's figure, not verified).
+	// +optional
+	EgressIPSource string `json:"egressIPSource,omitempty"`
+	// EgressIPVerifiedAt is when the egress check last saw EgressIP.
+	// +optional
+	EgressIPVerifiedAt *metav1.Time `json:"egressIPVerifiedAt,omitempty"`
 	// Placement actually used.
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`
@@ -170,3 +183,25 @@ type ProxyObservation struct {
 	// +optional
 	Details map[string]string `json:"details,omitempty"`
 }
+
+// The values of ProxyObservation.EgressIPSource.
+const (
+	// EgressIPVerified: the provider's own request through the proxy to the
+	// config's echo endpoint saw the address.
+	EgressIPVerified = "Verified"
+	// EgressIPReported: the same request, sent from inside the instance
+	// through its own Squid where the provider cannot reach the proxy, and
+	// reported back by the backend.
+	EgressIPReported = "Reported"
+	// EgressIPBackend: the backend's own figure, published unverified only
+	// where it is the egress address (a GCP instance's external address, a
+	// routed KVM guest's own).
+	EgressIPBackend = "Backend"
+)
+
+// TypeEgressVerified is the condition saying whether the egress check
+// confirms the proxy's egress address: True when it does (reason Verified,
+// or Changed when the address moved), False when the check fails or sees
+// another address than the backend's own figure (reason Differs, such as
+// a GCP instance's reserved address). Absent when no check is configured.
+const TypeEgressVerified = "EgressVerified"

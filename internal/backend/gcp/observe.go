@@ -172,10 +172,13 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool)
 		}
 	}
 	v.IP, v.EgressIP = natIP, natIP
+	if natIP != "" {
+		v.EgressSource = proxy.EgressBackend
+	}
 	if labels[LabelAddress] == "internal" {
 		// Clients reach the internal address; traffic leaves through
 		// whatever the network routes (Cloud NAT), unknown here.
-		v.IP, v.EgressIP = internalIP, ""
+		v.IP, v.EgressIP, v.EgressSource = internalIP, "", ""
 	}
 	if internalIP != "" {
 		v.Details["networkIP"] = internalIP
@@ -194,8 +197,12 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool)
 	if probe && v.State == proxy.StateRunning && v.Progress == "" {
 		port := labels[LabelPort]
 		if _, err := strconv.Atoi(port); err == nil {
-			pr := d.o.Prober.Check(ctx, v.ID, net.JoinHostPort(v.IP, port), squid.Identity(v.Mark.UID))
+			addr := net.JoinHostPort(v.IP, port)
+			pr := d.o.Prober.Check(ctx, v.ID, addr, squid.Identity(v.Mark.UID))
 			v.ProxyReachable = pr.Serving
+			if pr.Serving {
+				v.ProxyAddress = addr
+			}
 			if !pr.Serving && !pr.Pending {
 				v.Progress = "waiting for Squid to answer: " + pr.Message
 			}

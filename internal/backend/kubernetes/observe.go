@@ -140,6 +140,9 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instan
 	if target := d.probeTarget(o, svc, dep); target != "" {
 		pr := d.prober.Check(ctx, dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]))
 		o.inst.ProxyReachable = pr.Serving
+		if pr.Serving {
+			o.inst.ProxyAddress = target
+		}
 		if !pr.Serving && o.inst.Progress == "" {
 			if pr.Pending {
 				o.inst.Progress = "checking that the proxy answers on " + target

@@ -104,6 +104,11 @@ type Host struct {
 	// DomainType is kvm (default) or qemu (TCG, for hosts without
 	// hardware virtualisation).
 	DomainType string
+	// Routed says the guests' traffic leaves with their own addresses (no
+	// NAT on the host), so a guest's address is its egress address. Behind
+	// NAT (libvirt's default network) it is not, and none is published
+	// without the egress check.
+	Routed bool
 }
 
 func (h Host) socket() string { return orDefault(h.Socket, DefaultSocket) }

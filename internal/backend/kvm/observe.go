@@ -163,7 +163,10 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 		if err != nil {
 			return proxy.Instance{}, err
 		}
-		inst.IP, inst.EgressIP = ip, ip
+		inst.IP = ip
+		if h.Routed {
+			inst.EgressIP, inst.EgressSource = ip, proxy.EgressBackend
+		}
 	}
 	inst.State = mapState(state, reason, inst.IP)
 	port := meta.Port
@@ -175,6 +178,9 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
 		pr := d.b.prober.Check(ctx, inst.ID, addr, squid.Identity(inst.Mark.UID))
 		inst.ProxyReachable = pr.Serving
+		if pr.Serving {
+			inst.ProxyAddress = addr
+		}
 		switch {
 		case pr.Pending:
 			inst.Progress = "booting: waiting for Squid to answer on " + addr

@@ -351,8 +351,12 @@ func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, 
 	inst.State, inst.IP = proxy.StateRunning, ip
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
-	pr := d.prober.Check(ctx, d.cfg.URL+"/"+inst.ID, net.JoinHostPort(ip, strconv.Itoa(port)), squid.Identity(inst.Mark.UID))
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	pr := d.prober.Check(ctx, d.cfg.URL+"/"+inst.ID, addr, squid.Identity(inst.Mark.UID))
 	inst.ProxyReachable = pr.Serving
+	if pr.Serving {
+		inst.ProxyAddress = addr
+	}
 	switch {
 	case pr.Pending:
 		inst.Progress = joinProgress(inst.Progress, fmt.Sprintf("waiting for Squid to answer on port %d", port))

@@ -32,6 +32,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
@@ -55,6 +56,8 @@ type connector[P any] struct {
 	// protect protects a namespaced config and its Secrets for the
 	// Delete of the resources that name it (config.Protector.Ensure).
 	protect func(context.Context, *namespacedv1alpha1.ProviderConfig) error
+	// egress sends the egress checks of the kind's proxies.
+	egress *squid.EgressChecker
 }
 
 // Connect tracks the config's usage, resolves the config, checks that it
@@ -90,7 +93,7 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints}, nil
+	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}, nil
 }
 
 // track records mg's use of its config. A resource being deleted in a
@@ -131,6 +134,7 @@ type external[P any] struct {
 	passwords *Passwords
 	record    event.Recorder
 	hints     *retryHints
+	egress    *squid.EgressChecker
 }
 
 // span starts the one span of an external-client operation.
@@ -167,6 +171,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	inst, err := e.driver.Get(ctx, ref(cr, req, status))
 	if proxy.IsNotFound(err) {
 		*status = spec.ProxyObservation{}
+		e.forgetEgress(cr)
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 	if err != nil {
@@ -175,7 +180,9 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	if foreign := e.foreign(cr, inst); foreign != nil {
 		return managed.ExternalObservation{}, foreign
 	}
+	before := egressOf(status)
 	setObservation(status, inst, req, e.kind.Location)
+	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
 	return managed.ExternalObservation{
 		ResourceExists:    true,
@@ -258,7 +265,9 @@ func (e *external[P]) write(ctx context.Context, cr Resource[P], what string, ca
 	if err != nil {
 		return proxy.Instance{}, nil, e.describe(err, what)
 	}
+	before := egressOf(cr.Observation())
 	setObservation(cr.Observation(), inst, req, e.kind.Location)
+	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
 	return inst, connectionDetails(inst, req, e.cfg.Spec.NoProxy), nil
 }
@@ -333,6 +342,7 @@ func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 // knows whether it can let go of it: otherwise the runtime, which only
 // deletes what Observe found, would retry the read forever.
 func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (managed.ExternalObservation, error) {
+	e.forgetEgress(cr)
 	r := e.deletionRef(cr)
 	inst, err := e.driver.Get(ctx, r)
 	switch {
@@ -375,7 +385,12 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 	if err := e.cfg.Allows(req); err != nil {
 		return proxy.Request{}, err
 	}
-	if req.SecretDigest, err = e.passwords.Digest(ctx, req.Proxy.Auth.Password, req.CloudInit); err != nil {
+	secrets := []string{req.Proxy.Auth.Password, req.CloudInit}
+	if c := req.Proxy.EgressCheck; c != nil {
+		// Only then: every other instance's digest stays as it was.
+		secrets = append(secrets, c.Password)
+	}
+	if req.SecretDigest, err = e.passwords.Digest(ctx, secrets...); err != nil {
 		return proxy.Request{}, err
 	}
 	return req, nil
@@ -393,6 +408,11 @@ func (e *external[P]) settings(ctx context.Context, cr Resource[P], ps *spec.Pro
 	if ps.Port != nil {
 		s.Port = *ps.Port
 	}
+	check, err := e.egressCheck(ctx, string(cr.GetUID()))
+	if err != nil {
+		return proxy.Settings{}, err
+	}
+	s.EgressCheck = check
 	if len(s.AllowedPorts) == 0 {
 		s.AllowedPorts = []int32{443}
 	}

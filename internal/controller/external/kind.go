@@ -99,6 +99,9 @@ type Block struct {
 	// Insecure, when not empty, says which verification the block turns
 	// off and what that exposes (the config's Secure condition).
 	Insecure string
+	// EgressCheck is the block's egressCheck: the echo endpoint each Ready
+	// proxy's egress address is verified against (nil: none).
+	EgressCheck *spec.EgressCheck
 }
 
 // ImagesByURL is a block's allowImageURLs and its image catalogue's keys.

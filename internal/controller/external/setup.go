@@ -27,7 +27,9 @@ import (
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
+	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Options configure every proxy controller.
@@ -115,6 +117,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P]) error {
 		record:    event.NewAPIRecorder(mgr.GetEventRecorderFor("egressproxy/" + strings.ToLower(k.Name))),
 		hints:     newRetryHints(o.QuotaRetryInterval),
 		protect:   (&config.Protector{Kube: mgr.GetClient(), Secrets: mgr.GetAPIReader()}).Ensure,
+		egress:    &squid.EgressChecker{},
 	}
 	for _, gvk := range k.GVKs {
 		if o.Gate != nil {
@@ -209,12 +212,13 @@ func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connec
 	return opts, nil
 }
 
-// PollHook polls a resource that is not Ready every notReady, and a Ready
-// one at the configured poll interval; both with up to jitter either way so
-// that resources created together do not poll together.
+// PollHook polls a resource that is not Ready, or whose egress check is
+// still out, every notReady, and a Ready one at the configured poll
+// interval; both with up to jitter either way so that resources created
+// together do not poll together.
 func PollHook(notReady, jitter time.Duration) managed.PollIntervalHook {
 	return func(mg resource.Managed, interval time.Duration) time.Duration {
-		if mg.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue && notReady > 0 {
+		if (mg.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue || mg.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified)).Reason == reasonEgressPending) && notReady > 0 {
 			interval = notReady
 		}
 		if jitter <= 0 {

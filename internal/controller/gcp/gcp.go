@@ -58,7 +58,7 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 	if g == nil {
 		return external.Block{}, false
 	}
-	b := external.Block{AllowUserCloudInit: g.AllowUserCloudInit, AllowTenantCloudInit: g.AllowTenantCloudInit, CredentialsSource: &g.Credentials.Source}
+	b := external.Block{AllowUserCloudInit: g.AllowUserCloudInit, AllowTenantCloudInit: g.AllowTenantCloudInit, CredentialsSource: &g.Credentials.Source, EgressCheck: g.EgressCheck}
 	if g.Endpoint != "" {
 		// The provider would send the config's tokens to the endpoint and
 		// report its answers, from where the provider sits in the network.

@@ -57,6 +57,9 @@ type env struct {
 	srv  *gcptest.Server
 	gets *atomic.Int64 // driver Get calls (one per Observe)
 	key  string        // the service-account key the fake accepts
+	// upstream is a test host's server, the echo endpoint of the config
+	// gcp-echo.
+	upstream string
 }
 
 // countingDriver counts Get, which the controller calls once per Observe.
@@ -107,6 +110,9 @@ func start(t *testing.T, cp controlplane.Options) *env {
 			MachineTypes: map[string]spec.GCPMachineType{"small": {MachineType: "e2-small"}},
 		}
 	}
+	upstream, _ := testenv.Upstream(t)
+	echo := block()
+	echo.EgressCheck = &spec.EgressCheck{URL: testenv.EchoURL(upstream)}
 	e := providerenv.Start(t, providerenv.Options{
 		ControlPlane: cp,
 		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
@@ -127,13 +133,15 @@ func start(t *testing.T, cp controlplane.Options) *env {
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gcp-sa", Namespace: "crossplane-system"}, StringData: map[string]string{"key.json": key}},
 			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-prod"},
 				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-echo"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: echo}}},
 			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp-legacy"},
 				Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{GCP: block()}}},
 		},
 		Timeout: 45 * time.Second,
 		Logs:    logs,
 	})
-	return &env{Env: e, srv: srv, gets: gets, key: key}
+	return &env{Env: e, srv: srv, gets: gets, key: key, upstream: upstream}
 }
 
 // listen plays the proxy of mr answering on ip:port once the fake handed
@@ -313,6 +321,41 @@ func TestGCPProxyIntegration(t *testing.T) {
 				t.Errorf("deletions in the order %v; want %v", order, want)
 			}
 			t.Logf("API requests to delete: %d: %v", len(reqs), reqs)
+		})
+	})
+
+	// The egress check through a real Squid on the instance's static
+	// address: the echo endpoint sees this machine's address, not the
+	// reserved one, and the proxy says so (Differs), publishing what the
+	// vendor would see.
+	t.Run("StaticAddressTheEchoDoesNotSeeDiffers", func(t *testing.T) {
+		e.srv.RunSquid(providerenv.RequireSquid(t))
+		defer e.srv.RunSquid("")
+		port := testenv.FreePort(t)
+		p := nsProxy("verified", port, func(p *nsproxy.GCPProxy) {
+			p.Spec.ProviderConfigReference.Name = "gcp-echo"
+			p.Spec.ForProvider.Address = &spec.GCPAddress{Type: "Static"}
+		})
+		if err := e.Kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionFalse, "but the backend says")
+		seen := testenv.EchoFromHere(t, testenv.EchoURL(e.upstream))
+		o := p.Status.AtProvider
+		if c.Reason != "Differs" || o.EgressIP != seen || o.EgressIP == o.IP || o.EgressIPSource != spec.EgressIPVerified || !strings.Contains(c.Message, o.IP) {
+			t.Errorf("EgressVerified %s %q, egressIP %q (%s), static %s; want Differs naming the static address, and %s, what the echo saw", c.Reason, c.Message, o.EgressIP, o.EgressIPSource, o.IP, seen)
+		}
+		e.WaitEvent(t, "team-a", p.Name, corev1.EventTypeWarning, "EgressIPDiffers", "")
+		conn := &corev1.Secret{}
+		if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "verified-conn"}, conn); err != nil || string(conn.Data["egressIP"]) != seen {
+			t.Errorf("connection Secret egressIP %q, %v; want %s", conn.Data["egressIP"], err, seen)
+		}
+		if err := e.Kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the resource to be gone", 45*time.Second, func() (bool, string) {
+			err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
 		})
 	})
 

@@ -56,6 +56,7 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 		AllowUserCloudInit:   k.AllowUserCloudInit,
 		AllowTenantCloudInit: k.AllowTenantCloudInit,
 		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
+		EgressCheck:          k.EgressCheck,
 	}
 	if k.Credentials.InsecureIgnoreHostKey {
 		b.Insecure = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"
@@ -111,7 +112,7 @@ func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (
 	}
 	for _, h := range k.Hosts {
 		c.Hosts = append(c.Hosts, kvmbackend.Host{Name: h.Name, Address: h.Address, User: h.User, Socket: h.Socket, Pool: h.Pool,
-			Bridge: h.Bridge, Network: h.Network, DomainType: h.DomainType})
+			Bridge: h.Bridge, Network: h.Network, DomainType: h.DomainType, Routed: h.GuestNetwork == "Routed"})
 	}
 	return b.Driver(c), nil
 }

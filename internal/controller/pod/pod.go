@@ -96,7 +96,7 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 	if k == nil {
 		return external.Block{}, false
 	}
-	return external.Block{CredentialsSource: &k.Credentials.Source}, true
+	return external.Block{CredentialsSource: &k.Credentials.Source, EgressCheck: k.EgressCheck}, true
 }
 
 func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request) error {

@@ -112,6 +112,14 @@ func (e *env) createConfigs(t *testing.T, image string) {
 				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Name: "team-kubeconfig", Key: "kubeconfig"}},
 				Namespace:   proxyNS,
 			}}}},
+		// The upstream is the echo endpoint too: it answers with the
+		// address a request came from.
+		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods-echo"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: func() *spec.KubernetesConfig {
+				b := block(proxyNS)
+				b.EgressCheck = &spec.EgressCheck{URL: testenv.EchoURL(e.upstream)}
+				return b
+			}()}}},
 		&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 			Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: block(proxyNS)}}},
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm"},
@@ -365,6 +373,48 @@ func TestPodProxyIntegration(t *testing.T) {
 			}
 			return err != nil, "still answering"
 		})
+	})
+
+	// The egress check through real Squid: the address published is the
+	// one the upstream saw through the proxy (this machine's side of the
+	// test host's veth pair), not the pod's; a new pod is checked again;
+	// and the check works from the provider's address once it is no
+	// client, without opening the proxy to it.
+	t.Run("EgressAddressVerifiedThroughTheProxy", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-a", "verified", "ClusterProviderConfig", "pods-echo")
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "verified-proxy"}
+		p.Spec.ForProvider.Proxy.AllowedPorts = []int32{443, e.port}
+		e.ready(t, p)
+		e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "saw")
+		obs := p.Status.AtProvider
+		d := e.ConnectionSecret(t, "team-a", "verified-proxy", "")
+		r, err := testenv.TryGetThroughProxy(d["url"], testenv.EchoURL(e.upstream))
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("GET the echo through the proxy = %+v, %v", r, err)
+		}
+		seen := strings.TrimSpace(r.Body)
+		if obs.EgressIP != seen || seen == obs.IP || obs.EgressIPSource != spec.EgressIPVerified || obs.EgressIPVerifiedAt == nil || d["egressIP"] != seen {
+			t.Errorf("egressIP %q (%s at %v), connection Secret %q, pod %s; want %s, the address the upstream saw, Verified", obs.EgressIP, obs.EgressIPSource, obs.EgressIPVerifiedAt, d["egressIP"], obs.IP, seen)
+		}
+
+		mark := time.Now().Add(-time.Second)
+		e.Update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8"} })
+		d2 := e.ConnectionSecret(t, "team-a", "verified-proxy", d["host"])
+		testenv.WaitFor(t, "the new pod's egress check", e.within(30*time.Second), func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return false, err.Error()
+			}
+			o := p.Status.AtProvider
+			return o.IP == d2["host"] && o.EgressIPVerifiedAt != nil && o.EgressIPVerifiedAt.After(mark), fmt.Sprintf("ip %s, egressIP %s verified at %v", o.IP, o.EgressIP, o.EgressIPVerifiedAt)
+		})
+		if o, c := p.Status.AtProvider, p.GetCondition(spec.TypeEgressVerified); o.EgressIP != seen || c.Status != corev1.ConditionTrue || c.Reason != "Verified" {
+			t.Errorf("after the rollout: egressIP %q, EgressVerified %s %s %q; want %s, True Verified", o.EgressIP, c.Status, c.Reason, c.Message, seen)
+		}
+		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden {
+			t.Errorf("GET from 127.0.0.1, no client any more = %d %q; want 403: the check must not open the proxy", code, squidErr)
+		}
+		e.deleteLeavingNothing(t, p)
 	})
 
 	t.Run("ClusterScopedProxyWithServiceAndLegacyConfig", func(t *testing.T) {

@@ -231,6 +231,59 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		}
 	})
 
+	// The egress check on a real pod: the address the provider publishes
+	// is the one the upstream saw of a request through the proxy; a new
+	// pod (a new address, as on another node) is seen and reported; and
+	// the check's credential works from the provider's address, which is
+	// not among the clients, without opening the proxy to it.
+	t.Run("EgressAddressVerifiedThroughTheProxy", func(t *testing.T) {
+		t.Parallel()
+		p := nsPodProxy("team-a", "verified", "ClusterProviderConfig", "pods-echo")
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "verified-proxy"}
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		p.Spec.ForProvider.Proxy.AllowedPorts = []int32{443, e.port}
+		p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "verified"}
+		e.ready(t, p)
+		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "saw")
+		obs := p.Status.AtProvider
+		d := e.ConnectionSecret(t, "team-a", "verified-proxy", "")
+		r, err := testenv.TryGetThroughProxy(d["url"], testenv.EchoURL(e.upstream))
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("GET the echo through the proxy as its user = %+v, %v", r, err)
+		}
+		seen := strings.TrimSpace(r.Body)
+		if obs.EgressIP != seen || obs.EgressIPSource != spec.EgressIPVerified || obs.EgressIPVerifiedAt == nil || d["egressIP"] != seen {
+			t.Errorf("egressIP %q (%s, at %v), connection Secret %q; want %s, the address the upstream saw, Verified (%s)", obs.EgressIP, obs.EgressIPSource, obs.EgressIPVerifiedAt, d["egressIP"], seen, c.Message)
+		}
+		if a, err := netip.ParseAddr(seen); err != nil || !e.node.PodCIDR.Contains(a) {
+			t.Errorf("the upstream saw %q; want the pod's address in %s (pod traffic is not masqueraded here)", seen, e.node.PodCIDR)
+		}
+
+		// Clients elsewhere: the provider (at the bridge's address) is no
+		// client any more, the pod rolls out with a new address, and the
+		// check still reports it.
+		e.Update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.99.0.0/16"} })
+		testenv.WaitFor(t, "the egress check to see the new pod's address", e.within(60*time.Second), func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return false, err.Error()
+			}
+			o := p.Status.AtProvider
+			return o.EgressIP != "" && o.EgressIP != seen && o.EgressIP == o.IP, fmt.Sprintf("egressIP %q, ip %q", o.EgressIP, o.IP)
+		})
+		if c := p.GetCondition(spec.TypeEgressVerified); c.Status != corev1.ConditionTrue || c.Reason != "Changed" || !strings.Contains(c.Message, seen) {
+			t.Errorf("EgressVerified after the move: %s %s %q; want True Changed naming the old address %s", c.Status, c.Reason, c.Message, seen)
+		}
+		e.WaitEvent(t, "team-a", p.Name, corev1.EventTypeWarning, "EgressIPChanged", "the egress address changed from "+seen)
+		d2 := e.ConnectionSecret(t, "team-a", "verified-proxy", d["host"])
+		if d2["egressIP"] != p.Status.AtProvider.EgressIP {
+			t.Errorf("connection Secret egressIP %q after the move; want %s", d2["egressIP"], p.Status.AtProvider.EgressIP)
+		}
+		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden {
+			t.Errorf("GET from %s, no client any more, as the user = %d %q; want 403: the check must not open the proxy", e.node.Gateway, code, squidErr)
+		}
+		e.deleteLeavingNothing(t, p)
+	})
+
 	t.Run("ClusterScopedProxyBehindAClusterIPService", func(t *testing.T) {
 		t.Parallel()
 		p := e.sharedEgress(8080, e.clients)

@@ -51,7 +51,7 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 	if p == nil {
 		return external.Block{}, false
 	}
-	b := external.Block{AllowUserCloudInit: p.AllowUserCloudInit, AllowTenantCloudInit: p.AllowTenantCloudInit}
+	b := external.Block{AllowUserCloudInit: p.AllowUserCloudInit, AllowTenantCloudInit: p.AllowTenantCloudInit, EgressCheck: p.EgressCheck}
 	if p.InsecureSkipTLSVerify {
 		b.Insecure = "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"
 	}

@@ -41,16 +41,24 @@ const testInstallation = "pve-it"
 type env struct {
 	*providerenv.Env
 	fake *pvetest.Server
+	// upstream is a test host's server, the echo endpoint of the config
+	// home-pve-echo.
+	upstream string
 }
 
 func start(t *testing.T) *env {
 	t.Helper()
-	fake := pvetest.New(t, pvetest.Options{Listen: true})
+	// The guests run real Squid from their seeds: requests through them
+	// go out to the upstream.
+	fake := pvetest.New(t, pvetest.Options{Listen: true, Squid: providerenv.RequireSquid(t)})
+	upstream, _ := testenv.Upstream(t)
 	block := func() *spec.ProxmoxConfig {
 		b := fake.ProviderConfig("crossplane-system", "pve")
 		b.VLANTag = ptr.To[int32](20)
 		return b
 	}
+	echo := block()
+	echo.EgressCheck = &spec.EgressCheck{URL: testenv.EchoURL(upstream)}
 	e := providerenv.Start(t, providerenv.Options{
 		// The production binding, with a failed task retried after seconds
 		// rather than a minute.
@@ -71,12 +79,14 @@ func start(t *testing.T) *env {
 					b.AllowTenantCloudInit = true
 					return b
 				}()}}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve-echo"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: echo}}},
 			&clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-pve"},
 				Spec: clusterv1alpha1.ProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Proxmox: block()}}},
 		},
 		Timeout: 60 * time.Second,
 	})
-	return &env{Env: e, fake: fake}
+	return &env{Env: e, fake: fake, upstream: upstream}
 }
 
 func proxySettings() spec.ProxySettings {
@@ -91,6 +101,42 @@ func TestProxmoxIntegration(t *testing.T) {
 	t.Run("ConfigProblems", func(t *testing.T) { configProblems(t, e) })
 	t.Run("FailedCloneShowsOnTheCondition", func(t *testing.T) { failedClone(t, e) })
 	t.Run("HealthOfTheConfig", func(t *testing.T) { configHealth(t, e) })
+	t.Run("EgressAddressVerifiedThroughTheProxy", func(t *testing.T) { egressVerified(t, e) })
+}
+
+// egressVerified: a guest's real Squid, its clients elsewhere, takes the
+// provider's egress check to the echo endpoint, and the address published
+// is the one the upstream sees of this machine, where the guest's Squid
+// runs: not the guest's own address.
+func egressVerified(t *testing.T, e *env) {
+	ctx := context.Background()
+	p := &nsproxy.ProxmoxProxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "verified", Namespace: "team-a"},
+		Spec: nsproxy.ProxmoxProxySpec{
+			ManagedResourceSpec: providerenv.ManagedSpec("home-pve-echo", "verified-proxy"),
+			ForProvider:         spec.ProxmoxProxyParameters{Node: "pve1", Proxy: proxySettings()},
+		},
+	}
+	if err := e.Kube.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitReady(t, p)
+	e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "saw")
+	// Directly, without a proxy: the guest's Squid runs on this machine.
+	seen := testenv.EchoFromHere(t, testenv.EchoURL(e.upstream))
+	o := p.Status.AtProvider
+	sec := &corev1.Secret{}
+	if err := e.Kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "verified-proxy"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	if o.EgressIP != seen || o.EgressIP == o.IP || o.EgressIPSource != spec.EgressIPVerified || o.EgressIPVerifiedAt == nil || string(sec.Data["egressIP"]) != seen {
+		t.Errorf("egressIP %q (%s at %v), connection Secret %q, guest %s; want %s, what the upstream sees of this machine, Verified",
+			o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt, sec.Data["egressIP"], o.IP, seen)
+	}
+	if err := e.Kube.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitGone(t, p)
 }
 
 // failedClone: a clone task that fails shows its exit status and the tail

@@ -289,3 +289,21 @@ func (h *Host) do(f func() error) error {
 	runtime.UnlockOSThread()
 	return ferr
 }
+
+// EchoPath is the path where the test servers on these hosts answer with
+// the address a request came from (Echo): the echo endpoint of an egress
+// check.
+const EchoPath = "/ip"
+
+// Echo answers with the address the request came from, as plain text and
+// nothing else, as an echo endpoint (https://api.ipify.org) does: what
+// a vendor allow-listing its clients would see of the caller.
+func Echo(w http.ResponseWriter, r *http.Request) {
+	from, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		http.Error(w, "cannot read the caller's address", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprint(w, from.Addr().Unmap().String()) //nolint:gosec // an address, as plain text.
+}

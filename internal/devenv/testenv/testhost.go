@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,12 +90,41 @@ const UpstreamBody = "hello from upstream"
 // Upstream serves UpstreamBody over HTTP on a test host of t's own (see
 // NewTestHost), where a real destination would stand: not loopback, not a
 // private range, not this machine's own address, all of which the
-// provider's squid.conf denies. It returns the URL and the port.
+// provider's squid.conf denies. At netnshost.EchoPath (EchoURL) it answers
+// with the address a request came from, as an egress check's echo
+// endpoint. It returns the URL and the port.
 func Upstream(t testing.TB) (string, int) {
 	t.Helper()
 	h := NewTestHost(t)
-	ap := h.Serve(t, ":0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	ap := h.Serve(t, ":0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == netnshost.EchoPath {
+			netnshost.Echo(w, r)
+			return
+		}
 		_, _ = io.WriteString(w, UpstreamBody)
 	}))
 	return "http://" + ap.String() + "/", int(ap.Port())
+}
+
+// EchoURL is the echo endpoint of the Upstream at url: it answers with the
+// address a request came from.
+func EchoURL(url string) string {
+	return strings.TrimSuffix(url, "/") + netnshost.EchoPath
+}
+
+// EchoFromHere is what the echo endpoint at echoURL (EchoURL) sees of a
+// request from this machine without a proxy: the address a process here
+// (a fake's guest Squid) reaches the test host from.
+func EchoFromHere(t testing.TB, echoURL string) string {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}).Get(echoURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %s, %v", echoURL, resp.Status, err)
+	}
+	return strings.TrimSpace(string(body))
 }

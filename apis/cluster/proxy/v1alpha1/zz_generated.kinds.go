@@ -63,6 +63,7 @@ type KVMProxyStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
+// +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
 // +kubebuilder:resource:scope=Cluster,categories={crossplane,managed,egress}
 type KVMProxy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -122,6 +123,7 @@ type ProxmoxProxyStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
+// +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
 // +kubebuilder:resource:scope=Cluster,categories={crossplane,managed,egress}
 type ProxmoxProxy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -181,6 +183,7 @@ type GCPProxyStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
+// +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
 // +kubebuilder:resource:scope=Cluster,categories={crossplane,managed,egress}
 type GCPProxy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -240,6 +243,7 @@ type PodProxyStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
+// +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
 // +kubebuilder:resource:scope=Cluster,categories={crossplane,managed,egress}
 type PodProxy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/squid/squidtest"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/wirefake"
 )
@@ -89,6 +90,7 @@ type Server struct {
 	unreach      []string
 	auth         string
 	squidDown    bool
+	squidBin     string // RunSquid
 	identity     *iam
 }
 
@@ -107,6 +109,8 @@ type instance struct {
 	natIP    string
 	insertOp string
 	deleting bool
+	// stopSquid stops the instance's real Squid (RunSquid).
+	stopSquid func()
 }
 
 type address struct {
@@ -193,6 +197,13 @@ func start(t interface{ Cleanup(func()) }, project string, tls bool) *Server {
 	}
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, in := range s.instances {
+			in.stopGuestSquid()
+		}
+	})
 	if e, ok := t.(interface{ Errorf(string, ...any) }); ok {
 		t.Cleanup(func() {
 			if v := s.Violations(); len(v) > 0 {
@@ -495,12 +506,8 @@ func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
 		if !slices.Contains(ips, host) {
 			continue
 		}
-		md, _ := in.body["metadata"].(map[string]any)
-		for _, it := range asList(md["items"]) {
-			if m, ok := it.(map[string]any); ok && m["key"] == "egressproxy-squid-conf" {
-				v, _ := m["value"].(string)
-				return squid.IdentityOf(v), nil
-			}
+		if v := metadataValue(in, "egressproxy-squid-conf"); v != "" {
+			return squid.IdentityOf(v), nil
 		}
 		return "", fmt.Errorf("%s answers HTTP, but not as Squid", addr)
 	}
@@ -819,6 +826,7 @@ func (s *Server) newInstance(zone, name string, body map[string]any) *instance {
 // boot makes an instance RUNNING, with an ephemeral NAT IP where its
 // access config has none.
 func (s *Server) boot(in *instance) {
+	defer s.startSquid(in)
 	in.status = "RUNNING"
 	in.body["status"] = "RUNNING"
 	in.body["lastStartTimestamp"] = stamp(time.Now())
@@ -867,6 +875,7 @@ func (s *Server) deleteInstance(in *instance) (int, any) {
 	key := in.zone + "/" + in.name
 	in.status, in.deleting = "STOPPING", true
 	in.body["status"] = "STOPPING"
+	in.stopGuestSquid()
 	fail := s.takeOpFailure("instances", "delete")
 	op := s.newOp("zones/"+in.zone, "delete", "instances/"+key, in.body["selfLink"], in.body["id"], func() *opFailure {
 		if fail != nil {
@@ -911,6 +920,7 @@ func (s *Server) updateInstance(in *instance, body map[string]any, minimalAction
 	if restart {
 		in.status = "STOPPING"
 		in.body["status"] = "STOPPING"
+		in.stopGuestSquid()
 	}
 	return http.StatusOK, s.newOp("zones/"+in.zone, "update", "instances/"+key, in.body["selfLink"], in.body["id"], func() *opFailure {
 		if restart && s.instances[key] == in {
@@ -1372,3 +1382,62 @@ func (s *Server) do(fn func()) { wirefake.Do(&s.mu, fn) }
 
 // read returns what fn reads under the server's lock.
 func read[T any](s *Server, fn func() T) T { return wirefake.Read(&s.mu, fn) }
+
+// RunSquid makes every instance that boots from now on run a real Squid
+// (bin) on its external address (its internal one without), from the
+// squid.conf and htpasswd of its metadata, as its startup script
+// installs them (squidtest.StartGuest): requests through its proxy then
+// really go out. A Squid that cannot start leaves the address silent.
+func (s *Server) RunSquid(bin string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.squidBin = bin
+}
+
+// startSquid starts in's real Squid, with s.mu held.
+func (s *Server) startSquid(in *instance) {
+	in.stopGuestSquid()
+	if s.squidBin == "" {
+		return
+	}
+	conf, ht := metadataValue(in, "egressproxy-squid-conf"), metadataValue(in, "egressproxy-htpasswd")
+	ip := in.natIP
+	if ip == "" {
+		for _, n := range asList(in.body["networkInterfaces"]) {
+			if m, ok := n.(map[string]any); ok && ip == "" {
+				ip, _ = m["networkIP"].(string)
+			}
+		}
+	}
+	port := 0
+	for _, l := range strings.Split(conf, "\n") {
+		if v, ok := strings.CutPrefix(l, "http_port "); ok {
+			port, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if ip == "" || port == 0 {
+		return
+	}
+	if stop, err := squidtest.StartGuest(s.squidBin, ip, port, conf, ht); err == nil {
+		in.stopSquid = stop
+	}
+}
+
+func (in *instance) stopGuestSquid() {
+	if in.stopSquid != nil {
+		in.stopSquid()
+		in.stopSquid = nil
+	}
+}
+
+// metadataValue is the value of in's metadata item key, "" when none.
+func metadataValue(in *instance, key string) string {
+	md, _ := in.body["metadata"].(map[string]any)
+	for _, it := range asList(md["items"]) {
+		if m, ok := it.(map[string]any); ok && m["key"] == key {
+			v, _ := m["value"].(string)
+			return v
+		}
+	}
+	return ""
+}

@@ -39,8 +39,6 @@ package kubelettest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -51,7 +49,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +65,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/squid/squidtest"
 )
 
 // Mode is what the stand-in runs for a pod.
@@ -458,60 +456,8 @@ func (k *Kubelet) runSquid(ctx context.Context, p *corev1.Pod, ip string, port i
 		}
 	}
 	// Squid opens /dev/stdout by name after dropping privileges: its
-	// output must be a file its user may open.
-	logPath := filepath.Join(dir, "squid.log")
-	if err := write("squid.log", "", 0o666); err != nil {
-		return nil, err
-	}
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-
-	sum := sha256.Sum256([]byte(p.UID))
-	name := "kt" + hex.EncodeToString(sum[:])[:12] // Squid takes letters and digits
-	cmd := exec.Command(k.squid, "-N", "-n", name, "-f", filepath.Join(dir, kubernetes.KeySquidConf))
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-		shm, _ := filepath.Glob("/dev/shm/" + name + "-*")
-		for _, f := range shm {
-			_ = os.Remove(f)
-		}
-	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(int(port)))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			return stop, nil
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(logPath)
-			stop()
-			return nil, fmt.Errorf("squid exited before listening on %s:\n%s", addr, b)
-		case <-ctx.Done():
-			stop()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logPath)
-			stop()
-			return nil, fmt.Errorf("squid did not listen on %s within 20 s:\n%s", addr, b)
-		}
-	}
+	// output is a file its user may open (squidtest.Start).
+	return squidtest.Start(ctx, k.squid, dir, string(p.UID), filepath.Join(dir, kubernetes.KeySquidConf), net.JoinHostPort(ip, strconv.Itoa(int(port))))
 }
 
 // Substitute is the provider's squid.conf as this machine runs it (see the

@@ -160,6 +160,11 @@ type Options struct {
 	Listen bool
 	// ProxyPort is the port of those listeners; default 3128.
 	ProxyPort int
+	// Squid, with Listen, is the path of a real squid: each running
+	// guest then runs it from the squid.conf and htpasswd its seed
+	// installs (GuestSquid), instead of a stand-in that only answers
+	// probes, so requests through the guest's proxy really go out.
+	Squid string
 	// Version reported by /version; default 9.0.10.
 	Version string
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/squid/squidtest"
 )
 
 // vm is one guest (or template) of the fake cluster.
@@ -37,6 +38,7 @@ type vm struct {
 	agentPreinstalled bool
 	addr              string
 	ln                net.Listener
+	stopSquid         func() // a real guest Squid (Options.Squid)
 	// flock is the task holding the VM's file lock.
 	flock *task
 	seed  Seed // what the guest read from its seed at the last boot
@@ -55,6 +57,10 @@ func (v *vm) closeListener() {
 	if v.ln != nil {
 		_ = v.ln.Close()
 		v.ln = nil
+	}
+	if v.stopSquid != nil {
+		v.stopSquid()
+		v.stopSquid = nil
 	}
 }
 
@@ -243,7 +249,16 @@ func (s *Server) finish(t *task) {
 }
 
 func (s *Server) maybeListen(v *vm, now time.Time) {
-	if !s.opts.Listen || v.ln != nil || !v.agentReady(now) || v.qmp != "running" {
+	if !s.opts.Listen || v.ln != nil || v.stopSquid != nil || !v.agentReady(now) || v.qmp != "running" {
+		return
+	}
+	if s.opts.Squid != "" {
+		stop, err := squidtest.StartGuest(s.opts.Squid, v.addr, s.opts.ProxyPort, cloudinit.SquidConfOf(v.seed.UserData), cloudinit.HtpasswdOf(v.seed.UserData))
+		if err != nil {
+			// Nothing answers: the guest's Squid did not start.
+			return
+		}
+		v.stopSquid = stop
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(v.addr, strconv.Itoa(s.opts.ProxyPort)))

@@ -1,0 +1,314 @@
+package squid
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// CheckUsername is the name of the egress check's credential in every
+// proxy's htpasswd. A proxy's own user may not take it.
+const CheckUsername = "egressproxy-check"
+
+// checkURL is an egress check URL taken apart: what Squid matches and
+// where the checker connects.
+type checkURL struct {
+	https      bool
+	host, port string // host without brackets
+	path       string
+}
+
+func parseCheckURL(raw string) (checkURL, string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return checkURL{}, "is not a URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return checkURL{}, fmt.Sprintf("has scheme %q; want http or https", u.Scheme)
+	case u.User != nil:
+		return checkURL{}, "must not hold user info"
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return checkURL{}, "must have no query or fragment"
+	case u.Hostname() == "":
+		return checkURL{}, "has no host"
+	}
+	c := checkURL{https: u.Scheme == "https", host: strings.ToLower(u.Hostname()), port: u.Port(), path: u.EscapedPath()}
+	if c.port == "" {
+		c.port = "80"
+		if c.https {
+			c.port = "443"
+		}
+	}
+	if p, err := strconv.Atoi(c.port); err != nil || p < 1 || p > 65535 {
+		return checkURL{}, fmt.Sprintf("has port %q; want 1-65535", c.port)
+	}
+	if c.path == "" {
+		c.path = "/"
+	}
+	if msg := checkToken(c.host + c.path); msg != "" {
+		return checkURL{}, msg
+	}
+	return c, ""
+}
+
+// checkEgressCheck is what Validate says of s.EgressCheck.
+func checkEgressCheck(s proxy.Settings, c *proxy.EgressCheck) fieldErrors {
+	var errs fieldErrors
+	if _, msg := parseCheckURL(c.URL); msg != "" {
+		errs = append(errs, &FieldError{Field: "egressCheck.url", Detail: fmt.Sprintf("%q %s", c.URL, msg)})
+	}
+	if msg := checkUsername(c.Username); msg != "" {
+		errs = append(errs, &FieldError{Field: "egressCheck.username", Detail: msg})
+	}
+	if msg := checkPassword(c.Password); msg != "" {
+		errs = append(errs, &FieldError{Field: "egressCheck.password", Detail: msg})
+	}
+	if s.Auth.Enabled && s.Auth.Username == c.Username {
+		errs = append(errs, &FieldError{Field: "auth.username", Detail: "is the name of the provider's egress check credential (" + CheckUsername + "); choose another"})
+	}
+	return errs
+}
+
+// egressCheckACLs are the ACLs of the egress check: its method, its URL
+// (a plain GET of exactly that URL; a CONNECT to exactly that host and
+// port for https, whose path is inside the tunnel) and its user, all of
+// which egress_check needs.
+func egressCheckACLs(c *proxy.EgressCheck) []string {
+	u, _ := parseCheckURL(c.URL) // Validate checked it.
+	method, re := "GET", ""
+	hostPort := regexp.QuoteMeta(u.host)
+	if strings.Contains(u.host, ":") {
+		hostPort = `\[` + hostPort + `\]`
+	}
+	if u.https {
+		// Squid's URL of a CONNECT is host:port.
+		method, re = "CONNECT", "^"+hostPort+":"+u.port+"$"
+	} else {
+		port := ":" + u.port
+		if u.port == "80" {
+			port = "(:80)?"
+		}
+		re = "^http://" + hostPort + port + regexp.QuoteMeta(u.path) + "$"
+	}
+	return []string{
+		"# The provider's egress check: its own credential, for one request",
+		"# to the echo endpoint, from wherever the provider is. Nothing else",
+		"# is allowed with that credential.",
+		"acl egress_check_method method " + method,
+		"acl egress_check_url url_regex -i " + re,
+		"acl egress_check_user proxy_auth " + c.Username,
+		"acl egress_check all-of egress_check_method egress_check_url egress_check_user",
+	}
+}
+
+// ParseEcho reads the caller's address from an echo endpoint's answer:
+// plain text holding an address and nothing else, or JSON with the
+// address in "ip", "origin" or "address" (ipify, httpbin, ifconfig.co).
+func ParseEcho(body []byte) (string, error) {
+	text := strings.TrimSpace(string(body))
+	if a, err := netip.ParseAddr(text); err == nil {
+		return a.Unmap().String(), nil
+	}
+	var v map[string]any
+	if json.Unmarshal(body, &v) == nil {
+		for _, k := range []string{"ip", "origin", "address"} {
+			if s, ok := v[k].(string); ok {
+				// httpbin's origin may list proxies: "a, b".
+				first, _, _ := strings.Cut(s, ",")
+				if a, err := netip.ParseAddr(strings.TrimSpace(first)); err == nil {
+					return a.Unmap().String(), nil
+				}
+			}
+		}
+	}
+	// Not quoted: what an endpoint a config names answers is not repeated
+	// in a condition (docs/security.md).
+	return "", fmt.Errorf("the echo endpoint's answer (%d bytes) is neither an address nor JSON with an address in ip or origin", len(body))
+}
+
+// AskEgress sends the egress check through the proxy at proxyAddr: one GET
+// of c.URL with the check's credential (inside a CONNECT tunnel for
+// https), and returns the address the endpoint saw. It follows no
+// redirect and reads at most 4 KiB of the answer.
+func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxyAddr string, c proxy.EgressCheck) (string, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	u, msg := parseCheckURL(c.URL)
+	if msg != "" {
+		return "", fmt.Errorf("egress check URL %s", msg)
+	}
+	pu := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(c.Username, c.Password)}
+	tr := &http.Transport{
+		Proxy:             http.ProxyURL(pu),
+		DialContext:       dial,
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+	if err != nil {
+		return "", fmt.Errorf("egress check URL: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("no answer through the proxy at %s: %w", proxyAddr, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), 4096))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s answered %s through the proxy at %s", u.host, resp.Status, proxyAddr)
+	}
+	return ParseEcho(body)
+}
+
+// Egress is what an EgressChecker knows of one proxy's egress address.
+type Egress struct {
+	// IP is the address the echo endpoint saw; empty until a check
+	// succeeded.
+	IP string
+	// At is when IP was seen.
+	At time.Time
+	// Error says why the latest check failed (no secret in it); empty
+	// when it succeeded or none finished yet.
+	Error string
+}
+
+// EgressChecker runs egress checks in the background, one at a time per
+// key, and keeps each key's latest result: a check is sent when a key is
+// new, when its instance, proxy address or URL changes (a recreated or
+// updated instance, another node), and then every interval (a failure
+// again after RetryInterval).
+// Check never waits longer than Wait, so no reconcile is held by a slow
+// echo endpoint; the result is there for a later Check. Safe for
+// concurrent use; the zero value uses the defaults.
+type EgressChecker struct {
+	// Ask sends one check; default AskEgress over Dial.
+	Ask func(ctx context.Context, proxyAddr string, c proxy.EgressCheck) (string, error)
+	// Dial connects for the default Ask.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Timeout of one check; default 10 s.
+	Timeout time.Duration
+	// Wait is how long Check waits for a check it started; default 2 s.
+	Wait time.Duration
+	// RetryInterval is how soon a failed check is tried again; default 1m.
+	RetryInterval time.Duration
+
+	mu      sync.Mutex
+	entries map[string]*egressEntry
+}
+
+type egressEntry struct {
+	instance, addr, url string
+	done                chan struct{}
+	result              Egress
+	finished            time.Time
+}
+
+// Check returns key's latest egress result for a proxy at proxyAddr, and
+// starts a check when none is known for that instance (any string that
+// changes when the instance does), address and URL, or the latest is
+// older than interval.
+func (e *EgressChecker) Check(ctx context.Context, key, instance, proxyAddr string, c proxy.EgressCheck, interval time.Duration) Egress {
+	e.mu.Lock()
+	if e.entries == nil {
+		e.entries = map[string]*egressEntry{}
+	}
+	en := e.entries[key]
+	var prev Egress
+	start := en == nil
+	if en != nil {
+		select {
+		case <-en.done:
+			// Kept until the next check answers: a new address is
+			// reported as a change of the last one seen.
+			prev = en.result
+			ttl := interval
+			if en.result.Error != "" {
+				ttl = e.retry()
+			}
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || time.Since(en.finished) >= ttl
+		default: // in flight
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL
+		}
+	}
+	if start {
+		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, done: make(chan struct{}), result: prev}
+		e.entries[key] = en
+		go e.run(en, c) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.
+	}
+	e.mu.Unlock()
+
+	wait := e.Wait
+	if wait <= 0 {
+		wait = 2 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-en.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return en.result
+}
+
+// Forget drops key (a proxy that is gone).
+func (e *EgressChecker) Forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.entries, key)
+}
+
+func (e *EgressChecker) run(en *egressEntry, c proxy.EgressCheck) {
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ask := e.Ask
+	if ask == nil {
+		ask = func(ctx context.Context, addr string, c proxy.EgressCheck) (string, error) {
+			return AskEgress(ctx, e.Dial, addr, c)
+		}
+	}
+	ip, err := ask(ctx, en.addr, c)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	en.finished = time.Now()
+	if err != nil {
+		// Keep the address last seen: a failed check says nothing of it.
+		en.result.Error = strings.ReplaceAll(err.Error(), c.Password, "[redacted]")
+	} else {
+		en.result = Egress{IP: ip, At: en.finished}
+	}
+	close(en.done)
+}
+
+func (e *EgressChecker) retry() time.Duration {
+	if e.RetryInterval > 0 {
+		return e.RetryInterval
+	}
+	return time.Minute
+}

@@ -1,0 +1,185 @@
+package squid
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+func TestRenderEgressCheck(t *testing.T) {
+	base := proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}
+	cases := map[string]struct {
+		url      string
+		auth     bool
+		wantACLs []string
+		wantAuth string
+	}{
+		"PlainHTTP": {url: "http://echo.example.com:8080/ip", wantACLs: []string{
+			"acl egress_check_method method GET",
+			`acl egress_check_url url_regex -i ^http://echo\.example\.com:8080/ip$`,
+		}},
+		"DefaultPortMayBeLeftOut": {url: "http://Echo.example.com", wantACLs: []string{
+			"acl egress_check_method method GET",
+			`acl egress_check_url url_regex -i ^http://echo\.example\.com(:80)?/$`,
+		}},
+		"HTTPSIsATunnelToTheHost": {url: "https://api.ipify.org/", wantACLs: []string{
+			"acl egress_check_method method CONNECT",
+			`acl egress_check_url url_regex -i ^api\.ipify\.org:443$`,
+		}},
+		"IPv6": {url: "http://[2001:db8::1]:81/x", wantACLs: []string{
+			"acl egress_check_method method GET",
+			`acl egress_check_url url_regex -i ^http://\[2001:db8::1\]:81/x$`,
+		}},
+		"WithTheUsersAuth": {url: "http://echo.example.com/ip", auth: true, wantACLs: []string{
+			"acl egress_check_method method GET",
+			`acl egress_check_url url_regex -i ^http://echo\.example\.com(:80)?/ip$`,
+		}, wantAuth: "acl authenticated proxy_auth team"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := base
+			s.EgressCheck = &proxy.EgressCheck{URL: tc.url, Username: CheckUsername, Password: "check-secret"}
+			if tc.auth {
+				s.Auth = proxy.Auth{Enabled: true, Username: "team", Password: "team-secret"}
+			}
+			f, err := Render(s, Options{UID: "uid"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := append(lines(f.SquidConf, "acl egress_check_method"), lines(f.SquidConf, "acl egress_check_url")...)
+			if diff := cmp.Diff(tc.wantACLs, got); diff != "" {
+				t.Errorf("check ACLs (-want +got):\n%s", diff)
+			}
+			if got := lines(f.SquidConf, "acl authenticated"); tc.wantAuth != "" && (len(got) != 1 || got[0] != tc.wantAuth) {
+				t.Errorf("user ACL %q, want %q: the check's credential must not count as the user's", got, tc.wantAuth)
+			}
+			users := 1
+			if tc.auth {
+				users = 2
+			}
+			if n := strings.Count(f.Htpasswd, "\n"); n != users || !strings.Contains(f.Htpasswd, CheckUsername+":$6$") {
+				t.Errorf("htpasswd has %d lines, want %d with the check's user", n, users)
+			}
+			if strings.Contains(f.SquidConf, "check-secret") || strings.Contains(f.Htpasswd, "check-secret") {
+				t.Error("the check's password is in the rendered files")
+			}
+			want := []string{"http_access deny !clients !egress_check", "http_access allow clients", "http_access allow egress_check", "http_access deny all"}
+			if got := lines(f.SquidConf, "http_access"); !containsInOrder(got, want) {
+				t.Errorf("access rules %q lack %q in that order", got, want)
+			}
+		})
+	}
+	// Without a check nothing changes: no rule, no user.
+	f, err := Render(base, Options{UID: "uid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(f.SquidConf, "egress_check") || f.Htpasswd != "" {
+		t.Errorf("a proxy without a check renders its ACLs or a user:\n%s", f.SquidConf)
+	}
+}
+
+func containsInOrder(got, want []string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+func TestValidateEgressCheck(t *testing.T) {
+	s := proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: CheckUsername, Password: "pw"}}
+	cases := map[string]struct {
+		url, field string
+	}{
+		"Query":      {url: "http://echo.example.com/ip?format=json", field: "egressCheck.url"},
+		"UserInfo":   {url: "http://u:p@echo.example.com/ip", field: "egressCheck.url"},
+		"Scheme":     {url: "ftp://echo.example.com/ip", field: "egressCheck.url"},
+		"SameAsUser": {url: "http://echo.example.com/ip", field: "auth.username"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s.EgressCheck = &proxy.EgressCheck{URL: tc.url, Username: CheckUsername, Password: "check-secret"}
+			err := Validate(s)
+			var fe *FieldError
+			if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.field+":") || !proxy.IsPermanent(err) {
+				t.Errorf("Validate = %v; want a permanent error naming %s", err, tc.field)
+			}
+			if err != nil && strings.Contains(err.Error(), "check-secret") {
+				t.Errorf("the error quotes the check's password: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseEcho(t *testing.T) {
+	for body, want := range map[string]string{
+		"203.0.113.7\n":                       "203.0.113.7",
+		"::ffff:203.0.113.7":                  "203.0.113.7",
+		`{"ip":"2001:db8::7"}`:                "2001:db8::7",
+		`{"origin": "203.0.113.7, 10.0.0.1"}`: "203.0.113.7",
+	} {
+		if got, err := ParseEcho([]byte(body)); err != nil || got != want {
+			t.Errorf("ParseEcho(%q) = %q, %v; want %s", body, got, err, want)
+		}
+	}
+	for _, body := range []string{"<html>hello</html>", `{"ip":"not an address"}`, ""} {
+		if got, err := ParseEcho([]byte(body)); err == nil || strings.Contains(err.Error(), "hello") {
+			t.Errorf("ParseEcho(%q) = %q, %v; want an error that does not quote the answer", body, got, err)
+		}
+	}
+}
+
+func TestEgressChecker(t *testing.T) {
+	var calls atomic.Int32
+	answer := atomic.Value{}
+	answer.Store("203.0.113.7")
+	fail := atomic.Bool{}
+	c := &EgressChecker{Wait: time.Second, RetryInterval: time.Hour, Ask: func(_ context.Context, addr string, ch proxy.EgressCheck) (string, error) {
+		calls.Add(1)
+		if fail.Load() {
+			return "", errors.New("refused with " + ch.Password)
+		}
+		return answer.Load().(string), nil //nolint:forcetypeassert // a string.
+	}}
+	check := proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "sentinel-check-password"}
+	ctx := t.Context()
+
+	if got := c.Check(ctx, "uid", "i1", "10.0.0.5:3128", check, time.Hour); got.IP != "203.0.113.7" || got.At.IsZero() {
+		t.Fatalf("first Check = %+v; want the echo's address", got)
+	}
+	c.Check(ctx, "uid", "i1", "10.0.0.5:3128", check, time.Hour)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("two Checks within the interval sent %d checks; want 1", n)
+	}
+	// Another address (the pod moved to another node): checked at once.
+	answer.Store("203.0.113.8")
+	if got := c.Check(ctx, "uid", "i1", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.8" || calls.Load() != 2 {
+		t.Errorf("Check at a new address = %+v after %d checks; want the new address at once", got, calls.Load())
+	}
+	// The instance was updated or recreated at the same address: at once.
+	answer.Store("203.0.113.9")
+	if got := c.Check(ctx, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.9" || calls.Load() != 3 {
+		t.Errorf("Check of a changed instance = %+v after %d checks; want a new check at once", got, calls.Load())
+	}
+	// The interval passed: checked again; a failure keeps the address last
+	// seen, and says why without the password.
+	fail.Store(true)
+	got := c.Check(ctx, "uid", "i2", "10.0.0.6:3128", check, 0)
+	if got.IP != "203.0.113.9" || got.Error == "" || strings.Contains(got.Error, check.Password) {
+		t.Errorf("failed re-check = %+v; want the last address, an error, no password", got)
+	}
+	c.Forget("uid")
+	if got := c.Check(ctx, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "" {
+		t.Errorf("Check after Forget = %+v; want nothing known", got)
+	}
+}

@@ -1,0 +1,135 @@
+// Package squidtest runs real Squid processes for the backends' fakes and
+// stand-ins (a Proxmox guest's Squid, a pod's), from the configuration the
+// provider rendered for them.
+package squidtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+)
+
+// Start runs bin (squid) in the foreground with the configuration at conf,
+// in dir, its output appended to dir/squid.log, and waits until addr
+// accepts connections (20 s at most). key names its shared memory (squids
+// running in parallel must not share it). stop kills it and removes what
+// it left in /dev/shm. Squid opens its log by name after dropping
+// privileges, so dir must be readable by its user (proxy on Debian).
+func Start(ctx context.Context, bin, dir, key, conf, addr string) (stop func(), err error) {
+	logPath := filepath.Join(dir, "squid.log")
+	if err := os.WriteFile(logPath, nil, 0o666); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(logPath, 0o666); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+
+	sum := sha256.Sum256([]byte(key))
+	name := "kt" + hex.EncodeToString(sum[:])[:12] // Squid takes letters and digits
+	cmd := exec.Command(bin, "-N", "-n", name, "-f", conf)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop = func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		shm, _ := filepath.Glob("/dev/shm/" + name + "-*")
+		for _, f := range shm {
+			_ = os.Remove(f)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return stop, nil
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logPath)
+			stop()
+			return nil, fmt.Errorf("squid exited before listening on %s:\n%s", addr, b)
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			stop()
+			return nil, fmt.Errorf("squid did not listen on %s within 20 s:\n%s", addr, b)
+		}
+	}
+}
+
+// StartGuest runs a VM guest's Squid on this machine: squidConf and
+// htpasswd as the provider's cloud-init installs them on a guest
+// (cloudinit.SquidOptions), listening on ip:port instead of every address,
+// with the guest's paths (htpasswd, logs, PID file, own addresses) moved to
+// a folder of its own, removed by stop.
+func StartGuest(bin, ip string, port int, squidConf, htpasswd string) (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "egressproxy-guest-squid-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	portText := strconv.Itoa(port)
+	replace := strings.NewReplacer(
+		cloudinit.HtpasswdPath, filepath.Join(dir, "htpasswd"),
+		cloudinit.OwnAddressesPath, filepath.Join(dir, "own-addresses"),
+		"/var/log/squid/", dir+"/",
+		"pid_filename /run/squid.pid", "pid_filename none",
+		"http_port "+portText+"\n", "http_port "+net.JoinHostPort(ip, portText)+"\n",
+	)
+	for name, content := range map[string]string{
+		"squid.conf":    replace.Replace(squidConf),
+		"htpasswd":      htpasswd,
+		"own-addresses": "127.0.0.1\n::1\n" + ip + "\n",
+		"access.log":    "",
+		"cache.log":     "",
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o666); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(path, 0o666); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stopSquid, err := Start(ctx, bin, dir, dir, filepath.Join(dir, "squid.conf"), net.JoinHostPort(ip, portText))
+	if err != nil {
+		return nil, err
+	}
+	return func() { stopSquid(); _ = os.RemoveAll(dir) }, nil
+}
