@@ -82,7 +82,7 @@ func start(t testing.TB) *env {
 	cp, kube, ctx := pe.ControlPlane, pe.Kube, pe.Ctx
 
 	xp := startCrossplane(t, kube, bins, cp.KubeconfigPath, dir)
-	xp.serveFunction(t, kube, "function-egressproxy")
+	xp.serveFunction(t, kube, "egressproxy-function-egressproxy") // the Compositions' functionRef
 	t.Logf("Crossplane core and the function up %.1fs after the start", time.Since(t0).Seconds())
 
 	// The platform team's side: the Configuration's XRDs and Compositions,

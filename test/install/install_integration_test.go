@@ -44,6 +44,7 @@ const (
 	providerName = xpt.ProviderPackage
 	providerObj  = xpt.ProviderObject
 	functionName = xpt.FunctionPackage
+	functionObj  = xpt.FunctionObject
 	configName   = xpt.ConfigurationPackage
 	proxyNS      = "egress-proxies"
 	gcpProject   = "egressproxy-install"
@@ -301,10 +302,10 @@ spec:
 	})
 
 	// Function and Configuration; an EgressProxy gets its URL Secret.
-	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionName)
+	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionObj)
 	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/"+configName+":v0.2.0", configName)
 	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Configuration", "", configName), "Healthy", 5*time.Minute)
-	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Function", "", functionName), "Healthy", 5*time.Minute)
+	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Function", "", functionObj), "Healthy", 5*time.Minute)
 	t.Run("EgressProxyThroughTheConfiguration", func(t *testing.T) {
 		claimReady(t, kube)
 	})
