@@ -197,6 +197,12 @@ func TestCompositionsIntegration(t *testing.T) {
 		}
 	})
 
+	// The render kit: what `crossplane render` prints is what core
+	// composes, for every class.
+	t.Run("RenderMatchesCore", func(t *testing.T) {
+		renderMatchesCore(t, e.Kube)
+	})
+
 	t.Run("NamespacedEgressProxy", func(t *testing.T) {
 		t.Parallel()
 		xr := newObject(gvkXR, "team-a", "payments", map[string]any{
