@@ -19,7 +19,11 @@
 # Environment: VERSION (default hack/version.sh: the tag, or the next
 # patch's vX.Y.Z-dev.<date>.<sha>), XPKG_REPO (the registry and organisation the
 # Configuration's dependsOn names; default 127.0.0.1:5000/egressproxy),
-# PLATFORMS (default "linux/amd64 linux/arm64").
+# PLATFORMS (default "linux/amd64 linux/arm64"; none: only the
+# Configuration), BIN_OUT (a folder to keep
+# the static binaries in). A release VERSION (vX.Y.Z, no pre-release)
+# makes the Configuration depend on the provider and function >=VERSION,
+# admitting no pre-release.
 #
 # No docker: each runtime image (a static binary, Debian's CA certificates,
 # a nonroot user) is made by hack/runtimeimage and embedded with
@@ -34,6 +38,7 @@ OUT=${1:-bin/xpkg}
 VERSION=${VERSION:-$(bash hack/version.sh)}
 XPKG_REPO=${XPKG_REPO:-127.0.0.1:5000/egressproxy}
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
+[ "$PLATFORMS" = none ] && PLATFORMS=''   # the Configuration only
 export GOFLAGS=-buildvcs=false
 log() { echo "xpkg: $*" >&2; }
 
@@ -99,6 +104,15 @@ cp package/crossplane.yaml "$WORK/provider/"
 "$WORK/mrds" -o "$WORK/provider/crds" package/crds/*.yaml
 cp -r package/configuration "$WORK/configuration"
 sed -i "s#^\(    - \(provider\|function\): \)127.0.0.1:5000/egressproxy/#\1$XPKG_REPO/#" "$WORK/configuration/crossplane.yaml"
+# A release (no pre-release in VERSION) depends on the provider and the
+# function of at least its own version, and admits no pre-release of them:
+# a semver constraint without a pre-release matches none. Builds between
+# tags keep ">=v0.2.0-0", which admits the pre-releases they are.
+if [[ $VERSION =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+  sed -i "s#^\(      version: \)\">=v0.2.0-0\"\$#\1\">=$VERSION\"#" "$WORK/configuration/crossplane.yaml"
+  [ "$(grep -c "^      version: \">=$VERSION\"\$" "$WORK/configuration/crossplane.yaml")" = 2 ] ||
+    { log "package/configuration/crossplane.yaml: dependsOn no longer constrains both packages to \">=v0.2.0-0\" for make xpkg to replace"; exit 1; }
+fi
 grep -q "$XPKG_REPO/provider-egressproxy" "$WORK/configuration/crossplane.yaml" ||
   { log "package/configuration/crossplane.yaml: dependsOn no longer names 127.0.0.1:5000/egressproxy/provider-egressproxy for make xpkg to replace"; exit 1; }
 for c in "$WORK"/configuration/composition-*.yaml; do
@@ -118,6 +132,13 @@ for plat in $PLATFORMS; do
     -o "$bin/provider" ./cmd/provider
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch bash hack/go-build.sh "xpkg: the function for $plat" -trimpath -ldflags "-s -w" \
     -o "$bin/function-egressproxy" ./function/cmd/function-egressproxy
+  # BIN_OUT keeps the binaries (make release's SBOM reads their build
+  # information).
+  if [ -n "${BIN_OUT:-}" ]; then
+    mkdir -p "$BIN_OUT"
+    cp "$bin/provider" "$BIN_OUT/provider-$arch"
+    cp "$bin/function-egressproxy" "$BIN_OUT/function-egressproxy-$arch"
+  fi
   for b in provider function-egressproxy; do
     "$WORK/runtimeimage" --binary "$bin/$b" --platform "$plat" --version "$VERSION" -o "$bin/$b.tar"
   done

@@ -199,6 +199,11 @@ func TestPackagesIntegration(t *testing.T) {
 		if caps, _, _ := unstructured.NestedStringSlice(meta.Object, "spec", "capabilities"); !slices.Contains(caps, "safe-start") {
 			t.Errorf("spec.capabilities = %v; want safe-start", caps)
 		}
+		// The Crossplane versions it supports, as the function and the
+		// Configuration state them.
+		if v, _, _ := unstructured.NestedString(meta.Object, "spec", "crossplane", "version"); v != ">=v2.0.0-0" {
+			t.Errorf("spec.crossplane.version = %q; want >=v2.0.0-0", v)
+		}
 		// Every definition of package/crds: the proxy kinds as MRDs, the
 		// ProviderConfig kinds as CRDs (which Crossplane keeps as they are).
 		var want []string
@@ -454,4 +459,40 @@ func connectionKeys(o *unstructured.Unstructured) []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// TestReleaseConfigurationIntegration builds the Configuration of a
+// release version (PLATFORMS=none: the Configuration alone): it depends
+// on the provider and the function of at least that version, by a
+// constraint that admits no pre-release.
+func TestReleaseConfigurationIntegration(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "xpkg.sh"), out)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "VERSION=v0.3.0", "XPKG_REPO="+repo, "PLATFORMS=none")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/xpkg.sh: %v\n%s", err, b)
+	}
+	if m, _ := filepath.Glob(filepath.Join(out, "*-egressproxy-*-*.xpkg")); len(m) != 0 {
+		t.Errorf("PLATFORMS=none built %v; want the Configuration only", m)
+	}
+	meta := open(t, filepath.Join(out, "configuration-egressproxy-v0.3.0.xpkg")).objects[0]
+	deps, _, _ := unstructured.NestedSlice(meta.Object, "spec", "dependsOn")
+	var got []string
+	for _, d := range deps {
+		m, _ := d.(map[string]any)
+		name, ok := m["provider"]
+		if !ok {
+			name = m["function"]
+		}
+		got = append(got, fmt.Sprintf("%v %v", name, m["version"]))
+	}
+	want := []string{repo + "/provider-egressproxy >=v0.3.0", repo + "/function-egressproxy >=v0.3.0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("dependsOn of the release v0.3.0: %v; want %v", got, want)
+	}
 }
