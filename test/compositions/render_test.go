@@ -2,6 +2,7 @@ package compositions_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -154,7 +155,7 @@ func renderMatchesCore(t *testing.T, kube client.Client) {
 					path := strings.Split(f, ".")
 					w, _, _ := unstructured.NestedFieldNoCopy(want.Object, path...)
 					g, _, _ := unstructured.NestedFieldNoCopy(got.Object, path...)
-					for _, d := range subset(f, w, g) {
+					for _, d := range subset(f, jsonValue(t, w), jsonValue(t, g)) {
 						t.Errorf("%s %q: %s", want.GetKind(), name, d)
 					}
 				}
@@ -190,6 +191,21 @@ func subset(path string, want, got any) []string {
 		out = append(out, subset(path+"."+k, v, gm[k])...)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// jsonValue is v as encoding/json decodes it, so that numbers compare
+// alike whichever decoder read them (YAML's int64, JSON's float64).
+func jsonValue(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
