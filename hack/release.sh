@@ -52,6 +52,8 @@ last=$(git tag --merged HEAD --list 'v*' --sort=-v:refname 2>/dev/null |
   git log --no-merges --format='- %s' ${last:+"$last"..HEAD}
 } >"$OUT/CHANGELOG-$VERSION.md"
 
-(cd "$OUT" && rm -f SHA256SUMS && sha256sum -- *.xpkg podproxy.yaml ./*.cdx.json "CHANGELOG-$VERSION.md" | sed 's# \./# #' >SHA256SUMS)
+# Only VERSION's files: OUT_DIR may hold other builds too.
+(cd "$OUT" && rm -f SHA256SUMS && sha256sum -- ./*-"$VERSION".xpkg ./*-"$VERSION"-*.xpkg podproxy.yaml ./*-"$VERSION"-*.cdx.json "CHANGELOG-$VERSION.md" |
+  sed 's# \./# #' >SHA256SUMS)
 log "$VERSION in $OUT:"
 (cd "$OUT" && ls -l) >&2
