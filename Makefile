@@ -244,6 +244,14 @@ xpkg-push: xpkg
 		$$cli xpkg push -f $(BIN)/xpkg/$$n-egressproxy-$(VERSION)-amd64.xpkg,$(BIN)/xpkg/$$n-egressproxy-$(VERSION)-arm64.xpkg $(XPKG_REPO)/$$n-egressproxy:$(VERSION) || exit 1; \
 	done && $$cli xpkg push -f $(BIN)/xpkg/configuration-egressproxy-$(VERSION).xpkg $(XPKG_REPO)/configuration-egressproxy:$(VERSION)
 
+# The release artefacts of VERSION (vX.Y.Z): the three packages for both
+# architectures, the PodProxy grant, an SBOM of the provider per
+# architecture, the CHANGELOG entry and SHA256SUMS, in bin/release/VERSION
+# (hack/release.sh; docs/install.md, Releases).
+.PHONY: release
+release:
+	VERSION=$(VERSION) XPKG_REPO=$(XPKG_REPO) bash hack/release.sh $(BIN)/release/$(VERSION)
+
 # Claim-to-Ready time on real Crossplane core: make bench-claim-ready N=10
 .PHONY: bench-claim-ready
 bench-claim-ready: test-deps crossplane-bins

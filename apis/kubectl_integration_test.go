@@ -24,6 +24,32 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 )
 
+// Category is the kubectl category of every kind of the provider and the
+// Configuration (`kubectl get egressproxy-all -A`).
+const Category = "egressproxy-all"
+
+// namesOfOthers are resource names (plural, singular or short) of CNIs and
+// common operators that a category of ours must never be: kubectl would
+// expand the category and never show their resource.
+var namesOfOthers = map[string]string{
+	"egress":                    "Antrea (Egress.crd.antrea.io)",
+	"egresses":                  "Antrea (Egress.crd.antrea.io)",
+	"egressip":                  "OVN-Kubernetes (EgressIP.k8s.ovn.org)",
+	"egressips":                 "OVN-Kubernetes (EgressIP.k8s.ovn.org)",
+	"egressfirewall":            "OVN-Kubernetes (EgressFirewall.k8s.ovn.org)",
+	"egressqos":                 "OVN-Kubernetes (EgressQoS.k8s.ovn.org)",
+	"egressgateway":             "Spiderpool (EgressGateway.egressgateway.spidernet.io)",
+	"egressgatewaypolicy":       "Calico Enterprise (EgressGatewayPolicy.projectcalico.org)",
+	"egressgateways":            "Spiderpool (EgressGateway.egressgateway.spidernet.io)",
+	"egressnetworkpolicy":       "OpenShift SDN (EgressNetworkPolicy.network.openshift.io)",
+	"egressrouter":              "OpenShift (EgressRouter.network.operator.openshift.io)",
+	"egresspolicy":              "Spiderpool (EgressPolicy.egressgateway.spidernet.io)",
+	"ciliumegressgatewaypolicy": "Cilium (CiliumEgressGatewayPolicy.cilium.io)",
+	"proxy":                     "OpenShift (Proxy.config.openshift.io)",
+	"proxies":                   "OpenShift (Proxy.config.openshift.io)",
+	"all":                       "kubectl's own category",
+}
+
 // xrdCRDs writes, into a folder, the CRDs Crossplane makes of the
 // Configuration's XRDs (names and categories as Crossplane sets them:
 // composites get "composite" and claims "claim" on top of the XRD's), so
@@ -148,9 +174,17 @@ func TestKubectlIntegration(t *testing.T) {
 	if gvk, err := mapper.KindFor(schema.GroupVersionResource{Resource: "egressproxy"}); err != nil || gvk.Kind != "EgressProxy" || gvk.Group != "platform.egressproxy.io" {
 		t.Errorf("kubectl get egressproxy resolves to %v (%v); want EgressProxy.platform.egressproxy.io", gvk, err)
 	}
-	got, ok := expander.Expand("egress")
+	// kubectl expands a category before it looks a name up: a category
+	// that is another project's resource name hides that resource in every
+	// cluster running it (Antrea's Egress was hidden by `egress`).
+	for c := range categories {
+		if owner, ok := namesOfOthers[c]; ok {
+			t.Errorf("category %q is a resource name of %s: `kubectl get %s` would list this project's kinds instead", c, owner, c)
+		}
+	}
+	got, ok := expander.Expand(Category)
 	if !ok {
-		t.Fatal("kubectl does not know the category egress")
+		t.Fatalf("kubectl does not know the category %s", Category)
 	}
 	var kinds []string
 	for _, gr := range got {
@@ -169,7 +203,7 @@ func TestKubectlIntegration(t *testing.T) {
 		"xegressproxies.legacy.platform.egressproxy.io",
 	}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
-		t.Errorf("kubectl get egress lists\n%v\nwant\n%v", kinds, want)
+		t.Errorf("kubectl get %s lists\n%v\nwant\n%v", Category, kinds, want)
 	}
 
 	// The columns, as the API server renders the table kubectl prints

@@ -39,18 +39,21 @@ if [ "$crossplane" = yes ]; then
   # that it finds it installed and makes no second Provider.
   org=${XPKG_REPO#*/}
   provider="${org//\//-}-provider-egressproxy"
+  # The Function's likewise, which the Compositions call (make xpkg writes
+  # it into them).
+  function="${org//\//-}-function-egressproxy"
   # A cluster that has them already gets no second install: moving all
   # three to a new build at once makes Crossplane's dependency resolver
   # add a second Function (seen with v2.4.0); upgrade the Provider as
   # docs/install.md (Upgrade) says.
-  have=$(bin/runcluster installed "provider/$provider" function/function-egressproxy configuration/configuration-egressproxy)
+  have=$(bin/runcluster installed "provider/$provider" "function/$function" configuration/configuration-egressproxy)
   if [ -n "$have" ]; then
     say "$have is installed in this cluster already: make run installs into a cluster without it; to move it to this build, see docs/install.md (Upgrade)"
     exit 1
   fi
   make --no-print-directory xpkg-push VERSION="$VERSION" XPKG_REPO="$XPKG_REPO"
   CLI=$(bash hack/crossplane-bins.sh cli)
-  for p in "provider provider-egressproxy $provider" "function function-egressproxy function-egressproxy" "configuration configuration-egressproxy configuration-egressproxy"; do
+  for p in "provider provider-egressproxy $provider" "function function-egressproxy $function" "configuration configuration-egressproxy configuration-egressproxy"; do
     read -r kind pkg name <<<"$p"
     say "crossplane xpkg install $kind $XPKG_REPO/$pkg:$VERSION $name, waiting for it to be Healthy"
     "$CLI" xpkg install "$kind" "$XPKG_REPO/$pkg:$VERSION" "$name" --wait=5m

@@ -45,6 +45,9 @@ const (
 	// repository path as a DNS label), so that it finds it installed and
 	// makes no second Provider of the package.
 	providerObject = "egressproxy-provider-egressproxy"
+	// functionObject is the Function's name, the resolver's as well, which
+	// the Compositions call (make xpkg writes it into them).
+	functionObject = "egressproxy-function-egressproxy"
 	proxyNamespace = "egress-proxies"
 	// processScheduler is the scheduler name the DeploymentRuntimeConfigs
 	// give the provider's and the function's pods while they run as
@@ -366,7 +369,7 @@ func (q *quickstart) startCrossplane(ctx context.Context) error {
 	var err error
 	q.core, err = localcrossplane.StartCore(ctx, localcrossplane.CoreOptions{
 		BinDir: q.coreBins, Kubeconfig: q.cp.KubeconfigPath, Dir: dir, CAFile: q.caFile,
-		Hosts: map[string]string{functionPackage + "." + crossplaneNamespace: fnIP},
+		Hosts: map[string]string{functionObject + "." + crossplaneNamespace: fnIP},
 		// Every kind, as Crossplane's Helm chart activates by default.
 		Activations: []string{"*"},
 	})
@@ -389,7 +392,7 @@ func (q *quickstart) startCrossplane(ctx context.Context) error {
 	}
 	var mu sync.Mutex
 	q.procs = &localcrossplane.ProcessRuntime{Kube: q.kube, Clientset: q.cs, Config: q.cp.Config, Registry: q.registry.Client,
-		Dir: filepath.Join(dir, "pods"), FunctionAddrs: map[string]string{functionPackage: fnIP}, SchedulerName: processScheduler,
+		Dir: filepath.Join(dir, "pods"), FunctionAddrs: map[string]string{functionObject: fnIP}, SchedulerName: processScheduler,
 		Log: func(s string) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -420,6 +423,10 @@ func (q *quickstart) runtimeConfigs(ctx context.Context) error {
 	}}
 	objs = append(objs, fn)
 	for _, o := range objs {
+		if o.GetKind() == "ImageConfig" {
+			// The provider of make run's registry, as make xpkg writes it.
+			_ = unstructured.SetNestedSlice(o.Object, []any{map[string]any{"type": "Prefix", "prefix": q.repo + "/" + providerPackage}}, "spec", "matchImages")
+		}
 		if o.GetKind() == "DeploymentRuntimeConfig" {
 			tmpl, err := q.podTemplate(o.GetName() == functionPackage)
 			if err != nil {
@@ -517,7 +524,7 @@ type pkgInstall struct{ kind, name, obj, runtimeConfig string }
 func (q *quickstart) install(ctx context.Context) error {
 	if err := q.installAndWait(ctx,
 		pkgInstall{"provider", providerPackage, providerObject, "provider-egressproxy"},
-		pkgInstall{"function", functionPackage, functionPackage, functionPackage},
+		pkgInstall{"function", functionPackage, functionObject, functionPackage},
 	); err != nil {
 		return err
 	}
@@ -958,7 +965,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	if err != nil {
 		return fail("install", err)
 	}
-	done("Provider %s, Function %s and Configuration %s Healthy; %s", providerObject, functionPackage, configPackage, where)
+	done("Provider %s, Function %s and Configuration %s Healthy; %s", providerObject, functionObject, configPackage, where)
 
 	if node {
 		// Before the ClusterProviderConfig, which names its echo endpoint.

@@ -152,17 +152,22 @@ func TestProviderIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		flags := regexp.MustCompile(`(?m)^  --([a-z0-9-]+) \(([A-Z0-9_]+|no variable), default`).FindAllStringSubmatch(string(help), -1)
+		flags := regexp.MustCompile(`(?m)^  --([a-z0-9-]+) \(([A-Z0-9_]+(?:, also [A-Z0-9_]+)*|no variable), default`).FindAllStringSubmatch(string(help), -1)
 		if len(flags) < 20 {
 			t.Fatalf("--help lists %d flags:\n%s", len(flags), help)
 		}
 		for _, f := range flags {
-			row := regexp.MustCompile("(?m)^\\| `--" + f[1] + "` \\| `" + f[2] + "` \\|")
+			// Every variable of the flag, in its order: `A`, `B`.
+			vars := "`" + strings.Join(strings.Split(f[2], ", also "), "`, `") + "`"
+			if !strings.HasPrefix(f[2], "EGRESSPROXY_") && f[2] != "no variable" {
+				t.Errorf("--%s is read from %s; want EGRESSPROXY_ first", f[1], f[2])
+			}
+			row := regexp.MustCompile("(?m)^\\| `--" + f[1] + "` \\| " + regexp.QuoteMeta(vars) + " \\|")
 			if f[2] == "no variable" {
 				row = regexp.MustCompile("(?m)^\\| `--" + f[1] + "` \\| no variable \\|")
 			}
 			if !row.Match(doc) {
-				t.Errorf("docs/operations.md has no row | `--%s` | `%s` | in its flags table", f[1], f[2])
+				t.Errorf("docs/operations.md has no row | `--%s` | %s | in its flags table", f[1], vars)
 			}
 		}
 	})
@@ -230,8 +235,10 @@ func TestProviderIntegration(t *testing.T) {
 		// Application Default Credentials would probe the GCE metadata
 		// server; keep that on a closed local port.
 		"GCE_METADATA_HOST=127.0.0.1:9",
-		// Flags from the environment, as a DeploymentRuntimeConfig sets them.
-		"ENABLE_CHANGELOGS=true", "CHANGELOGS_SOCKET_PATH="+sock)
+		// Flags from the environment, as a DeploymentRuntimeConfig sets
+		// them: the alias the Crossplane providers read, and a prefixed
+		// name. An unprefixed name sets nothing (it would not parse).
+		"ENABLE_CHANGE_LOGS=true", "EGRESSPROXY_CHANGELOGS_SOCKET_PATH="+sock, "POLL=soon")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	started := time.Now()

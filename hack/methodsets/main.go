@@ -3,11 +3,12 @@
 // on the command line (after the header file), into zz_generated.methodsets.go in each.
 //
 // It does what crossplane-tools' angryjet does. angryjet cannot be used with
-// crossplane-runtime v2.4.0: the only crossplane-tools version the module
-// proxy serves (v0.0.0-20250731192036-00d407d8b7ec) recognises types by the
-// import path github.com/crossplane/crossplane-runtime/v2/apis/common/v1,
-// which runtime v2.4.0 no longer has (the types moved to
-// github.com/crossplane/crossplane/apis/v2/core/v2), so it generates nothing.
+// crossplane-runtime v2.4.0: it recognises types by the import path
+// github.com/crossplane/crossplane-runtime/v2/apis/common/v1, which runtime
+// v2.4.0 no longer has (the types moved to
+// github.com/crossplane/crossplane/apis/v2/core/v2), so it generates nothing
+// (v0.0.0-20250731192036-00d407d8b7ec and -20251017183449-dd4517244339
+// both; docs/development.md).
 package main
 
 import (

@@ -14,6 +14,9 @@ import (
 func TestUnknownFlagIsOneLine(t *testing.T) {
 	testenv.RunAsChild("PARSE_FLAGS_CHILD", func() int {
 		flag.Duration("poll", 0, "")
+		for name := range envOptions.Aliases {
+			flag.String(name, "", "")
+		}
 		os.Args = append([]string{"provider"}, strings.Fields(os.Getenv("PARSE_FLAGS_ARGS"))...)
 		parseFlags()
 		return 0
@@ -21,8 +24,15 @@ func TestUnknownFlagIsOneLine(t *testing.T) {
 	for args, want := range map[string]string{
 		"--no-such-flag": "provider-egressproxy: flag provided but not defined: -no-such-flag (see --help for the flags it takes)\n",
 		"--poll=soon":    "provider-egressproxy: invalid value \"soon\" for flag -poll: parse error (see --help for the flags it takes)\n",
+		// The prefixed variable sets the flag; the unprefixed POLL, which
+		// the child's environment also holds, sets nothing.
+		"EGRESSPROXY_POLL=soon": "provider-egressproxy: environment variable EGRESSPROXY_POLL (flag --poll) is \"soon\": parse error (see --help for the flags it takes)\n",
 	} {
-		cmd := testenv.ChildCommand("PARSE_FLAGS_CHILD", "^TestUnknownFlagIsOneLine$", "PARSE_FLAGS_ARGS="+args)
+		env := []string{"POLL=soon"}
+		if v, ok := strings.CutPrefix(args, "EGRESSPROXY_POLL="); ok {
+			env, args = append(env, "EGRESSPROXY_POLL="+v), ""
+		}
+		cmd := testenv.ChildCommand("PARSE_FLAGS_CHILD", "^TestUnknownFlagIsOneLine$", append(env, "PARSE_FLAGS_ARGS="+args)...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		if !errorsAs(err, &ee) || ee.ExitCode() != 2 {

@@ -77,7 +77,7 @@ func Main(h Hooks) {
 		leaderElection     = flag.Bool("leader-election", false, "Use leader election (run more than one replica).")
 		enableChangeLogs   = flag.Bool("enable-changelogs", false, "Send a change log entry for every create, update and delete of a proxy to the change log sidecar (crossplane-runtime's change logs).")
 		changeLogsSocket   = flag.String("changelogs-socket-path", "/var/run/changelogs/changelogs.sock", "Unix socket of the change log sidecar, for --enable-changelogs.")
-		namespace          = flag.String("namespace", envOr("POD_NAMESPACE", "crossplane-system"), "The provider's namespace (for its password key and leader election).")
+		namespace          = flag.String("namespace", "crossplane-system", "The provider's namespace (for its password key and leader election); Crossplane sets POD_NAMESPACE.")
 		installationID     = flag.String("installation-id", "", "Installation part of the ownership mark on every instance; default: the one kept in ConfigMap provider-egressproxy-installation of --namespace (made once, from the kube-system namespace's UID when readable).")
 		metricsAddr        = flag.String("metrics-bind-address", ":8080", "Address of the Prometheus endpoint; 0 turns it off.")
 		probeAddr          = flag.String("health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns it off.")
@@ -273,13 +273,6 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		return err
 	}
 	return mgr.Start(ctx)
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 // lazyFields is a zap core whose With encodes its fields only once a line

@@ -82,7 +82,7 @@ func start(t testing.TB) *env {
 	cp, kube, ctx := pe.ControlPlane, pe.Kube, pe.Ctx
 
 	xp := startCrossplane(t, kube, bins, cp.KubeconfigPath, dir)
-	xp.serveFunction(t, kube, "function-egressproxy")
+	xp.serveFunction(t, kube, "egressproxy-function-egressproxy") // the Compositions' functionRef
 	t.Logf("Crossplane core and the function up %.1fs after the start", time.Since(t0).Seconds())
 
 	// The platform team's side: the Configuration's XRDs and Compositions,
@@ -170,7 +170,7 @@ func TestCompositionsIntegration(t *testing.T) {
 
 	// kubectl expands a category before it looks for a kind: with the CRDs
 	// Crossplane made of the XRDs, `kubectl get egressproxy` must be the
-	// XR, and `kubectl get egress` every kind of the provider and the XRs.
+	// XR, and `kubectl get egressproxy-all` every kind of the provider and the XRs.
 	t.Run("KubectlNames", func(t *testing.T) {
 		dc, err := discovery.NewDiscoveryClientForConfig(e.ControlPlane.Config)
 		if err != nil {
@@ -184,7 +184,7 @@ func TestCompositionsIntegration(t *testing.T) {
 		if err != nil || gvk.GroupKind() != gvkXR.GroupKind() {
 			t.Errorf("egressproxy resolves to %v (%v); want %v", gvk, err, gvkXR.GroupKind())
 		}
-		got, _ := exp.Expand("egress")
+		got, _ := exp.Expand("egressproxy-all")
 		var names []string
 		for _, gr := range got {
 			names = append(names, gr.String())
@@ -192,9 +192,15 @@ func TestCompositionsIntegration(t *testing.T) {
 		for _, want := range []string{"egressproxies.platform.egressproxy.io", "xegressproxies.legacy.platform.egressproxy.io",
 			"egressproxyclaims.legacy.platform.egressproxy.io", "podproxies.proxy.m.egressproxy.io", "podproxies.proxy.egressproxy.io"} {
 			if !slices.Contains(names, want) {
-				t.Errorf("kubectl get egress lists %v; want %s among them", names, want)
+				t.Errorf("kubectl get egressproxy-all lists %v; want %s among them", names, want)
 			}
 		}
+	})
+
+	// The render kit: what `crossplane render` prints is what core
+	// composes, for every class.
+	t.Run("RenderMatchesCore", func(t *testing.T) {
+		renderMatchesCore(t, e.Kube)
 	})
 
 	t.Run("NamespacedEgressProxy", func(t *testing.T) {

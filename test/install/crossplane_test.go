@@ -69,7 +69,8 @@ func activateKVM(t *testing.T, kube client.Client) {
 	t.Logf("activated KVMProxy reconciled: Synced %s", m)
 }
 
-// upgrade pushes v0.2.1 and moves the Provider to it: a new revision takes
+// upgrade pushes the release v0.3.0 (make release) and moves the Provider
+// to it: a new revision takes
 // over, the proxies stay Ready, nothing is made twice.
 func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, push func(string), rev func() *unstructured.Unstructured,
 	r0 *unstructured.Unstructured, pp, pve *unstructured.Unstructured, repo string, vms func() int) {
@@ -87,23 +88,23 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 	}
 	before := deps()
 	vmsBefore := vms()
-	push("v0.2.1")
+	push("v0.3.0")
 	t0 := time.Now()
 	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
 		t.Fatal(err)
 	}
-	_ = unstructured.SetNestedField(prov.Object, repo+"/"+providerName+":v0.2.1", "spec", "package")
+	_ = unstructured.SetNestedField(prov.Object, repo+"/"+providerName+":v0.3.0", "spec", "package")
 	if err := kube.Update(ctx, prov); err != nil {
 		t.Fatal(err)
 	}
 	var r1 *unstructured.Unstructured
-	testenv.WaitFor(t, "a new revision for v0.2.1 to be active and Healthy", 5*time.Minute, func() (bool, string) {
+	testenv.WaitFor(t, "a new revision for v0.3.0 to be active and Healthy", 5*time.Minute, func() (bool, string) {
 		r1 = rev()
 		img, _, _ := unstructured.NestedString(r1.Object, "spec", "image")
-		return r1.GetName() != r0.GetName() && strings.HasSuffix(img, ":v0.2.1"), r1.GetName() + " " + img
+		return r1.GetName() != r0.GetName() && strings.HasSuffix(img, ":v0.3.0"), r1.GetName() + " " + img
 	})
-	t.Logf("FIGURE upgrade v0.2.0 -> v0.2.1 (update to new revision Healthy): %.1fs", time.Since(t0).Seconds())
+	t.Logf("FIGURE upgrade v0.2.0 -> release v0.3.0 (update to new revision Healthy): %.1fs", time.Since(t0).Seconds())
 	old := xpt.U("pkg.crossplane.io/v1", "ProviderRevision", "", r0.GetName())
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(old), old); err == nil {
 		if st, _, _ := unstructured.NestedString(old.Object, "spec", "desiredState"); st != "Inactive" {

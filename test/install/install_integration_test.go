@@ -10,8 +10,9 @@
 // (a ProxmoxProxy against its fake Ready before the grant), a GCPProxy
 // against the Compute Engine fake through gcp.endpoint, an EgressProxy and
 // a legacy EgressProxyClaim through the installed Configuration, a
-// Configuration whose dependency is missing, an upgrade from v0.2.0 to
-// v0.2.1, and the Provider's deletion with proxies present.
+// Configuration whose dependency is missing, the release artefacts of
+// v0.3.0 and the upgrade from v0.2.0 to it, and the Provider's deletion
+// with proxies present.
 // TestProviderPodIntegration runs the installed provider as a real pod.
 package install_test
 
@@ -44,6 +45,7 @@ const (
 	providerName = xpt.ProviderPackage
 	providerObj  = xpt.ProviderObject
 	functionName = xpt.FunctionPackage
+	functionObj  = xpt.FunctionObject
 	configName   = xpt.ConfigurationPackage
 	proxyNS      = "egress-proxies"
 	gcpProject   = "egressproxy-install"
@@ -93,13 +95,15 @@ func TestInstallIntegration(t *testing.T) {
 	root, dir, reg, repo, cliBin, kube, pods := c.Root, c.Dir, c.Registry, c.Repo, c.CLI, c.Kube, c.Pods
 	trust := []string{"SSL_CERT_FILE=" + c.CAFile}
 
-	// make xpkg, twice: v0.2.0 and the upgrade v0.2.1.
+	// make xpkg of v0.2.0, and make release of v0.3.0, the upgrade.
 	pkgs := filepath.Join(dir, "xpkg")
 	t0 := time.Now()
-	for _, v := range []string{"v0.2.0", "v0.2.1"} {
-		xpt.Script(t, root, []string{"VERSION=" + v, "XPKG_REPO=" + repo}, "xpkg.sh", pkgs)
-	}
-	t.Logf("make xpkg of v0.2.0 and v0.2.1: %.1fs", time.Since(t0).Seconds())
+	xpt.Script(t, root, []string{"VERSION=v0.2.0", "XPKG_REPO=" + repo}, "xpkg.sh", pkgs)
+	xpt.Script(t, root, []string{"VERSION=v0.3.0", "XPKG_REPO=" + repo, "ALLOW_DIRTY=1"}, "release.sh", pkgs)
+	t.Logf("make xpkg of v0.2.0 and make release of v0.3.0: %.1fs", time.Since(t0).Seconds())
+	t.Run("ReleaseArtefacts", func(t *testing.T) {
+		releaseArtefacts(t, pkgs, "v0.3.0", repo)
+	})
 	push := func(v string) {
 		for _, n := range []string{providerName, functionName} {
 			files := filepath.Join(pkgs, n+"-"+v+"-amd64.xpkg") + "," + filepath.Join(pkgs, n+"-"+v+"-arm64.xpkg")
@@ -301,10 +305,10 @@ spec:
 	})
 
 	// Function and Configuration; an EgressProxy gets its URL Secret.
-	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionName)
+	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "function", repo+"/"+functionName+":v0.2.0", functionObj)
 	xpt.CLI(t, cliBin, kenv, "xpkg", "install", "configuration", repo+"/"+configName+":v0.2.0", configName)
 	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Configuration", "", configName), "Healthy", 5*time.Minute)
-	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Function", "", functionName), "Healthy", 5*time.Minute)
+	xpt.WaitCondition(t, kube, xpt.U("pkg.crossplane.io/v1", "Function", "", functionObj), "Healthy", 5*time.Minute)
 	t.Run("EgressProxyThroughTheConfiguration", func(t *testing.T) {
 		claimReady(t, kube)
 	})
@@ -319,7 +323,7 @@ spec:
 		activateKVM(t, kube)
 	})
 
-	// Upgrade: v0.2.1 over v0.2.0.
+	// Upgrade: the release v0.3.0 over v0.2.0.
 	t.Run("Upgrade", func(t *testing.T) {
 		upgrade(t, kube, cliBin, trust, push, rev, r0, pp, pve, repo, func() int { return len(fake.VMs()) })
 	})

@@ -22,6 +22,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
@@ -152,14 +154,14 @@ func kinds(objs []*unstructured.Unstructured) []string {
 	return out
 }
 
-// build runs hack/xpkg.sh once for all the tests.
-func build(t *testing.T) map[string]*pkg {
+// build runs hack/xpkg.sh once for all the tests; out is its folder.
+func build(t *testing.T) (pkgs map[string]*pkg, out string) {
 	t.Helper()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
+	out = t.TempDir()
 	cmd := exec.Command("bash", filepath.Join(root, "hack", "xpkg.sh"), out)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "VERSION="+version, "XPKG_REPO="+repo)
@@ -168,14 +170,14 @@ func build(t *testing.T) map[string]*pkg {
 		t.Fatalf("hack/xpkg.sh: %v\n%s", err, b)
 	}
 	t.Logf("hack/xpkg.sh:\n%s", b)
-	pkgs := map[string]*pkg{"configuration": open(t, filepath.Join(out, "configuration-egressproxy-"+version+".xpkg"))}
+	pkgs = map[string]*pkg{"configuration": open(t, filepath.Join(out, "configuration-egressproxy-"+version+".xpkg"))}
 	for _, n := range []string{"provider", "function"} {
 		for _, arch := range []string{"amd64", "arm64"} {
 			pkgs[n+"-"+arch] = open(t, filepath.Join(out, n+"-egressproxy-"+version+"-"+arch+".xpkg"))
 		}
 		pkgs[n] = pkgs[n+"-amd64"]
 	}
-	return pkgs
+	return pkgs, out
 }
 
 // TestPackagesIntegration opens the three packages make xpkg builds.
@@ -184,7 +186,7 @@ func TestPackagesIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkgs := build(t)
+	pkgs, out := build(t)
 
 	t.Run("Provider", func(t *testing.T) {
 		p := pkgs["provider"]
@@ -197,16 +199,36 @@ func TestPackagesIntegration(t *testing.T) {
 		if caps, _, _ := unstructured.NestedStringSlice(meta.Object, "spec", "capabilities"); !slices.Contains(caps, "safe-start") {
 			t.Errorf("spec.capabilities = %v; want safe-start", caps)
 		}
+		// The Crossplane versions it supports, as the function and the
+		// Configuration state them.
+		if v, _, _ := unstructured.NestedString(meta.Object, "spec", "crossplane", "version"); v != ">=v2.0.0-0" {
+			t.Errorf("spec.crossplane.version = %q; want >=v2.0.0-0", v)
+		}
+		// Every definition of package/crds: the proxy kinds as MRDs, the
+		// ProviderConfig kinds as CRDs (which Crossplane keeps as they are).
 		var want []string
 		crds, _ := filepath.Glob(filepath.Join(root, "package", "crds", "*.yaml"))
 		for _, f := range crds {
 			// controller-gen names the files <group>_<plural>.yaml.
 			group, plural, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".yaml"), "_")
-			want = append(want, "apiextensions.k8s.io/v1 CustomResourceDefinition "+plural+"."+group)
+			if strings.HasPrefix(group, "proxy.") {
+				want = append(want, "apiextensions.crossplane.io/v1alpha1 ManagedResourceDefinition "+plural+"."+group)
+			} else {
+				want = append(want, "apiextensions.k8s.io/v1 CustomResourceDefinition "+plural+"."+group)
+			}
 		}
 		sort.Strings(want)
 		if got := kinds(p.objects[1:]); strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("provider objects:\n%s\nwant every CRD of package/crds:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			t.Errorf("provider objects:\n%s\nwant every definition of package/crds:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		// Each MRD states the connection Secret's keys.
+		for _, o := range p.objects[1:] {
+			if o.GetKind() != "ManagedResourceDefinition" {
+				continue
+			}
+			if got := connectionKeys(o); !slices.Equal(got, v1alpha1.ConnectionKeys) {
+				t.Errorf("MRD %s: spec.connectionDetails names %v; want %v", o.GetName(), got, v1alpha1.ConnectionKeys)
+			}
 		}
 		if len(p.examples) == 0 {
 			t.Error("no examples layer (examples/)")
@@ -216,6 +238,30 @@ func TestPackagesIntegration(t *testing.T) {
 		}
 		checkRuntime(t, pkgs["provider-amd64"], "provider", "amd64")
 		checkRuntime(t, pkgs["provider-arm64"], "provider", "arm64")
+	})
+
+	// The PodProxy grant for this registry: its ImageConfig gives the
+	// provider of XPKG_REPO the runtime config with the grant.
+	t.Run("PodProxyGrant", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(out, "podproxy.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, o := range decode(t, b) {
+			if o.GetKind() != "ImageConfig" {
+				continue
+			}
+			found = true
+			m, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchImages")
+			rc, _, _ := unstructured.NestedString(o.Object, "spec", "runtime", "configRef", "name")
+			if fmt.Sprint(m) != "[map[prefix:"+repo+"/provider-egressproxy type:Prefix]]" || rc != "provider-egressproxy" {
+				t.Errorf("ImageConfig %s: matchImages %v, runtime config %q; want the prefix %s/provider-egressproxy and provider-egressproxy", o.GetName(), m, rc, repo)
+			}
+		}
+		if !found {
+			t.Error("bin/xpkg/podproxy.yaml holds no ImageConfig")
+		}
 	})
 
 	t.Run("Configuration", func(t *testing.T) {
@@ -277,8 +323,14 @@ func TestPackagesIntegration(t *testing.T) {
 					backends = append(backends, k)
 				}
 				sort.Strings(backends)
-				if fn != "function-egressproxy" || in["kind"] != "ProxyClasses" || strings.Join(backends, ",") != "GCPProxy,KVMProxy,PodProxy,ProxmoxProxy" {
-					t.Errorf("%s: function %q, input kind %v, backends %v; want function-egressproxy, ProxyClasses, a class for every backend", o.GetName(), fn, in["kind"], backends)
+				// The name Crossplane's dependency resolver gives the
+				// dependency (crossplane-runtime's xpkg.ToDNSLabel of
+				// acme/function-egressproxy, the repository without the
+				// registry host); test/install installs the Configuration
+				// alone on real core and its claims need it.
+				const wantFn = "acme-function-egressproxy"
+				if fn != wantFn || in["kind"] != "ProxyClasses" || strings.Join(backends, ",") != "GCPProxy,KVMProxy,PodProxy,ProxmoxProxy" {
+					t.Errorf("%s: function %q, input kind %v, backends %v; want %s, ProxyClasses, a class for every backend", o.GetName(), fn, in["kind"], backends, wantFn)
 				}
 			}
 		}
@@ -391,5 +443,56 @@ func checkRuntime(t *testing.T, p *pkg, bin, arch string) {
 	c := p.config
 	if strings.Join(c.Config.Entrypoint, " ") != "/"+path || c.OS != "linux" || c.Config.User == "" || strings.HasPrefix(c.Config.User, "0") {
 		t.Errorf("runtime image config: entrypoint %v, os %q, user %q; want /%s on linux as non-root", c.Config.Entrypoint, c.OS, c.Config.User, path)
+	}
+}
+
+// connectionKeys are the names in an MRD's spec.connectionDetails.
+func connectionKeys(o *unstructured.Unstructured) []string {
+	details, _, _ := unstructured.NestedSlice(o.Object, "spec", "connectionDetails")
+	var out []string
+	for _, d := range details {
+		m, _ := d.(map[string]any)
+		if desc, _ := m["description"].(string); desc == "" {
+			continue
+		}
+		n, _ := m["name"].(string)
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestReleaseConfigurationIntegration builds the Configuration of a
+// release version (PLATFORMS=none: the Configuration alone): it depends
+// on the provider and the function of at least that version, by a
+// constraint that admits no pre-release.
+func TestReleaseConfigurationIntegration(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "xpkg.sh"), out)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "VERSION=v0.3.0", "XPKG_REPO="+repo, "PLATFORMS=none")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/xpkg.sh: %v\n%s", err, b)
+	}
+	if m, _ := filepath.Glob(filepath.Join(out, "*-egressproxy-*-*.xpkg")); len(m) != 0 {
+		t.Errorf("PLATFORMS=none built %v; want the Configuration only", m)
+	}
+	meta := open(t, filepath.Join(out, "configuration-egressproxy-v0.3.0.xpkg")).objects[0]
+	deps, _, _ := unstructured.NestedSlice(meta.Object, "spec", "dependsOn")
+	var got []string
+	for _, d := range deps {
+		m, _ := d.(map[string]any)
+		name, ok := m["provider"]
+		if !ok {
+			name = m["function"]
+		}
+		got = append(got, fmt.Sprintf("%v %v", name, m["version"]))
+	}
+	want := []string{repo + "/provider-egressproxy >=v0.3.0", repo + "/function-egressproxy >=v0.3.0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("dependsOn of the release v0.3.0: %v; want %v", got, want)
 	}
 }

@@ -64,7 +64,7 @@ func TestRunClusterIntegration(t *testing.T) {
 				t.Errorf("make run printed no %q:\n%s", want, out)
 			}
 		}
-		for kind, name := range map[string]string{"Provider": xpt.ProviderObject, "Function": xpt.FunctionPackage, "Configuration": xpt.ConfigurationPackage} {
+		for kind, name := range map[string]string{"Provider": xpt.ProviderObject, "Function": xpt.FunctionObject, "Configuration": xpt.ConfigurationPackage} {
 			o := xpt.U("pkg.crossplane.io/v1", kind, "", name)
 			xpt.WaitCondition(t, c.Kube, o, "Healthy", time.Minute)
 			if pkg, _, _ := unstructured.NestedString(o.Object, "spec", "package"); !strings.HasPrefix(pkg, c.Repo+"/") {

@@ -19,16 +19,18 @@ import (
 func main() {
 	network := flag.String("network", "tcp", "Network to listen on for gRPC requests (tcp or unix).")
 	address := flag.String("address", ":9443", "Address to listen on for gRPC requests.")
-	// The same environment variable Crossplane's function runtime sets
-	// for every function it deploys.
-	certs := flag.String("tls-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "Folder holding tls.crt, tls.key and ca.crt for mTLS; default: $TLS_SERVER_CERTS_DIR, which Crossplane sets.")
+	certs := flag.String("tls-certs-dir", "", "Folder holding tls.crt, tls.key and ca.crt for mTLS; Crossplane sets TLS_SERVER_CERTS_DIR.")
 	insecure := flag.Bool("insecure", false, "Serve without mTLS (local testing only; Crossplane always uses mTLS).")
 	debug := flag.Bool("debug", false, "Log every call.")
 	maxRecv := flag.Int("max-recv-message-size", 4, "Largest request accepted, in MiB (gRPC's default is 4).")
 	metrics := flag.String("metrics-address", "", "Address of the Prometheus endpoint (/metrics, gRPC server metrics); empty, the default, turns it off.")
-	// Every flag can also be set from its environment variable (ADDRESS,
-	// DEBUG, ...), as the provider's.
-	if err := envflag.Parse(flag.CommandLine, os.Args[1:], envflag.Lookup); err != nil {
+	// Every flag can also be set from its environment variable
+	// (EGRESSPROXY_ADDRESS, ...), as the provider's: never from INSECURE or
+	// DEBUG, which a platform may inject into every container. The
+	// certificates' folder is also read from the variable Crossplane's
+	// function runtime sets for every function it deploys.
+	o := envflag.Options{Aliases: map[string][]string{"tls-certs-dir": {"TLS_SERVER_CERTS_DIR"}}}
+	if err := envflag.Parse(flag.CommandLine, os.Args[1:], envflag.Lookup, o); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}

@@ -64,7 +64,7 @@ type KVMProxyStatus struct {
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
 // +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egress}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egressproxy-all}
 type KVMProxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -124,7 +124,7 @@ type ProxmoxProxyStatus struct {
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
 // +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egress}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egressproxy-all}
 type ProxmoxProxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -184,7 +184,7 @@ type GCPProxyStatus struct {
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
 // +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egress}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egressproxy-all}
 type GCPProxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -244,7 +244,7 @@ type PodProxyStatus struct {
 // +kubebuilder:printcolumn:name="CONFIG",type="string",JSONPath=".spec.providerConfigRef.name",priority=1
 // +kubebuilder:printcolumn:name="BACKEND-ID",type="string",JSONPath=".status.atProvider.id",priority=1
 // +kubebuilder:printcolumn:name="EGRESS-SOURCE",type="string",JSONPath=".status.atProvider.egressIPSource",priority=1
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egress}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,egressproxy-all}
 type PodProxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -40,8 +40,8 @@ const (
 	// Namespace is the namespace Crossplane runs in.
 	Namespace = localcrossplane.Namespace
 	// ProviderPackage, FunctionPackage and ConfigurationPackage are the
-	// packages' names in the registry; the Function and the Configuration
-	// install under the same names.
+	// packages' names in the registry; the Configuration installs under
+	// the same name.
 	ProviderPackage      = "provider-egressproxy"
 	FunctionPackage      = "function-egressproxy"
 	ConfigurationPackage = "configuration-egressproxy"
@@ -51,6 +51,9 @@ const (
 	// installed, even in the moment of an upgrade when neither revision is
 	// in the Lock, and makes no second Provider of the same package.
 	ProviderObject = "egressproxy-provider-egressproxy"
+	// FunctionObject is the Function's name: the one the resolver gives
+	// it, which the Compositions call (make xpkg writes it).
+	FunctionObject = "egressproxy-function-egressproxy"
 )
 
 // Tools are the Crossplane CLI and core, built from the Go module proxy
@@ -160,10 +163,10 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	fnIP := localcrossplane.FunctionIP(os.Getpid())
 	c.Core = StartCore(t, localcrossplane.CoreOptions{BinDir: c.CoreBins, Kubeconfig: c.CP.KubeconfigPath, Dir: c.Dir, CAFile: c.CAFile,
-		Hosts: map[string]string{FunctionPackage + "." + Namespace: fnIP}, Activations: o.Activations})
+		Hosts: map[string]string{FunctionObject + "." + Namespace: fnIP}, Activations: o.Activations})
 
 	c.Pods = &localcrossplane.ProcessRuntime{Kube: c.Kube, Clientset: c.Clientset, Config: c.CP.Config, Registry: c.Registry.Client,
-		Dir: filepath.Join(c.Dir, "pods"), FunctionAddrs: map[string]string{FunctionPackage: fnIP}, Log: func(s string) { t.Log(s) }}
+		Dir: filepath.Join(c.Dir, "pods"), FunctionAddrs: map[string]string{FunctionObject: fnIP}, Log: func(s string) { t.Log(s) }}
 	podsCtx, stopPods := context.WithCancel(ctx)
 	podsDone := make(chan struct{})
 	go func() { c.Pods.Run(podsCtx); close(podsDone) }()
