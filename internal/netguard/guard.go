@@ -371,12 +371,15 @@ func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
 	return g.CheckURL(req.Context(), req.URL)
 }
 
+// DialFunc is a transport's dial.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// ProxyFunc is a transport's proxy choice (http.ProxyFromEnvironment).
+type ProxyFunc func(*http.Request) (*url.URL, error)
+
 // Transport returns base (cloned) dialling through g, with the proxy of
-// the environment (HTTPS_PROXY, NO_PROXY) unless base names another: a
-// request that goes through a proxy has its target checked here first
-// (the proxy then connects, and resolves the name again itself), and the
-// proxy, which the platform team set, is dialled as it is. A nil Guard
-// returns base with the environment's proxy.
+// the environment (HTTPS_PROXY, NO_PROXY) unless base names another (Via).
+// A nil Guard returns base with the environment's proxy.
 func (g *Guard) Transport(base *http.Transport) *http.Transport {
 	t := base.Clone()
 	if t.Proxy == nil {
@@ -385,17 +388,28 @@ func (g *Guard) Transport(base *http.Transport) *http.Transport {
 	if g == nil {
 		return t
 	}
-	proxyOf := t.Proxy
-	plain := t.DialContext
+	t.Proxy, t.DialContext = g.Via(t.Proxy, t.DialContext)
+	return t
+}
+
+// Via returns a transport's proxy and dial functions for proxy (the
+// platform team's choice) and plain (nil: a net.Dialer) through g. A
+// request handed to a proxy has its target checked first; the proxy then
+// connects, and resolves the name again itself, so what the proxy lets
+// through is the proxy's to decide. The proxy is dialled with plain.
+// Every other connection is g's.
+func (g *Guard) Via(proxy ProxyFunc, plain DialFunc) (ProxyFunc, DialFunc) {
 	if plain == nil {
 		plain = (&net.Dialer{Timeout: g.timeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	// The proxies requests were handed to: dialled as they are. A request
-	// sent directly to one of their addresses (NO_PROXY) is checked in
-	// Proxy, before its dial.
+	if proxy == nil {
+		proxy = http.ProxyFromEnvironment
+	}
+	// The proxies requests were handed to. A request sent directly to one
+	// of their addresses (NO_PROXY) is checked here, before its dial.
 	var proxies sync.Map
-	t.Proxy = func(req *http.Request) (*url.URL, error) {
-		p, err := proxyOf(req)
+	choose := func(req *http.Request) (*url.URL, error) {
+		p, err := proxy(req)
 		if err != nil {
 			return nil, err
 		}
@@ -409,13 +423,13 @@ func (g *Guard) Transport(base *http.Transport) *http.Transport {
 		}
 		return p, nil
 	}
-	t.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		if _, ok := proxies.Load(address); ok {
 			return plain(ctx, network, address)
 		}
 		return g.DialContext(ctx, network, address)
 	}
-	return t
+	return choose, dial
 }
 
 // hostPort is the address a transport dials for u: its host and port,
@@ -434,3 +448,32 @@ func hostPort(u *url.URL) string {
 	}
 	return net.JoinHostPort(u.Hostname(), port)
 }
+
+// Quiet returns err when it carries nothing an endpoint said (a refusal,
+// a failed dial or lookup, a timeout), and otherwise an error saying only
+// that field's endpoint answered, which unwraps to err for classification:
+// net/http quotes the first bytes of a response it cannot read (an SSH
+// banner, a service that is not HTTP), TLS errors a certificate's names.
+// What a tenant's endpoint answers is never quoted back to the tenant.
+func Quiet(err error, field string) error {
+	if err == nil || IsRefused(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var oe *net.OpError
+	var de *net.DNSError
+	if (errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &de) {
+		return err
+	}
+	return &quietError{err: err, field: field}
+}
+
+type quietError struct {
+	err   error
+	field string
+}
+
+func (e *quietError) Error() string {
+	return "the connection to " + e.field + " failed after it answered; what it answered is not shown for a namespaced ProviderConfig"
+}
+
+func (e *quietError) Unwrap() error { return e.err }

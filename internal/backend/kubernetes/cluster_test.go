@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -59,15 +60,15 @@ func TestRESTConfigFromKubeconfig(t *testing.T) {
 
 func TestRemotePoolsByKubeconfig(t *testing.T) {
 	built := 0
-	r := &Remote{Max: 2, build: func([]byte) (*Cluster, error) { built++; return &Cluster{}, nil }}
-	a, _ := r.Cluster([]byte("a"))
-	if again, _ := r.Cluster([]byte("a")); again != a || built != 1 {
+	r := &Remote{Max: 2, build: func([]byte, *netguard.Guard) (*Cluster, error) { built++; return &Cluster{}, nil }}
+	a, _ := r.Cluster([]byte("a"), nil)
+	if again, _ := r.Cluster([]byte("a"), nil); again != a || built != 1 {
 		t.Errorf("the same kubeconfig built %d clusters; want 1, pooled", built)
 	}
-	if b, _ := r.Cluster([]byte("b")); b == a || built != 2 {
+	if b, _ := r.Cluster([]byte("b"), nil); b == a || built != 2 {
 		t.Errorf("a rotated kubeconfig did not build a new cluster")
 	}
-	if _, err := r.Cluster([]byte("c")); err != nil {
+	if _, err := r.Cluster([]byte("c"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.pool) != 2 {
@@ -82,18 +83,18 @@ func TestRemoteDropsIdleClusters(t *testing.T) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	closed := map[string]bool{}
 	r := &Remote{IdleTTL: 10 * time.Minute, now: func() time.Time { return clock },
-		build: func(kc []byte) (*Cluster, error) {
+		build: func(kc []byte, _ *netguard.Guard) (*Cluster, error) {
 			return &Cluster{Host: string(kc), closeIdle: func() { closed[string(kc)] = true }}, nil
 		}}
 	for _, kc := range []string{"a", "b", "c"} {
-		if _, err := r.Cluster([]byte(kc)); err != nil {
+		if _, err := r.Cluster([]byte(kc), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock = clock.Add(5 * time.Minute)
-	_, _ = r.Cluster([]byte("a"))
+	_, _ = r.Cluster([]byte("a"), nil)
 	clock = clock.Add(6 * time.Minute)
-	_, _ = r.Cluster([]byte("a"))
+	_, _ = r.Cluster([]byte("a"), nil)
 	if len(r.pool) != 1 || !closed["b"] || !closed["c"] || closed["a"] {
 		t.Errorf("after 11 minutes without b and c: %d pooled, closed %v; want only a pooled, b and c closed", len(r.pool), closed)
 	}

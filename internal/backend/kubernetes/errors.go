@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -70,3 +71,27 @@ func hasCause(status kerrors.APIStatus, t metav1.CauseType) bool {
 	}
 	return false
 }
+
+// quietStatus hides the message of an API server's error answer (a
+// tenant's server, which may be any HTTP service: client-go quotes a body
+// it cannot decode in the message), keeping its status code and reason,
+// and the error itself for classify.
+func quietStatus(err error) error {
+	var status kerrors.APIStatus
+	if err == nil || !errors.As(err, &status) {
+		return err
+	}
+	return &quietError{err: err, code: status.Status().Code, reason: string(status.Status().Reason)}
+}
+
+type quietError struct {
+	err    error
+	code   int32
+	reason string
+}
+
+func (e *quietError) Error() string {
+	return fmt.Sprintf("the kubeconfig's server answered %d %s (its message is not shown for a namespaced ProviderConfig)", e.code, e.reason)
+}
+
+func (e *quietError) Unwrap() error { return e.err }

@@ -92,6 +92,9 @@ type Options struct {
 
 // Driver is the kubernetes proxy.Driver.
 type Driver struct {
+	// quiet: errors never quote the API server's messages (a tenant's
+	// cluster).
+	quiet    bool
 	provider string
 	cfg      Config
 	client   client.Client
@@ -145,6 +148,9 @@ func (d *Driver) logger(ctx context.Context) logr.Logger {
 
 // wrap classifies err and names the provider and the operation.
 func (d *Driver) wrap(err error, op string) error {
+	if d.quiet {
+		err = quietStatus(err)
+	}
 	return proxy.WithContext(classify(err), d.provider, op)
 }
 
