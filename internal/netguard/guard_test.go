@@ -70,7 +70,7 @@ func TestCheckEverySpelling(t *testing.T) {
 		{"64:ff9b::127.0.0.1", whyLocal}, // NAT64, dotted
 		{"2002:7f00:1::", whyLocal},      // 6to4
 		{"2002:7f00:1:ffff::1", whyLocal},
-		{"64:ff9b:1::7f00:1", whyLocal}, // local-use NAT64: refused whole
+		{"64:ff9b:1::7f00:1", whyLocal},                    // local-use NAT64: refused whole
 		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", whyLocal}, // Teredo
 		// link-local and metadata
 		{"169.254.169.254", whyLocal},
