@@ -38,7 +38,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	if d.version != nil {
 		v, err := d.version(ctx)
 		if err != nil {
-			return fail(checkReason(ctx, err), fmt.Errorf("cannot read the server version: %w", err))
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot read the server version: %w", d.quietly(err)))
 		}
 		t.Details["serverVersion"] = v
 	}
@@ -47,11 +47,11 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		if kerrors.IsNotFound(err) {
 			return fail(ReasonNamespaceMissing, fmt.Errorf("namespace %q does not exist: create it, or set spec.kubernetes.namespace to one that does", d.cfg.Namespace))
 		}
-		return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err))
+		return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, d.quietly(err)))
 	}
 	pods := &corev1.PodList{}
 	if err := d.live.List(ctx, pods, client.InNamespace(d.cfg.Namespace), client.MatchingLabels{LabelManagedBy: ManagedBy}, client.Limit(1)); err != nil {
-		return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err))
+		return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, d.quietly(err)))
 	}
 	t.Healthy = true
 	return proxy.Health{Targets: []proxy.TargetHealth{t}}

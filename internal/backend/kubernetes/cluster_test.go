@@ -1,7 +1,13 @@
 package kubernetes
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +15,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -123,5 +131,57 @@ func TestStripKeepsWhatGetReads(t *testing.T) {
 	}
 	if d.Spec.Selector == nil || len(d.Spec.Template.Spec.Volumes) != 0 {
 		t.Errorf("stripped Deployment: selector %v, %d volumes; want the selector kept and the rest of the pod spec gone", d.Spec.Selector, len(d.Spec.Template.Spec.Volumes))
+	}
+}
+
+// TestTenantClusterAnswersAreNotQuoted: a namespaced config's kubeconfig
+// names a server that is not an API server (or one that answers with a
+// message of its own): the checks and calls report the status, never
+// what it said; refused outright when it is the provider's loopback.
+func TestTenantClusterAnswersAreNotQuoted(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("SENTINEL-internal-service-body"))
+	}))
+	defer srv.Close()
+	kc := []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: abc}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", srv.URL))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	r := &Remote{Scheme: scheme}
+
+	allowed := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	cl, err := r.Cluster(kc, allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Check(context.Background())
+	msg := fmt.Sprint(h.Targets)
+	if strings.Contains(msg, "SENTINEL") || !strings.Contains(msg, "not shown for a namespaced ProviderConfig") {
+		t.Errorf("Check of a tenant's cluster = %s, want the status without the body", msg)
+	}
+	if _, err := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Get(context.Background(), proxy.Ref{Name: "p"}); err == nil || strings.Contains(err.Error(), "SENTINEL") {
+		t.Errorf("Get on a tenant's cluster = %v, want an error without the body", err)
+	}
+
+	platform, err := r.Cluster(kc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := platform.Driver("ClusterProviderConfig c", Config{Namespace: "proxies"}, nil).Check(context.Background()); !strings.Contains(fmt.Sprint(h.Targets), "SENTINEL") {
+		t.Errorf("Check of a platform config's cluster = %v, want the server's words", h.Targets)
+	}
+
+	seen := hits.Load()
+	refused, err := r.Cluster(kc, netguard.New(netguard.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := refused.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Check(context.Background()); !strings.Contains(fmt.Sprint(h.Targets), "does not connect to 127.0.0.1") {
+		t.Errorf("Check of a tenant's cluster on loopback = %v, want a refusal", h.Targets)
+	}
+	if n := hits.Load() - seen; n != 0 {
+		t.Errorf("the server on loopback was asked %d times through the guard, want 0", n)
 	}
 }

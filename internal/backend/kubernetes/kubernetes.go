@@ -38,6 +38,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -148,10 +149,19 @@ func (d *Driver) logger(ctx context.Context) logr.Logger {
 
 // wrap classifies err and names the provider and the operation.
 func (d *Driver) wrap(err error, op string) error {
-	if d.quiet {
-		err = quietStatus(err)
+	return proxy.WithContext(classify(d.quietly(err)), d.provider, op)
+}
+
+// quietly is err without what a tenant's API server said (quietStatus,
+// netguard.Quiet), for a tenant's cluster; err itself otherwise.
+func (d *Driver) quietly(err error) error {
+	if !d.quiet || err == nil {
+		return err
 	}
-	return proxy.WithContext(classify(err), d.provider, op)
+	if q := quietStatus(err); q != err {
+		return q
+	}
+	return netguard.Quiet(err, "the kubeconfig's server")
 }
 
 // owned refuses to act on a Deployment without our mark, or with another
