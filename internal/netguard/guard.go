@@ -379,8 +379,15 @@ type ProxyFunc func(*http.Request) (*url.URL, error)
 
 // Transport returns base (cloned) dialling through g, with the proxy of
 // the environment (HTTPS_PROXY, NO_PROXY) unless base names another (Via).
-// A nil Guard returns base with the environment's proxy.
+// A nil base is http.DefaultTransport; a nil Guard returns base with the
+// environment's proxy.
 func (g *Guard) Transport(base *http.Transport) *http.Transport {
+	if base == nil {
+		base, _ = http.DefaultTransport.(*http.Transport)
+	}
+	if base == nil {
+		base = &http.Transport{}
+	}
 	t := base.Clone()
 	if t.Proxy == nil {
 		t.Proxy = http.ProxyFromEnvironment

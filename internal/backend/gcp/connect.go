@@ -60,7 +60,7 @@ type ClientOptions func(ctx context.Context, c Credentials) ([]option.ClientOpti
 // impersonates.
 func ProductionClientOptions(ctx context.Context, c Credentials) ([]option.ClientOption, error) {
 	if c.Guard != nil {
-		return GuardedClientOptions(c, http.DefaultTransport.(*http.Transport))
+		return GuardedClientOptions(c, nil)
 	}
 	return AuthClientOptions(ctx, c, nil)
 }
@@ -68,8 +68,8 @@ func ProductionClientOptions(ctx context.Context, c Credentials) ([]option.Clien
 // GuardedClientOptions are a tenant's key's options: every request, to
 // the key's token_uri (which Google's library uses as written), to the
 // IAM Credentials API and to Compute Engine, dials through c.Guard from
-// base (cloned), so a key cannot aim the provider at its own network.
-// Tests give base a fake's trust.
+// base (cloned; nil: http.DefaultTransport), so a key cannot aim the
+// provider at its own network. Tests give base a fake's trust.
 func GuardedClientOptions(c Credentials, base *http.Transport) ([]option.ClientOption, error) {
 	if c.Injected || c.Guard == nil {
 		return nil, proxy.Permanentf("a guarded client needs a service-account key and a guard")

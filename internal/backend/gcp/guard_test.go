@@ -46,7 +46,7 @@ func TestGuardedKey(t *testing.T) {
 	}
 	loopback := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	conn := &gcp.Connector{Endpoint: srv.URL, ClientOptions: func(_ context.Context, c gcp.Credentials) ([]option.ClientOption, error) {
-		return gcp.GuardedClientOptions(c, http.DefaultTransport.(*http.Transport))
+		return gcp.GuardedClientOptions(c, nil)
 	}}
 	t.Cleanup(func() { _ = conn.Close() })
 	ctx := context.Background()

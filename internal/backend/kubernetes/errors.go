@@ -9,6 +9,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -75,11 +76,12 @@ func hasCause(status kerrors.APIStatus, t metav1.CauseType) bool {
 // quietStatus hides the message of an API server's error answer (a
 // tenant's server, which may be any HTTP service: client-go quotes a body
 // it cannot decode in the message), keeping its status code and reason,
-// and the error itself for classify.
+// and the error itself for classify; and what a connection that failed
+// after an answer said (netguard.Quiet).
 func quietStatus(err error) error {
 	var status kerrors.APIStatus
 	if err == nil || !errors.As(err, &status) {
-		return err
+		return netguard.Quiet(err, "the kubeconfig's server")
 	}
 	return &quietError{err: err, code: status.Status().Code, reason: string(status.Status().Reason)}
 }

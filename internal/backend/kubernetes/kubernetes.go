@@ -38,7 +38,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -158,10 +157,7 @@ func (d *Driver) quietly(err error) error {
 	if !d.quiet || err == nil {
 		return err
 	}
-	if q := quietStatus(err); q != err {
-		return q
-	}
-	return netguard.Quiet(err, "the kubeconfig's server")
+	return quietStatus(err)
 }
 
 // owned refuses to act on a Deployment without our mark, or with another

@@ -437,10 +437,7 @@ func (b *Backend) client(guard *netguard.Guard) *http.Client {
 	if c, ok := b.guarded[guard]; ok {
 		return c
 	}
-	base, ok := b.http.Transport.(*http.Transport)
-	if !ok {
-		base = http.DefaultTransport.(*http.Transport)
-	}
+	base, _ := b.http.Transport.(*http.Transport) // nil: the default
 	c := &http.Client{Transport: guard.Transport(base), CheckRedirect: guard.CheckRedirect, Timeout: b.http.Timeout}
 	if b.guarded == nil {
 		b.guarded = map[*netguard.Guard]*http.Client{}
