@@ -287,6 +287,12 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"ImageURLUnspecified", "http://0.0.0.0/img.qcow2"},
 		{"ImageURLAlibabaMetadata", "http://100.100.100.200/latest/meta-data/"},
 		{"ImageURLUserinfoTrick", "http://mirror.example.com@169.254.169.254/img"},
+		// /etc/hosts names for ::1 in every pod, and RFC 6761's .localhost.
+		{"ImageURLIP6Localhost", "http://ip6-localhost/img.qcow2"},
+		{"ImageURLIP6Loopback", "http://IP6-Loopback:8080/img.qcow2"},
+		{"ImageURLLocalhost6", "http://localhost6/img.qcow2"},
+		{"ImageURLSubdomainOfLocalhost", "http://mirror.localhost/img.qcow2"},
+		{"ImageURLLocalhostLocaldomain", "http://localhost.localdomain/img.qcow2"},
 	} {
 		cases = append(cases, rejection{c.name, nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", c.url)}, []string{"spec.forProvider.image", "not loopback"}})
 	}

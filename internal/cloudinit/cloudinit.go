@@ -13,6 +13,7 @@ import (
 	"mime/multipart"
 	"net/textproto"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -175,24 +176,63 @@ func checkUserCloudConfig(s string) error {
 	return nil
 }
 
-// partType maps the first line of a user's cloudInit to its MIME type, as
-// cloud-init itself does for single-part user-data.
+// accepted names the forms of a user's cloudInit the provider takes.
+const accepted = `accepted are a #cloud-config (checked), a #! script, a #cloud-boothook, and a "## template: jinja" template of a #! script`
+
+// jinjaHeader is cloud-init's own test for a jinja template (its
+// JINJA_PREFIX, case-insensitive, spaces optional).
+var jinjaHeader = regexp.MustCompile(`(?i)^##\s*template:\s*jinja\s*$`)
+
+// partType maps a user's cloudInit to its MIME type, as cloud-init itself
+// does for single-part user-data, and refuses every form whose content
+// cloud-init would run without the provider being able to check it
+// first: the cloud-config checks (checkUserCloudConfig) keep Squid's files
+// and the merge rules out of reach, and a form that hides a cloud-config
+// from them (a jinja template rendered at boot, an #include fetched at
+// boot, gzip, a MIME multipart of its own, a part handler that handles the
+// provider's part, an archive or a JSON patch) would undo that. Scripts
+// run as root whatever they say; allowUserCloudInit: false refuses those.
 func partType(s string) (string, error) {
-	first := strings.TrimSpace(strings.SplitN(strings.TrimLeft(s, " \t\r\n"), "\n", 2)[0])
+	if strings.HasPrefix(s, "\x1f\x8b") {
+		return "", proxy.Permanentf("spec.forProvider.cloudInit: gzip-compressed user-data cannot be checked before cloud-init runs it: give it uncompressed; %s", accepted)
+	}
+	lines := strings.SplitN(strings.TrimLeft(s, " \t\r\n"), "\n", 2)
+	first := strings.TrimSpace(lines[0])
+	refuse := func(what string) (string, error) {
+		// The content itself is secret: name only the form.
+		return "", proxy.Permanentf("spec.forProvider.cloudInit: %s; %s", what, accepted)
+	}
 	switch {
-	case strings.HasPrefix(first, "#cloud-config"):
+	case first == "#cloud-config":
 		return "text/cloud-config", nil
 	case strings.HasPrefix(first, "#!"):
 		return "text/x-shellscript", nil
-	case strings.HasPrefix(first, "#cloud-boothook"):
+	case first == "#cloud-boothook":
 		return "text/cloud-boothook", nil
+	case jinjaHeader.MatchString(first):
+		// cloud-init renders the template, then handles what it rendered by
+		// its first line: a script is a script; a cloud-config would reach
+		// cloud-init unchecked (the template decides its keys at boot).
+		body := ""
+		if len(lines) == 2 {
+			body = strings.TrimLeft(lines[1], " \t\r\n")
+		}
+		if strings.HasPrefix(body, "#!") {
+			return "text/jinja2", nil
+		}
+		return refuse("a jinja template of anything but a #! script cannot be checked before cloud-init renders it (write the #cloud-config itself, without the template header)")
 	case strings.HasPrefix(first, "#include"):
-		return "text/x-include-url", nil
-	case strings.HasPrefix(first, "## template: jinja"):
-		return "text/jinja2", nil
+		return refuse("#include is fetched by the VM at boot and cannot be checked: put the content itself in cloudInit")
+	case strings.HasPrefix(first, "#part-handler"):
+		return refuse("a #part-handler would handle the parts after it, the provider's among them")
+	case strings.HasPrefix(first, "#cloud-config-archive"), strings.HasPrefix(first, "#cloud-config-jsonp"):
+		return refuse("#cloud-config-archive and #cloud-config-jsonp carry parts the cloud-config checks cannot see")
+	case strings.HasPrefix(strings.ToLower(first), "content-type:"), strings.HasPrefix(strings.ToLower(first), "mime-version:"):
+		return refuse("MIME user-data cannot be checked part by part: the provider writes the multipart; give one part")
+	case strings.HasPrefix(first, "#cloud-config"):
+		return refuse("the first line must be exactly #cloud-config")
 	}
-	// The content itself is secret: name only what was expected.
-	return "", proxy.Permanentf("spec.forProvider.cloudInit must start with #cloud-config, #!, #cloud-boothook, #include or \"## template: jinja\"")
+	return "", proxy.Permanentf("spec.forProvider.cloudInit must start with #cloud-config, #!, #cloud-boothook or \"## template: jinja\" (of a #! script)")
 }
 
 func writePart(w *multipart.Writer, contentType, filename, body string) error {

@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -116,6 +117,62 @@ func TestUserData(t *testing.T) {
 				t.Error("the password appears in clear in the user-data")
 			}
 		})
+	}
+}
+
+// TestUserDataFormsTheChecksCannotSee: every form of user-data cloud-init
+// accepts either reaches the cloud-config checks or is refused, naming
+// the field and what is accepted, without quoting it.
+func TestUserDataFormsTheChecksCannotSee(t *testing.T) {
+	hidden := "#cloud-config\nmerge_how: [{name: dict, settings: [no_replace]}]\nwrite_files: [{path: /etc/squid/squid.conf, content: SENTINEL}]\n"
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(hidden))
+	_ = zw.Close()
+	refused := map[string]struct{ user, want string }{
+		"jinja cloud-config":         {"## template: jinja\n" + hidden, "a jinja template of anything but a #! script"},
+		"jinja, other spelling":      {"##Template:JINJA\n" + hidden, "a jinja template of anything but a #! script"},
+		"jinja of an include":        {"## template: jinja\n#include\nhttp://example.com/SENTINEL\n", "a jinja template of anything but a #! script"},
+		"include":                    {"#include\nhttps://example.com/SENTINEL.cfg\n", "#include is fetched by the VM"},
+		"include-once":               {"#include-once\nhttps://example.com/SENTINEL.cfg\n", "#include is fetched by the VM"},
+		"part handler":               {"#part-handler\n# SENTINEL\ndef list_types(): return []\n", "#part-handler"},
+		"gzip":                       {gz.String(), "gzip-compressed"},
+		"MIME multipart":             {"Content-Type: multipart/mixed; boundary=\"b\"\nMIME-Version: 1.0\n\n--b\nContent-Type: text/cloud-config\n\n" + hidden + "--b--\n", "MIME user-data"},
+		"MIME single part":           {"MIME-Version: 1.0\nContent-Type: text/cloud-config\n\n" + hidden, "MIME user-data"},
+		"MIME x-include-url":         {"Content-Type: text/x-include-url\n\nhttps://example.com/SENTINEL\n", "MIME user-data"},
+		"MIME part-handler":          {"Content-Type: text/part-handler\n\nSENTINEL\n", "MIME user-data"},
+		"MIME jinja":                 {"Content-Type: text/jinja2\n\n" + hidden, "MIME user-data"},
+		"cloud-config archive":       {"#cloud-config-archive\n- type: text/cloud-config\n  content: SENTINEL\n", "#cloud-config-archive"},
+		"cloud-config jsonp":         {"#cloud-config-jsonp\n[{op: add, path: /SENTINEL}]\n", "#cloud-config-jsonp"},
+		"cloud-config with a suffix": {"#cloud-configSENTINEL\nruncmd: []\n", "exactly #cloud-config"},
+	}
+	for name, tc := range refused {
+		t.Run(name, func(t *testing.T) {
+			_, err := UserData(Options{Squid: render(t, false), UserData: tc.user})
+			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "spec.forProvider.cloudInit") || !strings.Contains(err.Error(), "accepted are") {
+				t.Fatalf("err = %v, want a Permanent error naming the field, saying %q and what is accepted", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "SENTINEL") {
+				t.Errorf("the error quotes the cloudInit: %v", err)
+			}
+		})
+	}
+	// What stays accepted, each as its own part type.
+	for user, ct := range map[string]string{
+		"#cloud-config\npackages: [curl]\n":                     "text/cloud-config",
+		"#cloud-config   \npackages: [curl]\n":                  "text/cloud-config",
+		"#!/bin/sh\necho hi\n":                                  "text/x-shellscript",
+		"#cloud-boothook\necho hi\n":                            "text/cloud-boothook",
+		"## template: jinja\n#!/bin/sh\necho {{ v1.region }}\n": "text/jinja2",
+	} {
+		ud, err := UserData(Options{Squid: render(t, false), UserData: user})
+		if err != nil {
+			t.Errorf("%q: %v", user, err)
+			continue
+		}
+		if !strings.Contains(ud, "Content-Type: "+ct) {
+			t.Errorf("%q: no %s part in\n%s", user, ct, ud)
+		}
 	}
 }
 

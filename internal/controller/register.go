@@ -54,7 +54,7 @@ func Setup(mgr ctrl.Manager, o external.Options, ho HealthOptions) error {
 // backends are those of the kinds.
 func SetupBindings(mgr ctrl.Manager, o external.Options, ho HealthOptions, bindings ...external.Binding) error {
 	sh := external.NewShared(mgr, o)
-	configs := external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID}
+	configs := external.ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID, Guard: o.TenantGuard}
 	kinds := map[string][]schema.GroupVersionKind{}
 	var namespaced []schema.GroupVersionKind
 	for _, b := range bindings {

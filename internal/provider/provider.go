@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	gcdebug "runtime/debug"
+	"strings"
 	"time"
 
 	changelogsv1alpha1 "github.com/crossplane/crossplane-runtime/v2/apis/changelogs/proto/v1alpha1"
@@ -43,6 +44,7 @@ import (
 
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/version"
 )
@@ -86,6 +88,8 @@ func Main(h Hooks) {
 		healthTimeout      = flag.Duration("config-check-timeout", 30*time.Second, "Timeout of one ProviderConfig check.")
 		orphanInterval     = flag.Duration("orphan-sweep-interval", 10*time.Minute, "How often each ProviderConfig's backend is listed for instances with this installation's mark whose managed resource is gone (reported, deleted only where the config's spec.orphans.policy says Delete); 0 turns the sweep off.")
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
+		tenantAllowed      = flag.String("tenant-endpoint-allowed-cidrs", "", "Comma-separated CIDRs (or addresses) a namespaced ProviderConfig's endpoints may be in although the provider refuses them to tenants by default (loopback, link-local, the cluster's own networks): its API URL, kubeconfig server, KVM hosts, key file URLs, image URLs. A cloud metadata address opens only when named exactly; a discovered cluster network only by a range inside it. Only the platform team, which sets the provider's flags, can set it (docs/security.md).")
+		tenantDenied       = flag.String("tenant-endpoint-denied-cidrs", "", "Comma-separated CIDRs a namespaced ProviderConfig's endpoints may never be in, besides the defaults and the discovered cluster networks: the cluster networks discovery cannot read (a pod network the nodes do not state, a node network) or any range of the platform's.")
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
 	)
@@ -108,6 +112,7 @@ func Main(h Hooks) {
 		leaderElection: *leaderElection, changeLogs: *enableChangeLogs, changeLogsSocket: *changeLogsSocket, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout, orphanInterval: *orphanInterval,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
+		tenantAllowed: *tenantAllowed, tenantDenied: *tenantDenied,
 	}, h); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
 		os.Exit(1)
@@ -129,6 +134,7 @@ type runOptions struct {
 	orphanInterval                time.Duration
 	managementPolicies, safeStart bool
 	allWrites                     bool
+	tenantAllowed, tenantDenied   string
 }
 
 func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
@@ -143,6 +149,15 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		defer cancel()
 		_ = shutdown(sctx)
 	}()
+
+	allowed, err := netguard.ParseCIDRs("--tenant-endpoint-allowed-cidrs", strings.Split(o.tenantAllowed, ","))
+	if err != nil {
+		return err
+	}
+	denied, err := netguard.ParseCIDRs("--tenant-endpoint-denied-cidrs", strings.Split(o.tenantDenied, ","))
+	if err != nil {
+		return err
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -252,6 +267,11 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		QuotaRetryInterval:   o.quotaRetry,
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
+		// Every endpoint a namespaced ProviderConfig names is dialled
+		// through this guard: the cluster's networks are read from the API
+		// server (nodes, ServiceCIDRs, the kubernetes Service and its
+		// endpoints), as far as the provider's RBAC lets it.
+		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, Cluster: netguard.NewDiscovery(mgr.GetAPIReader(), cfg.Host)}),
 	}
 	bindings := pcontroller.Bindings
 	if h.Bindings != nil {

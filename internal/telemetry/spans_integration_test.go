@@ -98,7 +98,7 @@ func TestBackendSpansIntegration(t *testing.T) {
 
 	// kubernetes: a real API server, reached as a remote cluster.
 	cp := controlplane.ForTest(t, controlplane.Options{})
-	cl, err := (&kubernetes.Remote{Scheme: clientgoscheme.Scheme}).Cluster(cp.Kubeconfig)
+	cl, err := (&kubernetes.Remote{Scheme: clientgoscheme.Scheme}).Cluster(cp.Kubeconfig, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

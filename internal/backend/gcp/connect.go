@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"cloud.google.com/go/auth/httptransport"
 	"google.golang.org/api/option"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -38,6 +40,11 @@ type Credentials struct {
 	// caller to Impersonate, in order; each must hold the token creator role
 	// on the next.
 	Delegates []string
+	// Guard dials every request made with the key (its token_uri, the
+	// impersonation and Compute Engine calls) when it is a tenant's (a
+	// namespaced config's); the answers of the token endpoints are then not
+	// quoted in errors. Nil for the platform's configs.
+	Guard *netguard.Guard
 }
 
 // scope is the OAuth scope of every token the provider asks for.
@@ -52,7 +59,44 @@ type ClientOptions func(ctx context.Context, c Credentials) ([]option.ClientOpti
 // with Application Default Credentials, as itself or as the account it
 // impersonates.
 func ProductionClientOptions(ctx context.Context, c Credentials) ([]option.ClientOption, error) {
+	if c.Guard != nil {
+		return GuardedClientOptions(c, nil)
+	}
 	return AuthClientOptions(ctx, c, nil)
+}
+
+// GuardedClientOptions are a tenant's key's options: every request, to
+// the key's token_uri (which Google's library uses as written), to the
+// IAM Credentials API and to Compute Engine, dials through c.Guard from
+// base (cloned; nil: http.DefaultTransport), so a key cannot aim the
+// provider at its own network. Tests give base a fake's trust.
+func GuardedClientOptions(c Credentials, base *http.Transport) ([]option.ClientOption, error) {
+	if c.Injected || c.Guard == nil {
+		return nil, proxy.Permanentf("a guarded client needs a service-account key and a guard")
+	}
+	if err := checkKey(c.Key); err != nil {
+		return nil, err
+	}
+	tr := c.Guard.Transport(base)
+	hc := &http.Client{Transport: tr, CheckRedirect: c.Guard.CheckRedirect}
+	creds, err := credentials.NewCredentialsFromJSON(credentials.ServiceAccount, c.Key, &credentials.DetectOptions{Scopes: []string{scope}, Client: hc})
+	if err != nil {
+		return nil, proxy.Permanentf("the service-account key cannot be used")
+	}
+	if c.Impersonate != "" {
+		ic, err := httptransport.NewClient(&httptransport.Options{Credentials: creds, BaseRoundTripper: tr})
+		if err != nil {
+			return nil, proxy.Permanentf("cannot build the impersonation client: %s", truncate(err.Error(), 200))
+		}
+		if creds, err = impersonate.NewCredentials(&impersonate.CredentialsOptions{TargetPrincipal: c.Impersonate, Scopes: []string{scope}, Delegates: c.Delegates, Credentials: creds, Client: ic}); err != nil {
+			return nil, proxy.Permanentf("cannot impersonate %s: %s", c.Impersonate, truncate(err.Error(), 200))
+		}
+	}
+	client, err := httptransport.NewClient(&httptransport.Options{Credentials: creds, BaseRoundTripper: tr})
+	if err != nil {
+		return nil, proxy.Permanentf("cannot build the client: %s", truncate(err.Error(), 200))
+	}
+	return []option.ClientOption{option.WithHTTPClient(client)}, nil
 }
 
 // AuthClientOptions is ProductionClientOptions with the token requests
@@ -229,6 +273,7 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 
 	o := c.Defaults
 	o.Provider, o.Config, o.API, o.pending, o.batch = provider, cfg, cn.api, cn.pending, cn.batch
+	o.quiet = creds.Guard != nil
 	if o.Prober == nil {
 		o.Prober = &c.prober
 	}
@@ -276,7 +321,7 @@ func (c *Connector) Close() error {
 // only enters through the hash.
 func poolKey(project, endpoint string, c Credentials) string {
 	h := sha256.New()
-	for _, p := range [][]byte{[]byte(project), []byte(endpoint), {boolByte(c.Injected)}, c.Key, []byte(c.Impersonate), []byte(strings.Join(c.Delegates, ","))} {
+	for _, p := range [][]byte{[]byte(project), []byte(endpoint), {boolByte(c.Injected)}, c.Key, []byte(c.Impersonate), []byte(strings.Join(c.Delegates, ",")), fmt.Appendf(nil, "%p", c.Guard)} {
 		_, _ = h.Write(p)
 		_, _ = h.Write([]byte{0})
 	}

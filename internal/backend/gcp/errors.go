@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/googleapi"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -236,3 +237,37 @@ func lastSegment(s string) string {
 	}
 	return s
 }
+
+// quietAuth hides what a tenant's token endpoint answered (the key's
+// token_uri may name any server; auth.Error quotes its body), keeping the
+// status and the error itself for classify; and what a connection that
+// failed after an answer said (netguard.Quiet).
+func quietAuth(err error) error {
+	var ae *auth.Error
+	if err == nil {
+		return nil
+	}
+	if errors.As(err, &ae) {
+		code := 0
+		if ae.Response != nil {
+			code = ae.Response.StatusCode
+		}
+		return &quietTokenError{err: err, code: code}
+	}
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return err
+	}
+	return netguard.Quiet(err, "the key's token_uri or the Google APIs")
+}
+
+type quietTokenError struct {
+	err  error
+	code int
+}
+
+func (e *quietTokenError) Error() string {
+	return fmt.Sprintf("the token endpoint (the key's token_uri) refused the key: %d (its answer is not shown for a namespaced ProviderConfig)", e.code)
+}
+
+func (e *quietTokenError) Unwrap() error { return e.err }

@@ -117,6 +117,9 @@ type Options struct {
 	// pending and batch are shared by the drivers of one pooled connection.
 	pending *pendingOps
 	batch   *observeBatch
+	// quiet: the key is a tenant's; its token endpoint's answers are not
+	// quoted in errors.
+	quiet bool
 }
 
 // Driver is the gcp proxy.Driver.
@@ -225,6 +228,9 @@ func (d *Driver) log(ctx context.Context) logr.Logger {
 
 // wrap classifies err and names the provider and the operation.
 func (d *Driver) wrap(err error, op string) error {
+	if d.o.quiet {
+		err = quietAuth(err)
+	}
 	return proxy.WithContext(classify(err), d.o.Provider, op)
 }
 

@@ -41,7 +41,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	if d.version != nil {
 		v, err := d.version(ctx)
 		if err != nil {
-			return fail(checkReason(ctx, err), fmt.Errorf("cannot read the server version: %w", err))
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot read the server version: %w", d.quietly(err)))
 		}
 		t.Details["serverVersion"] = v
 	}
@@ -54,18 +54,18 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		case kerrors.IsNotFound(err):
 			return fail(ReasonNamespaceMissing, fmt.Errorf("namespace %q does not exist: create it, or set spec.kubernetes.namespace to one that does", d.cfg.Namespace))
 		case !kerrors.IsForbidden(err):
-			return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err))
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, d.quietly(err)))
 		}
-		refused = fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, err)
+		refused = fmt.Errorf("cannot get namespace %q: %w", d.cfg.Namespace, d.quietly(err))
 	}
 	pods := &corev1.PodList{}
 	if err := d.live.List(ctx, pods, client.InNamespace(d.cfg.Namespace), client.MatchingLabels{LabelManagedBy: ManagedBy}, client.Limit(1)); err != nil {
 		if !kerrors.IsForbidden(err) {
-			return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err))
+			return fail(checkReason(ctx, err), fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, d.quietly(err)))
 		}
-		refused = fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, err)
+		refused = fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, d.quietly(err))
 	}
-	missing, err := missingPermissions(ctx, d.client, Permissions(d.cfg.Namespace, d.cached()))
+	missing, err := d.missingPermissions(ctx, Permissions(d.cfg.Namespace, d.cached()))
 	if err != nil {
 		return fail(checkReason(ctx, err), err)
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -36,6 +37,9 @@ type Cluster struct {
 	Version func(ctx context.Context) (string, error)
 	// DialPods: the provider runs in this cluster and reaches its pods.
 	DialPods bool
+	// quiet: the cluster is a tenant's (a namespaced config's kubeconfig):
+	// errors never quote what its server answered.
+	quiet bool
 	// closeIdle closes the idle connections of a pooled remote Cluster.
 	closeIdle func()
 	// gone are the Deployments the cache's watch saw deleted (this
@@ -132,6 +136,7 @@ func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Dr
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
+	d.quiet = cl.quiet
 	return d
 }
 
@@ -149,9 +154,17 @@ type Remote struct {
 	IdleTTL time.Duration
 
 	mu    sync.Mutex
-	pool  map[[32]byte]*remoteCluster
-	build func(kubeconfig []byte) (*Cluster, error)
+	pool  map[remoteKey]*remoteCluster
+	build func(kubeconfig []byte, guard *netguard.Guard) (*Cluster, error)
 	now   func() time.Time
+}
+
+// remoteKey is a pooled Cluster's: the kubeconfig's digest and the guard
+// it dials through, so a tenant's kubeconfig never shares a platform
+// config's unguarded connections.
+type remoteKey struct {
+	kubeconfig [32]byte
+	guard      *netguard.Guard
 }
 
 type remoteCluster struct {
@@ -161,21 +174,23 @@ type remoteCluster struct {
 
 // drop forgets the pooled cluster of key and closes its idle connections;
 // r.mu held.
-func (r *Remote) drop(key [32]byte) {
+func (r *Remote) drop(key remoteKey) {
 	if e := r.pool[key]; e != nil && e.cluster.closeIdle != nil {
 		e.cluster.closeIdle()
 	}
 	delete(r.pool, key)
 }
 
-// Cluster returns the pooled Cluster of kubeconfig, building it if needed.
-// Errors are Permanent: only a changed kubeconfig helps.
-func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
-	key := sha256.Sum256(kubeconfig)
+// Cluster returns the pooled Cluster of kubeconfig, building it if needed;
+// with a guard (a namespaced config's kubeconfig) every connection to its
+// server goes through the guard, and the server's answers are not quoted
+// in errors. Errors are Permanent: only a changed kubeconfig helps.
+func (r *Remote) Cluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster, error) {
+	key := remoteKey{sha256.Sum256(kubeconfig), guard}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pool == nil {
-		r.pool = map[[32]byte]*remoteCluster{}
+		r.pool = map[remoteKey]*remoteCluster{}
 	}
 	now := time.Now
 	if r.now != nil {
@@ -198,7 +213,7 @@ func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
 	if build == nil {
 		build = r.newCluster
 	}
-	cl, err := build(kubeconfig)
+	cl, err := build(kubeconfig, guard)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +222,7 @@ func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
 		max = 32
 	}
 	for len(r.pool) >= max {
-		var oldest [32]byte
+		var oldest remoteKey
 		var at time.Time
 		for k, e := range r.pool {
 			if at.IsZero() || e.used.Before(at) {
@@ -220,10 +235,14 @@ func (r *Remote) Cluster(kubeconfig []byte) (*Cluster, error) {
 	return cl, nil
 }
 
-func (r *Remote) newCluster(kubeconfig []byte) (*Cluster, error) {
+func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster, error) {
 	cfg, err := RESTConfigFromKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, err
+	}
+	if guard != nil {
+		// client-go's default proxy is the environment's, as here.
+		cfg.Proxy, cfg.Dial = guard.Via(cfg.Proxy, nil)
 	}
 	cfg = Observed(cfg)
 	// One HTTP client of its own, so its connections can be closed when
@@ -241,6 +260,7 @@ func (r *Remote) newCluster(kubeconfig []byte) (*Cluster, error) {
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
 	}
 	cl.closeIdle = hc.CloseIdleConnections
+	cl.quiet = guard != nil
 	return cl, nil
 }
 

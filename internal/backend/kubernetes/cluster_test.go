@@ -1,7 +1,13 @@
 package kubernetes
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,7 +15,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -59,15 +68,15 @@ func TestRESTConfigFromKubeconfig(t *testing.T) {
 
 func TestRemotePoolsByKubeconfig(t *testing.T) {
 	built := 0
-	r := &Remote{Max: 2, build: func([]byte) (*Cluster, error) { built++; return &Cluster{}, nil }}
-	a, _ := r.Cluster([]byte("a"))
-	if again, _ := r.Cluster([]byte("a")); again != a || built != 1 {
+	r := &Remote{Max: 2, build: func([]byte, *netguard.Guard) (*Cluster, error) { built++; return &Cluster{}, nil }}
+	a, _ := r.Cluster([]byte("a"), nil)
+	if again, _ := r.Cluster([]byte("a"), nil); again != a || built != 1 {
 		t.Errorf("the same kubeconfig built %d clusters; want 1, pooled", built)
 	}
-	if b, _ := r.Cluster([]byte("b")); b == a || built != 2 {
+	if b, _ := r.Cluster([]byte("b"), nil); b == a || built != 2 {
 		t.Errorf("a rotated kubeconfig did not build a new cluster")
 	}
-	if _, err := r.Cluster([]byte("c")); err != nil {
+	if _, err := r.Cluster([]byte("c"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.pool) != 2 {
@@ -82,18 +91,18 @@ func TestRemoteDropsIdleClusters(t *testing.T) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	closed := map[string]bool{}
 	r := &Remote{IdleTTL: 10 * time.Minute, now: func() time.Time { return clock },
-		build: func(kc []byte) (*Cluster, error) {
+		build: func(kc []byte, _ *netguard.Guard) (*Cluster, error) {
 			return &Cluster{Host: string(kc), closeIdle: func() { closed[string(kc)] = true }}, nil
 		}}
 	for _, kc := range []string{"a", "b", "c"} {
-		if _, err := r.Cluster([]byte(kc)); err != nil {
+		if _, err := r.Cluster([]byte(kc), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock = clock.Add(5 * time.Minute)
-	_, _ = r.Cluster([]byte("a"))
+	_, _ = r.Cluster([]byte("a"), nil)
 	clock = clock.Add(6 * time.Minute)
-	_, _ = r.Cluster([]byte("a"))
+	_, _ = r.Cluster([]byte("a"), nil)
 	if len(r.pool) != 1 || !closed["b"] || !closed["c"] || closed["a"] {
 		t.Errorf("after 11 minutes without b and c: %d pooled, closed %v; want only a pooled, b and c closed", len(r.pool), closed)
 	}
@@ -122,5 +131,57 @@ func TestStripKeepsWhatGetReads(t *testing.T) {
 	}
 	if d.Spec.Selector == nil || len(d.Spec.Template.Spec.Volumes) != 0 {
 		t.Errorf("stripped Deployment: selector %v, %d volumes; want the selector kept and the rest of the pod spec gone", d.Spec.Selector, len(d.Spec.Template.Spec.Volumes))
+	}
+}
+
+// TestTenantClusterAnswersAreNotQuoted: a namespaced config's kubeconfig
+// names a server that is not an API server (or one that answers with a
+// message of its own): the checks and calls report the status, never
+// what it said; refused outright when it is the provider's loopback.
+func TestTenantClusterAnswersAreNotQuoted(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("SENTINEL-internal-service-body"))
+	}))
+	defer srv.Close()
+	kc := []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: abc}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", srv.URL))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	r := &Remote{Scheme: scheme}
+
+	allowed := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	cl, err := r.Cluster(kc, allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Check(context.Background())
+	msg := fmt.Sprint(h.Targets)
+	if strings.Contains(msg, "SENTINEL") || !strings.Contains(msg, "not shown for a namespaced ProviderConfig") {
+		t.Errorf("Check of a tenant's cluster = %s, want the status without the body", msg)
+	}
+	if _, err := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Get(context.Background(), proxy.Ref{Name: "p"}); err == nil || strings.Contains(err.Error(), "SENTINEL") {
+		t.Errorf("Get on a tenant's cluster = %v, want an error without the body", err)
+	}
+
+	platform, err := r.Cluster(kc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := platform.Driver("ClusterProviderConfig c", Config{Namespace: "proxies"}, nil).Check(context.Background()); !strings.Contains(fmt.Sprint(h.Targets), "SENTINEL") {
+		t.Errorf("Check of a platform config's cluster = %v, want the server's words", h.Targets)
+	}
+
+	seen := hits.Load()
+	refused, err := r.Cluster(kc, netguard.New(netguard.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := refused.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Check(context.Background()); !strings.Contains(fmt.Sprint(h.Targets), "does not connect to 127.0.0.1") {
+		t.Errorf("Check of a tenant's cluster on loopback = %v, want a refusal", h.Targets)
+	}
+	if n := hits.Load() - seen; n != 0 {
+		t.Errorf("the server on loopback was asked %d times through the guard, want 0", n)
 	}
 }

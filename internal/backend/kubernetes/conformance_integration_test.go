@@ -91,7 +91,7 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.kubelet.Stop)
-	if e.remote, err = (&kubernetes.Remote{Scheme: e.scheme}).Cluster(cp.Kubeconfig); err != nil {
+	if e.remote, err = (&kubernetes.Remote{Scheme: e.scheme}).Cluster(cp.Kubeconfig, nil); err != nil {
 		t.Fatal(err)
 	}
 	return e

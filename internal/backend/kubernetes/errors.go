@@ -2,12 +2,14 @@ package kubernetes
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -70,3 +72,28 @@ func hasCause(status kerrors.APIStatus, t metav1.CauseType) bool {
 	}
 	return false
 }
+
+// quietStatus hides the message of an API server's error answer (a
+// tenant's server, which may be any HTTP service: client-go quotes a body
+// it cannot decode in the message), keeping its status code and reason,
+// and the error itself for classify; and what a connection that failed
+// after an answer said (netguard.Quiet).
+func quietStatus(err error) error {
+	var status kerrors.APIStatus
+	if err == nil || !errors.As(err, &status) {
+		return netguard.Quiet(err, "the kubeconfig's server")
+	}
+	return &quietError{err: err, code: status.Status().Code, reason: string(status.Status().Reason)}
+}
+
+type quietError struct {
+	err    error
+	code   int32
+	reason string
+}
+
+func (e *quietError) Error() string {
+	return fmt.Sprintf("the kubeconfig's server answered %d %s (its message is not shown for a namespaced ProviderConfig)", e.code, e.reason)
+}
+
+func (e *quietError) Unwrap() error { return e.err }

@@ -92,6 +92,9 @@ type Options struct {
 
 // Driver is the kubernetes proxy.Driver.
 type Driver struct {
+	// quiet: errors never quote the API server's messages (a tenant's
+	// cluster).
+	quiet    bool
 	provider string
 	cfg      Config
 	client   client.Client
@@ -145,7 +148,16 @@ func (d *Driver) logger(ctx context.Context) logr.Logger {
 
 // wrap classifies err and names the provider and the operation.
 func (d *Driver) wrap(err error, op string) error {
-	return proxy.WithContext(classify(err), d.provider, op)
+	return proxy.WithContext(classify(d.quietly(err)), d.provider, op)
+}
+
+// quietly is err without what a tenant's API server said (quietStatus,
+// netguard.Quiet), for a tenant's cluster; err itself otherwise.
+func (d *Driver) quietly(err error) error {
+	if !d.quiet || err == nil {
+		return err
+	}
+	return quietStatus(err)
 }
 
 // owned refuses to act on a Deployment without our mark, or with another

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	authzv1 "k8s.io/api/authorization/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Permission is one verb on one resource (or "resource/subresource") the
@@ -107,12 +106,12 @@ func Permissions(namespace string, cached bool) []Permission {
 // missingPermissions asks the target cluster, with one
 // SelfSubjectAccessReview per permission (which every identity may
 // create), which of ps its identity lacks.
-func missingPermissions(ctx context.Context, c client.Client, ps []Permission) ([]Permission, error) {
+func (d *Driver) missingPermissions(ctx context.Context, ps []Permission) ([]Permission, error) {
 	var missing []Permission
 	for _, p := range ps {
 		r := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: p.Attributes()}}
-		if err := c.Create(ctx, r); err != nil {
-			return nil, fmt.Errorf("cannot review the permissions of this config's identity (%s): %w", p, err)
+		if err := d.client.Create(ctx, r); err != nil {
+			return nil, fmt.Errorf("cannot review the permissions of this config's identity (%s): %w", p, d.quietly(err))
 		}
 		if !r.Status.Allowed {
 			missing = append(missing, p)

@@ -68,13 +68,17 @@ func (d *Driver) plan(req proxy.Request) (*plan, error) {
 // image resolves a catalogue key or an http(s) URL.
 func (d *Driver) image(key string) (resolvedImage, error) {
 	if strings.HasPrefix(key, "http://") || strings.HasPrefix(key, "https://") {
-		return resolvedImage{Key: "url", URL: key, Format: "qcow2", Firmware: "bios"}, nil
+		g := d.cfg.URLGuard
+		if g == nil {
+			g = d.cfg.Guard
+		}
+		return resolvedImage{Key: "url", URL: key, Format: "qcow2", Firmware: "bios", guard: g}, nil
 	}
 	im, ok := d.cfg.Images[key]
 	if !ok {
 		return resolvedImage{}, proxy.Permanentf("placement: image %q is neither a key of the config's kvm.images nor an http(s) URL", key)
 	}
-	return resolvedImage{Key: key, URL: im.URL, SHA256: strings.ToLower(im.SHA256), Format: orDefault(im.Format, "qcow2"), Firmware: orDefault(im.Firmware, "bios")}, nil
+	return resolvedImage{Key: key, URL: im.URL, SHA256: strings.ToLower(im.SHA256), Format: orDefault(im.Format, "qcow2"), Firmware: orDefault(im.Firmware, "bios"), guard: d.cfg.Guard}, nil
 }
 
 // Create implements proxy.Driver. It never waits for a boot or a download:

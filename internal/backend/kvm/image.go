@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -33,6 +35,10 @@ type resolvedImage struct {
 	SHA256   string
 	Format   string
 	Firmware string
+	// guard dials the download when the URL is a tenant's (a namespaced
+	// config's catalogue or a KVMProxy's image URL); nil for the
+	// platform's.
+	guard *netguard.Guard
 }
 
 // volume is the base volume's name. It holds a digest of the URL, the
@@ -236,7 +242,7 @@ func (b *Backend) imageSize(ctx context.Context, img resolvedImage) int64 {
 	if err != nil {
 		return 0
 	}
-	resp, err := b.http.Do(req)
+	resp, err := b.client(img.guard).Do(req)
 	if err != nil {
 		return 0
 	}
@@ -359,18 +365,30 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 	if err != nil {
 		return nil, 0, proxy.Permanentf("image %s: the URL does not parse", img.label())
 	}
-	resp, err := b.http.Do(req)
+	resp, err := b.client(img.guard).Do(req)
 	if err != nil {
-		return nil, 0, proxy.Transientf("image %s: %v", img.label(), withoutURL(err))
+		err = withoutURL(err)
+		if img.guard != nil {
+			err = netguard.Quiet(err, "the image URL")
+		}
+		if netguard.IsRefused(err) {
+			return nil, 0, proxy.Permanentf("image %s: %w", img.label(), err)
+		}
+		return nil, 0, proxy.Transientf("image %s: %w", img.label(), err)
+	}
+	status := resp.Status
+	if img.guard != nil {
+		// The reason phrase is the server's to write.
+		status = strconv.Itoa(resp.StatusCode) + " (its status text is not shown for a namespaced ProviderConfig)"
 	}
 	switch {
 	case resp.StatusCode/100 == 2:
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		_ = resp.Body.Close()
-		return nil, 0, proxy.Transientf("image %s: the server answered %s", img.label(), resp.Status)
+		return nil, 0, proxy.Transientf("image %s: the server answered %s", img.label(), status)
 	default:
 		_ = resp.Body.Close()
-		return nil, 0, proxy.Permanentf("image %s: the server answered %s", img.label(), resp.Status)
+		return nil, 0, proxy.Permanentf("image %s: the server answered %s", img.label(), status)
 	}
 	if resp.ContentLength > maxBytes {
 		_ = resp.Body.Close()
@@ -405,6 +423,27 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
 	}
 	return f, n, nil
+}
+
+// client is the HTTP client of downloads through guard: b.http for the
+// platform's images, and for a tenant's one that dials through the guard
+// and checks every redirect (kept per guard).
+func (b *Backend) client(guard *netguard.Guard) *http.Client {
+	if guard == nil {
+		return b.http
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.guarded[guard]; ok {
+		return c
+	}
+	base, _ := b.http.Transport.(*http.Transport) // nil: the default
+	c := &http.Client{Transport: guard.Transport(base), CheckRedirect: guard.CheckRedirect, Timeout: b.http.Timeout}
+	if b.guarded == nil {
+		b.guarded = map[*netguard.Guard]*http.Client{}
+	}
+	b.guarded[guard] = c
+	return c
 }
 
 // countingReader counts the bytes read, for progress.

@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -56,6 +57,13 @@ type Config struct {
 	// MaxDownloadsPerHost is how many images download at once to one
 	// host; DefaultMaxDownloadsPerHost when 0. More wait their turn.
 	MaxDownloadsPerHost int
+	// Guard dials the hosts and the image downloads when they are a
+	// tenant's (a namespaced config's); nil for the platform's.
+	Guard *netguard.Guard
+	// URLGuard dials the download of an image a proxy names by URL, on
+	// any config: proxies are written by tenants or composed from their
+	// claims. Nil: Guard.
+	URLGuard *netguard.Guard
 }
 
 // Defaults of the image download limits.
@@ -155,6 +163,8 @@ type Backend struct {
 
 	mu      sync.Mutex
 	pending map[string]*pending // by host endpoint + name
+	// guarded are the download clients of tenants' images, by guard.
+	guarded map[*netguard.Guard]*http.Client
 	wg      sync.WaitGroup
 }
 
@@ -238,7 +248,9 @@ func (d *Driver) host(name string) (Host, error) {
 	return Host{}, proxy.Permanentf("placement: host %q is not in the config's kvm.hosts (%s)", name, strings.Join(names, ", "))
 }
 
-func (d *Driver) target(h Host) Target { return Target{Host: h, Creds: d.cfg.Credentials} }
+func (d *Driver) target(h Host) Target {
+	return Target{Host: h, Creds: d.cfg.Credentials, Guard: d.cfg.Guard}
+}
 
 // conn returns the pooled connection to h.
 func (d *Driver) conn(ctx context.Context, h Host) (Libvirt, error) {

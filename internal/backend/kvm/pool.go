@@ -10,18 +10,23 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 )
 
 // Target is one host with the credentials to reach it.
 type Target struct {
 	Host  Host
 	Creds Credentials
+	// Guard dials a tenant's host (netguard); nil for the platform's.
+	Guard *netguard.Guard
 }
 
 // key identifies the connection t builds: the same host reached with other
-// credentials (a rotated Secret) is another connection.
+// credentials (a rotated Secret), or through a guard, is another
+// connection.
 func (t Target) key() string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", t.Host.Address, t.Host.User, t.Host.socket(), t.Creds.digest()))
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s\x00%p", t.Host.Address, t.Host.User, t.Host.socket(), t.Creds.digest(), t.Guard))
 	return hex.EncodeToString(h[:16])
 }
 

@@ -155,7 +155,11 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		return nil, &dialError{stageCredentials, err}
 	}
 	netDial := d.netDial
-	if netDial == nil {
+	switch {
+	case t.Guard != nil:
+		// A tenant's host: never the provider's own network.
+		netDial = t.Guard.DialContext
+	case netDial == nil:
 		netDial = (&net.Dialer{}).DialContext
 	}
 	tcp, err := netDial(ctx, "tcp", t.Host.Address)

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -63,6 +64,9 @@ type Client struct {
 	insecure   bool
 	timeout    time.Duration
 	transports *Transports
+	// guard dials a tenant's API (nil: the platform's); with one, errors
+	// never quote what the API answered.
+	guard *netguard.Guard
 }
 
 var _ API = (*Client)(nil)
@@ -85,7 +89,8 @@ func NewClient(baseURL string, creds CredentialsFunc, insecureSkipTLSVerify bool
 }
 
 // Transports pools HTTP transports by the TLS settings they were built
-// from (the CA's digest and the insecure flag), so connections are reused
+// from (the CA's digest and the insecure flag) and the guard they dial
+// through, so connections are reused
 // across reconciles and a rotated CA gets a fresh transport at once. It is
 // safe for concurrent use; the zero value is ready.
 type Transports struct {
@@ -104,9 +109,9 @@ const maxTransports = 16
 // used it are gone, or their CA was rotated.
 const transportIdle = 10 * time.Minute
 
-func (p *Transports) get(ca []byte, insecure bool) (*http.Transport, error) {
+func (p *Transports) get(ca []byte, insecure bool, guard *netguard.Guard) (*http.Transport, error) {
 	sum := sha256.Sum256(ca)
-	key := hex.EncodeToString(sum[:]) + strconv.FormatBool(insecure)
+	key := hex.EncodeToString(sum[:]) + strconv.FormatBool(insecure) + fmt.Sprintf("%p", guard)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now
@@ -135,7 +140,10 @@ func (p *Transports) get(ca []byte, insecure bool) (*http.Transport, error) {
 		cfg.RootCAs = pool
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	t := &http.Transport{
+	// Through the environment's proxy (HTTPS_PROXY, NO_PROXY), as the
+	// Kubernetes and Google clients go; a guard checks a tenant's target
+	// before it is handed to the proxy (netguard.Guard.Transport).
+	t := guard.Transport(&http.Transport{
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     cfg,
 		TLSHandshakeTimeout: 10 * time.Second,
@@ -143,7 +151,7 @@ func (p *Transports) get(ca []byte, insecure bool) (*http.Transport, error) {
 		IdleConnTimeout:     90 * time.Second,
 		// pveproxy speaks HTTP/1.1.
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
-	}
+	})
 	if p.m == nil {
 		p.m = map[string]*http.Transport{}
 	}
@@ -202,7 +210,7 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	if _, err := TokenID(creds.Token); err != nil {
 		return err
 	}
-	tr, err := c.transports.get(creds.CA, c.insecure)
+	tr, err := c.transports.get(creds.CA, c.insecure, c.guard)
 	if err != nil {
 		return err
 	}
@@ -236,12 +244,12 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	req.Header.Set("Authorization", "PVEAPIToken="+strings.TrimSpace(creds.Token))
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		return transportError(r, err)
+		return transportError(r, err, c.guard != nil)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return transportError(r, err)
+		return transportError(r, err, c.guard != nil)
 	}
 	var env struct {
 		Data    json.RawMessage   `json:"data"`
@@ -256,26 +264,38 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		if env.Message != "" {
 			msg = strings.TrimSpace(env.Message)
 		}
-		return &APIError{Method: r.method, Path: raw, Status: resp.StatusCode, Message: msg, Errors: env.Errors,
+		return &APIError{Method: r.method, Path: raw, Status: resp.StatusCode, Message: msg, Errors: env.Errors, Quiet: c.guard != nil,
 			RetryAfter: proxy.ParseRetryAfter(resp.Header, time.Now())}
 	}
 	if out == nil || len(env.Data) == 0 || string(env.Data) == "null" {
 		return nil
 	}
 	if err := json.Unmarshal(env.Data, out); err != nil {
+		if c.guard != nil {
+			return fmt.Errorf("%s %s: %s", r.method, raw, quietAnswer)
+		}
 		return fmt.Errorf("%s %s: cannot decode the answer: %w", r.method, raw, err)
 	}
 	return nil
 }
 
+// quietAnswer stands for what a tenant's API answered: the answer of an
+// endpoint a namespaced config chose is never quoted (it could be a
+// service the tenant cannot reach itself).
+const quietAnswer = "what proxmox.url answered is not shown for a namespaced ProviderConfig"
+
 // transportError keeps the request's method and path (never its headers)
-// and the cause, so classify can find TLS and network failures.
-func transportError(r request, err error) error {
+// and the cause, so classify can find TLS and network failures. quiet
+// (a tenant's API) leaves out what the server said (netguard.Quiet).
+func transportError(r request, err error, quiet bool) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
 	p, _ := url.PathUnescape(r.path)
+	if quiet {
+		err = netguard.Quiet(err, "proxmox.url")
+	}
 	return &callError{what: r.method + " " + p, err: err}
 }
 
@@ -298,11 +318,16 @@ type APIError struct {
 	// RetryAfter is the answer's Retry-After (a 429 or 503 of a proxy in
 	// front of pveproxy); 0 without one.
 	RetryAfter time.Duration
+	// Quiet: the API is a tenant's; Error leaves Message and Errors out.
+	Quiet bool
 }
 
 // Error is the method, path, status and the server's text (never a
 // header or a body that was sent).
 func (e *APIError) Error() string {
+	if e.Quiet {
+		return fmt.Sprintf("%s %s: %d (%s)", e.Method, e.Path, e.Status, quietAnswer)
+	}
 	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Status, e.Message)
 	if len(e.Errors) > 0 {
 		keys := make([]string, 0, len(e.Errors))

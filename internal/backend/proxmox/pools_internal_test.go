@@ -11,16 +11,16 @@ func TestTransportsDropIdleOnes(t *testing.T) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := &Transports{now: func() time.Time { return clock }}
 	for _, insecure := range []bool{false, true} {
-		if _, err := p.get(nil, insecure); err != nil {
+		if _, err := p.get(nil, insecure, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock = clock.Add(transportIdle / 2)
-	if _, err := p.get(nil, false); err != nil {
+	if _, err := p.get(nil, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	clock = clock.Add(transportIdle/2 + time.Minute)
-	if _, err := p.get(nil, false); err != nil {
+	if _, err := p.get(nil, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.size(); got != 1 {

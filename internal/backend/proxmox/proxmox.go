@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/batch"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -51,6 +52,10 @@ const (
 type Config struct {
 	// URL of the API, https://host:8006.
 	URL string
+	// Guard dials the API when the URL is a tenant's (a namespaced
+	// config's): it refuses the provider's own network, and the API's
+	// answers are not quoted in errors. Nil for the platform's configs.
+	Guard *netguard.Guard
 	// InsecureSkipTLSVerify turns off certificate verification.
 	InsecureSkipTLSVerify bool
 	// Nodes proxies may run on.
@@ -312,6 +317,7 @@ func New(o Options) (*Driver, error) {
 		if err != nil {
 			return nil, proxy.WithContext(err, d.provider, "connect")
 		}
+		c.guard = d.cfg.Guard
 		api = c
 	}
 	server := d.cfg.URL

@@ -17,6 +17,7 @@ import (
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -45,6 +46,16 @@ type Config struct {
 	// namespacedConfig is the namespaced ProviderConfig the config was
 	// read from (nil for the other kinds), for Connect to protect it.
 	namespacedConfig *namespacedv1alpha1.ProviderConfig
+	// Guard is the dialer of every connection made to an endpoint the
+	// config names (its API URL, kubeconfig server, hosts, key file URLs,
+	// image URLs): for a namespaced config the tenant chose them, and the
+	// guard refuses the provider's own network; nil (no check) for the
+	// platform team's configs.
+	Guard *netguard.Guard
+	// TenantGuard is the guard of what a proxy names itself, whatever its
+	// config (a KVMProxy's image URL: proxies are written by tenants, or
+	// composed from their claims); never nil.
+	TenantGuard *netguard.Guard
 }
 
 // CheckTenancy returns why the config may not be used, or nil: a namespaced
@@ -112,7 +123,15 @@ type ConfigReader struct {
 	// Backends are the backends of this build, each given by its kind's
 	// binding; a config's Backend is the one whose block it holds.
 	Backends []Backend
+	// Guard is the namespaced configs' Guard; nil refuses the defaults
+	// (no allowed range, no discovered cluster network).
+	Guard *netguard.Guard
 }
+
+// defaultGuard is the Guard of namespaced configs when none is given: a
+// reader built without one still never lets a tenant's endpoint be
+// loopback or metadata.
+var defaultGuard = netguard.New(netguard.Options{})
 
 // Resolve returns the config mg references: a ProviderConfig in mg's own
 // namespace or a ClusterProviderConfig for namespaced resources, and a
@@ -166,7 +185,10 @@ func (r ConfigReader) config(name string, s spec.ProviderConfigSpec, secretNames
 	if id == "" {
 		id = r.InstallationID
 	}
-	c := &Config{Name: name, Spec: s, InstallationID: id, Secrets: Secrets{Kube: r.SecretReader, Namespace: secretNamespace}}
+	c := &Config{Name: name, Spec: s, InstallationID: id, Secrets: Secrets{Kube: r.SecretReader, Namespace: secretNamespace}, TenantGuard: r.Guard}
+	if c.TenantGuard == nil {
+		c.TenantGuard = defaultGuard
+	}
 	for i := range r.Backends {
 		if _, ok := r.Backends[i].Block(&c.Spec); ok {
 			c.Backend = &r.Backends[i]
@@ -231,6 +253,7 @@ func (r ConfigReader) Of(obj client.Object) *Config {
 	case *namespacedv1alpha1.ProviderConfig:
 		c := r.config(fmt.Sprintf("ProviderConfig %s/%s", pc.Namespace, pc.Name), pc.Spec.ProviderConfigSpec, pc.Namespace)
 		c.Namespaced, c.namespacedConfig = true, pc
+		c.Guard = c.TenantGuard
 		return c
 	case *namespacedv1alpha1.ClusterProviderConfig:
 		return r.config("ClusterProviderConfig "+pc.Name, pc.Spec.ProviderConfigSpec, "")

@@ -26,9 +26,10 @@ import (
 
 	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
-	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
@@ -54,6 +55,10 @@ type Options struct {
 	// managed reconcilers then send every write crossplane-runtime makes
 	// and read connection Secrets from the API server.
 	AllWrites bool
+	// TenantGuard is the dialer of every endpoint a namespaced
+	// ProviderConfig names (cmd/provider's --tenant-endpoint-* flags and
+	// the cluster's discovered networks); nil refuses the defaults.
+	TenantGuard *netguard.Guard
 }
 
 // Shared is what every kind's controllers share: one password generator,
@@ -109,7 +114,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P]) error {
 	c := &connector[P]{
 		kube:      sh.Client,
 		kind:      k,
-		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID, Backends: []Backend{k.Backend}},
+		configs:   ConfigReader{Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), InstallationID: o.InstallationID, Backends: []Backend{k.Backend}, Guard: o.TenantGuard},
 		secrets:   Secrets{Kube: mgr.GetAPIReader()},
 		passwords: sh.Passwords,
 		modern:    resource.NewProviderConfigUsageTracker(mgr.GetClient(), &namespacedv1alpha1.ProviderConfigUsage{}),

@@ -94,6 +94,7 @@ func connect(c *gcpbackend.Connector) func(ctx context.Context, cfg *external.Co
 			return nil, errors.Errorf("spec.gcp.credentials.source %q is not supported: want Secret or InjectedIdentity", g.Credentials.Source)
 		}
 		creds.Impersonate, creds.Delegates = g.Credentials.ImpersonateServiceAccount, g.Credentials.Delegates
+		creds.Guard = cfg.Guard
 		bc := gcpbackend.Config{
 			Project:      g.Project,
 			Network:      g.Network,

@@ -96,6 +96,8 @@ func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (
 		InstallGuestAgent: k.InstallGuestAgent == nil || *k.InstallGuestAgent,
 		Images:            map[string]kvmbackend.Image{},
 		MachineTypes:      map[string]kvmbackend.MachineType{},
+		Guard:             cfg.Guard,
+		URLGuard:          cfg.TenantGuard,
 	}
 	if c.DiskSizeGB == 0 {
 		c.DiskSizeGB = 10

@@ -144,7 +144,7 @@ func (b *binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 		if err != nil {
 			return nil, err
 		}
-		if cl, err = b.remote.Cluster(kc); err != nil {
+		if cl, err = b.remote.Cluster(kc, cfg.Guard); err != nil {
 			return nil, errors.Wrap(err, "spec.kubernetes.credentials.secretRef")
 		}
 	default:

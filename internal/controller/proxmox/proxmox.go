@@ -102,9 +102,11 @@ func (c *connector) connect(ctx context.Context, cfg *external.Config) (proxy.Dr
 		}
 	}
 	creds := backend.Credentials{Token: string(token), CA: ca}
+	bc := Config(p)
+	bc.Guard = cfg.Guard
 	o := backend.Options{
 		Provider:    cfg.Name,
-		Config:      Config(p),
+		Config:      bc,
 		Credentials: func(context.Context) (backend.Credentials, error) { return creds, nil },
 		Shared:      c.shared,
 	}

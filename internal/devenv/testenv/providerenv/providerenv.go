@@ -12,6 +12,7 @@ package providerenv
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -44,7 +45,9 @@ import (
 	pconfig "github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 )
 
 // Namespace is the provider's namespace in the harness (created by Start).
@@ -84,12 +87,25 @@ type Options struct {
 	// controllers start.
 	Objects []client.Object
 
+	// TenantGuard dials the endpoints of namespaced ProviderConfigs. Nil:
+	// LoopbackAllowed, since the tests' backends (fakes, sshd, registries)
+	// listen on loopback and on netnshost hosts; attack tests give one
+	// that refuses them (netguard.New(netguard.Options{})).
+	TenantGuard *netguard.Guard
+
 	// Timeout bounds each of the Env's waits (default 30 s).
 	Timeout time.Duration
 	// Logs is the buffer of Env.Logs (default: a new one): given, a test
 	// can send a driver's own log there too.
 	Logs *testenv.Buffer
 }
+
+// LoopbackAllowed is the tenant guard of the harness by default: as the
+// provider's, with loopback and the netnshost hosts' network allowed for
+// tenants (--tenant-endpoint-allowed-cidrs=127.0.0.0/8,::1,198.18.0.0/15).
+var LoopbackAllowed = netguard.New(netguard.Options{Allowed: []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netnshost.Net,
+}})
 
 // Env is the provider's controllers running on a control plane, until the
 // test ends.
@@ -166,6 +182,10 @@ func Start(t testing.TB, o Options) *Env {
 		InstallationID:       or(o.InstallationID, "test-install"),
 		Namespace:            Namespace,
 		NotReadyPollInterval: or(o.NotReadyPollInterval, 300*time.Millisecond),
+		TenantGuard:          o.TenantGuard,
+	}
+	if eo.TenantGuard == nil {
+		eo.TenantGuard = LoopbackAllowed
 	}
 	bindings := o.Bindings
 	if bindings == nil {

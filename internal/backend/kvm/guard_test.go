@@ -1,0 +1,138 @@
+package kvm
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// rawServer answers every connection on addr with answer, and counts
+// them.
+func rawServer(t *testing.T, addr, answer string) (string, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			go func() {
+				defer c.Close()
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				_, _ = c.Write([]byte(answer))
+			}()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln.Addr().String(), &n
+}
+
+func onlyAllowing(t *testing.T, cidrs ...string) *netguard.Guard {
+	t.Helper()
+	var ps []netip.Prefix
+	for _, c := range cidrs {
+		ps = append(ps, netip.MustParsePrefix(c))
+	}
+	return netguard.New(netguard.Options{Allowed: ps})
+}
+
+// TestImage_tenantDownloadsNeverReachTheProvidersNetwork: a namespaced
+// config's catalogue image, and a proxy's own image URL, at the provider's
+// loopback, directly or through a redirect from a server the tenant may
+// name: Create fails naming the refusal, and the loopback server is never
+// connected to.
+func TestImage_tenantDownloadsNeverReachTheProvidersNetwork(t *testing.T) {
+	inner, hits := rawServer(t, "127.0.0.1:0", "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret")
+	redirect := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://"+inner+"/metadata", http.StatusFound)
+	}))
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	redirect.Listener = l
+	redirect.Start()
+	defer redirect.Close()
+	guard := onlyAllowing(t, "127.0.0.2/32")
+
+	for name, setup := range map[string]func(e *testEnv){
+		"CatalogueImageOnLoopback": func(e *testEnv) {
+			e.cfg.Guard = guard
+			e.cfg.Images["debian"] = Image{URL: "http://" + inner + "/debian.qcow2"}
+		},
+		"CatalogueImageRedirectedToLoopback": func(e *testEnv) {
+			e.cfg.Guard = guard
+			e.cfg.Images["debian"] = Image{URL: redirect.URL + "/debian.qcow2"}
+		},
+		// A proxy's own URL is a tenant's on any config, a platform's too.
+		"ProxyImageURLOnAClusterConfig": func(e *testEnv) {
+			e.cfg.URLGuard = guard
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, setup)
+			req := e.request("web", "uid-1")
+			if name == "ProxyImageURLOnAClusterConfig" {
+				req.Placement.Image = redirect.URL + "/debian.qcow2"
+			}
+			err := e.createError(req)
+			if !netguard.IsRefused(err) || proxy.ClassOf(err) != proxy.ClassPermanent {
+				t.Fatalf("Create = %v (%s), want a Permanent refusal", err, proxy.ClassOf(err))
+			}
+			if !strings.Contains(err.Error(), "does not connect to") {
+				t.Errorf("Create = %v, want it to say what was refused", err)
+			}
+			if got := e.host.volNames(); len(got) != 0 {
+				t.Errorf("volumes written: %v", got)
+			}
+		})
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the loopback server was connected to %d times, want 0", n)
+	}
+}
+
+// TestImage_tenantServersAnswersAreNotQuoted: what a tenant's image
+// server answers (a status text, a banner that is not HTTP) is not quoted
+// in the error; the platform's still is.
+func TestImage_tenantServersAnswersAreNotQuoted(t *testing.T) {
+	status, _ := rawServer(t, "127.0.0.1:0", "HTTP/1.1 404 SENTINEL-internal-detail\r\nContent-Length: 0\r\n\r\n")
+	banner, _ := rawServer(t, "127.0.0.1:0", "SSH-2.0-SENTINEL_OpenSSH_9.6\r\n")
+	for name, addr := range map[string]string{"StatusText": status, "SSHBanner": banner} {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, func(e *testEnv) {
+				e.cfg.Guard = onlyAllowing(t, "127.0.0.0/8")
+				e.cfg.Images["debian"] = Image{URL: "http://" + addr + "/debian.qcow2"}
+			})
+			err := e.createError(e.request("web", "uid-1"))
+			if err == nil {
+				t.Fatal("Create succeeded")
+			}
+			if strings.Contains(err.Error(), "SENTINEL") {
+				t.Errorf("the error quotes the server: %v", err)
+			}
+			if !strings.Contains(err.Error(), "not shown for a namespaced ProviderConfig") || !strings.Contains(err.Error(), "image debian") {
+				t.Errorf("Create = %v, want it to name the image and say the answer is not shown", err)
+			}
+		})
+	}
+	// The platform's own config keeps the server's words.
+	e := newTestEnv(t, func(e *testEnv) { e.cfg.Images["debian"] = Image{URL: "http://" + status + "/debian.qcow2"} })
+	if err := e.createError(e.request("web", "uid-1")); err == nil || !strings.Contains(err.Error(), "SENTINEL-internal-detail") {
+		t.Errorf("Create on a platform config = %v, want the server's status text", err)
+	}
+}

@@ -1,0 +1,184 @@
+package netguard
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Discovery finds the networks of the cluster the provider runs in: the
+// kubernetes Service's cluster IPs and its endpoints (the API server),
+// the ServiceCIDRs, every node's addresses and spec.podCIDRs, the API
+// server the provider was configured with, and, in a pod, the networks of
+// its own interfaces (its node's pod network). What it may not read (no
+// rights, an older cluster) is left out: name it with Options.Denied.
+type Discovery struct {
+	// Reader reads from the API server (uncached: nodes are not cached).
+	Reader client.Reader
+	// APIServer is the provider's own API server URL (rest.Config.Host).
+	APIServer string
+	// InCluster adds the networks of the process's own interfaces.
+	InCluster bool
+	// TTL is how long what was read is reused; 30 s when zero.
+	TTL time.Duration
+
+	mu   sync.Mutex
+	at   time.Time
+	last map[string][]netip.Prefix
+}
+
+// NewDiscovery returns the Discovery of the cluster reader reads, whose
+// API server is at apiServer; in a pod (KUBERNETES_SERVICE_HOST set) it
+// adds the pod's own networks.
+func NewDiscovery(reader client.Reader, apiServer string) *Discovery {
+	return &Discovery{Reader: reader, APIServer: apiServer, InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != ""}
+}
+
+// Networks implements Networks. A read that fails on the way keeps what
+// it read last time; one refused for good (no rights, no such kind)
+// gives nothing.
+func (d *Discovery) Networks(ctx context.Context) []netip.Prefix {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ttl := d.TTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	if d.last == nil {
+		d.last = map[string][]netip.Prefix{}
+	}
+	if time.Since(d.at) >= ttl {
+		d.read(ctx)
+		d.at = time.Now()
+	}
+	var out []netip.Prefix
+	for _, ps := range d.last {
+		out = append(out, ps...)
+	}
+	return out
+}
+
+// read reads each source into d.last; d.mu held.
+func (d *Discovery) read(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	set := func(source string, err error, ps []netip.Prefix) {
+		switch {
+		case err == nil:
+			d.last[source] = ps
+		case kerrors.IsForbidden(err) || kerrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+			delete(d.last, source)
+		}
+	}
+	var static []netip.Prefix
+	if u, err := url.Parse(d.APIServer); err == nil && u.Hostname() != "" {
+		if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+			static = append(static, single(a))
+		} else if addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname()); err == nil {
+			for _, a := range addrs {
+				static = append(static, single(a))
+			}
+		}
+	}
+	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" {
+		if a, err := netip.ParseAddr(h); err == nil {
+			static = append(static, single(a))
+		}
+	}
+	if d.InCluster {
+		static = append(static, ownNetworks()...)
+	}
+	d.last["static"] = static
+	if d.Reader == nil {
+		return
+	}
+
+	svc := &corev1.Service{}
+	err := d.Reader.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc)
+	set("service", err, parse(svc.Spec.ClusterIPs))
+
+	eps := &discoveryv1.EndpointSliceList{}
+	err = d.Reader.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
+	var addrs []string
+	for _, s := range eps.Items {
+		for _, e := range s.Endpoints {
+			addrs = append(addrs, e.Addresses...)
+		}
+	}
+	set("endpoints", err, parse(addrs))
+
+	cidrs := &networkingv1.ServiceCIDRList{}
+	err = d.Reader.List(ctx, cidrs)
+	var cs []string
+	for _, c := range cidrs.Items {
+		cs = append(cs, c.Spec.CIDRs...)
+	}
+	set("servicecidrs", err, parse(cs))
+
+	nodes := &corev1.NodeList{}
+	err = d.Reader.List(ctx, nodes)
+	var ns []string
+	for _, n := range nodes.Items {
+		ns = append(ns, n.Spec.PodCIDRs...)
+		if n.Spec.PodCIDR != "" {
+			ns = append(ns, n.Spec.PodCIDR)
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				ns = append(ns, a.Address)
+			}
+		}
+	}
+	set("nodes", err, parse(ns))
+}
+
+// ownNetworks are the networks of the process's interfaces, loopback
+// aside (the guard refuses it anyway).
+func ownNetworks() []netip.Prefix {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range as {
+		n, ok := a.(*net.IPNet)
+		if !ok || n.IP.IsLoopback() {
+			continue
+		}
+		if p, err := netip.ParsePrefix(n.String()); err == nil {
+			out = append(out, canonical(p))
+		}
+	}
+	return out
+}
+
+func single(a netip.Addr) netip.Prefix {
+	a = a.Unmap().WithZone("")
+	return netip.PrefixFrom(a, a.BitLen())
+}
+
+// parse reads CIDRs and addresses, skipping what does not parse.
+func parse(ss []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, canonical(p))
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, single(a))
+		}
+	}
+	return out
+}

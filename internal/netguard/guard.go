@@ -1,0 +1,486 @@
+// Package netguard is the dialer of every connection the provider makes
+// to an endpoint a tenant chose: a namespaced ProviderConfig's API URL,
+// kubeconfig server, hypervisor hosts, the URLs of a key file, image URLs
+// and every redirect. It checks each address at connect time, after name
+// resolution, and refuses the provider's own position in the network
+// (loopback, link-local and metadata, multicast, the cluster's own
+// networks) in every spelling of an address, unless the platform team
+// allows a range for tenants.
+//
+// A nil *Guard checks nothing: it is the dialer of the platform team's
+// own configs.
+package netguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// ReasonRefused is the reason of the error of a refused endpoint.
+const ReasonRefused = "EndpointRefused"
+
+// Networks returns the cluster's own networks (Service and pod CIDRs,
+// node and API server addresses) as far as they are known.
+type Networks interface {
+	Networks(ctx context.Context) []netip.Prefix
+}
+
+// Options configure a Guard.
+type Options struct {
+	// Allowed are the ranges the platform team opens for tenants. An
+	// address inside one is never refused, except a cloud metadata
+	// address, which only an entry of that single address opens.
+	Allowed []netip.Prefix
+	// Denied are more ranges to refuse (cluster networks discovery cannot
+	// see).
+	Denied []netip.Prefix
+	// Cluster are the discovered cluster networks; nil: none.
+	Cluster Networks
+	// Resolver resolves names; net.DefaultResolver when nil.
+	Resolver Resolver
+	// Timeout of one TCP connect; 10 s when zero.
+	Timeout time.Duration
+}
+
+// Guard refuses connections to addresses a tenant must not make the
+// provider reach. Safe for concurrent use.
+type Guard struct {
+	allowed  []netip.Prefix
+	denied   []netip.Prefix
+	cluster  Networks
+	resolver Resolver
+	timeout  time.Duration
+}
+
+// Resolver resolves a name to its addresses (*net.Resolver is one).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// New returns a Guard.
+func New(o Options) *Guard {
+	g := &Guard{cluster: o.Cluster, resolver: o.Resolver, timeout: o.Timeout}
+	for _, p := range o.Allowed {
+		g.allowed = append(g.allowed, canonical(p))
+	}
+	for _, p := range o.Denied {
+		g.denied = append(g.denied, canonical(p))
+	}
+	if g.resolver == nil {
+		g.resolver = net.DefaultResolver
+	}
+	if g.timeout <= 0 {
+		g.timeout = 10 * time.Second
+	}
+	return g
+}
+
+// ParseCIDRs parses a list of CIDRs or bare addresses (a flag's value),
+// naming flag in the error.
+func ParseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range values {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, canonical(p))
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("%s: %q is not a CIDR or an IP address", flag, v)
+		}
+		out = append(out, canonical(netip.PrefixFrom(a, a.BitLen())))
+	}
+	return out, nil
+}
+
+// canonical masks p and writes an IPv4-mapped prefix as IPv4.
+func canonical(p netip.Prefix) netip.Prefix {
+	p = p.Masked()
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p
+}
+
+// metadata are the clouds' metadata and host-service addresses: as
+// denials of one address, only an allowed entry of exactly that address
+// opens them, never a range around them.
+var metadata = prefixes(
+	"169.254.169.254/32", // AWS, GCP, Azure, OpenStack, Oracle
+	"169.254.170.2/32",   // AWS ECS task metadata
+	"100.100.100.200/32", // Alibaba Cloud
+	"168.63.129.16/32",   // Azure WireServer
+	"192.0.0.192/32",     // Oracle Cloud
+	"fd00:ec2::254/128",  // AWS over IPv6
+	"fd00:ec2::23/128",   // AWS DNS over IPv6
+	"fd20:ce::254/128",   // GCP over IPv6
+)
+
+func prefixes(s ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(s))
+	for i, p := range s {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
+}
+
+// never are refused whatever they embed: Squid's never-list (loopback,
+// "this network", link-local, metadata, multicast, reserved, broadcast,
+// the IPv4-compatible ::/96) and the IPv6 spellings whose IPv4 address
+// cannot be read off the address: local-use NAT64 (RFC 8215, the IPv4
+// address at a position the network chooses) and Teredo (the address
+// obfuscated).
+var never = append(slices.Clone(squid.NeverDestinations),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2001::/32"),
+)
+
+// why are the words of a refusal, by what the address is.
+const (
+	whyLocal   = "a loopback, unspecified, link-local, metadata, multicast or reserved address"
+	whyCluster = "an address of the provider's own cluster (its Service, pod or node networks, or its API server)"
+	whyDenied  = "an address the platform team denies to tenants"
+)
+
+// embedded returns the IPv4 address an IPv6 address spells, and whether
+// it spells one: IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible
+// (::a.b.c.d, but for :: and ::1), NAT64's well-known prefix (64:ff9b::/96) and 6to4
+// (2002:aabb:ccdd::/48).
+func embedded(a netip.Addr) (netip.Addr, bool) {
+	if a.Is4() {
+		return a, true
+	}
+	if a.Is4In6() {
+		return a.Unmap(), true
+	}
+	b := a.As16()
+	switch {
+	case netip.MustParsePrefix("::/96").Contains(a) && !netip.MustParsePrefix("::/127").Contains(a):
+		// :: and ::1 are themselves, not 0.0.0.0 and 0.0.0.1.
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case netip.MustParsePrefix("64:ff9b::/96").Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case netip.MustParsePrefix("2002::/16").Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
+}
+
+// Check returns an error when a must not be connected to: a Permanent
+// proxy.Error (reason EndpointRefused) saying why, or nil.
+func (g *Guard) Check(ctx context.Context, a netip.Addr) error {
+	if g == nil {
+		return nil
+	}
+	if why := g.refuse(ctx, a); why != "" {
+		return refused(a.String(), a.WithZone("").String()+" is "+why)
+	}
+	return nil
+}
+
+// refuse returns why a is refused, or "". Each spelling of a is judged
+// on its own, and the most specific entry decides: an allowed range opens
+// what it holds unless a denial inside it is more specific, so allowing
+// 10.0.0.0/8 does not open a cluster's 10.244.0.0/16, and a metadata
+// address (a /32 or /128 denial) opens only by naming it.
+func (g *Guard) refuse(ctx context.Context, a netip.Addr) string {
+	a = a.WithZone("")
+	spellings := []netip.Addr{a.Unmap()}
+	if v4, ok := embedded(a); ok && v4 != spellings[0] {
+		spellings = append(spellings, v4)
+	}
+	var cluster []netip.Prefix
+	if g.cluster != nil {
+		cluster = g.cluster.Networks(ctx)
+	}
+	for _, s := range spellings {
+		allowed := longest(g.allowed, s)
+		why, bits := "", -1
+		for _, d := range []struct {
+			ps  []netip.Prefix
+			why string
+		}{{metadata, whyLocal}, {never, whyLocal}, {cluster, whyCluster}, {g.denied, whyDenied}} {
+			if b := longest(d.ps, s); b > bits {
+				why, bits = d.why, b
+			}
+		}
+		if bits >= 0 && allowed < bits {
+			return why
+		}
+	}
+	return ""
+}
+
+// longest returns the length of the longest prefix of ps holding a, or
+// -1.
+func longest(ps []netip.Prefix, a netip.Addr) int {
+	best := -1
+	for _, p := range ps {
+		if p.Bits() > best && p.Contains(a) {
+			best = p.Bits()
+		}
+	}
+	return best
+}
+
+// refused is the error of a refused endpoint. It says what was refused
+// and why in general words; never what a name resolved to (that would
+// answer a tenant's question about the provider's network).
+func refused(host, why string) error {
+	return &proxy.Error{Class: proxy.ClassPermanent, Reason: ReasonRefused, Err: &RefusedError{Host: host, Why: why}}
+}
+
+// RefusedError is a connection the guard refused.
+type RefusedError struct {
+	// Host is the name or address that was refused.
+	Host string
+	// Why says what kind of address it is (or resolves to).
+	Why string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("the provider does not connect to %s for a namespaced ProviderConfig: %s (the platform team can allow a range for tenants: docs/security.md)", e.Host, e.Why)
+}
+
+// IsRefused reports whether err is (or wraps) a refusal of the guard.
+func IsRefused(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re)
+}
+
+// CheckHost resolves host (a name or an address literal) and checks every
+// address it resolves to: one refused address refuses the name, as Squid
+// does. It returns the addresses.
+func (g *Guard) CheckHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, g.Check(ctx, a)
+	}
+	if g == nil {
+		return nil, nil
+	}
+	if why := localName(host); why != "" {
+		return nil, refused(host, why)
+	}
+	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if why := g.refuse(ctx, a); why != "" {
+			return nil, refused(host, "it resolves to "+why)
+		}
+	}
+	return addrs, nil
+}
+
+// localName refuses the names that mean the host itself in every pod's
+// /etc/hosts or by RFC 6761, before any lookup.
+func localName(host string) string {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	switch {
+	case h == "localhost", strings.HasSuffix(h, ".localhost"),
+		h == "ip6-localhost", h == "ip6-loopback", h == "localhost6", strings.HasPrefix(h, "localhost6."),
+		h == "metadata.google.internal", h == "metadata":
+		return "a name for the host itself or its metadata server"
+	}
+	return ""
+}
+
+// DialContext resolves address, checks every address it resolves to and
+// connects to a checked one; the socket's own Control checks the address
+// it connects to once more, so nothing between the check and the connect
+// (a second resolution) can change it. A nil Guard dials plainly.
+func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if g == nil {
+		return (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, address)
+	}
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := g.CheckHost(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	d := &net.Dialer{Timeout: g.timeout, KeepAlive: 30 * time.Second, Control: g.control(ctx)}
+	var first error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		first = fmt.Errorf("%s resolves to no address", host)
+	}
+	return nil, first
+}
+
+// control checks the address a socket is about to connect to.
+func (g *Guard) control(ctx context.Context) func(network, address string, _ syscall.RawConn) error {
+	return func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return refused(address, "not an address the guard can check")
+		}
+		return g.Check(ctx, ap.Addr())
+	}
+}
+
+// CheckURL checks u's host: its scheme is http or https, and every
+// address its host resolves to is allowed.
+func (g *Guard) CheckURL(ctx context.Context, u *url.URL) error {
+	if g == nil {
+		return nil
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return refused(u.Redacted(), "not an http or https URL")
+	}
+	_, err := g.CheckHost(ctx, u.Hostname())
+	return err
+}
+
+// CheckRedirect is an http.Client's CheckRedirect: every redirect's
+// target is checked (the dial checks it again), and at most 10 are
+// followed.
+func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return g.CheckURL(req.Context(), req.URL)
+}
+
+// DialFunc is a transport's dial.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// ProxyFunc is a transport's proxy choice (http.ProxyFromEnvironment).
+type ProxyFunc func(*http.Request) (*url.URL, error)
+
+// Transport returns base (cloned) dialling through g, with the proxy of
+// the environment (HTTPS_PROXY, NO_PROXY) unless base names another (Via).
+// A nil base is http.DefaultTransport; a nil Guard returns base with the
+// environment's proxy.
+func (g *Guard) Transport(base *http.Transport) *http.Transport {
+	if base == nil {
+		base, _ = http.DefaultTransport.(*http.Transport)
+	}
+	if base == nil {
+		base = &http.Transport{}
+	}
+	t := base.Clone()
+	if t.Proxy == nil {
+		t.Proxy = http.ProxyFromEnvironment
+	}
+	if g == nil {
+		return t
+	}
+	t.Proxy, t.DialContext = g.Via(t.Proxy, t.DialContext)
+	return t
+}
+
+// Via returns a transport's proxy and dial functions for proxy (the
+// platform team's choice) and plain (nil: a net.Dialer) through g. A
+// request handed to a proxy has its target checked first; the proxy then
+// connects, and resolves the name again itself, so what the proxy lets
+// through is the proxy's to decide. The proxy is dialled with plain.
+// Every other connection is g's.
+func (g *Guard) Via(proxy ProxyFunc, plain DialFunc) (ProxyFunc, DialFunc) {
+	if plain == nil {
+		plain = (&net.Dialer{Timeout: g.timeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	if proxy == nil {
+		proxy = http.ProxyFromEnvironment
+	}
+	// The proxies requests were handed to. A request sent directly to one
+	// of their addresses (NO_PROXY) is checked here, before its dial.
+	var proxies sync.Map
+	choose := func(req *http.Request) (*url.URL, error) {
+		p, err := proxy(req)
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			proxies.Store(hostPort(p), true)
+		} else if _, ok := proxies.Load(hostPort(req.URL)); !ok {
+			return nil, nil
+		}
+		if err := g.CheckURL(req.Context(), req.URL); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		if _, ok := proxies.Load(address); ok {
+			return plain(ctx, network, address)
+		}
+		return g.DialContext(ctx, network, address)
+	}
+	return choose, dial
+}
+
+// hostPort is the address a transport dials for u: its host and port,
+// the scheme's default port when it has none.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "https":
+			port = "443"
+		case "socks5", "socks5h":
+			port = "1080"
+		default:
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// Quiet returns err when it carries nothing an endpoint said (a refusal,
+// a failed dial or lookup, a timeout), and otherwise an error saying only
+// that field's endpoint answered, which unwraps to err for classification:
+// net/http quotes the first bytes of a response it cannot read (an SSH
+// banner, a service that is not HTTP), TLS errors a certificate's names.
+// What a tenant's endpoint answers is never quoted back to the tenant.
+func Quiet(err error, field string) error {
+	if err == nil || IsRefused(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var oe *net.OpError
+	var de *net.DNSError
+	if (errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &de) {
+		return err
+	}
+	return &quietError{err: err, field: field}
+}
+
+type quietError struct {
+	err   error
+	field string
+}
+
+func (e *quietError) Error() string {
+	return "the connection to " + e.field + " failed after it answered; what it answered is not shown for a namespaced ProviderConfig"
+}
+
+func (e *quietError) Unwrap() error { return e.err }
