@@ -191,6 +191,9 @@ type Known struct {
 var Foreign = map[string]string{
 	Flag + " from-file":                           "kubectl create secret/configmap",
 	Flag + " type":                                "kubectl patch",
+	Flag + " from-literal":                        "kubectl create secret/configmap",
+	Flag + " allocate-node-cidrs":                 "kube-controller-manager",
+	Flag + " zone":                                "gcloud",
 	Flag + " enable-usages":                       "Crossplane core",
 	Flag + " enable-provider-deletion-protection": "Crossplane core",
 	Env + " OTEL_EXPORTER_OTLP_HEADERS":           "the OpenTelemetry SDK's exporter reads it",

@@ -100,7 +100,7 @@ func TestCheckFindsPlantedNames(t *testing.T) {
 		`README.md:5: flag "pol": no program of this repository defines it`,
 		`README.md:7: make target "tset": the Makefile has no such target`,
 		`docs/ops.md:5: environment variable "POLL_INTERVAL": no code, script or Makefile reads or sets it`,
-		`docs/ops.md:5: flag's environment variable "poll": its environment variable is POLL, not POLL_INTERVAL`,
+		`docs/ops.md:5: flag's environment variable "poll": its environment variable is EGRESSPROXY_POLL, not POLL_INTERVAL`,
 		`docs/ops.md:6: flag "no-such-flag": no program of this repository defines it`,
 		`docs/ops.md:6: environment variable "NO_SUCH_FLAG": no code, script or Makefile reads or sets it`,
 		`docs/ops.md:6: flag's environment variable "no-such-flag": the provider has no such flag`,
