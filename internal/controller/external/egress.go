@@ -104,18 +104,24 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		backendIP = inst.EgressIP
 	}
 	ready := inst.State == proxy.StateRunning && inst.ProxyReachable
+	// Whatever says nothing new of the egress address (a probe that failed
+	// once, a rollout, a check pending or failed) leaves the one last
+	// verified, so that the next check tells whether it changed.
+	keep := func() {
+		if before.source == spec.EgressIPVerified {
+			o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.source, before.at
+			inst.EgressIP = o.EgressIP
+		}
+	}
 	var c xpv2.Condition
 	switch {
-	case !ready && inst.State == proxy.StateRunning && before.source == spec.EgressIPVerified:
-		// A probe that failed once says nothing of the egress address.
-		o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.source, before.at
-		inst.EgressIP = o.EgressIP
-		return
 	case !ready:
+		keep()
 		return
 	case inst.ProxyAddress == "" && inst.EgressSource == proxy.EgressReported:
 		c = egressCondition(corev1.ConditionTrue, reasonEgressReported, fmt.Sprintf("the check from inside the instance saw %s", inst.EgressIP))
 	case inst.ProxyAddress == "":
+		keep()
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressNoPath, "the provider cannot reach the proxy to send the egress check through it, and the backend reports no check from inside the instance")
 	default:
 		// A recreated or updated instance is checked at once.
@@ -123,11 +129,10 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		r := e.egress.Check(ctx, string(cr.GetUID()), version, inst.ProxyAddress, *check, e.egressInterval())
 		switch {
 		case r.IP == "" && r.Error == "":
-			if before.source == spec.EgressIPVerified {
-				o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.source, before.at
-			}
+			keep()
 			c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "checking the egress address through the proxy with "+check.URL)
 		case r.IP == "":
+			keep()
 			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", check.URL, r.Error))
 		default:
 			at := metav1.NewTime(r.At)
@@ -152,8 +157,10 @@ func (e *external[P]) verified(cr Resource[P], r squid.Egress, url, backendIP st
 	switch {
 	case before.ip != "" && before.ip != r.IP && (before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported):
 		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress address changed from %s to %s: %s", before.ip, r.IP, seen))
-	case was.Reason == reasonEgressChanged && before.at != nil && before.at.Equal(&metav1.Time{Time: r.At}):
-		// Until the next check, so that the change can be read.
+	case was.Reason == reasonEgressChanged && before.ip == r.IP && time.Since(was.LastTransitionTime.Time) < e.egressInterval():
+		// For an interval, so that the change can be read: the checks an
+		// instance's changes bring (a rollout brings several) do not
+		// hide it at once.
 		return was
 	}
 	return egressCondition(corev1.ConditionTrue, reasonEgressVerified, seen)
