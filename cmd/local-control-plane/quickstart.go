@@ -468,8 +468,21 @@ func (q *quickstart) podTemplate(function bool) (map[string]any, error) {
 	}
 	c := map[string]any{"name": "package-runtime"}
 	spec := map[string]any{"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet", "containers": []any{c}}
+	// A free port is free until bound: two asked for in a row may be the
+	// same one, which the pod's ports (and the host network) refuse.
+	taken := map[int]bool{}
+	free := func() (int, error) {
+		for range 100 {
+			p, err := controlplane.FreePort()
+			if err != nil || !taken[p] {
+				taken[p] = true
+				return p, err
+			}
+		}
+		return 0, fmt.Errorf("no free port distinct from %v", taken)
+	}
 	port := func(name string) (any, error) {
-		p, err := controlplane.FreePort()
+		p, err := free()
 		return map[string]any{"name": name, "containerPort": int64(p)}, err
 	}
 	metrics, err := port("metrics")
@@ -491,7 +504,7 @@ func (q *quickstart) podTemplate(function bool) (map[string]any, error) {
 		return nil, err
 	}
 	c["ports"] = []any{metrics, webhook}
-	health, err := controlplane.FreePort()
+	health, err := free()
 	if err != nil {
 		return nil, err
 	}
