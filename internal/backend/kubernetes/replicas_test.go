@@ -226,8 +226,8 @@ func TestObserveReplicas(t *testing.T) {
 			wantProgress: "rolling out a new configuration: 1 of 2 replicas have it",
 		},
 		"none serves": {
-			pods:      []corev1.Pod{pod("p1", "n1", "10.1.0.5", false, hash), unschedulable},
-			wantState: proxy.StateProvisioning,
+			pods:         []corev1.Pod{pod("p1", "n1", "10.1.0.5", false, hash), unschedulable},
+			wantState:    proxy.StateProvisioning,
 			wantProgress: "pod p2 is not scheduled: Unschedulable 0/2 nodes are available: 1 node(s) didn't match pod topology spread constraints, 1 node(s) had untolerated taint {egressproxy.io/egress: true}.",
 		},
 	} {
