@@ -90,10 +90,10 @@ func (b egressBefore) addresses() []string {
 
 // setEgress fills the egress part of status (already set from inst by
 // setObservation) and inst.EgressIP and EgressIPs, which the connection
-// Secret's egressIP and egressIPs are read from: the address the check saw through the proxy when
-// the config names one and the provider reaches the proxy, else the
-// instance's reported check, else the backend's own figure where that is
-// the egress address. It sets the EgressVerified condition, with an event
+// Secret's egressIP and egressIPs are read from: the address the check saw
+// through the proxy (each of its replicas) when the config names one and
+// the provider reaches the proxy, else the instance's reported check, else
+// the backend's own figure where that is the egress address. It sets the EgressVerified condition, with an event
 // when the address changes or differs from the backend's figure (a
 // reserved address).
 func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy.Instance, req proxy.Request, before egressBefore) {
