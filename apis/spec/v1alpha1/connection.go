@@ -32,13 +32,17 @@ const (
 	// ConnectionEgressIP is the address the proxy's traffic leaves from,
 	// when the backend knows it (what a vendor's allow-list needs).
 	ConnectionEgressIP = "egressIP"
+	// ConnectionEgressIPs are every egress address, comma-separated:
+	// egressIP alone, or the addresses of all of a PodProxy's replicas
+	// when they leave from several (status.atProvider.egressIPs).
+	ConnectionEgressIPs = "egressIPs"
 )
 
 // ConnectionKeys are every key a connection Secret may hold.
 var ConnectionKeys = []string{
 	ConnectionURL, ConnectionEndpoint, ConnectionHost, ConnectionPort, ConnectionUsername, ConnectionPassword,
 	ConnectionHTTPProxy, ConnectionHTTPSProxy, ConnectionHTTPProxyLower, ConnectionHTTPSProxyLower,
-	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP,
+	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP, ConnectionEgressIPs,
 }
 
 // DefaultNoProxy is what clients reach without the proxy unless a config
