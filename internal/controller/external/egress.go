@@ -126,7 +126,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	default:
 		// A recreated or updated instance is checked at once.
 		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + inst.SpecHash
-		r := e.egress.Check(ctx, string(cr.GetUID()), version, inst.ProxyAddress, *check, e.egressInterval())
+		r := e.egress.Check(ctx, e.cfg.Guard.Reported(), string(cr.GetUID()), version, inst.ProxyAddress, *check, e.egressInterval())
 		switch {
 		case r.IP == "" && r.Error == "":
 			keep()
