@@ -216,7 +216,7 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 	})
 
 	// The production driver; its Delete held until the test lets it go.
-	var held sync.Map // external name -> chan struct{}
+	held := &gates{m: map[string]chan struct{}{}}
 	e := providerenv.Start(t, providerenv.Options{
 		ControlPlane: controlplane.Options{ControllerManager: true},
 		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
@@ -227,7 +227,7 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				return holding{Driver: d, held: &held}, nil
+				return holding{Driver: d, held: held}, nil
 			}
 			return []external.Binding{kind}
 		},
@@ -283,13 +283,8 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 				}
 				names = append(names, name)
 				if hold {
-					gate := make(chan struct{})
-					held.Store(name, gate)
-					defer func() {
-						if _, ok := held.LoadAndDelete(name); ok {
-							close(gate)
-						}
-					}()
+					held.hold(name)
+					defer held.release(name)
 				}
 				e.Create(t, p)
 			}
@@ -321,9 +316,7 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 					if still := onHost(t, h, name); len(still) != 3 {
 						t.Errorf("before the held deletions were let go, the host holds %v of %s", still, name)
 					}
-					if gate, ok := held.LoadAndDelete(name); ok {
-						close(gate.(chan struct{}))
-					}
+					held.release(name)
 				}
 			}
 			e.WaitNamespaceGone(t, ns, 5*time.Minute)
@@ -338,20 +331,45 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 	}
 }
 
-// holding is a driver whose Delete of a held instance waits until the
-// test lets it go (a busy host), the real Delete running then.
+// gates are the instances whose deletion the test holds.
+type gates struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (g *gates) hold(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m[name] = make(chan struct{})
+}
+
+// release lets the deletion of name go (once).
+func (g *gates) release(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.m[name]; ok {
+		close(c)
+		delete(g.m, name)
+	}
+}
+
+func (g *gates) held(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.m[name]
+	return ok
+}
+
+// holding is a driver whose Delete of a held instance fails as a busy
+// host would until the test lets it go, the real Delete running then.
 type holding struct {
 	proxy.Driver
-	held *sync.Map
+	held *gates
 }
 
 func (d holding) Delete(ctx context.Context, ref proxy.Ref) error {
-	if gate, ok := d.held.Load(ref.Name); ok {
-		select {
-		case <-gate.(chan struct{}):
-		default:
-			return proxy.Transientf("the test holds the deletion of %s", ref.Name)
-		}
+	if d.held.held(ref.Name) {
+		return proxy.Transientf("the test holds the deletion of %s", ref.Name)
 	}
 	return d.Driver.Delete(ctx, ref)
 }
