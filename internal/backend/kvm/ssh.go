@@ -131,8 +131,9 @@ func (e *dialError) Unwrap() error { return e.err }
 
 // quiet is err without what a tenant's host said (t.Guard set): the
 // handshake's errors quote the server's algorithm lists and disconnect
-// message, a refused channel the server's reason. An authentication or
-// host-key refusal says nothing of the server's and stays as it is.
+// message, a refused channel the server's reason, libvirtd its message.
+// An authentication or host-key refusal says nothing of the server's and
+// stays as it is.
 func (t Target) quiet(err error) error {
 	if t.Guard == nil || isSSHAuth(err) {
 		return err
@@ -213,7 +214,7 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 	if err != nil {
 		_ = sock.Close()
 		_ = client.Close()
-		return nil, &dialError{stageLibvirt, err}
+		return nil, &dialError{stageLibvirt, t.quiet(err)}
 	}
 	_ = tcp.SetDeadline(time.Time{})
 
@@ -234,7 +235,7 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		_ = client.Wait()
 		lk.close("ssh connection ended")
 	}()
-	return &conn{api: &adapter{l: l, link: lk, budgets: d.budgets}, link: lk}, nil
+	return &conn{api: &adapter{l: l, link: lk, budgets: d.budgets, quiet: t.Guard != nil}, link: lk}, nil
 }
 
 // keepalive sends keepalive@openssh.com every interval; an unanswered one
