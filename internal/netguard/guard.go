@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -348,6 +349,16 @@ func (g *Guard) control(ctx context.Context) func(network, address string, _ sys
 	}
 }
 
+// Reported is g as the guard of the addresses a backend reports for a
+// proxy (its readiness probe, the egress check): nil when g is, so the
+// platform's configs keep the prober's own dial.
+func (g *Guard) Reported() squid.Guard {
+	if g == nil {
+		return nil
+	}
+	return g
+}
+
 // CheckURL checks u's host: its scheme is http or https, and every
 // address its host resolves to is allowed.
 func (g *Guard) CheckURL(ctx context.Context, u *url.URL) error {
@@ -454,6 +465,22 @@ func hostPort(u *url.URL) string {
 		}
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// version is a version as servers write it, optionally after a name and
+// a slash, and followed by anything: v1.31.0, 8.2.4,
+// pve-manager/8.2.4/faa83925, 6.8.12-4-pve, v1.31.0-gke.1234.
+var version = regexp.MustCompile(`^(?:[a-z][a-z0-9-]{0,31}/)?v?([0-9]{1,6}(?:\.[0-9]{1,9}){0,3})(?:[-+~./_][!-~]*)?$`)
+
+// Version returns the numbers of a version string a tenant's endpoint
+// answered (8.2.4 of pve-manager/8.2.4/faa83925, 1.31.0 of
+// v1.31.0-gke.1234), "" when it is not shaped as one: what a tenant's
+// endpoint says is shown as numbers, never in its own words.
+func Version(s string) string {
+	if m := version.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 // Quiet returns err when it carries nothing an endpoint said (a refusal,

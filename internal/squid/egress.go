@@ -3,6 +3,7 @@ package squid
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,6 +158,13 @@ func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr
 		Proxy:             http.ProxyURL(pu),
 		DialContext:       dial,
 		DisableKeepAlives: true,
+		// net/http would quote the status text of a refused CONNECT.
+		OnProxyConnectResponse: func(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
+			if resp.StatusCode != http.StatusOK {
+				return &proxyStatusError{code: resp.StatusCode}
+			}
+			return nil
+		},
 	}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -170,14 +178,42 @@ func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return "", fmt.Errorf("no answer through the proxy at %s: %w", proxyAddr, err)
+		return "", fmt.Errorf("no answer through the proxy at %s: %w", proxyAddr, unquoted(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), 4096))
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s answered %s through the proxy at %s", u.host, resp.Status, proxyAddr)
+		// The code, never the status text: what answers chose it.
+		return "", fmt.Errorf("%s answered %d %s through the proxy at %s", u.host, resp.StatusCode, http.StatusText(resp.StatusCode), proxyAddr)
 	}
 	return ParseEcho(body)
+}
+
+// proxyStatusError is a CONNECT the proxy did not accept.
+type proxyStatusError struct{ code int }
+
+func (e *proxyStatusError) Error() string {
+	return fmt.Sprintf("the proxy answered the CONNECT with %d %s", e.code, http.StatusText(e.code))
+}
+
+// unquoted is err when it carries nothing the other end sent (a failed
+// dial, a refusal, a timeout, a refused CONNECT), and otherwise a fixed
+// text: net/http quotes the first bytes of an answer it cannot read, TLS
+// errors a certificate's names, and the proxy's address is one a tenant's
+// backend may have chosen.
+func unquoted(err error) error {
+	var oe *net.OpError
+	var pe *proxyStatusError
+	var re *ReportedRefusedError
+	var ce *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &ce):
+		return errors.New("the echo endpoint's TLS certificate could not be verified (its names are not shown)")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &oe) && oe.Op == "dial", errors.As(err, &pe), errors.As(err, &re):
+		return err
+	}
+	return errors.New("the answer could not be read (what was answered is not shown)")
 }
 
 // Egress is what an EgressChecker knows of one proxy's egress address.
@@ -227,7 +263,11 @@ type egressEntry struct {
 // starts a check when none is known for that instance (any string that
 // changes when the instance does), address and URL, or the latest is
 // older than interval.
-func (e *EgressChecker) Check(ctx context.Context, key, instance, proxyAddr string, c proxy.EgressCheck, interval time.Duration) Egress {
+//
+// guard, when not nil, checks proxyAddr (an address the backend reported)
+// and dials it (the config's netguard.Guard); a refused address is never
+// connected to.
+func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, proxyAddr string, c proxy.EgressCheck, interval time.Duration) Egress {
 	e.mu.Lock()
 	if e.entries == nil {
 		e.entries = map[string]*egressEntry{}
@@ -253,7 +293,7 @@ func (e *EgressChecker) Check(ctx context.Context, key, instance, proxyAddr stri
 	if start {
 		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, done: make(chan struct{}), result: prev}
 		e.entries[key] = en
-		go e.run(en, c) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.
+		go e.run(en, c, guard) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.
 	}
 	e.mu.Unlock()
 
@@ -280,20 +320,28 @@ func (e *EgressChecker) Forget(key string) {
 	delete(e.entries, key)
 }
 
-func (e *EgressChecker) run(en *egressEntry, c proxy.EgressCheck) {
+func (e *EgressChecker) run(en *egressEntry, c proxy.EgressCheck, guard Guard) {
 	timeout := e.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	dial := e.Dial
+	if guard != nil {
+		dial = guard.DialContext
+	}
 	ask := e.Ask
 	if ask == nil {
 		ask = func(ctx context.Context, addr string, c proxy.EgressCheck) (string, error) {
-			return AskEgress(ctx, e.Dial, addr, c)
+			return AskEgress(ctx, dial, addr, c)
 		}
 	}
-	ip, err := ask(ctx, en.addr, c)
+	var ip string
+	err := checkReported(ctx, guard, en.addr)
+	if err == nil {
+		ip, err = ask(ctx, en.addr, c)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	en.finished = time.Now()

@@ -154,32 +154,32 @@ func TestEgressChecker(t *testing.T) {
 	check := proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "sentinel-check-password"}
 	ctx := t.Context()
 
-	if got := c.Check(ctx, "uid", "i1", "10.0.0.5:3128", check, time.Hour); got.IP != "203.0.113.7" || got.At.IsZero() {
+	if got := c.Check(ctx, nil, "uid", "i1", "10.0.0.5:3128", check, time.Hour); got.IP != "203.0.113.7" || got.At.IsZero() {
 		t.Fatalf("first Check = %+v; want the echo's address", got)
 	}
-	c.Check(ctx, "uid", "i1", "10.0.0.5:3128", check, time.Hour)
+	c.Check(ctx, nil, "uid", "i1", "10.0.0.5:3128", check, time.Hour)
 	if n := calls.Load(); n != 1 {
 		t.Errorf("two Checks within the interval sent %d checks; want 1", n)
 	}
 	// Another address (the pod moved to another node): checked at once.
 	answer.Store("203.0.113.8")
-	if got := c.Check(ctx, "uid", "i1", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.8" || calls.Load() != 2 {
+	if got := c.Check(ctx, nil, "uid", "i1", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.8" || calls.Load() != 2 {
 		t.Errorf("Check at a new address = %+v after %d checks; want the new address at once", got, calls.Load())
 	}
 	// The instance was updated or recreated at the same address: at once.
 	answer.Store("203.0.113.9")
-	if got := c.Check(ctx, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.9" || calls.Load() != 3 {
+	if got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.9" || calls.Load() != 3 {
 		t.Errorf("Check of a changed instance = %+v after %d checks; want a new check at once", got, calls.Load())
 	}
 	// The interval passed: checked again; a failure keeps the address last
 	// seen, and says why without the password.
 	fail.Store(true)
-	got := c.Check(ctx, "uid", "i2", "10.0.0.6:3128", check, 0)
+	got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, 0)
 	if got.IP != "203.0.113.9" || got.Error == "" || strings.Contains(got.Error, check.Password) {
 		t.Errorf("failed re-check = %+v; want the last address, an error, no password", got)
 	}
 	c.Forget("uid")
-	if got := c.Check(ctx, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "" {
+	if got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "" {
 		t.Errorf("Check after Forget = %+v; want nothing known", got)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +38,53 @@ func IdentityOf(squidConf string) string {
 	}
 	return ""
 }
+
+// Guard checks and dials the addresses a backend reports for a proxy
+// (netguard.Guard): for a namespaced ProviderConfig the backend is the
+// tenant's, and so is what it reports. A nil *netguard.Guard, the
+// platform's configs', checks nothing and dials plainly.
+type Guard interface {
+	// CheckHost returns an error when host must not be connected to.
+	CheckHost(ctx context.Context, host string) ([]netip.Addr, error)
+	// DialContext connects, checking the address it connects to.
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// checkReported checks addr, an address a backend reported, with g: the
+// error names it as the backend's and says why it is refused.
+func checkReported(ctx context.Context, g Guard, addr string) error {
+	if g == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if _, err := g.CheckHost(ctx, host); err != nil {
+		return &ReportedRefusedError{Addr: addr, Err: err}
+	}
+	return nil
+}
+
+// ReportedRefusedError is an address a tenant's backend reported for a
+// proxy, which the provider does not connect to.
+type ReportedRefusedError struct {
+	// Addr is the address as the backend reported it.
+	Addr string
+	// Err is the guard's refusal.
+	Err error
+}
+
+func (e *ReportedRefusedError) Error() string {
+	return fmt.Sprintf("the backend reports the proxy's address as %s, and %v", e.Addr, e.Err)
+}
+
+func (e *ReportedRefusedError) Unwrap() error { return e.Err }
+
+// identityPattern is what a visible_hostname of the provider's looks
+// like; another name is not quoted (an answer is quoted only when it is
+// one of the provider's own names).
+var identityPattern = regexp.MustCompile(`^` + identityPrefix + `(-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$`)
 
 // Ask connects to addr and sends a request Squid answers itself (an
 // invalid URL gets an error page, never forwarded: no traffic leaves the
@@ -91,6 +140,9 @@ type Probe struct {
 	// 10.0.0.5:3128: connection refused", "... answers as egress-proxy,
 	// not as egress-proxy-<uid>"); empty while Pending.
 	Message string
+	// Refused: the guard refused the address (Message says why); nothing
+	// was sent there.
+	Refused bool
 }
 
 // Prober tells whether Squid with a resource's own configuration answers
@@ -148,8 +200,10 @@ type probeEntry struct {
 }
 
 // Check reports whether Squid answering as identity (Identity of the
-// resource's UID) serves at addr, for the caller's key.
-func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
+// resource's UID) serves at addr, for the caller's key. guard, when not
+// nil, checks addr first and dials it (the config's netguard.Guard):
+// an address it refuses is never asked, whatever Ask is.
+func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity string) Probe {
 	p.mu.Lock()
 	if p.entries == nil {
 		p.entries = map[string]*probeEntry{}
@@ -175,7 +229,7 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 		e = &probeEntry{addr: addr, identity: identity, done: make(chan struct{}), served: served}
 		p.entries[key] = e
 		p.sweep(now)
-		go p.probe(key, e) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
+		go p.probe(key, e, guard) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
 	}
 	p.mu.Unlock()
 
@@ -211,26 +265,37 @@ func (p *Prober) Forget(key string) {
 	delete(p.entries, key)
 }
 
-func (p *Prober) probe(key string, e *probeEntry) {
+func (p *Prober) probe(key string, e *probeEntry, guard Guard) {
 	timeout := p.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	dial := p.Dial
+	if guard != nil {
+		dial = guard.DialContext
+	}
 	ask := p.Ask
 	if ask == nil {
-		ask = func(ctx context.Context, addr string) (string, error) { return Ask(ctx, p.Dial, addr) }
+		ask = func(ctx context.Context, addr string) (string, error) { return Ask(ctx, dial, addr) }
 	}
-	got, err := ask(ctx, e.addr)
 	var r Probe
-	switch {
-	case err != nil:
-		r.Message = fmt.Sprintf("no answer from Squid at %s: %v", e.addr, err)
-	case got != e.identity:
-		r.Message = fmt.Sprintf("Squid at %s answers as %q, not as this resource's (%q): its configuration is another one", e.addr, got, e.identity)
-	default:
-		r.Serving = true
+	if err := checkReported(ctx, guard, e.addr); err != nil {
+		r.Refused, r.Message = true, err.Error()
+	} else {
+		got, err := ask(ctx, e.addr)
+		switch {
+		case err != nil:
+			r.Message = fmt.Sprintf("no answer from Squid at %s: %v", e.addr, err)
+		case got != e.identity && identityPattern.MatchString(got):
+			r.Message = fmt.Sprintf("Squid at %s answers as %q, not as this resource's (%q): its configuration is another one", e.addr, got, e.identity)
+		case got != e.identity:
+			// Not quoted: whatever answers there chose the name.
+			r.Message = fmt.Sprintf("Squid at %s answers with a name that is not one of the provider's, not as this resource's (%q)", e.addr, e.identity)
+		default:
+			r.Serving = true
+		}
 	}
 	p.mu.Lock()
 	e.result, e.at = r, time.Now()

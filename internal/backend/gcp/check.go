@@ -38,7 +38,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	}
 	_, err := d.api.AggregatedInstances(ctx, "", 1, "")
 	if err != nil {
-		t.Reason, t.Message = checkReason(ctx, err), proxy.WithContext(classify(err), d.o.Provider, proxy.OpCheck).Error()
+		t.Reason, t.Message = checkReason(ctx, err), d.wrap(err, proxy.OpCheck).Error()
 		return proxy.Health{Targets: []proxy.TargetHealth{t}}
 	}
 	t.Healthy = true
@@ -49,7 +49,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	for _, r := range slices.Sorted(maps.Keys(regions)) {
 		reg, err := d.api.GetRegion(ctx, r)
 		if err != nil {
-			t.Details["quota."+r] = "unavailable: " + classify(err).Error()
+			t.Details["quota."+r] = "unavailable: " + classify(d.quietly(err)).Error()
 			continue
 		}
 		for _, q := range reg.GetQuotas() {

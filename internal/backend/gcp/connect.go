@@ -273,7 +273,7 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 
 	o := c.Defaults
 	o.Provider, o.Config, o.API, o.pending, o.batch = provider, cfg, cn.api, cn.pending, cn.batch
-	o.quiet = creds.Guard != nil
+	o.quiet, o.guard = creds.Guard != nil, creds.Guard
 	if o.Prober == nil {
 		o.Prober = &c.prober
 	}

@@ -40,6 +40,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/batch"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -120,6 +121,10 @@ type Options struct {
 	// quiet: the key is a tenant's; its token endpoint's answers are not
 	// quoted in errors.
 	quiet bool
+	// guard checks and dials the instances' addresses for the readiness
+	// probe (a tenant's key: its project's addresses are the tenant's to
+	// choose); nil otherwise.
+	guard *netguard.Guard
 }
 
 // Driver is the gcp proxy.Driver.
@@ -228,10 +233,16 @@ func (d *Driver) log(ctx context.Context) logr.Logger {
 
 // wrap classifies err and names the provider and the operation.
 func (d *Driver) wrap(err error, op string) error {
+	return proxy.WithContext(classify(d.quietly(err)), d.o.Provider, op)
+}
+
+// quietly is err without what a tenant's token endpoint answered
+// (quietAuth) for a tenant's key; err itself otherwise.
+func (d *Driver) quietly(err error) error {
 	if d.o.quiet {
-		err = quietAuth(err)
+		return quietAuth(err)
 	}
-	return proxy.WithContext(classify(err), d.o.Provider, op)
+	return err
 }
 
 // --- IDs ---

@@ -198,12 +198,15 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool)
 		port := labels[LabelPort]
 		if _, err := strconv.Atoi(port); err == nil {
 			addr := net.JoinHostPort(v.IP, port)
-			pr := d.o.Prober.Check(ctx, v.ID, addr, squid.Identity(v.Mark.UID))
+			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), v.ID, addr, squid.Identity(v.Mark.UID))
 			v.ProxyReachable = pr.Serving
 			if pr.Serving {
 				v.ProxyAddress = addr
 			}
-			if !pr.Serving && !pr.Pending {
+			switch {
+			case pr.Refused:
+				v.Progress = pr.Message
+			case !pr.Serving && !pr.Pending:
 				v.Progress = "waiting for Squid to answer: " + pr.Message
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -42,6 +43,10 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		v, err := d.version(ctx)
 		if err != nil {
 			return fail(checkReason(ctx, err), fmt.Errorf("cannot read the server version: %w", d.quietly(err)))
+		}
+		if d.quiet {
+			// A tenant's server: its numbers, never its words.
+			v = netguard.Version(v)
 		}
 		t.Details["serverVersion"] = v
 	}

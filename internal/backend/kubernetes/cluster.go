@@ -40,6 +40,9 @@ type Cluster struct {
 	// quiet: the cluster is a tenant's (a namespaced config's kubeconfig):
 	// errors never quote what its server answered.
 	quiet bool
+	// guard checks and dials the addresses the cluster reports for a
+	// proxy (a LoadBalancer's); nil for the platform's clusters.
+	guard *netguard.Guard
 	// closeIdle closes the idle connections of a pooled remote Cluster.
 	closeIdle func()
 	// gone are the Deployments the cache's watch saw deleted (this
@@ -136,7 +139,7 @@ func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Dr
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
-	d.quiet = cl.quiet
+	d.quiet, d.guard = cl.quiet, cl.guard
 	return d
 }
 
@@ -260,7 +263,7 @@ func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster,
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
 	}
 	cl.closeIdle = hc.CloseIdleConnections
-	cl.quiet = guard != nil
+	cl.quiet, cl.guard = guard != nil, guard
 	return cl, nil
 }
 

@@ -185,3 +185,52 @@ func TestTenantClusterAnswersAreNotQuoted(t *testing.T) {
 		t.Errorf("the server on loopback was asked %d times through the guard, want 0", n)
 	}
 }
+
+// TestTenantClusterCheckDoesNotQuoteItsServer: a tenant's "API server"
+// answers its version, its refusals and its headers with a sentinel. The
+// health of a namespaced config's cluster holds none of it: the version
+// as its numbers, the refusals as their status; a platform config's
+// cluster shows the version as it is.
+func TestTenantClusterCheckDoesNotQuoteItsServer(t *testing.T) {
+	const sentinel = "SENTINEL-9c1d"
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-"+sentinel, sentinel)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/version" {
+			_, _ = fmt.Fprintf(w, `{"major":"1","minor":"31","gitVersion":"v1.31.0-%s","platform":"%s"}`, sentinel, sentinel)
+			return
+		}
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"%s refuses","reason":"Forbidden","details":{"name":"%s"},"code":403}`, sentinel, sentinel)
+	}))
+	defer srv.Close()
+	kc := []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: abc}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", srv.URL))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	r := &Remote{Scheme: scheme}
+
+	allowed := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	cl, err := r.Cluster(kc, allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Check(context.Background())
+	if len(h.Targets) != 1 || h.Healthy() {
+		t.Fatalf("Check = %+v; want one unhealthy target", h)
+	}
+	if got := fmt.Sprintf("%+v", h.Targets); strings.Contains(got, sentinel) {
+		t.Errorf("the health of a tenant's cluster quotes its server: %s", got)
+	}
+	if v := h.Targets[0].Details["serverVersion"]; v != "1.31.0" {
+		t.Errorf("serverVersion = %q; want the numbers 1.31.0", v)
+	}
+	t.Logf("tenant's cluster: %s: %s", h.Targets[0].Reason, h.Targets[0].Message)
+
+	platform, err := r.Cluster(kc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := platform.Driver("ClusterProviderConfig c", Config{Namespace: "proxies"}, nil).Check(context.Background()); h.Targets[0].Details["serverVersion"] != "v1.31.0-"+sentinel {
+		t.Errorf("platform config's serverVersion = %q; want it as answered", h.Targets[0].Details["serverVersion"])
+	}
+}

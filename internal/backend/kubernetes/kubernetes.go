@@ -43,6 +43,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -99,7 +100,10 @@ type Options struct {
 type Driver struct {
 	// quiet: errors never quote the API server's messages (a tenant's
 	// cluster).
-	quiet    bool
+	quiet bool
+	// guard checks and dials the addresses the cluster reports (a
+	// tenant's cluster); nil otherwise.
+	guard    *netguard.Guard
 	provider string
 	cfg      Config
 	client   client.Client

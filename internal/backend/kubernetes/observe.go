@@ -138,13 +138,15 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instan
 		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
-		pr := d.prober.Check(ctx, dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]))
+		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]))
 		o.inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			o.inst.ProxyAddress = target
 		}
 		if !pr.Serving && o.inst.Progress == "" {
-			if pr.Pending {
+			if pr.Refused {
+				o.inst.Progress = pr.Message
+			} else if pr.Pending {
 				o.inst.Progress = "checking that the proxy answers on " + target
 			} else {
 				o.inst.Progress = "the proxy does not answer on " + target + ": " + pr.Message

@@ -3,6 +3,7 @@ package kvm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"time"
 
@@ -17,17 +18,41 @@ type adapter struct {
 	l       *libvirt.Libvirt
 	link    *link
 	budgets Budgets
+	// quiet: the host is a tenant's; libvirtd's messages are not quoted.
+	quiet bool
 }
 
 var _ Libvirt = (*adapter)(nil)
 
 func rpc[T any](ctx context.Context, a *adapter, fn func() (T, error)) (T, error) {
-	return callValue(ctx, a.link, budgetOf(ctx, a.budgets.RPC), fn)
+	v, err := callValue(ctx, a.link, budgetOf(ctx, a.budgets.RPC), fn)
+	return v, a.quietly(err)
 }
 
 func rpcErr(ctx context.Context, a *adapter, budget time.Duration, fn func() error) error {
-	return a.link.call(ctx, budgetOf(ctx, budget), fn)
+	return a.quietly(a.link.call(ctx, budgetOf(ctx, budget), fn))
 }
+
+// quietly is err with libvirtd's message left out for a tenant's host: its
+// code (what the driver decides by) stays, and so does its name.
+func (a *adapter) quietly(err error) error {
+	var le libvirt.Error
+	if !a.quiet || !errors.As(err, &le) {
+		return err
+	}
+	return &quietLibvirtError{err: err, code: libvirt.ErrorNumber(le.Code)}
+}
+
+type quietLibvirtError struct {
+	err  error
+	code libvirt.ErrorNumber
+}
+
+func (e *quietLibvirtError) Error() string {
+	return "libvirt refused the call: " + codeName(e.code) + " (libvirtd's message is not shown for a namespaced ProviderConfig)"
+}
+
+func (e *quietLibvirtError) Unwrap() error { return e.err }
 
 func (a *adapter) ConnectGetLibVersion(ctx context.Context) (uint64, error) {
 	return rpc(ctx, a, a.l.ConnectGetLibVersion)

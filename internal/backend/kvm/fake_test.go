@@ -38,8 +38,13 @@ type fakeHost struct {
 	crashAt    int // fail the crashAt-th call and every later one (0: off)
 	ncalls     int
 	libVersion uint64
-	nextIP     int
-	squid      map[string]string // ip:port answering: the identity Squid answers with
+	// hostname is what ConnectGetHostname answers; "fakehost" when empty.
+	hostname string
+	// nextIP numbers the addresses boot gives; nextAgentIP, when set, is
+	// the address the next booted domain's agent reports.
+	nextIP      int
+	nextAgentIP string
+	squid       map[string]string // ip:port answering: the identity Squid answers with
 	// memAvailable is the host's available memory; 0 means plenty.
 	memAvailable uint64
 	guestFiles   map[string]string
@@ -157,6 +162,9 @@ func (h *fakeHost) boot(name string, port int) bool {
 	if d == nil || d.state != libvirt.DomainRunning {
 		return false
 	}
+	if d.agentIP == "" && h.nextAgentIP != "" {
+		d.agentIP = h.nextAgentIP
+	}
 	if d.agentIP == "" {
 		h.nextIP++
 		d.agentIP = fmt.Sprintf("192.168.122.%d", 10+h.nextIP)
@@ -244,6 +252,9 @@ func (c *fakeConn) ConnectGetLibVersion(ctx context.Context) (uint64, error) {
 func (c *fakeConn) ConnectGetHostname(ctx context.Context) (string, error) {
 	if err := c.enter(ctx, "ConnectGetHostname", ""); err != nil {
 		return "", err
+	}
+	if c.h.hostname != "" {
+		return c.h.hostname, nil
 	}
 	return "fakehost", nil
 }

@@ -176,12 +176,14 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	switch {
 	case inst.State == proxy.StateRunning:
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
-		pr := d.b.prober.Check(ctx, inst.ID, addr, squid.Identity(inst.Mark.UID))
+		pr := d.b.prober.Check(ctx, d.cfg.Guard.Reported(), inst.ID, addr, squid.Identity(inst.Mark.UID))
 		inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			inst.ProxyAddress = addr
 		}
 		switch {
+		case pr.Refused:
+			inst.Progress = pr.Message
 		case pr.Pending:
 			inst.Progress = "booting: waiting for Squid to answer on " + addr
 		case !pr.Serving:

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
@@ -128,6 +129,18 @@ type dialError struct {
 func (e *dialError) Error() string { return fmt.Sprintf("%s: %v", e.stage, e.err) }
 func (e *dialError) Unwrap() error { return e.err }
 
+// quiet is err without what a tenant's host said (t.Guard set): the
+// handshake's errors quote the server's algorithm lists and disconnect
+// message, a refused channel the server's reason, libvirtd its message.
+// An authentication or host-key refusal says nothing of the server's and
+// stays as it is.
+func (t Target) quiet(err error) error {
+	if t.Guard == nil || isSSHAuth(err) {
+		return err
+	}
+	return netguard.Quiet(err, "kvm.hosts[].address")
+}
+
 // sshDialer is the production dialer: TCP, SSH handshake, a
 // direct-streamlocal channel to libvirtd's socket, go-libvirt on top.
 type sshDialer struct {
@@ -179,14 +192,14 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, &dialError{stageSSH, err}
+		return nil, &dialError{stageSSH, t.quiet(err)}
 	}
 	client := ssh.NewClient(sc, chans, reqs)
 	sock, err := client.DialContext(ctx, "unix", t.Host.socket())
 	if err != nil {
 		stop()
 		_ = client.Close()
-		return nil, &dialError{stageSocket, err}
+		return nil, &dialError{stageSocket, t.quiet(err)}
 	}
 	// streamOrder: go-libvirt misreads a download whose data comes first.
 	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(newStreamOrder(sock)))
@@ -201,7 +214,7 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 	if err != nil {
 		_ = sock.Close()
 		_ = client.Close()
-		return nil, &dialError{stageLibvirt, err}
+		return nil, &dialError{stageLibvirt, t.quiet(err)}
 	}
 	_ = tcp.SetDeadline(time.Time{})
 
@@ -222,7 +235,7 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		_ = client.Wait()
 		lk.close("ssh connection ended")
 	}()
-	return &conn{api: &adapter{l: l, link: lk, budgets: d.budgets}, link: lk}, nil
+	return &conn{api: &adapter{l: l, link: lk, budgets: d.budgets, quiet: t.Guard != nil}, link: lk}, nil
 }
 
 // keepalive sends keepalive@openssh.com every interval; an unanswered one

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -83,6 +84,9 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 			tmplProblems = append(tmplProblems, fmt.Sprintf("template %q (VMID %d) does not exist", key, id))
 		case !bool(e.Template):
 			tmplProblems = append(tmplProblems, fmt.Sprintf("VM %d (template %q) is not a template", id, key))
+		case d.quiet() && !slices.Contains(d.cfg.Nodes, e.Node):
+			// A node name only the API knows is its answer.
+			tmplDetails = append(tmplDetails, fmt.Sprintf("%s=%d", key, id))
 		default:
 			tmplDetails = append(tmplDetails, fmt.Sprintf("%s=%d@%s", key, id, e.Node))
 		}
@@ -92,9 +96,10 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		wg.Add(1)
 		go func(t *proxy.TargetHealth) {
 			defer wg.Done()
-			t.Details["pveVersion"] = v.Version
+			t.Details["pveVersion"] = d.answered(v.Version)
 			t.Details["templates"] = strings.Join(tmplDetails, ",")
 			if st, ok := idx.nodes[t.Target]; ok && st != "online" {
+				st = d.word(st, nodeStatuses)
 				unhealthy(t, ReasonNodeOffline, fmt.Sprintf("the cluster lists node %s as %s", t.Target, st))
 				return
 			} else if !ok {
@@ -107,9 +112,9 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 				unhealthy(t, r, m)
 				return
 			}
-			t.Details["kernel"] = ns.CurrentKernel.Release
+			t.Details["kernel"] = d.answered(ns.CurrentKernel.Release)
 			if ns.PVEVersion != "" {
-				t.Details["pveVersion"] = ns.PVEVersion
+				t.Details["pveVersion"] = d.answered(ns.PVEVersion)
 			}
 			ss, err := d.api.StorageStatus(ctx, t.Target, d.cfg.ISOStorage)
 			if err != nil {
@@ -126,7 +131,11 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 				unhealthy(t, ReasonStorageNotFound, fmt.Sprintf("storage %s is not active on node %s", d.cfg.ISOStorage, t.Target))
 				return
 			case !slices.Contains(strings.Split(ss.Content, ","), "iso"):
-				unhealthy(t, ReasonStorageNotFound, fmt.Sprintf("storage %s of node %s does not hold ISO images (content: %s): allow iso on it", d.cfg.ISOStorage, t.Target, ss.Content))
+				content := " (content: " + ss.Content + ")"
+				if d.quiet() {
+					content = ""
+				}
+				unhealthy(t, ReasonStorageNotFound, fmt.Sprintf("storage %s of node %s does not hold ISO images%s: allow iso on it", d.cfg.ISOStorage, t.Target, content))
 				return
 			}
 			if len(tmplProblems) > 0 {
@@ -138,6 +147,20 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	}
 	wg.Wait()
 	return proxy.Health{Targets: targets}
+}
+
+// quiet: the API is a tenant's (a namespaced config's), whose words are
+// never quoted in status.
+func (d *Driver) quiet() bool { return d.cfg.Guard != nil }
+
+// answered is a version string the API answered, as the health details
+// show it: as it is for the platform's API, only its numbers for a
+// tenant's (netguard.Version).
+func (d *Driver) answered(v string) string {
+	if d.quiet() {
+		return netguard.Version(v)
+	}
+	return v
 }
 
 // reason maps an error of the check to a health reason and a message.

@@ -222,7 +222,7 @@ func (d *Driver) converge(ctx context.Context, f found, cfg VMConfig, req proxy.
 	case "suspended":
 		return proxy.Instance{}, proxy.Transientf("%s", hibernatedMessage(e, "its provisioning cannot continue"))
 	default:
-		return proxy.Instance{}, proxy.Transientf("%s", lockedMessage(e, "configured"))
+		return proxy.Instance{}, proxy.Transientf("%s", d.lockedMessage(e, "configured"))
 	}
 	if cfg == nil {
 		c, err := d.api.VMConfig(ctx, e.Node, e.VMID)

@@ -64,7 +64,7 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	case "suspended":
 		return proxy.Transientf("%s", hibernatedMessage(e, "Proxmox will not destroy it; the deletion continues by itself once it is resumed or its state discarded"))
 	default:
-		return proxy.Transientf("%s", lockedMessage(e, "deleted"))
+		return proxy.Transientf("%s", d.lockedMessage(e, "deleted"))
 	}
 	cfg, err := d.api.VMConfig(ctx, e.Node, e.VMID)
 	if isNotExist(err) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,7 +206,7 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 	}
 	if e.Name == "" {
 		inst.State, inst.SpecHash = proxy.StateProvisioning, pendingSpec
-		inst.Progress = fmt.Sprintf("cloning: VM %d has no name until its clone task ends (locked: %s)", e.VMID, e.Lock)
+		inst.Progress = fmt.Sprintf("cloning: VM %d has no name until its clone task ends (locked: %s)", e.VMID, d.word(e.Lock, locks))
 		if f.clone != nil {
 			inst.Mark, inst.CreatedAt, inst.Operation = f.clone.mark, f.clone.createdAt, f.clone.upid
 		} else {
@@ -271,14 +272,14 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 	case "":
 	case "clone", "create":
 		inst.State = proxy.StateProvisioning
-		inst.Progress = fmt.Sprintf("cloning: VM %d is locked (%s); if no clone task is running on node %s, the lock is stale: clear it with `qm unlock %d`", e.VMID, e.Lock, e.Node, e.VMID)
+		inst.Progress = fmt.Sprintf("cloning: VM %d is locked (%s); if no clone task is running on node %s, the lock is stale: clear it with `qm unlock %d`", e.VMID, d.word(e.Lock, locks), e.Node, e.VMID)
 		return inst, nil
 	case "suspended":
 		inst.State = proxy.StateStopped
 		inst.Progress = hibernatedMessage(e, "it serves nothing until it is resumed")
 		return inst, nil
 	default:
-		inst.Progress = fmt.Sprintf("VM %d is locked (%s)", e.VMID, e.Lock)
+		inst.Progress = fmt.Sprintf("VM %d is locked (%s)", e.VMID, d.word(e.Lock, locks))
 	}
 	if marked && t.spec == "" {
 		inst.State = proxy.StateProvisioning
@@ -327,13 +328,16 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		case "running", "prelaunch":
 			inst.State = proxy.StateProvisioning
 			msg := "waiting for the guest agent to report an address (" + text + ")"
+			if d.quiet() {
+				msg = "waiting for the guest agent to report an address"
+			}
 			if strings.Contains(text, textNoAgent) {
 				msg = fmt.Sprintf("the guest agent option of VM %d is off, so its address cannot be learnt: turn it on (qm set %d --agent 1)", e.VMID, e.VMID)
 			}
 			inst.Progress = joinProgress(inst.Progress, msg)
 		default:
 			inst.State = proxy.StateStopped
-			inst.Progress = joinProgress(inst.Progress, fmt.Sprintf("VM %d is %s", e.VMID, st.QMPStatus))
+			inst.Progress = joinProgress(inst.Progress, fmt.Sprintf("VM %d is %s", e.VMID, d.word(st.QMPStatus, qmpStatuses)))
 		}
 		return inst, nil
 	}
@@ -352,12 +356,14 @@ func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, 
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	pr := d.prober.Check(ctx, d.cfg.URL+"/"+inst.ID, addr, squid.Identity(inst.Mark.UID))
+	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.cfg.URL+"/"+inst.ID, addr, squid.Identity(inst.Mark.UID))
 	inst.ProxyReachable = pr.Serving
 	if pr.Serving {
 		inst.ProxyAddress = addr
 	}
 	switch {
+	case pr.Refused:
+		inst.Progress = joinProgress(inst.Progress, pr.Message)
 	case pr.Pending:
 		inst.Progress = joinProgress(inst.Progress, fmt.Sprintf("waiting for Squid to answer on port %d", port))
 	case !pr.Serving:
@@ -413,9 +419,28 @@ func hibernatedMessage(e Resource, consequence string) string {
 		"or discard its saved state (qm unlock %d, then remove its vmstate volume)", e.VMID, consequence, e.VMID, e.VMID)
 }
 
-func lockedMessage(e Resource, what string) string {
+func (d *Driver) lockedMessage(e Resource, what string) string {
+	lock := d.word(e.Lock, locks)
 	return fmt.Sprintf("VM %d is locked (%s), so it cannot be %s now; this is retried. If no %s task is running on node %s, "+
-		"the lock is stale: clear it with `qm unlock %d`", e.VMID, e.Lock, what, e.Lock, e.Node, e.VMID)
+		"the lock is stale: clear it with `qm unlock %d`", e.VMID, lock, what, lock, e.Node, e.VMID)
+}
+
+// locks, qmpStatuses and nodeStatuses are the words Proxmox answers in
+// those fields; a tenant's API is quoted only in them (word).
+var (
+	locks        = []string{"backup", "clone", "create", "migrate", "rollback", "snapshot", "snapshot-delete", "suspending", "suspended", "copy", "disk", "fstrim", "mounted"}
+	qmpStatuses  = []string{"running", "paused", "prelaunch", "stopped", "suspended", "shutdown", "inmigrate", "postmigrate", "finish-migrate", "internal-error", "io-error", "guest-panicked", "watchdog", "debug", "restore-vm", "save-vm", "colo"}
+	nodeStatuses = []string{"online", "offline", "unknown"}
+)
+
+// word is s, a word the API answered, as a message shows it: itself for
+// the platform's API or when it is one of known; for a tenant's API
+// another word is not quoted.
+func (d *Driver) word(s string, known []string) string {
+	if !d.quiet() || slices.Contains(known, s) {
+		return s
+	}
+	return "a state the provider does not know"
 }
 
 // failedClone reports a clone that failed and left nothing behind (its VM
@@ -468,6 +493,11 @@ func (d *Driver) recentFailure(ctx context.Context, tasks []Task, typ, what stri
 // taskError is a Transient error with the task's exit status and the last
 // lines of its log.
 func (d *Driver) taskError(ctx context.Context, t Task, what string) error {
+	if d.quiet() {
+		// Its exit status and log are the API's words.
+		retry := time.Unix(t.EndTime, 0).Add(d.retry).Sub(d.now()).Round(time.Second)
+		return proxy.Transientf("%s failed: its task on node %s ended with an error (read its status and log in Proxmox: they are not shown for a namespaced ProviderConfig); it is tried again in %s", what, t.Node, max(retry, 0))
+	}
 	tail := ""
 	if lines, err := d.api.TaskLog(ctx, t.Node, t.UPID); err == nil {
 		var keep []string

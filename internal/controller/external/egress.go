@@ -172,7 +172,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 // replica has none yet. ips are every address seen, sorted.
 func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst proxy.Instance, check proxy.EgressCheck) (squid.Egress, []string) {
 	if len(inst.Replicas) < 2 {
-		r := e.egress.Check(ctx, uid, version, inst.ProxyAddress, check, e.egressInterval())
+		r := e.egress.Check(ctx, e.cfg.Guard.Reported(), uid, version, inst.ProxyAddress, check, e.egressInterval())
 		if r.IP == "" {
 			return r, nil
 		}
@@ -183,7 +183,7 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 	var wg sync.WaitGroup
 	for i, rep := range replicas {
 		wg.Go(func() {
-			results[i] = e.egress.Check(ctx, replicaKey(uid, i), version, rep.ProxyAddress, check, e.egressInterval())
+			results[i] = e.egress.Check(ctx, e.cfg.Guard.Reported(), replicaKey(uid, i), version, rep.ProxyAddress, check, e.egressInterval())
 		})
 	}
 	wg.Wait()

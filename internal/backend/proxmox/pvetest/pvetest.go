@@ -55,6 +55,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,6 +215,9 @@ type Server struct {
 	t      testing.TB
 	opts   Options
 	schema *Schema
+
+	// probed counts the connections the guests' listeners accepted.
+	probed atomic.Int64
 
 	mu         sync.Mutex
 	auth       *authority
@@ -768,6 +772,10 @@ func publicParams(p map[string]string) map[string]string {
 // identity of the squid.conf its seed's user-data installs
 // (squid.IdentityOf). It is a squid.Prober's Ask for drivers under test
 // that cannot dial (see Options.Listen for real listeners).
+// GuestConnections is how many connections the guests' listeners
+// (Options.Listen, without Squid) accepted: a readiness probe's.
+func (s *Server) GuestConnections() int64 { return s.probed.Load() }
+
 func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

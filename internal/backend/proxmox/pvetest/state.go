@@ -266,7 +266,21 @@ func (s *Server) maybeListen(v *vm, now time.Time) {
 		return
 	}
 	v.ln = ln
-	go squid.AnswerProbes(ln, v.squidIdentity())
+	go squid.AnswerProbes(&counted{Listener: ln, n: &s.probed}, v.squidIdentity())
+}
+
+// counted counts the connections its listener accepts.
+type counted struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (c *counted) Accept() (net.Conn, error) {
+	conn, err := c.Listener.Accept()
+	if err == nil {
+		c.n.Add(1)
+	}
+	return conn, err
 }
 
 // squidIdentity is what the guest's Squid calls itself: the identity of

@@ -1,0 +1,168 @@
+package kvm
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// TestReportedAddressIsGuarded: a tenant's host (a namespaced config)
+// reports its VM's address as one of the provider's own network: a cloud
+// metadata address a guest cannot have, or one of the cluster's Service
+// network. The readiness probe refuses it, saying it is the address the
+// host reported, and never asks there; the proxy is not Ready. The same
+// address on a platform config's host is probed.
+func TestReportedAddressIsGuarded(t *testing.T) {
+	// Loopback allowed for the image server of the tests; 10.96.0.0/12
+	// stands for the discovered Service network.
+	tenant := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}})
+	for _, reported := range []string{"168.63.129.16", "100.100.100.200", "10.96.0.1", "10.96.0.10"} {
+		for _, guard := range []*netguard.Guard{tenant, nil} {
+			name := fmt.Sprintf("tenant=%v/%s", guard != nil, reported)
+			t.Run(name, func(t *testing.T) {
+				e := newTestEnv(t, func(e *testEnv) { e.cfg.Guard = guard })
+				var asked atomic.Int32
+				e.b.prober = &squid.Prober{Wait: time.Minute, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond,
+					Ask: func(ctx context.Context, addr string) (string, error) {
+						asked.Add(1)
+						return e.host.squidAsk(ctx, addr)
+					}}
+				e.host.nextAgentIP = reported
+				inst := e.mustCreate(e.request("web", "6f1c2a7e-3b4d-4c5e-9f60-718293a4b5c6"))
+				if err := e.settle(context.Background(), inst.ID); err != nil {
+					t.Fatal(err)
+				}
+				got := e.mustGet(ref(inst))
+				if guard == nil {
+					if !got.ProxyReachable || asked.Load() == 0 {
+						t.Errorf("platform host: %+v, asked %d times; want the proxy probed and reachable", got, asked.Load())
+					}
+					return
+				}
+				if got.ProxyReachable || got.ProxyAddress != "" || !strings.Contains(got.Progress, "the backend reports the proxy's address as "+reported+":3128") || !strings.Contains(got.Progress, "does not connect to "+reported) {
+					t.Errorf("tenant host: ProxyReachable %v, ProxyAddress %q, Progress %q; want refused, naming the reported address", got.ProxyReachable, got.ProxyAddress, got.Progress)
+				}
+				if n := asked.Load(); n != 0 {
+					t.Errorf("the refused address was asked %d times; want 0", n)
+				}
+			})
+		}
+	}
+}
+
+// TestTenantHostCheckDoesNotQuoteIt: a tenant's libvirtd names itself
+// with a sentinel; its config's health does not show it (the numbers of
+// its version, pool and memory stay), a platform config's does.
+func TestTenantHostCheckDoesNotQuoteIt(t *testing.T) {
+	const sentinel = "SENTINEL-host-5d1f"
+	for _, guard := range []*netguard.Guard{onlyAllowing(t, "0.0.0.0/0"), nil} {
+		e := newTestEnv(t, func(e *testEnv) { e.cfg.Guard = guard })
+		e.host.hostname = sentinel
+		th := e.d.Check(context.Background()).Targets[0]
+		quoted := strings.Contains(fmt.Sprintf("%+v", th), sentinel)
+		if guard != nil && (quoted || th.Details["libvirtVersion"] == "") {
+			t.Errorf("tenant host's health = %+v; want no hostname, the version's numbers", th)
+		}
+		if guard == nil && !quoted {
+			t.Errorf("platform host's health = %+v; want its hostname", th)
+		}
+	}
+}
+
+// kexServer answers every connection as an SSH server whose key exchange
+// offers only algorithms named name: the client's handshake error quotes
+// them.
+func kexServer(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var payload []byte
+	payload = append(payload, 20) // SSH_MSG_KEXINIT
+	payload = append(payload, make([]byte, 16)...)
+	for range 10 {
+		payload = binary.BigEndian.AppendUint32(payload, uint32(len(name)))
+		payload = append(payload, name...)
+	}
+	payload = append(payload, 0, 0, 0, 0, 0)
+	pad := 8 - (len(payload)+5)%8
+	if pad < 4 {
+		pad += 8
+	}
+	packet := binary.BigEndian.AppendUint32(nil, uint32(len(payload)+pad+1))
+	packet = append(packet, byte(pad))
+	packet = append(packet, payload...)
+	packet = append(packet, make([]byte, pad)...)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_, _ = c.Write(append([]byte("SSH-2.0-OpenSSH_9.6\r\n"), packet...))
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestTenantSSHServerIsNotQuoted: an SSH server at a tenant's host
+// address offers key exchange algorithms named with a sentinel, which
+// the SSH library quotes when the handshake fails. The health of a
+// namespaced config (the guarded dial) does not hold it; a platform
+// config's does.
+func TestTenantSSHServerIsNotQuoted(t *testing.T) {
+	const sentinel = "SENTINEL-kex-a11c"
+	addr := kexServer(t, sentinel)
+	b := NewBackend(Options{})
+	t.Cleanup(b.Close)
+	key, _ := sshMaterialForTest(t)
+	for _, guard := range []*netguard.Guard{onlyAllowing(t, "127.0.0.0/8"), nil} {
+		d := b.Driver(Config{Name: testProvider, Guard: guard, Credentials: Credentials{Key: key, InsecureIgnoreHostKey: true},
+			Hosts: []Host{{Name: "h", Address: addr, User: "proxy"}}})
+		th := d.Check(context.Background()).Targets[0]
+		quoted := strings.Contains(fmt.Sprintf("%+v", th), sentinel)
+		t.Logf("guard %v: %s: %s", guard != nil, th.Reason, th.Message)
+		if th.Healthy || (guard != nil) == quoted {
+			t.Errorf("guard %v: Check = %+v; want unhealthy, quoting the server only for the platform's config", guard != nil, th)
+		}
+	}
+}
+
+func sshMaterialForTest(t *testing.T) ([]byte, ssh.Signer) {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(k, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(block), s
+}
