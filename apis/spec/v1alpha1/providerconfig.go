@@ -90,14 +90,27 @@ type OrphanStatus struct {
 	Instances []OrphanInstance `json:"instances,omitempty"`
 }
 
-// OrphanInstance is one instance whose managed resource is gone.
+// OrphanInstance is one instance whose managed resource is gone, or the
+// pieces of one that stand without it.
 type OrphanInstance struct {
 	// ID is the instance's backend ID.
 	ID string `json:"id"`
 	// Name of the instance.
 	Name string `json:"name"`
-	// UID of the managed resource the instance's mark names.
+	// UID of the managed resource the instance's mark names; empty when
+	// the pieces carry only a prefix of it (uidPrefix).
 	UID string `json:"uid"`
+	// UIDPrefix is, for pieces whose names carry only a prefix of their
+	// resource's UID and no installation (Proxmox seed ISOs), that
+	// prefix: they are reported, never deleted.
+	// +optional
+	UIDPrefix string `json:"uidPrefix,omitempty"`
+	// Leftovers, when set, says no instance exists: these pieces of it
+	// (volumes, seeds, firewall rules, addresses, Secrets, ReplicaSets)
+	// stand without it.
+	// +optional
+	// +listType=atomic
+	Leftovers []string `json:"leftovers,omitempty"`
 	// CreatedAt is when the instance was created, if the backend says.
 	// +optional
 	CreatedAt *metav1.Time `json:"createdAt,omitempty"`

@@ -148,7 +148,11 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 			len(found), names(found))))
 	}
 	for _, d := range deleted {
-		s.Events.Event(pc, event.Normal(ReasonOrphanDeleted, fmt.Sprintf("deleted orphan %s (managed resource UID %s no longer exists)", d.ID, d.Mark.UID)))
+		what := d.ID
+		if len(d.Leftovers) > 0 {
+			what = fmt.Sprintf("%s (no instance; %s)", d.ID, strings.Join(d.Leftovers, ", "))
+		}
+		s.Events.Event(pc, event.Normal(ReasonOrphanDeleted, fmt.Sprintf("deleted orphan %s (managed resource UID %s no longer exists)", what, d.Mark.UID)))
 	}
 	return next, nil
 }
@@ -183,6 +187,14 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 		}
 	}
 	for _, inst := range instances {
+		if inst.Mark == (proxy.Mark{}) && len(inst.Leftovers) > 0 {
+			// Pieces marked in part (a UID prefix): reported while no
+			// resource's UID has the prefix, never deleted.
+			if p := inst.Details[proxy.DetailUIDPrefix]; p != "" && !hasPrefix(uids, p) && !tooYoung(inst, now) {
+				found = append(found, inst)
+			}
+			continue
+		}
 		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID || uids[inst.Mark.UID] {
 			continue
 		}
@@ -198,7 +210,7 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			continue
 		}
 		if policy == spec.OrphanPolicyDelete && age >= minAge {
-			ref := proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Live: true}
+			ref := proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Placement: inst.Placement, Live: true}
 			if err := d.Delete(ctx, ref); err != nil {
 				s.Events.Event(pc, event.Warning(ReasonCannotDelete, errors.Wrapf(err, "cannot delete orphan %s", inst.ID)))
 				found = append(found, inst)
@@ -211,6 +223,22 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 	}
 	slices.SortFunc(found, func(a, b proxy.Instance) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return found, deleted, nil
+}
+
+// hasPrefix tells whether a UID in uids, without its dashes, starts with
+// prefix.
+func hasPrefix(uids map[string]bool, prefix string) bool {
+	for u := range uids {
+		if strings.HasPrefix(strings.ReplaceAll(u, "-", ""), prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// tooYoung tells whether inst is younger than youngest.
+func tooYoung(inst proxy.Instance, now time.Time) bool {
+	return !inst.CreatedAt.IsZero() && now.Sub(inst.CreatedAt) < youngest
 }
 
 // liveUIDs returns the UIDs of every managed resource of the backend's
@@ -261,7 +289,10 @@ func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Inst
 		if len(st.Instances) == maxListed {
 			break
 		}
-		o := spec.OrphanInstance{ID: inst.ID, Name: inst.Name, UID: inst.Mark.UID}
+		o := spec.OrphanInstance{ID: inst.ID, Name: inst.Name, UID: inst.Mark.UID, Leftovers: inst.Leftovers}
+		if inst.Mark.UID == "" {
+			o.UIDPrefix = inst.Details[proxy.DetailUIDPrefix]
+		}
 		if !inst.CreatedAt.IsZero() {
 			t := metav1.NewTime(inst.CreatedAt)
 			o.CreatedAt = &t

@@ -237,3 +237,79 @@ func TestSweepThatCannotListResourcesReportsNothing(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
+
+// partialMarks is the backend with, in its List, pieces marked in part
+// (a UID prefix, as Proxmox seed ISOs are): one of a live resource's UID
+// and one of no resource's. It records every Delete.
+type partialMarks struct {
+	*proxytest.Memory
+	deleted []string
+}
+
+func (p *partialMarks) List(ctx context.Context, id string) ([]proxy.Instance, error) {
+	l, err := p.Memory.List(ctx, id)
+	for name, prefix := range map[string]string{"seed-live": "uidnsli", "seed-gone": "uidgone9"} {
+		l = append(l, proxy.Instance{ID: "isos/" + name, Name: name, Leftovers: []string{name + ".iso"},
+			Details: map[string]string{proxy.DetailUIDPrefix: prefix}})
+	}
+	return l, err
+}
+
+func (p *partialMarks) Delete(ctx context.Context, ref proxy.Ref) error {
+	p.deleted = append(p.deleted, ref.ID)
+	return p.Memory.Delete(ctx, ref)
+}
+
+// What a create cut short left, or a deletion that was bypassed left,
+// without its instance is an orphan once its resource is gone: reported
+// with its pieces named, deleted only under Delete, and only with the
+// full mark of this installation; pieces marked in part only reported.
+func TestSweepFindsLeftoversWithoutAnInstance(t *testing.T) {
+	for _, policy := range []string{spec.OrphanPolicyReport, spec.OrphanPolicyDelete} {
+		t.Run(policy, func(t *testing.T) {
+			st := newSetup(t, &spec.OrphanPolicy{Policy: policy, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+			for name, uid := range map[string]string{"left-gone": "uid-gone-2", "left-live": "uid-cl-live"} {
+				if err := st.backend.PartialCreate(name, uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pm := &partialMarks{Memory: st.backend}
+			st.sweeper.Configs.Backends[0].Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return pm, nil }
+			got := st.sweep(t)
+			byName := map[string]spec.OrphanInstance{}
+			for _, o := range got.Instances {
+				byName[o.Name] = o
+			}
+			if _, ok := byName["left-live"]; ok {
+				t.Errorf("the leftovers of a live resource are reported as an orphan: %+v", got.Instances)
+			}
+			if _, ok := byName["seed-live"]; ok {
+				t.Errorf("pieces whose UID prefix is a live resource's are reported as an orphan: %+v", got.Instances)
+			}
+			if o, ok := byName["seed-gone"]; !ok || o.UIDPrefix != "uidgone9" || o.UID != "" || len(o.Leftovers) != 1 {
+				t.Errorf("pieces marked in part of no resource: reported as %+v (%v); want the prefix and the pieces", o, ok)
+			}
+			o, reported := byName["left-gone"]
+			if policy == spec.OrphanPolicyReport {
+				if !reported || o.UID != "uid-gone-2" || len(o.Leftovers) == 0 {
+					t.Errorf("leftovers of a gone resource: reported as %+v (%v); want its UID and its pieces", o, reported)
+				}
+				if len(st.backend.Leftovers("left-gone")) == 0 {
+					t.Error("a report-only sweep deleted the leftovers")
+				}
+			} else {
+				if reported || len(st.backend.Leftovers("left-gone")) != 0 {
+					t.Errorf("leftovers of a gone resource under Delete: still there (%v, reported %v)", st.backend.Leftovers("left-gone"), reported)
+				}
+				if len(st.backend.Leftovers("left-live")) == 0 {
+					t.Error("the sweep deleted the leftovers of a live resource")
+				}
+			}
+			for _, id := range pm.deleted {
+				if strings.HasPrefix(id, "isos/") {
+					t.Errorf("the sweep deleted %s, which carries no full mark", id)
+				}
+			}
+		})
+	}
+}

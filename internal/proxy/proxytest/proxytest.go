@@ -146,6 +146,7 @@ type check struct {
 //	UpdateRefusesForeignMarkedInstance                (ForeignMarked)
 //	DeleteRefusesForeignMarkedInstance                (ForeignMarked)
 //	DeletionRemovesWhatACutShortCreateLeft            (PartialCreate, Leftovers)
+//	ListReportsWhatACutShortCreateLeft                (PartialCreate, Leftovers)
 //	GetDuringDeleteIsNeverNotFound                    (HoldDelete)
 //	BusyBackendIsTransientNeverNotFound               (SetBusy)
 //	CancelledContextReturnsPromptly
