@@ -121,6 +121,7 @@ func TestDriverIntegration(t *testing.T) {
 	e.driverTests(t)
 	t.Run("Takeover", e.takeoverTests)
 	t.Run("Faults", e.faultTests)
+	t.Run("Leftovers", e.leftoverTests)
 }
 
 // fixture returns fixtures in a fresh namespace each.
