@@ -88,6 +88,43 @@ type OrphanStatus struct {
 	// +optional
 	// +listType=atomic
 	Instances []OrphanInstance `json:"instances,omitempty"`
+	// Hosts are the KVM hosts the sweep last listed, with what of this
+	// installation stands on each: what it remembers of a host should the
+	// host leave the config.
+	// +optional
+	// +listType=atomic
+	Hosts []OrphanHost `json:"hosts,omitempty"`
+	// DepartedHosts are hosts the sweep listed that have since left the
+	// config, with what stood on them when last listed. The provider no
+	// longer reaches them: what stands there is neither observed nor
+	// deleted. An entry goes when its host is back in the config (and is
+	// listed again); remove it from the status by hand once dealt with.
+	// +optional
+	// +listType=atomic
+	DepartedHosts []OrphanHost `json:"departedHosts,omitempty"`
+}
+
+// OrphanHost is one host and what of this installation stood on it.
+type OrphanHost struct {
+	// Name of the host in the config.
+	Name string `json:"name"`
+	// Address it was reached at.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Count of this installation's instances (and pieces left without
+	// one) on the host when last listed.
+	Count int32 `json:"count"`
+	// Instances are their names, at most 20.
+	// +optional
+	// +listType=atomic
+	Instances []string `json:"instances,omitempty"`
+	// LastListedTime is when the sweep last listed the host.
+	// +optional
+	LastListedTime *metav1.Time `json:"lastListedTime,omitempty"`
+	// DepartedTime is when the sweep first found the host gone from the
+	// config.
+	// +optional
+	DepartedTime *metav1.Time `json:"departedTime,omitempty"`
 }
 
 // OrphanInstance is one instance whose managed resource is gone, or the

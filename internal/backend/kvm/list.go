@@ -46,7 +46,8 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 				continue
 			}
 			seen[dom.Name] = true
-			out = append(out, proxy.Instance{ID: formatID(h.Name, dom.Name), Name: dom.Name, Mark: m, CreatedAt: meta.createdAt(), SpecHash: meta.SpecHash})
+			out = append(out, proxy.Instance{ID: formatID(h.Name, dom.Name), Name: dom.Name, Mark: m, CreatedAt: meta.createdAt(), SpecHash: meta.SpecHash,
+				Placement: proxy.Placement{Location: h.Name}})
 		}
 		taken := map[string]bool{}
 		for _, dom := range doms {

@@ -108,6 +108,11 @@ type Block struct {
 	// EgressCheck is the block's egressCheck: the echo endpoint each Ready
 	// proxy's egress address is verified against (nil: none).
 	EgressCheck *spec.EgressCheck
+	// Hosts, when not nil, are the hosts the block names (KVM), by name,
+	// with their addresses: the orphan sweep remembers what stands on
+	// each (Instance.Placement.Location) and reports a host that leaves
+	// the block with what stood there.
+	Hosts map[string]string
 }
 
 // ImagesByURL is a block's allowImageURLs and its image catalogue's keys.

@@ -57,6 +57,10 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 		AllowTenantCloudInit: k.AllowTenantCloudInit,
 		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
 		EgressCheck:          k.EgressCheck,
+		Hosts:                map[string]string{},
+	}
+	for _, h := range k.Hosts {
+		b.Hosts[h.Name] = h.Address
 	}
 	if k.Credentials.InsecureIgnoreHostKey {
 		b.Insecure = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"

@@ -2,6 +2,7 @@ package orphans
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -311,5 +312,70 @@ func TestSweepFindsLeftoversWithoutAnInstance(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A host that leaves the config is reported with what stood on it when
+// the sweep last listed it: status.orphans.departedHosts and one
+// HostLeftConfig event; it stays reported until it is back in the config.
+func TestSweepReportsHostsThatLeftTheConfig(t *testing.T) {
+	st := newSetup(t, nil, bothScopes)
+	ctx := context.Background()
+	st.sweeper.Configs.Backends[0].Block = func(s *spec.ProviderConfigSpec) (external.Block, bool) {
+		if s.KVM == nil {
+			return external.Block{}, false
+		}
+		b := external.Block{Hosts: map[string]string{}}
+		for _, h := range s.KVM.Hosts {
+			b.Hosts[h.Name] = h.Address
+		}
+		return b, true
+	}
+	setHosts := func(names ...string) {
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		if err := st.kube.Get(ctx, types.NamespacedName{Name: "home"}, pc); err != nil {
+			t.Fatal(err)
+		}
+		pc.Spec.KVM.Hosts = nil
+		for _, n := range names {
+			pc.Spec.KVM.Hosts = append(pc.Spec.KVM.Hosts, spec.KVMHost{Name: n, Address: n + ".lab:22"})
+		}
+		if err := st.kube.Update(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"b-one", "b-two"} {
+		req := st.backend.Request(n, "uid-"+n)
+		req.Placement.Location = "beelink"
+		if _, err := st.backend.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setHosts("local", "beelink")
+	got := st.sweep(t)
+	if len(got.Hosts) != 2 || got.Hosts[0].Name != "beelink" || got.Hosts[0].Count != 2 || got.Hosts[0].Address != "beelink.lab:22" || len(got.DepartedHosts) != 0 {
+		t.Fatalf("status.orphans hosts %+v, departed %+v; want beelink with its two instances, nothing departed", got.Hosts, got.DepartedHosts)
+	}
+
+	setHosts("local")
+	got = st.sweep(t)
+	d := got.DepartedHosts
+	if len(d) != 1 || d[0].Name != "beelink" || d[0].Count != 2 || !slices.Equal(d[0].Instances, []string{"b-one", "b-two"}) || d[0].DepartedTime == nil || d[0].LastListedTime == nil {
+		t.Fatalf("departed hosts %+v; want beelink with b-one and b-two, when it left and when it was last listed", d)
+	}
+	if len(got.Hosts) != 1 || got.Hosts[0].Name != "local" {
+		t.Errorf("hosts %+v; want local alone", got.Hosts)
+	}
+	count := func() int { return strings.Count(strings.Join(st.events.reasons(), " "), string(ReasonHostDeparted)) }
+	if count() != 1 {
+		t.Errorf("events %v; want one %s", st.events.reasons(), ReasonHostDeparted)
+	}
+	if got = st.sweep(t); len(got.DepartedHosts) != 1 || count() != 1 {
+		t.Errorf("a second sweep: departed %+v, %d events; want it still reported, no second event", got.DepartedHosts, count())
+	}
+
+	setHosts("local", "beelink")
+	if got = st.sweep(t); len(got.DepartedHosts) != 0 {
+		t.Errorf("departed hosts once beelink is back: %+v; want none", got.DepartedHosts)
 	}
 }
