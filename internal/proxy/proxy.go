@@ -291,6 +291,15 @@ type Driver interface {
 	Check(ctx context.Context) Health
 }
 
+// Tidier is a driver with shared pieces of its own besides instances
+// (KVM's base images), which the orphan sweep tidies after each List.
+type Tidier interface {
+	// Tidy removes the shared pieces no instance has used for as long as
+	// the driver's configuration allows, and names what it removed. What
+	// an instance, or a Create in flight, uses is never removed.
+	Tidy(ctx context.Context) ([]string, error)
+}
+
 // Health is the result of Driver.Check.
 type Health struct {
 	Targets []TargetHealth

@@ -223,6 +223,14 @@ type KVMConfig struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
 	MaxConcurrentDownloadsPerHost int32 `json:"maxConcurrentDownloadsPerHost,omitempty"`
+	// UnusedImageRetention is how long a base image stays in a host's
+	// pool once no overlay and no domain uses it; the orphan sweep then
+	// deletes it (a proxy that needs it again downloads it again). 0s
+	// keeps every image. The time is counted by the running provider: a
+	// restart starts it again.
+	// +optional
+	// +kubebuilder:default="168h"
+	UnusedImageRetention *metav1.Duration `json:"unusedImageRetention,omitempty"`
 	// EgressCheck, when set, has the provider verify each Ready proxy's
 	// egress address: it asks the echo endpoint through the proxy and
 	// records what the endpoint saw (docs/allow-listing.md).

@@ -229,6 +229,11 @@ func (in *KVMConfig) DeepCopyInto(out *KVMConfig) {
 		*out = make([]KVMHost, len(*in))
 		copy(*out, *in)
 	}
+	if in.UnusedImageRetention != nil {
+		in, out := &in.UnusedImageRetention, &out.UnusedImageRetention
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.EgressCheck != nil {
 		in, out := &in.EgressCheck, &out.EgressCheck
 		*out = new(EgressCheck)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -55,5 +56,39 @@ func TestIntegrationLibvirtListReportsVolumesWithoutDomain(t *testing.T) {
 	}
 	if !slices.Contains(e.h.Volumes(t), e.base()) {
 		t.Error("the Delete removed the shared base image")
+	}
+}
+
+// TestIntegrationLibvirtTidyEvictsUnusedBaseImage: on the real libvirtd, a
+// base image stays while an overlay backs onto it; once the last proxy
+// using it is deleted, a Tidy past the retention deletes it and its marker.
+// In a pool of its own: the shared pool holds other tests' images.
+func TestIntegrationLibvirtTidyEvictsUnusedBaseImage(t *testing.T) {
+	var pool *smallPool
+	e := newFaultEnv(t, func(e *faultEnv) {
+		pool = newSmallPool(t, e.h, "egp-tidy-pool", 2048)
+		e.cfg.Hosts[0].Pool = pool.name
+		e.cfg.UnusedImageRetention = time.Nanosecond
+	})
+	ctx := context.Background()
+	req := e.request("egp-tidy")
+	e.reconcile(req)
+	has := func(v string) bool { return slices.Contains(pool.volumes(), v) }
+	for range 2 {
+		if removed, err := e.d.Tidy(ctx); err != nil || len(removed) != 0 {
+			t.Fatalf("Tidy with the image in use = %v, %v; want nothing removed", removed, err)
+		}
+	}
+	if !has(e.base()) || !has(e.base()+".sha256") {
+		t.Fatal("the base image in use was removed")
+	}
+	e.deleteAsTheController(liveRef(req))
+	if _, err := e.d.Tidy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Millisecond)
+	removed, err := e.d.Tidy(ctx)
+	if err != nil || len(removed) != 1 || has(e.base()) || has(e.base()+".sha256") {
+		t.Errorf("Tidy past the retention = %v, %v; want the base image and its marker deleted (left: %v)", removed, err, pool.volumes())
 	}
 }

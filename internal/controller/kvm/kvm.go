@@ -4,6 +4,7 @@ package kvm
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,6 +111,10 @@ func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (
 	// backend's defaults, the same as the API's.
 	c.MaxImageBytes = int64(k.MaxImageSizeGiB) << 30
 	c.MaxDownloadsPerHost = int(k.MaxConcurrentDownloadsPerHost)
+	c.UnusedImageRetention = 7 * 24 * time.Hour
+	if k.UnusedImageRetention != nil {
+		c.UnusedImageRetention = k.UnusedImageRetention.Duration
+	}
 	for key, im := range k.Images {
 		c.Images[key] = kvmbackend.Image{URL: im.URL, SHA256: im.SHA256, Format: im.Format, Firmware: im.Firmware}
 	}

@@ -44,6 +44,8 @@ const (
 	ReasonCannotSweep   event.Reason = "CannotSweepOrphans"
 	ReasonCannotDelete  event.Reason = "CannotDeleteOrphan"
 	ReasonHostDeparted  event.Reason = "HostLeftConfig"
+	ReasonTidied        event.Reason = "UnusedImageDeleted"
+	ReasonCannotTidy    event.Reason = "CannotDeleteUnusedImage"
 	maxListed                        = 20
 	defaultMinAge                    = time.Hour
 	defaultWorkers                   = 2
@@ -236,6 +238,17 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 		found = append(found, inst)
 	}
 	slices.SortFunc(found, func(a, b proxy.Instance) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	if t, ok := d.(proxy.Tidier); ok {
+		// Shared pieces no instance uses (KVM base images), under the
+		// backend's own retention, whatever the orphan policy.
+		removed, err := t.Tidy(ctx)
+		for _, r := range removed {
+			s.Events.Event(pc, event.Normal(ReasonTidied, "deleted "+r+": no proxy used it for the config's retention"))
+		}
+		if err != nil {
+			s.Events.Event(pc, event.Warning(ReasonCannotTidy, errors.Wrap(err, "cannot tidy the backend")))
+		}
+	}
 	return found, deleted, instances, nil
 }
 

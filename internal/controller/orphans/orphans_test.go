@@ -379,3 +379,26 @@ func TestSweepReportsHostsThatLeftTheConfig(t *testing.T) {
 		t.Errorf("departed hosts once beelink is back: %+v; want none", got.DepartedHosts)
 	}
 }
+
+// tidier is the backend with shared pieces to tidy.
+type tidier struct {
+	*proxytest.Memory
+	calls int
+}
+
+func (t *tidier) Tidy(context.Context) ([]string, error) {
+	t.calls++
+	return []string{"base image egressproxy-base-x in pool default on host lab"}, nil
+}
+
+// The sweep tidies a backend that keeps shared pieces (proxy.Tidier),
+// whatever the orphan policy, and records each deletion as an event.
+func TestSweepTidies(t *testing.T) {
+	st := newSetup(t, nil, bothScopes)
+	td := &tidier{Memory: st.backend}
+	st.sweeper.Configs.Backends[0].Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return td, nil }
+	st.sweep(t)
+	if td.calls != 1 || !strings.Contains(strings.Join(st.events.reasons(), " "), string(ReasonTidied)) {
+		t.Errorf("Tidy called %d times, events %v; want once, and %s", td.calls, st.events.reasons(), ReasonTidied)
+	}
+}

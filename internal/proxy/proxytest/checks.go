@@ -66,6 +66,7 @@ func checks() []check {
 	return append(cs,
 		check{"DeletionRemovesWhatACutShortCreateLeft", checkPartialCreate},
 		check{"ListReportsWhatACutShortCreateLeft", checkListLeftovers},
+		check{"TidyKeepsWhatInstancesUse", checkTidy},
 		check{"GetDuringDeleteIsNeverNotFound", checkGetDuringDelete},
 		check{"BusyBackendIsTransientNeverNotFound", checkBusy},
 		check{"CancelledContextReturnsPromptly", checkCancelled},
@@ -266,6 +267,31 @@ func checkListLeftovers(e *env) {
 		if l.Name == nameA {
 			e.t.Errorf("List(%q) after the leftovers were deleted still reports %q (%v)", e.installation, nameA, l.Leftovers)
 		}
+	}
+}
+
+// TidyKeepsWhatInstancesUse: a driver that tidies shared pieces
+// (proxy.Tidier) never removes what an instance uses: after Tidy, twice,
+// the instance still runs and a new instance in the same placement comes
+// up. A driver that is no Tidier passes.
+func checkTidy(e *env) {
+	t, ok := e.f.Driver.(proxy.Tidier)
+	if !ok {
+		return
+	}
+	req, inst := e.createSettled()
+	for range 2 {
+		if _, err := t.Tidy(e.ctx); err != nil {
+			e.t.Fatalf("Tidy = %s; want nil", describe(err))
+		}
+	}
+	if got := e.mustGet(refTo(inst, req)); got.State != proxy.StateRunning {
+		e.t.Errorf("after Tidy, Get(%s) = %s (%s); want Running", inst.ID, got.State, got.Progress)
+	}
+	b := e.create(e.f.Request(nameB, uidB))
+	e.settle(b.ID)
+	if got := e.mustGet(refTo(b, e.f.Request(nameB, uidB))); got.State != proxy.StateRunning {
+		e.t.Errorf("after Tidy, a new instance is %s (%s); want Running", got.State, got.Progress)
 	}
 }
 

@@ -147,6 +147,7 @@ type check struct {
 //	DeleteRefusesForeignMarkedInstance                (ForeignMarked)
 //	DeletionRemovesWhatACutShortCreateLeft            (PartialCreate, Leftovers)
 //	ListReportsWhatACutShortCreateLeft                (PartialCreate, Leftovers)
+//	TidyKeepsWhatInstancesUse                         (drivers that are a proxy.Tidier)
 //	GetDuringDeleteIsNeverNotFound                    (HoldDelete)
 //	BusyBackendIsTransientNeverNotFound               (SetBusy)
 //	CancelledContextReturnsPromptly

@@ -383,6 +383,11 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			want: []string{"DeletionRemovesWhatACutShortCreateLeft"},
 		},
 		{
+			name: "Tidy removes what instances use",
+			wrap: func(m *Memory) proxy.Driver { return &tidyingAll{Memory: m} },
+			want: []string{"TidyKeepsWhatInstancesUse"},
+		},
+		{
 			name: "List leaves out what a cut-short create left",
 			wrap: func(m *Memory) proxy.Driver {
 				return &hooked{Memory: m, list: func(ctx context.Context, id string) ([]proxy.Instance, error) {
@@ -785,4 +790,16 @@ func TestLeaks(t *testing.T) {
 	if form, ok := leaks(base64.StdEncoding.EncodeToString([]byte("an unrelated, harmless value")), secret); ok {
 		t.Errorf("false alarm on %q", form)
 	}
+}
+
+// tidyingAll is a Tidier that removes every instance.
+type tidyingAll struct{ *Memory }
+
+func (t *tidyingAll) Tidy(context.Context) ([]string, error) {
+	var out []string
+	for _, i := range t.Instances() {
+		t.Remove(i.Name)
+		out = append(out, i.Name)
+	}
+	return out, nil
 }
