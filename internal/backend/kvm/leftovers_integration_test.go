@@ -33,7 +33,7 @@ func TestIntegrationLibvirtListReportsVolumesWithoutDomain(t *testing.T) {
 	}
 	got := l[i]
 	want := []string{"overlay " + req.Name + ".qcow2", "seed " + req.Name + "-seed.iso"}
-	if got.Mark != req.Mark || !slices.Equal(got.Leftovers, want) || got.ID != "hosts/local/domains/"+req.Name || got.CreatedAt.IsZero() {
+	if got.Mark != req.Mark || !slices.Equal(got.Leftovers, want) || got.ID != "hosts/local/domains/"+req.Name || got.CreatedAt.IsZero() || got.Placement.Location != "local" {
 		t.Errorf("List reports %+v; want the resource's mark, leftovers %v, its ID and the seed's time", got, want)
 	}
 	if other, err := e.d.List(ctx, "another-installation"); err != nil || slices.ContainsFunc(other, func(i proxy.Instance) bool { return i.Name == req.Name }) {
@@ -73,6 +73,12 @@ func TestIntegrationLibvirtTidyEvictsUnusedBaseImage(t *testing.T) {
 	ctx := context.Background()
 	req := e.request("egp-tidy")
 	e.reconcile(req)
+	// List names each domain's host: what the orphan sweep remembers of a
+	// host should it leave the config.
+	l, err := e.d.List(ctx, req.Mark.InstallationID)
+	if i := slices.IndexFunc(l, func(i proxy.Instance) bool { return i.Name == req.Name }); err != nil || i < 0 || l[i].Placement.Location != "local" {
+		t.Errorf("List = %+v, %v; want %s on host local", l, err, req.Name)
+	}
 	has := func(v string) bool { return slices.Contains(pool.volumes(), v) }
 	for range 2 {
 		if removed, err := e.d.Tidy(ctx); err != nil || len(removed) != 0 {
