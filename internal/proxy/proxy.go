@@ -239,6 +239,15 @@ type Instance struct {
 	Operation string
 	// Details are extra, non-secret facts for status (backend specific).
 	Details map[string]string
+	// Leftovers, set by List only, says the entry is no instance but the
+	// pieces of one that stand without it (what a Create cut short left,
+	// or what a deletion that was bypassed left: a volume, a seed, a
+	// firewall rule, an address, a Secret), and names them. Mark is
+	// theirs; a Delete by the entry's ID, Name and Mark removes them. A
+	// backend that can mark such pieces only in part (a name and a UID
+	// prefix) lists them with an empty Mark and the prefix in
+	// Details[DetailUIDPrefix]: they are reported, never deleted.
+	Leftovers []string
 }
 
 // Replica is one serving replica of an instance.
@@ -250,6 +259,11 @@ type Replica struct {
 	// ProxyAddress is host:port where the provider reaches it.
 	ProxyAddress string
 }
+
+// DetailUIDPrefix is the Details key of a Leftovers entry with an empty
+// Mark: the prefix of the UID its pieces were made for, as far as their
+// names tell it (without dashes).
+const DetailUIDPrefix = "uidPrefix"
 
 // The values of Instance.EgressSource.
 const (
@@ -286,11 +300,23 @@ type Driver interface {
 	// resource is there.
 	Delete(ctx context.Context, ref Ref) error
 	// List returns the instances carrying installationID's mark (ID, Name,
-	// Mark and CreatedAt at least). Unmarked instances are never listed.
+	// Mark and CreatedAt at least), and, as entries with Leftovers, the
+	// pieces carrying that mark that stand without their instance (what
+	// Get of a resource being deleted would report). Unmarked instances
+	// are never listed.
 	List(ctx context.Context, installationID string) ([]Instance, error)
 	// Check probes every target of the backend (hosts, nodes, a project, an
 	// API server) and reports their health.
 	Check(ctx context.Context) Health
+}
+
+// Tidier is a driver with shared pieces of its own besides instances
+// (KVM's base images), which the orphan sweep tidies after each List.
+type Tidier interface {
+	// Tidy removes the shared pieces no instance has used for as long as
+	// the driver's configuration allows, and names what it removed. What
+	// an instance, or a Create in flight, uses is never removed.
+	Tidy(ctx context.Context) ([]string, error)
 }
 
 // Health is the result of Driver.Check.

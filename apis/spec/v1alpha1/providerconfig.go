@@ -88,16 +88,66 @@ type OrphanStatus struct {
 	// +optional
 	// +listType=atomic
 	Instances []OrphanInstance `json:"instances,omitempty"`
+	// Hosts are the KVM hosts the sweep last listed, with what of this
+	// installation stands on each: what it remembers of a host should the
+	// host leave the config.
+	// +optional
+	// +listType=atomic
+	Hosts []OrphanHost `json:"hosts,omitempty"`
+	// DepartedHosts are hosts the sweep listed that have since left the
+	// config, with what stood on them when last listed. The provider no
+	// longer reaches them: what stands there is neither observed nor
+	// deleted. An entry goes when its host is back in the config (and is
+	// listed again); remove it from the status by hand once dealt with.
+	// +optional
+	// +listType=atomic
+	DepartedHosts []OrphanHost `json:"departedHosts,omitempty"`
 }
 
-// OrphanInstance is one instance whose managed resource is gone.
+// OrphanHost is one host and what of this installation stood on it.
+type OrphanHost struct {
+	// Name of the host in the config.
+	Name string `json:"name"`
+	// Address it was reached at.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Count of this installation's instances (and pieces left without
+	// one) on the host when last listed.
+	Count int32 `json:"count"`
+	// Instances are their names, at most 20.
+	// +optional
+	// +listType=atomic
+	Instances []string `json:"instances,omitempty"`
+	// LastListedTime is when the sweep last listed the host.
+	// +optional
+	LastListedTime *metav1.Time `json:"lastListedTime,omitempty"`
+	// DepartedTime is when the sweep first found the host gone from the
+	// config.
+	// +optional
+	DepartedTime *metav1.Time `json:"departedTime,omitempty"`
+}
+
+// OrphanInstance is one instance whose managed resource is gone, or the
+// pieces of one that stand without it.
 type OrphanInstance struct {
 	// ID is the instance's backend ID.
 	ID string `json:"id"`
 	// Name of the instance.
 	Name string `json:"name"`
-	// UID of the managed resource the instance's mark names.
+	// UID of the managed resource the instance's mark names; empty when
+	// the pieces carry only a prefix of it (uidPrefix).
 	UID string `json:"uid"`
+	// UIDPrefix is, for pieces whose names carry only a prefix of their
+	// resource's UID and no installation (Proxmox seed ISOs), that
+	// prefix: they are reported, never deleted.
+	// +optional
+	UIDPrefix string `json:"uidPrefix,omitempty"`
+	// Leftovers, when set, says no instance exists: these pieces of it
+	// (volumes, seeds, firewall rules, addresses, Secrets, ReplicaSets)
+	// stand without it.
+	// +optional
+	// +listType=atomic
+	Leftovers []string `json:"leftovers,omitempty"`
 	// CreatedAt is when the instance was created, if the backend says.
 	// +optional
 	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
@@ -173,6 +223,14 @@ type KVMConfig struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
 	MaxConcurrentDownloadsPerHost int32 `json:"maxConcurrentDownloadsPerHost,omitempty"`
+	// UnusedImageRetention is how long a base image stays in a host's
+	// pool once no overlay and no domain uses it; the orphan sweep then
+	// deletes it (a proxy that needs it again downloads it again). 0s
+	// keeps every image. The time is counted by the running provider: a
+	// restart starts it again.
+	// +optional
+	// +kubebuilder:default="168h"
+	UnusedImageRetention *metav1.Duration `json:"unusedImageRetention,omitempty"`
 	// EgressCheck, when set, has the provider verify each Ready proxy's
 	// egress address: it asks the echo endpoint through the proxy and
 	// records what the endpoint saw (docs/allow-listing.md).

@@ -160,6 +160,49 @@ func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults
 	})
 }
 
+func (s *sdk) AggregatedAddresses(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.AddressAggregatedList, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.AddressAggregatedList, error) {
+		req := &computepb.AggregatedListAddressesRequest{Project: s.project, ReturnPartialSuccess: proto.Bool(true)}
+		if filter != "" {
+			req.Filter = proto.String(filter)
+		}
+		// As AggregatedInstances: a client of its own that carries ctx.
+		ac, err := compute.NewAddressesRESTClient(ctx, append(s.opts[:len(s.opts):len(s.opts)], option.WithHTTPClient(&http.Client{Transport: withContext{ctx: ctx, next: s.rt}}))...)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = ac.Close() }()
+		it := ac.AggregatedList(ctx, req, noRetry)
+		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
+			return nil, err
+		}
+		page, ok := it.Response.(*computepb.AddressAggregatedList)
+		if !ok {
+			return nil, errors.New("aggregated list of addresses: unexpected response type")
+		}
+		return page, nil
+	})
+}
+
+func (s *sdk) ListFirewalls(ctx context.Context, maxResults uint32, pageToken string) (*computepb.FirewallList, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.FirewallList, error) {
+		fc, err := compute.NewFirewallsRESTClient(ctx, append(s.opts[:len(s.opts):len(s.opts)], option.WithHTTPClient(&http.Client{Transport: withContext{ctx: ctx, next: s.rt}}))...)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = fc.Close() }()
+		it := fc.List(ctx, &computepb.ListFirewallsRequest{Project: s.project}, noRetry)
+		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
+			return nil, err
+		}
+		page, ok := it.Response.(*computepb.FirewallList)
+		if !ok {
+			return nil, errors.New("list of firewall rules: unexpected response type")
+		}
+		return page, nil
+	})
+}
+
 func (s *sdk) GetOperation(ctx context.Context, op OpRef) (*computepb.Operation, error) {
 	switch {
 	case op.Zone != "":

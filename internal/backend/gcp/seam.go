@@ -29,6 +29,12 @@ type API interface {
 	SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computepb.Operation, error)
 	DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error)
 
+	// AggregatedAddresses reads one page of the project-wide listing of
+	// addresses.
+	AggregatedAddresses(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.AddressAggregatedList, error)
+
+	// ListFirewalls reads one page of the project's firewall rules.
+	ListFirewalls(ctx context.Context, maxResults uint32, pageToken string) (*computepb.FirewallList, error)
 	GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error)
 	InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error)
 	PatchFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error)

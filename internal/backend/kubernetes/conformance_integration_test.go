@@ -122,6 +122,7 @@ func TestDriverIntegration(t *testing.T) {
 	t.Run("Replicas", e.replicaTests)
 	t.Run("Takeover", e.takeoverTests)
 	t.Run("Faults", e.faultTests)
+	t.Run("Leftovers", e.leftoverTests)
 }
 
 // fixture returns fixtures in a fresh namespace each.

@@ -325,6 +325,10 @@ func kindOf(obj client.Object) string {
 		return "NetworkPolicy"
 	case *policyv1.PodDisruptionBudget:
 		return "PodDisruptionBudget"
+	case *appsv1.ReplicaSet:
+		return "ReplicaSet"
+	case *corev1.Pod:
+		return "Pod"
 	}
 	return fmt.Sprintf("%T", obj)
 }
@@ -360,6 +364,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 		ann[AnnotationCreatedAt] = c
 	}
 	next.Annotations = merged(dep.Annotations, ann)
+	next.OwnerReferences = withResourceOwner(dep.OwnerReferences, req.Mark.UID, desired.OwnerReferences)
 	if serviceType(req) == "" {
 		delete(next.Annotations, AnnotationService)
 	}

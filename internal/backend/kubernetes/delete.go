@@ -78,9 +78,17 @@ func (d *Driver) deleteOrphans(ctx context.Context, ref proxy.Ref) error {
 	if err != nil {
 		return err
 	}
-	// While its pods remain, the garbage collector is at work.
+	// While its pods remain, the garbage collector is at work, unless
+	// what keeps them is owned by nothing (strays).
 	if pods, err := d.pods(ctx, key.Namespace, ref.Mark, key.Name); err != nil || len(pods) > 0 {
-		return err
+		if err != nil {
+			return err
+		}
+		strays, err := d.strays(ctx, key, ref.Mark)
+		if err != nil {
+			return err
+		}
+		return d.deleteStrays(ctx, strays)
 	}
 	left, err := d.leftovers(ctx, key, ref.Mark)
 	if err != nil {

@@ -14,20 +14,48 @@ type Exposure struct {
 	ServiceType string
 	// Replicas is the number of pods; 0 means 1.
 	Replicas int32
+	// Owner, when set, is the managed resource itself, in the cluster
+	// and (when namespaced) the namespace the Deployment is in: the
+	// Deployment gets an owner reference to it, so that the garbage
+	// collector removes the proxy when the resource is gone for good (its
+	// finalizer removed by hand). The binding sets it only where that can
+	// hold.
+	Owner *Owner
+}
+
+// Owner is the object a proxy's Deployment is owned by.
+type Owner struct {
+	APIVersion, Kind, Name string
+	UID                    string
 }
 
 // HashInput is the Exposure in the shape of the per-kind block the
 // contract carried before extensions, so that proxy.Hash of an existing
-// proxy's request stays what it was.
+// proxy's request stays what it was; an Owner changes it (once), so that
+// the Deployment is updated to carry it, or no longer.
 func (e Exposure) HashInput() any {
-	return struct {
+	type block struct {
 		AddressType    string
 		RetainAddress  bool
 		ManageFirewall bool
 		ServiceType    string
 		// Absent for one replica, as before there were more.
 		Replicas int32 `json:",omitempty"`
-	}{ServiceType: e.ServiceType, Replicas: hashedReplicas(e)}
+	}
+	b := block{ServiceType: e.ServiceType, Replicas: hashedReplicas(e)}
+	if e.Owner == nil {
+		return b
+	}
+	return struct {
+		block
+		Owner Owner
+	}{b, *e.Owner}
+}
+
+// ownerOf is the owner req asks for, nil for none.
+func ownerOf(req proxy.Request) *Owner {
+	e, _ := req.Extension.(Exposure)
+	return e.Owner
 }
 
 // serviceType is the Service type req asks for, "" for none.

@@ -11,7 +11,8 @@ import (
 )
 
 // List implements proxy.Driver: the Deployments in the config's namespace
-// carrying installationID's mark.
+// carrying installationID's mark, and what of a proxy stands there
+// without its Deployment (listLeftovers).
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
 	return proxy.RunList(ctx, installationID, d.wrap, d.list)
 }
@@ -26,11 +27,17 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 		return nil, fmt.Errorf("cannot list Deployments in %s: %w", d.cfg.Namespace, err)
 	}
 	out := make([]proxy.Instance, 0, len(l.Items))
+	deps := map[string]bool{}
 	for i := range l.Items {
+		deps[l.Items[i].Name] = true
 		if l.Items[i].Labels[LabelUID] == "" {
 			continue
 		}
 		out = append(out, listed(&l.Items[i]))
 	}
-	return out, nil
+	left, err := d.listLeftovers(ctx, installationID, deps)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, left...), nil
 }

@@ -16,6 +16,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -275,10 +276,11 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        req.Name,
-			Namespace:   c.Namespace,
-			Labels:      markLabels(req),
-			Annotations: annotations,
+			Name:            req.Name,
+			Namespace:       c.Namespace,
+			Labels:          markLabels(req),
+			Annotations:     annotations,
+			OwnerReferences: resourceOwner(req),
 		},
 		Spec: appsv1.DeploymentSpec{
 			// A Deployment (not a bare pod) so that a pod lost with its
@@ -393,6 +395,30 @@ func buildDisruptionBudget(dep *appsv1.Deployment, req proxy.Request) *policyv1.
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},
 	}
+}
+
+// resourceOwner is the owner reference to the managed resource req asks
+// for (Exposure.Owner), or none. Neither controller nor
+// blockOwnerDeletion: the provider deletes the Deployment itself while
+// the resource lives; the reference only lets the garbage collector do it
+// once the resource is gone without the provider.
+func resourceOwner(req proxy.Request) []metav1.OwnerReference {
+	o := ownerOf(req)
+	if o == nil {
+		return nil
+	}
+	return []metav1.OwnerReference{{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: types.UID(o.UID)}}
+}
+
+// withResourceOwner is refs with the reference to the managed resource
+// (by its UID, the mark's) replaced by want's.
+func withResourceOwner(refs []metav1.OwnerReference, uid string, want []metav1.OwnerReference) []metav1.OwnerReference {
+	out := slices.DeleteFunc(slices.Clone(refs), func(r metav1.OwnerReference) bool { return string(r.UID) == uid })
+	out = append(out, want...)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // ownerRef makes dep the owner of a child, so the garbage collector

@@ -138,6 +138,13 @@ func (a *adapter) StoragePoolLookupByName(ctx context.Context, name string) (lib
 	return rpc(ctx, a, func() (libvirt.StoragePool, error) { return a.l.StoragePoolLookupByName(name) })
 }
 
+func (a *adapter) StoragePoolListAllVolumes(ctx context.Context, pool libvirt.StoragePool) ([]libvirt.StorageVol, error) {
+	return rpc(ctx, a, func() ([]libvirt.StorageVol, error) {
+		vols, _, err := a.l.StoragePoolListAllVolumes(pool, 1, 0)
+		return vols, err
+	})
+}
+
 func (a *adapter) StoragePoolRefresh(ctx context.Context, pool libvirt.StoragePool) error {
 	return rpcErr(ctx, a, a.budgets.RPC, func() error { return a.l.StoragePoolRefresh(pool, 0) })
 }

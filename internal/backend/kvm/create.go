@@ -61,7 +61,7 @@ func (d *Driver) plan(req proxy.Request) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &plan{req: req, host: h, machine: mt, image: img, userData: ud, metaData: cloudinit.MetaData(req.Name, req.Name),
+	return &plan{req: req, host: h, machine: mt, image: img, userData: ud, metaData: cloudinit.MetaData(req.Name, req.Name) + seedMarkLines(req.Mark),
 		createdAt: time.Now().UTC().Truncate(time.Second)}, nil
 }
 

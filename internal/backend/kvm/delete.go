@@ -74,7 +74,7 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	if err != nil {
 		return err
 	}
-	if err := d.deleteOwnVolumes(ctx, api, pool, name, h.Name); err != nil {
+	if err := d.deleteOwnVolumes(ctx, api, pool, name, h.Name, ref.Mark); err != nil {
 		return err
 	}
 	d.log(ctx).V(1).Info("kvm domain deleted", "host", h.Name, "name", name)

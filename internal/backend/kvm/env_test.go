@@ -118,13 +118,15 @@ func newTestEnv(t *testing.T, mutate ...func(*testEnv)) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, host: newFakeHost(), images: newImageServer(t, 3<<20), logs: &testenv.Buffer{}, spans: tracetest.NewSpanRecorder()}
 	e.cfg = Config{
-		Name:              testProvider,
-		Credentials:       Credentials{Key: []byte(sentinelKey), KnownHosts: []byte(sentinelKnownHosts)},
-		DiskSizeGB:        10,
-		InstallGuestAgent: true,
-		Images:            map[string]Image{"debian": {URL: e.images.URL + "/debian.qcow2", SHA256: e.images.sha()}},
-		MachineTypes:      map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 1024}},
-		Hosts:             []Host{{Name: "lab", Address: "fakehost:22", User: "proxy", Bridge: "br0"}},
+		Name:        testProvider,
+		Credentials: Credentials{Key: []byte(sentinelKey), KnownHosts: []byte(sentinelKnownHosts)},
+		DiskSizeGB:  10,
+		// Every Tidy after the first evicts what it found unused.
+		UnusedImageRetention: time.Nanosecond,
+		InstallGuestAgent:    true,
+		Images:               map[string]Image{"debian": {URL: e.images.URL + "/debian.qcow2", SHA256: e.images.sha()}},
+		MachineTypes:         map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 1024}},
+		Hosts:                []Host{{Name: "lab", Address: "fakehost:22", User: "proxy", Bridge: "br0"}},
 	}
 	for _, m := range mutate {
 		m(e)

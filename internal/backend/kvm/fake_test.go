@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -532,6 +534,19 @@ func (c *fakeConn) StoragePoolLookupByName(ctx context.Context, name string) (li
 	}
 	defer unlock()
 	return libvirt.StoragePool{Name: name}, nil
+}
+
+func (c *fakeConn) StoragePoolListAllVolumes(ctx context.Context, p libvirt.StoragePool) ([]libvirt.StorageVol, error) {
+	fp, unlock, err := c.enterPool(ctx, "StoragePoolListAllVolumes", p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := []libvirt.StorageVol{}
+	for _, name := range slices.Sorted(maps.Keys(fp.vols)) {
+		out = append(out, libvirt.StorageVol{Pool: p.Name, Name: name, Key: "/pool/" + name})
+	}
+	return out, nil
 }
 
 func (c *fakeConn) StoragePoolRefresh(ctx context.Context, p libvirt.StoragePool) error {

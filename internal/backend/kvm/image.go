@@ -513,3 +513,20 @@ func deleteVolume(ctx context.Context, api Libvirt, pool libvirt.StoragePool, na
 	}
 	return nil
 }
+
+// running reports whether a download of key (host endpoint, pool,
+// volume) is in flight.
+func (c *imageCache) running(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.jobs[key]
+	if !ok {
+		return false
+	}
+	select {
+	case <-j.done:
+		return false
+	default:
+		return true
+	}
+}

@@ -167,6 +167,10 @@ func (o *observed) StoragePoolLookupByName(ctx context.Context, name string) (li
 	}, attrPool, name)
 }
 
+func (o *observed) StoragePoolListAllVolumes(ctx context.Context, pool libvirt.StoragePool) ([]libvirt.StorageVol, error) {
+	return onPool(o, ctx, "StoragePoolListAllVolumes", pool, o.next.StoragePoolListAllVolumes)
+}
+
 func (o *observed) StoragePoolRefresh(ctx context.Context, pool libvirt.StoragePool) error {
 	_, err := onPool(o, ctx, "StoragePoolRefresh", pool, errOnly(o.next.StoragePoolRefresh))
 	return err

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
@@ -57,6 +58,9 @@ type Config struct {
 	// MaxDownloadsPerHost is how many images download at once to one
 	// host; DefaultMaxDownloadsPerHost when 0. More wait their turn.
 	MaxDownloadsPerHost int
+	// UnusedImageRetention is how long a base image no overlay or domain
+	// uses stays before Tidy deletes it; 0 keeps every image.
+	UnusedImageRetention time.Duration
 	// Guard dials the hosts and the image downloads when they are a
 	// tenant's (a namespaced config's); nil for the platform's.
 	Guard *netguard.Guard
@@ -163,6 +167,9 @@ type Backend struct {
 
 	mu      sync.Mutex
 	pending map[string]*pending // by host endpoint + name
+	// unused are the base images Tidy found unused, by host endpoint,
+	// pool and volume, with when it first did.
+	unused map[string]time.Time
 	// guarded are the download clients of tenants' images, by guard.
 	guarded map[*netguard.Guard]*http.Client
 	wg      sync.WaitGroup
@@ -170,7 +177,7 @@ type Backend struct {
 
 // NewBackend returns a Backend.
 func NewBackend(o Options) *Backend {
-	b := &Backend{budgets: o.Budgets.withDefaults(), tracer: o.Tracer, logOpt: o.Log, http: o.HTTPClient, pending: map[string]*pending{}}
+	b := &Backend{budgets: o.Budgets.withDefaults(), tracer: o.Tracer, logOpt: o.Log, http: o.HTTPClient, pending: map[string]*pending{}, unused: map[string]time.Time{}}
 	if b.tracer == nil {
 		b.tracer = telemetry.Tracer()
 	}
@@ -256,3 +263,22 @@ func (d *Driver) target(h Host) Target {
 func (d *Driver) conn(ctx context.Context, h Host) (Libvirt, error) {
 	return d.b.pool.get(ctx, d.target(h))
 }
+
+// markUnused records base image key as unused (returning since when) or,
+// with unused false, forgets it.
+func (b *Backend) markUnused(key string, unused bool) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !unused {
+		delete(b.unused, key)
+		return time.Time{}
+	}
+	since, ok := b.unused[key]
+	if !ok {
+		since = b.clock()
+		b.unused[key] = since
+	}
+	return since
+}
+
+func (b *Backend) clock() time.Time { return time.Now() }

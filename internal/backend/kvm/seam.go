@@ -38,6 +38,8 @@ type Libvirt interface {
 	StoragePoolGetInfo(ctx context.Context, pool libvirt.StoragePool) (PoolInfo, error)
 	NodeGetMemoryStats(ctx context.Context) (MemoryStats, error)
 
+	// StoragePoolListAllVolumes lists the pool's volumes.
+	StoragePoolListAllVolumes(ctx context.Context, pool libvirt.StoragePool) ([]libvirt.StorageVol, error)
 	StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error)
 	StorageVolGetPath(ctx context.Context, vol libvirt.StorageVol) (string, error)
 	StorageVolGetXMLDesc(ctx context.Context, vol libvirt.StorageVol) (string, error)

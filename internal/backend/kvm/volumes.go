@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/kdomanski/iso9660"
@@ -112,37 +113,74 @@ func isOverlay(ctx context.Context, api Libvirt, vol libvirt.StorageVol) (volDes
 // an upload of one cut off by a crash leaves (zeros, or the label without
 // readable files). Only volumes up to seedReserve are read.
 func isSeedOf(ctx context.Context, api Libvirt, vol libvirt.StorageVol, name string) (bool, error) {
+	si, err := readSeed(ctx, api, vol)
+	return si.seed && (si.cut || si.hostname == name), err
+}
+
+// seedInfo is what a volume says of itself as a seed.
+type seedInfo struct {
+	// seed: a NoCloud seed (labelled cidata), or a cut-off upload of one.
+	seed bool
+	// cut: an upload cut off by a crash (zeros, or a label without
+	// readable files); hostname and mark are then unknown.
+	cut bool
+	// hostname is the meta-data's local-hostname: the instance's name.
+	hostname string
+	// mark is the ownership mark the meta-data carries (seedMarkLines);
+	// empty for a seed of an earlier version.
+	mark proxy.Mark
+	// modified is when the volume was written, if the pool says.
+	modified time.Time
+}
+
+// The meta-data keys of a seed's mark: cloud-init ignores keys it does
+// not know.
+const (
+	metaUID          = "egressproxy-uid: "
+	metaInstallation = "egressproxy-installation: "
+)
+
+// seedMarkLines is the mark as meta-data lines, so that a seed left
+// without its domain can be told apart: whose, and which installation's.
+func seedMarkLines(m proxy.Mark) string {
+	return metaUID + m.UID + "\n" + metaInstallation + m.InstallationID + "\n"
+}
+
+// readSeed reads vol, when it is no larger than seedReserve and backed
+// by nothing, as a seed.
+func readSeed(ctx context.Context, api Libvirt, vol libvirt.StorageVol) (seedInfo, error) {
 	x, err := api.StorageVolGetXMLDesc(ctx, vol)
 	if err != nil {
-		return false, err
+		return seedInfo{}, err
 	}
 	desc, err := parseVolDesc(x)
 	if err != nil || desc.Capacity == 0 || desc.Capacity > seedReserve || desc.BackingStore.Path != "" {
-		return false, nil
+		return seedInfo{}, nil
 	}
 	var buf bytes.Buffer
 	if err := api.StorageVolDownload(ctx, vol, &buf, desc.Capacity); err != nil {
-		return false, err
+		return seedInfo{}, err
 	}
 	if !bytes.ContainsFunc(buf.Bytes(), func(r rune) bool { return r != 0 }) {
 		// Created and never written, or cut off within the ISO's system
 		// area (its first 32 KiB are zeros): a crashed upload of ours.
-		return true, nil
+		return seedInfo{seed: true, cut: true}, nil
 	}
 	img, err := iso9660.OpenImage(bytes.NewReader(buf.Bytes()))
 	if err != nil {
-		return false, nil
+		return seedInfo{}, nil
 	}
 	if label, err := img.Label(); err != nil || label != cloudinit.SeedLabel {
-		return false, nil
+		return seedInfo{}, nil
 	}
+	cut := seedInfo{seed: true, cut: true} // a seed cut off after its label
 	root, err := img.RootDir()
 	if err != nil {
-		return true, nil // a seed cut off after its label
+		return cut, nil
 	}
 	files, err := root.GetChildren()
 	if err != nil {
-		return true, nil
+		return cut, nil
 	}
 	for _, f := range files {
 		if f.Name() != "meta-data" {
@@ -150,23 +188,34 @@ func isSeedOf(ctx context.Context, api Libvirt, vol libvirt.StorageVol, name str
 		}
 		b, err := io.ReadAll(io.LimitReader(f.Reader(), 64<<10))
 		if err != nil {
-			return false, nil
+			return seedInfo{}, nil
 		}
+		si := seedInfo{seed: true, modified: desc.modified()}
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.TrimSpace(line) == "local-hostname: "+name {
-				return true, nil
+			line = strings.TrimSpace(line)
+			switch {
+			case strings.HasPrefix(line, "local-hostname: "):
+				si.hostname = strings.TrimPrefix(line, "local-hostname: ")
+			case strings.HasPrefix(line, metaUID):
+				si.mark.UID = strings.TrimPrefix(line, metaUID)
+			case strings.HasPrefix(line, metaInstallation):
+				si.mark.InstallationID = strings.TrimPrefix(line, metaInstallation)
 			}
 		}
+		return si, nil
 	}
-	return false, nil
+	return seedInfo{}, nil
 }
 
 // ownVolumes returns the overlay and the seed of instance name that are
 // its own (see the top of this file), whether or not its domain exists;
 // others of the same names are left out, with a log line.
-func (d *Driver) ownVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string) ([]libvirt.StorageVol, error) {
+//
+// A seed that carries a mark other than mark (seedMarkLines) is another
+// resource's, and so is the overlay of its name: neither is returned.
+func (d *Driver) ownVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string, mark proxy.Mark) ([]libvirt.StorageVol, error) {
 	var out []libvirt.StorageVol
-	for _, vn := range []string{overlayName(name), seedName(name)} {
+	for _, vn := range []string{seedName(name), overlayName(name)} {
 		v, err := api.StorageVolLookupByName(ctx, pool, vn)
 		if isCode(err, libvirt.ErrNoStorageVol) {
 			continue
@@ -185,7 +234,13 @@ func (d *Driver) ownVolumes(ctx context.Context, api Libvirt, pool libvirt.Stora
 		if vn == overlayName(name) {
 			_, own, err = isOverlay(ctx, api, v)
 		} else {
-			own, err = isSeedOf(ctx, api, v, name)
+			var si seedInfo
+			si, err = readSeed(ctx, api, v)
+			own = si.seed && (si.cut || si.hostname == name)
+			if own && si.mark != (proxy.Mark{}) && si.mark != mark {
+				d.log(ctx).Info("kvm leaves the volumes of another resource", "host", hostName, "volume", vn)
+				return nil, nil
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -194,15 +249,16 @@ func (d *Driver) ownVolumes(ctx context.Context, api Libvirt, pool libvirt.Stora
 			d.log(ctx).Info("kvm leaves a volume it did not create", "host", hostName, "volume", vn)
 			continue
 		}
-		out = append(out, v)
+		// The overlay (read second) goes first, as the domain uses them.
+		out = append([]libvirt.StorageVol{v}, out...)
 	}
 	return out, nil
 }
 
 // deleteOwnVolumes deletes the overlay and the seed of instance name when
 // they are its own (ownVolumes).
-func (d *Driver) deleteOwnVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string) error {
-	vols, err := d.ownVolumes(ctx, api, pool, name, hostName)
+func (d *Driver) deleteOwnVolumes(ctx context.Context, api Libvirt, pool libvirt.StoragePool, name, hostName string, mark proxy.Mark) error {
+	vols, err := d.ownVolumes(ctx, api, pool, name, hostName, mark)
 	if err != nil {
 		return err
 	}
@@ -226,7 +282,7 @@ func (d *Driver) leftovers(ctx context.Context, api Libvirt, h Host, name string
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	vols, err := d.ownVolumes(ctx, api, pool, name, h.Name)
+	vols, err := d.ownVolumes(ctx, api, pool, name, h.Name, mark)
 	if err != nil {
 		return proxy.Instance{}, err
 	}

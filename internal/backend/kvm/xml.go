@@ -221,10 +221,27 @@ type volDesc struct {
 		Format struct {
 			Type string `xml:"type,attr"`
 		} `xml:"format"`
+		// Timestamps, of file-backed pools: seconds since the epoch,
+		// with a fraction.
+		Timestamps struct {
+			Mtime string `xml:"mtime"`
+		} `xml:"timestamps"`
 	} `xml:"target"`
 	BackingStore struct {
 		Path string `xml:"path"`
 	} `xml:"backingStore"`
+}
+
+// modified is when the volume was last written (a seed: when it was
+// uploaded); zero when the pool does not say.
+func (v volDesc) modified() time.Time {
+	sec, frac, _ := strings.Cut(v.Target.Timestamps.Mtime, ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	ns, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+	return time.Unix(n, ns)
 }
 
 func parseVolDesc(s string) (volDesc, error) {

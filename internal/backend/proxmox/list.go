@@ -3,6 +3,8 @@ package proxmox
 import (
 	"context"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -77,6 +79,47 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 		}
 		out = append(out, inst)
 	}
+	names := map[string]bool{}
+	for _, e := range res {
+		names[e.Name] = true
+	}
+	for _, i := range out {
+		names[i.Name] = true
+	}
+	out = append(out, d.listSeeds(ctx, names)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// listSeeds are the seed ISOs on the configured nodes' ISO storage whose
+// VM (by name) stands nowhere in the cluster: what a deletion that was
+// bypassed, or a VM removed by hand, left. A seed's name carries its
+// proxy's name and the first 12 digits of its resource's UID, but no
+// installation, and the file holds no more that the API would read back:
+// it is listed with an empty mark and the UID prefix, for the sweep to
+// report and never delete. A node that cannot be read is left for the
+// next sweep: nothing is deleted on this listing.
+func (d *Driver) listSeeds(ctx context.Context, vms map[string]bool) []proxy.Instance {
+	var out []proxy.Instance
+	for _, n := range d.cfg.Nodes {
+		vols, err := d.api.ISOs(ctx, n, d.cfg.ISOStorage)
+		if err != nil {
+			d.logger(ctx).V(1).Info("proxmox list skips the seeds of a node whose ISO storage cannot be read", "node", n, "error", err.Error())
+			continue
+		}
+		for _, v := range vols {
+			name, prefix, ok := parseSeedFile(strings.TrimPrefix(v.VolID, d.cfg.ISOStorage+":iso/"))
+			if !ok || vms[name] {
+				continue
+			}
+			inst := proxy.Instance{ID: "nodes/" + n + "/" + v.VolID, Name: name, State: proxy.StateStopped,
+				Placement: proxy.Placement{Location: n}, Leftovers: []string{"seed ISO " + v.VolID + " on node " + n},
+				Details: map[string]string{proxy.DetailUIDPrefix: prefix}}
+			if v.CTime > 0 {
+				inst.CreatedAt = time.Unix(v.CTime, 0)
+			}
+			out = append(out, inst)
+		}
+	}
+	return out
 }

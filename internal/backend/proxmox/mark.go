@@ -230,6 +230,25 @@ func probeWindow(uid string, lo, hi int) []int {
 
 // seedFile is the seed ISO's file name: the instance name and a UID
 // prefix, so two installations' proxies of the same name never share one.
+// parseSeedFile reads the proxy name and UID prefix back from a seed
+// file name (seedFile); ok is false for any other file.
+func parseSeedFile(file string) (name, uidPrefix string, ok bool) {
+	rest, ok := strings.CutPrefix(file, "egressproxy-")
+	if !ok {
+		return "", "", false
+	}
+	rest, ok = strings.CutSuffix(rest, ".iso")
+	i := strings.LastIndex(rest, "-")
+	if !ok || i <= 0 {
+		return "", "", false
+	}
+	name, uidPrefix = rest[:i], rest[i+1:]
+	if !nameRe.MatchString(name) || uidPrefix == "" || len(uidPrefix) > 12 || strings.Trim(uidPrefix, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+		return "", "", false
+	}
+	return name, uidPrefix, true
+}
+
 func seedFile(name, uid string) string {
 	u := strings.ReplaceAll(uid, "-", "")
 	if len(u) > 12 {

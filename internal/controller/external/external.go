@@ -379,6 +379,9 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		return proxy.Request{}, err
 	}
+	if e.kind.Owned != nil {
+		e.kind.Owned(e.cfg, cr, &req)
+	}
 	// What the config allows its proxies, checked here rather than in
 	// kind.Request so that a proxy the config no longer allows can still be
 	// deleted.

@@ -51,6 +51,12 @@ type Kind[P any] struct {
 	// them against the config's catalogues. Its errors name the field and
 	// the accepted values; they become the Synced condition.
 	Request func(cfg *Config, p *P, req *proxy.Request) error
+	// Owned, when set, adds to req what ties the instance to the managed
+	// resource itself, where the backend lives with it (a PodProxy's
+	// Deployment in the provider's own cluster, owned by the PodProxy so
+	// that the garbage collector removes it once the resource is gone
+	// for good). It is called after Request, for Create and Update.
+	Owned func(cfg *Config, mg resource.Managed, req *proxy.Request)
 	// Watches, when set, adds watches to the controller (for example on
 	// objects a driver creates in this cluster) so a change reconciles the
 	// managed resource at once instead of at the next poll. list is an
@@ -102,6 +108,11 @@ type Block struct {
 	// EgressCheck is the block's egressCheck: the echo endpoint each Ready
 	// proxy's egress address is verified against (nil: none).
 	EgressCheck *spec.EgressCheck
+	// Hosts, when not nil, are the hosts the block names (KVM), by name,
+	// with their addresses: the orphan sweep remembers what stands on
+	// each (Instance.Placement.Location) and reports a host that leaves
+	// the block with what stood there.
+	Hosts map[string]string
 }
 
 // ImagesByURL is a block's allowImageURLs and its image catalogue's keys.

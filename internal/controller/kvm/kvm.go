@@ -4,6 +4,7 @@ package kvm
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -57,6 +58,10 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 		AllowTenantCloudInit: k.AllowTenantCloudInit,
 		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
 		EgressCheck:          k.EgressCheck,
+		Hosts:                map[string]string{},
+	}
+	for _, h := range k.Hosts {
+		b.Hosts[h.Name] = h.Address
 	}
 	if k.Credentials.InsecureIgnoreHostKey {
 		b.Insecure = "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"
@@ -106,6 +111,10 @@ func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (
 	// backend's defaults, the same as the API's.
 	c.MaxImageBytes = int64(k.MaxImageSizeGiB) << 30
 	c.MaxDownloadsPerHost = int(k.MaxConcurrentDownloadsPerHost)
+	c.UnusedImageRetention = 7 * 24 * time.Hour
+	if k.UnusedImageRetention != nil {
+		c.UnusedImageRetention = k.UnusedImageRetention.Duration
+	}
 	for key, im := range k.Images {
 		c.Images[key] = kvmbackend.Image{URL: im.URL, SHA256: im.SHA256, Format: im.Format, Firmware: im.Firmware}
 	}

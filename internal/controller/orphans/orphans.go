@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -42,6 +43,9 @@ const (
 	ReasonOrphanDeleted event.Reason = "OrphanDeleted"
 	ReasonCannotSweep   event.Reason = "CannotSweepOrphans"
 	ReasonCannotDelete  event.Reason = "CannotDeleteOrphan"
+	ReasonHostDeparted  event.Reason = "HostLeftConfig"
+	ReasonTidied        event.Reason = "UnusedImageDeleted"
+	ReasonCannotTidy    event.Reason = "CannotDeleteUnusedImage"
 	maxListed                        = 20
 	defaultMinAge                    = time.Hour
 	defaultWorkers                   = 2
@@ -127,7 +131,7 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	found, deleted, err := s.sweep(sctx, pc, cfg, backend)
+	found, deleted, listed, err := s.sweep(sctx, pc, cfg, backend)
 	if err != nil {
 		// Nothing is reported as an orphan when the sweep cannot tell.
 		s.Log.Info("cannot sweep for orphans", "config", cfg.Name, "error", err.Error())
@@ -136,11 +140,23 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	telemetry.Orphans.WithLabelValues(backend, label).Set(float64(len(found)))
 	prev := int32(-1)
+	var before *spec.OrphanStatus
 	if st, ok := statusOf(pc); ok && st.Orphans != nil {
-		prev = st.Orphans.Count
+		prev, before = st.Orphans.Count, st.Orphans
 	}
-	if err := s.writeStatus(ctx, pc, found); err != nil {
+	var hosts, departed, left []spec.OrphanHost
+	if cfg.Backend != nil {
+		if b, _ := cfg.Backend.Block(&cfg.Spec); b.Hosts != nil {
+			hosts, departed, left = hostsOf(before, b.Hosts, listed, s.clock())
+		}
+	}
+	if err := s.writeStatus(ctx, pc, found, hosts, departed); err != nil {
 		return reconcile.Result{}, err
+	}
+	for _, h := range left {
+		s.Events.Event(pc, event.Warning(ReasonHostDeparted, errors.Errorf(
+			"host %s left the config with %d instance(s) of this installation on it when last listed: %s; the provider no longer reaches it, so they are neither observed nor deleted (see status.orphans.departedHosts; add the host back to let deletions and the sweep reach them)",
+			h.Name, h.Count, strings.Join(h.Instances, ", "))))
 	}
 	if len(found) > 0 && int32(len(found)) != prev { //nolint:gosec // Far fewer than 2^31 instances.
 		s.Events.Event(pc, event.Warning(ReasonOrphansFound, errors.Errorf(
@@ -148,7 +164,11 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 			len(found), names(found))))
 	}
 	for _, d := range deleted {
-		s.Events.Event(pc, event.Normal(ReasonOrphanDeleted, fmt.Sprintf("deleted orphan %s (managed resource UID %s no longer exists)", d.ID, d.Mark.UID)))
+		what := d.ID
+		if len(d.Leftovers) > 0 {
+			what = fmt.Sprintf("%s (no instance; %s)", d.ID, strings.Join(d.Leftovers, ", "))
+		}
+		s.Events.Event(pc, event.Normal(ReasonOrphanDeleted, fmt.Sprintf("deleted orphan %s (managed resource UID %s no longer exists)", what, d.Mark.UID)))
 	}
 	return next, nil
 }
@@ -156,21 +176,21 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 // sweep lists the backend's instances with this installation's mark and
 // returns those whose managed resource is gone (after deleting what the
 // policy allows), oldest first.
-func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, backend string) (found, deleted []proxy.Instance, err error) {
+func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, backend string) (found, deleted, instances []proxy.Instance, err error) {
 	if cfg.Backend == nil {
-		return nil, nil, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
+		return nil, nil, nil, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
 	}
 	uids, err := s.liveUIDs(ctx, backend)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	d, err := cfg.Backend.Connect(ctx, cfg)
 	if err != nil {
-		return nil, nil, errors.Wrap(err, "cannot connect to the backend")
+		return nil, nil, nil, errors.Wrap(err, "cannot connect to the backend")
 	}
-	instances, err := d.List(ctx, cfg.InstallationID)
+	instances, err = d.List(ctx, cfg.InstallationID)
 	if err != nil {
-		return nil, nil, errors.Wrap(err, "cannot list the backend's instances")
+		return nil, nil, nil, errors.Wrap(err, "cannot list the backend's instances")
 	}
 	now := s.clock()
 	policy, minAge := spec.OrphanPolicyReport, defaultMinAge
@@ -183,6 +203,14 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 		}
 	}
 	for _, inst := range instances {
+		if inst.Mark == (proxy.Mark{}) && len(inst.Leftovers) > 0 {
+			// Pieces marked in part (a UID prefix): reported while no
+			// resource's UID has the prefix, never deleted.
+			if p := inst.Details[proxy.DetailUIDPrefix]; p != "" && !hasPrefix(uids, p) && !tooYoung(inst, now) {
+				found = append(found, inst)
+			}
+			continue
+		}
 		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID || uids[inst.Mark.UID] {
 			continue
 		}
@@ -198,7 +226,7 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			continue
 		}
 		if policy == spec.OrphanPolicyDelete && age >= minAge {
-			ref := proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Live: true}
+			ref := proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Placement: inst.Placement, Live: true}
 			if err := d.Delete(ctx, ref); err != nil {
 				s.Events.Event(pc, event.Warning(ReasonCannotDelete, errors.Wrapf(err, "cannot delete orphan %s", inst.ID)))
 				found = append(found, inst)
@@ -210,7 +238,34 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 		found = append(found, inst)
 	}
 	slices.SortFunc(found, func(a, b proxy.Instance) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return found, deleted, nil
+	if t, ok := d.(proxy.Tidier); ok {
+		// Shared pieces no instance uses (KVM base images), under the
+		// backend's own retention, whatever the orphan policy.
+		removed, err := t.Tidy(ctx)
+		for _, r := range removed {
+			s.Events.Event(pc, event.Normal(ReasonTidied, "deleted "+r+": no proxy used it for the config's retention"))
+		}
+		if err != nil {
+			s.Events.Event(pc, event.Warning(ReasonCannotTidy, errors.Wrap(err, "cannot tidy the backend")))
+		}
+	}
+	return found, deleted, instances, nil
+}
+
+// hasPrefix tells whether a UID in uids, without its dashes, starts with
+// prefix.
+func hasPrefix(uids map[string]bool, prefix string) bool {
+	for u := range uids {
+		if strings.HasPrefix(strings.ReplaceAll(u, "-", ""), prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// tooYoung tells whether inst is younger than youngest.
+func tooYoung(inst proxy.Instance, now time.Time) bool {
+	return !inst.CreatedAt.IsZero() && now.Sub(inst.CreatedAt) < youngest
 }
 
 // liveUIDs returns the UIDs of every managed resource of the backend's
@@ -254,25 +309,83 @@ func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]bool
 // writeStatus records the sweep in status.orphans with a merge patch of
 // the status subresource (only that field: the health and usage
 // controllers write the rest).
-func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Instance) error {
+func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Instance, hosts, departed []spec.OrphanHost) error {
 	now := metav1.NewTime(s.clock())
-	st := spec.OrphanStatus{LastSweepTime: &now, Count: int32(len(found))} //nolint:gosec // Far fewer than 2^31 instances.
+	st := spec.OrphanStatus{LastSweepTime: &now, Count: int32(len(found)), Hosts: hosts, DepartedHosts: departed} //nolint:gosec // Far fewer than 2^31 instances.
 	for _, inst := range found {
 		if len(st.Instances) == maxListed {
 			break
 		}
-		o := spec.OrphanInstance{ID: inst.ID, Name: inst.Name, UID: inst.Mark.UID}
+		o := spec.OrphanInstance{ID: inst.ID, Name: inst.Name, UID: inst.Mark.UID, Leftovers: inst.Leftovers}
+		if inst.Mark.UID == "" {
+			o.UIDPrefix = inst.Details[proxy.DetailUIDPrefix]
+		}
 		if !inst.CreatedAt.IsZero() {
 			t := metav1.NewTime(inst.CreatedAt)
 			o.CreatedAt = &t
 		}
 		st.Instances = append(st.Instances, o)
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"orphans": st}})
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	// A merge patch keeps what it does not name: an emptied list is
+	// removed explicitly.
+	for _, k := range []string{"instances", "hosts", "departedHosts"} {
+		if _, ok := fields[k]; !ok {
+			fields[k] = nil
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"orphans": fields}})
 	if err != nil {
 		return err
 	}
 	return errors.Wrap(client.IgnoreNotFound(s.Kube.Status().Patch(ctx, pc, client.RawPatch(types.MergePatchType, patch))), "cannot write status.orphans")
+}
+
+// hostsOf is what the sweep remembers of the config's hosts (by name,
+// with their addresses) from what it listed: each host with what of this
+// installation stands on it; and the hosts that left the config since a
+// sweep listed them with something on them (departed, kept from before;
+// left, those found gone by this sweep), with what stood there then. A
+// host back in the config is listed again and no longer departed.
+func hostsOf(before *spec.OrphanStatus, configured map[string]string, listed []proxy.Instance, now time.Time) (hosts, departed, left []spec.OrphanHost) {
+	t := metav1.NewTime(now)
+	on := map[string][]string{}
+	for _, i := range listed {
+		if l := i.Placement.Location; l != "" {
+			on[l] = append(on[l], i.Name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(configured)) {
+		names := on[name]
+		slices.Sort(names)
+		h := spec.OrphanHost{Name: name, Address: configured[name], Count: int32(len(names)), LastListedTime: &t} //nolint:gosec // Far fewer than 2^31 instances.
+		h.Instances = names[:min(len(names), maxListed)]
+		hosts = append(hosts, h)
+	}
+	if before == nil {
+		return hosts, nil, nil
+	}
+	for _, h := range before.DepartedHosts {
+		if _, back := configured[h.Name]; !back {
+			departed = append(departed, h)
+		}
+	}
+	for _, h := range before.Hosts {
+		if _, still := configured[h.Name]; still || h.Count == 0 || slices.ContainsFunc(departed, func(d spec.OrphanHost) bool { return d.Name == h.Name }) {
+			continue
+		}
+		h.DepartedTime = &t
+		departed = append(departed, h)
+		left = append(left, h)
+	}
+	return hosts, departed, left
 }
 
 // statusOf returns the config's status, for each of the three config kinds.

@@ -2,6 +2,7 @@ package orphans
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,5 +236,169 @@ func TestSweepThatCannotListResourcesReportsNothing(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{string(ReasonCannotSweep)}, st.events.reasons()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// partialMarks is the backend with, in its List, pieces marked in part
+// (a UID prefix, as Proxmox seed ISOs are): one of a live resource's UID
+// and one of no resource's. It records every Delete.
+type partialMarks struct {
+	*proxytest.Memory
+	deleted []string
+}
+
+func (p *partialMarks) List(ctx context.Context, id string) ([]proxy.Instance, error) {
+	l, err := p.Memory.List(ctx, id)
+	for name, prefix := range map[string]string{"seed-live": "uidnsli", "seed-gone": "uidgone9"} {
+		l = append(l, proxy.Instance{ID: "isos/" + name, Name: name, Leftovers: []string{name + ".iso"},
+			Details: map[string]string{proxy.DetailUIDPrefix: prefix}})
+	}
+	return l, err
+}
+
+func (p *partialMarks) Delete(ctx context.Context, ref proxy.Ref) error {
+	p.deleted = append(p.deleted, ref.ID)
+	return p.Memory.Delete(ctx, ref)
+}
+
+// What a create cut short left, or a deletion that was bypassed left,
+// without its instance is an orphan once its resource is gone: reported
+// with its pieces named, deleted only under Delete, and only with the
+// full mark of this installation; pieces marked in part only reported.
+func TestSweepFindsLeftoversWithoutAnInstance(t *testing.T) {
+	for _, policy := range []string{spec.OrphanPolicyReport, spec.OrphanPolicyDelete} {
+		t.Run(policy, func(t *testing.T) {
+			st := newSetup(t, &spec.OrphanPolicy{Policy: policy, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+			for name, uid := range map[string]string{"left-gone": "uid-gone-2", "left-live": "uid-cl-live"} {
+				if err := st.backend.PartialCreate(name, uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pm := &partialMarks{Memory: st.backend}
+			st.sweeper.Configs.Backends[0].Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return pm, nil }
+			got := st.sweep(t)
+			byName := map[string]spec.OrphanInstance{}
+			for _, o := range got.Instances {
+				byName[o.Name] = o
+			}
+			if _, ok := byName["left-live"]; ok {
+				t.Errorf("the leftovers of a live resource are reported as an orphan: %+v", got.Instances)
+			}
+			if _, ok := byName["seed-live"]; ok {
+				t.Errorf("pieces whose UID prefix is a live resource's are reported as an orphan: %+v", got.Instances)
+			}
+			if o, ok := byName["seed-gone"]; !ok || o.UIDPrefix != "uidgone9" || o.UID != "" || len(o.Leftovers) != 1 {
+				t.Errorf("pieces marked in part of no resource: reported as %+v (%v); want the prefix and the pieces", o, ok)
+			}
+			o, reported := byName["left-gone"]
+			if policy == spec.OrphanPolicyReport {
+				if !reported || o.UID != "uid-gone-2" || len(o.Leftovers) == 0 {
+					t.Errorf("leftovers of a gone resource: reported as %+v (%v); want its UID and its pieces", o, reported)
+				}
+				if len(st.backend.Leftovers("left-gone")) == 0 {
+					t.Error("a report-only sweep deleted the leftovers")
+				}
+			} else {
+				if reported || len(st.backend.Leftovers("left-gone")) != 0 {
+					t.Errorf("leftovers of a gone resource under Delete: still there (%v, reported %v)", st.backend.Leftovers("left-gone"), reported)
+				}
+				if len(st.backend.Leftovers("left-live")) == 0 {
+					t.Error("the sweep deleted the leftovers of a live resource")
+				}
+			}
+			for _, id := range pm.deleted {
+				if strings.HasPrefix(id, "isos/") {
+					t.Errorf("the sweep deleted %s, which carries no full mark", id)
+				}
+			}
+		})
+	}
+}
+
+// A host that leaves the config is reported with what stood on it when
+// the sweep last listed it: status.orphans.departedHosts and one
+// HostLeftConfig event; it stays reported until it is back in the config.
+func TestSweepReportsHostsThatLeftTheConfig(t *testing.T) {
+	st := newSetup(t, nil, bothScopes)
+	ctx := context.Background()
+	st.sweeper.Configs.Backends[0].Block = func(s *spec.ProviderConfigSpec) (external.Block, bool) {
+		if s.KVM == nil {
+			return external.Block{}, false
+		}
+		b := external.Block{Hosts: map[string]string{}}
+		for _, h := range s.KVM.Hosts {
+			b.Hosts[h.Name] = h.Address
+		}
+		return b, true
+	}
+	setHosts := func(names ...string) {
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		if err := st.kube.Get(ctx, types.NamespacedName{Name: "home"}, pc); err != nil {
+			t.Fatal(err)
+		}
+		pc.Spec.KVM.Hosts = nil
+		for _, n := range names {
+			pc.Spec.KVM.Hosts = append(pc.Spec.KVM.Hosts, spec.KVMHost{Name: n, Address: n + ".lab:22"})
+		}
+		if err := st.kube.Update(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"b-one", "b-two"} {
+		req := st.backend.Request(n, "uid-"+n)
+		req.Placement.Location = "beelink"
+		if _, err := st.backend.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setHosts("local", "beelink")
+	got := st.sweep(t)
+	if len(got.Hosts) != 2 || got.Hosts[0].Name != "beelink" || got.Hosts[0].Count != 2 || got.Hosts[0].Address != "beelink.lab:22" || len(got.DepartedHosts) != 0 {
+		t.Fatalf("status.orphans hosts %+v, departed %+v; want beelink with its two instances, nothing departed", got.Hosts, got.DepartedHosts)
+	}
+
+	setHosts("local")
+	got = st.sweep(t)
+	d := got.DepartedHosts
+	if len(d) != 1 || d[0].Name != "beelink" || d[0].Count != 2 || !slices.Equal(d[0].Instances, []string{"b-one", "b-two"}) || d[0].DepartedTime == nil || d[0].LastListedTime == nil {
+		t.Fatalf("departed hosts %+v; want beelink with b-one and b-two, when it left and when it was last listed", d)
+	}
+	if len(got.Hosts) != 1 || got.Hosts[0].Name != "local" {
+		t.Errorf("hosts %+v; want local alone", got.Hosts)
+	}
+	count := func() int { return strings.Count(strings.Join(st.events.reasons(), " "), string(ReasonHostDeparted)) }
+	if count() != 1 {
+		t.Errorf("events %v; want one %s", st.events.reasons(), ReasonHostDeparted)
+	}
+	if got = st.sweep(t); len(got.DepartedHosts) != 1 || count() != 1 {
+		t.Errorf("a second sweep: departed %+v, %d events; want it still reported, no second event", got.DepartedHosts, count())
+	}
+
+	setHosts("local", "beelink")
+	if got = st.sweep(t); len(got.DepartedHosts) != 0 {
+		t.Errorf("departed hosts once beelink is back: %+v; want none", got.DepartedHosts)
+	}
+}
+
+// tidier is the backend with shared pieces to tidy.
+type tidier struct {
+	*proxytest.Memory
+	calls int
+}
+
+func (t *tidier) Tidy(context.Context) ([]string, error) {
+	t.calls++
+	return []string{"base image egressproxy-base-x in pool default on host lab"}, nil
+}
+
+// The sweep tidies a backend that keeps shared pieces (proxy.Tidier),
+// whatever the orphan policy, and records each deletion as an event.
+func TestSweepTidies(t *testing.T) {
+	st := newSetup(t, nil, bothScopes)
+	td := &tidier{Memory: st.backend}
+	st.sweeper.Configs.Backends[0].Connect = func(context.Context, *external.Config) (proxy.Driver, error) { return td, nil }
+	st.sweep(t)
+	if td.calls != 1 || !strings.Contains(strings.Join(st.events.reasons(), " "), string(ReasonTidied)) {
+		t.Errorf("Tidy called %d times, events %v; want once, and %s", td.calls, st.events.reasons(), ReasonTidied)
 	}
 }

@@ -4,11 +4,13 @@ package pod
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
@@ -85,6 +87,7 @@ func New(mgr ctrl.Manager, _ Options) external.Kind[spec.PodProxyParameters] {
 		GVKs:    []schema.GroupVersionKind{nsproxy.PodProxyGroupVersionKind, clusterproxy.PodProxyGroupVersionKind},
 		Proxy:   func(p *spec.PodProxyParameters) *spec.ProxySettings { return &p.Proxy },
 		Request: request,
+		Owned:   owned,
 		Watches: b.watches,
 		Backend: external.Backend{Name: "kubernetes", Block: block, Connect: b.connect},
 	}
@@ -111,6 +114,50 @@ func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request)
 		req.Extension = e
 	}
 	return nil
+}
+
+// owned makes the PodProxy the owner of its Deployment where the garbage
+// collector can honour that: in the provider's own cluster
+// (InjectedIdentity; in another cluster the owner does not exist, and the
+// collector would delete the Deployment at once), for a cluster-scoped
+// PodProxy, or a namespaced one in the Deployment's own namespace (an
+// owner in another namespace counts as absent, with the same result); and
+// only for a resource whose deletion deletes its instance (never under
+// deletionPolicy Orphan or management policies without Delete).
+func owned(cfg *external.Config, mg resource.Managed, req *proxy.Request) {
+	k := cfg.Spec.Kubernetes
+	if k == nil || k.Credentials.Source != xpv2.CredentialsSourceInjectedIdentity || !deletes(mg) {
+		return
+	}
+	var gvk schema.GroupVersionKind
+	switch mg.(type) {
+	case *clusterproxy.PodProxy:
+		gvk = clusterproxy.PodProxyGroupVersionKind
+	case *nsproxy.PodProxy:
+		if mg.GetNamespace() != k.Namespace {
+			return
+		}
+		gvk = nsproxy.PodProxyGroupVersionKind
+	default:
+		return
+	}
+	e, _ := req.Extension.(kubernetes.Exposure)
+	e.Owner = &kubernetes.Owner{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: mg.GetName(), UID: string(mg.GetUID())}
+	req.Extension = e
+}
+
+// deletes reports whether deleting mg deletes its instance: its
+// management policies allow Delete (none means all), and its deletion
+// policy, where it has one, is not Orphan.
+func deletes(mg resource.Managed) bool {
+	p := mg.GetManagementPolicies()
+	if len(p) > 0 && !slices.Contains(p, xpv2.ManagementActionAll) && !slices.Contains(p, xpv2.ManagementActionDelete) {
+		return false
+	}
+	if l, ok := mg.(interface{ GetDeletionPolicy() xpv2.DeletionPolicy }); ok && l.GetDeletionPolicy() == xpv2.DeletionOrphan {
+		return false
+	}
+	return true
 }
 
 // connect builds the driver of one config: this cluster through the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,8 +12,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -92,6 +96,62 @@ func TestDeploymentDeletionsThatWaitedReconcile(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := deploymentChanged().Delete(tc.ev); got != tc.want {
 				t.Errorf("Delete = %v; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOwned: the PodProxy owns its Deployment only where the garbage
+// collector can honour it and where deleting the resource deletes the
+// proxy anyway: in the provider's own cluster, cluster-scoped or in the
+// Deployment's namespace, without deletionPolicy Orphan or management
+// policies that leave the instance. Elsewhere an owner the collector
+// cannot find would make it delete the Deployment at once.
+func TestOwned(t *testing.T) {
+	injected := &external.Config{}
+	injected.Spec.Kubernetes = &spec.KubernetesConfig{Namespace: "egress-proxies"}
+	injected.Spec.Kubernetes.Credentials.Source = xpv2.CredentialsSourceInjectedIdentity
+	remote := &external.Config{}
+	remote.Spec.Kubernetes = &spec.KubernetesConfig{Namespace: "egress-proxies"}
+	remote.Spec.Kubernetes.Credentials.Source = xpv2.CredentialsSourceSecret
+
+	cluster := func(mutate ...func(*clusterproxy.PodProxy)) *clusterproxy.PodProxy {
+		p := &clusterproxy.PodProxy{ObjectMeta: metav1.ObjectMeta{Name: "shared", UID: "uid-1"}}
+		for _, m := range mutate {
+			m(p)
+		}
+		return p
+	}
+	inNS := func(ns string) *nsproxy.PodProxy {
+		return &nsproxy.PodProxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team", UID: "uid-2"}}
+	}
+	cases := map[string]struct {
+		cfg  *external.Config
+		mg   resource.Managed
+		want *kubernetes.Owner
+	}{
+		"ClusterScopedInThisCluster": {injected, cluster(), &kubernetes.Owner{APIVersion: "proxy.egressproxy.io/v1alpha1", Kind: "PodProxy", Name: "shared", UID: "uid-1"}},
+		"NamespacedInTheDeploymentsNamespace": {injected, inNS("egress-proxies"),
+			&kubernetes.Owner{APIVersion: "proxy.m.egressproxy.io/v1alpha1", Kind: "PodProxy", Name: "team", UID: "uid-2"}},
+		"NamespacedInAnotherNamespace": {injected, inNS("team-a"), nil},
+		"RemoteCluster":                {remote, cluster(), nil},
+		"DeletionPolicyOrphan": {injected, cluster(func(p *clusterproxy.PodProxy) {
+			p.SetDeletionPolicy(xpv2.DeletionOrphan)
+		}), nil},
+		"ManagementPoliciesWithoutDelete": {injected, cluster(func(p *clusterproxy.PodProxy) {
+			p.SetManagementPolicies(xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionCreate, xpv2.ManagementActionUpdate})
+		}), nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := proxy.Request{Extension: kubernetes.Exposure{ServiceType: "ClusterIP"}}
+			owned(tc.cfg, tc.mg, &req)
+			e, _ := req.Extension.(kubernetes.Exposure)
+			if e.ServiceType != "ClusterIP" {
+				t.Errorf("the Service type was lost: %+v", e)
+			}
+			if diff := cmp.Diff(tc.want, e.Owner); diff != "" {
+				t.Errorf("owner (-want +got):\n%s", diff)
 			}
 		})
 	}

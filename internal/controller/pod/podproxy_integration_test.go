@@ -216,7 +216,8 @@ func (e *env) checkChallenged(t *testing.T, d map[string]string) {
 }
 
 // checkObjects asserts the objects of a proxy: marked, owned by the
-// Deployment, and the pod running the Secret's configuration.
+// Deployment (which a cluster-scoped PodProxy owns), and the pod running
+// the Secret's configuration.
 func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -274,8 +275,14 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 			}
 		}
 		if o == client.Object(dep) {
-			if len(o.GetOwnerReferences()) != 0 {
-				t.Errorf("the Deployment (the root) has owners %v", o.GetOwnerReferences())
+			// The root, owned by the PodProxy where the garbage collector
+			// can find it: cluster-scoped, or in the Deployment's namespace
+			// (every config here is this cluster's).
+			refs := o.GetOwnerReferences()
+			owned := mg.GetNamespace() == "" || mg.GetNamespace() == proxyNS
+			if owned && (len(refs) != 1 || refs[0].UID != mg.GetUID() || refs[0].Kind != "PodProxy" || ptr.Deref(refs[0].Controller, false)) ||
+				!owned && len(refs) != 0 {
+				t.Errorf("the Deployment has owners %v; want the PodProxy alone (not as controller) = %v", refs, owned)
 			}
 			continue
 		}
@@ -457,6 +464,42 @@ func TestPodProxyIntegration(t *testing.T) {
 		}
 
 		e.deleteLeavingNothing(t, p)
+	})
+
+	// A cluster-scoped PodProxy in the provider's own cluster owns its
+	// Deployment: removed without the provider (paused, then its finalizer
+	// removed by hand), the garbage collector removes the proxy.
+	t.Run("ClusterScopedProxyGoneWithoutTheProviderTakesItsDeployment", func(t *testing.T) {
+		t.Parallel()
+		p := e.sharedEgress(testenv.FreePort(t), "127.0.0.0/8")
+		p.Name = "bypassed-egress"
+		p.Spec.WriteConnectionSecretToReference.Name = p.Name
+		if err := e.Kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		uid := p.GetUID()
+		deps := &appsv1.DeploymentList{}
+		if err := e.Kube.List(ctx, deps, client.MatchingLabels{kubernetes.LabelUID: string(uid)}); err != nil || len(deps.Items) != 1 {
+			t.Fatalf("Deployments of the proxy: %v, %d; want one", err, len(deps.Items))
+		}
+		if o := deps.Items[0].OwnerReferences; len(o) != 1 || o[0].UID != uid || o[0].Kind != "PodProxy" || o[0].APIVersion != "proxy.egressproxy.io/v1alpha1" {
+			t.Fatalf("the Deployment's owners = %+v; want the PodProxy", o)
+		}
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"crossplane.io/paused":"true"}}}`))
+		if err := e.Kube.Patch(ctx, p, patch); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Kube.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the garbage collector to remove the proxy", 60*time.Second, func() (bool, string) {
+			left := e.objects(t, uid)
+			return len(left) == 0, fmt.Sprintf("these remain: %v", left)
+		})
 	})
 
 	t.Run("NamespacedProviderConfigOfItsOwnNamespace", func(t *testing.T) {

@@ -65,6 +65,8 @@ func checks() []check {
 	cs = append(cs, takeoverChecks()...)
 	return append(cs,
 		check{"DeletionRemovesWhatACutShortCreateLeft", checkPartialCreate},
+		check{"ListReportsWhatACutShortCreateLeft", checkListLeftovers},
+		check{"TidyKeepsWhatInstancesUse", checkTidy},
 		check{"GetDuringDeleteIsNeverNotFound", checkGetDuringDelete},
 		check{"BusyBackendIsTransientNeverNotFound", checkBusy},
 		check{"CancelledContextReturnsPromptly", checkCancelled},
@@ -203,6 +205,93 @@ func checkPartialCreate(e *env) {
 	}
 	if left, err := e.f.Leftovers(e.ctx, nameA); err != nil || len(left) > 0 {
 		e.t.Errorf("after the deletion, left on the backend: %v (%v); want nothing", left, err)
+	}
+}
+
+// ListReportsWhatACutShortCreateLeft: what a Create cut short left
+// without an instance is listed (an entry with Leftovers, named after the
+// instance) so that the orphan sweep finds it once its resource is gone;
+// with the resource's mark, and then not to another installation, and a
+// Delete by what List returned removes it; or, where the backend can
+// mark it only in part, with an empty mark and the UID's prefix, never
+// deleted by the sweep.
+func checkListLeftovers(e *env) {
+	e.need("PartialCreate", e.f.PartialCreate != nil)
+	e.need("Leftovers", e.f.Leftovers != nil)
+	req := e.f.Request(nameA, uidA)
+	if err := e.f.PartialCreate(e.ctx, nameA, uidA); err != nil {
+		e.t.Fatalf("proxytest: PartialCreate: %v", err)
+	}
+	if left, err := e.f.Leftovers(e.ctx, nameA); err != nil || len(left) == 0 {
+		e.t.Fatalf("proxytest: PartialCreate left nothing (%v, %v): the check would prove nothing", left, err)
+	}
+	var listed *proxy.Instance
+	for _, l := range e.list(e.installation) {
+		if l.Name == nameA {
+			listed = &l
+		}
+	}
+	switch {
+	case listed == nil:
+		e.t.Fatalf("List(%q) does not report what the cut-short create of %q left; want an entry with Leftovers", e.installation, nameA)
+	case len(listed.Leftovers) == 0:
+		e.t.Fatalf("List(%q) reports %q without Leftovers while no instance exists; want them named", e.installation, nameA)
+	case listed.Mark == (proxy.Mark{}):
+		if p := listed.Details[proxy.DetailUIDPrefix]; p == "" || !strings.HasPrefix(strings.ReplaceAll(uidA, "-", ""), p) {
+			e.t.Fatalf("List reports the leftovers of %q with no mark and UID prefix %q; want the resource's mark, or a prefix of %q", nameA, p, uidA)
+		}
+		return
+	case listed.Mark != req.Mark:
+		e.t.Fatalf("List reports the leftovers of %q marked %+v; want the resource's %+v", nameA, listed.Mark, req.Mark)
+	}
+	for _, l := range e.list(otherInstallation) {
+		if l.Name == nameA {
+			e.t.Errorf("List(%q) of another installation reports the leftovers of %q (%+v)", otherInstallation, nameA, l.Mark)
+		}
+	}
+	ref := proxy.Ref{ID: listed.ID, Name: listed.Name, Mark: listed.Mark, Live: true}
+	for i := 0; ; i++ {
+		if i == 10 {
+			e.t.Errorf("Delete(%s) by what List returned never removed the leftovers", describeRef(ref))
+			return
+		}
+		if err := e.f.Driver.Delete(e.ctx, ref); err != nil {
+			e.t.Fatalf("Delete(%s) by what List returned = %s; want nil", describeRef(ref), describe(err))
+		}
+		e.settle(listed.ID)
+		if left, err := e.f.Leftovers(e.ctx, nameA); err == nil && len(left) == 0 {
+			break
+		}
+	}
+	for _, l := range e.list(e.installation) {
+		if l.Name == nameA {
+			e.t.Errorf("List(%q) after the leftovers were deleted still reports %q (%v)", e.installation, nameA, l.Leftovers)
+		}
+	}
+}
+
+// TidyKeepsWhatInstancesUse: a driver that tidies shared pieces
+// (proxy.Tidier) never removes what an instance uses: after Tidy, twice,
+// the instance still runs and a new instance in the same placement comes
+// up. A driver that is no Tidier passes.
+func checkTidy(e *env) {
+	t, ok := e.f.Driver.(proxy.Tidier)
+	if !ok {
+		return
+	}
+	req, inst := e.createSettled()
+	for range 2 {
+		if _, err := t.Tidy(e.ctx); err != nil {
+			e.t.Fatalf("Tidy = %s; want nil", describe(err))
+		}
+	}
+	if got := e.mustGet(refTo(inst, req)); got.State != proxy.StateRunning {
+		e.t.Errorf("after Tidy, Get(%s) = %s (%s); want Running", inst.ID, got.State, got.Progress)
+	}
+	b := e.create(e.f.Request(nameB, uidB))
+	e.settle(b.ID)
+	if got := e.mustGet(refTo(b, e.f.Request(nameB, uidB))); got.State != proxy.StateRunning {
+		e.t.Errorf("after Tidy, a new instance is %s (%s); want Running", got.State, got.Progress)
 	}
 }
 

@@ -44,6 +44,7 @@ type Memory struct {
 	// pieces are what a Create cut short left of an instance that never
 	// appeared (PartialCreate), by name, with their mark.
 	pieces   map[string]proxy.Mark
+	piecesAt map[string]time.Time
 	busy     bool
 	failNext map[string][]error // by op
 	calls    []string
@@ -107,6 +108,7 @@ func NewMemory(provider, installationID string) *Memory {
 		installation: installationID,
 		instances:    map[string]*memInstance{},
 		pieces:       map[string]proxy.Mark{},
+		piecesAt:     map[string]time.Time{},
 		failNext:     map[string][]error{},
 	}
 	m.log = funcr.New(func(prefix, args string) {
@@ -305,6 +307,12 @@ func (m *Memory) List(ctx context.Context, installationID string) ([]proxy.Insta
 			out = append(out, m.view(in))
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(m.pieces)) {
+		if mark := m.pieces[name]; mark.InstallationID == installationID && m.instances[name] == nil {
+			out = append(out, proxy.Instance{ID: MemoryIDPrefix + name, Name: name, Mark: mark, State: proxy.StateStopped,
+				CreatedAt: m.piecesAt[name], Leftovers: []string{"pieces of " + name}})
+		}
+	}
 	return out, nil
 }
 
@@ -406,6 +414,7 @@ func (m *Memory) PartialCreate(name, uid string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.pieces[name] = proxy.Mark{UID: uid, InstallationID: m.installation}
+	m.piecesAt[name] = time.Now()
 	return nil
 }
 

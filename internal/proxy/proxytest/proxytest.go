@@ -146,6 +146,8 @@ type check struct {
 //	UpdateRefusesForeignMarkedInstance                (ForeignMarked)
 //	DeleteRefusesForeignMarkedInstance                (ForeignMarked)
 //	DeletionRemovesWhatACutShortCreateLeft            (PartialCreate, Leftovers)
+//	ListReportsWhatACutShortCreateLeft                (PartialCreate, Leftovers)
+//	TidyKeepsWhatInstancesUse                         (drivers that are a proxy.Tidier)
 //	GetDuringDeleteIsNeverNotFound                    (HoldDelete)
 //	BusyBackendIsTransientNeverNotFound               (SetBusy)
 //	CancelledContextReturnsPromptly

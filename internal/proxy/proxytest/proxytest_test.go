@@ -130,7 +130,7 @@ func TestCompleteHarnessFailsWhatWouldSkip(t *testing.T) {
 		f.PartialCreate = nil
 		return f
 	}, true)
-	if want := []string{"DeletionRemovesWhatACutShortCreateLeft"}; !slices.Equal(res.failed, want) || len(res.skipped) != 0 {
+	if want := []string{"DeletionRemovesWhatACutShortCreateLeft", "ListReportsWhatACutShortCreateLeft"}; !slices.Equal(res.failed, want) || len(res.skipped) != 0 {
 		res.dump(t)
 		t.Fatalf("failed %v, skipped %v; want failed %v and none skipped", res.failed, res.skipped, want)
 	}
@@ -156,6 +156,7 @@ func TestMissingPokesSkip(t *testing.T) {
 		"DeletionRemovesWhatACutShortCreateLeft",
 		"GetDuringDeleteIsNeverNotFound",
 		"ListExcludesUnmarkedInstances",
+		"ListReportsWhatACutShortCreateLeft",
 		"MalformedIDsArePermanent",
 		"UnknownBackendStateReadsAsStopped",
 		"UpdateRefusesForeignMarkedInstance",
@@ -382,6 +383,39 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			want: []string{"DeletionRemovesWhatACutShortCreateLeft"},
 		},
 		{
+			name: "Tidy removes what instances use",
+			wrap: func(m *Memory) proxy.Driver { return &tidyingAll{Memory: m} },
+			want: []string{"TidyKeepsWhatInstancesUse"},
+		},
+		{
+			name: "List leaves out what a cut-short create left",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, list: func(ctx context.Context, id string) ([]proxy.Instance, error) {
+					l, err := m.List(ctx, id)
+					return slices.DeleteFunc(l, func(i proxy.Instance) bool { return len(i.Leftovers) > 0 }), err
+				}}
+			},
+			want: []string{"ListReportsWhatACutShortCreateLeft"},
+		},
+		{
+			name: "List reports another installation's leftovers as this one's",
+			wrap: func(m *Memory) proxy.Driver {
+				return &hooked{Memory: m, list: func(ctx context.Context, id string) ([]proxy.Instance, error) {
+					l, err := m.List(ctx, id)
+					if ours, _ := m.List(ctx, m.installation); id != m.installation {
+						for _, o := range ours {
+							if len(o.Leftovers) > 0 {
+								o.Mark.InstallationID = id
+								l = append(l, o)
+							}
+						}
+					}
+					return l, err
+				}}
+			},
+			want: []string{"ListReportsWhatACutShortCreateLeft"},
+		},
+		{
 			name: "Delete of a missing instance leaves what its create left",
 			wrap: func(m *Memory) proxy.Driver {
 				return &hooked{Memory: m, del: func(ctx context.Context, ref proxy.Ref) error {
@@ -391,7 +425,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return m.Delete(ctx, ref)
 				}}
 			},
-			want: []string{"DeletionRemovesWhatACutShortCreateLeft"},
+			want: []string{"DeletionRemovesWhatACutShortCreateLeft", "ListReportsWhatACutShortCreateLeft"},
 		},
 		{
 			name: "Delete removes any instance of the name, marked or not",
@@ -413,7 +447,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return nil
 				}}
 			},
-			want: takeovers("Delete"),
+			want: append(takeovers("Delete"), "ListReportsWhatACutShortCreateLeft"),
 		},
 		{
 			name: "Update rewrites another resource's instance as its own",
@@ -520,7 +554,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return m.Delete(ctx, ref)
 				}}
 			},
-			want: []string{"DeleteOfNeverCreatedSucceeds", "DeleteTwiceSucceeds", "GetDuringDeleteIsNeverNotFound"},
+			want: []string{"DeleteOfNeverCreatedSucceeds", "DeleteTwiceSucceeds", "GetDuringDeleteIsNeverNotFound", "ListReportsWhatACutShortCreateLeft"},
 		},
 		{
 			name: "a malformed ID falls back to the name",
@@ -658,6 +692,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			want: append(takeovers("Create", "Delete", "Update"),
 				"ListExcludesUnmarkedInstances",
 				"ListIncludesOursAndExcludesOtherInstallations",
+				"ListReportsWhatACutShortCreateLeft",
 			),
 		},
 		{
@@ -672,6 +707,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 				"CreateRefusesToAdoptForeignMarkedInstance",
 				"DeleteRefusesForeignMarkedInstance",
 				"ListIncludesOursAndExcludesOtherInstallations",
+				"ListReportsWhatACutShortCreateLeft",
 				"UpdateRefusesForeignMarkedInstance",
 			},
 		},
@@ -754,4 +790,16 @@ func TestLeaks(t *testing.T) {
 	if form, ok := leaks(base64.StdEncoding.EncodeToString([]byte("an unrelated, harmless value")), secret); ok {
 		t.Errorf("false alarm on %q", form)
 	}
+}
+
+// tidyingAll is a Tidier that removes every instance.
+type tidyingAll struct{ *Memory }
+
+func (t *tidyingAll) Tidy(context.Context) ([]string, error) {
+	var out []string
+	for _, i := range t.Instances() {
+		t.Remove(i.Name)
+		out = append(out, i.Name)
+	}
+	return out, nil
 }

@@ -13,7 +13,9 @@
 //	aggregated/instances             GET (filter on labels, maxResults, pageToken)
 //	zones/{z}/operations/{op}        GET   (and regions/{r}/..., global/...)
 //	regions/{r}/addresses[/{n}]      POST, GET, DELETE, {n}/setLabels POST
-//	global/firewalls[/{n}]           POST, GET, PATCH, DELETE
+//	aggregated/addresses             GET (filter on labels, maxResults, pageToken)
+//	global/firewalls                 POST, GET list (maxResults, pageToken)
+//	global/firewalls/{n}             GET, PATCH, DELETE
 //	regions/{r}                      GET (quotas)
 //
 // Work is asynchronous as on GCE: a call that changes something answers
@@ -697,6 +699,10 @@ func (s *Server) route(r *http.Request, p []string, body map[string]any) (int, a
 		}
 	case len(p) == 2 && p[0] == "global" && p[1] == "firewalls" && r.Method == http.MethodPost:
 		return s.insertFirewall(body)
+	case len(p) == 2 && p[0] == "global" && p[1] == "firewalls" && r.Method == http.MethodGet:
+		return s.listFirewalls(q)
+	case len(p) == 2 && p[0] == "aggregated" && p[1] == "addresses" && r.Method == http.MethodGet:
+		return s.aggregatedAddresses(q)
 	case len(p) == 3 && p[0] == "global" && p[1] == "firewalls":
 		f, ok := s.firewalls[p[2]]
 		if !ok {
@@ -1005,6 +1011,93 @@ func (s *Server) aggregated(q map[string][]string) (int, any) {
 	}
 	if len(s.unreach) > 0 {
 		resp["unreachables"] = s.unreach
+	}
+	return http.StatusOK, resp
+}
+
+// page is the [start, end) window of n items that the query's pageToken
+// and maxResults ask for, and the next page's token ("" on the last).
+func page(q map[string][]string, n int) (start, end int, next string) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	start, _ = strconv.Atoi(get("pageToken"))
+	start = min(max(start, 0), n)
+	size := n
+	if m, err := strconv.Atoi(get("maxResults")); err == nil && m > 0 {
+		size = m
+	}
+	end = min(n, start+size)
+	if end < n {
+		next = strconv.Itoa(end)
+	}
+	return start, end, next
+}
+
+// listFirewalls is global/firewalls GET: every rule, by name, a page at
+// a time (no filter: the driver asks for none).
+func (s *Server) listFirewalls(q map[string][]string) (int, any) {
+	names := slices.Sorted(maps.Keys(s.firewalls))
+	start, end, next := page(q, len(names))
+	items := []any{}
+	for _, n := range names[start:end] {
+		items = append(items, s.firewalls[n].body)
+	}
+	resp := map[string]any{
+		"kind":     "compute#firewallList",
+		"id":       "projects/" + s.Project + "/global/firewalls",
+		"selfLink": s.link("global/firewalls"),
+		"items":    items,
+	}
+	if next != "" {
+		resp["nextPageToken"] = next
+	}
+	return http.StatusOK, resp
+}
+
+// aggregatedAddresses is aggregated/addresses GET, filtered on labels as
+// aggregated/instances is.
+func (s *Server) aggregatedAddresses(q map[string][]string) (int, any) {
+	want := map[string]string{}
+	if f := q["filter"]; len(f) > 0 {
+		for _, m := range filterRE.FindAllStringSubmatch(f[0], -1) {
+			want[m[1]] = m[2]
+		}
+	}
+	var keys []string
+	for k, a := range s.addresses {
+		labels, _ := a.body["labels"].(map[string]any)
+		ok := true
+		for lk, lv := range want {
+			if labels[lk] != lv {
+				ok = false
+			}
+		}
+		if ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	start, end, next := page(q, len(keys))
+	items := map[string]any{}
+	for _, k := range keys[start:end] {
+		a := s.addresses[k]
+		scope := "regions/" + a.region
+		sl, _ := items[scope].(map[string]any)
+		list, _ := sl["addresses"].([]any)
+		items[scope] = map[string]any{"addresses": append(list, a.body)}
+	}
+	resp := map[string]any{
+		"kind":     "compute#addressAggregatedList",
+		"id":       "projects/" + s.Project + "/aggregated/addresses",
+		"selfLink": s.link("aggregated/addresses"),
+		"items":    items,
+	}
+	if next != "" {
+		resp["nextPageToken"] = next
 	}
 	return http.StatusOK, resp
 }
