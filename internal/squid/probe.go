@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"crypto/sha256"
+	"crypto/tls"
 	"net"
 	"strings"
 	"sync"
@@ -44,6 +46,13 @@ func IdentityOf(squidConf string) string {
 // Squid runs. An answer without one (something else on the port) is an
 // error.
 func Ask(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string) (string, error) {
+	return AskTLS(ctx, dial, addr, "")
+}
+
+// AskTLS is Ask of a proxy listening with TLS when ca (PEM) is set: the
+// request goes inside a TLS connection whose certificate chain verifies
+// against ca (ClientTLS). With ca empty it is Ask.
+func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, ca string) (string, error) {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
@@ -54,6 +63,17 @@ func Ask(ctx context.Context, dial func(ctx context.Context, network, addr strin
 	defer func() { _ = c.Close() }()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
+	}
+	if ca != "" {
+		cfg, err := ClientTLS(ca)
+		if err != nil {
+			return "", err
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return "", fmt.Errorf("TLS with %s: %w", addr, err)
+		}
+		c = tc
 	}
 	if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
 		return "", err
@@ -112,8 +132,9 @@ type Probe struct {
 // A Prober is safe for concurrent use; the zero value uses the defaults.
 type Prober struct {
 	// Ask returns the identity the proxy at addr answers with (see Ask);
-	// default Ask over Dial. Fakes of a backend answer with the
-	// visible_hostname of the squid.conf they were given.
+	// default AskTLS over Dial, with the check's CA. Fakes of a backend
+	// answer with the visible_hostname of the squid.conf they were given,
+	// and are not told the CA.
 	Ask func(ctx context.Context, addr string) (string, error)
 	// Dial connects for the default Ask; default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -136,6 +157,8 @@ type Prober struct {
 
 type probeEntry struct {
 	addr, identity string
+	ca             string // the CA's digest; "" without TLS
+	caPEM          string
 	done           chan struct{} // closed when the probe finished
 	result         Probe
 	at             time.Time
@@ -148,8 +171,15 @@ type probeEntry struct {
 }
 
 // Check reports whether Squid answering as identity (Identity of the
-// resource's UID) serves at addr, for the caller's key.
-func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
+// resource's UID) serves at addr, for the caller's key. ca, when set, is
+// the PEM CA of a proxy listening with TLS (proxy.Ref.ProxyCA): the probe
+// speaks TLS and verifies the proxy's certificate against it.
+func (p *Prober) Check(ctx context.Context, key, addr, identity, ca string) Probe {
+	caDigest := ""
+	if ca != "" {
+		sum := sha256.Sum256([]byte(ca))
+		caDigest = string(sum[:])
+	}
 	p.mu.Lock()
 	if p.entries == nil {
 		p.entries = map[string]*probeEntry{}
@@ -157,7 +187,7 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 	e := p.entries[key]
 	now := time.Now()
 	served := false
-	if e != nil && e.addr == addr && e.identity == identity {
+	if e != nil && e.addr == addr && e.identity == identity && e.ca == caDigest {
 		select {
 		case <-e.done:
 			if now.Sub(e.at) < p.ttl(e.result.Serving) {
@@ -172,7 +202,7 @@ func (p *Prober) Check(ctx context.Context, key, addr, identity string) Probe {
 		e = nil
 	}
 	if e == nil {
-		e = &probeEntry{addr: addr, identity: identity, done: make(chan struct{}), served: served}
+		e = &probeEntry{addr: addr, identity: identity, ca: caDigest, caPEM: ca, done: make(chan struct{}), served: served}
 		p.entries[key] = e
 		p.sweep(now)
 		go p.probe(key, e) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
@@ -220,7 +250,7 @@ func (p *Prober) probe(key string, e *probeEntry) {
 	defer cancel()
 	ask := p.Ask
 	if ask == nil {
-		ask = func(ctx context.Context, addr string) (string, error) { return Ask(ctx, p.Dial, addr) }
+		ask = func(ctx context.Context, addr string) (string, error) { return AskTLS(ctx, p.Dial, addr, e.caPEM) }
 	}
 	got, err := ask(ctx, e.addr)
 	var r Probe
