@@ -3,9 +3,9 @@ package squid
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"crypto/sha256"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"sync"

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,9 +26,9 @@ const (
 // LoadTLS checks a TLS Secret's data and returns the proxy's TLS: the
 // chain of tls.crt (the proxy's certificate first), the key of tls.key,
 // which must be that certificate's, and the CA clients verify it against:
-// ca.crt when the Secret has one, else the chain's last certificate. The
-// chain must verify against that CA, and the certificate must not have
-// expired at now. Errors name the Secret's key and never quote its
+// ca.crt when the Secret has one, else the chain's last certificate, plus
+// the chain's intermediates (see below). The chain must verify against
+// that CA, and the certificate must not have expired at now. Errors name the Secret's key and never quote its
 // content; they are classified proxy.ClassPermanent.
 func LoadTLS(data map[string][]byte, now time.Time) (*proxy.TLS, error) {
 	chain, err := parseCerts(TLSCertKey, data[TLSCertKey])
@@ -56,7 +57,16 @@ func LoadTLS(data map[string][]byte, now time.Time) (*proxy.TLS, error) {
 	if err := verifyChain(chain, ca, now); err != nil {
 		return nil, proxy.Permanentf("%s does not verify against %s, which clients are given to trust: %v", TLSCertKey, caSource, err)
 	}
-	return &proxy.TLS{Cert: string(encodeCerts(chain)), Key: string(keyPEM), CA: string(encodeCerts(ca))}, nil
+	// Debian's Squid, built with GnuTLS, sends the proxy's certificate
+	// without the intermediates of its tls-cert file: clients get them
+	// with the CA, to build the chain themselves.
+	trust := slices.Clone(ca)
+	for _, c := range chain[1:] {
+		if !slices.ContainsFunc(trust, c.Equal) {
+			trust = append(trust, c)
+		}
+	}
+	return &proxy.TLS{Cert: string(encodeCerts(chain)), Key: string(keyPEM), CA: string(encodeCerts(trust))}, nil
 }
 
 // parseCerts parses every PEM block of b, which must all be certificates.
