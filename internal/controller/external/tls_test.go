@@ -127,7 +127,7 @@ func TestProxyTLS(t *testing.T) {
 		texts := []string{err.Error(), fmt.Sprint(r.reasons), fmt.Sprintf("%+v", cr.Status)}
 		for _, s := range rec.Ended() {
 			for _, a := range s.Attributes() {
-				texts = append(texts, a.Value.Emit())
+				texts = append(texts, a.Value.String())
 			}
 			for _, ev := range s.Events() {
 				texts = append(texts, fmt.Sprint(ev.Attributes))
