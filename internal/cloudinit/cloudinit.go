@@ -284,7 +284,9 @@ func generated(o Options) string {
 		writeFile(&b, stageDir+"/tls.key", o.Squid.TLSKey)
 	}
 	b.WriteString("runcmd:\n")
-	script := []string{GuestFunctions}
+	// The staging folder root's alone: files the guest agent writes there
+	// later (a KVM update) are created 0644.
+	script := []string{GuestFunctions, "chmod 0700 " + stageDir}
 	if o.InstallGuestAgent {
 		script = append(script, "command -v qemu-ga >/dev/null || egp_install qemu-guest-agent",
 			"egp_enable qemu-guest-agent || true")

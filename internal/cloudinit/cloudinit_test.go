@@ -387,7 +387,7 @@ func TestUserDataWithTLS(t *testing.T) {
 		t.Errorf("staged files %v; want tls.crt and tls.key, root only", staged)
 	}
 	script := fmt.Sprint(cfg.Runcmd)
-	for _, w := range []string{"install -m 0644 -o root -g root " + stageDir + "/tls.crt " + TLSCertPath,
+	for _, w := range []string{"chmod 0700 " + stageDir, "install -m 0644 -o root -g root " + stageDir + "/tls.crt " + TLSCertPath,
 		`install -m 0640 -o root -g "$(egp_squid_group)" ` + stageDir + "/tls.key " + TLSKeyPath} {
 		if !strings.Contains(script, w) {
 			t.Errorf("runcmd does not %q:\n%s", w, script)

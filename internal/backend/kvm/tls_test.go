@@ -89,8 +89,8 @@ func TestTLSInTheSeedAndThroughTheAgent(t *testing.T) {
 		t.Errorf("the agent did not write the renewed certificate and key: %v", keys(files))
 	}
 	if len(execs) != 1 || !strings.Contains(execs[0], "install -m 0640 -o root -g proxy "+stageDir+"/tls.key "+cloudinit.TLSKeyPath) ||
-		!strings.Contains(execs[0], "reload-or-restart squid") {
-		t.Errorf("execs %v; want the key installed for Squid's group and Squid reloaded", execs)
+		!strings.Contains(execs[0], "rm -f "+stageDir+"/tls.key") || !strings.Contains(execs[0], "reload-or-restart squid") {
+		t.Errorf("execs %v; want the key installed for Squid's group, the staged copy removed and Squid reloaded", execs)
 	}
 	if line := strings.Split(renewed.Key, "\n")[1]; strings.Contains(e.logs.String(), line) || strings.Contains(e.logs.String(), strings.Split(certs.Key, "\n")[1]) {
 		t.Error("a key leaked into the log")

@@ -102,8 +102,9 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 		if err := agentWrite(ctx, api, dom, stageDir+"/tls.key", f.TLSKey); err != nil {
 			return err
 		}
+		// The staged key goes at once: the agent wrote it 0644.
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+cloudinit.TLSCertPath,
-			"install -m 0640 -o root -g proxy "+stageDir+"/tls.key "+cloudinit.TLSKeyPath)
+			"install -m 0640 -o root -g proxy "+stageDir+"/tls.key "+cloudinit.TLSKeyPath, "rm -f "+stageDir+"/tls.key")
 	}
 	script = append(script, "systemctl reload-or-restart squid")
 	return agentRun(ctx, api, dom, strings.Join(script, " && "))
