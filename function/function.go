@@ -208,6 +208,10 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 				status[k] = s
 			}
 		}
+		// Every address, where a PodProxy's replicas leave from several.
+		if ips, err := omr.Resource.GetStringArray("status.atProvider.egressIPs"); err == nil && len(ips) > 0 {
+			status["egressIPs"] = ips
+		}
 	}
 	desired[name] = &resource.DesiredComposed{Resource: mr, Ready: ready}
 

@@ -244,7 +244,7 @@ apiVersion: proxy.m.egressproxy.io/v1alpha1
 kind: PodProxy
 metadata: {name: payments, namespace: team-a}
 status:
-  atProvider: {endpoint: "10.1.2.3:3128", state: Running, egressIP: 203.0.113.7, egressIPSource: Verified, egressIPVerifiedAt: "2026-12-03T14:00:00Z"}
+  atProvider: {endpoint: "10.1.2.3:3128", state: Running, egressIP: 203.0.113.7, egressIPs: [203.0.113.7, 203.0.113.8], egressIPSource: Verified, egressIPVerifiedAt: "2026-12-03T14:00:00Z"}
   conditions:
   - {type: Ready, status: "`+ready+`", reason: Available}
   - {type: Synced, status: "`+synced+`", reason: ReconcileError, message: "machineType: unknown key"}
@@ -287,7 +287,7 @@ data: {url: `+b64("http://u:p@10.1.2.3:3128")+`, host: `+b64("10.1.2.3")+`, port
 	}
 	status := rsp.GetDesired().GetComposite().GetResource().AsMap()["status"]
 	wantStatus := map[string]any{"proxy": map[string]any{"class": "standard", "size": "small", "backend": "PodProxy", "endpoint": "10.1.2.3:3128", "state": "Running", "connectionSecret": "payments-proxy",
-		"egressIP": "203.0.113.7", "egressIPSource": "Verified", "egressIPVerifiedAt": "2026-12-03T14:00:00Z"}}
+		"egressIP": "203.0.113.7", "egressIPs": []any{"203.0.113.7", "203.0.113.8"}, "egressIPSource": "Verified", "egressIPVerifiedAt": "2026-12-03T14:00:00Z"}}
 	if diff := cmp.Diff(wantStatus, status); diff != "" {
 		t.Errorf("composite status (-want +got):\n%s", diff)
 	}

@@ -39,6 +39,7 @@ var descriptions = map[string]string{
 	v1alpha1.ConnectionNoProxy:         "Destinations clients reach directly, comma-separated: localhost, 127.0.0.1, ::1, .svc, .cluster.local and the ProviderConfig's spec.noProxy.",
 	v1alpha1.ConnectionNoProxyLower:    "NO_PROXY under its lower-case name, for envFrom.",
 	v1alpha1.ConnectionEgressIP:        "The address the proxy's traffic leaves from, when the backend knows it: what a vendor's allow-list needs.",
+	v1alpha1.ConnectionEgressIPs:       "Every egress address of the proxy, comma-separated: egressIP alone, or the addresses of all of a PodProxy's replicas when they leave from several nodes. What to put on an allow-list.",
 	v1alpha1.ConnectionCA:              "Present when the proxy listens with TLS (proxy.tls; the url is then https://): the PEM certificate clients verify the proxy's against.",
 }
 

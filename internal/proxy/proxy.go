@@ -256,6 +256,15 @@ type Instance struct {
 	// remote cluster's pod, a firewall admitting only the clients). The
 	// controller layer sends the egress check there.
 	ProxyAddress string
+	// Replicas are the serving replicas of an instance that has several
+	// (a PodProxy's pods) and that the provider reaches each of: the
+	// controller layer sends the egress check through every one. Empty
+	// otherwise.
+	Replicas []Replica
+	// EgressIPs are every egress address when the replicas leave from
+	// several, sorted, EgressIP the first; set by the controller layer's
+	// egress check.
+	EgressIPs []string
 	// Placement actually used.
 	Placement Placement
 	// CreatedAt is read back from the backend (zero when unknown).
@@ -274,6 +283,16 @@ type Instance struct {
 	Operation string
 	// Details are extra, non-secret facts for status (backend specific).
 	Details map[string]string
+}
+
+// Replica is one serving replica of an instance.
+type Replica struct {
+	// Name of the replica (a pod's).
+	Name string
+	// Node it runs on.
+	Node string
+	// ProxyAddress is host:port where the provider reaches it.
+	ProxyAddress string
 }
 
 // The values of Instance.EgressSource.

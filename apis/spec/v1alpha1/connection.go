@@ -33,6 +33,10 @@ const (
 	// ConnectionEgressIP is the address the proxy's traffic leaves from,
 	// when the backend knows it (what a vendor's allow-list needs).
 	ConnectionEgressIP = "egressIP"
+	// ConnectionEgressIPs are every egress address, comma-separated:
+	// egressIP alone, or the addresses of all of a PodProxy's replicas
+	// when they leave from several (status.atProvider.egressIPs).
+	ConnectionEgressIPs = "egressIPs"
 	// ConnectionCA is present when the proxy listens with TLS (its URL is
 	// then https://): the PEM certificate clients verify the proxy's
 	// against, the TLS Secret's ca.crt or else its chain's last
@@ -44,7 +48,7 @@ const (
 var ConnectionKeys = []string{
 	ConnectionURL, ConnectionEndpoint, ConnectionHost, ConnectionPort, ConnectionUsername, ConnectionPassword,
 	ConnectionHTTPProxy, ConnectionHTTPSProxy, ConnectionHTTPProxyLower, ConnectionHTTPSProxyLower,
-	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP, ConnectionCA,
+	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP, ConnectionEgressIPs, ConnectionCA,
 }
 
 // DefaultNoProxy is what clients reach without the proxy unless a config

@@ -133,6 +133,16 @@ type GCPFirewall struct {
 
 // PodProxyParameters are the desired state of a PodProxy.
 type PodProxyParameters struct {
+	// Replicas is how many Squid pods serve the proxy. Two or more are
+	// spread over the nodes the config's placement allows (at most one
+	// more on any node than on another), kept available by a
+	// PodDisruptionBudget, and each one's egress address is checked
+	// (status.atProvider.egressIPs). Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	Replicas *int32 `json:"replicas,omitempty"`
 	// Service exposes the proxy through a Service. Without it clients use
 	// the pod's address.
 	// +optional

@@ -562,6 +562,25 @@ type KubernetesConfig struct {
 	// NodeSelector for the proxy pods.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the proxy pods, for a pool of egress nodes kept for
+	// them by a taint (egressproxy.io/egress=true:NoSchedule, say): with
+	// NodeSelector or Affinity they put proxies there and nowhere else.
+	// Placement is the config's, not a proxy's: a namespace user cannot
+	// tolerate their way onto nodes the platform keeps for others.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.operator) || self.operator in ['Exists', 'Equal']",message="operator must be Exists or Equal"
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.effect) || self.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']",message="effect must be NoSchedule, PreferNoSchedule, NoExecute or empty (all three)"
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",message="value must be empty when operator is Exists"
+	// +kubebuilder:validation:items:XValidation:rule="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",message="a toleration without a key must have operator Exists (it tolerates every taint)"
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",message="tolerationSeconds applies to effect NoExecute only"
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity of the proxy pods: node affinity to choose egress nodes,
+	// pod affinity or anti-affinity. A PodProxy of two or more replicas
+	// is also spread over nodes by the provider (docs/pod-proxy.md).
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// ClusterNetworks are the target cluster's own networks (Service and
 	// Pod CIDRs) and API server addresses, which proxies never reach (a
 	// proxy's allowedDestinationCIDRs cannot open them). Added to what the

@@ -188,6 +188,13 @@ type ProxyObservation struct {
 	// guest's own).
 	// +optional
 	EgressIP string `json:"egressIP,omitempty"`
+	// EgressIPs are every egress address of the proxy, sorted: EgressIP
+	// alone, or for a PodProxy whose replicas leave from several
+	// addresses (several nodes) all of them, EgressIP the first. It is
+	// the list to put on an allow-list.
+	// +optional
+	// +listType=atomic
+	EgressIPs []string `json:"egressIPs,omitempty"`
 	// EgressIPSource says where EgressIP comes from: Verified (the
 	// provider's request through the proxy), Reported (the same check run
 	// inside the instance, reported by the backend) or Backend (the

@@ -119,6 +119,7 @@ func TestDriverIntegration(t *testing.T) {
 	})
 	t.Run("RemoteIdentity", e.remoteIdentityTests)
 	e.driverTests(t)
+	t.Run("Replicas", e.replicaTests)
 	t.Run("Takeover", e.takeoverTests)
 	t.Run("Faults", e.faultTests)
 }

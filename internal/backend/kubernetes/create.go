@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,8 +20,8 @@ import (
 )
 
 // Create implements proxy.Driver: it creates the Deployment (the root,
-// carrying the mark and the spec hash), then its Secret, NetworkPolicy
-// and Service, owned by it. It returns without waiting for the pod. An
+// carrying the mark and the spec hash), then its Secret, NetworkPolicy,
+// Service and PodDisruptionBudget, owned by it. It returns without waiting for the pod. An
 // existing Deployment of the same name is adopted only when it carries
 // this request's mark, and then completed; otherwise Create is Permanent.
 //
@@ -107,7 +108,8 @@ func (d *Driver) undo(ctx context.Context, dep *appsv1.Deployment) {
 }
 
 // children writes the Secret (first: pods of a changed template must find
-// the new files), the NetworkPolicy and the Service of dep. fresh says dep
+// the new files), the NetworkPolicy, the Service and the
+// PodDisruptionBudget of dep. fresh says dep
 // was created just now: the children are created without reading them
 // first, and a name found taken is read then.
 func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, fresh bool) error {
@@ -128,6 +130,7 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 		})
 	}
 	writes = append(writes, func() error { return d.ensureService(ctx, dep, req, fresh) })
+	writes = append(writes, func() error { return d.ensureDisruptionBudget(ctx, dep, req, fresh) })
 	if fresh {
 		// A new Deployment's pod waits for its Secret whichever lands
 		// first: the children are created at once, in parallel (a Create
@@ -159,8 +162,8 @@ func inParallel(fns ...func() error) error {
 	return nil
 }
 
-// foreignChildren refuses a request whose Secret, NetworkPolicy or Service
-// name is taken by an object that is not this resource's, before anything
+// foreignChildren refuses a request whose Secret, NetworkPolicy, Service
+// or PodDisruptionBudget name is taken by an object that is not this resource's, before anything
 // is created: an external name must never make the provider merge into,
 // own or garbage-collect someone else's object. Create reads them first
 // only for a name refused before (taken); otherwise their creates find it.
@@ -172,6 +175,9 @@ func (d *Driver) foreignChildren(ctx context.Context, req proxy.Request, namespa
 	}
 	if serviceType(req) != "" {
 		children = append(children, &corev1.Service{})
+	}
+	if replicas(req) > 1 {
+		children = append(children, &policyv1.PodDisruptionBudget{})
 	}
 	// The reads are independent: at once, in parallel.
 	checks := make([]func() error, len(children))
@@ -269,6 +275,11 @@ func rewritten(existing, want client.Object) (client.Object, error) {
 		meta(next)
 		next.Spec = w.Spec
 		return next, nil
+	case *policyv1.PodDisruptionBudget:
+		next := existing.(*policyv1.PodDisruptionBudget).DeepCopy() //nolint:forcetypeassert // read into the same type.
+		meta(next)
+		next.Spec = w.Spec
+		return next, nil
 	case *corev1.Secret:
 		next := existing.(*corev1.Secret).DeepCopy() //nolint:forcetypeassert // read into the same type.
 		meta(next)
@@ -312,6 +323,8 @@ func kindOf(obj client.Object) string {
 		return "Deployment"
 	case *networkingv1.NetworkPolicy:
 		return "NetworkPolicy"
+	case *policyv1.PodDisruptionBudget:
+		return "PodDisruptionBudget"
 	}
 	return fmt.Sprintf("%T", obj)
 }
@@ -394,6 +407,37 @@ func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req 
 	}
 }
 
+// ensureDisruptionBudget writes the PodDisruptionBudget of a proxy of two
+// or more replicas, or deletes the one of a proxy scaled down to one
+// (dep still has the replicas it had: children are written before it).
+// Only this proxy's own budget goes, as read.
+func (d *Driver) ensureDisruptionBudget(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, fresh bool) error {
+	if pdb := buildDisruptionBudget(dep, req); pdb != nil {
+		if err := d.writeChild(ctx, dep, req.Mark, pdb, &policyv1.PodDisruptionBudget{}, fresh); err != nil {
+			return fmt.Errorf("cannot write PodDisruptionBudget %s/%s: %w", dep.Namespace, dep.Name, err)
+		}
+		return nil
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas < 2 {
+		return nil // it never had one
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	err := d.live.Get(ctx, client.ObjectKeyFromObject(dep), pdb)
+	switch {
+	case kerrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot get PodDisruptionBudget %s/%s: %w", dep.Namespace, dep.Name, err)
+	}
+	if childOwned(pdb, dep, req.Mark) != nil {
+		return nil // not ours: never deleted
+	}
+	if err := d.client.Delete(ctx, pdb, client.Preconditions{UID: &pdb.UID}); err != nil && !kerrors.IsNotFound(err) {
+		return fmt.Errorf("cannot delete PodDisruptionBudget %s/%s: %w", dep.Namespace, dep.Name, err)
+	}
+	return nil
+}
+
 // checkRequest rejects what no object could be built from.
 func checkRequest(req proxy.Request) error {
 	switch {
@@ -405,6 +449,8 @@ func checkRequest(req proxy.Request) error {
 		return proxy.Permanentf("the ownership mark of %q is not valid as label values", req.Name)
 	case req.Proxy.Port < 1 || req.Proxy.Port > 65535:
 		return proxy.Permanentf("port %d is out of range", req.Proxy.Port)
+	case replicas(req) > MaxReplicas:
+		return proxy.Permanentf("spec.forProvider.replicas %d is out of range: want 1 to %d", replicas(req), MaxReplicas)
 	}
 	return nil
 }

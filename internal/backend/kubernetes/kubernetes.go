@@ -1,15 +1,20 @@
-// Package kubernetes is the PodProxy backend: Squid as a Deployment of one
-// replica in a Kubernetes cluster (the provider's own, or another one
-// reached with a kubeconfig).
+// Package kubernetes is the PodProxy backend: Squid as a Deployment in a
+// Kubernetes cluster (the provider's own, or another one reached with a
+// kubeconfig).
 //
 // Objects per proxy, all named after the instance, in the config's
 // namespace, all labelled with the ownership mark (see Label*):
 //
-//	Deployment  the root: one replica of Squid, non-root, read-only root
-//	            filesystem, no capabilities, RuntimeDefault seccomp
+//	Deployment  the root: replicas of Squid (one by default), non-root,
+//	            read-only root filesystem, no capabilities, RuntimeDefault
+//	            seccomp; two or more spread over nodes
 //	Secret      squid.conf and htpasswd, mounted into the pod;
 //	            ownerReference to the Deployment
+//	NetworkPolicy  optional (the config's networkPolicy); ownerReference
+//	            to the Deployment
 //	Service     optional (ClusterIP or LoadBalancer); ownerReference to the
+//	            Deployment
+//	PodDisruptionBudget  with two or more replicas; ownerReference to the
 //	            Deployment
 //
 // A Secret or Service of the name that is not this proxy's (no mark,

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,11 +30,12 @@ func (d *Driver) leftovers(ctx context.Context, key types.NamespacedName, mark p
 		return nil, nil
 	}
 	var left []client.Object
-	for _, obj := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}, &corev1.Service{}} {
+	for _, obj := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
 		err := d.live.Get(ctx, key, obj)
 		switch {
-		case kerrors.IsNotFound(err) || kerrors.IsForbidden(err) && kindOf(obj) == "NetworkPolicy":
-			// A cluster without NetworkPolicies granted has none of ours.
+		case kerrors.IsNotFound(err) || kerrors.IsForbidden(err) && (kindOf(obj) == "NetworkPolicy" || kindOf(obj) == "PodDisruptionBudget"):
+			// A cluster without NetworkPolicies or budgets granted has
+			// none of ours.
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("cannot get %s %s/%s: %w", kindOf(obj), key.Namespace, key.Name, err)

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -44,7 +45,8 @@ const (
 	AnnotationCreatedAt = "egressproxy.io/created-at"
 	// AnnotationTemplateHash (Deployment) digests what the pod template is
 	// built from besides the request (the config's image, resources, node
-	// selector, pull secrets, and this code's template version), so a
+	// selector, tolerations, affinity, pull secrets, and this code's
+	// template version), so a
 	// ProviderConfig change or a provider upgrade rolls the pods too.
 	AnnotationTemplateHash = "egressproxy.io/template-hash"
 	// AnnotationService (Deployment) is the type of the Service in front of
@@ -128,6 +130,10 @@ type Config struct {
 	Resources *corev1.ResourceRequirements
 	// NodeSelector for the pods.
 	NodeSelector map[string]string
+	// Tolerations and Affinity of the pods. (omitempty: the template hash,
+	// and so every existing proxy's pods, stay the same while unused.)
+	Tolerations []corev1.Toleration `json:",omitempty"`
+	Affinity    *corev1.Affinity    `json:",omitempty"`
 	// ClusterNetworks are CIDRs (or addresses) of the cluster's own
 	// networks that proxies never reach, on top of what the driver
 	// discovers (see clusterNetworks).
@@ -213,8 +219,9 @@ func markLabels(req proxy.Request) map[string]string {
 	return l
 }
 
-// buildDeployment is the root object of a proxy: one replica of Squid, run
-// as a non-root user with nothing writable but its scratch folders.
+// buildDeployment is the root object of a proxy: Squid (one replica, or as
+// many as the request asks, spread over nodes), run as a non-root user with
+// nothing writable but its scratch folders.
 // specHash is written as AnnotationSpecHash ("" leaves it out: see
 // AnnotationSpecHash).
 func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash string, now time.Time) *appsv1.Deployment {
@@ -281,9 +288,9 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 			Annotations: annotations,
 		},
 		Spec: appsv1.DeploymentSpec{
-			// One replica: a Deployment (not a bare pod) so that a pod lost
-			// with its node is replaced.
-			Replicas:             ptr.To[int32](1),
+			// A Deployment (not a bare pod) so that a pod lost with its
+			// node is replaced.
+			Replicas:             ptr.To(replicas(req)),
 			RevisionHistoryLimit: ptr.To[int32](1),
 			Selector:             &metav1.LabelSelector{MatchLabels: selectorLabels(req)},
 			// The new pod first, the old one only once the new one is ready:
@@ -308,6 +315,9 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 					EnableServiceLinks:            ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To(terminationGrace),
 					NodeSelector:                  maps.Clone(c.NodeSelector),
+					Tolerations:                   slices.Clone(c.Tolerations),
+					Affinity:                      c.Affinity.DeepCopy(),
+					TopologySpreadConstraints:     spread(req),
 					ImagePullSecrets:              pullSecrets,
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
@@ -343,6 +353,51 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 					Volumes: volumes,
 				},
 			},
+		},
+	}
+}
+
+// spread keeps two or more replicas of a proxy on different nodes where
+// there are nodes for them: at most one more on any node than on
+// another, counting only the nodes its placement allows (the nodes it
+// tolerates the taints of, NodeTaintsPolicy Honor; not cordoned ones) and
+// only pods of the same template (a rollout's new pods spread among
+// themselves). Where one node is allowed, all replicas share it. Nil for
+// one replica.
+func spread(req proxy.Request) []corev1.TopologySpreadConstraint {
+	if replicas(req) < 2 {
+		return nil
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelHostname,
+		WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(req)},
+		MatchLabelKeys:    []string{appsv1.DefaultDeploymentUniqueLabelKey},
+		NodeTaintsPolicy:  ptr.To(corev1.NodeInclusionPolicyHonor),
+	}}
+}
+
+// buildDisruptionBudget keeps all but one of a proxy's replicas up through
+// voluntary disruptions (a node drain), owned by dep; nil for one replica,
+// where it would only block the drain. A pod that is not ready may always
+// be evicted: a crash-looping replica never holds a drain up.
+func buildDisruptionBudget(dep *appsv1.Deployment, req proxy.Request) *policyv1.PodDisruptionBudget {
+	if replicas(req) < 2 {
+		return nil
+	}
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            dep.Name,
+			Namespace:       dep.Namespace,
+			Labels:          markLabels(req),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(dep)},
+		},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			Selector:                   &metav1.LabelSelector{MatchLabels: selectorLabels(req)},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},
 	}
 }

@@ -151,6 +151,9 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 				o.inst.Progress = "the proxy does not answer on " + target + ": " + pr.Message
 			}
 		}
+		if pr.Serving && d.dialPods && len(o.serving) > 1 {
+			o.inst.Replicas = servingReplicas(o.serving, portOf(dep))
+		}
 	} else if o.probe != "" {
 		// A remote cluster's pod the provider cannot reach: its readiness
 		// probe, a connect to the proxy port from its node, stands for the
@@ -173,4 +176,14 @@ func (d *Driver) probeTarget(o observation, svc *corev1.Service, dep *appsv1.Dep
 		return net.JoinHostPort(o.inst.IP, formatPort(portOf(dep)))
 	}
 	return ""
+}
+
+// servingReplicas are the serving pods as the instance's replicas, each at its
+// own address.
+func servingReplicas(pods []*corev1.Pod, port int32) []proxy.Replica {
+	out := make([]proxy.Replica, len(pods))
+	for i, p := range pods {
+		out[i] = proxy.Replica{Name: p.Name, Node: p.Spec.NodeName, ProxyAddress: net.JoinHostPort(p.Status.PodIP, formatPort(port))}
+	}
+	return out
 }

@@ -87,6 +87,8 @@ func Permissions(namespace string, cached bool) []Permission {
 		// (leftovers.go).
 		in("", "secrets", "get", "create", "update", "delete"),
 		in("networking.k8s.io", "networkpolicies", "get", "create", "update", "delete"),
+		// The budget of a proxy of two or more replicas.
+		in("policy", "poddisruptionbudgets", "get", "create", "update", "delete"),
 		{{Resource: "namespaces", Verb: "get", Name: namespace}},
 		// The cluster's own networks (networks.go).
 		{{Resource: "services", Verb: "get", Namespace: "default"}},

@@ -59,6 +59,12 @@ func (e *env) remoteIdentityTests(t *testing.T) {
 		if _, err := d.Update(ctx, proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}, req); err != nil {
 			t.Errorf("Update = %v", err)
 		}
+		// Two replicas bring a disruption budget, one takes it away.
+		for _, n := range []int32{2, 1} {
+			if err := updateRetried(t, d, proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}, withReplicas(req, n)); err != nil {
+				t.Errorf("Update to %d replicas = %v", n, err)
+			}
+		}
 		if _, err := d.List(ctx, testInstallation); err != nil {
 			t.Errorf("List = %v", err)
 		}

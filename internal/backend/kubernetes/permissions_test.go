@@ -21,6 +21,8 @@ func TestPermissions(t *testing.T) {
 		{"a remote cluster's namespace is read by name", remote, Permission{Resource: "namespaces", Verb: "get", Name: "proxies"}, false},
 		{"the own cluster's cache watches cluster-wide", own, Permission{Resource: "pods", Verb: "watch"}, false},
 		{"the own cluster's API server is found through the kubernetes Service", own, Permission{Resource: "services", Verb: "get", Namespace: "default"}, false},
+		{"a proxy of several replicas gets a disruption budget", remote, Permission{Group: "policy", Resource: "poddisruptionbudgets", Verb: "create", Namespace: "proxies"}, false},
+		{"a budget is read directly, never watched", own, Permission{Group: "policy", Resource: "poddisruptionbudgets", Verb: "watch"}, true},
 		{"nothing is patched", remote, Permission{Group: "apps", Resource: "deployments", Verb: "patch", Namespace: "proxies"}, true},
 	} {
 		if got := has(tc.ps, tc.want); got == tc.not {

@@ -23,6 +23,10 @@ type observation struct {
 	probe string
 	// probeKey identifies the serving pod for the probe cache.
 	probeKey string
+	// serving are, for a proxy of several replicas, the pods that serve,
+	// of any configuration (while a new one rolls out, the old pods still
+	// send traffic from their addresses), sorted by name.
+	serving []*corev1.Pod
 }
 
 // observe maps a proxy's Deployment, its pods and its Service (nil when it
@@ -41,7 +45,9 @@ type observation struct {
 // A serving pod is Running, Ready, has an address and is not being deleted:
 // a pod on its way out never reads as Running. Pods with the current
 // configuration are preferred; while a new configuration rolls out, the old
-// pod keeps serving and Progress says so.
+// pod keeps serving and Progress says so. A proxy of several replicas is
+// Running while one serves (the first by name is probed); Progress and the
+// replicas detail say how many of them do.
 func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, templateHash string) observation {
 	inst := proxy.Instance{
 		ID:        instanceID(dep.Namespace, dep.Name),
@@ -73,7 +79,7 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 	}
 
 	want := dep.Spec.Template.Annotations[AnnotationConfigHash]
-	var current, old *corev1.Pod
+	var currents, olds []*corev1.Pod
 	var waiting []string
 	stopped, starting := 0, 0
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
@@ -84,11 +90,9 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 			continue
 		case serving(p):
 			if p.Annotations[AnnotationConfigHash] == want {
-				if current == nil {
-					current = p
-				}
-			} else if old == nil {
-				old = p
+				currents = append(currents, p)
+			} else {
+				olds = append(olds, p)
 			}
 		case p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning:
 			if why := podProgress(p); why != "" {
@@ -104,20 +108,39 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 		}
 	}
 
-	pod := current
-	if pod == nil && old != nil {
-		pod = old
+	set := currents
+	desired := int32(1)
+	if dep.Spec.Replicas != nil {
+		desired = *dep.Spec.Replicas
+	}
+	switch {
+	case len(currents) == 0 && len(olds) > 0:
+		set = olds
 		inst.Progress = "rolling out a new configuration; the previous pod serves meanwhile"
 		if len(waiting) > 0 {
 			inst.Progress += ": " + waiting[0]
 		}
+	case len(currents) > 0 && len(currents) < int(desired) && len(olds) > 0:
+		inst.Progress = fmt.Sprintf("rolling out a new configuration: %d of %d replicas have it", len(currents), desired)
+	case len(currents) > 0 && len(currents) < int(desired):
+		inst.Progress = fmt.Sprintf("%d of %d replicas serve", len(currents), desired)
+		if len(waiting) > 0 {
+			inst.Progress += ": " + waiting[0]
+		}
 	}
-	if pod != nil {
+	if len(set) > 0 {
+		pod := set[0]
 		inst.Details["pod"] = pod.Name
+		if desired > 1 {
+			inst.Details["replicas"] = fmt.Sprintf("%d/%d", len(set), desired)
+		}
 		o := observation{
 			inst:     inst,
 			probe:    net.JoinHostPort(pod.Status.PodIP, formatPort(portOf(dep))),
 			probeKey: string(pod.UID),
+		}
+		if desired > 1 {
+			o.serving = slices.SortedFunc(slices.Values(append(slices.Clone(currents), olds...)), func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 		}
 		o.inst.State, o.inst.IP = proxy.StateRunning, pod.Status.PodIP
 		if svc != nil {

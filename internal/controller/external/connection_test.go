@@ -33,7 +33,7 @@ func TestConnectionDetails(t *testing.T) {
 				"username": "payments", "password": "p@ss:w/rd",
 				"HTTP_PROXY": "http://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080", "HTTPS_PROXY": "http://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080",
 				"http_proxy": "http://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080", "https_proxy": "http://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080",
-				"NO_PROXY": np + ",.corp.example,10.0.0.0/8", "no_proxy": np + ",.corp.example,10.0.0.0/8", "egressIP": "203.0.113.7",
+				"NO_PROXY": np + ",.corp.example,10.0.0.0/8", "no_proxy": np + ",.corp.example,10.0.0.0/8", "egressIP": "203.0.113.7", "egressIPs": "203.0.113.7",
 			}},
 		"ServiceName": {inst: proxy.Instance{IP: "10.96.0.10", Host: "p-1.egress.svc"}, req: plain, want: map[string]string{
 			"url": "http://p-1.egress.svc:3128", "endpoint": "p-1.egress.svc:3128", "host": "p-1.egress.svc", "port": "3128",

@@ -3,6 +3,10 @@ package external
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -67,24 +71,40 @@ func (e *external[P]) egressInterval() time.Duration {
 // reconcile's observation replaced it.
 type egressBefore struct {
 	ip, source string
+	ips        []string
 	at         *metav1.Time
 }
 
 func egressOf(o *spec.ProxyObservation) egressBefore {
-	return egressBefore{ip: o.EgressIP, source: o.EgressIPSource, at: o.EgressIPVerifiedAt}
+	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt}
+}
+
+// addresses are the egress addresses status held: egressIPs, or egressIP
+// alone where an older status has no list.
+func (b egressBefore) addresses() []string {
+	if len(b.ips) == 0 && b.ip != "" {
+		return []string{b.ip}
+	}
+	return b.ips
 }
 
 // setEgress fills the egress part of status (already set from inst by
-// setObservation) and inst.EgressIP, which the connection Secret's
-// egressIP is read from: the address the check saw through the proxy when
-// the config names one and the provider reaches the proxy, else the
-// instance's reported check, else the backend's own figure where that is
-// the egress address. It sets the EgressVerified condition, with an event
+// setObservation) and inst.EgressIP and EgressIPs, which the connection
+// Secret's egressIP and egressIPs are read from: the address the check saw
+// through the proxy (each of its replicas) when the config names one and
+// the provider reaches the proxy, else the instance's reported check, else
+// the backend's own figure where that is the egress address. It sets the EgressVerified condition, with an event
 // when the address changes or differs from the backend's figure (a
 // reserved address).
 func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy.Instance, req proxy.Request, before egressBefore) {
 	o := cr.Observation()
-	o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = inst.EgressIP, "", nil
+	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = inst.EgressIP, nil, "", nil
+	defer func() {
+		if len(o.EgressIPs) == 0 && o.EgressIP != "" {
+			o.EgressIPs = []string{o.EgressIP}
+		}
+		inst.EgressIPs = o.EgressIPs
+	}()
 	switch inst.EgressSource {
 	case proxy.EgressBackend:
 		o.EgressIPSource = spec.EgressIPBackend
@@ -109,7 +129,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	// verified, so that the next check tells whether it changed.
 	keep := func() {
 		if before.source == spec.EgressIPVerified {
-			o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.source, before.at
+			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
 			inst.EgressIP = o.EgressIP
 		}
 	}
@@ -126,7 +146,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	default:
 		// A recreated or updated instance is checked at once.
 		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + inst.SpecHash
-		r := e.egress.Check(ctx, string(cr.GetUID()), version, inst.ProxyAddress, *check, e.egressInterval())
+		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
 		switch {
 		case r.IP == "" && r.Error == "":
 			keep()
@@ -136,17 +156,67 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", check.URL, r.Error))
 		default:
 			at := metav1.NewTime(r.At)
-			o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt = r.IP, spec.EgressIPVerified, &at
-			c = e.verified(cr, r, check.URL, backendIP, before)
+			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = r.IP, ips, spec.EgressIPVerified, &at
+			c = e.verified(cr, r, ips, check.URL, backendIP, before)
 		}
 	}
 	inst.EgressIP = o.EgressIP
 	e.setEgressCondition(cr, c)
 }
 
-// verified is the condition of a check that saw r.IP.
-func (e *external[P]) verified(cr Resource[P], r squid.Egress, url, backendIP string, before egressBefore) xpv2.Condition {
+// checkEgress runs the egress check through inst's proxy, or through each
+// of its replicas where the provider reaches several (each under a key of
+// its own, the first the resource's UID as for one replica), and merges
+// what they saw: IP the first of the sorted addresses, At the oldest
+// check, Error the first failure naming its replica; no IP while a
+// replica has none yet. ips are every address seen, sorted.
+func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst proxy.Instance, check proxy.EgressCheck) (squid.Egress, []string) {
+	if len(inst.Replicas) < 2 {
+		r := e.egress.Check(ctx, uid, version, inst.ProxyAddress, check, e.egressInterval())
+		if r.IP == "" {
+			return r, nil
+		}
+		return r, []string{r.IP}
+	}
+	replicas := inst.Replicas[:min(len(inst.Replicas), maxEgressReplicas)]
+	results := make([]squid.Egress, len(replicas))
+	var wg sync.WaitGroup
+	for i, rep := range replicas {
+		wg.Go(func() {
+			results[i] = e.egress.Check(ctx, replicaKey(uid, i), version, rep.ProxyAddress, check, e.egressInterval())
+		})
+	}
+	wg.Wait()
+	var merged squid.Egress
+	var ips []string
+	for i, r := range results {
+		if r.Error != "" && merged.Error == "" {
+			merged.Error = fmt.Sprintf("through replica %s: %s", replicas[i].Name, r.Error)
+		}
+		if r.IP == "" {
+			ips = nil
+			break
+		}
+		ips = append(ips, r.IP)
+		if merged.At.IsZero() || r.At.Before(merged.At) {
+			merged.At = r.At
+		}
+	}
+	if len(ips) < len(results) {
+		return squid.Egress{Error: merged.Error}, nil
+	}
+	slices.Sort(ips)
+	ips = slices.Compact(ips)
+	merged.IP = ips[0]
+	return merged, ips
+}
+
+// verified is the condition of a check that saw ips (r.IP the first).
+func (e *external[P]) verified(cr Resource[P], r squid.Egress, ips []string, url, backendIP string, before egressBefore) xpv2.Condition {
 	seen := fmt.Sprintf("%s saw %s through the proxy at %s", url, r.IP, r.At.UTC().Format(time.RFC3339))
+	if len(ips) > 1 {
+		seen = fmt.Sprintf("%s saw %s through the proxy's replicas (on several nodes: put every one on the allow-list) at %s", url, strings.Join(ips, ", "), r.At.UTC().Format(time.RFC3339))
+	}
 	if r.Error != "" {
 		return egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the latest egress check failed (%s); %s", r.Error, seen))
 	}
@@ -155,9 +225,11 @@ func (e *external[P]) verified(cr Resource[P], r squid.Egress, url, backendIP st
 	}
 	was := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
 	switch {
-	case before.ip != "" && before.ip != r.IP && (before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported):
+	case len(ips) == 1 && len(before.addresses()) < 2 && before.ip != "" && before.ip != r.IP && (before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported):
 		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress address changed from %s to %s: %s", before.ip, r.IP, seen))
-	case was.Reason == reasonEgressChanged && before.ip == r.IP && time.Since(was.LastTransitionTime.Time) < e.egressInterval():
+	case before.ip != "" && !slices.Equal(before.addresses(), ips) && (before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported):
+		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress addresses changed from %s to %s: %s", strings.Join(before.addresses(), ", "), strings.Join(ips, ", "), seen))
+	case was.Reason == reasonEgressChanged && slices.Equal(before.addresses(), ips) && time.Since(was.LastTransitionTime.Time) < e.egressInterval():
 		// For an interval, so that the change can be read: the checks an
 		// instance's changes bring (a rollout brings several) do not
 		// hide it at once.
@@ -194,10 +266,25 @@ func (e *external[P]) setEgressCondition(cr Resource[P], c xpv2.Condition) {
 	}
 }
 
+// maxEgressReplicas bounds the replicas of one proxy the egress check goes
+// through (a PodProxy has at most 10).
+const maxEgressReplicas = 16
+
+// replicaKey is the checker's key of a proxy's replica i: the resource's
+// UID for the first, as for a proxy of one.
+func replicaKey(uid string, i int) string {
+	if i == 0 {
+		return uid
+	}
+	return uid + "/" + strconv.Itoa(i)
+}
+
 // forgetEgress drops what the checker keeps of cr's proxy (it is gone or
-// going).
+// going), of every replica.
 func (e *external[P]) forgetEgress(cr Resource[P]) {
 	if e.egress != nil {
-		e.egress.Forget(string(cr.GetUID()))
+		for i := range maxEgressReplicas {
+			e.egress.Forget(replicaKey(string(cr.GetUID()), i))
+		}
 	}
 }

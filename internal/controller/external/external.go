@@ -509,6 +509,7 @@ func setObservation(o *spec.ProxyObservation, inst proxy.Instance, req proxy.Req
 		State:          string(inst.State),
 		IP:             inst.IP,
 		EgressIP:       inst.EgressIP,
+		EgressIPs:      inst.EgressIPs,
 		ProxyReachable: inst.ProxyReachable,
 		Progress:       inst.Progress,
 		Operation:      inst.Operation,
@@ -619,6 +620,11 @@ func connectionDetails(inst proxy.Instance, req proxy.Request, noProxy []string)
 	d[spec.ConnectionNoProxy], d[spec.ConnectionNoProxyLower] = np, np
 	if inst.EgressIP != "" {
 		d[spec.ConnectionEgressIP] = []byte(inst.EgressIP)
+		ips := inst.EgressIPs
+		if len(ips) == 0 {
+			ips = []string{inst.EgressIP}
+		}
+		d[spec.ConnectionEgressIPs] = []byte(strings.Join(ips, ","))
 	}
 	return d
 }

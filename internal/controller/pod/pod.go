@@ -106,8 +106,15 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 }
 
 func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request) error {
+	var e kubernetes.Exposure
 	if p.Service != nil {
-		req.Extension = kubernetes.Exposure{ServiceType: p.Service.Type}
+		e.ServiceType = p.Service.Type
+	}
+	if p.Replicas != nil {
+		e.Replicas = *p.Replicas
+	}
+	if e != (kubernetes.Exposure{}) {
+		req.Extension = e
 	}
 	return nil
 }
@@ -126,6 +133,8 @@ func (b *binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 		Image:        k.Image,
 		Resources:    k.Resources,
 		NodeSelector: k.NodeSelector,
+		Tolerations:  k.Tolerations,
+		Affinity:     k.Affinity,
 
 		ClusterNetworks: k.ClusterNetworks,
 		NetworkPolicy:   k.NetworkPolicy == nil || *k.NetworkPolicy,

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
@@ -15,9 +16,10 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// TestRequestService: the Service type reaches the driver as the
-// kubernetes backend's Extension, hashing as it did when the contract held
-// it; no Service is no Extension (the hash of the empty block).
+// TestRequestService: the Service type and the replicas reach the driver
+// as the kubernetes backend's Extension, hashing as it did when the
+// contract held it (replicas only when more than one); no Service is no
+// Extension (the hash of the empty block).
 func TestRequestService(t *testing.T) {
 	cases := map[string]struct {
 		params   spec.PodProxyParameters
@@ -29,6 +31,17 @@ func TestRequestService(t *testing.T) {
 			params:   spec.PodProxyParameters{Service: &spec.PodService{Type: "LoadBalancer"}},
 			want:     kubernetes.Exposure{ServiceType: "LoadBalancer"},
 			wantHash: `{"AddressType":"","RetainAddress":false,"ManageFirewall":false,"ServiceType":"LoadBalancer"}`,
+		},
+		// One replica (admission's default) hashes as no replicas did.
+		"OneReplica": {
+			params:   spec.PodProxyParameters{Replicas: ptr.To[int32](1)},
+			want:     kubernetes.Exposure{Replicas: 1},
+			wantHash: `{"AddressType":"","RetainAddress":false,"ManageFirewall":false,"ServiceType":""}`,
+		},
+		"ThreeReplicasBehindAService": {
+			params:   spec.PodProxyParameters{Replicas: ptr.To[int32](3), Service: &spec.PodService{Type: "ClusterIP"}},
+			want:     kubernetes.Exposure{ServiceType: "ClusterIP", Replicas: 3},
+			wantHash: `{"AddressType":"","RetainAddress":false,"ManageFirewall":false,"ServiceType":"ClusterIP","Replicas":3}`,
 		},
 	}
 	for name, tc := range cases {

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,10 +144,11 @@ func (e *env) get(t *testing.T, proxyURL string) (int, string) {
 }
 
 // objects lists what exists of the proxy with this MR UID: Deployment,
-// ReplicaSet and pods (running), Secret, NetworkPolicy and Service.
+// ReplicaSet and pods (running), Secret, NetworkPolicy, Service and
+// PodDisruptionBudget.
 func (e *env) objects(t *testing.T, uid types.UID) []string {
 	t.Helper()
-	return append(e.running(t, uid), e.list(t, uid, &corev1.SecretList{}, &networkingv1.NetworkPolicyList{}, &corev1.ServiceList{})...)
+	return append(e.running(t, uid), e.list(t, uid, &corev1.SecretList{}, &networkingv1.NetworkPolicyList{}, &corev1.ServiceList{}, &policyv1.PodDisruptionBudgetList{})...)
 }
 
 // running lists what runs, or makes, the pod of the proxy with this MR
@@ -595,6 +597,11 @@ func TestPodProxyIntegration(t *testing.T) {
 		if err := e.Kube.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	t.Run("ReplicatedProxy", func(t *testing.T) {
+		t.Parallel()
+		e.replicatedProxy(t)
 	})
 
 	t.Run("ConfigWithAnotherBackendsBlock", func(t *testing.T) {
