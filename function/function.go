@@ -64,6 +64,10 @@ const (
 	Version = "v1alpha1"
 )
 
+// LabelClaimNamespace is the label Crossplane puts on a claim's composite,
+// naming the claim's namespace.
+const LabelClaimNamespace = "crossplane.io/claim-namespace"
+
 // Kinds are the managed resource kinds a class may name.
 var Kinds = []string{"GCPProxy", "KVMProxy", "PodProxy", "ProxmoxProxy"}
 
@@ -104,6 +108,14 @@ type Request struct {
 	AllowedPorts []int64 `json:"allowedPorts,omitempty"`
 	// Auth turns basic authentication on.
 	Auth bool `json:"auth,omitempty"`
+	// TLSSecretName names a Secret with tls.crt and tls.key in the
+	// composite's namespace (a claim's, for a cluster-scoped composite):
+	// the proxy listens with TLS.
+	TLSSecretName string `json:"tlsSecretName,omitempty"`
+	// ClaimNamespace is the namespace of a cluster-scoped composite's
+	// claim (its crossplane.io/claim-namespace label), where its
+	// TLSSecretName is read: never one the spec names.
+	ClaimNamespace string `json:"-"`
 	// ConnectionSecretName names a namespaced composite's connection
 	// Secret. Default: <composite name>-proxy.
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
@@ -145,6 +157,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err := oxr.Resource.GetValueInto("spec", &r); err != nil {
 		return errors.Wrap(err, "cannot read the composite resource's spec")
 	}
+	r.ClaimNamespace = oxr.Resource.GetLabels()[LabelClaimNamespace]
 	log := f.log.WithValues("xr", oxr.Resource.GetName(), "namespace", oxr.Resource.GetNamespace(), "class", r.Class, "size", r.Size)
 
 	mr, plan, err := Compose(in, oxr.Resource.GetNamespace(), oxr.Resource.GetName(), string(oxr.Resource.GetUID()), connectionNamespace(in, oxr), r)
@@ -328,6 +341,19 @@ func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Req
 	} else {
 		// Off means off, whatever the class's defaults say.
 		delete(proxy, "auth")
+	}
+	delete(proxy, "tls") // the team's to ask for, never a class's
+	if r.TLSSecretName != "" {
+		ref := map[string]any{"name": r.TLSSecretName}
+		if !p.Namespaced {
+			// The claim's own namespace: a claim never names a Secret of
+			// another (as a namespaced resource's refs cannot).
+			if r.ClaimNamespace == "" {
+				return nil, p, errors.New("spec.tlsSecretName needs a claim: a cluster-scoped composite reads the Secret from its claim's namespace")
+			}
+			ref["namespace"] = r.ClaimNamespace
+		}
+		proxy["tls"] = map[string]any{"secretRef": ref}
 	}
 	fp["proxy"] = proxy
 

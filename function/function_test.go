@@ -140,6 +140,24 @@ func TestComposeManagedResource(t *testing.T) {
 			xr: xr("datacenter", "small", "false"), file: namespaced, name: "proxy-proxmoxproxy",
 			want: namespacedMR("ProxmoxProxy", "home-pve", "image: debian-12", "machineType: small", paymentsProxy+"}"),
 		},
+		"NamespacedWithTLSNamesTheSecretOfItsNamespace": {
+			xr: strings.Replace(xr("standard", "small", "true"), "spec:\n", "spec:\n  tlsSecretName: payments-proxy-tls\n", 1), file: namespaced, name: "proxy-podproxy",
+			want: namespacedMR("PodProxy", "pods", paymentsProxy+", auth: {enabled: true}, tls: {secretRef: {name: payments-proxy-tls}}}"),
+		},
+		"LegacyWithTLSNamesTheSecretOfTheClaimsNamespace": {
+			xr:   strings.Replace(strings.Replace(legacyXR, `uid: "5678"}`, `uid: "5678", labels: {crossplane.io/claim-namespace: team-a}}`, 1), "spec:\n", "spec:\n  tlsSecretName: payments-proxy-tls\n", 1),
+			file: "composition-legacy.yaml", name: "proxy-podproxy",
+			want: `
+apiVersion: proxy.egressproxy.io/v1alpha1
+kind: PodProxy
+metadata: {name: payments-x7k2p}
+spec:
+  providerConfigRef: {name: pods}
+  writeConnectionSecretToRef: {namespace: crossplane-system, name: 5678-backend}
+  forProvider:
+    proxy: {allowedClientCIDRs: [10.20.0.0/16], allowedPorts: [443], tls: {secretRef: {namespace: team-a, name: payments-proxy-tls}}}
+`,
+		},
 		"LegacyIsAClusterScopedPodProxyWritingToTheConnectionNamespace": {
 			xr: legacyXR, file: "composition-legacy.yaml", name: "proxy-podproxy",
 			want: `
@@ -183,6 +201,7 @@ spec:
 func TestRefusals(t *testing.T) {
 	cases := map[string]struct {
 		xr   string
+		file string
 		want string
 	}{
 		"UnknownClass": {xr: xr("premium", "small", "false"), want: `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`},
@@ -193,11 +212,17 @@ kind: EgressProxy
 metadata: {name: p, namespace: a}
 spec: {class: standard}
 `, want: "spec.allowedClientCIDRs is required"},
+		"TLSOnALegacyCompositeWithoutAClaim": {xr: strings.Replace(legacyXR, "spec:\n", "spec:\n  tlsSecretName: x\n", 1), file: "composition-legacy.yaml",
+			want: "spec.tlsSecretName needs a claim"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			file := tc.file
+			if file == "" {
+				file = "composition-namespaced.yaml"
+			}
 			rsp := run(t, &fnv1.RunFunctionRequest{
-				Input:    classes(t, "composition-namespaced.yaml"),
+				Input:    classes(t, file),
 				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, tc.xr)}},
 			})
 			if got := fatal(rsp); !strings.Contains(got, tc.want) {

@@ -182,16 +182,22 @@ func (k kind) SpecRules() []rule {
 		namespace = "!has("
 	}
 	if k.Role == proxy {
-		const ref = "forProvider.proxy.auth.passwordSecretRef"
-		r := rule{
-			Rule:      "!has(self.forProvider.proxy.auth) || !has(self." + ref + ") || " + namespace + "self." + ref + ".namespace)",
-			Message:   ref + ".namespace is required on a cluster-scoped resource",
-			FieldPath: "." + ref,
+		var rules []rule
+		for _, ref := range []struct{ block, ref string }{
+			{"forProvider.proxy.auth", "forProvider.proxy.auth.passwordSecretRef"},
+			{"forProvider.proxy.tls", "forProvider.proxy.tls.secretRef"},
+		} {
+			r := rule{
+				Rule:      "!has(self." + ref.block + ") || !has(self." + ref.ref + ") || " + namespace + "self." + ref.ref + ".namespace)",
+				Message:   ref.ref + ".namespace is required on a cluster-scoped resource",
+				FieldPath: "." + ref.ref,
+			}
+			if !k.Cluster() {
+				r.Message = ref.ref + ".namespace is not allowed on a namespaced resource: the Secret is read from the resource's own namespace"
+			}
+			rules = append(rules, r)
 		}
-		if !k.Cluster() {
-			r.Message = ref + ".namespace is not allowed on a namespaced resource: the Secret is read from the resource's own namespace"
-		}
-		return []rule{r}
+		return rules
 	}
 	rules := append([]rule{}, k.Rules...)
 	for _, s := range secretRefs {

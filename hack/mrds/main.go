@@ -26,7 +26,7 @@ import (
 
 // descriptions says what each connection key holds, for the MRDs.
 var descriptions = map[string]string{
-	v1alpha1.ConnectionURL:             "The proxy's URL, http://[username:password@]host:port: what clients take as their HTTP and HTTPS proxy.",
+	v1alpha1.ConnectionURL:             "The proxy's URL, http://[username:password@]host:port (https:// when it listens with TLS): what clients take as their HTTP and HTTPS proxy.",
 	v1alpha1.ConnectionEndpoint:        "host:port of the proxy, Crossplane's conventional endpoint key.",
 	v1alpha1.ConnectionHost:            "Where clients reach the proxy: an IP address, or for a PodProxy behind a ClusterIP Service the Service's DNS name.",
 	v1alpha1.ConnectionPort:            "The proxy's TCP port.",
@@ -40,6 +40,7 @@ var descriptions = map[string]string{
 	v1alpha1.ConnectionNoProxyLower:    "NO_PROXY under its lower-case name, for envFrom.",
 	v1alpha1.ConnectionEgressIP:        "The address the proxy's traffic leaves from, when the backend knows it: what a vendor's allow-list needs.",
 	v1alpha1.ConnectionEgressIPs:       "Every egress address of the proxy, comma-separated: egressIP alone, or the addresses of all of a PodProxy's replicas when they leave from several nodes. What to put on an allow-list.",
+	v1alpha1.ConnectionCA:              "Present when the proxy listens with TLS (proxy.tls; the url is then https://): the PEM certificate clients verify the proxy's against.",
 }
 
 // notManaged are the kinds Crossplane keeps as CRDs (its converter's list).

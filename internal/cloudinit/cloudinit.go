@@ -26,6 +26,11 @@ import (
 const (
 	SquidConfPath = "/etc/squid/squid.conf"
 	HtpasswdPath  = "/etc/squid/egressproxy.htpasswd" //nolint:gosec // A path, not a credential.
+	// TLSCertPath and TLSKeyPath hold the proxy's certificate chain and
+	// key when it listens with TLS; the key is readable by root and
+	// Squid's group only.
+	TLSCertPath = squid.DefaultTLSCertPath
+	TLSKeyPath  = squid.DefaultTLSKeyPath
 	// OwnAddressesPath lists the guest's own addresses, written at first
 	// boot before Squid starts; squid.conf denies them as destinations.
 	OwnAddressesPath = "/etc/squid/egressproxy-own-addresses"
@@ -40,6 +45,8 @@ const (
 func SquidOptions(uid string) squid.Options {
 	return squid.Options{
 		HtpasswdPath:   HtpasswdPath,
+		TLSCertPath:    TLSCertPath,
+		TLSKeyPath:     TLSKeyPath,
 		AuthHelperPath: squid.DefaultAuthHelperPath,
 		PIDFile:        "/run/squid.pid",
 		AccessLog:      "stdio:/var/log/squid/access.log",
@@ -272,8 +279,14 @@ func generated(o Options) string {
 	if o.Squid.Htpasswd != "" {
 		writeFile(&b, stageDir+"/htpasswd", o.Squid.Htpasswd)
 	}
+	if o.Squid.TLSCert != "" {
+		writeFile(&b, stageDir+"/tls.crt", o.Squid.TLSCert)
+		writeFile(&b, stageDir+"/tls.key", o.Squid.TLSKey)
+	}
 	b.WriteString("runcmd:\n")
-	script := []string{GuestFunctions}
+	// The staging folder root's alone: files the guest agent writes there
+	// later (a KVM update) are created 0644.
+	script := []string{GuestFunctions, "chmod 0700 " + stageDir}
 	if o.InstallGuestAgent {
 		script = append(script, "command -v qemu-ga >/dev/null || egp_install qemu-guest-agent",
 			"egp_enable qemu-guest-agent || true")
@@ -286,6 +299,10 @@ func generated(o Options) string {
 		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+SquidConfPath)
 	if o.Squid.Htpasswd != "" {
 		script = append(script, "egp_auth_helper", "install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/htpasswd "+HtpasswdPath)
+	}
+	if o.Squid.TLSCert != "" {
+		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+TLSCertPath,
+			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+TLSKeyPath)
 	}
 	script = append(script, "egp_enable squid", "egp_restart squid")
 	fmt.Fprintf(&b, "  - [sh, -ec, %q]\n", "export DEBIAN_FRONTEND=noninteractive; "+strings.Join(script, "; "))
@@ -336,6 +353,13 @@ func SquidConfOf(userData string) string { return stagedFile(userData, "squid.co
 // HtpasswdOf is the htpasswd the user-data UserData made installs, ""
 // when it has none (the fakes run real Squid from it).
 func HtpasswdOf(userData string) string { return stagedFile(userData, "htpasswd") }
+
+// TLSOf is the certificate chain and key the user-data UserData made
+// installs, "" when the proxy listens without TLS (the fakes run real
+// Squid from them).
+func TLSOf(userData string) (cert, key string) {
+	return stagedFile(userData, "tls.crt"), stagedFile(userData, "tls.key")
+}
 
 // stagedFile is the content of the file the generated part writes to
 // stageDir/name, "" when it writes none.

@@ -3,6 +3,8 @@ package cloudinit
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -340,5 +342,61 @@ func TestSquidConfOf(t *testing.T) {
 	}
 	if SquidConfOf("#cloud-config\n") != "" {
 		t.Error("a squid.conf in user-data without one")
+	}
+}
+
+// TestUserDataWithTLS: a proxy with TLS gets its certificate and key
+// through write_files (base64, root only), installed next to squid.conf
+// with the key readable by Squid's group alone, and a squid.conf that
+// listens with https_port on them. The key is in no runcmd line (which
+// cloud-init writes to its scripts and may log) and nowhere in clear.
+func TestUserDataWithTLS(t *testing.T) {
+	const keyLine = "MHcCAQEEIKEYSENTINELkeymaterial0123456789abcdefghijklmnopqrs"
+	key := "-----BEGIN EC PRIVATE KEY-----\n" + keyLine + "\n-----END EC PRIVATE KEY-----\n"
+	s := proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443},
+		Auth: proxy.Auth{Enabled: true, Username: "proxy", Password: "SENTINEL-pw-0123456789abcdef"},
+		TLS:  &proxy.TLS{Cert: "-----BEGIN CERTIFICATE-----\nchain\n-----END CERTIFICATE-----\n", Key: key, CA: "ca"}}
+	f, err := squid.Render(s, SquidOptions("uid-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud, err := UserData(Options{Squid: f, Hostname: "p-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, gotKey := TLSOf(ud)
+	if cert != s.TLS.Cert || gotKey != key {
+		t.Errorf("TLSOf(user-data) = certificate %v, key %v; want both installed", cert == s.TLS.Cert, gotKey == key)
+	}
+	if conf := SquidConfOf(ud); !strings.Contains(conf, "https_port 3128 tls-cert="+TLSCertPath+" tls-key="+TLSKeyPath+"\n") {
+		t.Errorf("squid.conf does not listen with TLS on the installed files:\n%s", conf)
+	}
+	gen := parts(t, ud)[0][1]
+	var cfg struct {
+		WriteFiles []struct{ Path, Permissions string } `json:"write_files"`
+		Runcmd     [][]string                           `json:"runcmd"`
+	}
+	if err := yaml.Unmarshal([]byte(gen), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	staged := map[string]string{}
+	for _, w := range cfg.WriteFiles {
+		staged[w.Path] = w.Permissions
+	}
+	if staged[stageDir+"/tls.key"] != "0600" || staged[stageDir+"/tls.crt"] != "0600" {
+		t.Errorf("staged files %v; want tls.crt and tls.key, root only", staged)
+	}
+	script := fmt.Sprint(cfg.Runcmd)
+	for _, w := range []string{"chmod 0700 " + stageDir, "install -m 0644 -o root -g root " + stageDir + "/tls.crt " + TLSCertPath,
+		`install -m 0640 -o root -g "$(egp_squid_group)" ` + stageDir + "/tls.key " + TLSKeyPath} {
+		if !strings.Contains(script, w) {
+			t.Errorf("runcmd does not %q:\n%s", w, script)
+		}
+	}
+	if strings.Contains(script, "KEYSENTINEL") || strings.Contains(script, base64.StdEncoding.EncodeToString([]byte(key))) {
+		t.Errorf("runcmd holds the key")
+	}
+	if strings.Contains(ud, keyLine) {
+		t.Errorf("the key appears in clear in the user-data")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -80,5 +82,36 @@ func TestHashCarriesTheRenderVersion(t *testing.T) {
 	again.Proxy.AllowedPorts = []int32{} // empty and nil mean the same
 	if a, b := Hash(req), Hash(again); a != b {
 		t.Errorf("Hash = %s, then %s for the same request", a, b)
+	}
+}
+
+// TestHashOfTLS: the proxy's certificate changes the digest, its key does
+// not (it enters through SecretDigest), and neither key nor certificate
+// appears in what is printed of the settings.
+func TestHashOfTLS(t *testing.T) {
+	const key = "-----BEGIN PRIVATE KEY-----\nsentinel-tls-key\n-----END PRIVATE KEY-----\n"
+	plain := Request{Name: "web", Proxy: Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}}
+	withTLS := plain
+	withTLS.Proxy.TLS = &TLS{Cert: "cert-1", Key: key, CA: "ca"}
+	if Hash(plain) == Hash(withTLS) {
+		t.Errorf("Hash is the same with and without TLS")
+	}
+	otherKey := withTLS
+	otherKey.Proxy.TLS = &TLS{Cert: "cert-1", Key: "another key", CA: "ca"}
+	if Hash(withTLS) != Hash(otherKey) {
+		t.Errorf("Hash changed with the key alone: the key must enter only through SecretDigest")
+	}
+	renewed := withTLS
+	renewed.Proxy.TLS = &TLS{Cert: "cert-2", Key: key, CA: "ca"}
+	if Hash(withTLS) == Hash(renewed) {
+		t.Errorf("Hash is the same for a renewed certificate: the proxy would not be updated")
+	}
+	if withTLS.Proxy.TLS.Key != key {
+		t.Errorf("Hash changed the request's key")
+	}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		if s := fmt.Sprintf(verb, *withTLS.Proxy.TLS); strings.Contains(s, "sentinel-tls-key") {
+			t.Errorf("%s of a TLS prints the key: %s", verb, s)
+		}
 	}
 }

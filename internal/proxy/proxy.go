@@ -94,7 +94,43 @@ type Settings struct {
 	// Hash, and so every existing instance, stays the same while no config
 	// names a check.)
 	EgressCheck *EgressCheck `json:",omitempty"`
+	// TLS, when set, makes the proxy listen with TLS on Port instead of
+	// plain HTTP. (omitempty: Hash stays the same while it is unused.)
+	TLS *TLS `json:",omitempty"`
 }
+
+// ProxyCA is the CA of a proxy listening with TLS, "" without TLS: what
+// a readiness probe verifies its certificate against (Ref.ProxyCA).
+func (s Settings) ProxyCA() string {
+	if s.TLS == nil {
+		return ""
+	}
+	return s.TLS.CA
+}
+
+// TLS is the proxy's certificate, resolved and checked by the controller
+// layer from the resource's TLS Secret. Key is secret: Hash leaves it out
+// (it enters through SecretDigest), and String redacts it.
+type TLS struct {
+	// Cert is the PEM certificate chain, the proxy's certificate first.
+	Cert string
+	// Key is the PEM private key of the first certificate.
+	Key string
+	// CA is the PEM certificate clients verify the proxy's against (the
+	// connection Secret's ca.crt).
+	CA string
+}
+
+// String describes t without the key.
+func (t TLS) String() string {
+	return fmt.Sprintf("proxy.TLS{Cert: %d bytes, Key: redacted, CA: %d bytes}", len(t.Cert), len(t.CA))
+}
+
+// GoString is String, so that %#v redacts too.
+func (t TLS) GoString() string { return t.String() }
+
+// Format makes every verb print String.
+func (t TLS) Format(s fmt.State, _ rune) { _, _ = s.Write([]byte(t.String())) }
 
 // EgressCheck is the egress check as the proxy enforces it: one echo
 // endpoint, and a credential the provider holds that Squid accepts for
@@ -107,6 +143,10 @@ type EgressCheck struct {
 	// Username and Password of the check credential.
 	Username string
 	Password string
+	// ProxyCA is Settings.TLS.CA when the proxy listens with TLS: the
+	// check connects to it with TLS and verifies its certificate against
+	// this.
+	ProxyCA string
 }
 
 // Extension is a backend's own part of a Request: what only that backend
@@ -178,6 +218,10 @@ type Ref struct {
 	// from a cache that has not yet seen an instance created a moment
 	// ago).
 	Live bool
+	// ProxyCA, when set, says the proxy listens with TLS (Settings.TLS):
+	// the readiness probe speaks TLS and verifies the proxy's certificate
+	// against this PEM certificate (Settings.TLS.CA).
+	ProxyCA string
 }
 
 // Instance is what a driver reports about one backend instance.
@@ -395,6 +439,10 @@ func Hash(req Request) string {
 		req.Labels = nil
 	}
 	req.Proxy.Auth.Password = ""
+	if t := req.Proxy.TLS; t != nil {
+		// The key enters through SecretDigest.
+		req.Proxy.TLS = &TLS{Cert: t.Cert, CA: t.CA}
+	}
 	if c := req.Proxy.EgressCheck; c != nil {
 		// The check's password enters through SecretDigest.
 		req.Proxy.EgressCheck = &EgressCheck{URL: c.URL, Username: c.Username}

@@ -144,7 +144,9 @@ func ParseEcho(body []byte) (string, error) {
 // AskEgress sends the egress check through the proxy at proxyAddr: one GET
 // of c.URL with the check's credential (inside a CONNECT tunnel for
 // https), and returns the address the endpoint saw. It follows no
-// redirect and reads at most 4 KiB of the answer.
+// redirect and reads at most 4 KiB of the answer. With c.ProxyCA set the
+// connection to the proxy is TLS, its certificate verified against that CA
+// (ClientTLS).
 func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxyAddr string, c proxy.EgressCheck) (string, error) {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
@@ -152,6 +154,28 @@ func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr
 	u, msg := parseCheckURL(c.URL)
 	if msg != "" {
 		return "", fmt.Errorf("egress check URL %s", msg)
+	}
+	if c.ProxyCA != "" {
+		cfg, err := ClientTLS(c.ProxyCA)
+		if err != nil {
+			return "", err
+		}
+		plain := dial
+		// TLS to the proxy here, under an http:// proxy URL: a Transport's
+		// TLSClientConfig would apply to the echo endpoint's TLS too,
+		// which must be verified against the system's roots instead.
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := plain(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(conn, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				_ = conn.Close()
+				return nil, fmt.Errorf("TLS with the proxy: %w", err)
+			}
+			return tc, nil
+		}
 	}
 	pu := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(c.Username, c.Password)}
 	tr := &http.Transport{
@@ -254,6 +278,7 @@ type EgressChecker struct {
 
 type egressEntry struct {
 	instance, addr, url string
+	ca                  string // the proxy's CA: a new one is checked at once
 	done                chan struct{}
 	result              Egress
 	finished            time.Time
@@ -285,13 +310,13 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 			if en.result.Error != "" {
 				ttl = e.retry()
 			}
-			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || time.Since(en.finished) >= ttl
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA || time.Since(en.finished) >= ttl
 		default: // in flight
-			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA
 		}
 	}
 	if start {
-		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, done: make(chan struct{}), result: prev}
+		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, ca: c.ProxyCA, done: make(chan struct{}), result: prev}
 		e.entries[key] = en
 		go e.run(en, c, guard) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.
 	}

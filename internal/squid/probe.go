@@ -3,6 +3,8 @@ package squid
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/netip"
@@ -93,6 +95,13 @@ var identityPattern = regexp.MustCompile(`^` + identityPrefix + `(-[0-9a-f]{8}-[
 // Squid runs. An answer without one (something else on the port) is an
 // error.
 func Ask(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string) (string, error) {
+	return AskTLS(ctx, dial, addr, "")
+}
+
+// AskTLS is Ask of a proxy listening with TLS when ca (PEM) is set: the
+// request goes inside a TLS connection whose certificate chain verifies
+// against ca (ClientTLS). With ca empty it is Ask.
+func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, ca string) (string, error) {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
@@ -103,6 +112,17 @@ func Ask(ctx context.Context, dial func(ctx context.Context, network, addr strin
 	defer func() { _ = c.Close() }()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
+	}
+	if ca != "" {
+		cfg, err := ClientTLS(ca)
+		if err != nil {
+			return "", err
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return "", fmt.Errorf("TLS with %s: %w", addr, err)
+		}
+		c = tc
 	}
 	if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
 		return "", err
@@ -164,8 +184,9 @@ type Probe struct {
 // A Prober is safe for concurrent use; the zero value uses the defaults.
 type Prober struct {
 	// Ask returns the identity the proxy at addr answers with (see Ask);
-	// default Ask over Dial. Fakes of a backend answer with the
-	// visible_hostname of the squid.conf they were given.
+	// default AskTLS over Dial, with the check's CA. Fakes of a backend
+	// answer with the visible_hostname of the squid.conf they were given,
+	// and are not told the CA.
 	Ask func(ctx context.Context, addr string) (string, error)
 	// Dial connects for the default Ask; default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -188,6 +209,8 @@ type Prober struct {
 
 type probeEntry struct {
 	addr, identity string
+	ca             string // the CA's digest; "" without TLS
+	caPEM          string
 	done           chan struct{} // closed when the probe finished
 	result         Probe
 	at             time.Time
@@ -202,8 +225,15 @@ type probeEntry struct {
 // Check reports whether Squid answering as identity (Identity of the
 // resource's UID) serves at addr, for the caller's key. guard, when not
 // nil, checks addr first and dials it (the config's netguard.Guard):
-// an address it refuses is never asked, whatever Ask is.
-func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity string) Probe {
+// an address it refuses is never asked, whatever Ask is. ca, when set, is
+// the PEM CA of a proxy listening with TLS (proxy.Ref.ProxyCA): the probe
+// speaks TLS and verifies the proxy's certificate against it.
+func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca string) Probe {
+	caDigest := ""
+	if ca != "" {
+		sum := sha256.Sum256([]byte(ca))
+		caDigest = string(sum[:])
+	}
 	p.mu.Lock()
 	if p.entries == nil {
 		p.entries = map[string]*probeEntry{}
@@ -211,7 +241,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity str
 	e := p.entries[key]
 	now := time.Now()
 	served := false
-	if e != nil && e.addr == addr && e.identity == identity {
+	if e != nil && e.addr == addr && e.identity == identity && e.ca == caDigest {
 		select {
 		case <-e.done:
 			if now.Sub(e.at) < p.ttl(e.result.Serving) {
@@ -226,7 +256,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity str
 		e = nil
 	}
 	if e == nil {
-		e = &probeEntry{addr: addr, identity: identity, done: make(chan struct{}), served: served}
+		e = &probeEntry{addr: addr, identity: identity, ca: caDigest, caPEM: ca, done: make(chan struct{}), served: served}
 		p.entries[key] = e
 		p.sweep(now)
 		go p.probe(key, e, guard) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
@@ -278,7 +308,7 @@ func (p *Prober) probe(key string, e *probeEntry, guard Guard) {
 	}
 	ask := p.Ask
 	if ask == nil {
-		ask = func(ctx context.Context, addr string) (string, error) { return Ask(ctx, dial, addr) }
+		ask = func(ctx context.Context, addr string) (string, error) { return AskTLS(ctx, dial, addr, e.caPEM) }
 	}
 	var r Probe
 	if err := checkReported(ctx, guard, e.addr); err != nil {

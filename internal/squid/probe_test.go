@@ -32,15 +32,15 @@ func TestProberRealSquid(t *testing.T) {
 	// a bound, not an expectation.
 	p := &Prober{Wait: 30 * time.Second, Timeout: 20 * time.Second}
 	ctx := context.Background()
-	if got := p.Check(ctx, nil, "own", own.addr, Identity(probeUID)); !got.Serving {
+	if got := p.Check(ctx, nil, "own", own.addr, Identity(probeUID), ""); !got.Serving {
 		t.Errorf("this resource's Squid: %+v; want Serving", got)
 	}
 	other := Identity("0a0a0a0a-0000-4000-8000-000000000000")
-	got := p.Check(ctx, nil, "other", own.addr, other)
+	got := p.Check(ctx, nil, "other", own.addr, other, "")
 	if got.Serving || !strings.Contains(got.Message, Identity(probeUID)) || !strings.Contains(got.Message, other) {
 		t.Errorf("another resource's Squid: %+v; want not Serving, naming both identities", got)
 	}
-	got = p.Check(ctx, nil, "bare", bare.addr, Identity(probeUID))
+	got = p.Check(ctx, nil, "bare", bare.addr, Identity(probeUID), "")
 	if got.Serving || !strings.Contains(got.Message, `"egress-proxy"`) {
 		t.Errorf("a Squid whose configuration names no resource: %+v; want not Serving", got)
 	}
@@ -98,7 +98,7 @@ func TestProberCachesAndNotifies(t *testing.T) {
 		Notify: func(key string) { notified <- key },
 	}
 	ctx := context.Background()
-	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1")); !got.Pending {
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1"), ""); !got.Pending {
 		t.Fatalf("first check before the probe ends: %+v; want Pending", got)
 	}
 	close(release)
@@ -106,16 +106,16 @@ func TestProberCachesAndNotifies(t *testing.T) {
 		t.Errorf("Notify(%q); want k", key)
 	}
 	p.Wait = time.Hour // from here on every check waits for its probe
-	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1")); !got.Serving {
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1"), ""); !got.Serving {
 		t.Errorf("after the probe: %+v; want Serving", got)
 	}
 	if n := asks.Load(); n != 1 {
 		t.Errorf("%d probes for two checks of one key; want 1", n)
 	}
-	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u2")); got.Serving {
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u2"), ""); got.Serving {
 		t.Errorf("another identity at the same address: %+v; want not Serving", got)
 	}
-	got := p.Check(ctx, nil, "k", "10.0.0.9:3128", Identity("u1"))
+	got := p.Check(ctx, nil, "k", "10.0.0.9:3128", Identity("u1"), "")
 	if got.Serving || !strings.Contains(got.Message, "no answer from Squid at 10.0.0.9:3128: connection refused") {
 		t.Errorf("a closed port: %+v", got)
 	}
@@ -176,19 +176,19 @@ func TestProberServesTheLastSuccessWhileRenewing(t *testing.T) {
 		Notify: func(key string) { notified <- key },
 	}
 	ctx := context.Background()
-	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1")); !got.Pending {
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1"), ""); !got.Pending {
 		t.Fatalf("first check: %+v; want Pending", got)
 	}
 	answer <- nil
 	<-notified
 	// The success has expired: a renewal starts, and until it answers the
 	// check says what the last probe found.
-	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1")); !got.Serving {
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1"), ""); !got.Serving {
 		t.Errorf("while the renewal runs: %+v; want the last answer, Serving", got)
 	}
 	answer <- errors.New("connection refused")
 	<-notified
-	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1")); got.Serving || !strings.Contains(got.Message, "connection refused") {
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1"), ""); got.Serving || !strings.Contains(got.Message, "connection refused") {
 		t.Errorf("after the renewal failed: %+v; want not Serving", got)
 	}
 }

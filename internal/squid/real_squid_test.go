@@ -226,6 +226,7 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSqui
 	_ = l.Close()
 
 	o.HtpasswdPath = filepath.Join(dir, "htpasswd")
+	o.TLSCertPath, o.TLSKeyPath = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	f, err := Render(s, o)
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +235,10 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSqui
 	writeReadable(t, conf, f.SquidConf)
 	if f.Htpasswd != "" {
 		writeReadable(t, o.HtpasswdPath, f.Htpasswd)
+	}
+	if f.TLSCert != "" {
+		writeReadable(t, o.TLSCertPath, f.TLSCert)
+		writeReadable(t, o.TLSKeyPath, f.TLSKey)
 	}
 	// Squid opens /dev/stdout by name after dropping privileges, so its
 	// stdout must be a file its user may open, not a pipe of ours.

@@ -75,7 +75,7 @@ func TestProbeOfAReportedAddressIsGuarded(t *testing.T) {
 	real := &squid.Prober{Wait: time.Minute, Timeout: 20 * time.Second}
 	for _, reported := range []string{addr, "[::ffff:127.0.0.1]:" + port, "[64:ff9b::7f00:1]:" + port, "169.254.169.254:3128", "[fd00:ec2::254]:3128", "localhost:" + port} {
 		for name, p := range map[string]*squid.Prober{"real": real, "fake": fake} {
-			got := p.Check(ctx, tenant.Reported(), name+reported, reported, squid.Identity(uid))
+			got := p.Check(ctx, tenant.Reported(), name+reported, reported, squid.Identity(uid), "")
 			if got.Serving || !got.Refused || !strings.Contains(got.Message, "the backend reports the proxy's address as "+reported) || !strings.Contains(got.Message, "does not connect to") {
 				t.Errorf("%s probe of %s = %+v; want refused, naming the address the backend reported", name, reported, got)
 			}
@@ -86,11 +86,11 @@ func TestProbeOfAReportedAddressIsGuarded(t *testing.T) {
 	}
 
 	allowed := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	if got := real.Check(ctx, allowed.Reported(), "allowed", addr, squid.Identity(uid)); !got.Serving {
+	if got := real.Check(ctx, allowed.Reported(), "allowed", addr, squid.Identity(uid), ""); !got.Serving {
 		t.Errorf("probe with 127.0.0.0/8 allowed = %+v; want Serving", got)
 	}
 	var none *netguard.Guard
-	if got := real.Check(ctx, none.Reported(), "platform", addr, squid.Identity(uid)); !got.Serving {
+	if got := real.Check(ctx, none.Reported(), "platform", addr, squid.Identity(uid), ""); !got.Serving {
 		t.Errorf("probe of the platform's config = %+v; want Serving", got)
 	}
 	if c := n.Load(); c != 2 {
@@ -126,12 +126,12 @@ func TestProbeAndEgressCheckDoNotQuoteAnswers(t *testing.T) {
 	ctx := context.Background()
 	p := &squid.Prober{Wait: time.Minute, Timeout: 20 * time.Second}
 	addr, _ := counted(t, squidAnswer(sentinel))
-	if got := p.Check(ctx, nil, "k", addr, squid.Identity(uid)); got.Serving || strings.Contains(got.Message, sentinel) {
+	if got := p.Check(ctx, nil, "k", addr, squid.Identity(uid), ""); got.Serving || strings.Contains(got.Message, sentinel) {
 		t.Errorf("probe of a Squid named %s = %+v; want not Serving, not quoting the name", sentinel, got)
 	}
 	other := squid.Identity("0a0a0a0a-0000-4000-8000-000000000000")
 	addr, _ = counted(t, squidAnswer(other))
-	if got := p.Check(ctx, nil, "k2", addr, squid.Identity(uid)); got.Serving || !strings.Contains(got.Message, other) {
+	if got := p.Check(ctx, nil, "k2", addr, squid.Identity(uid), ""); got.Serving || !strings.Contains(got.Message, other) {
 		t.Errorf("probe of another resource's Squid = %+v; want its name, one of the provider's", got)
 	}
 

@@ -27,6 +27,10 @@ import (
 const (
 	// DefaultHtpasswdPath is where the htpasswd file is installed.
 	DefaultHtpasswdPath = "/etc/squid/egressproxy.htpasswd" //nolint:gosec // A path, not a credential.
+	// DefaultTLSCertPath and DefaultTLSKeyPath are where the proxy's
+	// certificate chain and key are installed when it listens with TLS.
+	DefaultTLSCertPath = "/etc/squid/egressproxy-tls.crt"
+	DefaultTLSKeyPath  = "/etc/squid/egressproxy-tls.key"
 	// DefaultAuthHelperPath is Debian's basic_ncsa_auth.
 	DefaultAuthHelperPath = "/usr/lib/squid/basic_ncsa_auth"
 	// DefaultPIDFile "none" writes no PID file.
@@ -60,6 +64,11 @@ type Options struct {
 	// installed; default DefaultHtpasswdPath. Squid's effective user (proxy
 	// on Debian) must be able to read it.
 	HtpasswdPath string
+	// TLSCertPath and TLSKeyPath are where Files.TLSCert and Files.TLSKey
+	// will be installed; defaults DefaultTLSCertPath and
+	// DefaultTLSKeyPath. Squid reads them at start (as root on a VM, as
+	// its own user in a container, which must then be able to read them).
+	TLSCertPath, TLSKeyPath string
 	// AuthHelperPath is basic_ncsa_auth; default DefaultAuthHelperPath.
 	AuthHelperPath string
 	// PIDFile is Squid's pid_filename; default "none", so that several
@@ -122,23 +131,30 @@ type Options struct {
 }
 
 // Files are the rendered files. Htpasswd holds a password hash: keep it as
-// secret as the password. String, GoString and Format redact it, so that
-// logging a Files by accident leaks nothing.
+// secret as the password; TLSKey is a private key. String, GoString and
+// Format redact them, so that logging a Files by accident leaks nothing.
 type Files struct {
 	// SquidConf is the squid.conf text. It never holds a secret.
 	SquidConf string
 	// Htpasswd is the htpasswd text for Options.HtpasswdPath; empty when
 	// auth is off.
 	Htpasswd string
+	// TLSCert and TLSKey are the PEM certificate chain and private key for
+	// Options.TLSCertPath and TLSKeyPath; empty when the proxy listens
+	// without TLS.
+	TLSCert, TLSKey string
 }
 
 // String describes f without its contents.
 func (f Files) String() string {
-	ht := "none"
-	if f.Htpasswd != "" {
-		ht = "redacted"
+	redacted := func(v string) string {
+		if v == "" {
+			return "none"
+		}
+		return "redacted"
 	}
-	return fmt.Sprintf("squid.Files{SquidConf: %d bytes, Htpasswd: %s, Hash: %s}", len(f.SquidConf), ht, Hash(f))
+	return fmt.Sprintf("squid.Files{SquidConf: %d bytes, Htpasswd: %s, TLSCert: %d bytes, TLSKey: %s, Hash: %s}",
+		len(f.SquidConf), redacted(f.Htpasswd), len(f.TLSCert), redacted(f.TLSKey), Hash(f))
 }
 
 // GoString is String, so that %#v redacts too.
@@ -149,12 +165,18 @@ func (f Files) GoString() string { return f.String() }
 func (f Files) Format(s fmt.State, _ rune) { _, _ = s.Write([]byte(f.String())) }
 
 // Hash is a short, stable digest of the rendered files, for a rollout
-// annotation: it changes exactly when squid.conf or htpasswd does. It is
-// derived from the (slow) password hash, never from the password, so
-// publishing it does not make guessing the password easier.
+// annotation: it changes exactly when one of them does. It is derived
+// from the (slow) password hash, never from the password, so publishing
+// it does not make guessing the password easier; a private key has far
+// too much entropy to be guessed from a digest.
 func Hash(f Files) string {
 	h := sha256.New()
-	for _, part := range []string{f.SquidConf, f.Htpasswd} {
+	parts := []string{f.SquidConf, f.Htpasswd}
+	if f.TLSCert != "" || f.TLSKey != "" {
+		// Only then: the digest of a proxy without TLS stays as it was.
+		parts = append(parts, f.TLSCert, f.TLSKey)
+	}
+	for _, part := range parts {
 		// Length prefixes keep ("ab", "c") and ("a", "bc") apart.
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
@@ -193,7 +215,15 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	if o.ListenAddress != "" {
 		listen = netip.AddrPortFrom(netip.MustParseAddr(o.ListenAddress), uint16(s.Port)).String()
 	}
-	w("http_port "+listen,
+	port := "http_port " + listen
+	if s.TLS != nil {
+		// TLS only: the credentials never cross the network in clear, and
+		// a client that forgot https:// gets no answer rather than a 407.
+		// No tls-min-version: Debian's Squid 5, built with GnuTLS, refuses
+		// it; the TLS library's defaults apply.
+		port = "https_port " + listen + " tls-cert=" + o.TLSCertPath + " tls-key=" + o.TLSKeyPath
+	}
+	w(port,
 		// A name of the resource's, not the machine's host name (which would
 		// show in error pages, and without which Squid does not start): the
 		// readiness probe reads it back (Prober).
@@ -327,6 +357,9 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	w("http_access deny all")
 
 	f := Files{SquidConf: b.String()}
+	if s.TLS != nil {
+		f.TLSCert, f.TLSKey = s.TLS.Cert, s.TLS.Key
+	}
 	if s.Auth.Enabled {
 		f.Htpasswd = htpasswdLine(s.Auth.Username, s.Auth.Password, o.HtpasswdSalt)
 	}
@@ -346,6 +379,8 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	def(&o.HtpasswdPath, DefaultHtpasswdPath)
+	def(&o.TLSCertPath, DefaultTLSCertPath)
+	def(&o.TLSKeyPath, DefaultTLSKeyPath)
 	def(&o.AuthHelperPath, DefaultAuthHelperPath)
 	def(&o.PIDFile, DefaultPIDFile)
 	def(&o.AccessLog, DefaultAccessLog)
@@ -363,6 +398,8 @@ func (o Options) withDefaults() (Options, error) {
 		path         bool
 	}{
 		{"htpasswdPath", o.HtpasswdPath, true},
+		{"tlsCertPath", o.TLSCertPath, true},
+		{"tlsKeyPath", o.TLSKeyPath, true},
 		{"authHelperPath", o.AuthHelperPath, true},
 		{"pidFile", o.PIDFile, o.PIDFile != "none"},
 		{"accessLog", o.AccessLog, false},

@@ -138,6 +138,10 @@ func Validate(s proxy.Settings) error {
 	if c := s.EgressCheck; c != nil {
 		errs = append(errs, checkEgressCheck(s, c)...)
 	}
+	if t := s.TLS; t != nil && (t.Cert == "" || t.Key == "" || t.CA == "") {
+		// LoadTLS checks the Secret's content; this is the contract's.
+		add("tls", "needs a certificate, its key and a CA")
+	}
 
 	if len(errs) == 0 {
 		return nil

@@ -19,7 +19,7 @@ import (
 // TestInstrument: every driver call through Instrument is one client span
 // "<backend>.<Method>", a child of the caller's, with the error's class as
 // its status, and one observation of BackendCalls labelled the same; the
-// request's secrets (password, cloud-init) appear in no attribute.
+// request's secrets (password, cloud-init, TLS key) appear in no attribute.
 func TestInstrument(t *testing.T) {
 	const sentinel = "sentinel-5b2e77"
 	rec := otlptest.Record(t)
@@ -30,6 +30,7 @@ func TestInstrument(t *testing.T) {
 	req := mem.Request("px-1", "uid-1")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: sentinel}
 	req.CloudInit = "#cloud-config\n" + sentinel
+	req.Proxy.TLS = &proxy.TLS{Cert: "chain", Key: "-----BEGIN PRIVATE KEY-----\n" + sentinel + "\n-----END PRIVATE KEY-----\n", CA: "ca"}
 	inst, err := d.Create(ctx, req)
 	if err != nil {
 		t.Fatal(err)

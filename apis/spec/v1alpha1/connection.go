@@ -7,7 +7,8 @@ package v1alpha1
 // for http:// URLs (the upper-case name is ignored there since httpoxy),
 // wget and Python read either.
 const (
-	// ConnectionURL is http://[user:password@]host:port.
+	// ConnectionURL is http://[user:password@]host:port, https:// when the
+	// proxy listens with TLS.
 	ConnectionURL = "url"
 	// ConnectionEndpoint is host:port, Crossplane's conventional key.
 	ConnectionEndpoint = "endpoint"
@@ -36,13 +37,18 @@ const (
 	// egressIP alone, or the addresses of all of a PodProxy's replicas
 	// when they leave from several (status.atProvider.egressIPs).
 	ConnectionEgressIPs = "egressIPs"
+	// ConnectionCA is present when the proxy listens with TLS (its URL is
+	// then https://): the PEM certificate clients verify the proxy's
+	// against, the TLS Secret's ca.crt or else its chain's last
+	// certificate.
+	ConnectionCA = "ca.crt"
 )
 
 // ConnectionKeys are every key a connection Secret may hold.
 var ConnectionKeys = []string{
 	ConnectionURL, ConnectionEndpoint, ConnectionHost, ConnectionPort, ConnectionUsername, ConnectionPassword,
 	ConnectionHTTPProxy, ConnectionHTTPSProxy, ConnectionHTTPProxyLower, ConnectionHTTPSProxyLower,
-	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP, ConnectionEgressIPs,
+	ConnectionNoProxy, ConnectionNoProxyLower, ConnectionEgressIP, ConnectionEgressIPs, ConnectionCA,
 }
 
 // DefaultNoProxy is what clients reach without the proxy unless a config

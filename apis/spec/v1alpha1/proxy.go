@@ -95,6 +95,42 @@ type ProxySettings struct {
 	// Auth turns on basic authentication.
 	// +optional
 	Auth *ProxyAuth `json:"auth,omitempty"`
+
+	// TLS makes the proxy listen with TLS on port (Squid's https_port)
+	// instead of plain HTTP: clients connect to an https:// proxy URL, so
+	// that the credentials and the requests to it are encrypted. The
+	// connection Secret then holds the https:// URL and ca.crt.
+	// +optional
+	TLS *ProxyTLS `json:"tls,omitempty"`
+}
+
+// ProxyTLS is the proxy's own certificate.
+type ProxyTLS struct {
+	// SecretRef names a Secret holding the certificate in tls.crt (PEM,
+	// the proxy's certificate first, then its intermediates) and its
+	// private key in tls.key (PEM), as cert-manager writes them. Its
+	// ca.crt, when present, is what clients are told to trust; without
+	// one, the last certificate of tls.crt. The certificate must name the
+	// host clients connect to (the connection Secret's host). A changed
+	// Secret is rolled out to the proxy.
+	SecretRef SecretReference `json:"secretRef"`
+}
+
+// SecretReference names a Secret. On namespaced resources the namespace
+// must be omitted: the Secret is read from the resource's own namespace.
+// On cluster-scoped resources it is required.
+type SecretReference struct {
+	// Namespace of the Secret. Required on cluster-scoped resources, not
+	// allowed on namespaced ones.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
 }
 
 // ProxyAuth is basic authentication on the proxy.
@@ -212,3 +248,10 @@ const (
 // another address than the backend's own figure (reason Differs, such as
 // a GCP instance's reserved address). Absent when no check is configured.
 const TypeEgressVerified = "EgressVerified"
+
+// TypeSecure is the condition saying whether the proxy's credentials are
+// safe on the way to it: False (reason CredentialsInClear) when auth is on
+// and the proxy listens on a public address (a GCPProxy's external
+// address, a LoadBalancer PodProxy, any public IP) without TLS; True with
+// reason TLS when it listens with TLS, NoCredentialsExposed otherwise.
+const TypeSecure = "Secure"

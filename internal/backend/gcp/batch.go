@@ -90,7 +90,7 @@ func (d *Driver) getSteady(ctx context.Context, zone, name string, ref proxy.Ref
 		d.o.batch.steady.Delete(key)
 		return proxy.Instance{}, false, nil
 	}
-	v := d.view(ctx, inst, true)
+	v := d.view(ctx, inst, true, ref.ProxyCA)
 	if v.State != proxy.StateRunning || !v.ProxyReachable || v.SpecHash != spec || v.Mark != ref.Mark {
 		d.o.batch.steady.Delete(key)
 		return proxy.Instance{}, false, nil

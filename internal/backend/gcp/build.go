@@ -58,6 +58,10 @@ const (
 	// Update reaches a VM whose cloud-init ran once.
 	MetadataSquidConf = "egressproxy-squid-conf"
 	MetadataHtpasswd  = "egressproxy-htpasswd" //nolint:gosec // A metadata key, not a credential.
+	// MetadataTLSCert and MetadataTLSKey hold the proxy's certificate
+	// chain and key when it listens with TLS, installed the same way.
+	MetadataTLSCert = "egressproxy-tls-crt"
+	MetadataTLSKey  = "egressproxy-tls-key"
 )
 
 // Address types of Exposure.AddressType.
@@ -104,8 +108,11 @@ get %[1]s > %[2]s.new && install -m 0644 -o root -g root %[2]s.new %[2]s
 rm -f %[2]s.new
 if get %[3]s > %[4]s.new; then install -m 0640 -o root -g proxy %[4]s.new %[4]s; else rm -f %[4]s; fi
 rm -f %[4]s.new
+if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g proxy %[8]s.new %[8]s; else rm -f %[6]s %[8]s; fi
+rm -f %[6]s.new %[8]s.new
 systemctl restart squid
-`, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath)
+`, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
+		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath)
 }
 
 // spec is a request resolved against the config: everything an instance
@@ -118,6 +125,8 @@ type spec struct {
 	userData           string // secret: never logged
 	squidConf          string
 	htpasswd           string // a hash, but as secret as the password
+	tlsCert            string
+	tlsKey             string // secret: never logged
 }
 
 // labels are the instance's labels for s.
@@ -147,6 +156,9 @@ func (s *spec) metadata() map[string]string {
 	}
 	if s.htpasswd != "" {
 		m[MetadataHtpasswd] = s.htpasswd
+	}
+	if s.tlsCert != "" {
+		m[MetadataTLSCert], m[MetadataTLSKey] = s.tlsCert, s.tlsKey
 	}
 	return m
 }

@@ -53,7 +53,7 @@ func (d *Driver) resolveSpec(req proxy.Request) (*spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.squidConf, s.htpasswd = files.SquidConf, files.Htpasswd
+	s.squidConf, s.htpasswd, s.tlsCert, s.tlsKey = files.SquidConf, files.Htpasswd, files.TLSCert, files.TLSKey
 	if s.userData, err = d.o.UserData(cloudinit.Options{Squid: files, UserData: req.CloudInit, Hostname: req.Name}); err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}
@@ -141,7 +141,7 @@ func (d *Driver) adopt(ctx context.Context, inst *computepb.Instance, req proxy.
 	if m := markOf(inst.GetLabels()); m != req.Mark {
 		return proxy.Instance{}, proxy.Permanentf("instance %q already exists and is not this resource's (%s); refusing to adopt it", req.Name, describeMark(m))
 	}
-	return d.view(ctx, inst, false), nil
+	return d.view(ctx, inst, false, ""), nil
 }
 
 func describeMark(m proxy.Mark) string {

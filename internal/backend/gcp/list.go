@@ -39,7 +39,7 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 				if markOf(inst.GetLabels()).InstallationID != installationID {
 					continue // the filter should have; never trust it with GC
 				}
-				out = append(out, d.view(ctx, inst, false))
+				out = append(out, d.view(ctx, inst, false, ""))
 			}
 		}
 		if token = page.GetNextPageToken(); token == "" {

@@ -40,7 +40,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	inst, err := d.api.GetInstance(ctx, zone, name)
 	switch {
 	case err == nil:
-		v := d.view(ctx, inst, true)
+		v := d.view(ctx, inst, true, ref.ProxyCA)
 		v.Operation = joinOps(inflight)
 		if v.Progress == "" {
 			v.Progress = progress
@@ -144,8 +144,9 @@ func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Ma
 }
 
 // view maps an instance onto proxy.Instance; probe checks the proxy port
-// when the instance is running with an address.
-func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool) proxy.Instance {
+// when the instance is running with an address (with TLS, verified
+// against ca, when ca is set).
+func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool, ca string) proxy.Instance {
 	zone := lastSegment(inst.GetZone())
 	labels := inst.GetLabels()
 	v := proxy.Instance{
@@ -198,7 +199,7 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool)
 		port := labels[LabelPort]
 		if _, err := strconv.Atoi(port); err == nil {
 			addr := net.JoinHostPort(v.IP, port)
-			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), v.ID, addr, squid.Identity(v.Mark.UID))
+			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), v.ID, addr, squid.Identity(v.Mark.UID), ca)
 			v.ProxyReachable = pr.Serving
 			if pr.Serving {
 				v.ProxyAddress = addr

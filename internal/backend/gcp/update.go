@@ -15,7 +15,8 @@ import (
 // Update implements proxy.Driver: the firewall rule (created, patched or,
 // when no longer managed, removed), the static address's retain label, and
 // the instance's labels and metadata in one instances.update. When the
-// Squid files changed the update restarts the VM, whose startup script
+// Squid files (the TLS certificate and key among them) changed the update
+// restarts the VM, whose startup script
 // installs them from metadata (cloud-init runs once).
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
 	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
@@ -71,7 +72,13 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if ud, ok := oldMD[MetadataUserData]; ok {
 		md[MetadataUserData] = ud
 	}
-	restart := oldMD[MetadataSquidConf] != s.squidConf || oldMD[MetadataHtpasswd] != s.htpasswd
+	if s.tlsCert == "" {
+		// TLS turned off: the key does not stay behind in metadata.
+		delete(md, MetadataTLSCert)
+		delete(md, MetadataTLSKey)
+	}
+	restart := oldMD[MetadataSquidConf] != s.squidConf || oldMD[MetadataHtpasswd] != s.htpasswd ||
+		oldMD[MetadataTLSCert] != s.tlsCert || oldMD[MetadataTLSKey] != s.tlsKey
 	labels := s.labels()
 	if restart || !maps.Equal(inst.GetLabels(), labels) || !maps.Equal(oldMD, md) {
 		upd := proto.Clone(inst).(*computepb.Instance) //nolint:forcetypeassert // Clone keeps the type.
@@ -90,7 +97,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		inst = upd
 	}
 	d.o.pending.remember(opsKey(zone, name), ops)
-	v := d.view(ctx, inst, false)
+	v := d.view(ctx, inst, false, "")
 	v.Operation = joinOps(ops)
 	if len(ops) > 0 {
 		v.Progress = "updating"

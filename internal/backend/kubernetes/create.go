@@ -70,7 +70,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 			return proxy.Instance{}, err
 		}
 		d.taken.drop(key)
-		return d.view(ctx, dep)
+		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	case kerrors.IsAlreadyExists(err):
 		existing := &appsv1.Deployment{}
 		if err := d.live.Get(ctx, key, existing); err != nil {
@@ -345,13 +345,13 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 		dep.Annotations[AnnotationTemplateHash] == d.cfg.templateHash() &&
 		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash
 	if current && !force {
-		return d.view(ctx, dep)
+		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}
 	if err := d.children(ctx, dep, req, files, false); err != nil {
 		return proxy.Instance{}, err
 	}
 	if current {
-		return d.view(ctx, dep)
+		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}
 	// Read-modify-write of the whole spec, keeping what others added to the
 	// metadata (the Deployment controller's revision annotation).
@@ -375,7 +375,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 		return proxy.Instance{}, fmt.Errorf("cannot update Deployment %s/%s: %w", dep.Namespace, dep.Name, err)
 	}
 	d.logger(ctx).V(1).Info("updated Deployment", "namespace", dep.Namespace, "name", dep.Name, "specHash", want, "configHash", configHash)
-	return d.view(ctx, next)
+	return d.view(ctx, next, req.Proxy.ProxyCA())
 }
 
 // ensureService applies the Service req wants, or deletes the one it no

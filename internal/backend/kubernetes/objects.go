@@ -63,12 +63,17 @@ const (
 // Where things are in the pod. The paths are those of Debian's and Ubuntu's
 // squid packages (the default image is Ubuntu's).
 const (
-	// ConfigMountPath is where the Secret (squid.conf, htpasswd) is mounted.
+	// ConfigMountPath is where the Secret (squid.conf, htpasswd, the TLS
+	// certificate and key) is mounted.
 	ConfigMountPath = "/etc/squid-egress"
 	// KeySquidConf and KeyHtpasswd are the Secret's keys, and the files'
 	// names in the pod.
 	KeySquidConf = "squid.conf"
 	KeyHtpasswd  = "htpasswd"
+	// KeyTLSCert and KeyTLSKey are the proxy's certificate chain and key
+	// when it listens with TLS.
+	KeyTLSCert = "tls.crt"
+	KeyTLSKey  = "tls.key"
 	// FileOwner is the file in the pod that holds the resource's UID,
 	// from the Secret's OwnerKey.
 	FileOwner = "owner"
@@ -184,6 +189,8 @@ var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z
 func squidOptions(req proxy.Request, cluster []string) squid.Options {
 	return squid.Options{
 		HtpasswdPath:           ConfigMountPath + "/" + KeyHtpasswd,
+		TLSCertPath:            ConfigMountPath + "/" + KeyTLSCert,
+		TLSKeyPath:             ConfigMountPath + "/" + KeyTLSKey,
 		HtpasswdSalt:           req.Mark.UID,
 		UID:                    req.Mark.UID,
 		DeniedDestinationCIDRs: cluster,
@@ -452,6 +459,9 @@ func configItems(req proxy.Request, files squid.Files) []corev1.KeyToPath {
 	if files.Htpasswd != "" {
 		items = append(items, corev1.KeyToPath{Key: KeyHtpasswd, Path: KeyHtpasswd})
 	}
+	if files.TLSCert != "" {
+		items = append(items, corev1.KeyToPath{Key: KeyTLSCert, Path: KeyTLSCert}, corev1.KeyToPath{Key: KeyTLSKey, Path: KeyTLSKey})
+	}
 	return append(items, corev1.KeyToPath{Key: OwnerKey(req.Mark.UID), Path: FileOwner})
 }
 
@@ -460,6 +470,9 @@ func buildSecret(dep *appsv1.Deployment, req proxy.Request, files squid.Files) *
 	data := map[string][]byte{KeySquidConf: []byte(files.SquidConf), OwnerKey(req.Mark.UID): []byte(req.Mark.UID)}
 	if files.Htpasswd != "" {
 		data[KeyHtpasswd] = []byte(files.Htpasswd)
+	}
+	if files.TLSCert != "" {
+		data[KeyTLSCert], data[KeyTLSKey] = []byte(files.TLSCert), []byte(files.TLSKey)
 	}
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},

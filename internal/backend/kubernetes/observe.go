@@ -35,7 +35,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	return d.view(ctx, dep)
+	return d.view(ctx, dep, ref.ProxyCA)
 }
 
 // deployment reads the Deployment ref names: by ID (namespace/name) when
@@ -81,8 +81,9 @@ func (d *Driver) key(ref proxy.Ref) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
-// view reads dep's pods (and Service) and reports the instance.
-func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instance, error) {
+// view reads dep's pods (and Service) and reports the instance; ca is the
+// proxy's CA when it listens with TLS (the probe verifies against it).
+func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (proxy.Instance, error) {
 	if dep.Labels[LabelManagedBy] != ManagedBy || dep.Labels[LabelUID] == "" {
 		// Not ours: its pods are not in the cache; report it as it is.
 		return observe(dep, nil, nil, d.cfg.templateHash()).inst, nil
@@ -138,7 +139,7 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment) (proxy.Instan
 		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
-		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]))
+		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]), ca)
 		o.inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			o.inst.ProxyAddress = target

@@ -91,7 +91,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err := d.resumeStart(ctx, api, h, dom, meta, ref.Mark); err != nil {
 		return proxy.Instance{}, err
 	}
-	return d.read(ctx, api, h, dom, meta)
+	return d.read(ctx, api, h, dom, meta, ref.ProxyCA)
 }
 
 // resumeStart starts a domain of this resource that was defined but never
@@ -143,8 +143,9 @@ func readMeta(ctx context.Context, api Libvirt, dom libvirt.Domain) (instanceMet
 	return parseMeta(x)
 }
 
-// read builds the Instance of an existing domain.
-func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta) (proxy.Instance, error) {
+// read builds the Instance of an existing domain; ca is the proxy's CA
+// when it listens with TLS (the probe verifies against it).
+func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta, ca string) (proxy.Instance, error) {
 	state, reason, err := api.DomainGetState(ctx, dom)
 	if err != nil {
 		return proxy.Instance{}, err
@@ -176,7 +177,7 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	switch {
 	case inst.State == proxy.StateRunning:
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
-		pr := d.b.prober.Check(ctx, d.cfg.Guard.Reported(), inst.ID, addr, squid.Identity(inst.Mark.UID))
+		pr := d.b.prober.Check(ctx, d.cfg.Guard.Reported(), inst.ID, addr, squid.Identity(inst.Mark.UID), ca)
 		inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			inst.ProxyAddress = addr

@@ -20,7 +20,8 @@ import (
 const stageDir = "/var/lib/egressproxy"
 
 // Update implements proxy.Driver. The proxy block is applied in place
-// through the guest agent: squid.conf and htpasswd are written, Squid is
+// through the guest agent: squid.conf, htpasswd and the TLS certificate
+// and key are written, Squid is
 // reloaded, and the new spec hash goes into the domain's metadata.
 // Placement and cloud-init are immutable at admission.
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
@@ -78,7 +79,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		}
 		d.log(ctx).V(1).Info("kvm proxy settings applied", "host", h.Name, "name", name)
 	}
-	return d.read(ctx, api, h, dom, meta)
+	return d.read(ctx, api, h, dom, meta, req.Proxy.ProxyCA())
 }
 
 // applyFiles writes Squid's files through the guest agent and reloads
@@ -93,6 +94,17 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 			return err
 		}
 		script = append(script, "install -m 0640 -o root -g proxy "+stageDir+"/htpasswd "+cloudinit.HtpasswdPath)
+	}
+	if f.TLSCert != "" {
+		if err := agentWrite(ctx, api, dom, stageDir+"/tls.crt", f.TLSCert); err != nil {
+			return err
+		}
+		if err := agentWrite(ctx, api, dom, stageDir+"/tls.key", f.TLSKey); err != nil {
+			return err
+		}
+		// The staged key goes at once: the agent wrote it 0644.
+		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+cloudinit.TLSCertPath,
+			"install -m 0640 -o root -g proxy "+stageDir+"/tls.key "+cloudinit.TLSKeyPath, "rm -f "+stageDir+"/tls.key")
 	}
 	script = append(script, "systemctl reload-or-restart squid")
 	return agentRun(ctx, api, dom, strings.Join(script, " && "))

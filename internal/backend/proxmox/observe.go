@@ -70,6 +70,9 @@ type found struct {
 	// knownIP is the address the guest agent reported at the VM's last
 	// steady Get (batch.go): describe does not ask the agent again.
 	knownIP string
+	// proxyCA is the proxy's CA when it listens with TLS (Ref.ProxyCA):
+	// the probe verifies against it.
+	proxyCA string
 }
 
 // locate resolves ref against the cluster's guests: by the VMID and name
@@ -77,6 +80,12 @@ type found struct {
 // yet; it is attributed by the clones this process started, else (after
 // a restart) by the ID or the resource's probe window.
 func (d *Driver) locate(idx vmIndex, ref proxy.Ref) (found, bool, error) {
+	f, ok, err := d.locateVM(idx, ref)
+	f.proxyCA = ref.ProxyCA
+	return f, ok, err
+}
+
+func (d *Driver) locateVM(idx vmIndex, ref proxy.Ref) (found, bool, error) {
 	if ref.ID != "" {
 		vmid, name, err := parseID(ref.ID)
 		if err != nil {
@@ -292,7 +301,7 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 		if port == 0 {
 			port = 3128
 		}
-		return d.address(ctx, e, inst, port, f.knownIP)
+		return d.address(ctx, e, inst, port, f.knownIP, f.proxyCA)
 	default: // stopped, and states this driver does not know
 		inst.State = proxy.StateStopped
 		return inst, nil
@@ -306,9 +315,9 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 //
 // knownIP, when set, is the address the agent reported at a steady Get
 // (batch.go); it is used instead of asking the agent.
-func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int, knownIP string) (proxy.Instance, error) {
+func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int, knownIP, ca string) (proxy.Instance, error) {
 	if knownIP != "" {
-		return d.reachable(ctx, inst, knownIP, port), nil
+		return d.reachable(ctx, inst, knownIP, port, ca), nil
 	}
 	ifs, err := d.api.AgentInterfaces(ctx, e.Node, e.VMID)
 	if err != nil {
@@ -347,16 +356,17 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		inst.Progress = joinProgress(inst.Progress, "the guest agent reports no usable address yet")
 		return inst, nil
 	}
-	return d.reachable(ctx, inst, ip, port), nil
+	return d.reachable(ctx, inst, ip, port, ca), nil
 }
 
-// reachable reports inst Running at ip and probes the proxy's port.
-func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, port int) proxy.Instance {
+// reachable reports inst Running at ip and probes the proxy's port (with
+// TLS, verified against ca, when ca is set).
+func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, port int, ca string) proxy.Instance {
 	inst.State, inst.IP = proxy.StateRunning, ip
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.cfg.URL+"/"+inst.ID, addr, squid.Identity(inst.Mark.UID))
+	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.cfg.URL+"/"+inst.ID, addr, squid.Identity(inst.Mark.UID), ca)
 	inst.ProxyReachable = pr.Serving
 	if pr.Serving {
 		inst.ProxyAddress = addr

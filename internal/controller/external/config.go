@@ -225,6 +225,21 @@ func (s Secrets) Get(ctx context.Context, field string, ref *spec.SecretKeySelec
 	if ref == nil {
 		return nil, errors.Errorf("%s is not set", field)
 	}
+	sec, err := s.Secret(ctx, field, spec.SecretReference{Namespace: ref.Namespace, Name: ref.Name})
+	if err != nil {
+		return nil, err
+	}
+	v, ok := sec.Data[ref.Key]
+	if !ok || len(v) == 0 {
+		return nil, errors.Errorf("%s: Secret %s/%s has no key %q", field, sec.Namespace, ref.Name, ref.Key)
+	}
+	return v, nil
+}
+
+// Secret reads the Secret ref names, by the same rules as Get: a
+// namespaced reader reads its own namespace only, whatever ref says.
+// Errors never include the Secret's data.
+func (s Secrets) Secret(ctx context.Context, field string, ref spec.SecretReference) (*corev1.Secret, error) {
 	ns := ref.Namespace
 	if s.Namespace != "" {
 		ns = s.Namespace
@@ -239,11 +254,8 @@ func (s Secrets) Get(ctx context.Context, field string, ref *spec.SecretKeySelec
 		}
 		return nil, errors.Wrapf(err, "%s: cannot get Secret %s/%s", field, ns, ref.Name)
 	}
-	v, ok := sec.Data[ref.Key]
-	if !ok || len(v) == 0 {
-		return nil, errors.Errorf("%s: Secret %s/%s has no key %q", field, ns, ref.Name, ref.Key)
-	}
-	return v, nil
+	sec.Namespace = ns
+	return sec, nil
 }
 
 // Of returns the Config of a ProviderConfig object of any of the three

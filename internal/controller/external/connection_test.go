@@ -12,6 +12,9 @@ func TestConnectionDetails(t *testing.T) {
 	const np = "localhost,127.0.0.1,::1,.svc,.cluster.local"
 	plain := proxy.Request{Proxy: proxy.Settings{Port: 3128}}
 	auth := proxy.Request{Proxy: proxy.Settings{Port: 8080, Auth: proxy.Auth{Enabled: true, Username: "payments", Password: "p@ss:w/rd"}}}
+	withTLS := auth
+	// The key never goes to the connection Secret.
+	withTLS.Proxy.TLS = &proxy.TLS{Cert: "the chain", Key: "the key", CA: "the CA"}
 	cases := map[string]struct {
 		inst    proxy.Instance
 		req     proxy.Request
@@ -36,6 +39,13 @@ func TestConnectionDetails(t *testing.T) {
 			"url": "http://p-1.egress.svc:3128", "endpoint": "p-1.egress.svc:3128", "host": "p-1.egress.svc", "port": "3128",
 			"HTTP_PROXY": "http://p-1.egress.svc:3128", "HTTPS_PROXY": "http://p-1.egress.svc:3128", "http_proxy": "http://p-1.egress.svc:3128", "https_proxy": "http://p-1.egress.svc:3128",
 			"NO_PROXY": np, "no_proxy": np,
+		}},
+		"TLS": {inst: proxy.Instance{IP: "10.0.0.5"}, req: withTLS, want: map[string]string{
+			"url": "https://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080", "endpoint": "10.0.0.5:8080", "host": "10.0.0.5", "port": "8080",
+			"username": "payments", "password": "p@ss:w/rd",
+			"HTTP_PROXY": "https://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080", "HTTPS_PROXY": "https://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080",
+			"http_proxy": "https://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080", "https_proxy": "https://payments:p%40ss%3Aw%2Frd@10.0.0.5:8080",
+			"NO_PROXY": np, "no_proxy": np, "ca.crt": "the CA",
 		}},
 		"IPv6": {inst: proxy.Instance{IP: "2001:db8::5"}, req: plain, want: map[string]string{
 			"url": "http://[2001:db8::5]:3128", "endpoint": "[2001:db8::5]:3128", "host": "2001:db8::5", "port": "3128",

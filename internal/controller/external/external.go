@@ -184,6 +184,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	setObservation(status, inst, req, e.kind.Location)
 	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
+	e.setSecure(cr, inst, req)
 	return managed.ExternalObservation{
 		ResourceExists:    true,
 		ResourceUpToDate:  inst.SpecHash == "" || inst.SpecHash == proxy.Hash(req),
@@ -269,6 +270,7 @@ func (e *external[P]) write(ctx context.Context, cr Resource[P], what string, ca
 	setObservation(cr.Observation(), inst, req, e.kind.Location)
 	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
+	e.setSecure(cr, inst, req)
 	return inst, connectionDetails(inst, req, e.cfg.Spec.NoProxy), nil
 }
 
@@ -393,6 +395,10 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 		// Only then: every other instance's digest stays as it was.
 		secrets = append(secrets, c.Password)
 	}
+	if t := req.Proxy.TLS; t != nil {
+		// Only then, as the check's.
+		secrets = append(secrets, "tls", t.Key)
+	}
 	if req.SecretDigest, err = e.passwords.Digest(ctx, secrets...); err != nil {
 		return proxy.Request{}, err
 	}
@@ -414,6 +420,14 @@ func (e *external[P]) settings(ctx context.Context, cr Resource[P], ps *spec.Pro
 	check, err := e.egressCheck(ctx, string(cr.GetUID()))
 	if err != nil {
 		return proxy.Settings{}, err
+	}
+	if ps.TLS != nil {
+		if s.TLS, err = e.proxyTLS(ctx, ps.TLS.SecretRef); err != nil {
+			return proxy.Settings{}, err
+		}
+		if check != nil {
+			check.ProxyCA = s.TLS.CA
+		}
 	}
 	s.EgressCheck = check
 	if len(s.AllowedPorts) == 0 {
@@ -478,7 +492,7 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 // the driver is asked to read the backend itself (Live).
 func ref(mg resource.Managed, req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
 	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation,
-		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg), Deleting: meta.WasDeleted(mg)}
+		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg), Deleting: meta.WasDeleted(mg), ProxyCA: req.Proxy.ProxyCA()}
 }
 
 // creates reports whether management policies p let the resource create
@@ -593,6 +607,10 @@ func connectionDetails(inst proxy.Instance, req proxy.Request, noProxy []string)
 		spec.ConnectionPort:     []byte(port),
 		spec.ConnectionEndpoint: []byte(u.Host),
 	}
+	if t := req.Proxy.TLS; t != nil {
+		u.Scheme = "https"
+		d[spec.ConnectionCA] = []byte(t.CA)
+	}
 	if req.Proxy.Auth.Enabled {
 		u.User = url.UserPassword(req.Proxy.Auth.Username, req.Proxy.Auth.Password)
 		d[spec.ConnectionUsername] = []byte(req.Proxy.Auth.Username)
@@ -648,4 +666,22 @@ func describe(err error, what string, wait time.Duration) error {
 	default:
 		return errors.Wrapf(err, "%s (%s, will retry)", what, class)
 	}
+}
+
+// tlsField is the field a TLS Secret's problems are reported under.
+const tlsField = "spec.forProvider.proxy.tls.secretRef"
+
+// proxyTLS reads and checks the proxy's TLS Secret (squid.LoadTLS), by
+// the tenancy rules of every Secret a resource names. Its errors name the
+// field, the Secret and its key, never the key material.
+func (e *external[P]) proxyTLS(ctx context.Context, ref spec.SecretReference) (*proxy.TLS, error) {
+	sec, err := e.secrets.Secret(ctx, tlsField, ref)
+	if err != nil {
+		return nil, err
+	}
+	t, err := squid.LoadTLS(sec.Data, time.Now())
+	if err != nil {
+		return nil, errors.Wrapf(err, "%s: Secret %s/%s", tlsField, sec.Namespace, sec.Name)
+	}
+	return t, nil
 }

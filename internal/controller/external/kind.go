@@ -57,6 +57,12 @@ type Kind[P any] struct {
 	// that the garbage collector removes it once the resource is gone
 	// for good). It is called after Request, for Create and Update.
 	Owned func(cfg *Config, mg resource.Managed, req *proxy.Request)
+	// PublicListener, when set, says where the parameters put the proxy's
+	// listener on the internet ("an external address", "a LoadBalancer
+	// Service"), "" when they do not: auth without TLS there is a
+	// Secure=False warning. Any kind's listener on a public IP address
+	// counts too.
+	PublicListener func(p *P) string
 	// Watches, when set, adds watches to the controller (for example on
 	// objects a driver creates in this cluster) so a change reconciles the
 	// managed resource at once instead of at the next poll. list is an

@@ -48,7 +48,13 @@ func New(_ ctrl.Manager, o Options) external.Kind[spec.GCPProxyParameters] {
 		Location: func(p *spec.Placement) *string { return &p.Zone },
 		Proxy:    func(p *spec.GCPProxyParameters) *spec.ProxySettings { return &p.Proxy },
 		Request:  request,
-		Backend:  external.Backend{Name: "gcp", Block: block, Connect: connect(c)},
+		PublicListener: func(p *spec.GCPProxyParameters) string {
+			if p.Address != nil && p.Address.Type == gcpbackend.AddressInternal {
+				return ""
+			}
+			return "an external address (spec.forProvider.address.type)"
+		},
+		Backend: external.Backend{Name: "gcp", Block: block, Connect: connect(c)},
 	}
 }
 

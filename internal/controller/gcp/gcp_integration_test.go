@@ -359,6 +359,8 @@ func TestGCPProxyIntegration(t *testing.T) {
 		})
 	})
 
+	t.Run("TLSOnTheExternalAddress", func(t *testing.T) { tlsOnTheExternalAddress(t, e) })
+
 	t.Run("AsynchronousFailureReachesTheCondition", func(t *testing.T) {
 		// Accepted, then failed: the stockout arrives on the operation.
 		e.srv.FailNextOperation("instances", "insert", "ZONE_RESOURCE_POOL_EXHAUSTED",

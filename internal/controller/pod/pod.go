@@ -88,6 +88,12 @@ func New(mgr ctrl.Manager, _ Options) external.Kind[spec.PodProxyParameters] {
 		Proxy:   func(p *spec.PodProxyParameters) *spec.ProxySettings { return &p.Proxy },
 		Request: request,
 		Owned:   owned,
+		PublicListener: func(p *spec.PodProxyParameters) string {
+			if p.Service != nil && p.Service.Type == string(corev1.ServiceTypeLoadBalancer) {
+				return "a LoadBalancer Service (spec.forProvider.service.type)"
+			}
+			return ""
+		},
 		Watches: b.watches,
 		Backend: external.Backend{Name: "kubernetes", Block: block, Connect: b.connect},
 	}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -281,6 +282,74 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden {
 			t.Errorf("GET from %s, no client any more, as the user = %d %q; want 403: the check must not open the proxy", e.node.Gateway, code, squidErr)
 		}
+		e.deleteLeavingNothing(t, p)
+	})
+
+	// TLS to the proxy on a real pod: the proxy's certificate comes from a
+	// cert-manager-style Secret of the team's namespace (issued by an
+	// intermediate, for every address of the pod network, since the pod's
+	// is not known before it runs); the connection Secret holds an
+	// https:// URL and ca.crt, and curl and a Go client with nothing but
+	// the Secret as their environment (and ca.crt as a file) fetch through
+	// it; a renewed certificate rolls the pod, and the new one serves it.
+	t.Run("TLSToTheProxyThroughTheConnectionSecret", func(t *testing.T) {
+		t.Parallel()
+		var hosts []string
+		for a := e.node.PodCIDR.Masked().Addr(); e.node.PodCIDR.Contains(a); a = a.Next() {
+			hosts = append(hosts, a.String())
+		}
+		certs := testenv.NewCerts(t, hosts...)
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tls-proxy-cert"}, Type: corev1.SecretTypeTLS, Data: certs.Secret()}
+		e.Create(t, sec)
+		p := nsPodProxy("team-a", "tls", "ClusterProviderConfig", "pods")
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "tls-proxy"}
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		p.Spec.ForProvider.Proxy.AllowedPorts = []int32{443, e.port}
+		p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "tls"}
+		p.Spec.ForProvider.Proxy.TLS = &spec.ProxyTLS{SecretRef: spec.SecretReference{Name: sec.Name}}
+		e.ready(t, p)
+		if c := p.GetCondition(spec.TypeSecure); c.Status != corev1.ConditionTrue || c.Reason != "TLS" {
+			t.Errorf("Secure = %s %s %q; want True TLS", c.Status, c.Reason, c.Message)
+		}
+		fetch := func(d map[string]string) {
+			t.Helper()
+			if want := fmt.Sprintf("https://tls:%s@%s:3128", d["password"], d["host"]); d["url"] != want || d["HTTPS_PROXY"] != want || d["http_proxy"] != want {
+				t.Errorf("connection Secret url %q; want https:// with the credentials", d["url"])
+			}
+			caFile := filepath.Join(t.TempDir(), "ca.crt")
+			if err := os.WriteFile(caFile, []byte(d["ca.crt"]), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range testenv.FetchWithEnvCA(t, d, caFile, e.upstream) {
+				if f.Status != http.StatusOK || f.Body != testenv.UpstreamBody || f.Remote != net.JoinHostPort(d["host"], d["port"]) {
+					t.Errorf("%s with the connection Secret as its environment, through the TLS proxy: %d %q via %s; want 200 from the upstream via %s",
+						f.Client, f.Status, f.Body, f.Remote, d["endpoint"])
+				}
+			}
+			if r, err := testenv.TryGetThroughProxy("http://"+d["endpoint"], e.upstream); err == nil && (r.Status == http.StatusOK || r.Status == http.StatusProxyAuthRequired) {
+				t.Errorf("plain HTTP to the TLS proxy got %d; want no HTTP answer", r.Status)
+			}
+		}
+		d := e.ConnectionSecret(t, "team-a", "tls-proxy", "")
+		if !strings.HasPrefix(d["ca.crt"], certs.CA) {
+			t.Errorf("connection Secret ca.crt does not start with the Secret's ca.crt")
+		}
+		fetch(d)
+
+		// cert-manager renews: the pod rolls with the new certificate (at
+		// the next observation; the annotation asks for it now).
+		renewed := testenv.NewCerts(t, hosts...)
+		sec.Data = renewed.Secret()
+		if err := e.Kube.Update(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+		e.Update(t, p, func() { meta.AddAnnotations(p, map[string]string{"test.egressproxy.io/renewed": "1"}) })
+		d2 := e.ConnectionSecret(t, "team-a", "tls-proxy", d["host"])
+		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		if !strings.HasPrefix(d2["ca.crt"], renewed.CA) {
+			t.Errorf("after the renewal, ca.crt is not the new CA")
+		}
+		fetch(d2)
 		e.deleteLeavingNothing(t, p)
 	})
 

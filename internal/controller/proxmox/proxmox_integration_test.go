@@ -102,6 +102,7 @@ func TestProxmoxIntegration(t *testing.T) {
 	t.Run("FailedCloneShowsOnTheCondition", func(t *testing.T) { failedClone(t, e) })
 	t.Run("HealthOfTheConfig", func(t *testing.T) { configHealth(t, e) })
 	t.Run("EgressAddressVerifiedThroughTheProxy", func(t *testing.T) { egressVerified(t, e) })
+	t.Run("TLSToTheProxy", func(t *testing.T) { tlsToTheProxy(t, e) })
 }
 
 // egressVerified: a guest's real Squid, its clients elsewhere, takes the

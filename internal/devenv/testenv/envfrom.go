@@ -71,15 +71,32 @@ type Fetch struct {
 // client alone elsewhere.
 func FetchWithEnv(t *testing.T, env map[string]string, target string) []Fetch {
 	t.Helper()
+	return FetchWithEnvCA(t, env, "", target)
+}
+
+// FetchWithEnvCA is FetchWithEnv through a proxy listening with TLS (an
+// https:// proxy URL), whose CA is the file caFile (the connection
+// Secret's ca.crt, mounted): curl is given it with --proxy-cacert (no
+// environment variable of curl's applies to a proxy's certificate), the
+// Go client with SSL_CERT_FILE, which Go's system roots read on Linux.
+func FetchWithEnvCA(t *testing.T, env map[string]string, caFile, target string) []Fetch {
+	t.Helper()
 	environ := make([]string, 0, len(env)+1)
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
+	}
+	if caFile != "" {
+		environ = append(environ, "SSL_CERT_FILE="+caFile)
 	}
 	sort.Strings(environ)
 	var out []Fetch
 	if curl, err := exec.LookPath("curl"); err == nil {
 		// -q: no .curlrc. The last line is what curl says it connected to.
-		cmd := exec.Command(curl, "-q", "-sS", "--max-time", "20", "-w", "\n%{http_code} %{remote_ip} %{remote_port}", target)
+		args := []string{"-q", "-sS", "--max-time", "20", "-w", "\n%{http_code} %{remote_ip} %{remote_port}"}
+		if caFile != "" {
+			args = append(args, "--proxy-cacert", caFile)
+		}
+		cmd := exec.Command(curl, append(args, target)...)
 		cmd.Env = environ
 		b, err := cmd.Output()
 		if err != nil {

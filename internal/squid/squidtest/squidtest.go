@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Start runs bin (squid) in the foreground with the configuration at conf,
@@ -84,12 +85,12 @@ func Start(ctx context.Context, bin, dir, key, conf, addr string) (stop func(), 
 	}
 }
 
-// StartGuest runs a VM guest's Squid on this machine: squidConf and
-// htpasswd as the provider's cloud-init installs them on a guest
-// (cloudinit.SquidOptions), listening on ip:port instead of every address,
-// with the guest's paths (htpasswd, logs, PID file, own addresses) moved to
-// a folder of its own, removed by stop.
-func StartGuest(bin, ip string, port int, squidConf, htpasswd string) (stop func(), err error) {
+// StartGuest runs a VM guest's Squid on this machine: the files as the
+// provider's cloud-init installs them on a guest (cloudinit.SquidOptions),
+// listening on ip:port instead of every address, with the guest's paths
+// (htpasswd, TLS certificate and key, logs, PID file, own addresses)
+// moved to a folder of its own, removed by stop.
+func StartGuest(bin, ip string, port int, f squid.Files) (stop func(), err error) {
 	dir, err := os.MkdirTemp("", "egressproxy-guest-squid-")
 	if err != nil {
 		return nil, err
@@ -105,14 +106,19 @@ func StartGuest(bin, ip string, port int, squidConf, htpasswd string) (stop func
 	portText := strconv.Itoa(port)
 	replace := strings.NewReplacer(
 		cloudinit.HtpasswdPath, filepath.Join(dir, "htpasswd"),
+		cloudinit.TLSCertPath, filepath.Join(dir, "tls.crt"),
+		cloudinit.TLSKeyPath, filepath.Join(dir, "tls.key"),
 		cloudinit.OwnAddressesPath, filepath.Join(dir, "own-addresses"),
 		"/var/log/squid/", dir+"/",
 		"pid_filename /run/squid.pid", "pid_filename none",
 		"http_port "+portText+"\n", "http_port "+net.JoinHostPort(ip, portText)+"\n",
+		"https_port "+portText+" ", "https_port "+net.JoinHostPort(ip, portText)+" ",
 	)
 	for name, content := range map[string]string{
-		"squid.conf":    replace.Replace(squidConf),
-		"htpasswd":      htpasswd,
+		"squid.conf":    replace.Replace(f.SquidConf),
+		"htpasswd":      f.Htpasswd,
+		"tls.crt":       f.TLSCert,
+		"tls.key":       f.TLSKey,
 		"own-addresses": "127.0.0.1\n::1\n" + ip + "\n",
 		"access.log":    "",
 		"cache.log":     "",

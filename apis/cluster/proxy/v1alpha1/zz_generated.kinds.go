@@ -38,6 +38,7 @@ var (
 
 // KVMProxySpec is the desired state of a KVMProxy.
 // +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.tls) || !has(self.forProvider.proxy.tls.secretRef) || has(self.forProvider.proxy.tls.secretRef.namespace)",message="forProvider.proxy.tls.secretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.tls.secretRef"
 type KVMProxySpec struct {
 	xpv2.ClusterManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.
@@ -98,6 +99,7 @@ var (
 
 // ProxmoxProxySpec is the desired state of a ProxmoxProxy.
 // +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.tls) || !has(self.forProvider.proxy.tls.secretRef) || has(self.forProvider.proxy.tls.secretRef.namespace)",message="forProvider.proxy.tls.secretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.tls.secretRef"
 type ProxmoxProxySpec struct {
 	xpv2.ClusterManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.
@@ -158,6 +160,7 @@ var (
 
 // GCPProxySpec is the desired state of a GCPProxy.
 // +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.tls) || !has(self.forProvider.proxy.tls.secretRef) || has(self.forProvider.proxy.tls.secretRef.namespace)",message="forProvider.proxy.tls.secretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.tls.secretRef"
 type GCPProxySpec struct {
 	xpv2.ClusterManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.
@@ -218,6 +221,7 @@ var (
 
 // PodProxySpec is the desired state of a PodProxy.
 // +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.auth) || !has(self.forProvider.proxy.auth.passwordSecretRef) || has(self.forProvider.proxy.auth.passwordSecretRef.namespace)",message="forProvider.proxy.auth.passwordSecretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.auth.passwordSecretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.forProvider.proxy.tls) || !has(self.forProvider.proxy.tls.secretRef) || has(self.forProvider.proxy.tls.secretRef.namespace)",message="forProvider.proxy.tls.secretRef.namespace is required on a cluster-scoped resource",fieldPath=".forProvider.proxy.tls.secretRef"
 type PodProxySpec struct {
 	xpv2.ClusterManagedResourceSpec `json:",inline"`
 	// ForProvider is the proxy to run.

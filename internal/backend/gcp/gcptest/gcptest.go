@@ -1493,7 +1493,8 @@ func (s *Server) startSquid(in *instance) {
 	if s.squidBin == "" {
 		return
 	}
-	conf, ht := metadataValue(in, "egressproxy-squid-conf"), metadataValue(in, "egressproxy-htpasswd")
+	f := squid.Files{SquidConf: metadataValue(in, "egressproxy-squid-conf"), Htpasswd: metadataValue(in, "egressproxy-htpasswd"),
+		TLSCert: metadataValue(in, "egressproxy-tls-crt"), TLSKey: metadataValue(in, "egressproxy-tls-key")}
 	ip := in.natIP
 	if ip == "" {
 		for _, n := range asList(in.body["networkInterfaces"]) {
@@ -1503,15 +1504,15 @@ func (s *Server) startSquid(in *instance) {
 		}
 	}
 	port := 0
-	for _, l := range strings.Split(conf, "\n") {
-		if v, ok := strings.CutPrefix(l, "http_port "); ok {
-			port, _ = strconv.Atoi(strings.TrimSpace(v))
+	for _, l := range strings.Split(f.SquidConf, "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && (f[0] == "http_port" || f[0] == "https_port") {
+			port, _ = strconv.Atoi(f[1])
 		}
 	}
 	if ip == "" || port == 0 {
 		return
 	}
-	if stop, err := squidtest.StartGuest(s.squidBin, ip, port, conf, ht); err == nil {
+	if stop, err := squidtest.StartGuest(s.squidBin, ip, port, f); err == nil {
 		in.stopSquid = stop
 	}
 }

@@ -20,9 +20,10 @@
 //   - Squid: the real Squid runs the squid.conf the provider wrote into the
 //     pod's Secret, with exactly two substitutions: the Secret's mount path
 //     (/etc/squid-egress/) becomes the pod's folder on this machine (the
-//     auth_param line's htpasswd path is the only line using it), and
-//     "http_port <port>" becomes "http_port <pod address>:<port>", since all
-//     pods share this machine's network. Squid is started with
+//     auth_param line's htpasswd path and https_port's certificate and key
+//     are the only ones using it), and "http_port <port>" (or https_port)
+//     becomes "http_port <pod address>:<port>", since all pods share this
+//     machine's network. Squid is started with
 //     `squid -N -n <name> -f <folder>/squid.conf`; -n gives each its own
 //     shared-memory names. Every other line is byte for byte the
 //     provider's.
@@ -455,6 +456,14 @@ func (k *Kubelet) runSquid(ctx context.Context, p *corev1.Pod, ip string, port i
 			return nil, err
 		}
 	}
+	if files.TLSCert != "" {
+		if err := write(kubernetes.KeyTLSCert, files.TLSCert, 0o644); err != nil {
+			return nil, err
+		}
+		if err := write(kubernetes.KeyTLSKey, files.TLSKey, 0o644); err != nil {
+			return nil, err
+		}
+	}
 	// Squid opens /dev/stdout by name after dropping privileges: its
 	// output is a file its user may open (squidtest.Start).
 	return squidtest.Start(ctx, k.squid, dir, string(p.UID), filepath.Join(dir, kubernetes.KeySquidConf), net.JoinHostPort(ip, strconv.Itoa(int(port))))
@@ -468,6 +477,10 @@ func Substitute(conf, dir, ip string) string {
 	for i, l := range lines {
 		if port, ok := strings.CutPrefix(l, "http_port "); ok && !strings.Contains(port, ":") {
 			lines[i] = "http_port " + net.JoinHostPort(ip, strings.TrimSpace(port))
+		}
+		if rest, ok := strings.CutPrefix(l, "https_port "); ok && !strings.Contains(rest, ":") {
+			port, opts, _ := strings.Cut(rest, " ")
+			lines[i] = "https_port " + net.JoinHostPort(ip, port) + " " + opts
 		}
 		lines[i] = strings.ReplaceAll(lines[i], kubernetes.ConfigMountPath+"/", dir+"/")
 	}
@@ -492,7 +505,8 @@ func (k *Kubelet) podFiles(ctx context.Context, p *corev1.Pod) (squid.Files, err
 		s := &corev1.Secret{}
 		err := k.c.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: secret}, s)
 		if err == nil {
-			f := squid.Files{SquidConf: string(s.Data[kubernetes.KeySquidConf]), Htpasswd: string(s.Data[kubernetes.KeyHtpasswd])}
+			f := squid.Files{SquidConf: string(s.Data[kubernetes.KeySquidConf]), Htpasswd: string(s.Data[kubernetes.KeyHtpasswd]),
+				TLSCert: string(s.Data[kubernetes.KeyTLSCert]), TLSKey: string(s.Data[kubernetes.KeyTLSKey])}
 			if want == "" || squid.Hash(f) == want {
 				return f, nil
 			}

@@ -12,6 +12,10 @@ func TestSubstitute(t *testing.T) {
 	if diff := cmp.Diff(want, Substitute(conf, "/tmp/pod", "127.1.0.7")); diff != "" {
 		t.Errorf("Substitute (-want +got):\n%s", diff)
 	}
+	tls := "https_port 3128 tls-cert=/etc/squid-egress/tls.crt tls-key=/etc/squid-egress/tls.key\n"
+	if diff := cmp.Diff("https_port 127.1.0.7:3128 tls-cert=/tmp/pod/tls.crt tls-key=/tmp/pod/tls.key\n", Substitute(tls, "/tmp/pod", "127.1.0.7")); diff != "" {
+		t.Errorf("Substitute of https_port (-want +got):\n%s", diff)
+	}
 }
 
 func TestAllocateSkipsNetworkAndBroadcast(t *testing.T) {

@@ -253,7 +253,9 @@ func (s *Server) maybeListen(v *vm, now time.Time) {
 		return
 	}
 	if s.opts.Squid != "" {
-		stop, err := squidtest.StartGuest(s.opts.Squid, v.addr, s.opts.ProxyPort, cloudinit.SquidConfOf(v.seed.UserData), cloudinit.HtpasswdOf(v.seed.UserData))
+		f := squid.Files{SquidConf: cloudinit.SquidConfOf(v.seed.UserData), Htpasswd: cloudinit.HtpasswdOf(v.seed.UserData)}
+		f.TLSCert, f.TLSKey = cloudinit.TLSOf(v.seed.UserData)
+		stop, err := squidtest.StartGuest(s.opts.Squid, v.addr, s.opts.ProxyPort, f)
 		if err != nil {
 			// Nothing answers: the guest's Squid did not start.
 			return
