@@ -103,7 +103,7 @@ func Main(h Hooks) {
 		gcdebug.SetGCPercent(40)
 	}
 
-	zl := newZapLogger(*verbosity, *debug, *logFormat, os.Stderr)
+	zl := NewLogger(*verbosity, *debug, *logFormat, os.Stderr)
 	ctrl.SetLogger(zl)
 	log := logging.NewLogrLogger(zl.WithName("provider-egressproxy"))
 
@@ -308,10 +308,12 @@ func (c lazyFields) With(fields []zapcore.Field) zapcore.Core {
 	return lazyFields{zapcore.NewLazyWith(c.Core, fields)}
 }
 
-// newZapLogger is the provider's logger: JSON, or console for humans, on
+// NewLogger is the provider's logger: JSON, or console for humans, on
 // w, at verbosity v, --debug meaning at least 1 (logr's V(n) is zap's
-// level -n). The verbosity never changes the format.
-func newZapLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
+// level -n). The verbosity never changes the format. Main puts it in
+// every reconcile's context (through controller-runtime); tests that
+// check what an operator reads build it here.
+func NewLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
 	if debug && v < 1 {
 		v = 1
 	}
