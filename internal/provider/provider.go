@@ -67,7 +67,7 @@ func Main(h Hooks) {
 	start := time.Now()
 	var (
 		debug              = flag.Bool("debug", false, "Log at debug level: every reconcile, and the backends' V(1) lines (one per backend request); --verbosity 1.")
-		verbosity          = flag.Int("verbosity", 0, "Log verbosity: 0 info, 1 as --debug, 2 adds the backends' V(2) lines (the resolved parameters of a create).")
+		verbosity          = flag.Int("verbosity", 0, "Log verbosity: 0 info, 1 as --debug, 2 adds what the backends were asked and answered, curated (a create's resolved parameters, KVM's domain XML, addresses found, names listed), 3 adds the Proxmox and Compute Engine requests and answers, secrets redacted.")
 		logFormat          = flag.String("log-format", "json", "Log format: json or console.")
 		syncInterval       = flag.Duration("sync", time.Hour, "How often the manager's caches resync every object (a full resync; the proxy controllers act on changes and polls, not on resyncs).")
 		pollInterval       = flag.Duration("poll", 5*time.Minute, "How often a Ready proxy is checked on its backend (one API call per proxy on GCP: see docs/operations.md for the quota arithmetic).")

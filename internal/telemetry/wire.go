@@ -115,7 +115,7 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 var wireHeaders = map[string]bool{
 	"Accept": true, "Accept-Encoding": true, "Cache-Control": true, "Connection": true, "Content-Encoding": true,
 	"Content-Length": true, "Content-Type": true, "Date": true, "Etag": true, "Retry-After": true, "Server": true,
-	"Transfer-Encoding": true, "User-Agent": true, "Vary": true, "X-Goog-Api-Client": true,
+	"Transfer-Encoding": true, "User-Agent": true, "Vary": true, "X-Goog-Api-Client": true, "X-Goog-Request-Params": true,
 }
 
 func redactHeaders(h http.Header) map[string]string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // List implements proxy.Driver: the aggregated listing filtered on the
@@ -46,5 +47,12 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 		}
 	}
 	slices.SortFunc(out, func(a, b proxy.Instance) int { return strings.Compare(a.ID, b.ID) })
+	if l := d.log(ctx).V(telemetry.VDetail); l.Enabled() {
+		ids := make([]string, len(out))
+		for i, inst := range out {
+			ids[i] = inst.ID
+		}
+		l.Info("gcp instances listed: names", "ids", ids)
+	}
 	return out, nil
 }

@@ -107,7 +107,11 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 	ctx = d.withInstance(ctx, p.host.Name, req.Name)
 	log := d.log(ctx)
-	log.V(2).Info("kvm create", "machineType", req.Placement.MachineType, "image", p.image.Key, "cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData))
+	log.V(telemetry.VDetail).Info("kvm create", "machineType", req.Placement.MachineType, "vcpus", p.machine.VCPUs, "memoryMiB", p.machine.MemoryMiB,
+		"diskSizeGB", d.cfg.DiskSizeGB, "image", p.image.Key, "imageSource", p.image.label(), "imageFormat", p.image.Format, "firmware", p.image.Firmware,
+		"sha256Configured", p.image.SHA256 != "", "pool", p.host.pool(), "bridge", p.host.Bridge, "network", p.host.Network, "domainType", orDefault(p.host.DomainType, "kvm"),
+		"port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs, "allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "",
+		"cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData))
 	unlock, err := d.b.names.lock(ctx, p.key())
 	if err != nil {
 		return proxy.Instance{}, err
@@ -284,6 +288,7 @@ func (d *Driver) finish(ctx context.Context, api Libvirt, pool libvirt.StoragePo
 	if err != nil {
 		return err
 	}
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(telemetry.VDetail).Info("kvm domain XML", "xml", x)
 	dom, err := api.DomainDefineXML(ctx, x)
 	if err != nil {
 		return err
@@ -329,6 +334,7 @@ func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.St
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(telemetry.VDetail).Info("kvm volume XML", "xml", x)
 	v, err = api.StorageVolCreateXML(ctx, pool, x)
 	if isCode(err, libvirt.ErrStorageVolExist) {
 		return api.StorageVolLookupByName(ctx, pool, name)
@@ -369,6 +375,7 @@ func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.Storag
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(telemetry.VDetail).Info("kvm volume XML", "xml", x, "seedBytes", len(iso))
 	v, err := api.StorageVolCreateXML(ctx, pool, x)
 	if err != nil {
 		return libvirt.StorageVol{}, err
