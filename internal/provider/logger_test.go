@@ -23,7 +23,7 @@ func TestVerbosity(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			l := newZapLogger(tc.v, tc.debug, "json", &out)
+			l := NewLogger(tc.v, tc.debug, "json", &out)
 			for i, msg := range []string{"v0", "v1", "v2", "v3"} {
 				l.V(i).Info(msg)
 			}
@@ -48,7 +48,7 @@ func TestVerbosity(t *testing.T) {
 // cannot be encoded as JSON is written as zap writes it.
 func TestLoggerFieldsAreWrittenAsGiven(t *testing.T) {
 	var out bytes.Buffer
-	base := newZapLogger(0, false, "json", &out)
+	base := NewLogger(0, false, "json", &out)
 	type request struct{ Namespace, Name string }
 	l := base.WithValues("controller", "kvmproxy").WithValues("request", request{"team-a", "p1"}, "attempt", 2)
 	l.Info("reconciled")

@@ -67,7 +67,7 @@ func Main(h Hooks) {
 	start := time.Now()
 	var (
 		debug              = flag.Bool("debug", false, "Log at debug level: every reconcile, and the backends' V(1) lines (one per backend request); --verbosity 1.")
-		verbosity          = flag.Int("verbosity", 0, "Log verbosity: 0 info, 1 as --debug, 2 adds the backends' V(2) lines (the resolved parameters of a create).")
+		verbosity          = flag.Int("verbosity", 0, "Log verbosity: 0 info, 1 as --debug, 2 adds what the backends were asked and answered, curated (a create's resolved parameters, KVM's domain XML, addresses found, names listed), 3 adds the Proxmox and Compute Engine requests and answers, secrets redacted.")
 		logFormat          = flag.String("log-format", "json", "Log format: json or console.")
 		syncInterval       = flag.Duration("sync", time.Hour, "How often the manager's caches resync every object (a full resync; the proxy controllers act on changes and polls, not on resyncs).")
 		pollInterval       = flag.Duration("poll", 5*time.Minute, "How often a Ready proxy is checked on its backend (one API call per proxy on GCP: see docs/operations.md for the quota arithmetic).")
@@ -103,7 +103,7 @@ func Main(h Hooks) {
 		gcdebug.SetGCPercent(40)
 	}
 
-	zl := newZapLogger(*verbosity, *debug, *logFormat, os.Stderr)
+	zl := NewLogger(*verbosity, *debug, *logFormat, os.Stderr)
 	ctrl.SetLogger(zl)
 	log := logging.NewLogrLogger(zl.WithName("provider-egressproxy"))
 
@@ -308,10 +308,12 @@ func (c lazyFields) With(fields []zapcore.Field) zapcore.Core {
 	return lazyFields{zapcore.NewLazyWith(c.Core, fields)}
 }
 
-// newZapLogger is the provider's logger: JSON, or console for humans, on
+// NewLogger is the provider's logger: JSON, or console for humans, on
 // w, at verbosity v, --debug meaning at least 1 (logr's V(n) is zap's
-// level -n). The verbosity never changes the format.
-func newZapLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
+// level -n). The verbosity never changes the format. Main puts it in
+// every reconcile's context (through controller-runtime); tests that
+// check what an operator reads build it here.
+func NewLogger(v int, debug bool, format string, w io.Writer) logr.Logger {
 	if debug && v < 1 {
 		v = 1
 	}

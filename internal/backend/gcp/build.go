@@ -199,6 +199,36 @@ func buildInstance(cfg Config, s *spec, natIP string) *computepb.Instance {
 	}
 }
 
+// curated is what the log shows of an instances.insert body: everything
+// but the metadata's values (cloud-init, squid.conf and the htpasswd are
+// there), of which only the size is shown.
+func curated(in *computepb.Instance) map[string]any {
+	md := map[string]string{}
+	for _, it := range in.GetMetadata().GetItems() {
+		md[it.GetKey()] = fmt.Sprintf("%d bytes", len(it.GetValue()))
+	}
+	var nics []string
+	for _, n := range in.GetNetworkInterfaces() {
+		nic := "network=" + n.GetNetwork()
+		if n.GetSubnetwork() != "" {
+			nic += " subnetwork=" + n.GetSubnetwork()
+		}
+		for _, ac := range n.GetAccessConfigs() {
+			nic += " accessConfig=" + ac.GetType()
+			if ac.GetNatIP() != "" {
+				nic += " natIP=" + ac.GetNatIP()
+			}
+		}
+		nics = append(nics, nic)
+	}
+	var disks []string
+	for _, dk := range in.GetDisks() {
+		disks = append(disks, fmt.Sprintf("image=%s sizeGb=%d boot=%t", dk.GetInitializeParams().GetSourceImage(), dk.GetInitializeParams().GetDiskSizeGb(), dk.GetBoot()))
+	}
+	return map[string]any{"name": in.GetName(), "machineType": in.GetMachineType(), "disks": disks, "networkInterfaces": nics,
+		"labels": in.GetLabels(), "tags": in.GetTags().GetItems(), "metadata": md}
+}
+
 // metadataItems sorts by key, so that a body is reproducible.
 func metadataItems(m map[string]string) []*computepb.Items {
 	keys := slices.Sorted(maps.Keys(m))

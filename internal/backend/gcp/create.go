@@ -12,6 +12,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // resolveSpec checks req against the config's catalogues and renders what
@@ -81,6 +82,9 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err != nil {
 		return proxy.Instance{}, err
 	}
+	d.log(ctx).V(telemetry.VDetail).Info("gcp create", "name", req.Name, "zone", s.zone, "region", s.region, "machineType", s.machineType, "image", s.image,
+		"address", s.addressType, "firewall", exposureOf(req).ManageFirewall, "port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs,
+		"allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "", "cloudInitBytes", len(req.CloudInit), "userDataBytes", len(s.userData))
 	inst, err := d.api.GetInstance(ctx, s.zone, req.Name)
 	switch {
 	case err == nil:
@@ -115,7 +119,9 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		}
 		ops, natIP = appendOp(ops, op), ip
 	}
-	op, err := d.api.InsertInstance(ctx, s.zone, buildInstance(d.cfg, s, natIP))
+	body := buildInstance(d.cfg, s, natIP)
+	d.log(ctx).V(telemetry.VDetail).Info("gcp insert request", "id", ID(s.zone, req.Name), "instance", curated(body))
+	op, err := d.api.InsertInstance(ctx, s.zone, body)
 	switch {
 	case isAlreadyExists(err):
 		// Created since the read above (a concurrent reconcile): read it,

@@ -15,11 +15,16 @@ import (
 // Engine request is a client span gcp.<method> (gcp.instances.get), a
 // child of the caller's, one V(1) log line "gcp api call" and one
 // observation of egressproxy_backend_request_duration_seconds. Nothing of
-// a request but its HTTP method, host and API method is recorded.
+// a request but its HTTP method, host and API method is recorded, but at
+// the wire tier (telemetry.VWire), where the request and its answer are
+// logged inside the span, secrets redacted (telemetry.Wire): as the
+// driver sends them, before the authenticating transport below adds the
+// token.
 func observedTransport(rt http.RoundTripper) http.RoundTripper {
-	return telemetry.Transport("gcp", computeMethod, func(ctx context.Context) logr.Logger {
+	log := func(ctx context.Context) logr.Logger {
 		return telemetry.Logger(ctx, logr.FromContextOrDiscard(ctx).WithName("gcp"))
-	}, rt)
+	}
+	return telemetry.Transport("gcp", computeMethod, log, telemetry.Wire("gcp", log, rt))
 }
 
 // computeCollections are the Compute Engine collections the driver uses;

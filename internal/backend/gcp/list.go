@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // List implements proxy.Driver: the aggregated listing filtered on the
@@ -52,6 +53,13 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 	}
 	out = append(out, left...)
 	slices.SortFunc(out, func(a, b proxy.Instance) int { return strings.Compare(a.ID, b.ID) })
+	if l := d.log(ctx).V(telemetry.VDetail); l.Enabled() {
+		ids := make([]string, len(out))
+		for i, inst := range out {
+			ids[i] = inst.ID
+		}
+		l.Info("gcp instances listed: names", "ids", ids)
+	}
 	return out, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Get implements proxy.Driver. It reads the operations in ref.Operation
@@ -184,6 +185,7 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool,
 	if internalIP != "" {
 		v.Details["networkIP"] = internalIP
 	}
+	d.log(ctx).V(telemetry.VDetail).Info("gcp addresses found", "id", v.ID, "natIP", natIP, "networkIP", internalIP, "addressType", labels[LabelAddress], "ip", v.IP)
 	if a := labels[LabelAddress]; a != "" {
 		v.Details["addressType"] = a
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Create implements proxy.Driver: it creates the Deployment (the root,
@@ -44,6 +45,10 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return proxy.Instance{}, err
 	}
 	dep := buildDeployment(d.cfg, req, files, proxy.Hash(req), d.now())
+	if lg := d.logger(ctx).V(telemetry.VDetail); lg.Enabled() {
+		lg.Info("kubernetes create", "namespace", dep.Namespace, "name", dep.Name, "port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs,
+			"allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "", "deployment", curatedDeployment(dep))
+	}
 	key := client.ObjectKeyFromObject(dep)
 	if d.taken.has(key) {
 		if err := d.foreignChildren(ctx, req, dep.Namespace); err != nil {
@@ -470,4 +475,29 @@ func adoptable(dep *appsv1.Deployment, m proxy.Mark) error {
 		return proxy.Permanentf("Deployment %s/%s belongs to another resource (UID %s, installation %q); refusing to adopt it", dep.Namespace, dep.Name, got.UID, got.InstallationID)
 	}
 	return nil
+}
+
+// curatedDeployment is what the log shows of a Deployment the driver
+// creates: its shape, never a Secret's content (the htpasswd is in the
+// Secret, which is not shown).
+func curatedDeployment(dep *appsv1.Deployment) map[string]any {
+	out := map[string]any{"labels": dep.Labels, "replicas": dep.Spec.Replicas}
+	spec := dep.Spec.Template.Spec
+	out["serviceAccountName"] = spec.ServiceAccountName
+	var containers []string
+	for _, c := range spec.Containers {
+		containers = append(containers, fmt.Sprintf("%s image=%s requests=%v limits=%v", c.Name, c.Image, c.Resources.Requests, c.Resources.Limits))
+	}
+	out["containers"] = containers
+	var volumes []string
+	for _, v := range spec.Volumes {
+		switch {
+		case v.Secret != nil:
+			volumes = append(volumes, v.Name+" secret="+v.Secret.SecretName)
+		default:
+			volumes = append(volumes, v.Name)
+		}
+	}
+	out["volumes"] = volumes
+	return out
 }

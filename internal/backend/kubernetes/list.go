@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // List implements proxy.Driver: the Deployments in the config's namespace
@@ -34,6 +35,13 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 			continue
 		}
 		out = append(out, listed(&l.Items[i]))
+	}
+	if lg := d.logger(ctx).V(telemetry.VDetail); lg.Enabled() {
+		ids := make([]string, len(out))
+		for i, inst := range out {
+			ids[i] = inst.ID
+		}
+		lg.Info("kubernetes Deployments listed: names", "ids", ids)
 	}
 	left, err := d.listLeftovers(ctx, installationID, deps)
 	if err != nil {

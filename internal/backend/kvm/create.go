@@ -8,10 +8,14 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // seedReserve is what the precheck reserves for a seed ISO.
@@ -101,8 +105,13 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	log := d.log(ctx).WithValues("host", p.host.Name, "name", req.Name)
-	log.V(2).Info("kvm create", "machineType", req.Placement.MachineType, "image", p.image.Key, "cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData))
+	ctx = d.withInstance(ctx, p.host.Name, req.Name)
+	log := d.log(ctx)
+	log.V(telemetry.VDetail).Info("kvm create", "machineType", req.Placement.MachineType, "vcpus", p.machine.VCPUs, "memoryMiB", p.machine.MemoryMiB,
+		"diskSizeGB", d.cfg.DiskSizeGB, "image", p.image.Key, "imageSource", p.image.label(), "imageFormat", p.image.Format, "firmware", p.image.Firmware,
+		"sha256Configured", p.image.SHA256 != "", "pool", p.host.pool(), "bridge", p.host.Bridge, "network", p.host.Network, "domainType", orDefault(p.host.DomainType, "kvm"),
+		"port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs, "allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "",
+		"cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData))
 	unlock, err := d.b.names.lock(ctx, p.key())
 	if err != nil {
 		return proxy.Instance{}, err
@@ -168,22 +177,26 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 	if mem, err := api.NodeGetMemoryStats(ctx); err != nil {
 		// A host that does not report memory is not refused for it.
-		d.log(ctx).V(1).Info("kvm create: cannot read the host's memory; not checking it", "host", p.host.Name, "error", err.Error())
+		log.V(1).Info("kvm create: cannot read the host's memory; not checking it", "error", err.Error())
 	} else if want := uint64(p.machine.MemoryMiB) << 20; mem.Available() < want { //nolint:gosec // A positive MiB count.
 		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "HostMemory", Err: proxy.Quotaf(
 			"host %s has %d MiB of memory available; machine type %s needs %d MiB", p.host.Name, mem.Available()>>20, p.req.Placement.MachineType, want>>20)}
 	}
 	if !ready {
-		job := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, &d.b.wg, func(j *imageJob) error {
-			return d.b.fetchImage(d.b.ctx, d.target(p.host), p.image, j, limits{maxBytes: d.cfg.maxImageBytes(), perHost: d.cfg.maxDownloadsPerHost(),
+		job, started := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, &d.b.wg, func(j *imageJob) func() error {
+			return d.b.backgroundFetch(ctx, d.target(p.host), p.image, j, limits{maxBytes: d.cfg.maxImageBytes(), perHost: d.cfg.maxDownloadsPerHost(),
 				reserve: uint64(d.cfg.DiskSizeGB)<<30 + seedReserve})
 		})
+		if !started {
+			// Another create's download: this create's span leads to it.
+			trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: job.span})
+		}
 		done, jerr := job.finished()
 		switch {
 		case done && jerr != nil:
 			return proxy.Instance{}, jerr
 		case !done:
-			pe := d.b.addPending(d, p, job)
+			pe := d.b.addPending(ctx, d, p, job)
 			log.V(1).Info("kvm create waits for the base image", "image", p.image.Key)
 			return pe.view(), nil
 		}
@@ -275,6 +288,7 @@ func (d *Driver) finish(ctx context.Context, api Libvirt, pool libvirt.StoragePo
 	if err != nil {
 		return err
 	}
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(telemetry.VDetail).Info("kvm domain XML", "xml", x)
 	dom, err := api.DomainDefineXML(ctx, x)
 	if err != nil {
 		return err
@@ -309,7 +323,7 @@ func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.St
 		if desc.BackingStore.Path == basePath && desc.Capacity == capacity {
 			return v, nil
 		}
-		d.log(ctx).V(1).Info("replacing an overlay that does not match", "host", p.host.Name, "name", p.req.Name)
+		d.logAbout(ctx, p.host.Name, p.req.Name).V(1).Info("replacing an overlay that does not match")
 		if err := api.StorageVolDelete(ctx, v); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
 			return libvirt.StorageVol{}, err
 		}
@@ -320,6 +334,7 @@ func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.St
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(telemetry.VDetail).Info("kvm volume XML", "xml", x)
 	v, err = api.StorageVolCreateXML(ctx, pool, x)
 	if isCode(err, libvirt.ErrStorageVolExist) {
 		return api.StorageVolLookupByName(ctx, pool, name)
@@ -360,6 +375,7 @@ func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.Storag
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(telemetry.VDetail).Info("kvm volume XML", "xml", x, "seedBytes", len(iso))
 	v, err := api.StorageVolCreateXML(ctx, pool, x)
 	if err != nil {
 		return libvirt.StorageVol{}, err
@@ -426,9 +442,17 @@ func (b *Backend) pendingOn(endpoint string) []*pending {
 	return out
 }
 
-// addPending records p as waiting for job and starts its finisher.
-func (b *Backend) addPending(d *Driver, p *plan, job *imageJob) *pending {
-	ctx, cancel := context.WithCancel(b.ctx)
+// addPending records p, the create of ctx, as waiting for job and starts
+// its finisher on a background context of ctx: its lines carry the
+// create's logger and instance scope, and its span kvm.create.finish is a
+// child of the create's (linked to the download's when another create
+// started that).
+func (b *Backend) addPending(ctx context.Context, d *Driver, p *plan, job *imageJob) *pending {
+	ctx, cancel := b.background(ctx)
+	var links []trace.Link
+	if job.span.IsValid() && job.span.TraceID() != trace.SpanContextFromContext(ctx).TraceID() {
+		links = append(links, trace.Link{SpanContext: job.span})
+	}
 	pe := &pending{plan: p, job: job, d: d, cancel: cancel, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending[p.key()] = pe
@@ -444,19 +468,24 @@ func (b *Backend) addPending(d *Driver, p *plan, job *imageJob) *pending {
 			b.removePending(pe)
 			return
 		}
+		fctx, span := b.tracer.Start(ctx, spanFinish, trace.WithLinks(links...),
+			trace.WithAttributes(attribute.String(attrHost, p.host.Name), attribute.String(attrDomain, p.req.Name)))
+		defer span.End()
 		err := job.err
 		if err == nil {
-			err = d.finishPending(ctx, pe)
+			err = d.finishPending(fctx, pe)
 		}
 		if ctx.Err() != nil {
-			b.removePending(pe) // deleted, or the process is stopping
+			d.logAbout(fctx, p.host.Name, p.req.Name).V(1).Info("kvm background create stopped: the proxy is being deleted, or the provider is stopping")
+			b.removePending(pe)
 			return
 		}
 		if err != nil {
 			pe.mu.Lock()
 			pe.err = d.wrap(err, proxy.OpCreate)
 			pe.mu.Unlock()
-			d.log(ctx).Info("kvm background create failed", "host", p.host.Name, "name", p.req.Name, "error", err.Error())
+			span.SetStatus(codes.Error, telemetry.ErrorClass(pe.err))
+			d.logAbout(fctx, p.host.Name, p.req.Name).Info("kvm background create failed", "error", err.Error())
 			return // Get reports the error once, then forgets the pending create
 		}
 		b.removePending(pe)
@@ -500,6 +529,6 @@ func (d *Driver) finishPending(ctx context.Context, pe *pending) error {
 	if err := d.finish(ctx, api, pool, p); err != nil {
 		return err
 	}
-	d.log(ctx).V(1).Info("kvm domain defined and started", "host", p.host.Name, "name", p.req.Name)
+	d.logAbout(ctx, p.host.Name, p.req.Name).V(1).Info("kvm domain defined and started")
 	return nil
 }

@@ -137,7 +137,8 @@ func newTestEnv(t *testing.T, mutate ...func(*testEnv)) *testEnv {
 
 // start builds a Backend and a Driver (again, after a simulated crash).
 func (e *testEnv) start() {
-	log := funcr.New(func(prefix, args string) { e.logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 2})
+	// Every tier: SecretsNeverLeak reads it all.
+	log := funcr.New(func(prefix, args string) { e.logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 10})
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	e.b = NewBackend(Options{
 		Log:    &log,

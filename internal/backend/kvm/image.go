@@ -84,6 +84,9 @@ type imageJob struct {
 	ended   time.Time
 	// queued is set while the job waits for a download slot on its host.
 	queued atomic.Bool
+	// span is the download's span (a child of the create that started
+	// it), which the creates that join it link to.
+	span trace.SpanContext
 }
 
 // limits are the download limits of the config that started a job.
@@ -165,9 +168,11 @@ func (j *imageJob) finished() (bool, error) {
 	}
 }
 
-// start returns the job for key, starting run in the background when
-// there is none (or the last one failed longer than failedTTL ago).
-func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, run func(j *imageJob) error) *imageJob {
+// start returns the job for key, and whether this call started it, which
+// it does when there is none (or the last one failed longer than
+// failedTTL ago): begin, called at once, prepares the new job and returns
+// its work, which runs in the background.
+func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, begin func(j *imageJob) (run func() error)) (*imageJob, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Failures are forgotten after failedTTL, whether or not anyone asks
@@ -180,15 +185,16 @@ func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, ru
 	}
 	if j := c.jobs[key]; j != nil {
 		if done, err := j.finished(); !done || (err != nil && time.Since(j.ended) < c.failedTTL) {
-			return j
+			return j, false
 		}
 	}
 	j := &imageJob{image: img, done: make(chan struct{})}
 	c.jobs[key] = j
+	run := begin(j)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := run(j)
+		err := run()
 		c.mu.Lock()
 		j.err, j.ended = err, time.Now()
 		if err == nil && c.jobs[key] == j {
@@ -197,7 +203,7 @@ func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, ru
 		c.mu.Unlock()
 		close(j.done)
 	}()
-	return j
+	return j, true
 }
 
 // imageReady reports whether the base volume and a marker matching the
@@ -251,6 +257,31 @@ func (b *Backend) imageSize(ctx context.Context, img resolvedImage) int64 {
 		return 0
 	}
 	return resp.ContentLength
+}
+
+// backgroundFetch prepares j, the download of img that the create of ctx
+// starts, and returns its work: fetchImage on a background context of
+// ctx (its logger and instance scope), in the span kvm.image.fetch, a
+// child of the create's, under which the download's dial, libvirt calls
+// and HTTP request are.
+func (b *Backend) backgroundFetch(ctx context.Context, t Target, img resolvedImage, j *imageJob, lim limits) func() error {
+	bg, stop := b.background(ctx)
+	bg, span := b.tracer.Start(bg, spanFetch, trace.WithAttributes(attribute.String(attrHost, t.Host.Name),
+		attribute.String(attrPool, t.Host.pool()), attribute.String(attrVolume, img.volume())))
+	j.span = span.SpanContext()
+	return func() error {
+		defer stop()
+		defer span.End()
+		t0 := time.Now()
+		err := b.fetchImage(bg, t, img, j, lim)
+		kv := []any{"image", img.label(), "volume", img.volume(), "bytes", j.written.Load(), "duration", time.Since(t0).Round(time.Millisecond).String()}
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			kv = append(kv, "error", err.Error())
+		}
+		b.logger(bg).V(1).Info("kvm image download finished", kv...)
+		return err
+	}
 }
 
 // fetchImage downloads img into the pool on a connection of its own (a

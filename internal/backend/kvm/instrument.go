@@ -18,6 +18,11 @@ const (
 	spanPrefix   = "kvm.libvirt."
 	spanDial     = "kvm.dial"
 	spanDownload = "kvm.image.download"
+	// spanFetch and spanFinish are the background work a create starts:
+	// the base image's download into the pool, and the rest of the create
+	// once the image is there. Both are children of the create's span.
+	spanFetch  = "kvm.image.fetch"
+	spanFinish = "kvm.create.finish"
 
 	attrHost   = "kvm.host"
 	attrDomain = "kvm.domain"
@@ -47,7 +52,7 @@ func (o *observed) start(ctx context.Context, method string, kv ...string) (cont
 	}
 	ctx, call := telemetry.StartCall(ctx, o.tracer, "kvm", method, spanPrefix+method, attrs...)
 	return ctx, func(err error) {
-		fields := []any{"rpc", method, "host", o.host}
+		fields := append([]any{"rpc", method}, onHost(ctx, o.host)...)
 		for i := 0; i+1 < len(kv); i += 2 {
 			fields = append(fields, kv[i], kv[i+1])
 		}

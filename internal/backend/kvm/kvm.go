@@ -206,11 +206,47 @@ func (b *Backend) Close() {
 	b.pool.close()
 }
 
+// logger is the kvm logger of ctx: Options.Log, else the one in ctx (the
+// reconcile's, as controller-runtime puts it there), with the instance
+// scope of ctx (withInstance) and the trace of ctx's span.
 func (b *Backend) logger(ctx context.Context) logr.Logger {
+	l := logr.FromContextOrDiscard(ctx)
 	if b.logOpt != nil {
-		return telemetry.Logger(ctx, b.logOpt.WithName("kvm"))
+		l = *b.logOpt
 	}
-	return telemetry.Logger(ctx, logr.FromContextOrDiscard(ctx).WithName("kvm"))
+	l = l.WithName("kvm")
+	if s, ok := ctx.Value(scopeKey{}).(instanceScope); ok {
+		l = l.WithValues("provider", s.provider, "host", s.host, "name", s.name)
+	}
+	return telemetry.Logger(ctx, l)
+}
+
+// instanceScope is the instance an operation (or the background work it
+// started) is about: every kvm line made under it carries the three.
+type instanceScope struct{ provider, host, name string }
+
+type scopeKey struct{}
+
+// withInstance scopes ctx to the instance name on host.
+func (d *Driver) withInstance(ctx context.Context, host, name string) context.Context {
+	return context.WithValue(ctx, scopeKey{}, instanceScope{provider: d.cfg.Name, host: host, name: name})
+}
+
+// scoped reports whether ctx's lines already carry provider, host and name.
+func scoped(ctx context.Context) bool {
+	_, ok := ctx.Value(scopeKey{}).(instanceScope)
+	return ok
+}
+
+// background is the context of work an operation starts and does not
+// wait for (an image download, the rest of a create): it keeps what ctx
+// carries (the logger, the instance scope, the operation's span, whose
+// child the work's span is) but not its cancellation or deadline, and
+// ends when the Backend closes or stop is called.
+func (b *Backend) background(ctx context.Context) (bg context.Context, stop context.CancelFunc) {
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(b.ctx, cancel)
+	return bg, func() { unhook(); cancel() }
 }
 
 // Driver returns the proxy.Driver of one config.
@@ -227,7 +263,18 @@ type Driver struct {
 var _ proxy.Driver = (*Driver)(nil)
 
 func (d *Driver) log(ctx context.Context) logr.Logger {
+	if scoped(ctx) {
+		return d.b.logger(ctx)
+	}
 	return d.b.logger(ctx).WithValues("provider", d.cfg.Name)
+}
+
+// logAbout is log for a line about the instance name on host.
+func (d *Driver) logAbout(ctx context.Context, host, name string) logr.Logger {
+	if scoped(ctx) {
+		return d.b.logger(ctx)
+	}
+	return d.log(ctx).WithValues("host", host, "name", name)
 }
 
 // wrap names the provider and operation on every error leaving the driver.

@@ -8,6 +8,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // List implements proxy.Driver: the domains on every host carrying the
@@ -67,6 +68,13 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	d.log(ctx).V(1).Info("kvm domains listed", "count", len(out))
+	if l := d.log(ctx).V(telemetry.VDetail); l.Enabled() {
+		names := make([]string, len(out))
+		for i, inst := range out {
+			names[i] = inst.ID
+		}
+		l.Info("kvm domains listed: names", "ids", names)
+	}
 	return out, nil
 }
 

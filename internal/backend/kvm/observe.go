@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // formatID is hosts/<host>/domains/<name>.
@@ -160,7 +161,8 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	}
 	active := state == libvirt.DomainRunning || state == libvirt.DomainBlocked
 	if active {
-		ip, err := address(ctx, api, dom)
+		ip, found, err := address(ctx, api, dom)
+		d.logAbout(ctx, h.Name, dom.Name).V(telemetry.VDetail).Info("kvm addresses found", "addresses", found, "ip", ip)
 		if err != nil {
 			return proxy.Instance{}, err
 		}
@@ -195,7 +197,8 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	case inst.State == proxy.StateProvisioning:
 		inst.Progress = "defined; starting"
 	}
-	d.log(ctx).V(1).Info("kvm domain fetched", "host", h.Name, "name", dom.Name, "state", inst.State, "ip", inst.IP, "uid", inst.Mark.UID)
+	d.logAbout(ctx, h.Name, dom.Name).V(1).Info("kvm domain fetched", "state", inst.State, "ip", inst.IP, "uid", inst.Mark.UID)
+	d.logAbout(ctx, h.Name, dom.Name).V(telemetry.VDetail).Info("kvm domain metadata", "metadata", meta.element(true), "libvirtState", int(state), "libvirtReason", reason)
 	return inst, nil
 }
 
@@ -233,25 +236,34 @@ var addressSources = []libvirt.DomainInterfaceAddressesSource{
 // (the agent not up yet) means "ask the next"; every source failing is
 // Transient, since a running domain whose address cannot be read is not a
 // domain without an address.
-func address(ctx context.Context, api Libvirt, dom libvirt.Domain) (string, error) {
+// found is what each source asked answered, for the log.
+func address(ctx context.Context, api Libvirt, dom libvirt.Domain) (ip string, found []string, err error) {
 	var errs []string
 	for _, src := range addressSources {
 		ifs, err := api.DomainInterfaceAddresses(ctx, dom, src)
 		if err != nil {
 			if ctx.Err() != nil {
-				return "", ctx.Err()
+				return "", found, ctx.Err()
 			}
 			errs = append(errs, sourceName(src)+": "+err.Error())
+			found = append(found, sourceName(src)+": "+err.Error())
 			continue
 		}
+		var addrs []string
+		for _, i := range ifs {
+			for _, a := range i.Addrs {
+				addrs = append(addrs, i.Name+"="+a.Addr)
+			}
+		}
+		found = append(found, sourceName(src)+": "+strings.Join(addrs, " "))
 		if ip := firstIPv4(ifs); ip != "" {
-			return ip, nil
+			return ip, found, nil
 		}
 	}
 	if len(errs) == len(addressSources) {
-		return "", proxy.Transientf("no address source answered for domain %s: %s", dom.Name, strings.Join(errs, "; "))
+		return "", found, proxy.Transientf("no address source answered for domain %s: %s", dom.Name, strings.Join(errs, "; "))
 	}
-	return "", nil
+	return "", found, nil
 }
 
 func firstIPv4(ifs []libvirt.DomainInterface) string {

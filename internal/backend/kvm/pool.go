@@ -103,10 +103,10 @@ func (p *connPool) get(ctx context.Context, t Target) (Libvirt, error) {
 	}
 	p.mu.Unlock()
 	if retire != nil {
-		p.log(ctx).V(1).Info("credentials changed; retiring the connection built from the old ones", "host", t.Host.Name)
+		p.log(ctx).WithValues(onHost(ctx, t.Host.Name)...).V(1).Info("credentials changed; retiring the connection built from the old ones")
 		retire.link.retire("credentials changed")
 	}
-	p.log(ctx).V(1).Info("libvirt host connected", "host", t.Host.Name, "address", t.Host.Address)
+	p.log(ctx).WithValues(onHost(ctx, t.Host.Name)...).V(1).Info("libvirt host connected", "address", t.Host.Address)
 	return c.api, nil
 }
 
@@ -115,11 +115,20 @@ func (p *connPool) get(ctx context.Context, t Target) (Libvirt, error) {
 func (p *connPool) fresh(ctx context.Context, t Target) (*conn, error) {
 	c, err := p.dial(ctx, t)
 	if err != nil {
-		p.log(ctx).V(1).Info("libvirt host connect failed", "host", t.Host.Name, "address", t.Host.Address, "error", err.Error())
+		p.log(ctx).WithValues(onHost(ctx, t.Host.Name)...).V(1).Info("libvirt host connect failed", "address", t.Host.Address, "error", err.Error())
 		return nil, classify("", err)
 	}
 	c.api = &observed{next: c.api, host: t.Host.Name, tracer: p.tracer, log: p.log}
 	return c, nil
+}
+
+// onHost is the host field of a line, unless ctx's instance scope gives
+// it already.
+func onHost(ctx context.Context, host string) []any {
+	if scoped(ctx) {
+		return nil
+	}
+	return []any{"host", host}
 }
 
 // evictIdle retires the connections (other than keep's) no call asked

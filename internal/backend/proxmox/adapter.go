@@ -24,8 +24,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Credentials are what a request authenticates and verifies the server
@@ -67,6 +70,8 @@ type Client struct {
 	// guard dials a tenant's API (nil: the platform's); with one, errors
 	// never quote what the API answered.
 	guard *netguard.Guard
+	// wire is the logger of the wire tier (telemetry.Wire); nil: none.
+	wire func(context.Context) logr.Logger
 }
 
 var _ API = (*Client)(nil)
@@ -242,7 +247,11 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Authorization", "PVEAPIToken="+strings.TrimSpace(creds.Token))
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	var rt http.RoundTripper = tr
+	if c.wire != nil {
+		rt = telemetry.Wire("proxmox", c.wire, tr)
+	}
+	resp, err := (&http.Client{Transport: rt}).Do(req)
 	if err != nil {
 		return transportError(r, err, c.guard != nil)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Create implements proxy.Driver: it finds the resource's VM (by name, by
@@ -34,10 +35,14 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err := d.checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}
-	node, tmplID, _, err := d.placement(req.Placement)
+	node, tmplID, mt, err := d.placement(req.Placement)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
+	d.logger(ctx).V(telemetry.VDetail).Info("proxmox create", "name", req.Name, "node", node, "template", req.Placement.Image, "templateVMID", tmplID,
+		"machineType", req.Placement.MachineType, "cores", mt.Cores, "memoryMiB", mt.MemoryMiB, "diskGiB", d.cfg.DiskGiB, "isoStorage", d.cfg.ISOStorage,
+		"bridge", d.cfg.Bridge, "vlanTag", d.cfg.VLANTag, "port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs,
+		"allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "", "cloudInitBytes", len(req.CloudInit))
 	res, err := d.api.Resources(ctx, "vm")
 	if err != nil {
 		return proxy.Instance{}, err
@@ -98,6 +103,8 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if node != tmpl.Node {
 		p.Target = node
 	}
+	d.logger(ctx).V(telemetry.VDetail).Info("proxmox clone request", "name", req.Name, "node", tmpl.Node, "templateVMID", tmplID,
+		"newid", p.NewID, "target", p.Target, "full", p.Full, "description", p.Description)
 	upid, err := d.api.Clone(ctx, tmpl.Node, tmplID, p)
 	if isExists(err) {
 		return proxy.Instance{}, proxy.Transientf("VMID %d was taken by someone else while the clone was being started; the next attempt picks another", free)
@@ -301,6 +308,7 @@ func (d *Driver) provision(ctx context.Context, f found, cfg VMConfig, t tags, d
 		if err != nil {
 			return proxy.Instance{}, err
 		}
+		d.logger(ctx).V(telemetry.VDetail).Info("proxmox vm config request", "name", f.name, "vmid", e.VMID, "node", e.Node, "params", set)
 		if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: set, Digest: cfg["digest"]}); err != nil {
 			return proxy.Instance{}, err
 		}
@@ -413,6 +421,7 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 		desc.applying, desc.applyingSince = want, u.StartTime
 		desc.seedNode, desc.seedVolID = e.Node, seedVol
 		set := map[string]string{"description": desc.String(), "ide2": seedVol + ",media=cdrom"}
+		d.logger(ctx).V(telemetry.VDetail).Info("proxmox vm config request", "name", f.name, "vmid", e.VMID, "node", e.Node, "params", set)
 		if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: set, Digest: cfg["digest"]}); err != nil {
 			return proxy.Instance{}, err
 		}

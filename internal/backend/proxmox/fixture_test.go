@@ -80,7 +80,8 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	if o.config != nil {
 		o.config(&f.cfg)
 	}
-	log := funcr.New(func(prefix, args string) { f.logs.Line(strings.TrimSpace(prefix + " " + args)) }, funcr.Options{Verbosity: 2})
+	// Every tier, the wire included: SecretsNeverLeak reads it all.
+	log := funcr.New(func(prefix, args string) { f.logs.Line(strings.TrimSpace(prefix + " " + args)) }, funcr.Options{Verbosity: 10})
 	do := proxmox.Options{
 		Provider:    testProvider,
 		Config:      f.cfg,

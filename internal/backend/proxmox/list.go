@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // List implements proxy.Driver.
@@ -88,6 +89,13 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 	}
 	out = append(out, d.listSeeds(ctx, names)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if l := d.logger(ctx).V(telemetry.VDetail); l.Enabled() {
+		ids := make([]string, len(out))
+		for i, inst := range out {
+			ids[i] = inst.ID
+		}
+		l.Info("proxmox vms listed: names", "ids", ids)
+	}
 	return out, nil
 }
 

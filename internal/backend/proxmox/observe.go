@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // Get implements proxy.Driver. At steady state it makes two requests: the
@@ -351,6 +352,15 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		return inst, nil
 	}
 	ip := pickAddress(ifs)
+	if l := d.logger(ctx).V(telemetry.VDetail); l.Enabled() {
+		var found []string
+		for _, i := range ifs {
+			for _, a := range i.IPAddresses {
+				found = append(found, i.Name+"="+a.Address)
+			}
+		}
+		l.Info("proxmox addresses found", "name", inst.Name, "vmid", e.VMID, "node", e.Node, "addresses", found, "ip", ip)
+	}
 	if ip == "" {
 		inst.State = proxy.StateProvisioning
 		inst.Progress = joinProgress(inst.Progress, "the guest agent reports no usable address yet")

@@ -318,6 +318,7 @@ func New(o Options) (*Driver, error) {
 			return nil, proxy.WithContext(err, d.provider, "connect")
 		}
 		c.guard = d.cfg.Guard
+		c.wire = d.logger
 		api = c
 	}
 	server := d.cfg.URL
