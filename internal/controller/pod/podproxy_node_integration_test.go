@@ -284,6 +284,68 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		e.deleteLeavingNothing(t, p)
 	})
 
+	// The egress check from inside the pod, for a cluster whose pods the
+	// provider does not reach (a team's kubeconfig: the driver does not
+	// dial pods there): the pod's reporting container fetches the echo
+	// through the pod's own Squid on loopback, and the driver reads its
+	// answer from the pod's log. The address published, Reported, is the
+	// one the upstream saw of a request through the proxy; a new pod (a
+	// new address, as on another node) reports its own, as a change.
+	t.Run("EgressAddressReportedFromInsideThePod", func(t *testing.T) {
+		t.Parallel()
+		e.Create(t, &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods-echo", Namespace: "team-b"},
+			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Name: "team-kubeconfig", Key: "kubeconfig"}},
+				Namespace:   proxyNS, Image: e.image.Ref,
+				EgressCheck: &spec.EgressCheck{URL: testenv.EchoURL(e.upstream)},
+			}}}})
+		p := nsPodProxy("team-b", "reported", "ProviderConfig", "team-pods-echo")
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "reported-proxy"}
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		p.Spec.ForProvider.Proxy.AllowedPorts = []int32{443, e.port}
+		e.ready(t, p)
+		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "from inside the instance")
+		obs := p.Status.AtProvider
+		pod := e.pod(t, p, obs.Details["pod"])
+		if n := names(pod.Spec.Containers); !slices.Equal(n, []string{kubernetes.ContainerName, kubernetes.ReportContainerName}) {
+			t.Errorf("pod containers %v; want squid and %s", n, kubernetes.ReportContainerName)
+		}
+		d := e.ConnectionSecret(t, "team-b", "reported-proxy", "")
+		r, err := testenv.TryGetThroughProxy(d["url"], testenv.EchoURL(e.upstream))
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("GET the echo through the proxy = %+v, %v", r, err)
+		}
+		seen := strings.TrimSpace(r.Body)
+		if obs.EgressIP != seen || obs.EgressIPSource != spec.EgressIPReported || obs.EgressIPVerifiedAt == nil || d["egressIP"] != seen || c.Reason != "Reported" {
+			t.Errorf("egressIP %q (%s, at %v), connection Secret %q, condition %s %q; want %s, the address the upstream saw, Reported",
+				obs.EgressIP, obs.EgressIPSource, obs.EgressIPVerifiedAt, d["egressIP"], c.Reason, c.Message, seen)
+		}
+		if a, err := netip.ParseAddr(seen); err != nil || a.String() != pod.Status.PodIP {
+			t.Errorf("the upstream saw %q; want the pod's address %s (pod traffic is not masqueraded here)", seen, pod.Status.PodIP)
+		}
+		if age := time.Since(obs.EgressIPVerifiedAt.Time); age < 0 || age > 5*time.Minute {
+			t.Errorf("egressIPVerifiedAt %v is not the time of the pod's check", obs.EgressIPVerifiedAt)
+		}
+
+		// A new pod (the pod deleted: its replacement gets another
+		// address) reports its own address, as a change.
+		if err := e.Kube.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the new pod's report", e.within(90*time.Second), func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return false, err.Error()
+			}
+			o := p.Status.AtProvider
+			return o.EgressIP != "" && o.EgressIP != seen && o.EgressIP == o.IP, fmt.Sprintf("egressIP %q, ip %q", o.EgressIP, o.IP)
+		})
+		if c := p.GetCondition(spec.TypeEgressVerified); c.Reason != "Changed" || !strings.Contains(c.Message, seen) {
+			t.Errorf("EgressVerified after the new pod: %s %s %q; want Changed naming the old address %s", c.Status, c.Reason, c.Message, seen)
+		}
+		e.WaitEvent(t, "team-b", p.Name, corev1.EventTypeWarning, "EgressIPChanged", "the egress address changed from "+seen)
+		e.deleteLeavingNothing(t, p)
+	})
+
 	t.Run("ClusterScopedProxyBehindAClusterIPService", func(t *testing.T) {
 		t.Parallel()
 		p := e.sharedEgress(8080, e.clients)
@@ -402,4 +464,12 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		}
 		e.deleteLeavingNothing(t, p)
 	})
+}
+
+func names(cs []corev1.Container) []string {
+	n := make([]string, 0, len(cs))
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return n
 }
