@@ -148,6 +148,9 @@ func (s *spec) metadata() map[string]string {
 	if s.htpasswd != "" {
 		m[MetadataHtpasswd] = s.htpasswd
 	}
+	if egressReport(s.req) != nil {
+		m[MetadataGuestAttributes] = "TRUE"
+	}
 	return m
 }
 

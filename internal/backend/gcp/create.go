@@ -54,7 +54,7 @@ func (d *Driver) resolveSpec(req proxy.Request) (*spec, error) {
 		return nil, err
 	}
 	s.squidConf, s.htpasswd = files.SquidConf, files.Htpasswd
-	if s.userData, err = d.o.UserData(cloudinit.Options{Squid: files, UserData: req.CloudInit, Hostname: req.Name}); err != nil {
+	if s.userData, err = d.o.UserData(cloudinit.Options{Squid: files, UserData: req.CloudInit, Hostname: req.Name, EgressReport: egressReport(req)}); err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}
 	return s, nil
