@@ -86,6 +86,20 @@ type EgressReport struct {
 	GuestAttribute bool
 }
 
+// ReportOf is the guest's own egress check for s, with the guest
+// attribute (GCP) or without; nil when s names no check or an https echo
+// URL, which the guest's bash cannot fetch.
+func ReportOf(s proxy.Settings, attribute bool) *EgressReport {
+	if s.EgressCheck == nil {
+		return nil
+	}
+	r, err := squid.ReportRequest(*s.EgressCheck)
+	if err != nil {
+		return nil
+	}
+	return &EgressReport{Request: r, Port: s.Port, GuestAttribute: attribute}
+}
+
 // Where a guest keeps its egress check.
 const (
 	// ReportPath is the latest line of the guest's own egress check.

@@ -174,3 +174,20 @@ func ReportedAt(at, now time.Time) time.Time {
 	}
 	return at
 }
+
+// GuestReport reads a guest's report line (a file or attribute its own
+// check wrote): the address, and its time bounded by now, when the line
+// is valid, the check succeeded and it is not older than created (a
+// minute's slack for the guest's clock and its whole seconds). ok is false
+// otherwise; err says why a line was not valid (nothing of it quoted).
+func GuestReport(line []byte, created, now time.Time) (ip string, at time.Time, ok bool, err error) {
+	r, err := ParseReport(bytes.TrimRight(line, "\n"))
+	if err != nil {
+		return "", time.Time{}, false, err
+	}
+	at = ReportedAt(r.At, now)
+	if r.IP == "" || (!created.IsZero() && at.Before(created.Add(-time.Minute))) {
+		return "", time.Time{}, false, nil
+	}
+	return r.IP, at, true, nil
+}

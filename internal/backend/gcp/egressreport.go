@@ -2,7 +2,6 @@ package gcp
 
 import (
 	"context"
-	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -23,15 +22,7 @@ const MetadataGuestAttributes = "enable-guest-attributes"
 // egressReport is the guest's own check for req, nil when the config
 // names none or an https echo URL (which the guest's bash cannot fetch).
 func egressReport(req proxy.Request) *cloudinit.EgressReport {
-	c := req.Proxy.EgressCheck
-	if c == nil {
-		return nil
-	}
-	r, err := squid.ReportRequest(*c)
-	if err != nil {
-		return nil
-	}
-	return &cloudinit.EgressReport{Request: r, Port: req.Proxy.Port, GuestAttribute: true}
+	return cloudinit.ReportOf(req.Proxy, true)
 }
 
 // readReport fills v from the guest's report of its egress check: a
@@ -46,20 +37,13 @@ func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Ins
 	if err != nil {
 		return
 	}
-	val := ga.GetVariableValue()
-	if len(val) > squid.MaxReport {
-		return
-	}
-	r, err := squid.ParseReport([]byte(val))
+	ip, at, ok, err := squid.GuestReport([]byte(ga.GetVariableValue()), v.CreatedAt, d.o.Now())
 	if err != nil {
 		d.log(ctx).V(1).Info("the guest's egress check report is not valid", "zone", zone, "name", name, "error", err.Error())
-		return
 	}
-	at := squid.ReportedAt(r.At, d.o.Now())
-	// A minute's slack: the guest's clock and its whole seconds.
-	if r.IP == "" || (!v.CreatedAt.IsZero() && at.Before(v.CreatedAt.Add(-time.Minute))) {
+	if !ok {
 		return
 	}
 	v.ProxyReachable, v.Progress = true, ""
-	v.EgressIP, v.EgressSource, v.EgressCheckedAt = r.IP, proxy.EgressReported, at
+	v.EgressIP, v.EgressSource, v.EgressCheckedAt = ip, proxy.EgressReported, at
 }
