@@ -30,7 +30,7 @@ func TestGuestReportsItsEgressCheck(t *testing.T) {
 	ctx := context.Background()
 
 	req := request("reporter", "uid-report")
-	req.Proxy.Port = int32(testenv.FreePort(t)) //nolint:gosec // a port fits.
+	req.Proxy.Port = testenv.FreePort(t)
 	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: testenv.EchoURL(upstream), Username: squid.CheckUsername, Password: "sentinel-check-pw"}
 	inst, err := f.driver.Create(ctx, req)
 	if err != nil {
