@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -343,6 +344,58 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 			t.Errorf("EgressVerified after the new pod: %s %s %q; want Changed naming the old address %s", c.Status, c.Reason, c.Message, seen)
 		}
 		e.WaitEvent(t, "team-b", p.Name, corev1.EventTypeWarning, "EgressIPChanged", "the egress address changed from "+seen)
+		e.deleteLeavingNothing(t, p)
+	})
+
+	// The node's egress address changes under a pod that stays: a SNAT
+	// rule of the test's (as a node pool's NAT gateway or a changed node
+	// address would) makes the upstream see this machine's address on
+	// its veth instead of the pod's. The next check (the config's
+	// interval, 1m) sees the new address and reports it as a change.
+	t.Run("EgressAddressChangeUnderTheSamePodIsSeen", func(t *testing.T) {
+		t.Parallel()
+		e.Create(t, &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods-echo-1m"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
+				Namespace:   proxyNS, Image: e.image.Ref,
+				EgressCheck: &spec.EgressCheck{URL: testenv.EchoURL(e.upstream), Interval: &metav1.Duration{Duration: time.Minute}},
+			}}}})
+		p := nsPodProxy("team-a", "snat", "ClusterProviderConfig", "pods-echo-1m")
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		e.ready(t, p)
+		e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "saw")
+		podIP := p.Status.AtProvider.IP
+		if p.Status.AtProvider.EgressIP != podIP {
+			t.Fatalf("egressIP %q before the change; want the pod's address %s", p.Status.AtProvider.EgressIP, podIP)
+		}
+		up, err := url.Parse(e.upstream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The upstream stands in a /30 whose first address is this
+		// machine's end of the veth (netnshost).
+		gw := netip.MustParseAddr(up.Hostname()).Prev().String()
+		rule := []string{"POSTROUTING", "-s", podIP + "/32", "-d", up.Hostname() + "/32", "-m", "comment", "--comment", "egressproxy-test snat " + p.Name, "-j", "SNAT", "--to-source", gw}
+		if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat", "-I"}, rule...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables -t nat -I %v: %v: %s", rule, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, rule...)...).Run() })
+		start := time.Now()
+		testenv.WaitFor(t, "the check to see the node's new egress address", e.within(5*time.Minute), func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return false, err.Error()
+			}
+			o := p.Status.AtProvider
+			return o.EgressIP == gw, fmt.Sprintf("egressIP %q (pod %s)", o.EgressIP, o.IP)
+		})
+		t.Logf("the SNAT change was seen %.1fs after it", time.Since(start).Seconds())
+		if o := p.Status.AtProvider; o.IP != podIP {
+			t.Errorf("the pod changed (%s, was %s): the test wants the same pod", o.IP, podIP)
+		}
+		if c := p.GetCondition(spec.TypeEgressVerified); c.Reason != "Changed" || !strings.Contains(c.Message, podIP) || !strings.Contains(c.Message, gw) {
+			t.Errorf("EgressVerified after the SNAT change: %s %s %q; want Changed from %s to %s", c.Status, c.Reason, c.Message, podIP, gw)
+		}
+		e.WaitEvent(t, "team-a", p.Name, corev1.EventTypeWarning, "EgressIPChanged", "the egress address changed from "+podIP+" to "+gw)
 		e.deleteLeavingNothing(t, p)
 	})
 
