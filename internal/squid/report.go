@@ -26,9 +26,6 @@ const ReportMarker = "egressproxy-egress-check"
 // reads.
 const MaxReport = 4096
 
-// reportBodyMax is how much of the echo's answer a report carries.
-const reportBodyMax = 512
-
 // ReportScript is a bash script (bash, coreutils: what every Squid image
 // and guest has) that sends the request in the file $1 (ReportRequest) to
 // Squid on $3 (default 127.0.0.1) port $2 and prints one line:
