@@ -94,7 +94,16 @@ func start(t *testing.T, cp controlplane.Options) *env {
 			return []option.ClientOption{option.WithoutAuthentication()}, nil
 		},
 		Endpoint: srv.URL,
-		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog},
+		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog,
+			// The real probe of the guests' real Squid (RunSquid), through
+			// the fake's firewall (EnforceFirewall).
+			Prober: &squid.Prober{Ask: func(ctx context.Context, addr string) (string, error) {
+				if srv.Refuses(addr) {
+					return "", fmt.Errorf("dial tcp %s: i/o timeout", addr)
+				}
+				return squid.Ask(ctx, nil, addr)
+			}},
+		},
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	key := fmt.Sprintf(`{"type":"service_account","client_email":"it@%s.iam.gserviceaccount.com","private_key":"%s"}`, project, keySentinel)

@@ -533,6 +533,34 @@ func (s *Server) EnforceFirewall(from string) {
 	s.do(func() { s.probeFrom = from })
 }
 
+// Refuses says whether EnforceFirewall keeps the provider's probe from
+// addr (ip:port of an instance): a prober that dials the real guest
+// Squid asks it first.
+func (s *Server) Refuses(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probeFrom == "" {
+		return false
+	}
+	for _, in := range s.instances {
+		ips := []string{in.natIP}
+		for _, n := range asList(in.body["networkInterfaces"]) {
+			if m, ok := n.(map[string]any); ok {
+				ip, _ := m["networkIP"].(string)
+				ips = append(ips, ip)
+			}
+		}
+		if slices.Contains(ips, host) {
+			return !s.admits(in.name, s.probeFrom)
+		}
+	}
+	return false
+}
+
 // admits says whether the enabled firewall rule name admits from.
 func (s *Server) admits(name, from string) bool {
 	f, ok := s.firewalls[name]
