@@ -70,7 +70,90 @@ type Options struct {
 	UserData string
 	// Hostname of the guest.
 	Hostname string
+	// EgressReport, when set, has the guest check its egress address
+	// itself, through its own Squid, and keep the answer where the backend
+	// reads it (see EgressReport).
+	EgressReport *EgressReport
 }
+
+// EgressReport is the egress check a guest runs itself (egressIPSource
+// Reported, docs/allow-listing.md): squid.ReportScript with Request
+// against its own Squid on loopback, at boot (retried every 5 s until the
+// echo answers, for up to 5 minutes) and hourly (a systemd timer), its
+// line written to ReportPath, which the guest agent reads (KVM, Proxmox),
+// and, with GuestAttribute, put to the guest attribute
+// GuestAttributeKey (GCP).
+type EgressReport struct {
+	// Request is squid.ReportRequest of the check: secret (it holds the
+	// check's credential), root-only in the guest.
+	Request string
+	// Port is Squid's.
+	Port int32
+	// GuestAttribute also puts the line to the instance's guest attribute.
+	GuestAttribute bool
+}
+
+// ReportOf is the guest's own egress check for s, with the guest
+// attribute (GCP) or without; nil when s names no check or an https echo
+// URL, which the guest's bash cannot fetch.
+func ReportOf(s proxy.Settings, attribute bool) *EgressReport {
+	if s.EgressCheck == nil {
+		return nil
+	}
+	r, err := squid.ReportRequest(*s.EgressCheck)
+	if err != nil {
+		return nil
+	}
+	return &EgressReport{Request: r, Port: s.Port, GuestAttribute: attribute}
+}
+
+// Where a guest keeps its egress check.
+const (
+	// ReportPath is the latest line of the guest's own egress check.
+	ReportPath = stageDir + "/egress-check.report"
+	// reportRequestPath holds the check's request (root only).
+	reportRequestPath = stageDir + "/egress-check.request"
+	// reportScriptPath runs the check.
+	reportScriptPath = "/usr/local/lib/egressproxy/egress-check"
+	// GuestAttributeKey is the guest attribute (namespace/key) of a GCP
+	// guest's egress check.
+	GuestAttributeKey = "egressproxy/egress-check"
+)
+
+// reportScript is the guest's check: squid.ReportScript until the echo
+// answers (5 minutes at most: Squid may still be starting), its line kept
+// in ReportPath and, with attribute, put to the guest attribute.
+func reportScript(port int32, attribute bool) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/bash\n# Written by provider-egressproxy: the egress check from inside the\n# instance, through its own Squid (docs/allow-listing.md).\ncheck() {\n")
+	b.WriteString(squid.ReportScript)
+	fmt.Fprintf(&b, "}\nfor i in $(seq 60); do\n  line=$(check %s %d 127.0.0.1) && break\n  sleep 5\ndone\n", reportRequestPath, port)
+	fmt.Fprintf(&b, "printf '%%s\\n' \"$line\" > %[1]s.new && chmod 0644 %[1]s.new && mv -f %[1]s.new %[1]s\n", ReportPath)
+	if attribute {
+		fmt.Fprintf(&b, "curl -sf -m 10 -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$line\" http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/%s >/dev/null || true\n", GuestAttributeKey)
+	}
+	return b.String()
+}
+
+const reportService = `[Unit]
+Description=provider-egressproxy: the egress check from inside the instance
+After=squid.service network-online.target
+
+[Service]
+Type=oneshot
+ExecStart=` + reportScriptPath + `
+`
+
+const reportTimer = `[Unit]
+Description=provider-egressproxy: the egress check, hourly
+
+[Timer]
+OnBootSec=30s
+OnUnitActiveSec=1h
+
+[Install]
+WantedBy=timers.target
+`
 
 // UserData returns MIME multipart user-data: the user's part first, then
 // the generated part, so that cloud-init merges the provider's Squid setup
@@ -283,6 +366,12 @@ func generated(o Options) string {
 		writeFile(&b, stageDir+"/tls.crt", o.Squid.TLSCert)
 		writeFile(&b, stageDir+"/tls.key", o.Squid.TLSKey)
 	}
+	if r := o.EgressReport; r != nil {
+		writeFile(&b, reportRequestPath, r.Request)
+		writeFileMode(&b, reportScriptPath, "0755", reportScript(r.Port, r.GuestAttribute))
+		writeFileMode(&b, "/etc/systemd/system/egressproxy-egress-check.service", "0644", reportService)
+		writeFileMode(&b, "/etc/systemd/system/egressproxy-egress-check.timer", "0644", reportTimer)
+	}
 	b.WriteString("runcmd:\n")
 	// The staging folder root's alone: files the guest agent writes there
 	// later (a KVM update) are created 0644.
@@ -305,6 +394,10 @@ func generated(o Options) string {
 			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+TLSKeyPath)
 	}
 	script = append(script, "egp_enable squid", "egp_restart squid")
+	if o.EgressReport != nil {
+		// In the background: the first check may wait for Squid.
+		script = append(script, "if command -v systemctl >/dev/null; then systemctl daemon-reload && systemctl enable --now egressproxy-egress-check.timer && systemctl start --no-block egressproxy-egress-check.service; else ("+reportScriptPath+" >/dev/null 2>&1 &); fi")
+	}
 	fmt.Fprintf(&b, "  - [sh, -ec, %q]\n", "export DEBIAN_FRONTEND=noninteractive; "+strings.Join(script, "; "))
 	return b.String()
 }
@@ -335,8 +428,12 @@ const GuestFunctions = `egp_install() { ` +
 const stageDir = "/var/lib/egressproxy"
 
 func writeFile(b *strings.Builder, path, content string) {
-	fmt.Fprintf(b, "  - path: %s\n    owner: root:root\n    permissions: '0600'\n    encoding: b64\n    content: %s\n",
-		path, base64.StdEncoding.EncodeToString([]byte(content)))
+	writeFileMode(b, path, "0600", content)
+}
+
+func writeFileMode(b *strings.Builder, path, mode, content string) {
+	fmt.Fprintf(b, "  - path: %s\n    owner: root:root\n    permissions: '%s'\n    encoding: b64\n    content: %s\n",
+		path, mode, base64.StdEncoding.EncodeToString([]byte(content)))
 }
 
 // MetaData is the NoCloud meta-data: the instance ID (a new one makes
@@ -349,6 +446,12 @@ func MetaData(instanceID, hostname string) string {
 // when it has none: what the guest's Squid then runs. The backends' fakes
 // answer readiness probes with its identity (squid.IdentityOf).
 func SquidConfOf(userData string) string { return stagedFile(userData, "squid.conf") }
+
+// EgressRequestOf is the egress check's request the user-data UserData
+// made writes, "" when it has none (the fakes' guests run the check).
+func EgressRequestOf(userData string) string {
+	return stagedFile(userData, strings.TrimPrefix(reportRequestPath, stageDir+"/"))
+}
 
 // HtpasswdOf is the htpasswd the user-data UserData made installs, ""
 // when it has none (the fakes run real Squid from it).

@@ -400,3 +400,73 @@ func TestUserDataWithTLS(t *testing.T) {
 		t.Errorf("the key appears in clear in the user-data")
 	}
 }
+
+// TestUserDataEgressReport: the guest's own egress check is written with
+// its request (root only), a script that is valid bash and names the
+// port, a systemd service and hourly timer started after Squid; the GCP
+// form also puts the line to the guest attribute. The request reads back
+// (EgressRequestOf) for the fakes' guests.
+func TestUserDataEgressReport(t *testing.T) {
+	const req = "GET http://echo.example/ip HTTP/1.1\r\nProxy-Authorization: Basic U0VOVElORUw=\r\n\r\n"
+	for _, attr := range []bool{false, true} {
+		ud, err := UserData(Options{Squid: render(t, false), EgressReport: &EgressReport{Request: req, Port: 3129, GuestAttribute: attr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := EgressRequestOf(ud); got != req {
+			t.Errorf("EgressRequestOf = %q; want %q", got, req)
+		}
+		var cfg struct {
+			WriteFiles []struct{ Path, Permissions, Content string } `json:"write_files"`
+			Runcmd     [][]string                                    `json:"runcmd"`
+		}
+		gen := parts(t, ud)[0][1]
+		if err := yaml.Unmarshal([]byte(gen), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]string{}
+		for _, f := range cfg.WriteFiles {
+			files[f.Path] = f.Permissions
+			if f.Path != reportScriptPath {
+				continue
+			}
+			script := decode(t, f.Content)
+			if !strings.Contains(script, "check "+reportRequestPath+" 3129 127.0.0.1") || !strings.Contains(script, squid.ReportScript) || !strings.Contains(script, ReportPath) {
+				t.Errorf("script does not run squid.ReportScript on port 3129 into %s:\n%s", ReportPath, script)
+			}
+			if strings.Contains(script, "guest-attributes/"+GuestAttributeKey) != attr {
+				t.Errorf("guest attribute %v, script:\n%s", attr, script)
+			}
+			if out, err := exec.Command("bash", "-n", "-c", script).CombinedOutput(); err != nil {
+				t.Errorf("the script is not valid bash: %v: %s", err, out)
+			}
+		}
+		want := map[string]string{reportRequestPath: "0600", reportScriptPath: "0755",
+			"/etc/systemd/system/egressproxy-egress-check.service": "0644", "/etc/systemd/system/egressproxy-egress-check.timer": "0644"}
+		for p, mode := range want {
+			if files[p] != mode {
+				t.Errorf("%s written with mode %q; want %q", p, files[p], mode)
+			}
+		}
+		run := strings.Join(cfg.Runcmd[len(cfg.Runcmd)-1], " ")
+		if i, j := strings.Index(run, "egp_restart squid"), strings.Index(run, "enable --now egressproxy-egress-check.timer"); i < 0 || j < i {
+			t.Errorf("runcmd does not start the timer after Squid:\n%s", run)
+		}
+		if strings.Contains(ud, "SENTINEL") || strings.Contains(ud, "U0VOVElORUw=") {
+			t.Error("the check's request is in clear in the user-data")
+		}
+	}
+	ud, _ := UserData(Options{Squid: render(t, false)})
+	if strings.Contains(ud, "egress-check") || EgressRequestOf(ud) != "" {
+		t.Error("user-data without a report mentions the egress check")
+	}
+}
+
+func decode(t *testing.T, b64 string) string {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -198,14 +198,16 @@ func redactBody(contentType string, b []byte, size int64) string {
 	return fmt.Sprintf("[%s bytes, %s, not shown]", strconv.FormatInt(size, 10), mt)
 }
 
-// redactJSON redacts the secret fields of v and the value of every
-// key/value pair (Compute Engine's metadata items, where cloud-init is).
+// redactJSON redacts the secret fields of v, the value of every
+// key/value pair (Compute Engine's metadata items, where cloud-init is)
+// and every content field (a file the Proxmox guest agent read: only the
+// guest chose what it says).
 func redactJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		_, pair := x["key"].(string)
 		for k, e := range x {
-			if secretKey(k) || (pair && k == "value") {
+			if secretKey(k) || (pair && k == "value") || k == "content" {
 				x[k] = Redacted
 				continue
 			}

@@ -118,6 +118,26 @@ func TestQuickstartIntegration(t *testing.T) {
 	if !strings.HasPrefix(page, pageWant) {
 		t.Errorf("curl through the proxy printed %q; want the upstream's page, reached through the proxy pod (%q...)", page, pageWant)
 	}
+	// 4. The address the vendor would allow-list, in kubectl get: the
+	// ClusterProviderConfig names the upstream as its echo endpoint, so
+	// the EgressProxy's egressIP is the address the upstream saw of the
+	// request above, Verified through the proxy.
+	seen := match(t, page, `you came through the egress proxy pod (\S+) `)
+	var got string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got = strings.TrimSpace(run(t, env, `kubectl get egressproxy payments -n team-payments -o jsonpath='{.status.proxy.egressIP} {.status.proxy.egressIPSource}'`))
+		if got == seen+" Verified" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if got != seen+" Verified" {
+		t.Errorf("the EgressProxy's status.proxy egressIP and egressIPSource = %q; want %q, the address the upstream saw, Verified", got, seen+" Verified")
+	}
+	if table := run(t, env, `kubectl get egressproxy payments -n team-payments`); !strings.Contains(table, "EGRESS-IP") || !strings.Contains(table, seen) {
+		t.Errorf("kubectl get egressproxy printed no EGRESS-IP column with %s:\n%s", seen, table)
+	}
 
 	// make run with KUBECONFIG at a cluster running Crossplane (this one)
 	// takes the Crossplane path, and refuses a second install of packages

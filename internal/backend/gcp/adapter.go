@@ -249,6 +249,10 @@ func (s *sdk) DeleteFirewall(ctx context.Context, name string) (*computepb.Opera
 	return start(s, ctx, s.firewalls.Delete, &computepb.DeleteFirewallRequest{Project: s.project, Firewall: name})
 }
 
+func (s *sdk) GetGuestAttribute(ctx context.Context, zone, name, key string) (*computepb.GuestAttributes, error) {
+	return send(s, ctx, s.instances.GetGuestAttributes, &computepb.GetGuestAttributesInstanceRequest{Project: s.project, Zone: zone, Instance: name, VariableKey: proto.String(key)})
+}
+
 func (s *sdk) GetRegion(ctx context.Context, region string) (*computepb.Region, error) {
 	return send(s, ctx, s.regions.Get, &computepb.GetRegionRequest{Project: s.project, Region: region})
 }

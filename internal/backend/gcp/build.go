@@ -160,6 +160,9 @@ func (s *spec) metadata() map[string]string {
 	if s.tlsCert != "" {
 		m[MetadataTLSCert], m[MetadataTLSKey] = s.tlsCert, s.tlsKey
 	}
+	if egressReport(s.req) != nil {
+		m[MetadataGuestAttributes] = "TRUE"
+	}
 	return m
 }
 

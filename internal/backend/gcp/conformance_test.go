@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
@@ -57,6 +58,13 @@ func TestConformance(t *testing.T) {
 					}
 				}
 				return out, nil
+			},
+			ReportEgress: func(_ context.Context, id, line string) error {
+				// A firewall admitting only the clients; the guest's line
+				// in its guest attribute.
+				f.srv.EnforceFirewall("127.0.0.1")
+				f.srv.SetGuestAttribute(strings.TrimPrefix(strings.Replace(id, "/instances/", "/", 1), "zones/"), cloudinit.GuestAttributeKey, strings.TrimRight(line, "\n"))
+				return nil
 			},
 			LogOutput: f.logs.String,
 			MalformedIDs: []string{

@@ -55,7 +55,7 @@ func (d *Driver) resolveSpec(req proxy.Request) (*spec, error) {
 		return nil, err
 	}
 	s.squidConf, s.htpasswd, s.tlsCert, s.tlsKey = files.SquidConf, files.Htpasswd, files.TLSCert, files.TLSKey
-	if s.userData, err = d.o.UserData(cloudinit.Options{Squid: files, UserData: req.CloudInit, Hostname: req.Name}); err != nil {
+	if s.userData, err = d.o.UserData(cloudinit.Options{Squid: files, UserData: req.CloudInit, Hostname: req.Name, EgressReport: egressReport(req)}); err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}
 	return s, nil

@@ -211,6 +211,11 @@ func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool,
 				v.Progress = pr.Message
 			case !pr.Serving && !pr.Pending:
 				v.Progress = "waiting for Squid to answer: " + pr.Message
+				if metadataMap(inst.GetMetadata())[MetadataGuestAttributes] == "TRUE" {
+					// Unreached (a firewall admitting only the
+					// clients): the guest's own check stands for it.
+					d.readReport(ctx, zone, inst.GetName(), &v)
+				}
 			}
 		}
 	}

@@ -40,6 +40,10 @@ type API interface {
 	PatchFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error)
 	DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error)
 
+	// GetGuestAttribute reads one guest attribute (namespace/key) of an
+	// instance.
+	GetGuestAttribute(ctx context.Context, zone, name, key string) (*computepb.GuestAttributes, error)
+
 	// GetRegion reads a region, for its quotas.
 	GetRegion(ctx context.Context, region string) (*computepb.Region, error)
 

@@ -70,7 +70,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		}
 		refused = fmt.Errorf("cannot list pods in %q: %w", d.cfg.Namespace, d.quietly(err))
 	}
-	missing, err := d.missingPermissions(ctx, Permissions(d.cfg.Namespace, d.cached()))
+	missing, err := d.missingPermissions(ctx, append(Permissions(d.cfg.Namespace, d.cached()), d.reportPermissions()...))
 	if err != nil {
 		return fail(checkReason(ctx, err), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,8 @@ type Cluster struct {
 	Version func(ctx context.Context) (string, error)
 	// DialPods: the provider runs in this cluster and reaches its pods.
 	DialPods bool
+	// PodLog reads a container's log (pods/log).
+	PodLog PodLogFunc
 	// quiet: the cluster is a tenant's (a namespaced config's kubeconfig):
 	// errors never quote what its server answered.
 	quiet bool
@@ -79,6 +82,12 @@ func NewCluster(cfg *rest.Config, c client.Client, live client.Reader) (*Cluster
 				return "", err
 			}
 			return v.GitVersion, nil
+		},
+		PodLog: func(ctx context.Context, namespace, pod, container string, tailLines, limitBytes int64) ([]byte, error) {
+			return rc.Get().AbsPath("/api/v1/namespaces", namespace, "pods", pod, "log").
+				Param("container", container).Param("timestamps", "true").
+				Param("tailLines", strconv.FormatInt(tailLines, 10)).Param("limitBytes", strconv.FormatInt(limitBytes, 10)).
+				Do(ctx).Raw()
 		},
 	}, nil
 }
@@ -136,7 +145,7 @@ func (cl *Cluster) WatchDeletions(informers cache.Informers) error {
 
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
-	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
+	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods, PodLog: cl.PodLog})
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
 	d.quiet, d.guard = cl.quiet, cl.guard

@@ -110,7 +110,8 @@ func startEnv(t *testing.T) *env {
 // to catch up), PartialCreate (a Secret and NetworkPolicy left without
 // their Deployment) with Leftovers, Foreign, ForeignMarked, SetUnknownState (a pod phase the
 // driver does not know), SetBusy (every API call answers 429), HoldDelete
-// (a finalizer on the Deployment), LogOutput and MalformedIDs.
+// (a finalizer on the Deployment), ReportEgress (ErrAlwaysReached: the
+// provider dials the pods here), LogOutput and MalformedIDs.
 func TestDriverIntegration(t *testing.T) {
 	e := startEnv(t)
 	t.Run("Conformance", func(t *testing.T) {
@@ -179,7 +180,12 @@ func (e *env) fixture(cached bool) func(t *testing.T) proxytest.Fixture {
 			SetUnknownState: func(ctx context.Context, id string) error { return e.unknownState(ctx, id, cached) },
 			SetBusy:         func(_ context.Context, b bool) { busy.Store(b) },
 			HoldDelete:      func(ctx context.Context, id string) func() { return e.holdDelete(t, ctx, id, cached) },
-			LogOutput:       logs.String,
+			// Both reach the pods (DialPods, on loopback): a pod's own
+			// report is never read. A pod that reports because the
+			// provider cannot reach it runs on the real node
+			// (TestPodProxyRealNodeIntegration/EgressAddressReportedFromInsideThePod).
+			ReportEgress: func(context.Context, string, string) error { return proxytest.ErrAlwaysReached },
+			LogOutput:    logs.String,
 			MalformedIDs: []string{
 				"pt-alpha",                 // a name, not an ID
 				ns + "/",                   // no name

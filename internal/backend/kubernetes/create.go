@@ -44,7 +44,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	dep := buildDeployment(d.cfg, req, files, proxy.Hash(req), d.now())
+	dep := d.buildDeployment(req, files, proxy.Hash(req))
 	if lg := d.logger(ctx).V(telemetry.VDetail); lg.Enabled() {
 		lg.Info("kubernetes create", "namespace", dep.Namespace, "name", dep.Name, "port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs,
 			"allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "", "deployment", curatedDeployment(dep))
@@ -120,7 +120,7 @@ func (d *Driver) undo(ctx context.Context, dep *appsv1.Deployment) {
 func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, fresh bool) error {
 	writes := []func() error{
 		func() error {
-			if err := d.writeChild(ctx, dep, req.Mark, buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
+			if err := d.writeChild(ctx, dep, req.Mark, d.buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
 				return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
 			}
 			return nil
@@ -360,7 +360,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	}
 	// Read-modify-write of the whole spec, keeping what others added to the
 	// metadata (the Deployment controller's revision annotation).
-	desired := buildDeployment(d.cfg, req, files, want, d.now())
+	desired := d.buildDeployment(req, files, want)
 	next := dep.DeepCopy()
 	next.TypeMeta = desired.TypeMeta
 	next.Labels = merged(dep.Labels, desired.Labels)

@@ -88,6 +88,10 @@ type Options struct {
 	// without one the pod's readiness probe, a TCP connect to the proxy
 	// port from its node, stands for the check.
 	DialPods bool
+	// PodLog reads a container's log: where the provider reaches neither
+	// the pods nor a load balancer, the pods check their egress address
+	// themselves and print it there. Nil: not read.
+	PodLog PodLogFunc
 	// Log, when set, receives the driver's log lines; otherwise they go to
 	// the logger in the call's context (controller-runtime puts the
 	// reconcile's there).
@@ -112,6 +116,7 @@ type Driver struct {
 	host     string
 	prober   *squid.Prober
 	dialPods bool
+	podLog   PodLogFunc
 	log      *logr.Logger
 	now      func() time.Time
 	// gone, when set, are the Deployments the cache's watch saw deleted.
@@ -133,6 +138,7 @@ func New(o Options) *Driver {
 		host:     o.Host,
 		prober:   o.Prober,
 		dialPods: o.DialPods,
+		podLog:   o.PodLog,
 		log:      o.Log,
 		now:      o.Now,
 	}

@@ -142,6 +142,11 @@ type Config struct {
 	// NetworkPolicy puts a NetworkPolicy on each proxy's pods saying what
 	// Squid denies (see buildNetworkPolicy).
 	NetworkPolicy bool
+	// EgressCheck says the config names an egress check: in a cluster the
+	// provider cannot reach the pods of, they report it themselves, and
+	// the driver needs pods/log (egressreport.go). Not part of the
+	// template: the request's check is.
+	EgressCheck bool `json:"-"`
 }
 
 func (c Config) withDefaults() Config {

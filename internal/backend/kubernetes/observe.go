@@ -162,6 +162,9 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		// check.
 		o.inst.ProxyReachable = true
 	}
+	if o.inst.State == proxy.StateRunning && o.inst.ProxyAddress == "" {
+		d.readReport(ctx, dep, &o.inst)
+	}
 	return o.inst, nil
 }
 

@@ -2,11 +2,13 @@ package kvm
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
@@ -78,6 +80,14 @@ func TestConformance(t *testing.T) {
 					}
 				}
 				return out, nil
+			},
+			ReportEgress: func(_ context.Context, id, line string) error {
+				// Squid answers no probe; the guest's line in its file.
+				e.host.mu.Lock()
+				defer e.host.mu.Unlock()
+				e.host.squid = map[string]string{}
+				e.host.guestFiles[cloudinit.ReportPath] = base64.StdEncoding.EncodeToString([]byte(line))
+				return nil
 			},
 			LogOutput:    e.logs.String,
 			Secrets:      []string{sentinelKey, sentinelKnownHosts, "S3NT1NEL-key-material-9f8e7d6c5b4a", "S3NT1NEL-known-hosts-1a2b3c4d5e6f"},

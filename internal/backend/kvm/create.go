@@ -61,7 +61,8 @@ func (d *Driver) plan(req proxy.Request) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	ud, err := cloudinit.UserData(cloudinit.Options{Squid: files, InstallGuestAgent: d.cfg.InstallGuestAgent, UserData: req.CloudInit, Hostname: req.Name})
+	ud, err := cloudinit.UserData(cloudinit.Options{Squid: files, InstallGuestAgent: d.cfg.InstallGuestAgent, UserData: req.CloudInit, Hostname: req.Name,
+		EgressReport: cloudinit.ReportOf(req.Proxy, false)})
 	if err != nil {
 		return nil, err
 	}

@@ -509,8 +509,14 @@ func (c *fakeConn) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domai
 	switch in.Execute {
 	case "guest-file-open":
 		path, _ := in.Arguments["path"].(string)
+		if mode, _ := in.Arguments["mode"].(string); mode == "r" && c.h.guestFiles[path] == "" {
+			return "", lverr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command 'guest-file-open': Failed to open file '%s': No such file or directory", path)
+		}
 		c.h.guestFiles["handle:1"] = path
 		return `{"return":1}`, nil
+	case "guest-file-read":
+		b := c.h.guestFiles[c.h.guestFiles["handle:1"]]
+		return `{"return":{"count":1,"buf-b64":"` + b + `","eof":true}}`, nil
 	case "guest-file-write":
 		b, _ := in.Arguments["buf-b64"].(string)
 		c.h.guestFiles[c.h.guestFiles["handle:1"]] = b

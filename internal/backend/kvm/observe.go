@@ -191,6 +191,8 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 			inst.Progress = "booting: waiting for Squid to answer on " + addr
 		case !pr.Serving:
 			inst.Progress = "booting: waiting for Squid to answer: " + pr.Message
+			// Unreached: the guest's own check stands for the probe.
+			d.readReport(ctx, api, dom, &inst)
 		}
 	case inst.State == proxy.StateProvisioning && active:
 		inst.Progress = "booting: waiting for an address from the guest agent or the DHCP lease"

@@ -513,6 +513,16 @@ func (c *Client) AgentInterfaces(ctx context.Context, node string, vmid int) ([]
 	return out.Result, c.do(ctx, request{method: http.MethodGet, path: vmPath(node, vmid, "/agent/network-get-interfaces")}, &out)
 }
 
+// AgentFileRead implements API.
+func (c *Client) AgentFileRead(ctx context.Context, node string, vmid int, file string) (string, bool, error) {
+	var out struct {
+		Content   string `json:"content"`
+		Truncated Bool   `json:"truncated"`
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: vmPath(node, vmid, "/agent/file-read"), query: url.Values{"file": {file}}}, &out)
+	return out.Content, bool(out.Truncated), err
+}
+
 // TaskLog implements API.
 func (c *Client) TaskLog(ctx context.Context, node, upid string) ([]string, error) {
 	var lines []struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
@@ -66,6 +67,15 @@ func TestConformance(t *testing.T) {
 					}
 				}
 				return out, nil
+			},
+			ReportEgress: func(_ context.Context, id, line string) error {
+				vmid, _, ok := splitID(id)
+				if !ok {
+					return fmt.Errorf("%q is not an ID", id)
+				}
+				f.fake.BlockProbes(true)
+				f.fake.SetGuestFile(vmid, cloudinit.ReportPath, line)
+				return nil
 			},
 			LogOutput: f.logs.String,
 			Secrets:   []string{token, token[len("egress@pve!provider="):]},

@@ -564,7 +564,8 @@ func (d *Driver) seed(req proxy.Request, vmid int) ([]byte, error) {
 	if err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}
-	ud, err := cloudinit.UserData(cloudinit.Options{Squid: files, InstallGuestAgent: d.cfg.InstallGuestAgent, UserData: req.CloudInit, Hostname: req.Name})
+	ud, err := cloudinit.UserData(cloudinit.Options{Squid: files, InstallGuestAgent: d.cfg.InstallGuestAgent, UserData: req.CloudInit, Hostname: req.Name,
+		EgressReport: cloudinit.ReportOf(req.Proxy, false)})
 	if err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}

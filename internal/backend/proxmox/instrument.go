@@ -153,6 +153,19 @@ func (o *observed) AgentInterfaces(ctx context.Context, node string, vmid int) (
 	return readVM(o, ctx, "AgentInterfaces", node, vmid, o.next.AgentInterfaces)
 }
 
+// AgentFileRead records the call, never the file's content.
+func (o *observed) AgentFileRead(ctx context.Context, node string, vmid int, file string) (string, bool, error) {
+	type result struct {
+		content   string
+		truncated bool
+	}
+	r, err := read(o, ctx, "AgentFileRead", node, vmid, func(ctx context.Context) (result, error) {
+		c, t, err := o.next.AgentFileRead(ctx, node, vmid, file)
+		return result{c, t}, err
+	})
+	return r.content, r.truncated, err
+}
+
 func (o *observed) Tasks(ctx context.Context, node string, vmid int) ([]Task, error) {
 	return readVM(o, ctx, "Tasks", node, vmid, o.next.Tasks)
 }

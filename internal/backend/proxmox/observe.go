@@ -318,7 +318,7 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 // (batch.go); it is used instead of asking the agent.
 func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int, knownIP, ca string) (proxy.Instance, error) {
 	if knownIP != "" {
-		return d.reachable(ctx, inst, knownIP, port, ca), nil
+		return d.reachableOrReported(ctx, e, inst, knownIP, port, ca), nil
 	}
 	ifs, err := d.api.AgentInterfaces(ctx, e.Node, e.VMID)
 	if err != nil {
@@ -366,7 +366,7 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		inst.Progress = joinProgress(inst.Progress, "the guest agent reports no usable address yet")
 		return inst, nil
 	}
-	return d.reachable(ctx, inst, ip, port, ca), nil
+	return d.reachableOrReported(ctx, e, inst, ip, port, ca), nil
 }
 
 // reachable reports inst Running at ip and probes the proxy's port (with

@@ -55,6 +55,9 @@ type API interface {
 	// AgentInterfaces is GET
 	// /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces.
 	AgentInterfaces(ctx context.Context, node string, vmid int) ([]Interface, error)
+	// AgentFileRead is GET /nodes/{node}/qemu/{vmid}/agent/file-read:
+	// the content of a file of the guest, and whether it was truncated.
+	AgentFileRead(ctx context.Context, node string, vmid int, file string) (content string, truncated bool, err error)
 	// TaskLog is GET /nodes/{node}/tasks/{upid}/log (its lines).
 	TaskLog(ctx context.Context, node, upid string) ([]string, error)
 	// Tasks is GET /nodes/{node}/tasks?vmid=...&source=all: the node's

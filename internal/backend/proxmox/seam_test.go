@@ -89,8 +89,16 @@ func TestEveryCallMatchesTheSchema(t *testing.T) {
 		"Destroy":         func() { _, err := api.Destroy(ctx, "pve1", 100123); must("Destroy", err) },
 		"VMStatus":        func() { _, err := api.VMStatus(ctx, "pve1", vmid); must("VMStatus", err) },
 		"AgentInterfaces": func() { _, err := api.AgentInterfaces(ctx, "pve1", vmid); must("AgentInterfaces", err) },
-		"TaskLog":         func() { _, err := api.TaskLog(ctx, "pve1", upid); must("TaskLog", err) },
-		"Tasks":           func() { _, err := api.Tasks(ctx, "pve1", vmid); must("Tasks", err) },
+		"AgentFileRead": func() {
+			fake.SetGuestFile(vmid, "/var/lib/egressproxy/egress-check.report", "a line\n")
+			c, _, err := api.AgentFileRead(ctx, "pve1", vmid, "/var/lib/egressproxy/egress-check.report")
+			must("AgentFileRead", err)
+			if c != "a line\n" {
+				t.Errorf("AgentFileRead = %q", c)
+			}
+		},
+		"TaskLog": func() { _, err := api.TaskLog(ctx, "pve1", upid); must("TaskLog", err) },
+		"Tasks":   func() { _, err := api.Tasks(ctx, "pve1", vmid); must("Tasks", err) },
 	}
 	// Every method of the seam is called here, and nothing else exists.
 	var methods []string
@@ -107,7 +115,7 @@ func TestEveryCallMatchesTheSchema(t *testing.T) {
 		t.Fatalf("methods of API vs methods this test calls (-API +test):\n%s", diff)
 	}
 	order := []string{"Version", "Resources", "NodeStatus", "StorageStatus", "Upload", "ISOs", "DeleteVolume", "VMConfig",
-		"SetVMConfig", "AgentInterfaces", "VMStatus", "Resize", "Clone", "Start", "Reboot", "Stop", "Tasks", "TaskLog", "Destroy"}
+		"SetVMConfig", "AgentInterfaces", "AgentFileRead", "VMStatus", "Resize", "Clone", "Start", "Reboot", "Stop", "Tasks", "TaskLog", "Destroy"}
 	want := map[string]string{
 		"Version": "GET /version", "Resources": "GET /cluster/resources", "NodeStatus": "GET /nodes/{node}/status",
 		"StorageStatus": "GET /nodes/{node}/storage/{storage}/status", "ISOs": "GET /nodes/{node}/storage/{storage}/content",
@@ -117,7 +125,8 @@ func TestEveryCallMatchesTheSchema(t *testing.T) {
 		"Start": "POST /nodes/{node}/qemu/{vmid}/status/start", "Stop": "POST /nodes/{node}/qemu/{vmid}/status/stop",
 		"Reboot": "POST /nodes/{node}/qemu/{vmid}/status/reboot", "Destroy": "DELETE /nodes/{node}/qemu/{vmid}",
 		"VMStatus": "GET /nodes/{node}/qemu/{vmid}/status/current", "AgentInterfaces": "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
-		"TaskLog": "GET /nodes/{node}/tasks/{upid}/log", "Tasks": "GET /nodes/{node}/tasks",
+		"AgentFileRead": "GET /nodes/{node}/qemu/{vmid}/agent/file-read",
+		"TaskLog":       "GET /nodes/{node}/tasks/{upid}/log", "Tasks": "GET /nodes/{node}/tasks",
 	}
 	if len(order) != len(calls) {
 		t.Fatalf("order lists %d calls; want %d", len(order), len(calls))

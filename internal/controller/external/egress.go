@@ -128,7 +128,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	// once, a rollout, a check pending or failed) leaves the one last
 	// verified, so that the next check tells whether it changed.
 	keep := func() {
-		if before.source == spec.EgressIPVerified {
+		if before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported {
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
 			inst.EgressIP = o.EgressIP
 		}
@@ -139,7 +139,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		keep()
 		return
 	case inst.ProxyAddress == "" && inst.EgressSource == proxy.EgressReported:
-		c = egressCondition(corev1.ConditionTrue, reasonEgressReported, fmt.Sprintf("the check from inside the instance saw %s", inst.EgressIP))
+		c = e.reported(cr, inst, before)
 	case inst.ProxyAddress == "":
 		keep()
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressNoPath, "the provider cannot reach the proxy to send the egress check through it, and the backend reports no check from inside the instance")
@@ -223,19 +223,41 @@ func (e *external[P]) verified(cr Resource[P], r squid.Egress, ips []string, url
 	if backendIP != "" && backendIP != r.IP {
 		return egressCondition(corev1.ConditionFalse, reasonEgressDiffers, fmt.Sprintf("%s, but the backend says the instance's address is %s: the vendor sees %s, not %s", seen, backendIP, r.IP, backendIP))
 	}
-	was := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
-	switch {
-	case len(ips) == 1 && len(before.addresses()) < 2 && before.ip != "" && before.ip != r.IP && (before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported):
-		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress address changed from %s to %s: %s", before.ip, r.IP, seen))
-	case before.ip != "" && !slices.Equal(before.addresses(), ips) && (before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported):
-		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress addresses changed from %s to %s: %s", strings.Join(before.addresses(), ", "), strings.Join(ips, ", "), seen))
-	case was.Reason == reasonEgressChanged && slices.Equal(before.addresses(), ips) && time.Since(was.LastTransitionTime.Time) < e.egressInterval():
-		// For an interval, so that the change can be read: the checks an
-		// instance's changes bring (a rollout brings several) do not
-		// hide it at once.
-		return was
+	if c, ok := e.changed(cr, ips, seen, before); ok {
+		return c
 	}
 	return egressCondition(corev1.ConditionTrue, reasonEgressVerified, seen)
+}
+
+// reported is the condition of an address the instance reported of a
+// check from inside it.
+func (e *external[P]) reported(cr Resource[P], inst *proxy.Instance, before egressBefore) xpv2.Condition {
+	seen := fmt.Sprintf("the check from inside the instance saw %s", inst.EgressIP)
+	if !inst.EgressCheckedAt.IsZero() {
+		seen += " at " + inst.EgressCheckedAt.UTC().Format(time.RFC3339)
+	}
+	if c, ok := e.changed(cr, []string{inst.EgressIP}, seen, before); ok {
+		return c
+	}
+	return egressCondition(corev1.ConditionTrue, reasonEgressReported, seen)
+}
+
+// changed is the Changed condition when ips are not the addresses checked
+// before, or kept for an interval after a change, so that the change can
+// be read: the checks an instance's changes bring (a rollout brings
+// several) do not hide it at once.
+func (e *external[P]) changed(cr Resource[P], ips []string, seen string, before egressBefore) (xpv2.Condition, bool) {
+	was := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
+	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
+	switch {
+	case len(ips) == 1 && len(before.addresses()) < 2 && before.ip != "" && before.ip != ips[0] && checked:
+		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress address changed from %s to %s: %s", before.ip, ips[0], seen)), true
+	case before.ip != "" && !slices.Equal(before.addresses(), ips) && checked:
+		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress addresses changed from %s to %s: %s", strings.Join(before.addresses(), ", "), strings.Join(ips, ", "), seen)), true
+	case was.Reason == reasonEgressChanged && slices.Equal(before.addresses(), ips) && time.Since(was.LastTransitionTime.Time) < e.egressInterval():
+		return was, true
+	}
+	return xpv2.Condition{}, false
 }
 
 func egressCondition(s corev1.ConditionStatus, r xpv2.ConditionReason, msg string) xpv2.Condition {

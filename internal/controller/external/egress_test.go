@@ -66,6 +66,11 @@ func TestSetEgress(t *testing.T) {
 	remote.ProxyAddress, remote.EgressIP, remote.EgressSource, remote.EgressCheckedAt = "", "203.0.113.3", proxy.EgressReported, time.Now()
 	unreached := running
 	unreached.ProxyAddress = ""
+	remoteMoved := remote
+	remoteMoved.IP, remoteMoved.EgressIP = "10.0.0.6", "203.0.113.4"
+	// A new pod that has not reported yet.
+	remoteNew := unreached
+	remoteNew.IP = "10.0.0.6"
 	blip := running
 	blip.ProxyReachable, blip.ProxyAddress = false, ""
 
@@ -98,6 +103,9 @@ func TestSetEgress(t *testing.T) {
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
 		"ReportedFromInside": {kind: egressKind(), steps: []step{{remote, ""}},
 			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
+		"ReportedChangeAfterANewPodReports": {kind: egressKind(), steps: []step{{remote, ""}, {remoteNew, ""}, {remoteMoved, ""}},
+			wantIP: "203.0.113.4", wantSource: spec.EgressIPReported, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
+			wantEvents: []string{"Warning EgressIPChanged"}},
 		"Unreachable": {kind: egressKind(), steps: []step{{unreached, ""}},
 			wantCond: reasonEgressNoPath, wantStatus: corev1.ConditionUnknown},
 		"NoCheckBackendFigure": {kind: testKind(nil), steps: []step{{reserved, "203.0.113.7"}},

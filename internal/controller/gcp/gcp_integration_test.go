@@ -94,7 +94,16 @@ func start(t *testing.T, cp controlplane.Options) *env {
 			return []option.ClientOption{option.WithoutAuthentication()}, nil
 		},
 		Endpoint: srv.URL,
-		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog},
+		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog,
+			// The real probe of the guests' real Squid (RunSquid), through
+			// the fake's firewall (EnforceFirewall).
+			Prober: &squid.Prober{Ask: func(ctx context.Context, addr string) (string, error) {
+				if srv.Refuses(addr) {
+					return "", fmt.Errorf("dial tcp %s: i/o timeout", addr)
+				}
+				return squid.Ask(ctx, nil, addr)
+			}},
+		},
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	key := fmt.Sprintf(`{"type":"service_account","client_email":"it@%s.iam.gserviceaccount.com","private_key":"%s"}`, project, keySentinel)
@@ -360,6 +369,42 @@ func TestGCPProxyIntegration(t *testing.T) {
 	})
 
 	t.Run("TLSOnTheExternalAddress", func(t *testing.T) { tlsOnTheExternalAddress(t, e) })
+	// A firewall that admits only the clients keeps the provider's probe
+	// and check out: the guest checks through its own Squid (its
+	// cloud-init's script, run by the fake's guest on its real Squid) and
+	// puts the line to its guest attribute, which the driver reads with
+	// instances.getGuestAttributes. The proxy is Ready on that word, and
+	// the address published is Reported: the one the echo saw.
+	t.Run("UnreachableProxyReportsFromTheGuest", func(t *testing.T) {
+		e.srv.RunSquid(providerenv.RequireSquid(t))
+		defer e.srv.RunSquid("")
+		e.srv.EnforceFirewall("127.0.0.1")
+		defer e.srv.EnforceFirewall("")
+		port := testenv.FreePort(t)
+		p := nsProxy("reported", port, func(p *nsproxy.GCPProxy) {
+			p.Spec.ProviderConfigReference.Name = "gcp-echo"
+		})
+		if err := e.Kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "from inside the instance")
+		seen := testenv.EchoFromHere(t, testenv.EchoURL(e.upstream))
+		o := p.Status.AtProvider
+		if c.Reason != "Reported" || o.EgressIP != seen || o.EgressIPSource != spec.EgressIPReported || o.EgressIPVerifiedAt == nil || o.EgressIP == o.IP {
+			t.Errorf("EgressVerified %s %q, egressIP %q (%s, at %v), external %s; want Reported, %s (what the echo saw), not the instance's own address",
+				c.Reason, c.Message, o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt, o.IP, seen)
+		}
+		if r := p.GetCondition(xpv2.TypeReady); r.Status != corev1.ConditionTrue {
+			t.Errorf("Ready %s %q; want True on the guest's own check", r.Status, r.Message)
+		}
+		if err := e.Kube.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the resource to be gone", 45*time.Second, func() (bool, string) {
+			err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return kerrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
 
 	t.Run("AsynchronousFailureReachesTheCondition", func(t *testing.T) {
 		// Accepted, then failed: the stockout arrives on the operation.

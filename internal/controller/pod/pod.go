@@ -189,6 +189,7 @@ func (b *binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 	for _, s := range k.ImagePullSecrets {
 		c.ImagePullSecrets = append(c.ImagePullSecrets, s.Name)
 	}
+	c.EgressCheck = k.EgressCheck != nil && k.EgressCheck.URL != ""
 	var cl *kubernetes.Cluster
 	switch k.Credentials.Source {
 	case xpv2.CredentialsSourceInjectedIdentity:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -353,6 +354,120 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		e.deleteLeavingNothing(t, p)
 	})
 
+	// The egress check from inside the pod, for a cluster whose pods the
+	// provider does not reach (a team's kubeconfig: the driver does not
+	// dial pods there): the pod's reporting container fetches the echo
+	// through the pod's own Squid on loopback, and the driver reads its
+	// answer from the pod's log. The address published, Reported, is the
+	// one the upstream saw of a request through the proxy; a new pod (a
+	// new address, as on another node) reports its own, as a change.
+	t.Run("EgressAddressReportedFromInsideThePod", func(t *testing.T) {
+		t.Parallel()
+		e.Create(t, &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "team-pods-echo", Namespace: "team-b"},
+			Spec: nsv1alpha1.NamespacedProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceSecret, SecretRef: &spec.SecretKeySelector{Name: "team-kubeconfig", Key: "kubeconfig"}},
+				Namespace:   proxyNS, Image: e.image.Ref,
+				EgressCheck: &spec.EgressCheck{URL: testenv.EchoURL(e.upstream)},
+			}}}})
+		p := nsPodProxy("team-b", "reported", "ProviderConfig", "team-pods-echo")
+		p.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "reported-proxy"}
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		p.Spec.ForProvider.Proxy.AllowedPorts = []int32{443, e.port}
+		e.ready(t, p)
+		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "from inside the instance")
+		obs := p.Status.AtProvider
+		pod := e.pod(t, p, obs.Details["pod"])
+		if n := names(pod.Spec.Containers); !slices.Equal(n, []string{kubernetes.ContainerName, kubernetes.ReportContainerName}) {
+			t.Errorf("pod containers %v; want squid and %s", n, kubernetes.ReportContainerName)
+		}
+		d := e.ConnectionSecret(t, "team-b", "reported-proxy", "")
+		r, err := testenv.TryGetThroughProxy(d["url"], testenv.EchoURL(e.upstream))
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("GET the echo through the proxy = %+v, %v", r, err)
+		}
+		seen := strings.TrimSpace(r.Body)
+		if obs.EgressIP != seen || obs.EgressIPSource != spec.EgressIPReported || obs.EgressIPVerifiedAt == nil || d["egressIP"] != seen || c.Reason != "Reported" {
+			t.Errorf("egressIP %q (%s, at %v), connection Secret %q, condition %s %q; want %s, the address the upstream saw, Reported",
+				obs.EgressIP, obs.EgressIPSource, obs.EgressIPVerifiedAt, d["egressIP"], c.Reason, c.Message, seen)
+		}
+		if a, err := netip.ParseAddr(seen); err != nil || a.String() != pod.Status.PodIP {
+			t.Errorf("the upstream saw %q; want the pod's address %s (pod traffic is not masqueraded here)", seen, pod.Status.PodIP)
+		}
+		if age := time.Since(obs.EgressIPVerifiedAt.Time); age < 0 || age > 5*time.Minute {
+			t.Errorf("egressIPVerifiedAt %v is not the time of the pod's check", obs.EgressIPVerifiedAt)
+		}
+
+		// A new pod (the pod deleted: its replacement gets another
+		// address) reports its own address, as a change.
+		if err := e.Kube.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the new pod's report", e.within(90*time.Second), func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return false, err.Error()
+			}
+			o := p.Status.AtProvider
+			return o.EgressIP != "" && o.EgressIP != seen && o.EgressIP == o.IP, fmt.Sprintf("egressIP %q, ip %q", o.EgressIP, o.IP)
+		})
+		if c := p.GetCondition(spec.TypeEgressVerified); c.Reason != "Changed" || !strings.Contains(c.Message, seen) {
+			t.Errorf("EgressVerified after the new pod: %s %s %q; want Changed naming the old address %s", c.Status, c.Reason, c.Message, seen)
+		}
+		e.WaitEvent(t, "team-b", p.Name, corev1.EventTypeWarning, "EgressIPChanged", "the egress address changed from "+seen)
+		e.deleteLeavingNothing(t, p)
+	})
+
+	// The node's egress address changes under a pod that stays: a SNAT
+	// rule of the test's (as a node pool's NAT gateway or a changed node
+	// address would) makes the upstream see this machine's address on
+	// its veth instead of the pod's. The next check (the config's
+	// interval, 1m) sees the new address and reports it as a change.
+	t.Run("EgressAddressChangeUnderTheSamePodIsSeen", func(t *testing.T) {
+		t.Parallel()
+		e.Create(t, &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods-echo-1m"},
+			Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
+				Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
+				Namespace:   proxyNS, Image: e.image.Ref,
+				EgressCheck: &spec.EgressCheck{URL: testenv.EchoURL(e.upstream), Interval: &metav1.Duration{Duration: time.Minute}},
+			}}}})
+		p := nsPodProxy("team-a", "snat", "ClusterProviderConfig", "pods-echo-1m")
+		p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{e.clients}
+		e.ready(t, p)
+		e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "saw")
+		podIP := p.Status.AtProvider.IP
+		if p.Status.AtProvider.EgressIP != podIP {
+			t.Fatalf("egressIP %q before the change; want the pod's address %s", p.Status.AtProvider.EgressIP, podIP)
+		}
+		up, err := url.Parse(e.upstream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The upstream stands in a /30 whose first address is this
+		// machine's end of the veth (netnshost).
+		gw := netip.MustParseAddr(up.Hostname()).Prev().String()
+		rule := []string{"POSTROUTING", "-s", podIP + "/32", "-d", up.Hostname() + "/32", "-m", "comment", "--comment", "egressproxy-test snat " + p.Name, "-j", "SNAT", "--to-source", gw}
+		if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat", "-I"}, rule...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables -t nat -I %v: %v: %s", rule, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, rule...)...).Run() })
+		start := time.Now()
+		testenv.WaitFor(t, "the check to see the node's new egress address", e.within(5*time.Minute), func() (bool, string) {
+			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return false, err.Error()
+			}
+			o := p.Status.AtProvider
+			return o.EgressIP == gw, fmt.Sprintf("egressIP %q (pod %s)", o.EgressIP, o.IP)
+		})
+		t.Logf("the SNAT change was seen %.1fs after it", time.Since(start).Seconds())
+		if o := p.Status.AtProvider; o.IP != podIP {
+			t.Errorf("the pod changed (%s, was %s): the test wants the same pod", o.IP, podIP)
+		}
+		if c := p.GetCondition(spec.TypeEgressVerified); c.Reason != "Changed" || !strings.Contains(c.Message, podIP) || !strings.Contains(c.Message, gw) {
+			t.Errorf("EgressVerified after the SNAT change: %s %s %q; want Changed from %s to %s", c.Status, c.Reason, c.Message, podIP, gw)
+		}
+		e.WaitEvent(t, "team-a", p.Name, corev1.EventTypeWarning, "EgressIPChanged", "the egress address changed from "+podIP+" to "+gw)
+		e.deleteLeavingNothing(t, p)
+	})
+
 	t.Run("ClusterScopedProxyBehindAClusterIPService", func(t *testing.T) {
 		t.Parallel()
 		p := e.sharedEgress(8080, e.clients)
@@ -471,4 +586,12 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		}
 		e.deleteLeavingNothing(t, p)
 	})
+}
+
+func names(cs []corev1.Container) []string {
+	n := make([]string, 0, len(cs))
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return n
 }

@@ -74,6 +74,7 @@ func checks() []check {
 		check{"UpdateRewritesSpecHash", checkUpdateSpecHash},
 		check{"CheckReturnsTargets", checkCheck},
 		check{"ErrorsAreClassifiedWithProvider", checkErrorsClassified},
+		check{"EgressReportedOnlyFromAValidLineWhenUnreached", checkEgressReport},
 	)
 }
 

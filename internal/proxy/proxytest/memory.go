@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // Memory is an in-memory proxy.Driver that follows the contract exactly: the
@@ -77,6 +78,10 @@ type memInstance struct {
 	createdAt time.Time
 	specHash  string
 	deleting  bool
+	// unreached: ReportEgress; report is what the guest's own egress
+	// check wrote.
+	unreached bool
+	report    string
 }
 
 // The operations of proxy.Driver, as they appear in Calls, FailNext and
@@ -140,6 +145,7 @@ func (m *Memory) Fixture() Fixture {
 		HoldDelete:      func(_ context.Context, id string) func() { return m.HoldDelete(id) },
 		PartialCreate:   func(_ context.Context, name, uid string) error { return m.PartialCreate(name, uid) },
 		Leftovers:       func(_ context.Context, name string) ([]string, error) { return m.Leftovers(name), nil },
+		ReportEgress:    func(_ context.Context, id, line string) error { return m.ReportEgress(id, line) },
 		LogOutput:       m.Logs,
 		MalformedIDs: []string{
 			"pt-alpha",              // a name, not an ID
@@ -459,6 +465,20 @@ func (m *Memory) SetState(id string, s proxy.State) error {
 	return m.poke(id, func(in *memInstance) { m.setState(in, st) })
 }
 
+// ReportEgress makes the provider unable to reach the proxy of instance
+// id and its guest report line as its own egress check (the line
+// squid.ReportScript prints).
+func (m *Memory) ReportEgress(id, line string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.instances[strings.TrimPrefix(id, MemoryIDPrefix)]
+	if !ok {
+		return fmt.Errorf("no instance %q", id)
+	}
+	in.unreached, in.report = true, line
+	return nil
+}
+
 // SetUnknownState makes the backend report a state drivers do not know.
 func (m *Memory) SetUnknownState(id string) error {
 	return m.poke(id, func(in *memInstance) { m.setState(in, memUnknown) })
@@ -662,6 +682,15 @@ func (m *Memory) view(in *memInstance) proxy.Instance {
 		inst.State = proxy.StateTerminated
 	default: // stopped, and states a driver does not know
 		inst.State = proxy.StateStopped
+	}
+	if in.unreached && inst.State == proxy.StateRunning {
+		// The provider's probe cannot reach the proxy: the guest's own
+		// check, when valid, stands for it.
+		inst.ProxyReachable, inst.Progress = false, "waiting for Squid to answer: unreachable"
+		if ip, at, ok, _ := squid.GuestReport([]byte(in.report), in.createdAt, time.Now()); ok {
+			inst.ProxyReachable, inst.Progress = true, ""
+			inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = ip, proxy.EgressReported, at
+		}
 	}
 	if in.deleting {
 		inst.State, inst.ProxyReachable, inst.Progress = proxy.StateStopped, false, "deleting"

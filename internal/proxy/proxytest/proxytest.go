@@ -23,6 +23,7 @@ package proxytest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,6 +94,13 @@ type Fixture struct {
 	// besides the instance itself (what PartialCreate leaves); empty when
 	// nothing is.
 	Leftovers func(ctx context.Context, name string) ([]string, error)
+	// ReportEgress makes the instance with this driver ID unreachable for
+	// the provider's probe, and its guest report line as its own egress
+	// check (the line squid.ReportScript prints), where the driver reads
+	// such reports (a guest attribute, a file the guest agent reads, a
+	// pod's log). It returns ErrAlwaysReached for a backend the provider
+	// always reaches (its own cluster's pods), which never reads reports.
+	ReportEgress func(ctx context.Context, id, line string) error
 	// LogOutput returns everything the driver logged so far.
 	LogOutput func() string
 	// Secrets are secret values configured for this fixture (keys, tokens,
@@ -101,6 +109,10 @@ type Fixture struct {
 	// MalformedIDs are IDs that are syntactically invalid for this backend.
 	MalformedIDs []string
 }
+
+// ErrAlwaysReached is what ReportEgress returns for a backend the
+// provider always reaches.
+var ErrAlwaysReached = errors.New("proxytest: the provider always reaches this backend's proxies")
 
 // tb is the part of testing.TB the checks use. *testing.T implements it;
 // the suite's own tests implement it with a recorder, to prove that each
@@ -155,6 +167,7 @@ type check struct {
 //	UpdateRewritesSpecHash                            (skipped when SpecHash is not stored)
 //	CheckReturnsTargets
 //	ErrorsAreClassifiedWithProvider
+//	EgressReportedOnlyFromAValidLineWhenUnreached     (ReportEgress)
 //
 // A subtest whose fixture field (in parentheses) is missing is skipped,
 // or fails under Harness.Complete.

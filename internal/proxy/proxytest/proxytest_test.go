@@ -154,6 +154,7 @@ func TestMissingPokesSkip(t *testing.T) {
 		"DeleteRefusesForeignMarkedInstance",
 		"DeleteRefusesUnmarkedInstance",
 		"DeletionRemovesWhatACutShortCreateLeft",
+		"EgressReportedOnlyFromAValidLineWhenUnreached",
 		"GetDuringDeleteIsNeverNotFound",
 		"ListExcludesUnmarkedInstances",
 		"ListReportsWhatACutShortCreateLeft",
@@ -311,6 +312,28 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		fixup func(f *Fixture, m *Memory)
 		want  []string
 	}{
+		{
+			name: "Get publishes a reported address beside one the provider reached",
+			wrap: func(m *Memory) proxy.Driver {
+				return mapInstances(m, func(i *proxy.Instance) {
+					if i.EgressSource == proxy.EgressReported {
+						i.ProxyAddress = i.IP + ":3128"
+					}
+				})
+			},
+			want: []string{"EgressReportedOnlyFromAValidLineWhenUnreached"},
+		},
+		{
+			name: "Get reads a guest's report that is no address",
+			wrap: func(m *Memory) proxy.Driver {
+				return mapInstances(m, func(i *proxy.Instance) {
+					if i.State == proxy.StateRunning && !i.ProxyReachable {
+						i.ProxyReachable, i.EgressIP, i.EgressSource = true, "203.0.113.77", proxy.EgressReported
+					}
+				})
+			},
+			want: []string{"EgressReportedOnlyFromAValidLineWhenUnreached"},
+		},
 		{
 			name: "Get says NotFound when the backend is busy",
 			wrap: func(m *Memory) proxy.Driver {

@@ -139,3 +139,35 @@ func StartGuest(bin, ip string, port int, f squid.Files) (stop func(), err error
 	}
 	return func() { stopSquid(); _ = os.RemoveAll(dir) }, nil
 }
+
+// RunReport is a guest's own egress check, as its script runs it
+// (cloudinit.EgressReport): squid.ReportScript with request against the
+// guest's Squid at ip:port, again every second until the echo answers
+// 200 or ctx ends. It returns the last line the script printed (without
+// its newline).
+func RunReport(ctx context.Context, request, ip string, port int) (string, error) {
+	dir, err := os.MkdirTemp("", "egressproxy-guest-report-")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	file := filepath.Join(dir, "request")
+	if err := os.WriteFile(file, []byte(request), 0o600); err != nil {
+		return "", err
+	}
+	var line string
+	for {
+		out, err := exec.CommandContext(ctx, "bash", "-c", squid.ReportScript, "egress-check", file, strconv.Itoa(port), ip).Output()
+		if s := strings.TrimRight(string(out), "\n"); s != "" {
+			line = s
+		}
+		if err == nil {
+			return line, nil
+		}
+		select {
+		case <-ctx.Done():
+			return line, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

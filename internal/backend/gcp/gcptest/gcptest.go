@@ -10,6 +10,7 @@
 //	zones/{z}/instances              POST insert, GET list
 //	zones/{z}/instances/{n}          GET, PUT update, DELETE
 //	zones/{z}/instances/{n}/setLabels POST
+//	zones/{z}/instances/{n}/getGuestAttributes GET (variableKey)
 //	aggregated/instances             GET (filter on labels, maxResults, pageToken)
 //	zones/{z}/operations/{op}        GET   (and regions/{r}/..., global/...)
 //	regions/{r}/addresses[/{n}]      POST, GET, DELETE, {n}/setLabels POST
@@ -32,12 +33,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -45,6 +48,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/squid/squidtest"
 
@@ -92,6 +96,7 @@ type Server struct {
 	unreach      []string
 	auth         string
 	squidDown    bool
+	probeFrom    string // EnforceFirewall
 	squidBin     string // RunSquid
 	identity     *iam
 }
@@ -111,8 +116,11 @@ type instance struct {
 	natIP    string
 	insertOp string
 	deleting bool
-	// stopSquid stops the instance's real Squid (RunSquid).
+	// stopSquid stops the instance's real Squid (RunSquid) and its
+	// guest's egress check.
 	stopSquid func()
+	// guestAttrs are what the guest wrote (namespace/key: value).
+	guestAttrs map[string]string
 }
 
 type address struct {
@@ -508,12 +516,71 @@ func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
 		if !slices.Contains(ips, host) {
 			continue
 		}
+		if s.probeFrom != "" && !s.admits(in.name, s.probeFrom) {
+			return "", fmt.Errorf("dial tcp %s: i/o timeout", addr)
+		}
 		if v := metadataValue(in, "egressproxy-squid-conf"); v != "" {
 			return squid.IdentityOf(v), nil
 		}
 		return "", fmt.Errorf("%s answers HTTP, but not as Squid", addr)
 	}
 	return "", fmt.Errorf("dial tcp %s: connection refused", addr)
+}
+
+// EnforceFirewall makes the readiness probe come from the address from,
+// which an instance's own firewall rule (the one of its name) admits only
+// when from is in its sourceRanges: a rule admitting only the clients
+// keeps the provider's probe out, as on GCE. Empty turns it off.
+func (s *Server) EnforceFirewall(from string) {
+	s.do(func() { s.probeFrom = from })
+}
+
+// Refuses says whether EnforceFirewall keeps the provider's probe from
+// addr (ip:port of an instance): a prober that dials the real guest
+// Squid asks it first.
+func (s *Server) Refuses(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probeFrom == "" {
+		return false
+	}
+	for _, in := range s.instances {
+		ips := []string{in.natIP}
+		for _, n := range asList(in.body["networkInterfaces"]) {
+			if m, ok := n.(map[string]any); ok {
+				ip, _ := m["networkIP"].(string)
+				ips = append(ips, ip)
+			}
+		}
+		if slices.Contains(ips, host) {
+			return !s.admits(in.name, s.probeFrom)
+		}
+	}
+	return false
+}
+
+// admits says whether the enabled firewall rule name admits from.
+func (s *Server) admits(name, from string) bool {
+	f, ok := s.firewalls[name]
+	if !ok || f.body["disabled"] == true {
+		return false
+	}
+	ip, err := netip.ParseAddr(from)
+	if err != nil {
+		return false
+	}
+	for _, r := range asList(f.body["sourceRanges"]) {
+		if c, _ := r.(string); c != "" {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Contains(ip) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // SetSquidDown makes every instance's Squid silent (down) or answer again.
@@ -670,6 +737,12 @@ func (s *Server) route(r *http.Request, p []string, body map[string]any) (int, a
 		in.body["labels"] = body["labels"]
 		in.body["labelFingerprint"] = fingerprint(body["labels"])
 		return http.StatusOK, s.newOp("zones/"+in.zone, "compute.instance.setLabels", "instances/"+in.zone+"/"+in.name, in.body["selfLink"], in.body["id"], nil)
+	case len(p) == 5 && p[0] == "zones" && p[2] == "instances" && p[4] == "getGuestAttributes" && r.Method == http.MethodGet:
+		in, ok := s.instances[p[1]+"/"+p[3]]
+		if !ok {
+			return notFound(fmt.Sprintf("projects/%s/zones/%s/instances/%s", s.Project, p[1], p[3]))
+		}
+		return s.guestAttribute(in, q.Get("variableKey"))
 	case len(p) == 2 && p[0] == "aggregated" && p[1] == "instances" && r.Method == http.MethodGet:
 		return s.aggregated(q)
 	case len(p) == 4 && p[1] != "" && p[2] == "operations" && (p[0] == "zones" || p[0] == "regions") && r.Method == http.MethodGet:
@@ -1512,9 +1585,65 @@ func (s *Server) startSquid(in *instance) {
 	if ip == "" || port == 0 {
 		return
 	}
-	if stop, err := squidtest.StartGuest(s.squidBin, ip, port, f); err == nil {
-		in.stopSquid = stop
+	stop, err := squidtest.StartGuest(s.squidBin, ip, port, f)
+	if err != nil {
+		return
 	}
+	in.stopSquid = stop
+	req := cloudinit.EgressRequestOf(metadataValue(in, "user-data"))
+	if req == "" || metadataValue(in, "enable-guest-attributes") != "TRUE" {
+		return
+	}
+	// The guest's own egress check (its cloud-init's timer), in the
+	// background: its line becomes the guest attribute, as the guest's
+	// script puts it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	go func() {
+		line, _ := squidtest.RunReport(ctx, req, ip, port)
+		if line == "" {
+			return
+		}
+		s.do(func() {
+			// Stopped meanwhile (under the same lock): the guest is gone.
+			if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+				return
+			}
+			if in.guestAttrs == nil {
+				in.guestAttrs = map[string]string{}
+			}
+			in.guestAttrs[cloudinit.GuestAttributeKey] = line
+		})
+	}()
+	in.stopSquid = func() { cancel(); stop() }
+}
+
+// guestAttribute answers getGuestAttributes of one key, as Compute
+// Engine does: the key and its value, or 404 when the guest wrote none
+// (guest attributes off, or not written yet).
+func (s *Server) guestAttribute(in *instance, key string) (int, any) {
+	v, ok := in.guestAttrs[key]
+	if key == "" || !ok {
+		return notFound(fmt.Sprintf("projects/%s/zones/%s/instances/%s/guestAttributes/%s", s.Project, in.zone, in.name, key))
+	}
+	return http.StatusOK, map[string]any{
+		"kind":          "compute#guestAttributes",
+		"selfLink":      s.link("zones/"+in.zone+"/instances/"+in.name) + "/getGuestAttributes?variableKey=" + key,
+		"variableKey":   key,
+		"variableValue": v,
+	}
+}
+
+// SetGuestAttribute writes a guest attribute of the named instance
+// (zone/name), as a guest may: what a tenant's guest says.
+func (s *Server) SetGuestAttribute(instance, key, value string) {
+	s.do(func() {
+		if in, ok := s.instances[instance]; ok {
+			if in.guestAttrs == nil {
+				in.guestAttrs = map[string]string{}
+			}
+			in.guestAttrs[key] = value
+		}
+	})
 }
 
 func (in *instance) stopGuestSquid() {

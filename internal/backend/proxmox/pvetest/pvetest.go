@@ -219,20 +219,22 @@ type Server struct {
 	// probed counts the connections the guests' listeners accepted.
 	probed atomic.Int64
 
-	mu         sync.Mutex
-	auth       *authority
-	token      string
-	busy       bool
-	nodes      map[string]*Node
-	storages   []*storageState
-	vms        map[int]*vm
-	cts        map[int]*vm // containers: only their VMIDs and names matter
-	tasks      []*task
-	pid        int
-	requests   []Request
-	violations []string
-	faults     []*Fault
-	failTasks  map[string][]failure // task type -> how the next tasks of that type fail
+	mu sync.Mutex
+	// probesBlocked: BlockProbes.
+	probesBlocked bool
+	auth          *authority
+	token         string
+	busy          bool
+	nodes         map[string]*Node
+	storages      []*storageState
+	vms           map[int]*vm
+	cts           map[int]*vm // containers: only their VMIDs and names matter
+	tasks         []*task
+	pid           int
+	requests      []Request
+	violations    []string
+	faults        []*Fault
+	failTasks     map[string][]failure // task type -> how the next tasks of that type fail
 }
 
 // New starts a fake cluster for t and stops it when t ends. Any schema
@@ -781,7 +783,7 @@ func (s *Server) AskSquid(_ context.Context, addr string) (string, error) {
 	defer s.mu.Unlock()
 	s.tick()
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil || port != strconv.Itoa(s.opts.ProxyPort) {
+	if err != nil || port != strconv.Itoa(s.opts.ProxyPort) || s.probesBlocked {
 		return "", fmt.Errorf("dial tcp %s: connection refused", addr)
 	}
 	now := time.Now()
@@ -800,6 +802,25 @@ func digestOf(parts ...string) string {
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// SetGuestFile makes the guest of vmid hold a file its agent reads
+// (agent/file-read): what a tenant's guest may write.
+func (s *Server) SetGuestFile(vmid int, path, content string) {
+	s.do(func() {
+		if v := s.vms[vmid]; v != nil {
+			if v.files == nil {
+				v.files = map[string]string{}
+			}
+			v.files[path] = content
+		}
+	})
+}
+
+// BlockProbes makes AskSquid refuse every guest (a firewall between the
+// provider and the guests), or answer again.
+func (s *Server) BlockProbes(blocked bool) {
+	s.do(func() { s.probesBlocked = blocked })
 }
 
 // do runs fn under the server's lock (a test control's change).

@@ -1,6 +1,7 @@
 package pvetest
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -39,6 +40,9 @@ type vm struct {
 	addr              string
 	ln                net.Listener
 	stopSquid         func() // a real guest Squid (Options.Squid)
+	// files are the guest's files the agent reads (agent/file-read): its
+	// own egress check's report.
+	files map[string]string
 	// flock is the task holding the VM's file lock.
 	flock *task
 	seed  Seed // what the guest read from its seed at the last boot
@@ -261,6 +265,25 @@ func (s *Server) maybeListen(v *vm, now time.Time) {
 			return
 		}
 		v.stopSquid = stop
+		if req := cloudinit.EgressRequestOf(v.seed.UserData); req != "" {
+			// The guest's own egress check (its cloud-init's timer), in
+			// the background: its line becomes the report file.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			addr, port := v.addr, s.opts.ProxyPort
+			go func() {
+				line, _ := squidtest.RunReport(ctx, req, addr, port)
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if line == "" || errors.Is(context.Cause(ctx), context.Canceled) {
+					return
+				}
+				if v.files == nil {
+					v.files = map[string]string{}
+				}
+				v.files[cloudinit.ReportPath] = line + "\n"
+			}()
+			v.stopSquid = func() { cancel(); stop() }
+		}
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(v.addr, strconv.Itoa(s.opts.ProxyPort)))
@@ -363,6 +386,8 @@ func (s *Server) route(m *MethodInfo, p map[string]string) answer {
 		a, err = s.current(p)
 	case "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces":
 		a, err = s.agentInterfaces(p)
+	case "GET /nodes/{node}/qemu/{vmid}/agent/file-read":
+		a, err = s.agentFileRead(p)
 	case "GET /nodes/{node}/tasks/{upid}/status":
 		a, err = s.taskStatus(p)
 	case "GET /nodes/{node}/tasks/{upid}/log":
@@ -992,6 +1017,29 @@ func (s *Server) current(p map[string]string) (answer, error) {
 		out["tags"] = t
 	}
 	return ok(out), nil
+}
+
+// agentFileRead reads a guest's file through its agent, as PVE does:
+// {content, truncated} of at most 16 MiB, or the agent's error.
+func (s *Server) agentFileRead(p map[string]string) (answer, error) {
+	v, err := s.guest(p)
+	if err != nil {
+		return answer{}, err
+	}
+	if v.status != "running" {
+		return answer{}, errf("VM %d is not running", v.vmid)
+	}
+	if a := v.conf["agent"]; !(strings.HasPrefix(a, "1") || strings.Contains(a, "enabled=1")) {
+		return answer{}, errf("No QEMU guest agent configured")
+	}
+	if v.qmp != "running" || !v.agentReady(time.Now()) {
+		return answer{}, errf("QEMU guest agent is not running")
+	}
+	c, found := v.files[p["file"]]
+	if !found {
+		return answer{}, errf("Agent error: Failed to open file '%s': No such file or directory", p["file"])
+	}
+	return ok(map[string]any{"content": c}), nil
 }
 
 func (s *Server) agentInterfaces(p map[string]string) (answer, error) {

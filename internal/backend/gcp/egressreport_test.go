@@ -1,0 +1,136 @@
+package gcp_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// TestGuestReportsItsEgressCheck: a proxy whose firewall keeps the
+// provider's probe out (no rule admits it) is checked by its guest, on
+// its real Squid, with the request its cloud-init writes; the line comes
+// back through getGuestAttributes (the fake checks the call and its answer
+// against Compute Engine's discovery document), and Get reports the proxy
+// reachable and the address the echo saw, Reported. What a guest writes
+// otherwise is not published, nor quoted.
+func TestGuestReportsItsEgressCheck(t *testing.T) {
+	f := newFixture(t)
+	f.srv.RunSquid(providerenv.RequireSquid(t))
+	f.srv.EnforceFirewall("127.0.0.1")
+	upstream, _ := testenv.Upstream(t)
+	ctx := context.Background()
+
+	req := request("reporter", "uid-report")
+	req.Proxy.Port = testenv.FreePort(t)
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: testenv.EchoURL(upstream), Username: squid.CheckUsername, Password: "sentinel-check-pw"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	f.srv.Settle(req.Name)
+	if v := fixtureMetadataItem(f, req.Name, gcp.MetadataGuestAttributes); v != "TRUE" {
+		t.Errorf("instance metadata %s = %q; want TRUE", gcp.MetadataGuestAttributes, v)
+	}
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	testenv.WaitFor(t, "the guest's report", time.Minute, func() (bool, string) {
+		if inst, err = f.driver.Get(ctx, ref); err != nil {
+			return false, err.Error()
+		}
+		return inst.EgressSource == proxy.EgressReported, fmt.Sprintf("%s %q reachable %v egress %q %q", inst.State, inst.Progress, inst.ProxyReachable, inst.EgressIP, inst.EgressSource)
+	})
+	seen := testenv.EchoFromHere(t, testenv.EchoURL(upstream))
+	if inst.EgressIP != seen || !inst.ProxyReachable || inst.ProxyAddress != "" || inst.Progress != "" || inst.EgressCheckedAt.Before(created.Add(-time.Second)) || inst.EgressCheckedAt.After(time.Now()) {
+		t.Errorf("Get = egress %q at %v, reachable %v, address %q, progress %q; want %s (what the echo saw), reachable through the guest's word, no address",
+			inst.EgressIP, inst.EgressCheckedAt, inst.ProxyReachable, inst.ProxyAddress, inst.Progress, seen)
+	}
+	calls := 0
+	for _, r := range f.srv.Requests() {
+		if strings.Contains(r, "/getGuestAttributes?") {
+			calls++
+			if !strings.Contains(r, "variableKey="+strings.ReplaceAll(cloudinit.GuestAttributeKey, "/", "%2F")) {
+				t.Errorf("request %q does not ask for %s", r, cloudinit.GuestAttributeKey)
+			}
+		}
+	}
+	if calls == 0 {
+		t.Error("no getGuestAttributes request")
+	}
+
+	// What a guest may write instead.
+	key := testZone + "/" + req.Name
+	for name, value := range map[string]string{
+		"NotAnAddress": squid.ReportMarker + " " + fmt.Sprint(time.Now().Unix()) + " 200 <b>sentinel-guest-text</b>",
+		"Failed":       squid.ReportMarker + " " + fmt.Sprint(time.Now().Unix()) + " 000 ",
+		"BeforeTheVM":  squid.ReportMarker + " 1000 200 203.0.113.9",
+		"TooLong":      squid.ReportMarker + " " + fmt.Sprint(time.Now().Unix()) + " 200 203.0.113.9" + strings.Repeat(" ", squid.MaxReport),
+		"NotALine":     "sentinel-guest-text",
+	} {
+		f.srv.SetGuestAttribute(key, cloudinit.GuestAttributeKey, value)
+		got, err := f.driver.Get(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.EgressSource == proxy.EgressReported || got.ProxyReachable {
+			t.Errorf("%s: Get = egress %q (%s), reachable %v; want nothing of the guest's word", name, got.EgressIP, got.EgressSource, got.ProxyReachable)
+		}
+	}
+	if strings.Contains(f.logs.String(), "sentinel-guest-text") || strings.Contains(f.logs.String(), "sentinel-check-pw") {
+		t.Error("the driver's log quotes the guest's attribute or the check's password")
+	}
+	if v := f.srv.Violations(); len(v) > 0 {
+		t.Errorf("discovery document violations: %v", v)
+	}
+	if err := f.driver.Delete(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+}
+
+// Without a check the instance neither enables guest attributes nor is
+// asked for them.
+func TestNoEgressCheckNoGuestAttributes(t *testing.T) {
+	f := newFixture(t)
+	f.srv.EnforceFirewall("127.0.0.1")
+	ctx := context.Background()
+	req := request("silent", "uid-silent")
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	if v := fixtureMetadataItem(f, req.Name, gcp.MetadataGuestAttributes); v != "" {
+		t.Errorf("instance metadata %s = %q; want none", gcp.MetadataGuestAttributes, v)
+	}
+	if _, err := f.driver.Get(ctx, proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range f.srv.Requests() {
+		if strings.Contains(r, "getGuestAttributes") {
+			t.Errorf("request %q for a proxy without a check", r)
+		}
+	}
+}
+
+// metadataItem is the value of the instance's metadata item key.
+func fixtureMetadataItem(f *fixture, name, key string) string {
+	in, _ := f.srv.Instance(testZone, name)
+	md, _ := in["metadata"].(map[string]any)
+	items, _ := md["items"].([]any)
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok && m["key"] == key {
+			v, _ := m["value"].(string)
+			return v
+		}
+	}
+	return ""
+}

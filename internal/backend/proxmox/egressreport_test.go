@@ -1,0 +1,80 @@
+package proxmox_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// TestGuestReportsItsEgressCheck: a guest the provider's probe cannot
+// reach checks its egress address through its own real Squid (the
+// fake's guest runs squid.ReportScript with the request its seed's
+// user-data writes) and keeps the line where the driver reads it through
+// the guest agent (agent/file-read, checked against PVE's schema). The
+// proxy converges on that word, Reported with the address the echo saw.
+// What a guest may write instead is not published, nor quoted.
+func TestGuestReportsItsEgressCheck(t *testing.T) {
+	port := testenv.FreePort(t)
+	f := newFixture(t, withFake(func(o *pvetest.Options) {
+		o.Listen, o.Squid, o.ProxyPort = true, providerenv.RequireSquid(t), int(port)
+	}))
+	f.fake.BlockProbes(true)
+	upstream, _ := testenv.Upstream(t)
+	ctx := context.Background()
+	req := f.request("pt-report", "6b7c8d9e-3333-4a5e-9d55-0a9c1f1e2b3c")
+	req.Proxy.Port = port
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: testenv.EchoURL(upstream), Username: squid.CheckUsername, Password: "sentinel-check-pw"}
+	r := &reconciler{t: t, f: f, drv: f.drv, req: req}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		done, _ := r.reconcile(ctx)
+		if done && r.status.EgressSource == proxy.EgressReported {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no report within a minute: %s %q reachable %v egress %q %q", r.status.State, r.status.Progress, r.status.ProxyReachable, r.status.EgressIP, r.status.EgressSource)
+		}
+		f.fake.FinishTasks()
+		time.Sleep(200 * time.Millisecond)
+	}
+	seen := testenv.EchoFromHere(t, testenv.EchoURL(upstream))
+	got := r.status
+	if got.EgressIP != seen || got.ProxyAddress != "" || got.EgressCheckedAt.IsZero() || got.EgressCheckedAt.After(time.Now()) {
+		t.Errorf("Get = egress %q at %v, address %q; want %s (what the echo saw), no address", got.EgressIP, got.EgressCheckedAt, got.ProxyAddress, seen)
+	}
+	vm := vmNamed(t, f.fake, req.Name)
+	if cloudinit.EgressRequestOf(vm.Seed.UserData) == "" {
+		t.Error("the seed's user-data has no egress check")
+	}
+	ref := proxy.Ref{ID: got.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	for name, line := range map[string]string{
+		"NotAnAddress": fmt.Sprintf("%s %d 200 sentinel-guest-text\n", squid.ReportMarker, time.Now().Unix()),
+		"Failed":       fmt.Sprintf("%s %d 000 \n", squid.ReportMarker, time.Now().Unix()),
+		"Stale":        squid.ReportMarker + " 1000 200 198.51.100.4\n",
+		"TooLong":      strings.Repeat("x", squid.MaxReport+1),
+	} {
+		f.fake.SetGuestFile(vm.VMID, cloudinit.ReportPath, line)
+		got, err := f.drv.Get(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.EgressSource == proxy.EgressReported || got.ProxyReachable {
+			t.Errorf("%s: reachable %v, egress %q %q; want nothing of the guest's word", name, got.ProxyReachable, got.EgressIP, got.EgressSource)
+		}
+	}
+	if strings.Contains(f.logs.String(), "sentinel-guest-text") || strings.Contains(f.logs.String(), "sentinel-check-pw") {
+		t.Error("the log quotes the guest's report or the check's password")
+	}
+	if v := f.fake.Violations(); len(v) > 0 {
+		t.Errorf("schema violations: %v", v)
+	}
+}
