@@ -353,6 +353,19 @@ func (c *Client) Update(ctx context.Context, obj client.Object, opts ...client.U
 	return nil
 }
 
+// Delete implements client.Writer, forgetting what it noted of obj once
+// it is gone or going: an object deleted without finalizers is never read
+// again, and its entry would stay for ever.
+func (c *Client) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	err := c.Client.Delete(ctx, obj, opts...)
+	if err == nil || kerrors.IsNotFound(err) {
+		c.mu.Lock()
+		delete(c.seen, seenKey(obj))
+		c.mu.Unlock()
+	}
+	return err
+}
+
 // Status returns the status writer that leaves out unchanged statuses.
 func (c *Client) Status() client.SubResourceWriter {
 	return savingStatusWriter{SubResourceWriter: c.Client.Status(), c: c}

@@ -488,3 +488,25 @@ func TestClientGetDoesNotWaitOtherwise(t *testing.T) {
 		})
 	}
 }
+
+func TestClientForgetsWhatItDeleted(t *testing.T) {
+	ctx := context.Background()
+	kube, _ := counted(t, kvmProxy())
+	c := NewClient(kube, nil, nil)
+	obj := kvmProxy()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted again (gone already): still nothing kept.
+	if err := c.Delete(ctx, kvmProxy()); !kerrors.IsNotFound(err) {
+		t.Fatalf("second Delete: %v, want NotFound", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) != 0 {
+		t.Errorf("the client keeps %d entries after deleting the only object it read, want none", len(c.seen))
+	}
+}
