@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/apis"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/events"
 )
 
 // Scheme knows what the provider reads and writes: Kubernetes' kinds, the
@@ -48,7 +49,20 @@ func ManagerOptions(s *runtime.Scheme, sync time.Duration) ctrl.Options {
 			// resources take a fraction of the memory.
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
+		// Events are queued and sent at a bounded rate, none dropped
+		// while the queue has room (package events); the caller adds it
+		// to the manager, which stops it.
+		EventBroadcaster: events.New(), //nolint:staticcheck // The only way to give the manager's recorders another broadcaster.
 	}
+}
+
+// AddEventBroadcaster adds the event broadcaster of mo (ManagerOptions) to
+// mgr, which then stops it when it stops.
+func AddEventBroadcaster(mgr ctrl.Manager, mo ctrl.Options) error {
+	if b, ok := mo.EventBroadcaster.(*events.Broadcaster); ok { //nolint:staticcheck // As in ManagerOptions.
+		return mgr.Add(b)
+	}
+	return nil
 }
 
 // cacheByObject configures the manager's cache per type.
