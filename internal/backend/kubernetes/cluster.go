@@ -50,6 +50,38 @@ type Cluster struct {
 	// taken are the names whose Create was refused, for every driver of
 	// the Cluster (drivers are made per reconcile).
 	taken taken
+	// podIndex: the cache indexes pods by their proxy's UID (IndexPods).
+	podIndex     atomic.Bool
+	podIndexOnce sync.Once
+}
+
+// podUIDIndex is the cache's index of pods by their proxy's UID label.
+const podUIDIndex = "egressproxy.io/proxy-uid"
+
+// proxyUID is the index value of a pod: its proxy's UID.
+func proxyUID(o client.Object) []string {
+	if uid := o.GetLabels()[LabelUID]; uid != "" {
+		return []string{uid}
+	}
+	return nil
+}
+
+// IndexPods indexes the pods of the cache behind fi by their proxy's UID
+// (LabelUID), which the drivers made after it list a proxy's pods by:
+// unindexed, each list of one proxy's pods goes through every cached pod
+// of the namespace, so the provider's CPU grew with the square of the
+// proxies. Call it only once the provider may list and watch pods in
+// every namespace (as WatchDeletions); it waits for the pods' informer to
+// sync. Later calls do nothing.
+func (cl *Cluster) IndexPods(ctx context.Context, fi client.FieldIndexer) error {
+	var err error
+	cl.podIndexOnce.Do(func() {
+		err = fi.IndexField(ctx, &corev1.Pod{}, podUIDIndex, proxyUID)
+		if err == nil {
+			cl.podIndex.Store(true)
+		}
+	})
+	return err
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
@@ -136,6 +168,7 @@ func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Dr
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
+	d.podIndex = cl.podIndex.Load()
 	d.quiet = cl.quiet
 	return d
 }
