@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/version"
@@ -380,8 +381,8 @@ func StripPod(o any) (any, error) {
 }
 
 // StripDeployment is the cache transform of Deployments: what Get and
-// Update read (metadata, replicas, selector, the pod template's metadata
-// and the container ports, status), without the rest of the pod template
+// Update read (metadata, replicas, selector, the pod template's config
+// hash and the container ports, status), without the rest of the pod template
 // and the managed fields. A thousand proxies' Deployments then take a
 // fraction of the memory.
 func StripDeployment(o any) (any, error) {
@@ -395,6 +396,13 @@ func StripDeployment(o any) (any, error) {
 		containers = append(containers, corev1.Container{Name: c.Name, Ports: c.Ports})
 	}
 	d.Spec.Template.Spec = corev1.PodSpec{Containers: containers}
+	// Of the pod template's metadata only the config hash is read; an
+	// update writes the whole template anew.
+	tm := metav1.ObjectMeta{}
+	if h, ok := d.Spec.Template.Annotations[AnnotationConfigHash]; ok {
+		tm.Annotations = map[string]string{AnnotationConfigHash: h}
+	}
+	d.Spec.Template.ObjectMeta = tm
 	return d, nil
 }
 
