@@ -44,7 +44,7 @@ const (
 	// most, with DefaultBurst at once.
 	DefaultRate  = 10
 	DefaultBurst = 20
-	// DefaultMaxQueued bounds the queue: about a kilobyte an event.
+	// DefaultMaxQueued bounds the queue: a few hundred bytes an event.
 	DefaultMaxQueued = 10000
 	// senders send in parallel: one request at a time cannot keep up with
 	// the rate over a slow API server.
@@ -81,7 +81,7 @@ type Broadcaster struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	queue    []*corev1.Event
+	queue    []*pending
 	sink     record.EventSink
 	watchers map[int]func(*corev1.Event)
 	next     int
@@ -209,9 +209,40 @@ func (b *Broadcaster) Idle() bool {
 	return len(b.queue) == 0 && b.inFlight == 0
 }
 
+// pending is a recorded event until it is sent: what the event is made
+// of, a third of the event's size (thousands may wait in a burst).
+type pending struct {
+	ref                        corev1.ObjectReference
+	annotations                map[string]string
+	eventtype, reason, message string
+	at                         metav1.Time
+	source                     *corev1.EventSource
+}
+
+// event is the event to send, as client-go's recorder makes it.
+func (p *pending) event() *corev1.Event {
+	ns := p.ref.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	return &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(p.ref.Name, p.at.UnixNano()), Namespace: ns, Annotations: p.annotations},
+		InvolvedObject:      p.ref,
+		Reason:              p.reason,
+		Message:             p.message,
+		FirstTimestamp:      p.at,
+		LastTimestamp:       p.at,
+		Count:               1,
+		Type:                p.eventtype,
+		Source:              *p.source,
+		ReportingController: p.source.Component,
+		ReportingInstance:   p.source.Host,
+	}
+}
+
 // enqueue takes e, or drops it (counted) when the queue is full or the
 // broadcaster stopped.
-func (b *Broadcaster) enqueue(e *corev1.Event, log logr.Logger) {
+func (b *Broadcaster) enqueue(e *pending, log logr.Logger) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	limit := b.MaxQueued
@@ -220,7 +251,7 @@ func (b *Broadcaster) enqueue(e *corev1.Event, log logr.Logger) {
 	}
 	if b.stopped || len(b.queue) >= limit {
 		droppedTotal.Inc()
-		log.V(1).Info("dropped an event: the queue is full", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", e.Reason)
+		log.V(1).Info("dropped an event: the queue is full", "object", klog.KRef(e.ref.Namespace, e.ref.Name), "reason", e.reason)
 		return
 	}
 	b.queue = append(b.queue, e)
@@ -230,7 +261,7 @@ func (b *Broadcaster) enqueue(e *corev1.Event, log logr.Logger) {
 
 // take waits for an event; nil once stopped and drained, or stopped by a
 // deadline (the queue then emptied).
-func (b *Broadcaster) take() *corev1.Event {
+func (b *Broadcaster) take() *pending {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for len(b.queue) == 0 {
@@ -275,10 +306,11 @@ func (b *Broadcaster) sent(e *corev1.Event, ok bool) {
 func (b *Broadcaster) send(correlator *record.EventCorrelator, limiter flowcontrol.RateLimiter) {
 	defer b.done.Done()
 	for {
-		e := b.take()
-		if e == nil {
+		p := b.take()
+		if p == nil {
 			return
 		}
+		e := p.event()
 		r, err := correlator.EventCorrelate(e)
 		if err != nil || r.Skip {
 			// Skipped as spam: client-go drops it the same way.
@@ -375,22 +407,5 @@ func (r *recorder) generate(obj runtime.Object, annotations map[string]string, e
 		r.log.Error(nil, "cannot record an event of this type", "type", eventtype, "reason", reason)
 		return
 	}
-	t := metav1.Now()
-	ns := ref.Namespace
-	if ns == "" {
-		ns = metav1.NamespaceDefault
-	}
-	r.b.enqueue(&corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, t.UnixNano()), Namespace: ns, Annotations: annotations},
-		InvolvedObject:      *ref,
-		Reason:              reason,
-		Message:             message,
-		FirstTimestamp:      t,
-		LastTimestamp:       t,
-		Count:               1,
-		Type:                eventtype,
-		Source:              r.source,
-		ReportingController: r.source.Component,
-		ReportingInstance:   r.source.Host,
-	}, r.log)
+	r.b.enqueue(&pending{ref: *ref, annotations: annotations, eventtype: eventtype, reason: reason, message: message, at: metav1.Now(), source: &r.source}, r.log)
 }
