@@ -116,12 +116,16 @@ type stage struct {
 	peakKiB int
 	// peakAnonKiB and peakFileKiB split the sampled peak RSS so far.
 	peakAnonKiB, peakFileKiB int
-	anonKiB, fileKiB         int
-	cpuPerPoll               float64 // seconds
-	reconciles               float64
-	expected                 float64
-	writes                   float64
-	writesBy                 map[string]float64 // "resource VERB" (counted by hack/benchprovider)
+	// events are the provider's event counts once its queue had drained,
+	// eventsDrained how long after the steady state's start that was.
+	events           benchutil.Events
+	eventsDrained    time.Duration
+	anonKiB, fileKiB int
+	cpuPerPoll       float64 // seconds
+	reconciles       float64
+	expected         float64
+	writes           float64
+	writesBy         map[string]float64 // "resource VERB" (counted by hack/benchprovider)
 	// settleWrites are the writes from Ready to the window (the last
 	// creates finishing), settleWritesBy split as writesBy.
 	settleWrites   float64
@@ -246,6 +250,9 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("  (each Ready resource is observed once a poll; %% polled is those reconciles against N x window / poll)\n")
 	fmt.Printf("  GETs, writes: the provider's GET and other requests over that window (target 0 writes)\n")
 	for _, st := range results {
+		fmt.Printf("  events at %d: %s, the queue empty %.0f s after the stage's last was Ready plus a quarter poll\n", st.n, st.events, st.eventsDrained.Seconds())
+	}
+	for _, st := range results {
 		fmt.Printf("  peak RSS at %d, sampled every 100 ms: anonymous %.1f + file-backed %.1f MiB (target at Go's defaults: under 200 MiB at 10,000)\n",
 			st.n, float64(st.peakAnonKiB)/1024, float64(st.peakFileKiB)/1024)
 	}
@@ -364,6 +371,15 @@ const quietFor = 5 * time.Second
 // write for quietFor, and notes in st the writes it sent since before
 // (the stage's Ready).
 func settle(ctx context.Context, o options, p *benchutil.Provider, st *stage, before string) error {
+	// The provider sends the stage's events at its event rate after the
+	// resources are Ready: they are the creates', not writes at rest.
+	t0 := time.Now()
+	ev, err := benchutil.AwaitEvents(ctx, p, 30*time.Minute)
+	if err != nil {
+		return err
+	}
+	st.eventsDrained = time.Since(t0)
+	st.events = ev
 	deadline := time.Now().Add(o.poll)
 	last, quiet := -1.0, time.Now()
 	for {

@@ -44,8 +44,9 @@ const (
 	// most, with DefaultBurst at once.
 	DefaultRate  = 10
 	DefaultBurst = 20
-	// DefaultMaxQueued bounds the queue: a few hundred bytes an event.
-	DefaultMaxQueued = 10000
+	// DefaultMaxQueued bounds the queue: a few hundred bytes an event,
+	// the events of 10,000 resources created together.
+	DefaultMaxQueued = 20000
 	// senders send in parallel: one request at a time cannot keep up with
 	// the rate over a slow API server.
 	senders = 4
