@@ -75,7 +75,7 @@ func PprofTop(ctx context.Context, binary string, files []string, lines int, ext
 	args = append(args, files...)
 	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go tool pprof: %v: %s", err, Tail(string(out), 5))
+		return "", fmt.Errorf("go tool pprof: %w: %s", err, Tail(string(out), 5))
 	}
 	return strings.TrimRight(string(out), "\n"), nil
 }
