@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,52 +159,83 @@ func kvmRound(ctx context.Context, b *testing.B, h *kvmtest.Host, kube client.Cl
 	if err := kube.Create(ctx, p); err != nil {
 		b.Fatal(err)
 	}
+	// Each phase is watched on its own, so a slow check (the guest
+	// agent's answer) never delays seeing another.
+	var mu sync.Mutex
 	at := map[string]float64{}
 	mark := func(ph string) {
+		mu.Lock()
+		defer mu.Unlock()
 		if _, ok := at[ph]; !ok {
 			at[ph] = time.Since(t0).Seconds()
 		}
 	}
-	var name, ip string
-	lastCloudInit := time.Time{}
+	seen := func(ph string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, ok := at[ph]
+		return ok
+	}
+	name := external.InstanceName(p)
+	var ipMu sync.Mutex
+	ip := ""
+	addr := func() string {
+		ipMu.Lock()
+		defer ipMu.Unlock()
+		return ip
+	}
 	deadline := t0.Add(20 * time.Minute)
-	for len(at) < len(kvmPhases) && time.Now().Before(deadline) {
-		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), p); err == nil {
-			if name == "" {
-				name = external.InstanceName(p)
-			}
-			if p.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
-				mark("provider Ready")
-			}
-		}
-		if name != "" {
-			if st, err := virsh("domstate", name); err == nil {
-				mark("defined")
-				if strings.TrimSpace(st) == "running" {
-					mark("started")
+	var wg sync.WaitGroup
+	watch := func(every time.Duration, phases []string, check func()) {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				done := true
+				for _, ph := range phases {
+					done = done && seen(ph)
 				}
+				if done {
+					return
+				}
+				check()
+				time.Sleep(every)
+			}
+		})
+	}
+	watch(100*time.Millisecond, []string{"provider Ready"}, func() {
+		got := &nsproxy.KVMProxy{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err == nil && got.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
+			mark("provider Ready")
+		}
+	})
+	watch(100*time.Millisecond, []string{"defined", "started", "DHCP address"}, func() {
+		if st, err := virsh("domstate", name); err == nil {
+			mark("defined")
+			if strings.TrimSpace(st) == "running" {
+				mark("started")
 			}
 		}
-		if _, ok := at["started"]; ok && ip == "" {
-			ip = leaseAddress(name)
-			if ip != "" {
+		if seen("started") && addr() == "" {
+			if a := leaseAddress(name); a != "" {
+				ipMu.Lock()
+				ip = a
+				ipMu.Unlock()
 				mark("DHCP address")
 			}
 		}
-		if ip != "" {
-			if squidAnswers(net.JoinHostPort(ip, "3128")) {
-				mark("Squid answering")
-			}
-			if _, ok := at["cloud-init done"]; !ok && time.Since(lastCloudInit) > time.Second {
-				lastCloudInit = time.Now()
-				if strings.Contains(h.GuestExec(b, name, "cloud-init status"), "status: done") {
-					mark("cloud-init done")
-				}
-			}
+	})
+	watch(100*time.Millisecond, []string{"Squid answering"}, func() {
+		if a := addr(); a != "" && squidAnswers(net.JoinHostPort(a, "3128")) {
+			mark("Squid answering")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
+	watch(time.Second, []string{"cloud-init done"}, func() {
+		if addr() != "" && strings.Contains(h.GuestExec(b, name, "cloud-init status"), "status: done") {
+			mark("cloud-init done")
+		}
+	})
+	wg.Wait()
 	if len(at) < len(kvmPhases) {
+		_ = kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 		b.Logf("round %d: not every phase seen within 20 minutes: %v (Ready: %s)", round, at, p.GetCondition(xpv2.TypeReady).Message)
 	}
 	if err := kube.Delete(ctx, p); err != nil && !kerrors.IsNotFound(err) {
