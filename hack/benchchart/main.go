@@ -142,6 +142,8 @@ func lines(path, title, xl, yl string, named []any) error {
 }
 
 func podproxy(dir string, rows []row) ([]string, error) {
+	// A run that timed out has no time to Ready.
+	rows = slices.DeleteFunc(rows, func(r row) bool { b, _ := r["timedOut"].(bool); return b })
 	rows = latest(rows, func(r row) string { return fmt.Sprintf("%s/%v/%v", r.str("side"), r.num("n"), r.num("delaySeconds")) })
 	delays := map[float64]bool{}
 	for _, r := range rows {
