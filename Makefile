@@ -200,6 +200,7 @@ bench-run: BENCH_ARGS = $(or $(ROUNDS),3)
 
 # KVMProxy create-to-Ready by phase on the real libvirt host, the base
 # image cached (as root): the median of each phase: make bench-kvm ROUNDS=3
+bench-kvm: controlplane-bins
 bench-kvm: BENCH_ARGS = $(or $(ROUNDS),3)
 
 # The KVM image download into a storage pool of the real libvirt host
