@@ -184,8 +184,8 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	setObservation(status, inst, req, e.kind.Location)
 	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
-	if answerSoon(inst, time.Now()) {
-		e.hints.noteSoon(cr, answerRecheck)
+	if e.kind.AnswerRecheck > 0 && answerSoon(inst, time.Now()) {
+		e.hints.noteSoon(cr, e.kind.AnswerRecheck)
 	}
 	return managed.ExternalObservation{
 		ResourceExists:    true,
@@ -194,15 +194,12 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	}, nil
 }
 
-// answerRecheck is how soon an instance with an address whose proxy does
-// not answer yet is looked at again, for answerWindow after it was
-// created: a guest's Squid starts at the end of its boot, and the
-// not-Ready poll (10 s by default) would add up to that much to its
-// create-to-Ready. Later (a proxy that stopped answering) the poll holds.
-const (
-	answerRecheck = time.Second
-	answerWindow  = 10 * time.Minute
-)
+// answerWindow is how long after its creation an instance with an address
+// whose proxy does not answer yet is looked at every Kind.AnswerRecheck:
+// a guest's Squid starts at the end of its boot, and the not-Ready poll
+// (10 s by default) would add up to that much to its create-to-Ready.
+// Later (a proxy that stopped answering) the poll holds.
+const answerWindow = 10 * time.Minute
 
 // answerSoon reports whether inst is a new instance, at now, with an
 // address whose proxy does not answer yet.

@@ -95,7 +95,7 @@ type runtimeSucceeding struct {
 
 func (r runtimeSucceeding) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
 	if r.soon {
-		r.hints.noteSoon(r.mg, answerRecheck)
+		r.hints.noteSoon(r.mg, time.Second)
 	}
 	return r.res, nil
 }
@@ -113,7 +113,7 @@ func TestAnInstanceWaitingForItsProxyIsLookedAtSoon(t *testing.T) {
 		res  reconcile.Result
 		want reconcile.Result
 	}{
-		{"Waiting", true, poll, reconcile.Result{RequeueAfter: answerRecheck}},
+		{"Waiting", true, poll, reconcile.Result{RequeueAfter: time.Second}},
 		{"NotWaiting", false, poll, poll},
 		{"RuntimeRequeuesAtOnce", true, runtimeRequeue, runtimeRequeue},
 		{"SoonerAlready", true, reconcile.Result{RequeueAfter: 100 * time.Millisecond}, reconcile.Result{RequeueAfter: 100 * time.Millisecond}},
