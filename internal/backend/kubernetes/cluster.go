@@ -167,9 +167,9 @@ func (cl *Cluster) WatchDeletions(informers cache.Informers) error {
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods})
+	d.podIndex = cl.podIndex.Load()
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
-	d.podIndex = cl.podIndex.Load()
 	d.quiet = cl.quiet
 	return d
 }
