@@ -162,7 +162,7 @@ test-docs:
 
 # Each benchmark is hack/bench-<name>.sh, given the arguments below (make
 # variables with defaults); what it measures is in the script's header.
-BENCHES := bench-podproxy bench-scale bench-batch bench-node bench-start bench-image bench-run
+BENCHES := bench-podproxy bench-scale bench-batch bench-node bench-start bench-image bench-run bench-kvm
 .PHONY: $(BENCHES)
 $(BENCHES):
 	bash hack/$@.sh $(BENCH_ARGS)
@@ -197,6 +197,11 @@ bench-start: BENCH_ARGS = $(or $(ROUNDS),5)
 # kubectl and then Ctrl-C: the time to each stage and to ready, and the
 # load average (as root; NODE=0 for no node): make bench-run ROUNDS=3
 bench-run: BENCH_ARGS = $(or $(ROUNDS),3)
+
+# KVMProxy create-to-Ready by phase on the real libvirt host, the base
+# image cached (as root): the median of each phase: make bench-kvm ROUNDS=3
+bench-kvm: controlplane-bins
+bench-kvm: BENCH_ARGS = $(or $(ROUNDS),3)
 
 # The KVM image download into a storage pool of the real libvirt host
 # (as root): RSS growth and throughput for SIZE MiB: make bench-image SIZE=1024

@@ -27,3 +27,12 @@ bench_args() {
 bench_provider() {
   go build -trimpath -o bin/benchprovider ./hack/benchprovider
 }
+
+# bench_charts: draws the results the benchmarks appended to BENCH_DATA
+# (default .cache/bench) as SVG charts beside them (hack/benchchart, a
+# module of its own: gonum.org/v1/plot).
+bench_charts() {
+  local data
+  data=$(realpath -m "${BENCH_DATA:-.cache/bench}")
+  (cd hack/benchchart && go run . -data "$data") || echo "bench_charts: could not draw the charts" >&2
+}

@@ -17,6 +17,9 @@
 #   hack/bench-podproxy.sh 200 3s -- -floor            the floor only
 #
 # KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
+# Each run appends its figures to BENCH_DATA/podproxy.jsonl (default
+# .cache/bench), keeps the provider's CPU and heap profiles in a folder
+# there, and redraws the charts (hack/benchchart).
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them
 # when missing); builds bin/benchprovider.
 # shellcheck source=hack/bench-env.sh
@@ -35,4 +38,5 @@ esac
 # (hack/benchprovider; its in-memory KVMProxy backend is not used here).
 bench_provider
 bench_build benchpodproxy
-exec bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/benchprovider "$@"
+bin/benchpodproxy -n "$N" -kubelet-delay "$DELAY" -provider bin/benchprovider "$@"
+bench_charts

@@ -10,6 +10,8 @@
 #   hack/bench-scale.sh 10000         stages at 1000, 5000 and 10000
 #   hack/bench-scale.sh 1000 -- -poll 30s -restart=false
 #
+# Each stage appends its figures to BENCH_DATA/scale.jsonl (default
+# .cache/bench) and the charts are drawn again (hack/benchchart).
 # Needs the control-plane binaries (hack/controlplane-bins.sh builds them
 # when missing).
 # shellcheck source=hack/bench-env.sh
@@ -19,4 +21,5 @@ bench_args 10000 "$@"
 
 bench_provider
 bench_build benchscale
-exec bin/benchscale -n "$COUNT" -provider bin/benchprovider "${ARGS[@]}"
+bin/benchscale -n "$COUNT" -provider bin/benchprovider "${ARGS[@]}"
+bench_charts

@@ -65,7 +65,7 @@ type options struct {
 	deleteAfter bool
 	debug       bool
 	profile     string
-	provProfile string
+	profiles    bool
 	provHeap    string
 	floor       bool
 	only        string
@@ -80,8 +80,8 @@ func main() {
 	flag.BoolVar(&o.listen, "listen", true, "Run a TCP listener per pod (the provider checks that the proxy answers); false runs nothing and no PodProxy becomes Ready.")
 	flag.BoolVar(&o.deleteAfter, "delete", true, "Delete the PodProxies at the end and time it.")
 	flag.StringVar(&o.profile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken from the first create, to this file.")
-	flag.StringVar(&o.provProfile, "provider-profile", "", "Write a 10 s CPU profile of the provider, taken from the first create, to this file.")
-	flag.StringVar(&o.provHeap, "provider-heap", "", "Write a heap profile of the provider, taken when all are Ready, to this file.")
+	flag.BoolVar(&o.profiles, "profiles", true, "Profile the provider's CPU from the first create until all are Ready (back-to-back 2 s profiles, merged) and its heap when all are Ready, into the run's folder under BENCH_DATA, and print their top entries.")
+	flag.StringVar(&o.provHeap, "provider-heap", "", "Write the heap profile of the provider, taken when all are Ready, to this file instead.")
 	flag.StringVar(&o.only, "only", "", "Run one side only: provider, or floor (no provider and no PodProxies; this program creates the N proxies' Deployments and Secrets with the kubernetes driver itself, and times until all their pods are Ready: what kube-controller-manager, the stand-in and the API server take on their own). By default the floor, then the provider, each on a fresh control plane, then a summary of both.")
 	flag.BoolVar(&o.floor, "floor", false, "Measure the floor only (-only floor).")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
@@ -189,6 +189,20 @@ type providerResult struct {
 	// delProvider and delAll are its API requests per proxy, the
 	// provider's and every client's.
 	delProvider, delAll float64
+	// delOthers is the delete phase's requests per proxy of every other
+	// client (all but the provider's).
+	delOthers float64
+	// provCPU is the provider's CPU seconds from the first create until
+	// all were Ready; peakAnon and peakFile the sampled peak RSS split, in
+	// KiB; events what it recorded from the first create until every
+	// event was sent, and eventsAtReady until all were Ready.
+	provCPU               float64
+	peakAnon, peakFile    int
+	events, eventsAtReady benchutil.Events
+	// afterReady is the provider's requests per proxy from all Ready
+	// until its events were sent.
+	afterReady float64
+	load       string
 	// afterPod is each PodProxy's end after its last pod's.
 	afterPod gaps
 }
@@ -210,9 +224,14 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 		return res, err
 	}
 	defer prov.Stop()
-	startCPU, _ := benchutil.CPUSeconds(prov.PID)
 	startRSS, _ := benchutil.PeakRSS(prov.PID)
+	rss := benchutil.SampleRSS(prov.PID, 100*time.Millisecond)
+	defer rss.Stop()
 	pids["provider"] = prov.PID
+	runDir := filepath.Join(benchutil.DataDir(), fmt.Sprintf("podproxy-%d-%s", o.n, time.Now().UTC().Format("20060102T150405")))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return res, err
+	}
 	cpuBefore := map[string]float64{}
 
 	// The kubelet stand-in, and the times pods turned Ready.
@@ -282,6 +301,12 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	for name, pid := range pids {
 		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
 	}
+	beforeText, _ := prov.Scrape(ctx)
+	eventsBefore := benchutil.EventCounts(beforeText)
+	var cpuProf *benchutil.CPUProfiles
+	if o.profiles {
+		cpuProf = benchutil.StartCPUProfiles(ctx, prov, runDir, 2*time.Second)
+	}
 	benchutil.Logf("creating %d PodProxies (%d in parallel); the kubelet stand-in takes %v per pod", o.n, o.Creators, o.delay)
 	if o.profile != "" {
 		go func() {
@@ -292,13 +317,6 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 			b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").Timeout(30 * time.Second).Do(ctx).Raw()
 			if err == nil {
 				_ = os.WriteFile(o.profile, b, 0o644)
-			}
-		}()
-	}
-	if o.provProfile != "" {
-		go func() {
-			if err := prov.SaveProfile(ctx, "profile?seconds=10", o.provProfile); err != nil {
-				benchutil.Logf("provider profile: %v", err)
 			}
 		}()
 	}
@@ -337,13 +355,25 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	if err != nil {
 		return res, err
 	}
-	if o.provHeap != "" {
-		if err := prov.SaveProfile(ctx, "heap", o.provHeap); err != nil {
-			benchutil.Logf("provider heap profile: %v", err)
-		}
-	}
 	endCPU, _ := benchutil.CPUSeconds(prov.PID)
 	peakRSS, _ := benchutil.PeakRSS(prov.PID)
+	peakAnon, peakFile := rss.Peak()
+	loadAtReady := benchutil.Load()
+	eventsAtReady := benchutil.EventCounts(metricsText).Sub(eventsBefore)
+	var cpuFiles []string
+	if cpuProf != nil {
+		cpuFiles = cpuProf.Stop()
+	}
+	heapFile := o.provHeap
+	if heapFile == "" && o.profiles {
+		heapFile = filepath.Join(runDir, "heap.pprof")
+	}
+	if heapFile != "" {
+		if err := prov.SaveProfile(ctx, "heap", heapFile); err != nil {
+			benchutil.Logf("provider heap profile: %v", err)
+			heapFile = ""
+		}
+	}
 	cpuRows := benchutil.CPUSince(pids, cpuBefore)
 	cpu := benchutil.CPUTotalSince(pids, cpuBefore)
 
@@ -430,8 +460,12 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	for _, sl := range slowest {
 		fmt.Printf("  slowest %s: Deployment seen %.2f, pod seen %.2f, pod Ready %.2f, PodProxy Ready %.2f s\n", sl.name, sl.stages[0].Seconds(), sl.stages[1].Seconds(), sl.stages[2].Seconds(), sl.stages[3].Seconds())
 	}
-	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s)\n", float64(peakRSS)/1024, float64(startRSS)/1024, benchutil.RSSParts(prov.PID))
-	fmt.Printf("provider CPU:                    %7.2f s while creating and waiting (%.2f s in total since its start)\n", endCPU-startCPU, endCPU)
+	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s); load %s\n", float64(peakRSS)/1024, float64(startRSS)/1024, benchutil.RSSParts(prov.PID), loadAtReady)
+	fmt.Printf("provider peak RSS, sampled:      %7.1f MiB: anonymous %.1f MiB (heap, stacks) + file-backed %.1f MiB (the binary's pages), every 100 ms\n",
+		float64(peakAnon+peakFile)/1024, float64(peakAnon)/1024, float64(peakFile)/1024)
+	provCPU := endCPU - cpuBefore["provider"]
+	fmt.Printf("provider CPU until all Ready:    %7.2f s from the first create (%.2f s in total since its start); load %s\n", provCPU, endCPU, loadAtReady)
+	fmt.Printf("provider events until Ready:     %s\n", eventsAtReady)
 	perMR, methods := benchutil.PerMethod(before, after, o.n)
 	res.timedOut, res.took, res.delays, res.peakRSS, res.requests, res.cpu = timedOut, took, delays, peakRSS, perMR, cpu
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time on %d CPUs)\n", strings.Join(cpuRows, ", "), took.Seconds(), benchutil.NumCPU())
@@ -457,11 +491,45 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 		benchutil.MetricSum(metricsText, "controller_runtime_reconcile_total", ctl)/float64(o.n),
 		1000*mean("controller_runtime_reconcile_time_seconds", ctl), 1000*mean("workqueue_queue_duration_seconds", wq),
 		benchutil.MetricSum(metricsText, "rest_client_requests_total", `code="409"`)/float64(o.n))
+	if len(cpuFiles) > 0 {
+		if top, err := benchutil.PprofTop(ctx, o.Provider, cpuFiles, 25); err == nil {
+			fmt.Printf("\nprovider CPU profile from the first create until all were Ready (%d profiles of 2 s, merged; %s), top functions:\n%s\n", len(cpuFiles), runDir, benchutil.Indent(top, "  "))
+		} else {
+			benchutil.Logf("provider CPU profile: %v", err)
+		}
+		if top, err := benchutil.PprofTop(ctx, o.Provider, cpuFiles, 25, "-cum"); err == nil {
+			fmt.Printf("the same, by cumulative time:\n%s\n", benchutil.Indent(top, "  "))
+		}
+	}
+	if heapFile != "" {
+		if top, err := benchutil.PprofTop(ctx, o.Provider, []string{heapFile}, 20, "-sample_index=inuse_space"); err == nil {
+			fmt.Printf("\nprovider heap when all were Ready (%s), top holders of live memory:\n%s\n", heapFile, benchutil.Indent(top, "  "))
+		}
+	}
 	fmt.Printf("\nAPI server requests per MR by resource and verb, all clients (the provider; kube-controller-manager on\n")
 	fmt.Printf("deployments, replicasets, pods and events; the stand-in on pods; this program: one podproxies create per MR):\n")
 	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)
 	fmt.Println(strings.Join(rows, "\n"))
 
+	res.provCPU, res.peakAnon, res.peakFile, res.eventsAtReady, res.load = provCPU, peakAnon, peakFile, eventsAtReady, loadAtReady
+	// The events the provider still holds go out at its event rate after
+	// Ready: what they and anything else cost until then is counted apart
+	// from the requests until Ready.
+	if !timedOut {
+		evEnd, err := benchutil.AwaitEvents(ctx, prov, 10*time.Minute)
+		if err == nil {
+			res.events = evEnd.Sub(eventsBefore)
+			drained, _ := prov.Requests(ctx)
+			res.afterReady, _ = benchutil.PerMethod(after, drained, o.n)
+			byDrained, _ := byResource(ctx, prov)
+			fmt.Printf("\nprovider events from the first create until all were sent: %s (%.2f per proxy sent; %s at all Ready), %.1f s after the first create\n",
+				res.events, res.events.Sent/float64(o.n), eventsAtReady, time.Since(start).Seconds())
+			fmt.Printf("provider requests per MR after all were Ready until its events were sent: %.2f\n", res.afterReady)
+			if rows := benchutil.PerProxy(byAfter, byDrained, o.n); len(rows) > 0 {
+				fmt.Println(strings.Join(rows, "\n"))
+			}
+		}
+	}
 	if o.deleteAfter && !timedOut {
 		benchutil.Logf("deleting the PodProxies")
 		delBefore, err := prov.Requests(ctx)
@@ -469,6 +537,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 			return res, err
 		}
 		delByBefore, _ := byResource(ctx, prov)
+		var delProvBy map[string]float64
 		delAPIBefore, err := benchutil.APIServerRequests(ctx, cfg)
 		if err != nil {
 			return res, err
@@ -530,6 +599,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 			fmt.Printf("delete phase, provider requests per proxy: %.2f (%s)\n", perProxy, strings.Join(methods, ", "))
 			if delByAfter, err := byResource(ctx, prov); err == nil {
 				fmt.Println(strings.Join(benchutil.PerProxy(delByBefore, delByAfter, o.n), "\n"))
+				delProvBy = benchutil.Delta(delByBefore, delByAfter)
 			}
 		}
 		if delAPIAfter, err := benchutil.APIServerRequests(ctx, cfg); err == nil {
@@ -540,8 +610,38 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 			res.delAll = total / float64(o.n)
 			fmt.Printf("delete phase, API server requests per proxy, all clients: %.2f (target under 15); by resource and verb:\n", res.delAll)
 			fmt.Println(strings.Join(benchutil.PerProxy(delAPIBefore, delAPIAfter, o.n), "\n"))
+			if delProvBy != nil {
+				// Everyone but the provider: kube-controller-manager (the
+				// garbage collector reads each dependent and, unless its
+				// cache of 500 owners known absent holds it, the owner, then
+				// deletes the dependent; the ReplicaSet controller), the
+				// stand-in's pod deletions and this program's deletes and
+				// lists.
+				others := benchutil.Delta(delAPIBefore, delAPIAfter)
+				for k, v := range delProvBy {
+					others[k] -= v
+				}
+				otherTotal := 0.0
+				for _, v := range others {
+					otherTotal += v
+				}
+				res.delOthers = otherTotal / float64(o.n)
+				fmt.Printf("delete phase, API server requests per proxy from everyone but the provider: %.2f (kube-controller-manager, the stand-in, this program); by resource and verb:\n", res.delOthers)
+				fmt.Println(strings.Join(benchutil.PerProxy(map[string]float64{}, others, o.n), "\n"))
+			}
 		}
 	}
+	if _, err := benchutil.AppendResult("podproxy", map[string]any{
+		"at": time.Now().UTC().Format(time.RFC3339), "side": "provider", "n": o.n, "delaySeconds": o.delay.Seconds(), "load": loadAtReady,
+		"readySeconds": took.Seconds(), "timedOut": timedOut, "peakRSSMiB": float64(peakRSS) / 1024,
+		"peakAnonMiB": float64(peakAnon) / 1024, "peakFileMiB": float64(peakFile) / 1024, "providerCPUSeconds": provCPU,
+		"requestsPerProxy": perMR, "afterReadyPerProxy": res.afterReady, "eventsSent": res.events.Sent, "eventsDropped": res.events.Dropped,
+		"deleteRequestsPerProxy": res.delAll, "deleteProviderPerProxy": res.delProvider, "deleteOthersPerProxy": res.delOthers,
+		"goneWithin2s": res.afterPod.within, "gone": len(res.afterPod.d),
+	}); err != nil {
+		benchutil.Logf("results: %v", err)
+	}
+
 	return res, nil
 }
 
@@ -681,6 +781,12 @@ func floor(ctx context.Context, o options, sd side) (floorResult, error) {
 	fmt.Printf("CPU of every process meanwhile:  %s (%.1f s of wall time)\n", strings.Join(cpuRows, ", "), took.Seconds())
 	rows := benchutil.PerProxy(apiBefore, apiAfter, o.n)
 	fmt.Printf("\nAPI server requests per proxy by resource and verb, all clients:\n%s\n", strings.Join(rows, "\n"))
+	if _, err := benchutil.AppendResult("podproxy", map[string]any{
+		"at": time.Now().UTC().Format(time.RFC3339), "side": "floor", "n": o.n, "delaySeconds": o.delay.Seconds(), "load": benchutil.Load(),
+		"readySeconds": took.Seconds(),
+	}); err != nil {
+		benchutil.Logf("results: %v", err)
+	}
 	return floorResult{took: took, cpu: cpu}, nil
 }
 

@@ -31,6 +31,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -110,9 +111,15 @@ func slicesCompact(s []int) []int {
 
 // stage is what was measured at one count.
 type stage struct {
-	n                int
-	ready            time.Duration
-	peakKiB          int
+	n       int
+	ready   time.Duration
+	peakKiB int
+	// peakAnonKiB and peakFileKiB split the sampled peak RSS so far.
+	peakAnonKiB, peakFileKiB int
+	// events are the provider's event counts at the steady window's end,
+	// eventRequests the events it sent during the window.
+	events           benchutil.Events
+	eventRequests    float64
 	anonKiB, fileKiB int
 	cpuPerPoll       float64 // seconds
 	reconciles       float64
@@ -150,6 +157,13 @@ func run(ctx context.Context, o options) error {
 	}
 	defer func() { prov.Stop() }()
 	startRSS, _ := benchutil.PeakRSS(prov.PID)
+	rss := benchutil.SampleRSS(prov.PID, 100*time.Millisecond)
+	defer rss.Stop()
+	runDir := filepath.Join(benchutil.DataDir(), "scale-"+time.Now().UTC().Format("20060102T150405"))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	var heapTops []string
 
 	ready, err := benchutil.WatchReady(ctx, cfg, cache.Options{Scheme: s}, &nsproxy.KVMProxy{}, nil)
 	if err != nil {
@@ -174,6 +188,7 @@ func run(ctx context.Context, o options) error {
 		}
 		st := stage{n: target, ready: time.Since(t0), load: benchutil.Load()}
 		st.peakKiB, _ = benchutil.PeakRSS(prov.PID)
+		st.peakAnonKiB, st.peakFileKiB = rss.Peak()
 		benchutil.Logf("all %d Ready after %.1f s; measuring the steady state for one poll (%v)", target, st.ready.Seconds(), o.poll)
 		profile := ""
 		if target == stages[len(stages)-1] {
@@ -184,10 +199,21 @@ func run(ctx context.Context, o options) error {
 		}
 		results = append(results, st)
 		printStage(st)
+		heap := filepath.Join(runDir, fmt.Sprintf("heap-%d.pprof", target))
 		if o.heap != "" && target == stages[len(stages)-1] {
-			if err := prov.SaveProfile(ctx, "heap", o.heap); err != nil {
-				benchutil.Logf("provider heap profile: %v", err)
-			}
+			heap = o.heap
+		}
+		if err := prov.SaveProfile(ctx, "heap", heap); err != nil {
+			benchutil.Logf("provider heap profile: %v", err)
+		} else if top, err := benchutil.PprofTop(ctx, o.Provider, []string{heap}, 15, "-sample_index=inuse_space"); err == nil {
+			heapTops = append(heapTops, fmt.Sprintf("provider heap at %d after the steady state (%s), top holders of live memory:\n%s", target, heap, benchutil.Indent(top, "  ")))
+		}
+		if _, err := benchutil.AppendResult("scale", map[string]any{
+			"at": time.Now().UTC().Format(time.RFC3339), "n": target, "load": st.load, "stageReadySeconds": st.ready.Seconds(),
+			"peakRSSMiB": float64(st.peakKiB) / 1024, "peakAnonMiB": float64(st.peakAnonKiB) / 1024, "peakFileMiB": float64(st.peakFileKiB) / 1024,
+			"steadyAnonMiB": float64(st.anonKiB) / 1024, "steadyFileMiB": float64(st.fileKiB) / 1024, "cpuPerResourcePerPollMs": 1000 * st.cpuPerPoll, "writesAtRest": st.writes,
+		}); err != nil {
+			benchutil.Logf("results: %v", err)
 		}
 	}
 
@@ -223,6 +249,16 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("  steady RSS: after one poll interval at rest; CPU: the provider's CPU over that poll divided by its reconciles\n")
 	fmt.Printf("  (each Ready resource is observed once a poll; %% polled is those reconciles against N x window / poll)\n")
 	fmt.Printf("  GETs, writes: the provider's GET and other requests over that window (target 0 writes)\n")
+	for _, st := range results {
+		fmt.Printf("  events at %d, at the steady window's end: %s since the provider started; %.0f of them sent in the window (the creates', at the provider's event rate; not counted as writes at rest)\n", st.n, st.events, st.eventRequests)
+	}
+	for _, st := range results {
+		fmt.Printf("  peak RSS at %d, sampled every 100 ms: anonymous %.1f + file-backed %.1f MiB (target at Go's defaults: under 200 MiB at 10,000)\n",
+			st.n, float64(st.peakAnonKiB)/1024, float64(st.peakFileKiB)/1024)
+	}
+	for _, t := range heapTops {
+		fmt.Printf("\n%s\n", t)
+	}
 	for _, st := range results {
 		if st.writes > 0 {
 			fmt.Printf("  writes at rest at %d, by resource and verb: %s\n", st.n, formatCounts(st.writesBy))
@@ -313,8 +349,14 @@ func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, pr
 		st.cpuPerPoll = (cpu1 - cpu0) / st.reconciles
 	}
 	reqs := benchutil.Delta(benchutil.ClientRequests(text0), benchutil.ClientRequests(text1))
-	st.writes = benchutil.Writes(reqs)
-	st.writesBy = benchutil.OnlyWrites(benchutil.Delta(benchutil.ResourceRequests(text0), benchutil.ResourceRequests(text1)))
+	// The provider sends the creates' events at its event rate after the
+	// resources are Ready (10 a second: the events of 10,000 creates take
+	// half an hour): they are counted apart, not as writes at rest.
+	by := benchutil.Delta(benchutil.ResourceRequests(text0), benchutil.ResourceRequests(text1))
+	st.eventRequests = by["events POST"] + by["events PATCH"]
+	st.events = benchutil.EventCounts(text1)
+	st.writes = benchutil.Writes(reqs) - st.eventRequests
+	st.writesBy = benchutil.OnlyWrites(withoutEvents(by))
 	st.reads = reqs["GET"]
 	st.load = benchutil.Load()
 	if saved != nil {
@@ -323,6 +365,17 @@ func steady(ctx context.Context, o options, p *benchutil.Provider, st *stage, pr
 		}
 	}
 	return nil
+}
+
+// withoutEvents is by without the events' requests.
+func withoutEvents(by map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range by {
+		if !strings.HasPrefix(k, "events ") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // quietFor is how long the provider must send no write before the
@@ -342,7 +395,7 @@ func settle(ctx context.Context, o options, p *benchutil.Provider, st *stage, be
 		if err != nil {
 			return err
 		}
-		w := benchutil.Writes(benchutil.ClientRequests(text))
+		w := benchutil.Writes(withoutEvents(benchutil.ResourceRequests(text)))
 		if w != last {
 			last, quiet = w, time.Now()
 		}

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	gcdebug "runtime/debug"
 	"strings"
 	"time"
 
@@ -94,14 +93,6 @@ func Main(h Hooks) {
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
 	)
 	parseFlags()
-	if os.Getenv("GOGC") == "" {
-		// Collect more often than Go's default (100): the heap grows to 1.4
-		// times what is live between collections, not twice. Most of the
-		// live heap is the caches, which grow with the resources, so this
-		// bounds the provider's memory for little CPU (docs/benchmarks.md
-		// has the figures).
-		gcdebug.SetGCPercent(40)
-	}
 
 	zl := NewLogger(*verbosity, *debug, *logFormat, os.Stderr)
 	ctrl.SetLogger(zl)
@@ -193,6 +184,9 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return errors.Wrap(err, "cannot create the manager")
+	}
+	if err := pcontroller.AddEventBroadcaster(mgr, mo); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -17,6 +17,7 @@ package batch
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 )
@@ -36,6 +37,8 @@ type Snapshots[T any] struct {
 	mu    sync.Mutex
 	snaps map[string]*snapshot[T]
 	last  map[string]time.Time
+	// swept is when last was last rid of entries older than maxAge.
+	swept time.Time
 }
 
 type snapshot[T any] struct {
@@ -68,6 +71,7 @@ func (s *Snapshots[T]) MaxAge() time.Duration { return s.maxAge }
 func (s *Snapshots[T]) Get(ctx context.Context, key, inst string, list func(context.Context) (T, error)) (val T, taken time.Time, fresh bool, err error) {
 	s.mu.Lock()
 	now := s.now()
+	s.sweep(now)
 	prev, seen := s.last[inst]
 	s.last[inst] = now
 	sn := s.snaps[key]
@@ -103,6 +107,18 @@ func (s *Snapshots[T]) Observed(inst string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last[inst] = s.now()
+}
+
+// sweep drops, at most once per maxAge, the Observe starts older than
+// maxAge: a snapshot young enough to answer was taken after them anyway,
+// so they decide nothing, and an instance deleted (never observed again)
+// would otherwise stay for ever. Called with mu held.
+func (s *Snapshots[T]) sweep(now time.Time) {
+	if now.Sub(s.swept) < s.maxAge {
+		return
+	}
+	s.swept = now
+	maps.DeleteFunc(s.last, func(_ string, at time.Time) bool { return now.Sub(at) > s.maxAge })
 }
 
 // Forget drops what is kept of inst (it was deleted).

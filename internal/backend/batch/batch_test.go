@@ -166,3 +166,44 @@ func TestSnapshotErrorIsNotKept(t *testing.T) {
 		t.Errorf("after a failed list: %d, %v, fresh %v; want a new list", v, err, fresh)
 	}
 }
+
+func TestDeletedInstancesAreNotKeptForever(t *testing.T) {
+	s, c, l := setup()
+	ctx := context.Background()
+	for _, inst := range []string{"gone-1", "gone-2", "gone-3"} {
+		if _, _, _, err := s.Get(ctx, "cfg", inst, l.list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The three are deleted; another instance goes on being observed.
+	for range 3 {
+		c.advance(6 * time.Second)
+		if _, _, _, err := s.Get(ctx, "cfg", "steady", l.list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.last) != 1 {
+		t.Errorf("kept the Observe starts of %d instances after three were deleted more than the max age ago, want only the steady one's", len(s.last))
+	}
+}
+
+func TestSnapshotAfterAnOldObserveStillAnswers(t *testing.T) {
+	s, c, l := setup()
+	ctx := context.Background()
+	if _, _, _, err := s.Get(ctx, "cfg", "a", l.list); err != nil {
+		t.Fatal(err)
+	}
+	// a's start is swept; a snapshot taken since still answers a (it was
+	// taken after a's previous Observe) and one older than that does not.
+	c.advance(11 * time.Second)
+	if _, _, _, err := s.Get(ctx, "cfg", "b", l.list); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(time.Second)
+	v, _, fresh, err := s.Get(ctx, "cfg", "a", l.list)
+	if err != nil || fresh || v != 2 {
+		t.Errorf("a after its start was swept: %v (fresh %v, %v); want the snapshot b's Observe took", v, fresh, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/version"
@@ -56,6 +57,38 @@ type Cluster struct {
 	// taken are the names whose Create was refused, for every driver of
 	// the Cluster (drivers are made per reconcile).
 	taken taken
+	// podIndex: the cache indexes pods by their proxy's UID (IndexPods).
+	podIndex     atomic.Bool
+	podIndexOnce sync.Once
+}
+
+// podUIDIndex is the cache's index of pods by their proxy's UID label.
+const podUIDIndex = "egressproxy.io/proxy-uid"
+
+// proxyUID is the index value of a pod: its proxy's UID.
+func proxyUID(o client.Object) []string {
+	if uid := o.GetLabels()[LabelUID]; uid != "" {
+		return []string{uid}
+	}
+	return nil
+}
+
+// IndexPods indexes the pods of the cache behind fi by their proxy's UID
+// (LabelUID), which the drivers made after it list a proxy's pods by:
+// unindexed, each list of one proxy's pods goes through every cached pod
+// of the namespace, so the provider's CPU grew with the square of the
+// proxies. Call it only once the provider may list and watch pods in
+// every namespace (as WatchDeletions); it waits for the pods' informer to
+// sync. Later calls do nothing.
+func (cl *Cluster) IndexPods(ctx context.Context, fi client.FieldIndexer) error {
+	var err error
+	cl.podIndexOnce.Do(func() {
+		err = fi.IndexField(ctx, &corev1.Pod{}, podUIDIndex, proxyUID)
+		if err == nil {
+			cl.podIndex.Store(true)
+		}
+	})
+	return err
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
@@ -146,6 +179,7 @@ func (cl *Cluster) WatchDeletions(informers cache.Informers) error {
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
 	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods, PodLog: cl.PodLog})
+	d.podIndex = cl.podIndex.Load()
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
 	d.quiet, d.guard = cl.quiet, cl.guard
@@ -359,8 +393,8 @@ func StripPod(o any) (any, error) {
 }
 
 // StripDeployment is the cache transform of Deployments: what Get and
-// Update read (metadata, replicas, selector, the pod template's metadata
-// and the container ports, status), without the rest of the pod template
+// Update read (metadata, replicas, selector, the pod template's config
+// hash and the container ports, status), without the rest of the pod template
 // and the managed fields. A thousand proxies' Deployments then take a
 // fraction of the memory.
 func StripDeployment(o any) (any, error) {
@@ -374,6 +408,13 @@ func StripDeployment(o any) (any, error) {
 		containers = append(containers, corev1.Container{Name: c.Name, Ports: c.Ports})
 	}
 	d.Spec.Template.Spec = corev1.PodSpec{Containers: containers}
+	// Of the pod template's metadata only the config hash is read; an
+	// update writes the whole template anew.
+	tm := metav1.ObjectMeta{}
+	if h, ok := d.Spec.Template.Annotations[AnnotationConfigHash]; ok {
+		tm.Annotations = map[string]string{AnnotationConfigHash: h}
+	}
+	d.Spec.Template.ObjectMeta = tm
 	return d, nil
 }
 

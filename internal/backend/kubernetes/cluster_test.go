@@ -129,6 +129,12 @@ func TestStripKeepsWhatGetReads(t *testing.T) {
 	if diff := cmp.Diff(before, after, cmp.AllowUnexported(observation{})); diff != "" {
 		t.Errorf("observe differs on stripped objects (-full +stripped):\n%s", diff)
 	}
+	if len(d.Spec.Template.Labels) != 0 || len(d.Spec.Template.Annotations) != 1 {
+		t.Errorf("stripped Deployment's pod template metadata: %+v; want only the config hash", d.Spec.Template.ObjectMeta)
+	}
+	if again, _ := StripDeployment(d.DeepCopy()); cmp.Diff(d, again) != "" {
+		t.Error("StripDeployment is not idempotent")
+	}
 	if d.Spec.Selector == nil || len(d.Spec.Template.Spec.Volumes) != 0 {
 		t.Errorf("stripped Deployment: selector %v, %d volumes; want the selector kept and the rest of the pod spec gone", d.Spec.Selector, len(d.Spec.Template.Spec.Volumes))
 	}

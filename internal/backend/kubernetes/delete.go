@@ -101,7 +101,7 @@ func (d *Driver) deleteOrphans(ctx context.Context, ref proxy.Ref) error {
 // from the cache where the driver has one.
 func (d *Driver) pods(ctx context.Context, namespace string, mark proxy.Mark, name string) ([]corev1.Pod, error) {
 	l := &corev1.PodList{}
-	if err := d.client.List(ctx, l, client.InNamespace(namespace), client.MatchingLabels{
+	if err := d.podsOf(ctx, l, namespace, client.MatchingLabels{
 		LabelManagedBy: ManagedBy, LabelName: name, LabelUID: mark.UID, LabelInstallation: mark.InstallationID,
 	}); err != nil {
 		return nil, fmt.Errorf("cannot list the pods of %s/%s: %w", namespace, name, err)
@@ -145,4 +145,15 @@ func (d *Driver) podsLeft(ctx context.Context, key types.NamespacedName, ref pro
 		Progress: fmt.Sprintf("being deleted: the Deployment is gone, pod %s is stopping", pods[0].Name),
 		Details:  map[string]string{"namespace": key.Namespace, "deployment": key.Name, "pod": pods[0].Name},
 	}, nil
+}
+
+// podsOf lists into l the pods in namespace carrying labels, whose
+// LabelUID is the proxy's: through the cache's index of the proxy's UID
+// where there is one.
+func (d *Driver) podsOf(ctx context.Context, l *corev1.PodList, namespace string, labels client.MatchingLabels) error {
+	opts := []client.ListOption{client.InNamespace(namespace), labels}
+	if uid := labels[LabelUID]; d.podIndex && uid != "" {
+		opts = append(opts, client.MatchingFields{podUIDIndex: uid})
+	}
+	return d.client.List(ctx, l, opts...)
 }

@@ -123,6 +123,8 @@ type Driver struct {
 	gone *gone
 	// taken are the names whose Create was refused (the Cluster's).
 	taken *taken
+	// podIndex: the client's cache indexes pods by podUIDIndex.
+	podIndex bool
 }
 
 var _ proxy.Driver = (*Driver)(nil)

@@ -91,8 +91,7 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 	var pods []corev1.Pod
 	if dep.DeletionTimestamp == nil {
 		l := &corev1.PodList{}
-		if err := d.client.List(ctx, l, client.InNamespace(dep.Namespace),
-			client.MatchingLabels{LabelName: dep.Labels[LabelName], LabelUID: dep.Labels[LabelUID]}); err != nil {
+		if err := d.podsOf(ctx, l, dep.Namespace, client.MatchingLabels{LabelName: dep.Labels[LabelName], LabelUID: dep.Labels[LabelUID]}); err != nil {
 			return proxy.Instance{}, fmt.Errorf("cannot list the pods of %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 		pods = l.Items

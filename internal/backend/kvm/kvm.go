@@ -191,7 +191,10 @@ func NewBackend(o Options) *Backend {
 	b.pool = newConnPool(dial, b.tracer, b.logger)
 	b.prober = o.Prober
 	if b.prober == nil {
-		b.prober = &squid.Prober{}
+		// A booting guest's Squid is probed again at each of the external
+		// layer's quick rechecks (about a second apart): a refusal is not
+		// kept longer than that.
+		b.prober = &squid.Prober{NegativeTTL: 500 * time.Millisecond}
 	}
 	b.images = newImageCache()
 	b.downloads = newSlots()

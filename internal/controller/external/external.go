@@ -185,11 +185,28 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
 	e.setSecure(cr, inst, req)
+	if e.kind.AnswerRecheck > 0 && answerSoon(inst, time.Now()) {
+		e.hints.noteSoon(cr, e.kind.AnswerRecheck)
+	}
 	return managed.ExternalObservation{
 		ResourceExists:    true,
 		ResourceUpToDate:  inst.SpecHash == "" || inst.SpecHash == proxy.Hash(req),
 		ConnectionDetails: e.unpublished(ctx, cr, connectionDetails(inst, req, e.cfg.Spec.NoProxy)),
 	}, nil
+}
+
+// answerWindow is how long after its creation an instance with an address
+// whose proxy does not answer yet is looked at every Kind.AnswerRecheck:
+// a guest's Squid starts at the end of its boot, and the not-Ready poll
+// (10 s by default) would add up to that much to its create-to-Ready.
+// Later (a proxy that stopped answering) the poll holds.
+const answerWindow = 10 * time.Minute
+
+// answerSoon reports whether inst is a new instance, at now, with an
+// address whose proxy does not answer yet.
+func answerSoon(inst proxy.Instance, now time.Time) bool {
+	return inst.State == proxy.StateRunning && inst.IP != "" && !inst.ProxyReachable &&
+		!inst.CreatedAt.IsZero() && now.Sub(inst.CreatedAt) < answerWindow
 }
 
 // unpublished is d, or nil when mg's connection Secret (in the watch of

@@ -2,6 +2,7 @@ package external
 
 import (
 	"context"
+	"sync"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
@@ -32,9 +33,13 @@ type childrenFinalizer struct {
 // RemoveFinalizer implements resource.Finalizer.
 func (f childrenFinalizer) RemoveFinalizer(ctx context.Context, obj resource.Object) error {
 	if mg, ok := obj.(resource.Managed); ok && meta.WasDeleted(mg) {
+		// At once, not one after the other: the resource goes only after
+		// them, and each is a round trip to the API server.
+		var wg sync.WaitGroup
 		for _, child := range controlledChildren(mg) {
-			f.deleteIfControlled(ctx, mg, child)
+			wg.Go(func() { f.deleteIfControlled(ctx, mg, child) })
 		}
+		wg.Wait()
 	}
 	return f.Finalizer.RemoveFinalizer(ctx, obj)
 }

@@ -7,6 +7,7 @@ package external
 
 import (
 	"context"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -69,6 +70,12 @@ type Kind[P any] struct {
 	// empty list of the controller's kind, of either scope (a legacy
 	// scope's list is not a resource.ManagedList).
 	Watches func(mgr manager.Manager, b *builder.Builder, list client.ObjectList) *builder.Builder
+	// AnswerRecheck, when set, is how soon a new instance with an address
+	// whose proxy does not answer yet is looked at again, instead of at
+	// the not-Ready poll (see answerSoon): for a backend where a read
+	// costs no quota (a KVM host), whose guests start Squid at the end of
+	// their boot.
+	AnswerRecheck time.Duration
 }
 
 // Backend describes one backend to the generic layer: the config block it

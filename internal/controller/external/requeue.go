@@ -27,6 +27,9 @@ const DefaultQuotaRetryInterval = 5 * time.Minute
 type retryHints struct {
 	mu    sync.Mutex
 	after map[types.NamespacedName]time.Duration
+	// soon holds, for a reconcile that succeeded, how soon at most the
+	// resource should be looked at again (noteSoon).
+	soon map[types.NamespacedName]time.Duration
 	// quota is the wait after a Quota error (Options.QuotaRetryInterval).
 	quota time.Duration
 }
@@ -35,7 +38,7 @@ func newRetryHints(quota time.Duration) *retryHints {
 	if quota <= 0 {
 		quota = DefaultQuotaRetryInterval
 	}
-	return &retryHints{after: map[types.NamespacedName]time.Duration{}, quota: quota}
+	return &retryHints{after: map[types.NamespacedName]time.Duration{}, soon: map[types.NamespacedName]time.Duration{}, quota: quota}
 }
 
 // wait is how long the resource should wait after err: the quota
@@ -63,12 +66,34 @@ func (h *retryHints) note(mg resource.Managed, err error) {
 	h.after[types.NamespacedName{Namespace: mg.GetNamespace(), Name: mg.GetName()}] = d
 }
 
+// noteSoon records that mg should be looked at again within d, sooner
+// than its poll: its instance has an address and its proxy does not
+// answer yet (a guest finishing its boot), so the moment it answers is
+// seen within d rather than at the next not-Ready poll.
+func (h *retryHints) noteSoon(mg resource.Managed, d time.Duration) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.soon[types.NamespacedName{Namespace: mg.GetNamespace(), Name: mg.GetName()}] = d
+}
+
 // take returns and forgets what was noted for key.
 func (h *retryHints) take(key types.NamespacedName) (time.Duration, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	d, ok := h.after[key]
 	delete(h.after, key)
+	return d, ok
+}
+
+// takeSoon returns and forgets what noteSoon noted for key.
+func (h *retryHints) takeSoon(key types.NamespacedName) (time.Duration, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d, ok := h.soon[key]
+	delete(h.soon, key)
 	return d, ok
 }
 
@@ -81,9 +106,15 @@ type retryAfter struct {
 }
 
 func (r retryAfter) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	r.hints.take(req.NamespacedName) // a hint is only for the reconcile that noted it
+	// A hint is only for the reconcile that noted it.
+	r.hints.take(req.NamespacedName)
+	r.hints.takeSoon(req.NamespacedName)
 	res, err := r.inner.Reconcile(ctx, req)
+	soon, hasSoon := r.hints.takeSoon(req.NamespacedName)
 	d, ok := r.hints.take(req.NamespacedName)
+	if !ok && hasSoon && err == nil && !res.Requeue && (res.RequeueAfter == 0 || res.RequeueAfter > soon) { //nolint:staticcheck // The runtime returns Requeue.
+		return reconcile.Result{RequeueAfter: soon}, nil
+	}
 	if !ok || err != nil {
 		return res, err
 	}

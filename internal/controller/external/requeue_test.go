@@ -82,3 +82,68 @@ func TestQuotaRequeuesOnItsOwnInterval(t *testing.T) {
 		}
 	})
 }
+
+// runtimeSucceeding stands for crossplane-runtime's managed reconciler
+// after an Observe that noted an instance whose proxy does not answer
+// yet: it returns the not-Ready poll.
+type runtimeSucceeding struct {
+	hints *retryHints
+	mg    *nsproxy.KVMProxy
+	soon  bool
+	res   reconcile.Result
+}
+
+func (r runtimeSucceeding) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
+	if r.soon {
+		r.hints.noteSoon(r.mg, time.Second)
+	}
+	return r.res, nil
+}
+
+// TestAnInstanceWaitingForItsProxyIsLookedAtSoon: a new instance with an
+// address whose Squid does not answer yet is observed again a second
+// later, not at the not-Ready poll; nothing else changes.
+func TestAnInstanceWaitingForItsProxyIsLookedAtSoon(t *testing.T) {
+	mg := &nsproxy.KVMProxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"}}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "web"}}
+	poll := reconcile.Result{RequeueAfter: 10 * time.Second}
+	cases := []struct {
+		name string
+		soon bool
+		res  reconcile.Result
+		want reconcile.Result
+	}{
+		{"Waiting", true, poll, reconcile.Result{RequeueAfter: time.Second}},
+		{"NotWaiting", false, poll, poll},
+		{"RuntimeRequeuesAtOnce", true, runtimeRequeue, runtimeRequeue},
+		{"SoonerAlready", true, reconcile.Result{RequeueAfter: 100 * time.Millisecond}, reconcile.Result{RequeueAfter: 100 * time.Millisecond}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newRetryHints(time.Minute)
+			r := retryAfter{inner: runtimeSucceeding{hints: h, mg: mg, soon: tc.soon, res: tc.res}, hints: h}
+			if got, err := r.Reconcile(context.Background(), req); err != nil || got != tc.want {
+				t.Errorf("Reconcile = %+v, %v; want %+v", got, err, tc.want)
+			}
+			if _, left := h.takeSoon(req.NamespacedName); left {
+				t.Error("the hint outlived its reconcile")
+			}
+		})
+	}
+	now := time.Now()
+	for _, c := range []struct {
+		name string
+		inst proxy.Instance
+		want bool
+	}{
+		{"NewNotAnswering", proxy.Instance{State: proxy.StateRunning, IP: "10.0.0.5", CreatedAt: now.Add(-time.Minute)}, true},
+		{"Answering", proxy.Instance{State: proxy.StateRunning, IP: "10.0.0.5", ProxyReachable: true, CreatedAt: now.Add(-time.Minute)}, false},
+		{"NoAddressYet", proxy.Instance{State: proxy.StateProvisioning, CreatedAt: now.Add(-time.Minute)}, false},
+		{"OldNotAnswering", proxy.Instance{State: proxy.StateRunning, IP: "10.0.0.5", CreatedAt: now.Add(-time.Hour)}, false},
+		{"UnknownAge", proxy.Instance{State: proxy.StateRunning, IP: "10.0.0.5"}, false},
+	} {
+		if got := answerSoon(c.inst, now); got != c.want {
+			t.Errorf("answerSoon(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

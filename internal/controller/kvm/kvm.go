@@ -39,6 +39,10 @@ func New(_ ctrl.Manager, o Options) external.Kind[spec.KVMProxyParameters] {
 		Location: func(p *spec.Placement) *string { return &p.Host },
 		Proxy:    func(p *spec.KVMProxyParameters) *spec.ProxySettings { return &p.Proxy },
 		Request:  request,
+		// libvirt reads cost no quota: a booting guest is looked at every
+		// second once it has an address, so its Squid's first answer makes
+		// it Ready within about a second.
+		AnswerRecheck: time.Second,
 		Backend: external.Backend{
 			Name:    "kvm",
 			Block:   block,

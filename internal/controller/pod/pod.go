@@ -309,6 +309,11 @@ func (b *binding) mayWatch(log logr.Logger, kind string, informers cache.Informe
 		if err := b.local.WatchDeletions(informers); err != nil {
 			log.Info("cannot follow Deployment deletions; a deleted PodProxy reads its Deployment's absence live", "error", err.Error())
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.local.IndexPods(ctx, informers); err != nil {
+			log.Info("cannot index the cached pods; a PodProxy's pods are found among all of them", "error", err.Error())
+		}
 	}
 	return true
 }

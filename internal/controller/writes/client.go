@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,6 +119,9 @@ func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
 	if status, err = statusDigest(obj); err != nil {
 		return object, status, err
 	}
+	if b, ok, err := typedObjectJSON(obj); ok || err != nil {
+		return sha256.Sum256(b), status, err
+	}
 	var u map[string]any
 	if un, ok := obj.(runtime.Unstructured); ok {
 		// The converter hands back an unstructured object's own content:
@@ -141,6 +146,46 @@ func digests(obj client.Object) (object, status [sha256.Size]byte, err error) {
 		return object, status, err
 	}
 	return sha256.Sum256(ob), status, nil
+}
+
+// typedObjectJSON is obj as JSON without its type, status, managed
+// fields, resourceVersion and pending annotation, for a typed object (a struct
+// with ObjectMeta and Status fields; ok false otherwise): encoded from a
+// shallow copy with those fields cleared, which costs a fraction of the
+// unstructured conversion (digests runs on every read of a new version
+// and every write). The caller's object is not changed.
+func typedObjectJSON(obj client.Object) (b []byte, ok bool, err error) {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, false, nil
+	}
+	cp := reflect.New(v.Elem().Type()).Elem()
+	cp.Set(v.Elem())
+	st, om := cp.FieldByName("Status"), cp.FieldByName("ObjectMeta")
+	if !st.IsValid() || !om.IsValid() || !st.CanSet() || om.Type() != reflect.TypeFor[metav1.ObjectMeta]() {
+		return nil, false, nil
+	}
+	st.SetZero()
+	// The type is the key's: a read from the cache sets it, a write's
+	// response may not.
+	if tm := cp.FieldByName("TypeMeta"); tm.IsValid() && tm.CanSet() {
+		tm.SetZero()
+	}
+	m := om.Addr().Interface().(*metav1.ObjectMeta) //nolint:forcetypeassert // Its type was checked.
+	m.ManagedFields, m.ResourceVersion = nil, ""
+	if _, has := m.Annotations[meta.AnnotationKeyExternalCreatePending]; has {
+		a := maps.Clone(m.Annotations)
+		delete(a, meta.AnnotationKeyExternalCreatePending)
+		if len(a) == 0 {
+			a = nil
+		}
+		m.Annotations = a
+	}
+	if len(m.Annotations) == 0 {
+		m.Annotations = nil
+	}
+	b, err = json.Marshal(cp.Addr().Interface())
+	return b, true, err
 }
 
 // statusDigest is the digest of obj's status: its Status field as JSON
@@ -351,6 +396,19 @@ func (c *Client) Update(ctx context.Context, obj client.Object, opts ...client.U
 	}
 	c.wrote(obj, from)
 	return nil
+}
+
+// Delete implements client.Writer, forgetting what it noted of obj once
+// it is gone or going: an object deleted without finalizers is never read
+// again, and its entry would stay for ever.
+func (c *Client) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	err := c.Client.Delete(ctx, obj, opts...)
+	if err == nil || kerrors.IsNotFound(err) {
+		c.mu.Lock()
+		delete(c.seen, seenKey(obj))
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // Status returns the status writer that leaves out unchanged statuses.

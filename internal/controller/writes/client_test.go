@@ -488,3 +488,57 @@ func TestClientGetDoesNotWaitOtherwise(t *testing.T) {
 		})
 	}
 }
+
+func TestClientForgetsWhatItDeleted(t *testing.T) {
+	ctx := context.Background()
+	kube, _ := counted(t, kvmProxy())
+	c := NewClient(kube, nil, nil)
+	obj := kvmProxy()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted again (gone already): still nothing kept.
+	if err := c.Delete(ctx, kvmProxy()); !kerrors.IsNotFound(err) {
+		t.Fatalf("second Delete: %v, want NotFound", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) != 0 {
+		t.Errorf("the client keeps %d entries after deleting the only object it read, want none", len(c.seen))
+	}
+}
+
+// TestDigestOfATypedObject: a typed object's digest leaves out what a
+// write does not change (its type, status, managed fields, version and
+// pending annotation), keeps the rest, and leaves the object as it was.
+func TestDigestOfATypedObject(t *testing.T) {
+	obj := kvmProxy()
+	obj.SetAnnotations(map[string]string{meta.AnnotationKeyExternalCreatePending: "now", "keep": "x"})
+	obj.SetResourceVersion("3")
+	obj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "m"}})
+	obj.SetConditions(xpv2.Available())
+	base, _, err := digests(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(obj.GetAnnotations()) != 2 || obj.GetResourceVersion() != "3" || len(obj.GetManagedFields()) != 1 || len(obj.Status.Conditions) != 1 {
+		t.Fatalf("digests changed the object: %+v", obj)
+	}
+	same := obj.DeepCopy()
+	same.APIVersion, same.Kind = "proxy.m.egressproxy.io/v1alpha1", "KVMProxy"
+	same.SetResourceVersion("4")
+	same.SetManagedFields(nil)
+	same.SetAnnotations(map[string]string{"keep": "x"})
+	same.SetConditions(xpv2.Creating())
+	if d, _, _ := digests(same); d != base {
+		t.Error("the digest depends on the type, version, managed fields, status or pending annotation")
+	}
+	other := obj.DeepCopy()
+	other.SetAnnotations(map[string]string{"keep": "y"})
+	if d, _, _ := digests(other); d == base {
+		t.Error("the digest does not see an annotation's change")
+	}
+}

@@ -155,6 +155,9 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := pcontroller.AddEventBroadcaster(mgr, mo); err != nil {
+		t.Fatal(err)
+	}
 
 	ctrl.SetLogger(logr.Discard())
 	w := zapcore.AddSync(e.Logs)
