@@ -104,7 +104,7 @@ func ReportOf(s proxy.Settings, attribute bool) *EgressReport {
 	if err != nil {
 		return nil
 	}
-	return &EgressReport{Request: r, Port: s.Port, GuestAttribute: attribute}
+	return &EgressReport{Request: r, Port: squid.ReportPort(s), GuestAttribute: attribute}
 }
 
 // Where a guest keeps its egress check.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -70,6 +71,28 @@ func TestRealSquidReportScript(t *testing.T) {
 	}
 	if r, out := run(check, strconv.Itoa(freePort(t))); r.IP != "" || r.Failure == "" {
 		t.Errorf("report with no Squid %q = %+v; want a failure", out, r)
+	}
+
+	// A proxy listening with TLS only: the check from inside reaches it on
+	// its plain loopback listener (ReportPort), and the TLS port answers
+	// the script nothing it could take for an address.
+	certs := testenv.NewCerts(t, "127.0.0.1")
+	tlsOf, err := LoadTLS(certs.Secret(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCheck := check
+	tlsCheck.ProxyCA = tlsOf.CA
+	s := proxy.Settings{AllowedClientCIDRs: []string{"192.0.2.0/24"}, EgressCheck: &tlsCheck, TLS: tlsOf}
+	tq := startSquid(t, bin, s, up.options(helper))
+	_, tlsPort, _ := strings.Cut(tq.addr, ":")
+	n, _ := strconv.Atoi(tlsPort)
+	s.Port = int32(n) //nolint:gosec // a port.
+	if r, out := run(tlsCheck, strconv.Itoa(int(ReportPort(s)))); r.IP != want || r.Failure != "" {
+		t.Errorf("report through the TLS proxy's loopback listener %q = %+v; want %s", out, r, want)
+	}
+	if r, out := run(tlsCheck, tlsPort); r.IP != "" {
+		t.Errorf("report against the TLS port in clear %q = %+v; want no address", out, r)
 	}
 }
 

@@ -223,7 +223,18 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		// it; the TLS library's defaults apply.
 		port = "https_port " + listen + " tls-cert=" + o.TLSCertPath + " tls-key=" + o.TLSKeyPath
 	}
-	w(port,
+	w(port)
+	if s.TLS != nil && s.EgressCheck != nil {
+		// The check from inside the instance (ReportScript) speaks no TLS:
+		// a plain listener on loopback alone, which no client outside the
+		// instance reaches.
+		loop := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		if o.ListenAddress != "" {
+			loop = netip.MustParseAddr(o.ListenAddress)
+		}
+		w("http_port " + netip.AddrPortFrom(loop, uint16(ReportPort(s))).String()) //nolint:gosec // admission bounds the port.
+	}
+	w(
 		// A name of the resource's, not the machine's host name (which would
 		// show in error pages, and without which Squid does not start): the
 		// readiness probe reads it back (Prober).
@@ -574,4 +585,20 @@ func htpasswdLine(username, password, seed string) string {
 		salt[i] = cryptAlphabet[sum[i]&0x3f]
 	}
 	return username + ":" + sha512Crypt([]byte(password), salt, sha512CryptDefaultRounds) + "\n"
+}
+
+// ReportPort is the port the egress check from inside an instance
+// (ReportScript) connects to on the instance's loopback: the proxy's own,
+// or, when the proxy listens with TLS only, the plain loopback listener
+// Render adds next to it (the port after the proxy's, or the one before
+// the last port).
+func ReportPort(s proxy.Settings) int32 {
+	switch {
+	case s.TLS == nil:
+		return s.Port
+	case s.Port >= 65535:
+		return s.Port - 1
+	default:
+		return s.Port + 1
+	}
 }

@@ -160,6 +160,23 @@ func TestRenderTLS(t *testing.T) {
 			t.Errorf("%s of Files prints the key: %s", verb, out)
 		}
 	}
+	// With an egress check, a plain listener on loopback alone for the
+	// check from inside the instance, on ReportPort.
+	withCheck := s
+	withCheck.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "check-password-0123456789abcdef"}
+	fc, err := Render(withCheck, Options{TLSCertPath: "/etc/x/tls.crt", TLSKeyPath: "/etc/x/tls.key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ReportPort(withCheck); got != 3129 || !strings.Contains(fc.SquidConf, "\nhttp_port 127.0.0.1:3129\n") || strings.Count(fc.SquidConf, "\nhttp_port") != 1 {
+		t.Errorf("squid.conf with TLS and a check: ReportPort %d; want one plain listener, 127.0.0.1:3129:\n%s", got, fc.SquidConf)
+	}
+	if withCheck.TLS, withCheck.Port = nil, 65535; ReportPort(withCheck) != 65535 {
+		t.Errorf("ReportPort without TLS = %d; want the proxy's port", ReportPort(withCheck))
+	}
+	if withCheck.TLS = s.TLS; ReportPort(withCheck) != 65534 {
+		t.Errorf("ReportPort with TLS on port 65535 = %d; want 65534", ReportPort(withCheck))
+	}
 	s.TLS = &proxy.TLS{Cert: c.Chain}
 	if _, err := Render(s, Options{}); err == nil || !strings.Contains(err.Error(), "tls:") {
 		t.Errorf("Render with TLS lacking a key = %v; want an error naming tls", err)

@@ -80,7 +80,7 @@ func (d *Driver) buildDeployment(req proxy.Request, files squid.Files, specHash 
 		Image:           d.cfg.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command: []string{"/bin/bash", "-c", squid.ReportLoop, ReportContainerName,
-			ReportMountPath + "/" + KeyEgressCheck, strconv.Itoa(int(req.Proxy.Port)), strconv.Itoa(reportInterval)},
+			ReportMountPath + "/" + KeyEgressCheck, strconv.Itoa(int(squid.ReportPort(req.Proxy))), strconv.Itoa(reportInterval)},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("4Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},

@@ -113,6 +113,8 @@ func StartGuest(bin, ip string, port int, f squid.Files) (stop func(), err error
 		"pid_filename /run/squid.pid", "pid_filename none",
 		"http_port "+portText+"\n", "http_port "+net.JoinHostPort(ip, portText)+"\n",
 		"https_port "+portText+" ", "https_port "+net.JoinHostPort(ip, portText)+" ",
+		// The instance's loopback listener is the guest's own address here.
+		"http_port 127.0.0.1:", "http_port "+net.JoinHostPort(ip, ""),
 	)
 	for name, content := range map[string]string{
 		"squid.conf":    replace.Replace(f.SquidConf),
@@ -170,4 +172,18 @@ func RunReport(ctx context.Context, request, ip string, port int) (string, error
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// ReportPortOf is the port a guest's own egress check connects to in
+// squid.conf conf: its loopback listener's (a proxy listening with TLS),
+// else proxyPort.
+func ReportPortOf(conf string, proxyPort int) int {
+	for _, l := range strings.Split(conf, "\n") {
+		if p, ok := strings.CutPrefix(l, "http_port 127.0.0.1:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(p)); err == nil {
+				return n
+			}
+		}
+	}
+	return proxyPort
 }

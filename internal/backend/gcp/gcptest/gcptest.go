@@ -1578,8 +1578,11 @@ func (s *Server) startSquid(in *instance) {
 	}
 	port := 0
 	for _, l := range strings.Split(f.SquidConf, "\n") {
+		// The first listener is the proxy's (a second one is its loopback
+		// listener for the check from inside).
 		if f := strings.Fields(l); len(f) >= 2 && (f[0] == "http_port" || f[0] == "https_port") {
 			port, _ = strconv.Atoi(f[1])
+			break
 		}
 	}
 	if ip == "" || port == 0 {
@@ -1599,7 +1602,7 @@ func (s *Server) startSquid(in *instance) {
 	// script puts it.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	go func() {
-		line, _ := squidtest.RunReport(ctx, req, ip, port)
+		line, _ := squidtest.RunReport(ctx, req, ip, squidtest.ReportPortOf(f.SquidConf, port))
 		if line == "" {
 			return
 		}

@@ -478,6 +478,10 @@ func Substitute(conf, dir, ip string) string {
 		if port, ok := strings.CutPrefix(l, "http_port "); ok && !strings.Contains(port, ":") {
 			lines[i] = "http_port " + net.JoinHostPort(ip, strings.TrimSpace(port))
 		}
+		if port, ok := strings.CutPrefix(l, "http_port 127.0.0.1:"); ok {
+			// The pod's loopback listener: its own address here.
+			lines[i] = "http_port " + net.JoinHostPort(ip, strings.TrimSpace(port))
+		}
 		if rest, ok := strings.CutPrefix(l, "https_port "); ok && !strings.Contains(rest, ":") {
 			port, opts, _ := strings.Cut(rest, " ")
 			lines[i] = "https_port " + net.JoinHostPort(ip, port) + " " + opts

@@ -269,7 +269,7 @@ func (s *Server) maybeListen(v *vm, now time.Time) {
 			// The guest's own egress check (its cloud-init's timer), in
 			// the background: its line becomes the report file.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			addr, port := v.addr, s.opts.ProxyPort
+			addr, port := v.addr, squidtest.ReportPortOf(f.SquidConf, s.opts.ProxyPort)
 			go func() {
 				line, _ := squidtest.RunReport(ctx, req, addr, port)
 				s.mu.Lock()
