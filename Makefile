@@ -235,16 +235,20 @@ test-install: test-deps crossplane-bins
 
 # The provider and function packages (linux/amd64 and linux/arm64, each
 # its own runtime image) and the Configuration as .xpkg files in bin/xpkg,
-# with `crossplane xpkg build` (hack/xpkg.sh; no docker). Push them with
-# make xpkg-push (docs/install.md).
+# with `crossplane xpkg build` (hack/xpkg.sh; no docker), and the Squid
+# image the provider runs by default (hack/squid-image.sh: as root, with
+# Debian's mirror). Push them with make xpkg-push (docs/install.md).
 .PHONY: xpkg
 xpkg:
 	VERSION=$(VERSION) XPKG_REPO=$(XPKG_REPO) bash hack/xpkg.sh $(BIN)/xpkg
 
 # crossplane xpkg push of the three packages to $(XPKG_REPO), both
-# architectures of a package as one index.
+# architectures of a package as one index; first the Squid image the
+# provider runs by default, as $(XPKG_REPO)/squid-egressproxy:$(VERSION)
+# (the provider names it by digest).
 .PHONY: xpkg-push
 xpkg-push: xpkg
+	$(GO) run ./hack/squidimage -push $(BIN)/xpkg/squid-egressproxy-$(VERSION).oci.tar -ref $(XPKG_REPO)/squid-egressproxy:$(VERSION)
 	@cli=$$(bash hack/crossplane-bins.sh cli) && for n in provider function; do \
 		$$cli xpkg push -f $(BIN)/xpkg/$$n-egressproxy-$(VERSION)-amd64.xpkg,$(BIN)/xpkg/$$n-egressproxy-$(VERSION)-arm64.xpkg $(XPKG_REPO)/$$n-egressproxy:$(VERSION) || exit 1; \
 	done && $$cli xpkg push -f $(BIN)/xpkg/configuration-egressproxy-$(VERSION).xpkg $(XPKG_REPO)/configuration-egressproxy:$(VERSION)

@@ -18,11 +18,11 @@ var (
 	_ resource.ModernManaged = &namespacedproxyv1alpha1.PodProxy{}
 	_ resource.ManagedList   = &namespacedproxyv1alpha1.PodProxyList{}
 
-	_ resource.LegacyManaged     = &clusterproxyv1alpha1.KVMProxy{}
-	_ resource.LegacyManaged     = &clusterproxyv1alpha1.ProxmoxProxy{}
-	_ resource.LegacyManaged     = &clusterproxyv1alpha1.GCPProxy{}
-	_ resource.LegacyManaged     = &clusterproxyv1alpha1.PodProxy{}
-	_ resource.LegacyManagedList = &clusterproxyv1alpha1.PodProxyList{}
+	_ resource.LegacyManaged = &clusterproxyv1alpha1.KVMProxy{}
+	_ resource.LegacyManaged = &clusterproxyv1alpha1.ProxmoxProxy{}
+	_ resource.LegacyManaged = &clusterproxyv1alpha1.GCPProxy{}
+	_ resource.LegacyManaged = &clusterproxyv1alpha1.PodProxy{}
+	_ resource.ManagedList   = &clusterproxyv1alpha1.PodProxyList{}
 
 	_ resource.ProviderConfig           = &namespacedv1alpha1.ProviderConfig{}
 	_ resource.ProviderConfig           = &namespacedv1alpha1.ClusterProviderConfig{}

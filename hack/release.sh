@@ -7,6 +7,10 @@
 #                                            and function >=VERSION, admitting
 #                                            no pre-release
 #   podproxy.yaml                            the PodProxy grant for XPKG_REPO
+#   squid-egressproxy-VERSION.oci.tar        the Squid image the provider runs
+#                                            by default (linux/amd64), which
+#                                            must hold the packages of
+#                                            hack/squidimage/packages.lock
 #   provider-egressproxy-VERSION-ARCH.cdx.json  CycloneDX SBOM of the provider
 #                                            image's binary, from its Go build
 #                                            information (cyclonedx-gomod bin)
@@ -33,7 +37,10 @@ OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-VERSION=$VERSION BIN_OUT="$WORK/bin" bash hack/xpkg.sh "$OUT"
+# SQUID_IMAGE_STRICT: the Squid image holds the packages
+# hack/squidimage/packages.lock records, or the release fails (0 builds
+# it anyway, for tests, as ALLOW_DIRTY does).
+VERSION=$VERSION BIN_OUT="$WORK/bin" SQUID_IMAGE_STRICT=${SQUID_IMAGE_STRICT:-1} bash hack/xpkg.sh "$OUT"
 for f in "$WORK"/bin/provider-*; do
   arch=${f##*-}
   log "SBOM of the provider for $arch"
@@ -53,7 +60,7 @@ last=$(git tag --merged HEAD --list 'v*' --sort=-v:refname 2>/dev/null |
 } >"$OUT/CHANGELOG-$VERSION.md"
 
 # Only VERSION's files: OUT_DIR may hold other builds too.
-(cd "$OUT" && rm -f SHA256SUMS && sha256sum -- ./*-"$VERSION".xpkg ./*-"$VERSION"-*.xpkg podproxy.yaml ./*-"$VERSION"-*.cdx.json "CHANGELOG-$VERSION.md" |
+(cd "$OUT" && rm -f SHA256SUMS && sha256sum -- ./*-"$VERSION".xpkg ./*-"$VERSION"-*.xpkg ./squid-egressproxy-"$VERSION".oci.tar podproxy.yaml ./*-"$VERSION"-*.cdx.json "CHANGELOG-$VERSION.md" |
   sed 's# \./# #' >SHA256SUMS)
 log "$VERSION in $OUT:"
 (cd "$OUT" && ls -l) >&2

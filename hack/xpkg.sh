@@ -14,6 +14,12 @@
 #   podproxy.yaml                             cluster/rbac/podproxy.yaml, its
 #                                             ImageConfig matching XPKG_REPO
 #
+#   squid-egressproxy-VERSION.oci.tar         the Squid image PodProxy runs by
+#                                             default (hack/squid-image.sh), an
+#                                             OCI layout in a tar, which make
+#                                             xpkg-push pushes to
+#                                             XPKG_REPO/squid-egressproxy
+#
 #   hack/xpkg.sh [OUT_DIR]     (default bin/xpkg)
 #
 # Environment: VERSION (default hack/version.sh: the tag, or the next
@@ -21,7 +27,10 @@
 # Configuration's dependsOn names; default 127.0.0.1:5000/egressproxy),
 # PLATFORMS (default "linux/amd64 linux/arm64"; none: only the
 # Configuration), BIN_OUT (a folder to keep
-# the static binaries in). A release VERSION (vX.Y.Z, no pre-release)
+# the static binaries in), SQUID_IMAGE (the provider's default Squid image;
+# default XPKG_REPO/squid-egressproxy@DIGEST, the image hack/squid-image.sh
+# builds, which needs root and Debian's mirror: set it to build without
+# them, and no image archive is written). A release VERSION (vX.Y.Z, no pre-release)
 # makes the Configuration depend on the provider and function >=VERSION,
 # admitting no pre-release.
 #
@@ -123,12 +132,24 @@ done
 log "the Compositions call the function $FUNCTION_NAME (the name Crossplane's dependency resolver installs $XPKG_REPO/function-egressproxy under)"
 
 files=()
+# The provider's default Squid image (internal/backend/kubernetes's
+# DefaultImage), by the digest of the image written next to the packages.
+DEFAULT_SQUID=${SQUID_IMAGE:-}
+if [ -n "$PLATFORMS" ] && [ -z "$DEFAULT_SQUID" ]; then
+  squid=$(bash hack/squid-image.sh oci)
+  squid_oci=$(sed -n 1p <<<"$squid") squid_digest=$(sed -n 2p <<<"$squid")
+  [[ $squid_digest =~ ^sha256:[0-9a-f]{64}$ ]] || { log "hack/squid-image.sh oci printed $squid; want the layout and its digest"; exit 1; }
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$squid_oci" -cf "$OUT/squid-egressproxy-$VERSION.oci.tar" .
+  files+=("$OUT/squid-egressproxy-$VERSION.oci.tar")
+  DEFAULT_SQUID="$XPKG_REPO/squid-egressproxy@$squid_digest"
+fi
+[ -z "$DEFAULT_SQUID" ] || log "the provider's default Squid image: $DEFAULT_SQUID"
 for plat in $PLATFORMS; do
   os=${plat%%/*} arch=${plat#*/}
   bin="$WORK/bin/$arch"; mkdir -p "$bin"
   log "building the provider and the function for $plat (static)"
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch bash hack/go-build.sh "xpkg: the provider for $plat" -trimpath \
-    -ldflags "-s -w -X github.com/egressproxy/provider-egressproxy/internal/version.Version=$VERSION" \
+    -ldflags "-s -w -X github.com/egressproxy/provider-egressproxy/internal/version.Version=$VERSION -X github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes.DefaultImage=$DEFAULT_SQUID" \
     -o "$bin/provider" ./cmd/provider
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch bash hack/go-build.sh "xpkg: the function for $plat" -trimpath -ldflags "-s -w" \
     -o "$bin/function-egressproxy" ./function/cmd/function-egressproxy

@@ -40,6 +40,9 @@ const (
 	providerPackage = "provider-egressproxy"
 	functionPackage = "function-egressproxy"
 	configPackage   = "configuration-egressproxy"
+	// squidImage is the Squid image the provider runs by default, pushed
+	// next to the packages (hack/xpkg.sh writes it).
+	squidImage = "squid-egressproxy"
 	// providerObject is the Provider's name: the one Crossplane's
 	// dependency resolver gives the Configuration's dependency (the
 	// repository path as a DNS label), so that it finds it installed and
@@ -75,7 +78,7 @@ type quickstart struct {
 	cs       *kubernetes.Clientset
 	cli      string // the Crossplane CLI
 	coreBins string // Crossplane core and its CRDs
-	squidRef string // the Squid image in the node's containerd
+	squidRef string // the provider's default Squid image, pushed to the local registry (by digest)
 	version  string
 	pkgs     map[string]string // package name -> .xpkg file
 	// pkgsCached says the packages were built before from the same tree.
@@ -151,10 +154,10 @@ func (q *quickstart) script(ctx context.Context, env []string, name string, args
 }
 
 // tools builds (only when missing) and finds every binary and image: the
-// control plane's, the node's, the Squid image, Crossplane core and CLI.
-// It returns the control-plane and node binary folders and the Squid
-// image tarball.
-func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, squidTar string, err error) {
+// control plane's, the node's, the Squid image (which hack/xpkg.sh makes
+// the provider's default), Crossplane core and CLI. It returns the
+// control-plane and node binary folders.
+func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins string, err error) {
 	done := q.progress.stage("tools: control plane and kubectl, node, Squid image, Crossplane core and CLI (built from the Go module proxy into ~/.cache/provider-egressproxy when missing; about 15 minutes cold on 2 idle cores, instant warm)")
 	// Steps, each timed, so a cold run shows how far it is.
 	steps := 2
@@ -190,9 +193,8 @@ func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, sq
 			return
 		}
 		if len(l) < 2 {
-			return "", "", "", fmt.Errorf("hack/squid-image.sh printed %q; want the tarball and the image name first", l)
+			return "", "", fmt.Errorf("hack/squid-image.sh printed %q; want the tarball and the image name first", l)
 		}
-		squidTar, q.squidRef = l[0], l[1]
 	}
 	if _, err = step("Crossplane core v2.4.0 and the Crossplane CLI v2.5.0 (a few minutes cold each)", "crossplane-bins.sh", "all"); err != nil {
 		return
@@ -221,13 +223,13 @@ func (q *quickstart) tools(ctx context.Context, node bool) (cpBins, nodeBins, sq
 		}
 	}
 	done("ready; kubectl and crossplane linked in %s", bin)
-	return cpBins, nodeBins, squidTar, nil
+	return cpBins, nodeBins, nil
 }
 
 // packageInputs are the files the packages are made of: what their
 // cache key hashes.
 var packageInputs = []string{"apis/", "cmd/provider/", "internal/", "function/", "package/", "examples/",
-	"hack/xpkg.sh", "hack/check-crds.sh", "hack/runtimeimage/", "hack/version.sh", "go.mod", "go.sum"}
+	"hack/xpkg.sh", "hack/check-crds.sh", "hack/runtimeimage/", "hack/version.sh", "hack/squid-image.sh", "hack/squidimage/", "go.mod", "go.sum"}
 
 // packages builds the provider, function and Configuration packages with
 // hack/xpkg.sh (`crossplane xpkg build`) for this machine's architecture,
@@ -250,6 +252,7 @@ func (q *quickstart) packages(ctx context.Context) error {
 		providerPackage: filepath.Join(dir, fmt.Sprintf("%s-%s-%s.xpkg", providerPackage, q.version, arch)),
 		functionPackage: filepath.Join(dir, fmt.Sprintf("%s-%s-%s.xpkg", functionPackage, q.version, arch)),
 		configPackage:   filepath.Join(dir, fmt.Sprintf("%s-%s.xpkg", configPackage, q.version)),
+		squidImage:      filepath.Join(dir, fmt.Sprintf("%s-%s.oci.tar", squidImage, q.version)),
 	}
 	have := true
 	for _, f := range q.pkgs {
@@ -333,11 +336,18 @@ func (q *quickstart) writeCA() error {
 }
 
 // push pushes the packages to the registry with `crossplane xpkg push`,
-// all three at once: they are independent, and on the way to ready.
+// all three at once: they are independent, and on the way to ready; and
+// the Squid image the provider runs by default, which the node's
+// containerd then pulls from the registry by digest, as a cluster pulls a
+// release's.
 func (q *quickstart) push(ctx context.Context) error {
 	names := []string{providerPackage, functionPackage, configPackage}
-	errs := make([]error, len(names))
+	errs := make([]error, len(names)+1)
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		ref, err := q.registry.Client.PushLayout(ctx, q.pkgs[squidImage], q.ref(squidImage))
+		q.squidRef, errs[len(names)] = ref, err
+	})
 	for i, name := range names {
 		wg.Go(func() {
 			cmd := exec.CommandContext(ctx, q.cli, "xpkg", "push", "-f", q.pkgs[name], q.ref(name)) //nolint:gosec // the CLI we built.
@@ -678,13 +688,14 @@ func (q *quickstart) providerConfigs(ctx context.Context) (string, error) {
 	if q.pageURL != "" {
 		echo = "    egressCheck: {url: \"" + strings.TrimSuffix(q.pageURL, "/") + netnshost.EchoPath + "\"}\n"
 	}
-	doc := `# Written by make run: PodProxies on the local node, from the Squid image
-# built here (hack/squid-image.sh), in the namespace ` + proxyNamespace + `, under the
-# provider's own identity in this cluster (the grant of
-# cluster/rbac/podproxy.yaml).
-` + localcrossplane.PodsProviderConfig(false, proxyNamespace, q.squidRef) + echo + `---
+	doc := `# Written by make run: PodProxies on the local node, from the provider's
+# default Squid image (no image here: ` + q.squidRef + `, built by
+# hack/squid-image.sh and pushed next to the packages), in the namespace
+# ` + proxyNamespace + `, under the provider's own identity in this cluster (the
+# grant of cluster/rbac/podproxy.yaml).
+` + localcrossplane.PodsProviderConfig(false, proxyNamespace, "") + echo + `---
 # The same for claims (EgressProxyClaim, cluster-scoped kinds).
-` + localcrossplane.PodsProviderConfig(true, proxyNamespace, q.squidRef) + echo
+` + localcrossplane.PodsProviderConfig(true, proxyNamespace, "") + echo
 	path := filepath.Join(q.cacheDir, "providerconfigs.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		return "", err
@@ -850,7 +861,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 		return 1
 	}
 
-	cpBins, nodeBins, squidTar, err := q.tools(shutdown, node)
+	cpBins, nodeBins, err := q.tools(shutdown, node)
 	if err != nil {
 		return fail("tools", err)
 	}
@@ -868,7 +879,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 		if o.Node != nil {
 			imgs = o.Node.Images
 		}
-		o.Node = &controlplane.NodeOptions{BinDir: nodeBins, Images: append(imgs, squidTar),
+		o.Node = &controlplane.NodeOptions{BinDir: nodeBins, Images: imgs,
 			RegistryCAs: map[string][]byte{q.registry.Host: q.registry.CAPEM}}
 	}
 
@@ -929,8 +940,8 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	done("up; PIDs %s; data and logs in %s", strings.Join(pl, ", "), cp.Dir)
 	if n := cp.Node; n != nil {
 		q.progress.n++
-		fmt.Fprintf(os.Stderr, "make run [%d/%d] node: %s Ready in %.1fs (images imported in %.1fs): pods in %s on bridge %s; containerd at %s; Squid image %s\n",
-			q.progress.n, q.progress.total, n.Name, n.ReadyIn.Seconds(), n.ImportIn.Seconds(), n.PodCIDR, n.Bridge, n.ContainerdSocket, q.squidRef)
+		fmt.Fprintf(os.Stderr, "make run [%d/%d] node: %s Ready in %.1fs (images imported in %.1fs): pods in %s on bridge %s; containerd at %s\n",
+			q.progress.n, q.progress.total, n.Name, n.ReadyIn.Seconds(), n.ImportIn.Seconds(), n.PodCIDR, n.Bridge, n.ContainerdSocket)
 	}
 	if q.cs, err = kubernetes.NewForConfig(cp.Config); err != nil {
 		return fail("control plane", err)
@@ -959,7 +970,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	if err := <-pushErr; err != nil {
 		return fail("registry", err)
 	}
-	done("%s, %s and %s pushed; CA %s", q.ref(providerPackage), q.ref(functionPackage), q.ref(configPackage), q.caFile)
+	done("%s, %s and %s pushed, and the Squid image %s; CA %s", q.ref(providerPackage), q.ref(functionPackage), q.ref(configPackage), q.squidRef, q.caFile)
 
 	done = q.progress.stage("Crossplane core v2.4.0: package manager and RBAC manager (webhooks off), trusting the registry's CA; started while the packages were pushed")
 	if coreErr != nil {

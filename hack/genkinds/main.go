@@ -4,7 +4,7 @@
 // CRDs), their accessors, the group's scheme and each kind's type metadata.
 // What a package's kinds share is the template; what differs is a row of
 // the table or the kind's scope. Run from apis/ by `make generate`, before
-// controller-gen and hack/methodsets, which read what it writes:
+// controller-gen and angryjet, which read what it writes:
 //
 //	genkinds HEADER-FILE
 package main

@@ -31,7 +31,7 @@ func releaseArtefacts(t *testing.T, dir, version, repo string) {
 			listed = append(listed, f[1])
 		}
 	}
-	want := []string{"CHANGELOG-" + version + ".md", "configuration-egressproxy-" + version + ".xpkg", "podproxy.yaml"}
+	want := []string{"CHANGELOG-" + version + ".md", "configuration-egressproxy-" + version + ".xpkg", "podproxy.yaml", "squid-egressproxy-" + version + ".oci.tar"}
 	for _, arch := range []string{"amd64", "arm64"} {
 		want = append(want, "function-egressproxy-"+version+"-"+arch+".xpkg", "provider-egressproxy-"+version+"-"+arch+".cdx.json", "provider-egressproxy-"+version+"-"+arch+".xpkg")
 	}

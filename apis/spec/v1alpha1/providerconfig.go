@@ -602,11 +602,11 @@ type KubernetesConfig struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace,omitempty"`
 	// Image is the Squid container image. It must run squid as a non-root
-	// user and ship basic_ncsa_auth. The default is Canonical's Squid on
-	// the Ubuntu 24.04 LTS track; pin it by digest
-	// (docker.io/ubuntu/squid@sha256:...) to run exactly what was tested.
+	// user and ship basic_ncsa_auth. When empty, the provider runs the
+	// image its release ships: Debian bookworm's squid, built by the
+	// project and pushed next to the packages, by digest (the provider
+	// fills it in; it is not stored here).
 	// +optional
-	// +kubebuilder:default="docker.io/ubuntu/squid:6.6-24.04_beta"
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^[^ ]+$`
 	Image string `json:"image,omitempty"`

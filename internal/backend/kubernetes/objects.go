@@ -61,7 +61,7 @@ const (
 )
 
 // Where things are in the pod. The paths are those of Debian's and Ubuntu's
-// squid packages (the default image is Ubuntu's).
+// squid packages (the default image is Debian's, hack/squid-image.sh).
 const (
 	// ConfigMountPath is where the Secret (squid.conf, htpasswd, the TLS
 	// certificate and key) is mounted.
@@ -88,11 +88,19 @@ const (
 	SquidUser = 13
 )
 
-// Defaults for an empty Config.
-const (
-	DefaultNamespace = "egress-proxies"
-	DefaultImage     = "docker.io/ubuntu/squid:6.6-24.04_beta"
-)
+// DefaultNamespace is the Namespace of a Config that names none.
+const DefaultNamespace = "egress-proxies"
+
+// DevImage is DefaultImage in a build that does not set it: the name
+// hack/squid-image.sh's image has only where someone tagged it so.
+const DevImage = "localhost/egressproxy/squid:dev"
+
+// DefaultImage is the Squid image of a Config that names none: in a
+// package build (hack/xpkg.sh), the project's own image
+// (hack/squid-image.sh) by digest in the registry the packages are pushed
+// to, set at link time (-ldflags -X, as the version is); DevImage in any
+// other build.
+var DefaultImage = DevImage
 
 // templateVersion is part of AnnotationTemplateHash: bump it when a change
 // to this file changes the Deployment, so existing proxies roll out.

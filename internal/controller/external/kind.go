@@ -67,8 +67,7 @@ type Kind[P any] struct {
 	// Watches, when set, adds watches to the controller (for example on
 	// objects a driver creates in this cluster) so a change reconciles the
 	// managed resource at once instead of at the next poll. list is an
-	// empty list of the controller's kind, of either scope (a legacy
-	// scope's list is not a resource.ManagedList).
+	// empty list of the controller's kind, of either scope.
 	Watches func(mgr manager.Manager, b *builder.Builder, list client.ObjectList) *builder.Builder
 	// AnswerRecheck, when set, is how soon a new instance with an address
 	// whose proxy does not answer yet is looked at again, instead of at

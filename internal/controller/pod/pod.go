@@ -50,8 +50,14 @@ import (
 // managed resource with one cache lookup.
 const uidIndex = "metadata.uid"
 
-// Options are the PodProxy binding's seams for tests (none yet).
-type Options struct{}
+// Options are the PodProxy binding's seams for tests.
+type Options struct {
+	// DefaultImage is the Squid image of a kubernetes block that names
+	// none; kubernetes.DefaultImage (the build's) when empty. The node
+	// tests make it the image they built, so that the default path is the
+	// one they run.
+	DefaultImage string
+}
 
 // binding is the PodProxy binding's state: drivers on the manager's cached
 // client for this cluster and on pooled clients for remote ones, the
@@ -61,6 +67,8 @@ type binding struct {
 	localErr error
 	remote   *kubernetes.Remote
 	prober   *squid.Prober
+	// image is Options.DefaultImage.
+	image string
 	// access holds whether this cluster lets the provider do what the
 	// driver does here (nil when this cluster cannot be reached).
 	access *access
@@ -73,8 +81,8 @@ type binding struct {
 // the manager's cached client for this cluster, and on pooled clients for
 // remote ones; its Watches make a pod's, Deployment's or Service's change
 // reconcile the proxy at once.
-func New(mgr ctrl.Manager, _ Options) external.Kind[spec.PodProxyParameters] {
-	b := &binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}}
+func New(mgr ctrl.Manager, o Options) external.Kind[spec.PodProxyParameters] {
+	b := &binding{remote: &kubernetes.Remote{Scheme: mgr.GetScheme()}, image: o.DefaultImage}
 	b.prober = &squid.Prober{Notify: b.notify, Wait: probeWait}
 	b.local, b.localErr = kubernetes.NewLocalCluster(mgr.GetConfig(), mgr.GetScheme(), mgr.GetCache())
 	if b.local != nil {
@@ -185,6 +193,9 @@ func (b *binding) connect(ctx context.Context, cfg *external.Config) (proxy.Driv
 
 		ClusterNetworks: k.ClusterNetworks,
 		NetworkPolicy:   k.NetworkPolicy == nil || *k.NetworkPolicy,
+	}
+	if c.Image == "" {
+		c.Image = b.image
 	}
 	for _, s := range k.ImagePullSecrets {
 		c.ImagePullSecrets = append(c.ImagePullSecrets, s.Name)

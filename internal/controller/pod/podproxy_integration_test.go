@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
@@ -29,6 +30,8 @@ import (
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/pod"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
@@ -67,7 +70,7 @@ func TestMain(m *testing.M) { testenv.Main(m) } // and the Go client of testenv.
 func start(t *testing.T) *env {
 	t.Helper()
 	bin := providerenv.RequireSquid(t)
-	e := startProvider(t, controlplane.Options{ControllerManager: true}, 1)
+	e := startProvider(t, controlplane.Options{ControllerManager: true}, 1, "")
 	e.StartKubelet(t, bin, "")
 	var port int
 	e.upstream, port = testenv.Upstream(t)
@@ -78,11 +81,19 @@ func start(t *testing.T) *env {
 
 // startProvider runs the provider's controllers, every kind, on a control
 // plane with o (until t ends), with the waits patience times as long, and
-// creates the namespaces the tests use.
-func startProvider(t *testing.T, o controlplane.Options, patience int) *env {
+// creates the namespaces the tests use. With a defaultImage, it runs the
+// PodProxy kind alone, whose kubernetes blocks naming no image run that
+// one (pod.Options.DefaultImage) instead of the build's default.
+func startProvider(t *testing.T, o controlplane.Options, patience int, defaultImage string) *env {
 	t.Helper()
+	var bindings func(ctrl.Manager, external.Options) []external.Binding
+	if defaultImage != "" {
+		bindings = func(mgr ctrl.Manager, _ external.Options) []external.Binding {
+			return []external.Binding{pod.New(mgr, pod.Options{DefaultImage: defaultImage})}
+		}
+	}
 	return &env{patience: patience, Env: providerenv.Start(t, providerenv.Options{
-		ControlPlane: o, InstallationID: installation,
+		ControlPlane: o, InstallationID: installation, Bindings: bindings,
 		// Long: the watches, not the polls, must make the proxies Ready.
 		NotReadyPollInterval: 30 * time.Second,
 		Namespaces:           []string{proxyNS, "team-a", "team-b"},

@@ -54,7 +54,10 @@ func startNode(t *testing.T) *nodeEnv {
 	// still holding the machine's node lock, that the node left nothing
 	// behind (controlplane.Leftovers); after it another test's node may
 	// already run.
-	e := startProvider(t, controlplane.Options{Node: &controlplane.NodeOptions{Images: []string{img.Tarball, img.CrashingTarball}}}, 4)
+	// The configs name no image: the pods run the default, which is the
+	// image hack/squid-image.sh builds, as in a released provider (there
+	// by digest in the registry the packages are pushed to).
+	e := startProvider(t, controlplane.Options{Node: &controlplane.NodeOptions{Images: []string{img.Tarball, img.CrashingTarball}}}, 4, img.Ref)
 	n := e.ControlPlane.Node
 	// Outside the cluster, where a real destination stands: a test host
 	// in TestNet, which pods reach through this machine's routing (not the
@@ -62,7 +65,7 @@ func startNode(t *testing.T) *nodeEnv {
 	var port int
 	e.upstream, port = testenv.Upstream(t)
 	e.port = int32(port)
-	e.createConfigs(t, img.Ref)
+	e.createConfigs(t, "")
 	for name, image := range map[string]string{
 		// Nothing serves it: containerd's pull fails (on loopback).
 		"broken-image": "localhost/egressproxy/no-such-squid:1",
