@@ -97,11 +97,13 @@ func start(t *testing.T, cp controlplane.Options) *env {
 		Defaults: gcpbackend.Options{FailedOperationHold: time.Minute, Log: &driverLog,
 			// The real probe of the guests' real Squid (RunSquid), through
 			// the fake's firewall (EnforceFirewall).
-			Prober: &squid.Prober{Ask: func(ctx context.Context, addr string) (string, error) {
+			// A dial, not an Ask, so that the probe speaks TLS to a proxy
+			// listening with it.
+			Prober: &squid.Prober{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				if srv.Refuses(addr) {
-					return "", fmt.Errorf("dial tcp %s: i/o timeout", addr)
+					return nil, fmt.Errorf("dial tcp %s: i/o timeout", addr)
 				}
-				return squid.Ask(ctx, nil, addr)
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
 			}},
 		},
 	}
