@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -80,6 +81,42 @@ type Reconciler struct {
 	kind      string
 	newConfig func() config
 	status    func(config) *spec.ProviderConfigStatus
+	recorded  *transitions
+}
+
+// transitions remembers the last change recorded of each config's
+// conditions, so that a check that read its config before the cache held
+// the previous check's write does not record the same change again.
+type transitions struct {
+	mu   sync.Mutex
+	last map[types.NamespacedName]map[xpv2.ConditionType]string
+}
+
+// repeat reports whether is was the last change recorded of pc's
+// condition, and remembers it as the last one otherwise.
+func (t *transitions) repeat(pc config, is xpv2.Condition) bool {
+	key := types.NamespacedName{Namespace: pc.GetNamespace(), Name: pc.GetName()}
+	now := string(pc.GetUID()) + "/" + string(is.Status) + "/" + string(is.Reason)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[types.NamespacedName]map[xpv2.ConditionType]string{}
+	}
+	if t.last[key] == nil {
+		t.last[key] = map[xpv2.ConditionType]string{}
+	}
+	if t.last[key][is.Type] == now {
+		return true
+	}
+	t.last[key][is.Type] = now
+	return false
+}
+
+// forget drops what is remembered of a config that is gone.
+func (t *transitions) forget(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.last, key)
 }
 
 // DefaultWorkers is Reconciler.Workers when unset.
@@ -93,6 +130,7 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 		rr.newConfig = configctl.NewFunc[config](mgr, gvk)
 		rr.status = statusOf
 		rr.kind = gvk.Kind
+		rr.recorded = &transitions{}
 		if rr.Events == nil {
 			rr.Events = event.NewAPIRecorder(mgr.GetEventRecorderFor("health/" + strings.ToLower(gvk.GroupKind().String())))
 		}
@@ -110,7 +148,12 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 // Reconcile checks one config and requeues itself after the interval.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pc := r.newConfig()
-	if live, err := configctl.GetLive(ctx, r.Kube, req.NamespacedName, pc, func() { telemetry.ForgetConfig(r.kind, req.Namespace, req.Name, nil) }); !live {
+	if live, err := configctl.GetLive(ctx, r.Kube, req.NamespacedName, pc, func() {
+		telemetry.ForgetConfig(r.kind, req.Namespace, req.Name, nil)
+		if r.recorded != nil {
+			r.recorded.forget(req.NamespacedName)
+		}
+	}); !live {
 		return reconcile.Result{}, err
 	}
 	cfg := r.Configs.Of(pc)
@@ -244,6 +287,9 @@ func (r *Reconciler) recordTransition(pc config, was, is xpv2.Condition) {
 		return
 	}
 	if was.Status == corev1.ConditionUnknown && was.Reason == "" && is.Type == TypeSecure && is.Status == corev1.ConditionTrue {
+		return
+	}
+	if r.recorded != nil && r.recorded.repeat(pc, is) {
 		return
 	}
 	e := event.Event{Type: event.TypeWarning, Reason: event.Reason(is.Reason),
