@@ -278,6 +278,9 @@ func (e *faultEnv) start() {
 
 func (e *faultEnv) request(name string) proxy.Request {
 	if !slices.Contains(e.names, name) {
+		// What a run killed before its clean-up left under this name
+		// would make the first create a different one.
+		e.h.Purge(name)
 		e.names = append(e.names, name)
 	}
 	return proxy.Request{
