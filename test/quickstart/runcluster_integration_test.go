@@ -123,7 +123,10 @@ current-context: c
 		if err := kube.Get(context.Background(), client.ObjectKey{Name: xpt.Namespace}, ns); !apierrors.IsNotFound(err) {
 			t.Fatalf("the plain control plane has a namespace %s (%v); want none", xpt.Namespace, err)
 		}
-		m := startMakeRun(t, root, clusterEnv(t, cp.KubeconfigPath, ""))
+		// The provider's listeners on ports of their own: the fixed
+		// defaults may be another test's at the same moment.
+		m := startMakeRun(t, root, clusterEnv(t, cp.KubeconfigPath, ""),
+			"ARGS=--metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:0")
 		out := m.waitFor(t, "make run to say there is no Crossplane", 20*time.Minute, "make run: no Crossplane in the cluster in KUBECONFIG="+cp.KubeconfigPath)
 		if !strings.Contains(out, "running the provider out of cluster") {
 			t.Errorf("make run did not say it runs the provider out of cluster:\n%s", out)
