@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,6 +69,12 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	return nil
 }
 
+// strayGrace is how long the pods of a Deployment the watch saw deleted
+// are left to the garbage collector, which removes them within seconds,
+// before what keeps them is read live (strays): a proxy deleted the usual
+// way costs no such reads.
+const strayGrace = 30 * time.Second
+
 // deleteOrphans deletes the children ref's proxy left without its
 // Deployment (leftovers), for a resource whose mark is known.
 func (d *Driver) deleteOrphans(ctx context.Context, ref proxy.Ref) error {
@@ -83,6 +90,9 @@ func (d *Driver) deleteOrphans(ctx context.Context, ref proxy.Ref) error {
 	if pods, err := d.pods(ctx, key.Namespace, ref.Mark, key.Name); err != nil || len(pods) > 0 {
 		if err != nil {
 			return err
+		}
+		if ago, ok := d.gone.since(key); ok && ago < strayGrace {
+			return nil
 		}
 		strays, err := d.strays(ctx, key, ref.Mark)
 		if err != nil {

@@ -79,6 +79,22 @@ func (g *gone) handler() toolscache.ResourceEventHandler {
 // false for a nil g.
 func (g *gone) seen(k types.NamespacedName) bool { return g.recent(k, false) }
 
+// since is how long ago the watch saw k deleted (and nothing of k
+// since); false when it did not, or for a nil g.
+func (g *gone) since(k types.NamespacedName) (time.Duration, bool) {
+	if g == nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at, ok := g.m[k]
+	if !ok {
+		return 0, false
+	}
+	ago := time.Since(at)
+	return ago, ago <= goneTTL
+}
+
 // unseen reports whether a driver created k less than unseenTTL ago and
 // the watch has not delivered it yet; false for a nil g.
 func (g *gone) unseen(k types.NamespacedName) bool { return g.recent(k, true) }
