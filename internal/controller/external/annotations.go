@@ -4,27 +4,48 @@ import (
 	"context"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 )
 
+// ownConditions are the conditions the external client sets itself (the
+// reconciler sets Ready and Synced after the annotation update anyway).
+var ownConditions = []xpv2.ConditionType{spec.TypeSecure, spec.TypeEgressVerified}
+
 // annotationUpdater is crossplane-runtime's retrying critical-annotation
-// updater, except that the observation Create recorded survives it. The
-// update's response carries the server's status, which would replace what
-// Create observed; kept, it is saved by the status write that follows
-// Create, in the same request as the conditions.
+// updater, except that what Create recorded in the status (the
+// observation and the conditions of ownConditions) survives it. The
+// update's response carries the server's status, which would replace
+// them; kept, they are saved by the status write that follows Create, in
+// one request, instead of by the first Observe's (a status write more,
+// and a Warning event recorded twice).
 type annotationUpdater struct {
 	inner managed.CriticalAnnotationUpdater
 }
 
 func (u annotationUpdater) UpdateCriticalAnnotations(ctx context.Context, o client.Object) error {
-	r, ok := o.(interface{ Observation() *spec.ProxyObservation })
-	if !ok {
-		return u.inner.UpdateCriticalAnnotations(ctx, o)
+	var keep []xpv2.Condition
+	if c, ok := o.(resource.Conditioned); ok {
+		for _, t := range ownConditions {
+			if k := c.GetCondition(t); k.Reason != "" {
+				keep = append(keep, k)
+			}
+		}
 	}
-	keep := r.Observation().DeepCopy()
+	r, ok := o.(interface{ Observation() *spec.ProxyObservation })
+	var obs *spec.ProxyObservation
+	if ok {
+		obs = r.Observation().DeepCopy()
+	}
 	err := u.inner.UpdateCriticalAnnotations(ctx, o)
-	*r.Observation() = *keep
+	if ok {
+		*r.Observation() = *obs
+	}
+	if c, ok := o.(resource.Conditioned); ok && len(keep) > 0 {
+		c.SetConditions(keep...)
+	}
 	return err
 }

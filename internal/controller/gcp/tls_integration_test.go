@@ -86,6 +86,17 @@ func tlsOnTheExternalAddress(t *testing.T, e *env) {
 		return strings.HasPrefix(d["url"], "https://") && strings.HasPrefix(d["ca.crt"], certs.CA), d["url"]
 	})
 	e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+	// The warning was recorded once, by Create: the condition it set
+	// survived the annotation update, so the first Observe found it.
+	warned := int32(0)
+	for _, ev := range e.Events(t, "team-a", p.Name) {
+		if ev.Reason == "CredentialsInClear" {
+			warned += max(ev.Count, 1)
+		}
+	}
+	if warned != 1 {
+		t.Errorf("the CredentialsInClear warning was recorded %d times; want once", warned)
+	}
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM([]byte(d["ca.crt"]))
