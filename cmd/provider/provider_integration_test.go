@@ -30,6 +30,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/controlplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
@@ -268,6 +269,10 @@ func TestProviderIntegration(t *testing.T) {
 	t.Logf("provider start to serving (exec to first reconciled resource): %.2f s", time.Since(started).Seconds())
 	if !strings.Contains(out.String(), "provider started") {
 		t.Errorf("the provider did not log that it started")
+	}
+	// The start line names the image a config that names none runs.
+	if !strings.Contains(out.String(), `"podProxyImage":"`+kubernetes.DevImage+`"`) {
+		t.Errorf("the start line does not name the default PodProxy image %s", kubernetes.DevImage)
 	}
 
 	// Every managed resource carries a Synced condition with a message.

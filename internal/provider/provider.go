@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
@@ -280,7 +281,9 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 	// election, once elected): the controllers start with this one.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("provider started", "version", version.Version, "startupSeconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()),
-			"installationID", id, "tracing", tracing, "safeStart", o.safeStart)
+			"installationID", id, "tracing", tracing, "safeStart", o.safeStart,
+			// What a PodProxy config that names no image runs.
+			"podProxyImage", kubernetes.DefaultImage)
 		<-ctx.Done()
 		return nil
 	})); err != nil {
