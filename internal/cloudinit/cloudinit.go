@@ -36,6 +36,30 @@ const (
 	OwnAddressesPath = "/etc/squid/egressproxy-own-addresses"
 )
 
+// HtpasswdFiles are the guest's copies of the htpasswd: installed, and
+// staged by cloud-init or the guest agent.
+func HtpasswdFiles() []string { return []string{HtpasswdPath, stageDir + "/htpasswd"} }
+
+// TLSFiles are the guest's copies of the TLS certificate and key:
+// installed, and staged.
+func TLSFiles() []string {
+	return []string{TLSCertPath, TLSKeyPath, stageDir + "/tls.crt", stageDir + "/tls.key"}
+}
+
+// Unnamed are the credential files of the features f has off (auth, TLS):
+// a guest configured with f removes them, so turning a feature off leaves
+// no copy of its credential behind. Paths only: never content.
+func Unnamed(f squid.Files) []string {
+	var out []string
+	if f.Htpasswd == "" {
+		out = append(out, HtpasswdFiles()...)
+	}
+	if f.TLSCert == "" {
+		out = append(out, TLSFiles()...)
+	}
+	return out
+}
+
 // SquidOptions are the squid.Options for a Debian or Ubuntu guest running
 // the distribution's squid package under systemd: logs in /var/log/squid
 // (logrotate reopens them through /run/squid.pid), the htpasswd next to
@@ -392,6 +416,10 @@ func generated(o Options) string {
 	if o.Squid.TLSCert != "" {
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+TLSCertPath,
 			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+TLSKeyPath)
+	}
+	if rm := Unnamed(o.Squid); len(rm) > 0 {
+		// A seed run again (Proxmox) with a feature turned off.
+		script = append(script, "rm -f "+strings.Join(rm, " "))
 	}
 	script = append(script, "egp_enable squid", "egp_restart squid")
 	if o.EgressReport != nil {
