@@ -46,18 +46,22 @@ func TLSFiles() []string {
 	return []string{TLSCertPath, TLSKeyPath, stageDir + "/tls.crt", stageDir + "/tls.key"}
 }
 
-// Unnamed are the credential files of the features f has off (auth, TLS):
-// a guest configured with f removes them, so turning a feature off leaves
-// no copy of its credential behind. Paths only: never content.
-func Unnamed(f squid.Files) []string {
-	var out []string
+// RemoveUnnamed is the shell command that removes the credential files of
+// the features f has off (auth, TLS), "" when it has both on: a guest
+// configured with f runs it, so turning a feature off leaves no copy of
+// its credential behind. It names paths only, never content.
+func RemoveUnnamed(f squid.Files) string {
+	var rm []string
 	if f.Htpasswd == "" {
-		out = append(out, HtpasswdFiles()...)
+		rm = append(rm, HtpasswdFiles()...)
 	}
 	if f.TLSCert == "" {
-		out = append(out, TLSFiles()...)
+		rm = append(rm, TLSFiles()...)
 	}
-	return out
+	if len(rm) == 0 {
+		return ""
+	}
+	return "rm -f " + strings.Join(rm, " ")
 }
 
 // SquidOptions are the squid.Options for a Debian or Ubuntu guest running
@@ -417,9 +421,9 @@ func generated(o Options) string {
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+TLSCertPath,
 			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+TLSKeyPath)
 	}
-	if rm := Unnamed(o.Squid); len(rm) > 0 {
+	if rm := RemoveUnnamed(o.Squid); rm != "" {
 		// A seed run again (Proxmox) with a feature turned off.
-		script = append(script, "rm -f "+strings.Join(rm, " "))
+		script = append(script, rm)
 	}
 	script = append(script, "egp_enable squid", "egp_restart squid")
 	if o.EgressReport != nil {
