@@ -36,6 +36,34 @@ const (
 	OwnAddressesPath = "/etc/squid/egressproxy-own-addresses"
 )
 
+// HtpasswdFiles are the guest's copies of the htpasswd: installed, and
+// staged by cloud-init or the guest agent.
+func HtpasswdFiles() []string { return []string{HtpasswdPath, stageDir + "/htpasswd"} }
+
+// TLSFiles are the guest's copies of the TLS certificate and key:
+// installed, and staged.
+func TLSFiles() []string {
+	return []string{TLSCertPath, TLSKeyPath, stageDir + "/tls.crt", stageDir + "/tls.key"}
+}
+
+// RemoveUnnamed is the shell command that removes the credential files of
+// the features f has off (auth, TLS), "" when it has both on: a guest
+// configured with f runs it, so turning a feature off leaves no copy of
+// its credential behind. It names paths only, never content.
+func RemoveUnnamed(f squid.Files) string {
+	var rm []string
+	if f.Htpasswd == "" {
+		rm = append(rm, HtpasswdFiles()...)
+	}
+	if f.TLSCert == "" {
+		rm = append(rm, TLSFiles()...)
+	}
+	if len(rm) == 0 {
+		return ""
+	}
+	return "rm -f " + strings.Join(rm, " ")
+}
+
 // SquidOptions are the squid.Options for a Debian or Ubuntu guest running
 // the distribution's squid package under systemd: logs in /var/log/squid
 // (logrotate reopens them through /run/squid.pid), the htpasswd next to
@@ -392,6 +420,10 @@ func generated(o Options) string {
 	if o.Squid.TLSCert != "" {
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+TLSCertPath,
 			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+TLSKeyPath)
+	}
+	if rm := RemoveUnnamed(o.Squid); rm != "" {
+		// A seed run again (Proxmox) with a feature turned off.
+		script = append(script, rm)
 	}
 	script = append(script, "egp_enable squid", "egp_restart squid")
 	if o.EgressReport != nil {

@@ -70,7 +70,7 @@ func TestUserData(t *testing.T) {
 		wantNotIn []string
 	}{
 		"GeneratedOnly": {"", false, false, []string{"text/cloud-config"},
-			[]string{"squid.conf", "egp_restart squid", "> " + OwnAddressesPath}, []string{"qemu-guest-agent", "htpasswd", "egp_auth_helper;"}},
+			[]string{"squid.conf", "egp_restart squid", "> " + OwnAddressesPath}, []string{"qemu-guest-agent", "path: " + stageDir + "/htpasswd", stageDir + "/htpasswd " + HtpasswdPath, "egp_auth_helper;"}},
 		"WithAgentAndAuth": {"", true, true, []string{"text/cloud-config"},
 			[]string{"egp_install qemu-guest-agent", HtpasswdPath, "egp_auth_helper;", `-g \"$(egp_squid_group)\"`}, nil},
 		"UserCloudConfigFirst": {"#cloud-config\ntimezone: Europe/Prague\n", false, false, []string{"text/cloud-config", "text/cloud-config"}, nil, nil},

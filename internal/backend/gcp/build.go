@@ -97,6 +97,8 @@ func regionOf(zone string) string {
 // startupScript installs the Squid files kept in metadata and restarts
 // Squid, at every boot after the first: the first boot's cloud-init
 // installs Squid itself, and until it has, there is nothing to configure.
+// A credential missing from metadata is turned off: every copy of it goes,
+// the one cloud-init staged at first boot among them.
 func startupScript() string {
 	return fmt.Sprintf(`#!/bin/sh
 # Written by provider-egressproxy: installs the current Squid configuration
@@ -106,13 +108,14 @@ md=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 get() { curl -sf -H 'Metadata-Flavor: Google' "$md/$1"; }
 get %[1]s > %[2]s.new && install -m 0644 -o root -g root %[2]s.new %[2]s
 rm -f %[2]s.new
-if get %[3]s > %[4]s.new; then install -m 0640 -o root -g proxy %[4]s.new %[4]s; else rm -f %[4]s; fi
+if get %[3]s > %[4]s.new; then install -m 0640 -o root -g proxy %[4]s.new %[4]s; else rm -f %[9]s; fi
 rm -f %[4]s.new
-if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g proxy %[8]s.new %[8]s; else rm -f %[6]s %[8]s; fi
+if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g proxy %[8]s.new %[8]s; else rm -f %[10]s; fi
 rm -f %[6]s.new %[8]s.new
 systemctl restart squid
 `, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
-		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath)
+		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath,
+		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "))
 }
 
 // spec is a request resolved against the config: everything an instance

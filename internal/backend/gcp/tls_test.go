@@ -9,6 +9,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -30,7 +31,9 @@ func metadataItem(body map[string]any, key string) string {
 // its cloud-init user-data (first boot) and in the metadata the startup
 // script installs at every boot, with a squid.conf listening with
 // https_port; a renewed certificate is an instances.update that restarts
-// the VM; turning TLS off leaves no key in metadata.
+// the VM; turning TLS off leaves no key in metadata (the user-data
+// included), and the startup script then removes every copy from the
+// guest.
 func TestMetadataCarriesTLS(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -52,6 +55,8 @@ func TestMetadataCarriesTLS(t *testing.T) {
 		t.Errorf("metadata lacks the certificate or key")
 	}
 	ud := metadataItem(body, gcp.MetadataUserData)
+	g := guesttest.New(t)
+	g.Boot(ud)
 	if cert, key := cloudinit.TLSOf(ud); cert != certs.Chain || key != certs.Key {
 		t.Errorf("user-data installs certificate %v, key %v; want both", cert == certs.Chain, key == certs.Key)
 	}
@@ -92,6 +97,15 @@ func TestMetadataCarriesTLS(t *testing.T) {
 	body, _ = f.srv.Instance(testZone, req.Name)
 	if metadataItem(body, gcp.MetadataTLSKey) != "" || metadataItem(body, gcp.MetadataTLSCert) != "" {
 		t.Errorf("TLS turned off: the certificate or key stays in metadata")
+	}
+	if _, key := cloudinit.TLSOf(metadataItem(body, gcp.MetadataUserData)); key != "" {
+		t.Errorf("TLS turned off: the user-data in metadata still stages a key")
+	}
+	restart(t, g, body)
+	for _, p := range cloudinit.TLSFiles() {
+		if _, ok := g.ReadFile(p); ok {
+			t.Errorf("TLS turned off: %s stays on the guest", p)
+		}
 	}
 	if !strings.Contains(metadataItem(body, gcp.MetadataSquidConf), "\nhttp_port 3128\n") {
 		t.Errorf("TLS turned off: squid.conf does not listen with http_port")

@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -17,7 +18,8 @@ import (
 // the instance's labels and metadata in one instances.update. When the
 // Squid files (the TLS certificate and key among them) changed the update
 // restarts the VM, whose startup script
-// installs them from metadata (cloud-init runs once).
+// installs them from metadata (cloud-init runs once) and removes those
+// of a feature turned off.
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
 	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
 }
@@ -65,17 +67,19 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		ops = appendOp(ops, op)
 	}
 
-	oldMD := metadataMap(inst.GetMetadata())
-	md := merged(oldMD, s.metadata())
-	// cloud-init ran at first boot with the user-data it had; keeping it
-	// keeps the instance as created (cloudInit is immutable anyway).
-	if ud, ok := oldMD[MetadataUserData]; ok {
+	oldMD, want := metadataMap(inst.GetMetadata()), s.metadata()
+	md := merged(oldMD, want)
+	// cloud-init ran at first boot with the user-data it had and does not
+	// run again; keeping it keeps the instance as created (cloudInit is
+	// immutable anyway), unless it holds a credential now turned off.
+	if ud, ok := oldMD[MetadataUserData]; ok && !holdsTurnedOff(ud, s) {
 		md[MetadataUserData] = ud
 	}
-	if s.tlsCert == "" {
-		// TLS turned off: the key does not stay behind in metadata.
-		delete(md, MetadataTLSCert)
-		delete(md, MetadataTLSKey)
+	for _, k := range []string{MetadataHtpasswd, MetadataTLSCert, MetadataTLSKey} {
+		if _, on := want[k]; !on {
+			// Turned off: the credential does not stay behind in metadata.
+			delete(md, k)
+		}
 	}
 	restart := oldMD[MetadataSquidConf] != s.squidConf || oldMD[MetadataHtpasswd] != s.htpasswd ||
 		oldMD[MetadataTLSCert] != s.tlsCert || oldMD[MetadataTLSKey] != s.tlsKey
@@ -103,6 +107,13 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		v.Progress = "updating"
 	}
 	return v, nil
+}
+
+// holdsTurnedOff reports whether user-data ud installs a credential that s
+// has turned off (auth, TLS).
+func holdsTurnedOff(ud string, s *spec) bool {
+	_, key := cloudinit.TLSOf(ud)
+	return (s.htpasswd == "" && cloudinit.HtpasswdOf(ud) != "") || (s.tlsKey == "" && key != "")
 }
 
 // merged is a copy of a with b's entries over it.

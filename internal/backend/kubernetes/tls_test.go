@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
@@ -64,4 +67,46 @@ func TestPodProxyTLS(t *testing.T) {
 func fmtDeployment(d any) string {
 	b, _ := json.Marshal(d)
 	return string(b)
+}
+
+// TestCredentialsTurnedOffLeaveTheSecret: an update turning auth and TLS
+// off rewrites the proxy's Secret with squid.conf and the owner key alone
+// (its data is replaced, not merged), the new pod mounts neither the
+// htpasswd nor the TLS files, and the config hash changes, so the pod
+// that had them is replaced.
+func TestCredentialsTurnedOffLeaveTheSecret(t *testing.T) {
+	certs := testenv.NewCerts(t, "proxy.example")
+	tlsOf, err := squid.LoadTLS(certs.Secret(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := testRequest()
+	on.Proxy.Auth = proxy.Auth{Enabled: true, Username: "alice", Password: "S3NT1NEL-password"}
+	on.Proxy.TLS = tlsOf
+	depOn := buildDeployment(Config{}, on, render(t, on), "h", now)
+	existing := buildSecret(depOn, on, render(t, on))
+
+	off := testRequest()
+	depOff := buildDeployment(Config{}, off, render(t, off), "h", now)
+	next, err := rewritten(existing, buildSecret(depOff, off, render(t, off)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := next.(*corev1.Secret).Data //nolint:forcetypeassert // rewritten keeps the type.
+	if len(data) != 2 || data[KeySquidConf] == nil || data[OwnerKey(off.Mark.UID)] == nil {
+		t.Errorf("the rewritten Secret holds %v; want squid.conf and the owner key only", slices.Sorted(maps.Keys(data)))
+	}
+	for _, v := range depOff.Spec.Template.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		for _, it := range v.Secret.Items {
+			if it.Key == KeyHtpasswd || it.Key == KeyTLSCert || it.Key == KeyTLSKey {
+				t.Errorf("the pod still mounts %s", it.Key)
+			}
+		}
+	}
+	if depOn.Spec.Template.Annotations[AnnotationConfigHash] == depOff.Spec.Template.Annotations[AnnotationConfigHash] {
+		t.Error("config hash unchanged: the pod with the credentials would stay")
+	}
 }

@@ -51,6 +51,8 @@ type fakeHost struct {
 	memAvailable uint64
 	guestFiles   map[string]string
 	execs        []string
+	// execArgv are the guest-exec commands: the path, then the args.
+	execArgv [][]string
 	// onCall runs, outside the host's lock, when a call of the method
 	// begins (a fault in the middle of a call).
 	onCall map[string]func()
@@ -526,6 +528,13 @@ func (c *fakeConn) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domai
 	case "guest-exec":
 		args, _ := in.Arguments["arg"].([]any)
 		c.h.execs = append(c.h.execs, fmt.Sprint(args...))
+		path, _ := in.Arguments["path"].(string)
+		argv := []string{path}
+		for _, a := range args {
+			s, _ := a.(string)
+			argv = append(argv, s)
+		}
+		c.h.execArgv = append(c.h.execArgv, argv)
 		return `{"return":{"pid":42}}`, nil
 	case "guest-exec-status":
 		return `{"return":{"exited":true,"exitcode":0}}`, nil

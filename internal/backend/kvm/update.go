@@ -21,7 +21,7 @@ const stageDir = "/var/lib/egressproxy"
 
 // Update implements proxy.Driver. The proxy block is applied in place
 // through the guest agent: squid.conf, htpasswd and the TLS certificate
-// and key are written, Squid is
+// and key are written (those of a feature turned off removed), Squid is
 // reloaded, and the new spec hash goes into the domain's metadata.
 // Placement and cloud-init are immutable at admission.
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
@@ -105,6 +105,10 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 		// The staged key goes at once: the agent wrote it 0644.
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+cloudinit.TLSCertPath,
 			"install -m 0640 -o root -g proxy "+stageDir+"/tls.key "+cloudinit.TLSKeyPath, "rm -f "+stageDir+"/tls.key")
+	}
+	if rm := cloudinit.RemoveUnnamed(f); rm != "" {
+		// Turned off: no copy of the credential stays on the guest.
+		script = append(script, rm)
 	}
 	script = append(script, "systemctl reload-or-restart squid")
 	return agentRun(ctx, api, dom, strings.Join(script, " && "))

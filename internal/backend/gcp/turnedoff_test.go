@@ -1,0 +1,112 @@
+package gcp_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// metadataItems are an instance body's metadata, key: value.
+func metadataItems(body map[string]any) map[string]string {
+	out := map[string]string{}
+	md, _ := body["metadata"].(map[string]any)
+	items, _ := md["items"].([]any)
+	for _, it := range items {
+		m, _ := it.(map[string]any)
+		k, _ := m["key"].(string)
+		v, _ := m["value"].(string)
+		out[k] = v
+	}
+	return out
+}
+
+// restart runs the instance's startup script on g, as the guest
+// environment does at boot, with the metadata server answering from body.
+func restart(t *testing.T, g *guesttest.Guest, body map[string]any) {
+	t.Helper()
+	dir := t.TempDir()
+	g.Tool("curl", `for a; do u=$a; done; f="`+dir+`/${u##*/}"; [ -f "$f" ] && cat "$f"`)
+	for k, v := range metadataItems(body) {
+		if strings.Contains(k, "/") {
+			t.Fatalf("metadata key %q", k)
+		}
+		if err := os.WriteFile(dir+"/"+k, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Exec("sh", "-c", metadataItem(body, gcp.MetadataStartupScript))
+}
+
+// TestAuthOffLeavesNoHash: after an update turning auth off, the
+// instance's metadata holds the htpasswd nowhere (no egressproxy-htpasswd
+// key, a user-data that stages none), the update restarts the VM, and its
+// startup script leaves no copy of the htpasswd on a guest that booted
+// with one. The script names paths, never the hash.
+func TestAuthOffLeavesNoHash(t *testing.T) {
+	const password = "pw-S3NT1NEL-gcp-off"
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-auth-off", "0c8f6a1e-4444-4e2a-9c3f-00000000000c")
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: password}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	hash := metadataItem(body, gcp.MetadataHtpasswd)
+	if hash == "" || cloudinit.HtpasswdOf(metadataItem(body, gcp.MetadataUserData)) != hash {
+		t.Fatal("the instance was not created with the htpasswd in metadata and user-data")
+	}
+	g := guesttest.New(t)
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+
+	req.Proxy.Auth = proxy.Auth{}
+	f.srv.ResetRequests()
+	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := fmt.Sprint(f.srv.Requests()); !strings.Contains(reqs, "minimalAction=RESTART") {
+		t.Errorf("turning auth off did not restart the VM: %s", reqs)
+	}
+	f.srv.SettleAll()
+	body, _ = f.srv.Instance(testZone, req.Name)
+	md := metadataItems(body)
+	if _, ok := md[gcp.MetadataHtpasswd]; ok {
+		t.Errorf("metadata still has %s", gcp.MetadataHtpasswd)
+	}
+	for k, v := range md {
+		if strings.Contains(v, hash) || strings.Contains(v, base64.StdEncoding.EncodeToString([]byte(hash))) {
+			t.Errorf("metadata %s still holds the htpasswd", k)
+		}
+	}
+	if md[gcp.MetadataUserData] == "" || cloudinit.SquidConfOf(md[gcp.MetadataUserData]) == "" {
+		t.Errorf("metadata lost the user-data")
+	}
+
+	restart(t, g, body)
+	for _, p := range cloudinit.HtpasswdFiles() {
+		if _, ok := g.ReadFile(p); ok {
+			t.Errorf("%s stays on the guest after auth was turned off", p)
+		}
+	}
+	for p, content := range g.Files() {
+		if strings.Contains(content, hash) {
+			t.Errorf("%s on the guest still holds the htpasswd", p)
+		}
+	}
+	if got, _ := g.ReadFile(cloudinit.SquidConfPath); got != md[gcp.MetadataSquidConf] {
+		t.Error("the startup script did not install the new squid.conf")
+	}
+	if script := md[gcp.MetadataStartupScript]; strings.Contains(script, hash) || strings.Contains(script, password) {
+		t.Error("the startup script holds a credential")
+	}
+}

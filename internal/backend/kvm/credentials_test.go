@@ -1,0 +1,111 @@
+package kvm
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
+)
+
+// TestCredentialsTurnedOffLeaveTheGuest: a proxy that booted with auth
+// and TLS and is updated with one of them off is left with no copy of
+// that one's credential on its guest, installed or staged, once the guest
+// agent's script ran; the other stays. The script names paths, never a
+// credential.
+func TestCredentialsTurnedOffLeaveTheGuest(t *testing.T) {
+	const password = "pw-S3NT1NEL-off"
+	cases := map[string]struct{ auth, tls bool }{
+		"AuthOff": {false, true},
+		"TLSOff":  {true, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t)
+			certs := testenv.NewCerts(t, "proxy.example")
+			tlsOf, err := squid.LoadTLS(certs.Secret(), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := e.request("web", "uid-1")
+			req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: password}
+			req.Proxy.TLS = tlsOf
+			inst := createAndBootReq(t, e, req)
+			g := guesttest.New(t)
+			seed := e.seedUserData(seedName("web"))
+			g.Boot(seed)
+			hash, keyLine := cloudinit.HtpasswdOf(seed), strings.Split(certs.Key, "\n")[1]
+			if got, _ := g.ReadFile(cloudinit.HtpasswdPath); got == "" || got != hash {
+				t.Fatal("the first boot did not install the htpasswd")
+			}
+
+			if !tc.auth {
+				req.Proxy.Auth = proxy.Auth{}
+			}
+			if !tc.tls {
+				req.Proxy.TLS = nil
+			}
+			r := ref(inst)
+			r.Mark = req.Mark
+			if _, err := e.d.Update(context.Background(), r, req); err != nil {
+				t.Fatal(err)
+			}
+			e.host.mu.Lock()
+			written, execs := maps.Clone(e.host.guestFiles), e.host.execArgv
+			e.host.mu.Unlock()
+			for p, b64 := range written {
+				if strings.HasPrefix(p, "handle:") {
+					continue
+				}
+				b, err := base64.StdEncoding.DecodeString(b64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.WriteFile(p, string(b))
+			}
+			if len(execs) != 1 {
+				t.Fatalf("guest-exec ran %d times; want once", len(execs))
+			}
+			g.Exec(execs[0]...)
+
+			for _, c := range []struct {
+				on    bool
+				files []string
+			}{{tc.auth, cloudinit.HtpasswdFiles()}, {tc.tls, cloudinit.TLSFiles()}} {
+				for _, p := range c.files {
+					if _, ok := g.ReadFile(p); ok && !c.on {
+						t.Errorf("%s stays on the guest after it was turned off", p)
+					}
+				}
+			}
+			if _, ok := g.ReadFile(cloudinit.TLSKeyPath); ok != tc.tls {
+				t.Errorf("the TLS key on the guest: %v; want %v", ok, tc.tls)
+			}
+			if _, ok := g.ReadFile(cloudinit.HtpasswdPath); ok != tc.auth {
+				t.Errorf("the htpasswd on the guest: %v; want %v", ok, tc.auth)
+			}
+			for p, content := range g.Files() {
+				if !tc.auth && strings.Contains(content, hash) {
+					t.Errorf("%s still holds the htpasswd of auth turned off", p)
+				}
+				if !tc.tls && strings.Contains(content, keyLine) {
+					t.Errorf("%s still holds the key of TLS turned off", p)
+				}
+			}
+			script := fmt.Sprint(execs)
+			for _, secret := range []string{password, hash, keyLine} {
+				if strings.Contains(script, secret) {
+					t.Error("the guest agent's script holds a credential")
+				}
+			}
+		})
+	}
+}
