@@ -367,7 +367,7 @@ func (d *Driver) complete(ctx context.Context, f found, cfg VMConfig, t tags, de
 	t.mark = req.Mark
 	t.spec = proxy.Hash(req)
 	desc.port = int(req.Proxy.Port)
-	desc.applying, desc.applyingSince = "", 0
+	desc.applying, desc.applyingSince, desc.rebootedBefore = "", 0, nil
 	set := map[string]string{"tags": t.String(), "description": desc.String()}
 	if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: set, Digest: cfg["digest"]}); err != nil {
 		return proxy.Instance{}, err
@@ -418,7 +418,14 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 			return proxy.Instance{}, err
 		}
 		u, _ := ParseUPID(upid)
-		desc.applying, desc.applyingSince = want, u.StartTime
+		desc.applying, desc.applyingSince, desc.rebootedBefore = want, u.StartTime, nil
+		for _, t := range tasks {
+			// Start times are in seconds: an earlier update's reboot in
+			// this second is not this one's.
+			if t.Type == "qmreboot" && t.StartTime >= u.StartTime {
+				desc.rebootedBefore = append(desc.rebootedBefore, t.UPID)
+			}
+		}
 		desc.seedNode, desc.seedVolID = e.Node, seedVol
 		set := map[string]string{"description": desc.String(), "ide2": seedVol + ",media=cdrom"}
 		d.logger(ctx).V(telemetry.VDetail).Info("proxmox vm config request", "name", f.name, "vmid", e.VMID, "node", e.Node, "params", set)
@@ -433,7 +440,8 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 	}
 	var reboot *Task
 	for i := range tasks {
-		if tasks[i].Type == "qmreboot" && tasks[i].StartTime >= desc.applyingSince && (reboot == nil || tasks[i].StartTime > reboot.StartTime) {
+		if tasks[i].Type == "qmreboot" && tasks[i].StartTime >= desc.applyingSince && !slices.Contains(desc.rebootedBefore, tasks[i].UPID) &&
+			(reboot == nil || tasks[i].StartTime > reboot.StartTime) {
 			reboot = &tasks[i]
 		}
 	}
@@ -451,7 +459,7 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 	if !slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == seedVol && v.CTime >= desc.applyingSince }) {
 		if d.now().Unix()-desc.applyingSince > int64(d.retry/time.Second) {
 			// The upload did not land: forget it, and upload again next.
-			desc.applying, desc.applyingSince = "", 0
+			desc.applying, desc.applyingSince, desc.rebootedBefore = "", 0, nil
 			if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: map[string]string{"description": desc.String()}, Digest: cfg["digest"]}); err != nil {
 				return proxy.Instance{}, err
 			}
@@ -557,8 +565,10 @@ func (d *Driver) uploadSeed(ctx context.Context, node string, req proxy.Request,
 
 // seed is the NoCloud seed: Squid's files rendered from the proxy block,
 // installed by the user-data (merged with the user's cloudInit), with the
-// guest agent unless turned off. The instance ID names the spec hash, so a
-// changed request makes cloud-init run again.
+// guest agent unless turned off. cloud-init runs a seed once per instance
+// ID, and never one whose ID it ran before (its semaphores are on the
+// disk): the ID names the spec hash and the time of the seed, so a spec
+// changed back to an earlier one runs too.
 func (d *Driver) seed(req proxy.Request, vmid int) ([]byte, error) {
 	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID))
 	if err != nil {
@@ -569,7 +579,7 @@ func (d *Driver) seed(req proxy.Request, vmid int) ([]byte, error) {
 	if err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}
-	md := cloudinit.MetaData(fmt.Sprintf("egressproxy-%d-%s", vmid, proxy.Hash(req)), req.Name)
+	md := cloudinit.MetaData(fmt.Sprintf("egressproxy-%d-%s-%x", vmid, proxy.Hash(req), d.now().UnixNano()), req.Name)
 	iso, err := cloudinit.SeedISO(ud, md)
 	if err != nil {
 		return nil, err

@@ -75,3 +75,31 @@ func TestSeedRemovesCredentialsTurnedOff(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecRevertedRunsAgain: a spec changed and changed back (auth on,
+// off, on again with the same password) gives the guest a seed that
+// cloud-init runs: an instance ID it has run before would run nothing,
+// leaving the guest without auth while its resource asks for it.
+func TestSpecRevertedRunsAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	r := &reconciler{t: t, f: f, drv: f.drv, req: f.request("pt-back", "1e2d3c4b-6666-4a5e-9d55-0a9c1f1e2b3c")}
+	on := proxy.Auth{Enabled: true, Username: "u", Password: "pw-back-and-forth"}
+	r.req.Proxy.Auth = on
+	r.converge(ctx, 20)
+	first := vmNamed(t, f.fake, r.req.Name)
+	r.req.Proxy.Auth = proxy.Auth{}
+	r.converge(ctx, 20)
+	if vm := vmNamed(t, f.fake, r.req.Name); cloudinit.HtpasswdOf(vm.Seed.UserData) != "" {
+		t.Fatal("the guest kept auth after it was turned off")
+	}
+	r.req.Proxy.Auth = on
+	r.converge(ctx, 20)
+	last := vmNamed(t, f.fake, r.req.Name)
+	if last.Boots != first.Boots+2 {
+		t.Errorf("boots %d -> %d; want two reboots", first.Boots, last.Boots)
+	}
+	if cloudinit.HtpasswdOf(last.Seed.UserData) == "" {
+		t.Errorf("the guest runs without auth after it was turned on again (its seed's %q was run before)", last.Seed.InstanceID())
+	}
+}

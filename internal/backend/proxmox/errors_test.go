@@ -80,9 +80,13 @@ func TestProbeWindow(t *testing.T) {
 func TestDescriptionRoundTrip(t *testing.T) {
 	in := description{name: "n", mark: proxy.Mark{UID: "u", InstallationID: "i"}, port: 3128, seedNode: "pve1",
 		seedVolID: "local:iso/x.iso", applying: "abc", applyingSince: 42, rest: []string{"owner: team payments"}}
-	out := parseDescription(in.String())
-	if fmt.Sprintf("%+v", in) != fmt.Sprintf("%+v", out) {
-		t.Errorf("round trip:\n in %+v\nout %+v", in, out)
+	rebooted := in
+	rebooted.rebootedBefore = []string{"UPID:pve1:0000A1B2:00C0FFEE:0000002A:qmreboot:100:root@pam:"}
+	for _, in := range []description{in, rebooted} {
+		out := parseDescription(in.String())
+		if fmt.Sprintf("%+v", in) != fmt.Sprintf("%+v", out) {
+			t.Errorf("round trip:\n in %+v\nout %+v", in, out)
+		}
 	}
 	tg := parseTags("prod;" + MarkTags(proxy.Mark{UID: "u-1", InstallationID: "inst"}, "0123"))
 	if !tg.managed || tg.mark.UID != "u-1" || tg.mark.InstallationID != "inst" || tg.spec != "0123" || fmt.Sprint(tg.others) != "[prod]" {

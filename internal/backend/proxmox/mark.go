@@ -113,6 +113,9 @@ type description struct {
 	// server's clock, from its UPID).
 	applying      string
 	applyingSince int64
+	// rebootedBefore are the reboots that started in applyingSince's
+	// second before the upload: not the reboot that applies it.
+	rebootedBefore []string
 	// rest is the admin's text, kept.
 	rest []string
 }
@@ -138,7 +141,7 @@ func (d description) String() string {
 		lines = append(lines, descPrefix+"seed: "+d.seedNode+" "+d.seedVolID)
 	}
 	if d.applying != "" {
-		lines = append(lines, fmt.Sprintf("%sapplying: %s %d", descPrefix, d.applying, d.applyingSince))
+		lines = append(lines, strings.Join(append([]string{fmt.Sprintf("%sapplying: %s %d", descPrefix, d.applying, d.applyingSince)}, d.rebootedBefore...), " "))
 	}
 	lines = append(lines, d.rest...)
 	return strings.Join(lines, "\n")
@@ -173,9 +176,13 @@ func parseDescription(s string) description {
 		case "seed":
 			d.seedNode, d.seedVolID, _ = strings.Cut(val, " ")
 		case "applying":
-			h, since, _ := strings.Cut(val, " ")
-			d.applying = h
-			d.applyingSince, _ = strconv.ParseInt(since, 10, 64)
+			f := strings.Fields(val)
+			if len(f) < 2 {
+				f = append(f, "", "")
+			}
+			d.applying = f[0]
+			d.applyingSince, _ = strconv.ParseInt(f[1], 10, 64)
+			d.rebootedBefore = f[2:]
 		default:
 			d.rest = append(d.rest, line)
 		}

@@ -51,3 +51,14 @@ func readSeed(b []byte) (Seed, bool) {
 	}
 	return s, s.UserData != "" || s.MetaData != ""
 }
+
+// InstanceID is the instance-id of the seed's meta-data ("" when it names
+// none).
+func (s Seed) InstanceID() string {
+	for _, l := range strings.Split(s.MetaData, "\n") {
+		if v, ok := strings.CutPrefix(l, "instance-id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

@@ -45,8 +45,12 @@ type vm struct {
 	files map[string]string
 	// flock is the task holding the VM's file lock.
 	flock *task
-	seed  Seed // what the guest read from its seed at the last boot
+	seed  Seed // the seed whose cloud-init the guest ran last
 	boots int
+	// ran are the instance IDs cloud-init has run on this guest: as
+	// cloud-init does, a seed whose ID it has run before runs nothing
+	// (its per-instance modules' semaphores are on the disk).
+	ran map[string]bool
 }
 
 func (v *vm) name() string { return v.conf["name"] }
@@ -955,7 +959,13 @@ func (s *Server) boot(v *vm, now time.Time) string {
 	delete(v.conf, "lock") // resuming a hibernated VM clears its lock
 	delete(v.conf, "vmstate")
 	v.status, v.qmp, v.started = "running", "running", now
-	v.seed = seed
+	if id := seed.InstanceID(); id == "" || !v.ran[id] {
+		v.seed = seed
+		if v.ran == nil {
+			v.ran = map[string]bool{}
+		}
+		v.ran[id] = true
+	}
 	v.boots++
 	v.agentInstalled = v.agentPreinstalled || strings.Contains(seed.UserData, "qemu-guest-agent")
 	if v.addr == "" {
