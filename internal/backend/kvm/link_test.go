@@ -81,7 +81,9 @@ func TestLink_budgetAbandonsAndLingerCloses(t *testing.T) {
 	// The call never finishes: only its budget can end it (the bound
 	// keeps a broken budget from holding the suite; no speed target).
 	errc := make(chan error, 1)
-	go func() { errc <- l.call(context.Background(), 50*time.Millisecond, func() error { <-stuck; return nil }) }()
+	go func() {
+		errc <- l.call(context.Background(), 50*time.Millisecond, func() error { <-stuck; return nil })
+	}()
 	select {
 	case err := <-errc:
 		if !proxy.IsTransient(err) || !errors.Is(err, context.DeadlineExceeded) {
