@@ -23,9 +23,11 @@ bench_args() {
 
 # bench_provider: the provider the benchmarks run (hack/benchprovider:
 # the shipped program with the KVMProxy kind on the in-memory reference
-# driver and its API requests counted) into bin/benchprovider.
+# driver and its API requests counted) into bin/benchprovider, built as
+# the package's provider is (hack/xpkg.sh: static, stripped), so that its
+# memory is the shipped binary's: a cgo build maps libc besides.
 bench_provider() {
-  go build -trimpath -o bin/benchprovider ./hack/benchprovider
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/benchprovider ./hack/benchprovider
 }
 
 # bench_charts: draws the results the benchmarks appended to BENCH_DATA

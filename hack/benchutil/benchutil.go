@@ -68,11 +68,11 @@ func CPUTotalSince(pids map[string]int, before map[string]float64) float64 {
 }
 
 // PerProxy is the growth of each API server request count, per proxy, for
-// those of at least 0.05.
+// those of at least 0.005 (every one the two decimals show).
 func PerProxy(before, after map[string]float64, n int) []string {
 	var rows []string
 	for k, v := range after {
-		if d := v - before[k]; d/float64(n) >= 0.05 {
+		if d := v - before[k]; d/float64(n) >= 0.005 {
 			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(n)))
 		}
 	}

@@ -63,10 +63,17 @@ func ManagerOptions(s *runtime.Scheme, sync time.Duration) ctrl.Options {
 // AddEventBroadcaster adds the event broadcaster of mo (ManagerOptions) to
 // mgr, which then stops it when it stops.
 func AddEventBroadcaster(mgr ctrl.Manager, mo ctrl.Options) error {
-	if b, ok := mo.EventBroadcaster.(*events.Broadcaster); ok { //nolint:staticcheck // As in ManagerOptions.
+	if b := EventBroadcaster(mo); b != nil {
 		return mgr.Add(b)
 	}
 	return nil
+}
+
+// EventBroadcaster is the event broadcaster of mo (ManagerOptions), for
+// external.Options.Events; nil when mo has another.
+func EventBroadcaster(mo ctrl.Options) *events.Broadcaster {
+	b, _ := mo.EventBroadcaster.(*events.Broadcaster) //nolint:staticcheck // As in ManagerOptions.
+	return b
 }
 
 // cacheByObject configures the manager's cache per type.

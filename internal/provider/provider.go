@@ -260,6 +260,7 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		Namespace:            o.namespace,
 		NotReadyPollInterval: o.notReadyPoll,
 		QuotaRetryInterval:   o.quotaRetry,
+		Events:               pcontroller.EventBroadcaster(mo),
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
 		// Every endpoint a namespaced ProviderConfig names is dialled

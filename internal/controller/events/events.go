@@ -11,9 +11,11 @@
 // sent. Here an event is queued (up to MaxQueued, the only place one is
 // dropped, and counted when it is), correlated as client-go does
 // (identical events become a count on the first, a spamming object is
-// skipped) and sent by a few senders at most Rate a second. In a burst
-// the events so wait a little instead of competing with the writes that
-// make the proxies Ready; they keep the time they were recorded at.
+// skipped) and sent by a few senders at most Rate a second. Events are
+// the writes a burst can best put off: while the provider writes its
+// managed resources (NoteWrite), an event waits, up to MaxHold after it
+// was recorded, so the writes that make the proxies Ready go first. An
+// event keeps the time it was recorded at.
 package events
 
 import (
@@ -21,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,6 +47,11 @@ const (
 	// most, with DefaultBurst at once.
 	DefaultRate  = 10
 	DefaultBurst = 20
+	// DefaultQuiet is how long after the last noted write the provider
+	// counts as busy, and DefaultMaxHold how long an event waits at most
+	// while it is.
+	DefaultQuiet   = time.Second
+	DefaultMaxHold = time.Minute
 	// DefaultMaxQueued bounds the queue: a few hundred bytes an event,
 	// the events of 10,000 resources created together.
 	DefaultMaxQueued = 20000
@@ -79,6 +87,12 @@ type Broadcaster struct {
 	Rate      float64
 	Burst     int
 	MaxQueued int
+	// Quiet and MaxHold: an event waits while a write was noted less than
+	// Quiet ago, until it has waited MaxHold.
+	Quiet, MaxHold time.Duration
+
+	// lastWrite is when NoteWrite was last called (Unix nanoseconds).
+	lastWrite atomic.Int64
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -96,7 +110,8 @@ type Broadcaster struct {
 // controller-runtime's registry.
 func New() *Broadcaster {
 	register.Do(func() { metrics.Registry.MustRegister(sentTotal, droppedTotal, queued) })
-	b := &Broadcaster{Rate: DefaultRate, Burst: DefaultBurst, MaxQueued: DefaultMaxQueued, watchers: map[int]func(*corev1.Event){}}
+	b := &Broadcaster{Rate: DefaultRate, Burst: DefaultBurst, MaxQueued: DefaultMaxQueued, Quiet: DefaultQuiet, MaxHold: DefaultMaxHold,
+		watchers: map[int]func(*corev1.Event){}}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -202,6 +217,31 @@ func (b *Broadcaster) Start(ctx context.Context) error {
 // NeedLeaderElection implements manager.LeaderElectionRunnable: events
 // are sent by every replica (leader election records its own).
 func (b *Broadcaster) NeedLeaderElection() bool { return false }
+
+// NoteWrite notes a write of the provider's that a resource's readiness
+// waits for (the managed reconcilers' writes): events wait while they go
+// on.
+func (b *Broadcaster) NoteWrite() { b.lastWrite.Store(time.Now().UnixNano()) }
+
+// hold waits while the provider is busy writing (NoteWrite), until p has
+// waited MaxHold since it was recorded or the broadcaster stops.
+func (b *Broadcaster) hold(p *pending) {
+	const tick = 50 * time.Millisecond
+	for {
+		now := time.Now()
+		busy := now.UnixNano()-b.lastWrite.Load() < int64(b.Quiet)
+		if !busy || now.Sub(p.at.Time) >= b.MaxHold {
+			return
+		}
+		b.mu.Lock()
+		stopped := b.stopped
+		b.mu.Unlock()
+		if stopped {
+			return
+		}
+		time.Sleep(tick)
+	}
+}
 
 // Idle reports whether no event waits or is being sent.
 func (b *Broadcaster) Idle() bool {
@@ -311,6 +351,7 @@ func (b *Broadcaster) send(correlator *record.EventCorrelator, limiter flowcontr
 		if p == nil {
 			return
 		}
+		b.hold(p)
 		e := p.event()
 		r, err := correlator.EventCorrelate(e)
 		if err != nil || r.Skip {

@@ -205,3 +205,62 @@ func TestStopSendsWhatIsQueued(t *testing.T) {
 		t.Error("an event recorded after the stop was queued")
 	}
 }
+
+// TestEventsWaitWhileResourcesAreWritten: while the provider writes its
+// managed resources (NoteWrite) an event is not sent; once the writes
+// stop for Quiet it is, and an event held MaxHold goes even while they go
+// on.
+func TestEventsWaitWhileResourcesAreWritten(t *testing.T) {
+	b := New()
+	b.Quiet, b.MaxHold = 300*time.Millisecond, time.Hour
+	s := &sink{}
+	b.StartRecordingToSink(s)
+	defer b.Shutdown()
+	r := b.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "test"})
+	writing := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-writing:
+				return
+			default:
+				b.NoteWrite()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}()
+	r.Event(pod(1), corev1.EventTypeNormal, "Created", "created")
+	time.Sleep(time.Second)
+	if n := s.count(); n != 0 {
+		t.Errorf("%d events sent while the resources were being written; want none", n)
+	}
+	close(writing)
+	<-stopped
+	waitIdle(t, b)
+	if n := s.count(); n != 1 {
+		t.Errorf("%d events sent after the writes stopped; want 1", n)
+	}
+
+	// Held long enough, an event goes while the writes go on.
+	b.MaxHold = 200 * time.Millisecond
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				b.NoteWrite()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}()
+	r.Event(pod(2), corev1.EventTypeNormal, "Created", "created")
+	waitIdle(t, b)
+	if n := s.count(); n != 2 {
+		t.Errorf("%d events sent; want the one held MaxHold too", n)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	namespacedv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/config"
+	"github.com/egressproxy/provider-egressproxy/internal/controller/events"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -55,6 +56,9 @@ type Options struct {
 	// managed reconcilers then send every write crossplane-runtime makes
 	// and read connection Secrets from the API server.
 	AllWrites bool
+	// Events, when set, is the manager's event broadcaster: its events
+	// wait while the managed resources are being written.
+	Events *events.Broadcaster
 	// TenantGuard is the dialer of every endpoint a namespaced
 	// ProviderConfig names (cmd/provider's --tenant-endpoint-* flags and
 	// the cluster's discovered networks); nil refuses the defaults.
@@ -98,6 +102,10 @@ func NewShared(mgr ctrl.Manager, o Options) *Shared {
 		secrets, synced = c, i.HasSynced
 	}
 	wc := writes.NewClient(mgr.GetClient(), secrets, synced)
+	if o.Events != nil {
+		// The managed resources' writes go before the events.
+		wc.OnWrite = o.Events.NoteWrite
+	}
 	sh.Client, sh.reconcilerManager = wc, wc.Manager
 	return sh
 }

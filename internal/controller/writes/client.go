@@ -69,6 +69,10 @@ type Client struct {
 	// most, Get reads an object again that it read at a version this
 	// client's own write replaced (see catchUp).
 	catchUpEvery, catchUpFor time.Duration
+
+	// OnWrite, when set, is called after every write of an object this
+	// client sends (the events wait while they go on: events.NoteWrite).
+	OnWrite func()
 }
 
 // The defaults of Client.catchUpEvery and Client.catchUpFor.
@@ -246,6 +250,9 @@ func (c *Client) read(obj client.Object) {
 // wrote notes obj, the response to this client's write of an object that
 // was at version from, as the server's state.
 func (c *Client) wrote(obj client.Object, from string) {
+	if c.OnWrite != nil {
+		c.OnWrite()
+	}
 	o, s, err := digests(obj)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -183,6 +183,7 @@ func Start(t testing.TB, o Options) *Env {
 			Features:                features,
 		},
 		InstallationID:       or(o.InstallationID, "test-install"),
+		Events:               pcontroller.EventBroadcaster(mo),
 		Namespace:            Namespace,
 		NotReadyPollInterval: or(o.NotReadyPollInterval, 300*time.Millisecond),
 		TenantGuard:          o.TenantGuard,
