@@ -225,6 +225,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	}
 	defer prov.Stop()
 	startRSS, _ := benchutil.PeakRSS(prov.PID)
+	startPages := benchutil.BinaryPagesLine(prov.PID)
 	rss := benchutil.SampleRSS(prov.PID, 100*time.Millisecond)
 	defer rss.Stop()
 	pids["provider"] = prov.PID
@@ -463,6 +464,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	fmt.Printf("provider peak RSS (VmHWM):       %7.1f MiB (%.1f MiB before the first create; now %s); load %s\n", float64(peakRSS)/1024, float64(startRSS)/1024, benchutil.RSSParts(prov.PID), loadAtReady)
 	fmt.Printf("provider peak RSS, sampled:      %7.1f MiB: anonymous %.1f MiB (heap, stacks) + file-backed %.1f MiB (the binary's pages), every 100 ms\n",
 		float64(peakAnon+peakFile)/1024, float64(peakAnon)/1024, float64(peakFile)/1024)
+	fmt.Printf("provider binary resident:        before the first create %s; at all Ready %s\n", startPages, benchutil.BinaryPagesLine(prov.PID))
 	provCPU := endCPU - cpuBefore["provider"]
 	fmt.Printf("provider CPU until all Ready:    %7.2f s from the first create (%.2f s in total since its start); load %s\n", provCPU, endCPU, loadAtReady)
 	fmt.Printf("provider events until Ready:     %s\n", eventsAtReady)

@@ -116,6 +116,8 @@ type stage struct {
 	peakKiB int
 	// peakAnonKiB and peakFileKiB split the sampled peak RSS so far.
 	peakAnonKiB, peakFileKiB int
+	// pages is the binary's resident sections when all were Ready.
+	pages string
 	// events are the provider's event counts at the steady window's end,
 	// eventRequests the events it sent during the window.
 	events           benchutil.Events
@@ -157,6 +159,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer func() { prov.Stop() }()
 	startRSS, _ := benchutil.PeakRSS(prov.PID)
+	startPages := benchutil.BinaryPagesLine(prov.PID)
 	rss := benchutil.SampleRSS(prov.PID, 100*time.Millisecond)
 	defer rss.Stop()
 	runDir := filepath.Join(benchutil.DataDir(), "scale-"+time.Now().UTC().Format("20060102T150405"))
@@ -189,6 +192,7 @@ func run(ctx context.Context, o options) error {
 		st := stage{n: target, ready: time.Since(t0), load: benchutil.Load()}
 		st.peakKiB, _ = benchutil.PeakRSS(prov.PID)
 		st.peakAnonKiB, st.peakFileKiB = rss.Peak()
+		st.pages = benchutil.BinaryPagesLine(prov.PID)
 		benchutil.Logf("all %d Ready after %.1f s; measuring the steady state for one poll (%v)", target, st.ready.Seconds(), o.poll)
 		profile := ""
 		if target == stages[len(stages)-1] {
@@ -234,7 +238,7 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("provider: %s --poll %v --poll-jitter %v --max-reconcile-rate %d --max-concurrent-reconciles %d%s\n",
 		o.Provider, o.poll, o.jitter, o.Rate, o.Concurrent, map[bool]string{true: " (env " + o.Env + ")", false: ""}[o.Env != ""])
 	fmt.Printf("machine: %d CPUs shared by kube-apiserver, etcd, the provider and this program; load (1, 5, 15 min) is given per figure\n", benchutil.NumCPU())
-	fmt.Printf("provider RSS before the first create: peak %.1f MiB\n\n", float64(startRSS)/1024)
+	fmt.Printf("provider RSS before the first create: peak %.1f MiB; the binary resident %s\n\n", float64(startRSS)/1024, startPages)
 	fmt.Printf("%8s %10s %10s %22s %14s %30s %8s %8s  %s\n", "N", "all Ready", "peak RSS", "steady RSS anon+file", "anon slope", "CPU per resource/poll", "GETs", "writes", "load")
 	for i, st := range results {
 		slope := "-"
@@ -255,6 +259,7 @@ func run(ctx context.Context, o options) error {
 	for _, st := range results {
 		fmt.Printf("  peak RSS at %d, sampled every 100 ms: anonymous %.1f + file-backed %.1f MiB (target at Go's defaults: under 200 MiB at 10,000)\n",
 			st.n, float64(st.peakAnonKiB)/1024, float64(st.peakFileKiB)/1024)
+		fmt.Printf("    the binary resident: %s\n", st.pages)
 	}
 	for _, t := range heapTops {
 		fmt.Printf("\n%s\n", t)
