@@ -434,8 +434,10 @@ func generated(o Options) string {
 	return b.String()
 }
 
-// GuestFunctions are the shell functions the generated runcmd script uses
-// to install packages and manage services on the guest families cloud
+// GuestFunctions are the shell functions the generated runcmd script (and
+// every other script the provider has a guest run: a KVM update's, the
+// GCP startup script) uses to install packages and manage services on
+// the guest families cloud
 // images come in: Debian and Ubuntu (apt), Fedora, RHEL and its rebuilds
 // (dnf, or yum on older ones), openSUSE and SLES (zypper), Alpine (apk,
 // with OpenRC rather than systemd). The squid.conf the provider writes
@@ -451,6 +453,7 @@ const GuestFunctions = `egp_install() { ` +
 	`else echo "egressproxy: no apt-get, dnf, yum, zypper or apk to install $*" >&2; return 1; fi; }; ` +
 	`egp_enable() { if command -v systemctl >/dev/null; then systemctl enable --now "$1"; else rc-update add "$1" default && rc-service "$1" start; fi; }; ` +
 	`egp_restart() { if command -v systemctl >/dev/null; then systemctl restart "$1"; else rc-service "$1" restart; fi; }; ` +
+	`egp_reload() { if command -v systemctl >/dev/null; then systemctl reload-or-restart "$1"; else rc-service "$1" reload || rc-service "$1" restart; fi; }; ` +
 	`egp_squid_group() { if getent group proxy >/dev/null; then echo proxy; else echo squid; fi; }; ` +
 	`egp_auth_helper() { [ -x ` + squid.DefaultAuthHelperPath + ` ] && return 0; ` +
 	`for d in /usr/lib64/squid /usr/libexec/squid; do if [ -x "$d/basic_ncsa_auth" ]; then mkdir -p "$(dirname ` + squid.DefaultAuthHelperPath + `)" && ln -sf "$d/basic_ncsa_auth" ` + squid.DefaultAuthHelperPath + `; return 0; fi; done; ` +

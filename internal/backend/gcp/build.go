@@ -106,16 +106,17 @@ func startupScript() string {
 command -v squid >/dev/null 2>&1 || exit 0
 md=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 get() { curl -sf -H 'Metadata-Flavor: Google' "$md/$1"; }
+%[11]s
 get %[1]s > %[2]s.new && install -m 0644 -o root -g root %[2]s.new %[2]s
 rm -f %[2]s.new
-if get %[3]s > %[4]s.new; then install -m 0640 -o root -g proxy %[4]s.new %[4]s; else rm -f %[9]s; fi
+if get %[3]s > %[4]s.new; then install -m 0640 -o root -g "$(egp_squid_group)" %[4]s.new %[4]s; else rm -f %[9]s; fi
 rm -f %[4]s.new
-if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g proxy %[8]s.new %[8]s; else rm -f %[10]s; fi
+if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g "$(egp_squid_group)" %[8]s.new %[8]s; else rm -f %[10]s; fi
 rm -f %[6]s.new %[8]s.new
-systemctl restart squid
+egp_restart squid
 `, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
 		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath,
-		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "))
+		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "), cloudinit.GuestFunctions)
 }
 
 // spec is a request resolved against the config: everything an instance

@@ -65,7 +65,7 @@ func TestMetadataCarriesTLS(t *testing.T) {
 		t.Errorf("squid.conf in metadata does not listen with TLS:\n%s", conf)
 	}
 	script := metadataItem(body, gcp.MetadataStartupScript)
-	for _, w := range []string{gcp.MetadataTLSCert, gcp.MetadataTLSKey, "install -m 0640 -o root -g proxy " + cloudinit.TLSKeyPath + ".new " + cloudinit.TLSKeyPath} {
+	for _, w := range []string{gcp.MetadataTLSCert, gcp.MetadataTLSKey, `install -m 0640 -o root -g "$(egp_squid_group)" ` + cloudinit.TLSKeyPath + ".new " + cloudinit.TLSKeyPath} {
 		if !strings.Contains(script, w) {
 			t.Errorf("the startup script does not mention %q", w)
 		}

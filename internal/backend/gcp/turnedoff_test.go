@@ -110,3 +110,34 @@ func TestAuthOffLeavesNoHash(t *testing.T) {
 		t.Error("the startup script holds a credential")
 	}
 }
+
+// TestStartupScriptOnAnotherFamily: on a guest whose Squid runs in group
+// squid (Fedora, RHEL, openSUSE), as cloud-init provisions it, the
+// startup script installs a changed password's htpasswd too: it finds the
+// group and the service manager as the first boot did.
+func TestStartupScriptOnAnotherFamily(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-family", "0c8f6a1e-4444-4e2a-9c3f-00000000000d")
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "first-password"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	g := guesttest.New(t)
+	g.SquidGroup("squid")
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+
+	req.Proxy.Auth.Password = "second-password"
+	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ = f.srv.Instance(testZone, req.Name)
+	restart(t, g, body)
+	if got, _ := g.ReadFile(cloudinit.HtpasswdPath); got == "" || got != metadataItem(body, gcp.MetadataHtpasswd) {
+		t.Error("the startup script did not install the new htpasswd on a guest whose Squid group is squid")
+	}
+}

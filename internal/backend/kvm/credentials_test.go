@@ -109,3 +109,50 @@ func TestCredentialsTurnedOffLeaveTheGuest(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateOnAnotherFamily: on a guest whose Squid runs in group squid
+// (Fedora, RHEL, openSUSE), as cloud-init provisions it, the guest agent's
+// script installs a changed user's htpasswd too: it finds the group
+// and the service manager as the first boot did.
+func TestUpdateOnAnotherFamily(t *testing.T) {
+	e := newTestEnv(t)
+	req := e.request("web", "uid-1")
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "first-password"}
+	inst := createAndBootReq(t, e, req)
+	g := guesttest.New(t)
+	g.SquidGroup("squid")
+	g.Boot(e.seedUserData(seedName("web")))
+
+	// Another user: a password enters the spec hash through the
+	// controller's SecretDigest, which this driver test leaves alone.
+	req.Proxy.Auth.Username, req.Proxy.Auth.Password = "v", "second-password"
+	r := ref(inst)
+	r.Mark = req.Mark
+	if _, err := e.d.Update(context.Background(), r, req); err != nil {
+		t.Fatal(err)
+	}
+	e.host.mu.Lock()
+	written, execs := maps.Clone(e.host.guestFiles), e.host.execArgv
+	e.host.mu.Unlock()
+	var staged string
+	for p, b64 := range written {
+		if strings.HasPrefix(p, "handle:") {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.WriteFile(p, string(b))
+		if strings.HasSuffix(p, "/htpasswd") {
+			staged = string(b)
+		}
+	}
+	if len(execs) != 1 || staged == "" {
+		t.Fatalf("guest-exec ran %d times, htpasswd staged %v; want one script and a new htpasswd", len(execs), staged != "")
+	}
+	g.Exec(execs[0]...)
+	if got, _ := g.ReadFile(cloudinit.HtpasswdPath); got != staged {
+		t.Error("the agent's script did not install the new htpasswd on a guest whose Squid group is squid")
+	}
+}

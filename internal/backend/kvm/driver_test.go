@@ -286,7 +286,7 @@ func TestUpdate_appliesProxySettingsThroughTheGuestAgent(t *testing.T) {
 	e.host.mu.Lock()
 	files, execs := e.host.guestFiles, e.host.execs
 	e.host.mu.Unlock()
-	if files[stageDir+"/squid.conf"] == "" || files[stageDir+"/htpasswd"] == "" || len(execs) != 1 || !strings.Contains(execs[0], "reload-or-restart squid") {
+	if files[stageDir+"/squid.conf"] == "" || files[stageDir+"/htpasswd"] == "" || len(execs) != 1 || !strings.Contains(execs[0], "egp_reload squid") {
 		t.Errorf("guest files %v, execs %v", keys(files), execs)
 	}
 	// The agent not up yet is Transient.

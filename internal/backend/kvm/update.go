@@ -93,7 +93,7 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 		if err := agentWrite(ctx, api, dom, stageDir+"/htpasswd", f.Htpasswd); err != nil {
 			return err
 		}
-		script = append(script, "install -m 0640 -o root -g proxy "+stageDir+"/htpasswd "+cloudinit.HtpasswdPath)
+		script = append(script, "install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/htpasswd "+cloudinit.HtpasswdPath)
 	}
 	if f.TLSCert != "" {
 		if err := agentWrite(ctx, api, dom, stageDir+"/tls.crt", f.TLSCert); err != nil {
@@ -104,14 +104,16 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 		}
 		// The staged key goes at once: the agent wrote it 0644.
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+cloudinit.TLSCertPath,
-			"install -m 0640 -o root -g proxy "+stageDir+"/tls.key "+cloudinit.TLSKeyPath, "rm -f "+stageDir+"/tls.key")
+			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+cloudinit.TLSKeyPath, "rm -f "+stageDir+"/tls.key")
 	}
 	if rm := cloudinit.RemoveUnnamed(f); rm != "" {
 		// Turned off: no copy of the credential stays on the guest.
 		script = append(script, rm)
 	}
-	script = append(script, "systemctl reload-or-restart squid")
-	return agentRun(ctx, api, dom, strings.Join(script, " && "))
+	script = append(script, "egp_reload squid")
+	// The guest families cloud-init provisions differ in Squid's group and
+	// service manager: the same functions answer for each.
+	return agentRun(ctx, api, dom, cloudinit.GuestFunctions+"; "+strings.Join(script, " && "))
 }
 
 type agentReturn[T any] struct {

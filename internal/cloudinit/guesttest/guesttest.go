@@ -63,9 +63,7 @@ func New(t testing.TB) *Guest {
 			t.Fatal(err)
 		}
 	}
-	g.Tool("install", `mode=; while [ $# -gt 2 ]; do case "$1" in -m) mode=$2; shift 2;; -o|-g) shift 2;; *) shift;; esac; done
-cp "$1" "$2" && { [ -z "$mode" ] || chmod "$mode" "$2"; }`)
-	g.Tool("getent", `[ "$2" = proxy ]`)
+	g.SquidGroup("proxy")
 	g.Tool("ip", `echo "1: lo    inet 127.0.0.1/8 scope host lo"; echo "2: ens4    inet 10.0.0.5/24 brd 10.0.0.255 scope global ens4"`)
 	for _, tool := range []string{"systemctl", "squid", "qemu-ga"} {
 		g.Tool(tool, "exit 0")
@@ -75,6 +73,17 @@ cp "$1" "$2" && { [ -z "$mode" ] || chmod "$mode" "$2"; }`)
 		t.Fatal(err)
 	}
 	return g
+}
+
+// SquidGroup makes the guest one of a family whose Squid runs in group
+// name (Debian's proxy, the default; squid elsewhere): getent knows that
+// group and root only, and install refuses any other.
+func (g *Guest) SquidGroup(name string) {
+	g.t.Helper()
+	g.Tool("install", `mode=; while [ $# -gt 2 ]; do case "$1" in -m) mode=$2; shift 2;; -o) shift 2;; `+
+		`-g) case "$2" in root|`+name+`) ;; *) echo "install: invalid group '$2'" >&2; exit 1;; esac; shift 2;; *) shift;; esac; done
+cp "$1" "$2" && { [ -z "$mode" ] || chmod "$mode" "$2"; }`)
+	g.Tool("getent", `[ "$2" = `+name+` ] || [ "$2" = root ]`)
 }
 
 // Tool puts a stand-in command in the guest, a sh script of body.
