@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -97,25 +98,30 @@ func (d *Driver) deleteChildren(ctx context.Context, dep *appsv1.Deployment, mar
 	if d.cfg.NetworkPolicy {
 		children = append(children, &networkingv1.NetworkPolicy{})
 	}
+	// At once, not one after the other: the Deployment waits for them.
+	var wg sync.WaitGroup
 	for _, obj := range children {
 		k := refusedKey{namespace: dep.Namespace, resource: kindOf(obj)}
 		if d.refused.recent(k, d.now()) {
 			continue
 		}
-		log := d.logger(ctx).V(1).WithValues("kind", kindOf(obj), "namespace", dep.Namespace, "name", dep.Name)
-		err := d.client.DeleteAllOf(ctx, obj, client.InNamespace(dep.Namespace), sel)
-		switch {
-		case err == nil:
-			log.Info("deleted by the proxy's mark")
-		case refusal(err):
-			d.refused.add(k, d.now())
-			// Once per refusedTTL: worth seeing without debug logs.
-			d.logger(ctx).Info("deletecollection refused; the garbage collector deletes the proxy's children instead (docs/pod-proxy.md, RBAC in the target cluster)",
-				"kind", kindOf(obj), "namespace", dep.Namespace, "for", refusedTTL.String(), "error", d.quietly(err).Error())
-		default:
-			log.Info("cannot delete by the proxy's mark; left to the garbage collector", "error", d.quietly(err).Error())
-		}
+		wg.Go(func() {
+			log := d.logger(ctx).V(1).WithValues("kind", kindOf(obj), "namespace", dep.Namespace, "name", dep.Name)
+			err := d.client.DeleteAllOf(ctx, obj, client.InNamespace(dep.Namespace), sel)
+			switch {
+			case err == nil:
+				log.Info("deleted by the proxy's mark")
+			case refusal(err):
+				d.refused.add(k, d.now())
+				// Once per refusedTTL: worth seeing without debug logs.
+				d.logger(ctx).Info("deletecollection refused; the garbage collector deletes the proxy's children instead (docs/pod-proxy.md, RBAC in the target cluster)",
+					"kind", kindOf(obj), "namespace", dep.Namespace, "for", refusedTTL.String(), "error", d.quietly(err).Error())
+			default:
+				log.Info("cannot delete by the proxy's mark; left to the garbage collector", "error", d.quietly(err).Error())
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // refusal says err refuses a deletecollection for good: RBAC, or a server
