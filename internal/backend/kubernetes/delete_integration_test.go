@@ -59,17 +59,7 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 		}
 
 		ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}
-		if err := d.Delete(ctx, ref); err != nil {
-			t.Fatal(err)
-		}
-		if sent, refused := counted.counts(); sent != 2 || refused != 0 {
-			t.Errorf("Delete sent %d deletecollections, %d refused; want 2 (the Secret's, the NetworkPolicy's), none refused", sent, refused)
-		}
-		for _, o := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}} {
-			if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: req.Name}, o); !kerrors.IsNotFound(err) {
-				t.Errorf("the proxy's %T right after Delete: %v; want it gone", o, err)
-			}
-		}
+		e.deleteByMark(t, d, ref, counted, ns)
 		e.deleteToTheEnd(t, d, ref)
 		for _, o := range survivors {
 			if err := e.live.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
@@ -121,15 +111,8 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 				t.Fatalf("Delete of %s with deletecollection refused = %v; want it to go on without", name, err)
 			}
 			// Get alone: the resource stays until the collector is done.
-			waitFor(t, "the collector to finish "+name, func() (bool, string) {
-				_, err := cl.Driver(testProvider, kcfg, nil).Get(ctx, proxy.Ref{ID: ref.ID, Name: ref.Name, Mark: ref.Mark, Live: true, Deleting: true})
-				return proxy.IsNotFound(err), fmt.Sprint(err)
-			})
-			for _, o := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}} {
-				if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: req.Name}, o); !kerrors.IsNotFound(err) {
-					t.Errorf("%s's %T after its deletion: %v; want it gone", name, o, err)
-				}
-			}
+			waitDeleted(t, cl.Driver(testProvider, kcfg, nil), ref)
+			e.childrenGone(t, ns, name, "after its deletion")
 		}
 		if sent, refused := counted.counts(); sent != 2 || refused != 2 {
 			t.Errorf("two deletes sent %d deletecollections, %d refused; want 2, both refused (one per resource, the second delete asking nothing)", sent, refused)
@@ -152,21 +135,42 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 		req := request("granted")
 		inst := e.createSettled(t, d, req)
 		ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Live: true}
-		if err := d.Delete(ctx, ref); err != nil {
-			t.Fatal(err)
+		e.deleteByMark(t, d, ref, counted, ns)
+		waitDeleted(t, d, ref)
+	})
+}
+
+// deleteByMark deletes ref's proxy with d, whose client is counted: two
+// deletecollections, none refused, and the proxy's Secret and
+// NetworkPolicy gone as Delete returns.
+func (e *env) deleteByMark(t *testing.T, d *kubernetes.Driver, ref proxy.Ref, counted *collections, ns string) {
+	t.Helper()
+	if err := d.Delete(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	if sent, refused := counted.counts(); sent != 2 || refused != 0 {
+		t.Errorf("Delete sent %d deletecollections, %d refused; want 2 (the Secret's, the NetworkPolicy's), none refused", sent, refused)
+	}
+	e.childrenGone(t, ns, ref.Name, "right after Delete")
+}
+
+// childrenGone checks that the Secret and NetworkPolicy of the proxy name
+// in ns are gone.
+func (e *env) childrenGone(t *testing.T, ns, name, when string) {
+	t.Helper()
+	for _, o := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}} {
+		if err := e.live.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, o); !kerrors.IsNotFound(err) {
+			t.Errorf("%s's %T %s: %v; want it gone", name, o, when, err)
 		}
-		if sent, refused := counted.counts(); sent != 2 || refused != 0 {
-			t.Errorf("Delete with OptionalPermissions granted sent %d deletecollections, %d refused; want 2, none refused", sent, refused)
-		}
-		for _, o := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}} {
-			if err := e.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: req.Name}, o); !kerrors.IsNotFound(err) {
-				t.Errorf("the proxy's %T right after Delete with OptionalPermissions: %v; want it gone", o, err)
-			}
-		}
-		waitFor(t, "the deletion to end", func() (bool, string) {
-			_, err := d.Get(ctx, proxy.Ref{ID: ref.ID, Name: ref.Name, Mark: ref.Mark, Live: true, Deleting: true})
-			return proxy.IsNotFound(err), fmt.Sprint(err)
-		})
+	}
+}
+
+// waitDeleted waits for Get of the resource being deleted to say NotFound.
+func waitDeleted(t *testing.T, d *kubernetes.Driver, ref proxy.Ref) {
+	t.Helper()
+	waitFor(t, "the deletion of "+ref.ID+" to end", func() (bool, string) {
+		_, err := d.Get(context.Background(), proxy.Ref{ID: ref.ID, Name: ref.Name, Mark: ref.Mark, Live: true, Deleting: true})
+		return proxy.IsNotFound(err), fmt.Sprint(err)
 	})
 }
 
