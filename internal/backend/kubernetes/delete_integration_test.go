@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -180,7 +182,7 @@ func (e *env) deleteToTheEnd(t *testing.T, d *kubernetes.Driver, ref proxy.Ref) 
 	t.Helper()
 	ctx := context.Background()
 	ref.Live, ref.Deleting = true, true
-	waitFor(t, "the deletion of "+ref.ID+" to end", func() (bool, string) {
+	testenv.WaitFor(t, "the deletion of "+ref.ID+" to end", time.Minute, func() (bool, string) {
 		got, err := d.Get(ctx, ref)
 		if proxy.IsNotFound(err) {
 			return true, ""
