@@ -57,6 +57,9 @@ type Cluster struct {
 	// taken are the names whose Create was refused, for every driver of
 	// the Cluster (drivers are made per reconcile).
 	taken taken
+	// refused are where a deletecollection was refused, for every driver
+	// of the Cluster.
+	refused refused
 	// podIndex: the cache indexes pods by their proxy's UID (IndexPods).
 	podIndex     atomic.Bool
 	podIndexOnce sync.Once
@@ -182,6 +185,7 @@ func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Dr
 	d.podIndex = cl.podIndex.Load()
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
+	d.refused = &cl.refused
 	d.quiet, d.guard = cl.quiet, cl.guard
 	return d
 }

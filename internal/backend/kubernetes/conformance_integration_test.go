@@ -124,6 +124,7 @@ func TestDriverIntegration(t *testing.T) {
 	t.Run("Takeover", e.takeoverTests)
 	t.Run("Faults", e.faultTests)
 	t.Run("Leftovers", e.leftoverTests)
+	t.Run("DeleteByMark", e.deleteByMarkTests)
 }
 
 // fixture returns fixtures in a fresh namespace each.
@@ -518,4 +519,11 @@ func (b *busyClient) Delete(ctx context.Context, obj client.Object, opts ...clie
 		return err
 	}
 	return b.Client.Delete(ctx, obj, opts...)
+}
+
+func (b *busyClient) DeleteAllOf(ctx context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
+	if err := b.err(); err != nil {
+		return err
+	}
+	return b.Client.DeleteAllOf(ctx, obj, opts...)
 }

@@ -26,6 +26,8 @@ import (
 type calls struct {
 	mu  sync.Mutex
 	got []string
+	// collectionErr, when set, answers every deletecollection.
+	collectionErr error
 }
 
 func (c *calls) add(verb string, obj client.Object) {
@@ -73,6 +75,13 @@ func countingDriver(t *testing.T, objs ...client.Object) (*Driver, client.Client
 		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			c.add("delete", obj)
 			return cl.Delete(ctx, obj, opts...)
+		},
+		DeleteAllOf: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
+			c.add("deletecollection", obj)
+			if c.collectionErr != nil {
+				return c.collectionErr
+			}
+			return cl.DeleteAllOf(ctx, obj, opts...)
 		},
 	}).Build()
 	d := New(Options{Provider: "ClusterProviderConfig pods", Config: Config{Namespace: "egress", NetworkPolicy: true}, Client: fc, Live: fc})

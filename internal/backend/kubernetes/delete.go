@@ -3,10 +3,14 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,9 +18,12 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
-// Delete implements proxy.Driver: it deletes the Deployment, and the
-// garbage collector removes what it owns (the ReplicaSet and its pod, the
-// Secret, the NetworkPolicy, the Service). It returns at once.
+// Delete implements proxy.Driver: it deletes the Secret and the
+// NetworkPolicy by the proxy's mark (deleteChildren), then the
+// Deployment, and the garbage collector removes what it owns (the
+// ReplicaSet and its pod, the Service, the budget, and the Secret and
+// NetworkPolicy where the cluster refused deleteChildren). It returns at
+// once.
 //
 // A Deployment whose pod the driver sees goes in the background: it is
 // gone at once, and Get of the resource being deleted reports the proxy
@@ -55,6 +62,7 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	if len(pods) > 0 {
 		policy = metav1.DeletePropagationBackground
 	}
+	d.deleteChildren(ctx, dep, ref.Mark)
 	err = d.client.Delete(ctx, dep,
 		client.PropagationPolicy(policy),
 		// Never delete a Deployment of the same name made since the read.
@@ -67,6 +75,59 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	}
 	d.logger(ctx).V(1).Info("deleted Deployment", "namespace", dep.Namespace, "name", dep.Name, "propagation", policy)
 	return nil
+}
+
+// deleteChildren deletes the Secret and the NetworkPolicy of dep's proxy
+// with one deletecollection each, selecting the proxy's whole mark: nothing
+// without it is touched, and nothing is read first. Otherwise the garbage
+// collector reads each of them and the Deployment, then deletes it, and
+// reads the Deployment again when a burst of deletes outgrows its cache
+// of absent owners. It runs before the Deployment is deleted, which is
+// what starts the collector on them.
+//
+// Best effort: a refusal (RBAC, or a server without the verb) leaves them
+// to the collector, and is remembered a while (refused) so that the next
+// deletes do not ask again; any other error leaves them to the collector
+// too.
+func (d *Driver) deleteChildren(ctx context.Context, dep *appsv1.Deployment, mark proxy.Mark) {
+	if mark.UID == "" || mark.InstallationID == "" {
+		return
+	}
+	sel := client.MatchingLabels{LabelManagedBy: ManagedBy, LabelName: dep.Name, LabelUID: mark.UID, LabelInstallation: mark.InstallationID}
+	children := []client.Object{&corev1.Secret{}}
+	if d.cfg.NetworkPolicy {
+		children = append(children, &networkingv1.NetworkPolicy{})
+	}
+	// At once, not one after the other: the Deployment waits for them.
+	var wg sync.WaitGroup
+	for _, obj := range children {
+		k := refusedKey{namespace: dep.Namespace, resource: kindOf(obj)}
+		if d.refused.recent(k, d.now()) {
+			continue
+		}
+		wg.Go(func() {
+			log := d.logger(ctx).V(1).WithValues("kind", kindOf(obj), "namespace", dep.Namespace, "name", dep.Name)
+			err := d.client.DeleteAllOf(ctx, obj, client.InNamespace(dep.Namespace), sel)
+			switch {
+			case err == nil:
+				log.Info("deleted by the proxy's mark")
+			case refusal(err):
+				d.refused.add(k, d.now())
+				// Once per refusedTTL: worth seeing without debug logs.
+				d.logger(ctx).Info("deletecollection refused; the garbage collector deletes the proxy's children instead (docs/pod-proxy.md, RBAC in the target cluster)",
+					"kind", kindOf(obj), "namespace", dep.Namespace, "for", refusedTTL.String(), "error", d.quietly(err).Error())
+			default:
+				log.Info("cannot delete by the proxy's mark; left to the garbage collector", "error", d.quietly(err).Error())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// refusal says err refuses a deletecollection for good: RBAC, or a server
+// that lacks the verb or the resource.
+func refusal(err error) bool {
+	return kerrors.IsForbidden(err) || kerrors.IsMethodNotSupported(err) || kerrors.IsNotFound(err) || meta.IsNoMatchError(err)
 }
 
 // strayGrace is how long the pods of a Deployment the watch saw deleted

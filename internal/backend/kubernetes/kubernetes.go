@@ -23,7 +23,8 @@
 // later write refuses it the same way (writeChild).
 //
 // Deleting the Deployment deletes the rest (the garbage collector follows
-// the ownerReferences). It goes in the background when its pod is known,
+// the ownerReferences); the Secret and NetworkPolicy go just before it, by
+// the proxy's mark, where the cluster grants that. It goes in the background when its pod is known,
 // and Get of the resource being deleted reports the proxy until no pod of
 // it remains; otherwise in the foreground, and the Deployment stays until
 // its ReplicaSet and pods are gone (see Delete). Either way Get never
@@ -123,6 +124,9 @@ type Driver struct {
 	gone *gone
 	// taken are the names whose Create was refused (the Cluster's).
 	taken *taken
+	// refused are where the cluster refused a deletecollection (the
+	// Cluster's; the driver's own when made by New).
+	refused *refused
 	// podIndex: the client's cache indexes pods by podUIDIndex.
 	podIndex bool
 }
@@ -143,6 +147,7 @@ func New(o Options) *Driver {
 		podLog:   o.PodLog,
 		log:      o.Log,
 		now:      o.Now,
+		refused:  &refused{},
 	}
 	if d.live == nil {
 		d.live = o.Client

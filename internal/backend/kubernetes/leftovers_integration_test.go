@@ -70,20 +70,7 @@ func (e *env) leftoverTests(t *testing.T) {
 			t.Errorf("List of another installation = %+v, %v; want nothing", other, err)
 		}
 
-		deleting := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Live: true, Deleting: true}
-		testenv.WaitFor(t, "the deletion of the resource to end", time.Minute, func() (bool, string) {
-			got, err := d.Get(ctx, deleting)
-			if proxy.IsNotFound(err) {
-				return true, ""
-			}
-			if err != nil {
-				return false, err.Error()
-			}
-			if err := d.Delete(ctx, deleting); err != nil {
-				t.Fatalf("Delete: %v", err)
-			}
-			return false, got.Progress
-		})
+		e.deleteToTheEnd(t, d, proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark})
 		for _, l := range []client.ObjectList{&appsv1.ReplicaSetList{}, &corev1.PodList{}, &corev1.SecretList{}, &networkingv1.NetworkPolicyList{}} {
 			if err := e.live.List(ctx, l, client.InNamespace(ns), sel); err != nil {
 				t.Fatal(err)

@@ -47,8 +47,9 @@ func (p Permission) Attributes() *authzv1.ResourceAttributes {
 // namespace asks for every namespace (the provider's own cluster, where a
 // config may name any).
 //
-// The list is the driver's, kept beside the calls it describes; docs/
-// pod-proxy.md ("RBAC in the target cluster") gives the same table.
+// The list is the driver's, kept beside the calls it describes, with
+// OptionalPermissions; docs/pod-proxy.md ("RBAC in the target cluster")
+// gives the same table.
 func Permissions(namespace string, cached bool) []Permission {
 	in := func(group, resource string, verbs ...string) []Permission {
 		ps := make([]Permission, len(verbs))
@@ -103,6 +104,18 @@ func Permissions(namespace string, cached bool) []Permission {
 		}
 	}
 	return ps
+}
+
+// OptionalPermissions are what the driver uses in namespace where the
+// target cluster grants it, and does without otherwise, so the health
+// check does not ask for them: deletecollection of a proxy's Secret and
+// NetworkPolicy by its mark (deleteChildren), without which the garbage
+// collector deletes them.
+func OptionalPermissions(namespace string) []Permission {
+	return []Permission{
+		{Resource: "secrets", Verb: "deletecollection", Namespace: namespace},
+		{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "deletecollection", Namespace: namespace},
+	}
 }
 
 // missingPermissions asks the target cluster, with one

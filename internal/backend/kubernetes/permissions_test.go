@@ -24,6 +24,9 @@ func TestPermissions(t *testing.T) {
 		{"a proxy of several replicas gets a disruption budget", remote, Permission{Group: "policy", Resource: "poddisruptionbudgets", Verb: "create", Namespace: "proxies"}, false},
 		{"a budget is read directly, never watched", own, Permission{Group: "policy", Resource: "poddisruptionbudgets", Verb: "watch"}, true},
 		{"nothing is patched", remote, Permission{Group: "apps", Resource: "deployments", Verb: "patch", Namespace: "proxies"}, true},
+		{"deletecollection is not asked for by the health check", remote, Permission{Resource: "secrets", Verb: "deletecollection", Namespace: "proxies"}, true},
+		{"a proxy's Secret goes by its mark where granted", OptionalPermissions("proxies"), Permission{Resource: "secrets", Verb: "deletecollection", Namespace: "proxies"}, false},
+		{"a proxy's NetworkPolicy goes by its mark where granted", OptionalPermissions("proxies"), Permission{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "deletecollection", Namespace: "proxies"}, false},
 	} {
 		if got := has(tc.ps, tc.want); got == tc.not {
 			t.Errorf("%s: %v in the list = %t; want %t", tc.name, tc.want, got, !tc.not)

@@ -16,7 +16,7 @@ import (
 )
 
 // ClusterRole is the name of the ClusterRole this project ships
-// (package/rbac/podproxy-clusterrole.yaml) granting what PodProxies on
+// (cluster/rbac/podproxy.yaml) granting what PodProxies on
 // InjectedIdentity need in the provider's own cluster: Crossplane v2.4's
 // RBAC manager grants a provider only its own kinds, Secrets, ConfigMaps,
 // Events and Leases, and a package cannot ask for more.

@@ -245,14 +245,14 @@ func (b *binding) watches(mgr manager.Manager, bld *builder.Builder, list client
 	b.mu.Lock()
 	b.subscribers = append(b.subscribers, ch)
 	b.mu.Unlock()
-	bld = bld.WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests)))
+	bld = bld.WatchesRawSource(source.Channel(ch, enqueue[client.Object](toRequests, watchPriority)))
 	if !b.mayWatch(log, kind, mgr.GetCache()) {
 		return bld
 	}
 	return bld.
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests), changed(kubernetes.PodDigest))).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests), deploymentChanged())).
-		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests), changed(kubernetes.ServiceDigest)))
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, enqueue[*corev1.Pod](toRequests, gonePriority), changed(kubernetes.PodDigest))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &appsv1.Deployment{}, enqueue[*appsv1.Deployment](toRequests, watchPriority), deploymentChanged())).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, enqueue[*corev1.Service](toRequests, watchPriority), changed(kubernetes.ServiceDigest)))
 }
 
 // proxiesByUID indexes the managed resources of list's kind by UID and
@@ -346,17 +346,25 @@ const probeWait = time.Second
 // the queue. The priority stays with the item through its requeues.
 const watchPriority = 10
 
+// gonePriority is the work-queue priority of reconciles a pod's deletion
+// causes. Above watchPriority: a resource being deleted keeps its
+// finalizer until its last pod is gone, and in a burst of deletes the
+// other watch events (the Deployment controller's and the garbage
+// collector's work on the other proxies) would hold that reconcile
+// behind them.
+const gonePriority = 20
+
 // enqueue maps an event's object to its proxy and queues it at
-// watchPriority (the object's labels, and so its proxy, never change, so
-// an update maps the new object only).
-func enqueue[T client.Object](toRequests func(context.Context, client.Object) []reconcile.Request) handler.TypedEventHandler[T, reconcile.Request] {
-	add := func(ctx context.Context, o T, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+// watchPriority, or at deleted for a deletion (the object's labels, and so
+// its proxy, never change, so an update maps the new object only).
+func enqueue[T client.Object](toRequests func(context.Context, client.Object) []reconcile.Request, deleted int) handler.TypedEventHandler[T, reconcile.Request] {
+	add := func(ctx context.Context, o T, q workqueue.TypedRateLimitingInterface[reconcile.Request], priority int) {
 		reqs := toRequests(ctx, o)
 		if len(reqs) == 0 {
 			return
 		}
 		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(watchPriority)}, reqs...)
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(priority)}, reqs...)
 			return
 		}
 		for _, r := range reqs {
@@ -365,16 +373,16 @@ func enqueue[T client.Object](toRequests func(context.Context, client.Object) []
 	}
 	return handler.TypedFuncs[T, reconcile.Request]{
 		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, q, watchPriority)
 		},
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.ObjectNew, q)
+			add(ctx, e.ObjectNew, q, watchPriority)
 		},
 		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, q, deleted)
 		},
 		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, q, watchPriority)
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -8,9 +9,14 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
@@ -98,6 +104,47 @@ func TestDeploymentDeletionsThatWaitedReconcile(t *testing.T) {
 				t.Errorf("Delete = %v; want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPodDeletionGoesFirst: a pod's deletion queues its proxy above the
+// other watch events (a resource being deleted waits for its last pod, and
+// its finalizer should go at once), also when the proxy was queued
+// already; the pod's other changes, and a Deployment's deletion, go at
+// the watches' priority, first come first served.
+func TestPodDeletionGoesFirst(t *testing.T) {
+	ctx := context.Background()
+	toRequests := func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetLabels()[kubernetes.LabelUID]}}}
+	}
+	meta := func(uid string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Labels: map[string]string{kubernetes.LabelUID: uid}}
+	}
+	pod := func(uid string) *corev1.Pod { return &corev1.Pod{ObjectMeta: meta(uid)} }
+	pods := enqueue[*corev1.Pod](toRequests, gonePriority)
+	deployments := enqueue[*appsv1.Deployment](toRequests, watchPriority)
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+
+	pods.Update(ctx, event.TypedUpdateEvent[*corev1.Pod]{ObjectOld: pod("ready"), ObjectNew: pod("ready")}, q)
+	deployments.Delete(ctx, event.TypedDeleteEvent[*appsv1.Deployment]{Object: &appsv1.Deployment{ObjectMeta: meta("deployment-gone")}}, q)
+	pods.Update(ctx, event.TypedUpdateEvent[*corev1.Pod]{ObjectOld: pod("queued-then-gone"), ObjectNew: pod("queued-then-gone")}, q)
+	pods.Delete(ctx, event.TypedDeleteEvent[*corev1.Pod]{Object: pod("gone")}, q)
+	pods.Delete(ctx, event.TypedDeleteEvent[*corev1.Pod]{Object: pod("queued-then-gone")}, q)
+
+	type queued struct {
+		Name     string
+		Priority int
+	}
+	want := []queued{{"gone", gonePriority}, {"queued-then-gone", gonePriority}, {"ready", watchPriority}, {"deployment-gone", watchPriority}}
+	var got []queued
+	for range want {
+		r, p, _ := q.GetWithPriority()
+		got = append(got, queued{r.Name, p})
+		q.Done(r)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the queue's order (-want +got):\n%s", diff)
 	}
 }
 
