@@ -59,7 +59,7 @@ func Setup(mgr, rm ctrl.Manager, o controller.Options, kinds []schema.GroupVersi
 			Named(name).
 			WithOptions(o.ForControllerRuntime()).
 			For(c.config).
-			Watches(c.usage, batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: c.kind}, after: usageBatch}).
+			Watches(c.usage, batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: c.kind}, after: countBatch}).
 			Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter)); err != nil {
 			return err
 		}
@@ -83,10 +83,15 @@ func protectionChanged() predicate.Funcs {
 	}}
 }
 
-// usageBatch is how long a config's usage count waits for more usages to
-// come or go: a thousand proxies created at once update the count a few
-// times instead of a thousand (a write each). Deletion is still refused
-// while any usage exists: the reconciler lists them on every reconcile.
+// countBatch is how long a config's usage count (status.users) waits for
+// more usages to come or go: a thousand proxies created at once update
+// the count a few times instead of a thousand (a write each), and the
+// count is no more than that late. Deletion is still refused while any
+// usage exists: the reconciler lists them on every reconcile.
+const countBatch = 5 * time.Second
+
+// usageBatch is the same for the protection of a namespaced config and
+// its Secrets (Protector), which goes a second after its last usage.
 const usageBatch = time.Second
 
 // batchedUsages is crossplane-runtime's handler for usage events, with

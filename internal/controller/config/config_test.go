@@ -45,7 +45,7 @@ func legacyUsage(name string) client.Object {
 }
 
 // TestBatchedUsages: every usage event enqueues its config after
-// usageBatch, never at once, so that many usages coming or going at once
+// countBatch, never at once, so that many usages coming or going at once
 // make a few usage-count writes; a usage of another config kind enqueues
 // nothing for this one.
 func TestBatchedUsages(t *testing.T) {
@@ -60,14 +60,14 @@ func TestBatchedUsages(t *testing.T) {
 			event: func(h batchedUsages, o client.Object, q *queue) {
 				h.Create(context.Background(), ctrlevent.CreateEvent{Object: o}, q)
 			},
-			want: []string{"team-a/home after 1s"},
+			want: []string{"team-a/home after 5s"},
 		},
 		"ClusterConfigDelete": {
 			kind: nsv1alpha1.ClusterProviderConfigKind, usage: nsUsage("ClusterProviderConfig", "shared"),
 			event: func(h batchedUsages, o client.Object, q *queue) {
 				h.Delete(context.Background(), ctrlevent.DeleteEvent{Object: o}, q)
 			},
-			want: []string{"/shared after 1s"},
+			want: []string{"/shared after 5s"},
 		},
 		"OtherKindIgnored": {
 			kind: nsv1alpha1.ProviderConfigKind, usage: nsUsage("ClusterProviderConfig", "shared"),
@@ -80,13 +80,13 @@ func TestBatchedUsages(t *testing.T) {
 			event: func(h batchedUsages, o client.Object, q *queue) {
 				h.Generic(context.Background(), ctrlevent.GenericEvent{Object: o}, q)
 			},
-			want: []string{"/home after 1s"},
+			want: []string{"/home after 5s"},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			q := &queue{}
-			tc.event(batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: tc.kind}, after: usageBatch}, tc.usage, q)
+			tc.event(batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: tc.kind}, after: countBatch}, tc.usage, q)
 			if diff := cmp.Diff(tc.want, q.added, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("queued: -want, +got:\n%s", diff)
 			}
