@@ -158,6 +158,10 @@ func Start(t testing.TB, o Options) *Env {
 	if err := pcontroller.AddEventBroadcaster(mgr, mo); err != nil {
 		t.Fatal(err)
 	}
+	// Events wait while resources are written (events.DefaultMaxHold), as
+	// in the provider, but a test waiting for one waits seconds, not a
+	// minute, while its other resources converge.
+	pcontroller.EventBroadcaster(mo).MaxHold = 5 * time.Second
 
 	ctrl.SetLogger(logr.Discard())
 	w := zapcore.AddSync(e.Logs)
