@@ -381,6 +381,22 @@ func TestProviderIntegration(t *testing.T) {
 
 	t.Run("SecretsNeverLeak", func(t *testing.T) {
 		time.Sleep(2 * time.Second) // a few more reconciles with the sentinels in place
+		// Events wait while resources are being written (a minute at
+		// most): every one recorded so far is read once it was sent.
+		testenv.WaitFor(t, "the provider's events to be sent", 90*time.Second, func() (bool, string) {
+			resp, err := http.Get("http://" + metricsAddr + "/metrics")
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "egressproxy_events_queued "); ok {
+					return v == "0", "queued: " + v
+				}
+			}
+			return false, "no egressproxy_events_queued on /metrics"
+		})
 		logs := out.String()
 		events := &corev1.EventList{}
 		if err := kube.List(ctx, events); err != nil {
