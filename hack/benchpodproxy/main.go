@@ -469,7 +469,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	profiling := ""
 	if o.profiles {
 		// The profiler's signals, unwinding and encoding are the
-		// provider's CPU too: a quarter more at 200 proxies.
+		// provider's CPU too (docs/benchmarks.md has the difference).
 		profiling = ", the CPU profiler running (-profiles=false for the figure without it)"
 	}
 	fmt.Printf("provider CPU until all Ready:    %7.2f s from the first create (%.2f s in total since its start%s); load %s\n", provCPU, endCPU, profiling, loadAtReady)
