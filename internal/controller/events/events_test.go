@@ -217,27 +217,13 @@ func TestEventsWaitWhileResourcesAreWritten(t *testing.T) {
 	b.StartRecordingToSink(s)
 	defer b.Shutdown()
 	r := b.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "test"})
-	writing := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-writing:
-				return
-			default:
-				b.NoteWrite()
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-	}()
+	stop := writing(b)
 	r.Event(pod(1), corev1.EventTypeNormal, "Created", "created")
 	time.Sleep(time.Second)
 	if n := s.count(); n != 0 {
 		t.Errorf("%d events sent while the resources were being written; want none", n)
 	}
-	close(writing)
-	<-stopped
+	stop()
 	waitIdle(t, b)
 	if n := s.count(); n != 1 {
 		t.Errorf("%d events sent after the writes stopped; want 1", n)
@@ -245,9 +231,22 @@ func TestEventsWaitWhileResourcesAreWritten(t *testing.T) {
 
 	// Held long enough, an event goes while the writes go on.
 	b.MaxHold = 200 * time.Millisecond
-	done := make(chan struct{})
-	defer close(done)
+	defer writing(b)()
+	r.Event(pod(2), corev1.EventTypeNormal, "Created", "created")
+	waitIdle(t, b)
+	if n := s.count(); n != 2 {
+		t.Errorf("%d events sent; want the one held MaxHold too", n)
+	}
+}
+
+// writing notes a write on b every 10 ms, as the managed reconcilers do
+// in a burst, until the returned stop is called (it returns once the
+// writes have stopped).
+func writing(b *Broadcaster) (stop func()) {
+	b.NoteWrite() // busy from the return on
+	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(stopped)
 		for {
 			select {
 			case <-done:
@@ -258,9 +257,5 @@ func TestEventsWaitWhileResourcesAreWritten(t *testing.T) {
 			}
 		}
 	}()
-	r.Event(pod(2), corev1.EventTypeNormal, "Created", "created")
-	waitIdle(t, b)
-	if n := s.count(); n != 2 {
-		t.Errorf("%d events sent; want the one held MaxHold too", n)
-	}
+	return func() { close(done); <-stopped }
 }
