@@ -15,18 +15,13 @@ import (
 // reconciler sets Ready and Synced after the annotation update anyway).
 var ownConditions = []xpv2.ConditionType{spec.TypeSecure, spec.TypeEgressVerified}
 
-// annotationUpdater is crossplane-runtime's retrying critical-annotation
-// updater, except that what Create recorded in the status (the
-// observation and the conditions of ownConditions) survives it. The
-// update's response carries the server's status, which would replace
-// them; kept, they are saved by the status write that follows Create, in
-// one request, instead of by the first Observe's (a status write more,
-// and a Warning event recorded twice).
-type annotationUpdater struct {
-	inner managed.CriticalAnnotationUpdater
-}
-
-func (u annotationUpdater) UpdateCriticalAnnotations(ctx context.Context, o client.Object) error {
+// keepingCreated runs write, a write of o whose response replaces o's
+// status with the server's, and keeps what Create recorded in the status:
+// the observation and the conditions of ownConditions. The status write
+// that follows Create then saves them in one request, instead of the
+// first Observe's (a status write more, and a Warning event recorded
+// twice).
+func keepingCreated(o client.Object, write func() error) error {
 	var keep []xpv2.Condition
 	if c, ok := o.(resource.Conditioned); ok {
 		for _, t := range ownConditions {
@@ -40,7 +35,7 @@ func (u annotationUpdater) UpdateCriticalAnnotations(ctx context.Context, o clie
 	if ok {
 		obs = r.Observation().DeepCopy()
 	}
-	err := u.inner.UpdateCriticalAnnotations(ctx, o)
+	err := write()
 	if ok {
 		*r.Observation() = *obs
 	}
@@ -48,4 +43,15 @@ func (u annotationUpdater) UpdateCriticalAnnotations(ctx context.Context, o clie
 		c.SetConditions(keep...)
 	}
 	return err
+}
+
+// annotationUpdater is crossplane-runtime's retrying critical-annotation
+// updater, except that what Create recorded in the status survives it
+// (keepingCreated).
+type annotationUpdater struct {
+	inner managed.CriticalAnnotationUpdater
+}
+
+func (u annotationUpdater) UpdateCriticalAnnotations(ctx context.Context, o client.Object) error {
+	return keepingCreated(o, func() error { return u.inner.UpdateCriticalAnnotations(ctx, o) })
 }

@@ -293,12 +293,12 @@ func (e *external[P]) write(ctx context.Context, cr Resource[P], what string, ca
 
 // saveObservation writes status.atProvider at once, for an instance with
 // an operation in flight: its outcome (an asynchronous failure) is read
-// through the operation and must not be lost. Otherwise the observation is
-// saved with the conditions in the status write that follows Create
-// (annotationUpdater keeps it through the annotation update), and if that
-// write fails the next Observe finds the instance by its name. A merge
-// patch of the status subresource needs no resourceVersion and cannot
-// conflict.
+// through the operation and must not be lost. The status write that
+// follows Create saves the rest with it (keepingCreated keeps what Create
+// recorded through this patch and the annotation update, whose responses
+// carry the server's status); if that write fails, the next Observe finds
+// the instance by its name. A merge patch of the status subresource needs
+// no resourceVersion and cannot conflict.
 func (e *external[P]) saveObservation(ctx context.Context, cr Resource[P]) error {
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"atProvider": cr.Observation()}})
 	if err != nil {
@@ -308,7 +308,9 @@ func (e *external[P]) saveObservation(ctx context.Context, cr Resource[P]) error
 	if !ok {
 		return nil
 	}
-	return errors.Wrap(e.kube.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)), "cannot save status.atProvider")
+	return keepingCreated(obj, func() error {
+		return errors.Wrap(e.kube.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)), "cannot save status.atProvider")
+	})
 }
 
 func (e *external[P]) Update(ctx context.Context, mg resource.Managed) (u managed.ExternalUpdate, err error) {

@@ -488,16 +488,25 @@ func TestCreateSavesAnOperationAtOnce(t *testing.T) {
 			var patch []byte
 			kube := &test.MockClient{MockStatusPatch: func(_ context.Context, obj client.Object, p client.Patch, _ ...client.SubResourcePatchOption) error {
 				patch, _ = p.Data(obj)
+				// The server answers with its own status, which has
+				// none of what Create recorded.
+				obj.(*nsproxy.KVMProxy).Status = nsproxy.KVMProxyStatus{} //nolint:forcetypeassert // the test's own object.
 				return tc.patchErr
 			}}
 			mem := proxytest.NewMemory("memory", "proxytest-installation")
 			e := newExternal(testKind(nil), operationDriver{mem}, kube)
-			_, err := e.Create(context.Background(), proxyResource())
+			cr := proxyResource()
+			_, err := e.Create(context.Background(), cr)
 			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
 				t.Errorf("Create(...): -want error, +got error:\n%s", diff)
 			}
 			if want := `"operation":"operations/op-1"`; !strings.Contains(string(patch), want) {
 				t.Errorf("status patch %s; want it to carry %s", patch, want)
+			}
+			// What Create recorded survives the patch's answer, for the
+			// status write that follows Create.
+			if cr.Status.AtProvider.Operation != "operations/op-1" || cr.GetCondition(spec.TypeSecure).Reason == "" {
+				t.Errorf("after Create: operation %q, Secure %+v; want what Create recorded", cr.Status.AtProvider.Operation, cr.GetCondition(spec.TypeSecure))
 			}
 		})
 	}

@@ -95,6 +95,9 @@ func tlsOnTheExternalAddress(t *testing.T, e *env) {
 		}
 	}
 	if warned != 1 {
+		for _, ev := range e.Events(t, "team-a", p.Name) {
+			t.Logf("event %s %s x%d first %s last %s: %s", ev.Type, ev.Reason, ev.Count, ev.FirstTimestamp, ev.LastTimestamp, ev.Message)
+		}
 		t.Errorf("the CredentialsInClear warning was recorded %d times; want once", warned)
 	}
 
