@@ -78,8 +78,10 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 }
 
 // deleteChildren deletes the Secret and the NetworkPolicy of dep's proxy
-// with one deletecollection each, selecting the proxy's whole mark: nothing
-// without it is touched, and nothing is read first. Otherwise the garbage
+// with one deletecollection each, selecting the proxy's whole mark and
+// the name the driver gave them: nothing without both is touched (a mark
+// is labels, which whoever may write an object can copy onto it), and
+// nothing is read first. Otherwise the garbage
 // collector reads each of them and the Deployment, then deletes it, and
 // reads the Deployment again when a burst of deletes outgrows its cache
 // of absent owners. It runs before the Deployment is deleted, which is
@@ -94,6 +96,7 @@ func (d *Driver) deleteChildren(ctx context.Context, dep *appsv1.Deployment, mar
 		return
 	}
 	sel := client.MatchingLabels{LabelManagedBy: ManagedBy, LabelName: dep.Name, LabelUID: mark.UID, LabelInstallation: mark.InstallationID}
+	named := client.MatchingFields{"metadata.name": dep.Name}
 	children := []client.Object{&corev1.Secret{}}
 	if d.cfg.NetworkPolicy {
 		children = append(children, &networkingv1.NetworkPolicy{})
@@ -107,7 +110,7 @@ func (d *Driver) deleteChildren(ctx context.Context, dep *appsv1.Deployment, mar
 		}
 		wg.Go(func() {
 			log := d.logger(ctx).V(1).WithValues("kind", kindOf(obj), "namespace", dep.Namespace, "name", dep.Name)
-			err := d.client.DeleteAllOf(ctx, obj, client.InNamespace(dep.Namespace), sel)
+			err := d.client.DeleteAllOf(ctx, obj, client.InNamespace(dep.Namespace), sel, named)
 			switch {
 			case err == nil:
 				log.Info("deleted by the proxy's mark")

@@ -45,6 +45,9 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 			"other-uid":          marked(req.Name, "0c8f6a1e-5b7d-4e2a-9c3f-ffffffffffff"),
 			"other-installation": marked(req.Name, req.Mark.UID),
 			"unmarked":           nil,
+			// The whole mark copied onto an object of another name: a
+			// label is anyone's to write who may write the object.
+			"forged-mark": marked(req.Name, req.Mark.UID),
 		}
 		other["other-installation"][kubernetes.LabelInstallation] = "another-installation"
 		var survivors []client.Object
