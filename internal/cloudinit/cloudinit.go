@@ -156,6 +156,8 @@ func reportScript(port int32, attribute bool) string {
 	b.WriteString("#!/bin/bash\n# Written by provider-egressproxy: the egress check from inside the\n# instance, through its own Squid (docs/allow-listing.md).\ncheck() {\n")
 	b.WriteString(squid.ReportScript)
 	fmt.Fprintf(&b, "}\nfor i in $(seq 60); do\n  line=$(check %s %d 127.0.0.1) && break\n  sleep 5\ndone\n", reportRequestPath, port)
+	// Turned off meanwhile (EgressCheckStop): nothing is left to be read.
+	fmt.Fprintf(&b, "[ -f %s ] || exit 0\n", reportRequestPath)
 	fmt.Fprintf(&b, "printf '%%s\\n' \"$line\" > %[1]s.new && chmod 0644 %[1]s.new && mv -f %[1]s.new %[1]s\n", ReportPath)
 	if attribute {
 		fmt.Fprintf(&b, "curl -sf -m 10 -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$line\" http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/%s >/dev/null || true\n", GuestAttributeKey)
@@ -394,11 +396,8 @@ func generated(o Options) string {
 		writeFile(&b, stageDir+"/tls.crt", o.Squid.TLSCert)
 		writeFile(&b, stageDir+"/tls.key", o.Squid.TLSKey)
 	}
-	if r := o.EgressReport; r != nil {
-		writeFile(&b, reportRequestPath, r.Request)
-		writeFileMode(&b, reportScriptPath, "0755", reportScript(r.Port, r.GuestAttribute))
-		writeFileMode(&b, "/etc/systemd/system/egressproxy-egress-check.service", "0644", reportService)
-		writeFileMode(&b, "/etc/systemd/system/egressproxy-egress-check.timer", "0644", reportTimer)
+	for _, f := range EgressCheckFiles(o.EgressReport) {
+		writeFileMode(&b, f.Path, f.Mode, f.Content)
 	}
 	b.WriteString("runcmd:\n")
 	// The staging folder root's alone: files the guest agent writes there
@@ -427,8 +426,10 @@ func generated(o Options) string {
 	}
 	script = append(script, "egp_enable squid", "egp_restart squid")
 	if o.EgressReport != nil {
-		// In the background: the first check may wait for Squid.
-		script = append(script, "if command -v systemctl >/dev/null; then systemctl daemon-reload && systemctl enable --now egressproxy-egress-check.timer && systemctl start --no-block egressproxy-egress-check.service; else ("+reportScriptPath+" >/dev/null 2>&1 &); fi")
+		script = append(script, EgressCheckStart)
+	} else {
+		// A seed run again (Proxmox) with the check turned off.
+		script = append(script, EgressCheckStop)
 	}
 	fmt.Fprintf(&b, "  - [sh, -ec, %q]\n", "export DEBIAN_FRONTEND=noninteractive; "+strings.Join(script, "; "))
 	return b.String()

@@ -18,6 +18,7 @@ import (
 	"github.com/kdomanski/iso9660"
 	"sigs.k8s.io/yaml"
 
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -456,9 +457,22 @@ func TestUserDataEgressReport(t *testing.T) {
 			t.Error("the check's request is in clear in the user-data")
 		}
 	}
+	// Without a check the seed writes none of its files, and stops and
+	// removes what an earlier run of the seed (Proxmox) left.
 	ud, _ := UserData(Options{Squid: render(t, false)})
-	if strings.Contains(ud, "egress-check") || EgressRequestOf(ud) != "" {
-		t.Error("user-data without a report mentions the egress check")
+	if EgressRequestOf(ud) != "" {
+		t.Error("user-data without a report holds a check's request")
+	}
+	g := guesttest.New(t)
+	for _, f := range EgressCheckFiles(&EgressReport{Request: "GET http://echo.example/ HTTP/1.1\r\n\r\n", Port: 3129}) {
+		g.WriteFile(f.Path, f.Content)
+	}
+	g.WriteFile(ReportPath, "egressproxy-egress-check 1700000000 200 203.0.113.7\n")
+	g.Boot(ud)
+	for p := range g.Files() {
+		if strings.Contains(p, "egress-check") {
+			t.Errorf("%s stays on a guest whose seed has no check", p)
+		}
 	}
 }
 

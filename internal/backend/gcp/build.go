@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -114,9 +115,34 @@ rm -f %[4]s.new
 if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g "$(egp_squid_group)" %[8]s.new %[8]s; else rm -f %[10]s; fi
 rm -f %[6]s.new %[8]s.new
 egp_restart squid
+%[12]s
 `, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
 		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath,
-		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "), cloudinit.GuestFunctions)
+		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "), cloudinit.GuestFunctions,
+		egressCheckScript())
+}
+
+// egressCheckKey is the metadata key that holds the file at guest path p
+// of the guest's own egress check (cloudinit.EgressCheckFiles).
+func egressCheckKey(p string) string {
+	return "egressproxy-" + strings.ReplaceAll(path.Base(p), ".", "-")
+}
+
+// egressCheckScript is the startup script's part that installs the
+// guest's own egress check from metadata and starts it, or, when metadata
+// holds none (turned off), stops it and removes its files: the check
+// follows the settings as Squid's files do.
+func egressCheckScript() string {
+	var get, install, staged []string
+	for _, f := range cloudinit.EgressCheckFiles(&cloudinit.EgressReport{}) {
+		st := cloudinit.StagedPath(f)
+		get = append(get, "get "+egressCheckKey(f.Path)+" > "+st)
+		install = append(install, "mkdir -p "+path.Dir(f.Path)+" && install -m "+f.Mode+" -o root -g root "+st+" "+f.Path)
+		staged = append(staged, st)
+	}
+	return "if " + strings.Join(get, " && ") + "; then\n  " + strings.Join(install, "\n  ") +
+		"\n  rm -f " + strings.Join(staged, " ") + "\n  " + cloudinit.EgressCheckStart +
+		"\nelse\n  rm -f " + strings.Join(staged, " ") + "\n  " + cloudinit.EgressCheckStop + "\nfi"
 }
 
 // spec is a request resolved against the config: everything an instance
@@ -164,8 +190,11 @@ func (s *spec) metadata() map[string]string {
 	if s.tlsCert != "" {
 		m[MetadataTLSCert], m[MetadataTLSKey] = s.tlsCert, s.tlsKey
 	}
-	if egressReport(s.req) != nil {
+	if r := egressReport(s.req); r != nil {
 		m[MetadataGuestAttributes] = "TRUE"
+		for _, f := range cloudinit.EgressCheckFiles(r) {
+			m[egressCheckKey(f.Path)] = f.Content
+		}
 	}
 	return m
 }

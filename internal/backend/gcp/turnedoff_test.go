@@ -141,3 +141,73 @@ func TestStartupScriptOnAnotherFamily(t *testing.T) {
 		t.Error("the startup script did not install the new htpasswd on a guest whose Squid group is squid")
 	}
 }
+
+// TestEgressCheckFollowsTheSettings: the guest's own egress check follows
+// an update as Squid's files do. A changed echo URL restarts the VM with
+// the new request in metadata (the first boot's user-data, which staged
+// the old one, is not kept), and the startup script installs it and drops
+// the report made with the old one; turned off, neither metadata nor the
+// guest keeps anything of it.
+func TestEgressCheckFollowsTheSettings(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-check", "0c8f6a1e-4444-4e2a-9c3f-00000000000e")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-one.example/ip", Username: "egressproxy-check", Password: "check-S3NT1NEL-one"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	first := cloudinit.EgressRequestOf(metadataItem(body, gcp.MetadataUserData))
+	if !strings.Contains(first, "echo-one.example") {
+		t.Fatal("the instance was not created with the check's request in its user-data")
+	}
+	g := guesttest.New(t)
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+	g.WriteFile(cloudinit.ReportPath, "egressproxy-egress-check 1700000000 200 203.0.113.7\n")
+
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-two.example/ip", Username: "egressproxy-check", Password: "check-S3NT1NEL-two"}
+	f.srv.ResetRequests()
+	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := fmt.Sprint(f.srv.Requests()); !strings.Contains(reqs, "minimalAction=RESTART") {
+		t.Errorf("changing the check did not restart the VM: %s", reqs)
+	}
+	f.srv.SettleAll()
+	body, _ = f.srv.Instance(testZone, req.Name)
+	for k, v := range metadataItems(body) {
+		if strings.Contains(v, first) || strings.Contains(v, base64.StdEncoding.EncodeToString([]byte(first))) {
+			t.Errorf("metadata %s still holds the old check's request", k)
+		}
+	}
+	restart(t, g, body)
+	for _, gf := range cloudinit.EgressCheckFiles(cloudinit.ReportOf(req.Proxy, true)) {
+		if got, _ := g.ReadFile(gf.Path); got != gf.Content {
+			t.Errorf("%s after the update:\n%s\nwant:\n%s", gf.Path, got, gf.Content)
+		}
+	}
+	if _, ok := g.ReadFile(cloudinit.ReportPath); ok {
+		t.Error("the report made with the old check stays after the update")
+	}
+
+	g.WriteFile(cloudinit.ReportPath, "egressproxy-egress-check 1700000000 200 203.0.113.8\n")
+	req.Proxy.EgressCheck = nil
+	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ = f.srv.Instance(testZone, req.Name)
+	for k, v := range metadataItems(body) {
+		if strings.Contains(k, "egress-check") || strings.Contains(v, "Proxy-Authorization") || strings.Contains(v, "UHJveHktQXV0aG9yaXphdGlvbj") {
+			t.Errorf("metadata %s holds the check after it was turned off", k)
+		}
+	}
+	restart(t, g, body)
+	for p, content := range g.Files() {
+		if strings.Contains(p, "egress-check") || strings.Contains(content, "Proxy-Authorization") {
+			t.Errorf("%s stays on the guest after the check was turned off", p)
+		}
+	}
+}

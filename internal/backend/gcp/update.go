@@ -75,14 +75,21 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if ud, ok := oldMD[MetadataUserData]; ok && !holdsTurnedOff(ud, s) {
 		md[MetadataUserData] = ud
 	}
-	for _, k := range []string{MetadataHtpasswd, MetadataTLSCert, MetadataTLSKey} {
+	guestFiles := []string{MetadataHtpasswd, MetadataTLSCert, MetadataTLSKey}
+	for _, f := range cloudinit.EgressCheckFiles(&cloudinit.EgressReport{}) {
+		guestFiles = append(guestFiles, egressCheckKey(f.Path))
+	}
+	for _, k := range guestFiles {
 		if _, on := want[k]; !on {
 			// Turned off: the credential does not stay behind in metadata.
 			delete(md, k)
 		}
 	}
-	restart := oldMD[MetadataSquidConf] != s.squidConf || oldMD[MetadataHtpasswd] != s.htpasswd ||
-		oldMD[MetadataTLSCert] != s.tlsCert || oldMD[MetadataTLSKey] != s.tlsKey
+	// The startup script installs the guest's files at boot.
+	restart := oldMD[MetadataSquidConf] != s.squidConf
+	for _, k := range guestFiles {
+		restart = restart || oldMD[k] != want[k]
+	}
 	labels := s.labels()
 	if restart || !maps.Equal(inst.GetLabels(), labels) || !maps.Equal(oldMD, md) {
 		upd := proto.Clone(inst).(*computepb.Instance) //nolint:forcetypeassert // Clone keeps the type.
@@ -110,10 +117,15 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 }
 
 // holdsTurnedOff reports whether user-data ud installs a credential that s
-// has turned off (auth, TLS).
+// has turned off (auth, TLS) or replaced (the egress check's request).
 func holdsTurnedOff(ud string, s *spec) bool {
 	_, key := cloudinit.TLSOf(ud)
-	return (s.htpasswd == "" && cloudinit.HtpasswdOf(ud) != "") || (s.tlsKey == "" && key != "")
+	check := ""
+	if r := egressReport(s.req); r != nil {
+		check = r.Request
+	}
+	staged := cloudinit.EgressRequestOf(ud)
+	return (s.htpasswd == "" && cloudinit.HtpasswdOf(ud) != "") || (s.tlsKey == "" && key != "") || (staged != "" && staged != check)
 }
 
 // merged is a copy of a with b's entries over it.

@@ -151,3 +151,58 @@ func runAgentUpdate(t *testing.T, e *testEnv, g *guesttest.Guest) (map[string]st
 	g.Exec(execs[0]...)
 	return files, execs
 }
+
+// TestEgressCheckFollowsTheSettings: the guest's own egress check follows
+// an update as Squid's files do. A changed echo URL and port rewrite its
+// request and script and drop the report made with the old ones (read
+// otherwise as the guest's word on the new ones); turned off, nothing of
+// it stays: not its credential, not its timer, not its last report.
+func TestEgressCheckFollowsTheSettings(t *testing.T) {
+	e := newTestEnv(t)
+	req := e.request("web", "uid-1")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-one.example/ip", Username: "egressproxy-check", Password: "check-S3NT1NEL-one"}
+	inst := createAndBootReq(t, e, req)
+	g := guesttest.New(t)
+	g.Boot(e.seedUserData(seedName("web")))
+	first, _ := g.ReadFile(cloudinit.EgressCheckFiles(cloudinit.ReportOf(req.Proxy, false))[0].Path)
+	if !strings.Contains(first, "echo-one.example") {
+		t.Fatal("the first boot wrote no egress check request")
+	}
+	g.WriteFile(cloudinit.ReportPath, "egressproxy-egress-check 1700000000 200 203.0.113.7\n")
+	r := ref(inst)
+	r.Mark = req.Mark
+
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-two.example/ip", Username: "egressproxy-check", Password: "check-S3NT1NEL-two"}
+	req.Proxy.Port = 3130
+	update(t, e, g, r, req)
+	for _, f := range cloudinit.EgressCheckFiles(cloudinit.ReportOf(req.Proxy, false)) {
+		if got, _ := g.ReadFile(f.Path); got != f.Content {
+			t.Errorf("%s after the update:\n%s\nwant:\n%s", f.Path, got, f.Content)
+		}
+	}
+	if _, ok := g.ReadFile(cloudinit.ReportPath); ok {
+		t.Error("the report made with the old check stays after the update")
+	}
+
+	g.WriteFile(cloudinit.ReportPath, "egressproxy-egress-check 1700000000 200 203.0.113.8\n")
+	req.Proxy.EgressCheck = nil
+	update(t, e, g, r, req)
+	for p, content := range g.Files() {
+		if strings.Contains(p, "egress-check") || strings.Contains(content, "S3NT1NEL") || strings.Contains(content, "Proxy-Authorization") {
+			t.Errorf("%s stays on the guest after the check was turned off", p)
+		}
+	}
+}
+
+// update runs req's Update on e's driver and plays what the guest agent
+// did on g.
+func update(t *testing.T, e *testEnv, g *guesttest.Guest, r proxy.Ref, req proxy.Request) {
+	t.Helper()
+	e.host.mu.Lock()
+	e.host.guestFiles, e.host.execArgv = map[string]string{}, nil
+	e.host.mu.Unlock()
+	if _, err := e.d.Update(context.Background(), r, req); err != nil {
+		t.Fatal(err)
+	}
+	runAgentUpdate(t, e, g)
+}

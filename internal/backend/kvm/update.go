@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"path"
 	"strings"
 	"time"
 
@@ -70,7 +71,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		if state != libvirt.DomainRunning {
 			return proxy.Instance{}, proxy.Transientf("domain %s is not running; its proxy settings are applied once it runs", name)
 		}
-		if err := applyFiles(ctx, api, dom, files); err != nil {
+		if err := applyFiles(ctx, api, dom, files, cloudinit.ReportOf(req.Proxy, false)); err != nil {
 			return proxy.Instance{}, err
 		}
 		meta.SpecHash, meta.Port = want, req.Proxy.Port
@@ -82,9 +83,10 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	return d.read(ctx, api, h, dom, meta, req.Proxy.ProxyCA())
 }
 
-// applyFiles writes Squid's files through the guest agent and reloads
-// Squid. The agent not answering yet is Transient.
-func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Files) error {
+// applyFiles writes Squid's files and the guest's own egress check
+// (report, nil when off) through the guest agent and reloads Squid. The
+// agent not answering yet is Transient.
+func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Files, report *cloudinit.EgressReport) error {
 	script := []string{"install -m 0644 -o root -g root " + stageDir + "/squid.conf " + cloudinit.SquidConfPath}
 	if err := agentWrite(ctx, api, dom, stageDir+"/squid.conf", f.SquidConf); err != nil {
 		return err
@@ -111,6 +113,21 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 		script = append(script, rm)
 	}
 	script = append(script, "egp_reload squid")
+	// The check follows the settings: its request names the echo URL and
+	// its script Squid's port, and a check turned off leaves nothing.
+	if report == nil {
+		script = append(script, "{ "+cloudinit.EgressCheckStop+"; }")
+	}
+	for _, gf := range cloudinit.EgressCheckFiles(report) {
+		staged := cloudinit.StagedPath(gf)
+		if err := agentWrite(ctx, api, dom, staged, gf.Content); err != nil {
+			return err
+		}
+		script = append(script, "mkdir -p "+path.Dir(gf.Path), "install -m "+gf.Mode+" -o root -g root "+staged+" "+gf.Path, "rm -f "+staged)
+	}
+	if report != nil {
+		script = append(script, "{ "+cloudinit.EgressCheckStart+"; }")
+	}
 	// The guest families cloud-init provisions differ in Squid's group and
 	// service manager: the same functions answer for each.
 	return agentRun(ctx, api, dom, cloudinit.GuestFunctions+"; "+strings.Join(script, " && "))

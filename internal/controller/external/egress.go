@@ -97,6 +97,12 @@ func (b egressBefore) addresses() []string {
 // when the address changes or differs from the backend's figure (a
 // reserved address).
 func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy.Instance, req proxy.Request, before egressBefore) {
+	check := req.Proxy.EgressCheck
+	if inst.EgressSource == proxy.EgressReported && check == nil {
+		// What a check turned off left behind on the instance: not the
+		// instance's word on the settings it now runs.
+		inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = "", "", time.Time{}
+	}
 	o := cr.Observation()
 	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = inst.EgressIP, nil, "", nil
 	defer func() {
@@ -115,7 +121,6 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 			o.EgressIPVerifiedAt = &t
 		}
 	}
-	check := req.Proxy.EgressCheck
 	if check == nil || e.egress == nil {
 		return
 	}

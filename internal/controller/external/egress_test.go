@@ -111,6 +111,9 @@ func TestSetEgress(t *testing.T) {
 		"NoCheckBackendFigure": {kind: testKind(nil), steps: []step{{reserved, "203.0.113.7"}},
 			wantIP: "203.0.113.9", wantSource: spec.EgressIPBackend},
 		"NoCheckNoFigure": {kind: testKind(nil), steps: []step{{running, "203.0.113.7"}}},
+		// A report the instance still holds after its check was turned
+		// off.
+		"NoCheckAReportLeftBehind": {kind: testKind(nil), steps: []step{{remote, ""}}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
