@@ -46,6 +46,10 @@ func TLSFiles() []string {
 	return []string{TLSCertPath, TLSKeyPath, stageDir + "/tls.crt", stageDir + "/tls.key"}
 }
 
+// StagedCredentials are the staged copies of the credentials (htpasswd,
+// TLS key) that the first boot's cloud-init leaves in the staging folder.
+func StagedCredentials() []string { return []string{stageDir + "/htpasswd", stageDir + "/tls.key"} }
+
 // RemoveUnnamed is the shell command that removes the credential files of
 // the features f has off (auth, TLS), "" when it has both on: a guest
 // configured with f runs it, so turning a feature off leaves no copy of

@@ -98,8 +98,9 @@ func regionOf(zone string) string {
 // startupScript installs the Squid files kept in metadata and restarts
 // Squid, at every boot after the first: the first boot's cloud-init
 // installs Squid itself, and until it has, there is nothing to configure.
-// A credential missing from metadata is turned off: every copy of it goes,
-// the one cloud-init staged at first boot among them.
+// A credential missing from metadata is turned off: every copy of it goes.
+// The copies cloud-init staged at first boot go in any case: they may hold
+// a credential since replaced.
 func startupScript() string {
 	return fmt.Sprintf(`#!/bin/sh
 # Written by provider-egressproxy: installs the current Squid configuration
@@ -116,10 +117,12 @@ if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root 
 rm -f %[6]s.new %[8]s.new
 egp_restart squid
 %[12]s
+# The first boot's staged copies: what metadata holds now is installed.
+rm -f %[13]s
 `, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
 		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath,
 		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "), cloudinit.GuestFunctions,
-		egressCheckScript())
+		egressCheckScript(), strings.Join(cloudinit.StagedCredentials(), " "))
 }
 
 // egressCheckKey is the metadata key that holds the file at guest path p

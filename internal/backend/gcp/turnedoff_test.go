@@ -7,11 +7,14 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
 // metadataItems are an instance body's metadata, key: value.
@@ -208,6 +211,62 @@ func TestEgressCheckFollowsTheSettings(t *testing.T) {
 	for p, content := range g.Files() {
 		if strings.Contains(p, "egress-check") || strings.Contains(content, "Proxy-Authorization") {
 			t.Errorf("%s stays on the guest after the check was turned off", p)
+		}
+	}
+}
+
+// TestReplacedCredentialsLeaveNoOldCopy: after an update that changes the
+// password and the TLS key, neither the instance's metadata (the first
+// boot's user-data staged both) nor the guest after the restart keeps the
+// old htpasswd or key.
+func TestReplacedCredentialsLeaveNoOldCopy(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-replaced", "0c8f6a1e-4444-4e2a-9c3f-00000000000f")
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "first-password"}
+	tlsOf := func() *proxy.TLS {
+		tls, err := squid.LoadTLS(testenv.NewCerts(t, "proxy.example").Secret(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls
+	}
+	req.Proxy.TLS = tlsOf()
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	oldHash := metadataItem(body, gcp.MetadataHtpasswd)
+	oldKeyLine := strings.Split(metadataItem(body, gcp.MetadataTLSKey), "\n")[1]
+	g := guesttest.New(t)
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+	if got, _ := g.ReadFile(cloudinit.HtpasswdPath); got != oldHash || oldHash == "" {
+		t.Fatal("the first boot did not install the htpasswd")
+	}
+
+	req.Proxy.Auth.Password = "second-password"
+	req.Proxy.TLS = tlsOf()
+	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ = f.srv.Instance(testZone, req.Name)
+	for k, v := range metadataItems(body) {
+		for _, old := range []string{oldHash, oldKeyLine} {
+			if strings.Contains(v, old) || strings.Contains(v, base64.StdEncoding.EncodeToString([]byte(old))) {
+				t.Errorf("metadata %s still holds a replaced credential", k)
+			}
+		}
+	}
+	restart(t, g, body)
+	if got, _ := g.ReadFile(cloudinit.HtpasswdPath); got != metadataItem(body, gcp.MetadataHtpasswd) {
+		t.Error("the startup script did not install the new htpasswd")
+	}
+	for p, content := range g.Files() {
+		if strings.Contains(content, oldHash) || strings.Contains(content, oldKeyLine) {
+			t.Errorf("%s on the guest still holds a replaced credential", p)
 		}
 	}
 }

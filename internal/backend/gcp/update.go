@@ -117,15 +117,16 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 }
 
 // holdsTurnedOff reports whether user-data ud installs a credential that s
-// has turned off (auth, TLS) or replaced (the egress check's request).
+// has turned off or replaced (the htpasswd, the TLS key, the egress
+// check's request): a copy that no longer works is a copy too many.
 func holdsTurnedOff(ud string, s *spec) bool {
 	_, key := cloudinit.TLSOf(ud)
 	check := ""
 	if r := egressReport(s.req); r != nil {
 		check = r.Request
 	}
-	staged := cloudinit.EgressRequestOf(ud)
-	return (s.htpasswd == "" && cloudinit.HtpasswdOf(ud) != "") || (s.tlsKey == "" && key != "") || (staged != "" && staged != check)
+	stale := func(staged, now string) bool { return staged != "" && staged != now }
+	return stale(cloudinit.HtpasswdOf(ud), s.htpasswd) || stale(key, s.tlsKey) || stale(cloudinit.EgressRequestOf(ud), check)
 }
 
 // merged is a copy of a with b's entries over it.
