@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -253,8 +254,11 @@ func (b *Broadcaster) Idle() bool {
 // pending is a recorded event until it is sent: what the event is made
 // of, a third of the event's size (thousands may wait in a burst).
 type pending struct {
-	ref                        corev1.ObjectReference
-	annotations                map[string]string
+	ref corev1.ObjectReference
+	// annotations are the event's, key and value in turn: a map of one
+	// entry takes several times the room, and the recorder's map is
+	// crossplane-runtime's, one per reconcile.
+	annotations                []string
 	eventtype, reason, message string
 	at                         metav1.Time
 	source                     *corev1.EventSource
@@ -266,8 +270,15 @@ func (p *pending) event() *corev1.Event {
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
+	var annotations map[string]string
+	if len(p.annotations) > 0 {
+		annotations = make(map[string]string, len(p.annotations)/2)
+		for i := 0; i+1 < len(p.annotations); i += 2 {
+			annotations[p.annotations[i]] = p.annotations[i+1]
+		}
+	}
 	return &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(p.ref.Name, p.at.UnixNano()), Namespace: ns, Annotations: p.annotations},
+		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(p.ref.Name, p.at.UnixNano()), Namespace: ns, Annotations: annotations},
 		InvolvedObject:      p.ref,
 		Reason:              p.reason,
 		Message:             p.message,
@@ -449,5 +460,15 @@ func (r *recorder) generate(obj runtime.Object, annotations map[string]string, e
 		r.log.Error(nil, "cannot record an event of this type", "type", eventtype, "reason", reason)
 		return
 	}
-	r.b.enqueue(&pending{ref: *ref, annotations: annotations, eventtype: eventtype, reason: reason, message: message, at: metav1.Now(), source: &r.source}, r.log)
+	var kv []string
+	if len(annotations) > 0 {
+		kv = make([]string, 0, 2*len(annotations))
+		for k, v := range annotations {
+			kv = append(kv, k, v)
+		}
+	}
+	// Most messages are the same few texts, each made anew by Sprintf:
+	// queued, one copy of each is enough.
+	message = unique.Make(message).Value()
+	r.b.enqueue(&pending{ref: *ref, annotations: kv, eventtype: eventtype, reason: reason, message: message, at: metav1.Now(), source: &r.source}, r.log)
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -139,6 +140,36 @@ func TestARepeatIsACount(t *testing.T) {
 	e := s.created[0]
 	if e.InvolvedObject.Name != "p-0001" || e.InvolvedObject.Kind != "Pod" || e.Namespace != "ns" || e.Source.Component != "test" || e.ReportingController != "test" || e.Count != 1 || e.Type != corev1.EventTypeWarning {
 		t.Errorf("event sent: %+v", e)
+	}
+}
+
+// TestAnnotationsAreSent: an event's annotations (crossplane-runtime's
+// external-name) reach the API server as recorded, the recorder's map
+// changed after the event was recorded or not.
+func TestAnnotationsAreSent(t *testing.T) {
+	b := New()
+	s := &sink{}
+	b.StartRecordingToSink(s)
+	defer b.Shutdown()
+	r := b.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "test"})
+	annotations := map[string]string{"external-name": "p-0001", "other": "x"}
+	r.AnnotatedEventf(pod(1), annotations, corev1.EventTypeNormal, "CreatedExternalResource", "created %s", "it")
+	annotations["external-name"] = "changed"
+	r.Event(pod(2), corev1.EventTypeNormal, "Plain", "no annotations")
+	waitIdle(t, b)
+	if s.count() != 2 {
+		t.Fatalf("%d events sent; want 2", s.count())
+	}
+	// Four senders: in either order.
+	annotated, plain := s.created[0], s.created[1]
+	if annotated.Reason != "CreatedExternalResource" {
+		annotated, plain = plain, annotated
+	}
+	if got, want := annotated.Annotations, map[string]string{"external-name": "p-0001", "other": "x"}; !maps.Equal(got, want) || annotated.Message != "created it" {
+		t.Errorf("annotations sent %v, message %q; want %v", got, annotated.Message, want)
+	}
+	if got := plain.Annotations; got != nil {
+		t.Errorf("an event without annotations was sent with %v", got)
 	}
 }
 
