@@ -46,6 +46,11 @@ func TLSFiles() []string {
 	return []string{TLSCertPath, TLSKeyPath, stageDir + "/tls.crt", stageDir + "/tls.key"}
 }
 
+// BootFinishedPath is where cloud-init notes that it has run on this
+// instance: a script that may run beside a first boot's cloud-init (GCP's
+// startup script) leaves what cloud-init installs from until it is there.
+const BootFinishedPath = "/var/lib/cloud/instance/boot-finished"
+
 // StagedCredentials are the staged copies of the credentials (htpasswd,
 // TLS key) that the first boot's cloud-init leaves in the staging folder.
 func StagedCredentials() []string { return []string{stageDir + "/htpasswd", stageDir + "/tls.key"} }

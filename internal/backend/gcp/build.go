@@ -117,12 +117,13 @@ if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root 
 rm -f %[6]s.new %[8]s.new
 egp_restart squid
 %[12]s
-# The first boot's staged copies: what metadata holds now is installed.
-rm -f %[13]s
+# The first boot's staged copies, once cloud-init has installed them: what
+# metadata holds now is installed.
+if [ -f %[14]s ]; then rm -f %[13]s; fi
 `, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
 		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath,
 		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "), cloudinit.GuestFunctions,
-		egressCheckScript(), strings.Join(cloudinit.StagedCredentials(), " "))
+		egressCheckScript(), strings.Join(cloudinit.StagedCredentials(), " "), cloudinit.BootFinishedPath)
 }
 
 // egressCheckKey is the metadata key that holds the file at guest path p

@@ -270,3 +270,32 @@ func TestReplacedCredentialsLeaveNoOldCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestStartupScriptBesideTheFirstBoot: on an image with Squid installed
+// the startup script may run at the first boot between cloud-init's
+// write_files and its runcmd; it then leaves the credentials cloud-init
+// staged, which runcmd installs from.
+func TestStartupScriptBesideTheFirstBoot(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-first-boot", "0c8f6a1e-4444-4e2a-9c3f-000000000010")
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "a-password"}
+	if _, err := f.driver.Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	hash := metadataItem(body, gcp.MetadataHtpasswd)
+	g := guesttest.New(t)
+	staged := cloudinit.HtpasswdFiles()[1]
+	g.WriteFile(staged, hash)
+	restart(t, g, body)
+	if got, _ := g.ReadFile(staged); got != hash {
+		t.Error("the startup script removed the htpasswd cloud-init staged before cloud-init installed it")
+	}
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+	restart(t, g, body)
+	if _, ok := g.ReadFile(staged); ok {
+		t.Error("the staged htpasswd stays after cloud-init ran and the VM restarted")
+	}
+}

@@ -23,7 +23,7 @@ import (
 )
 
 // dirs are the guest folders the provider's scripts write in.
-var dirs = []string{"/etc/squid", "/var/lib/egressproxy", "/usr/local/lib/egressproxy", "/etc/systemd/system", "/usr/lib/squid"}
+var dirs = []string{"/etc/squid", "/var/lib/egressproxy", "/var/lib/cloud", "/usr/local/lib/egressproxy", "/etc/systemd/system", "/usr/lib/squid"}
 
 // hostTools are the commands the scripts use that run as they are; the
 // rest (install, which sets owners, systemctl, ip, getent, squid,
@@ -179,7 +179,8 @@ func (g *Guest) Exec(argv ...string) {
 
 // Boot runs user-data as cloud-init does when it runs (a first boot, or a
 // new instance ID): every cloud-config part's write_files, then their
-// runcmd, in order. Other parts (a user's script) are not run.
+// runcmd, in order, then notes that it ran. Other parts (a user's script)
+// are not run.
 func (g *Guest) Boot(userData string) {
 	g.t.Helper()
 	type file struct{ Path, Permissions, Encoding, Content string }
@@ -218,6 +219,8 @@ func (g *Guest) Boot(userData string) {
 			g.Exec(argv...)
 		}
 	}
+	// As cloud-init notes its run (cloudinit.BootFinishedPath).
+	g.WriteFile("/var/lib/cloud/instance/boot-finished", "")
 }
 
 // cloudConfigs are the text/cloud-config parts of MIME multipart
