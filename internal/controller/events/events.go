@@ -25,7 +25,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unique"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -467,8 +466,5 @@ func (r *recorder) generate(obj runtime.Object, annotations map[string]string, e
 			kv = append(kv, k, v)
 		}
 	}
-	// Most messages are the same few texts, each made anew by Sprintf:
-	// queued, one copy of each is enough.
-	message = unique.Make(message).Value()
 	r.b.enqueue(&pending{ref: *ref, annotations: kv, eventtype: eventtype, reason: reason, message: message, at: metav1.Now(), source: &r.source}, r.log)
 }
