@@ -108,12 +108,15 @@ func startupScript() string {
 command -v squid >/dev/null 2>&1 || exit 0
 md=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 get() { curl -sf -H 'Metadata-Flavor: Google' "$md/$1"; }
+# The metadata server says the key is not there: only that turns a file
+# off; a server that does not answer leaves the files as they are.
+absent() { [ "$(curl -s -o /dev/null -w '%%{http_code}' -H 'Metadata-Flavor: Google' "$md/$1")" = 404 ]; }
 %[11]s
 get %[1]s > %[2]s.new && install -m 0644 -o root -g root %[2]s.new %[2]s
 rm -f %[2]s.new
-if get %[3]s > %[4]s.new; then install -m 0640 -o root -g "$(egp_squid_group)" %[4]s.new %[4]s; else rm -f %[9]s; fi
+if get %[3]s > %[4]s.new; then install -m 0640 -o root -g "$(egp_squid_group)" %[4]s.new %[4]s; elif absent %[3]s; then rm -f %[9]s; fi
 rm -f %[4]s.new
-if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g "$(egp_squid_group)" %[8]s.new %[8]s; else rm -f %[10]s; fi
+if get %[5]s > %[6]s.new && get %[7]s > %[8]s.new; then install -m 0644 -o root -g root %[6]s.new %[6]s; install -m 0640 -o root -g "$(egp_squid_group)" %[8]s.new %[8]s; elif absent %[5]s || absent %[7]s; then rm -f %[10]s; fi
 rm -f %[6]s.new %[8]s.new
 egp_restart squid
 %[12]s
@@ -135,18 +138,20 @@ func egressCheckKey(p string) string {
 // egressCheckScript is the startup script's part that installs the
 // guest's own egress check from metadata and starts it, or, when metadata
 // holds none (turned off), stops it and removes its files: the check
-// follows the settings as Squid's files do.
+// follows the settings as Squid's files do. A metadata server that does
+// not answer leaves it as it is.
 func egressCheckScript() string {
 	var get, install, staged []string
-	for _, f := range cloudinit.EgressCheckFiles(&cloudinit.EgressReport{}) {
+	files := cloudinit.EgressCheckFiles(&cloudinit.EgressReport{})
+	for _, f := range files {
 		st := cloudinit.StagedPath(f)
 		get = append(get, "get "+egressCheckKey(f.Path)+" > "+st)
 		install = append(install, "mkdir -p "+path.Dir(f.Path)+" && install -m "+f.Mode+" -o root -g root "+st+" "+f.Path)
 		staged = append(staged, st)
 	}
 	return "if " + strings.Join(get, " && ") + "; then\n  " + strings.Join(install, "\n  ") +
-		"\n  rm -f " + strings.Join(staged, " ") + "\n  " + cloudinit.EgressCheckStart +
-		"\nelse\n  rm -f " + strings.Join(staged, " ") + "\n  " + cloudinit.EgressCheckStop + "\nfi"
+		"\n  " + cloudinit.EgressCheckStart +
+		"\nelif absent " + egressCheckKey(files[0].Path) + "; then\n  " + cloudinit.EgressCheckStop + "\nfi\nrm -f " + strings.Join(staged, " ")
 }
 
 // spec is a request resolved against the config: everything an instance

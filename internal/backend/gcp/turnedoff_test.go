@@ -36,7 +36,9 @@ func metadataItems(body map[string]any) map[string]string {
 func restart(t *testing.T, g *guesttest.Guest, body map[string]any) {
 	t.Helper()
 	dir := t.TempDir()
-	g.Tool("curl", `for a; do u=$a; done; f="`+dir+`/${u##*/}"; [ -f "$f" ] && cat "$f"`)
+	g.Tool("curl", `for a; do u=$a; done; f="`+dir+`/${u##*/}"
+case "$*" in *http_code*) if [ -f "$f" ]; then printf 200; else printf 404; fi; exit 0;; esac
+[ -f "$f" ] && cat "$f"`)
 	for k, v := range metadataItems(body) {
 		if strings.Contains(k, "/") {
 			t.Fatalf("metadata key %q", k)
@@ -46,6 +48,41 @@ func restart(t *testing.T, g *guesttest.Guest, body map[string]any) {
 		}
 	}
 	g.Exec("sh", "-c", metadataItem(body, gcp.MetadataStartupScript))
+}
+
+// TestMetadataServerDownTurnsNothingOff: a boot at which the metadata
+// server does not answer leaves the guest's files as they are; only a key
+// the server says is not there turns its file off.
+func TestMetadataServerDownTurnsNothingOff(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := request("pt-md-down", "0c8f6a1e-4444-4e2a-9c3f-000000000011")
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "a-password"}
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/ip", Username: "egressproxy-check", Password: "a-check-password"}
+	if _, err := f.driver.Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	g := guesttest.New(t)
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+	kept := []string{cloudinit.HtpasswdPath}
+	for _, gf := range cloudinit.EgressCheckFiles(cloudinit.ReportOf(req.Proxy, true)) {
+		kept = append(kept, gf.Path)
+	}
+	for _, p := range kept {
+		if _, ok := g.ReadFile(p); !ok {
+			t.Fatalf("the first boot did not write %s", p)
+		}
+	}
+	// As curl says when nothing answers: no body, status 000, exit 7.
+	g.Tool("curl", `case "$*" in *http_code*) printf 000;; esac; exit 7`)
+	g.Exec("sh", "-c", metadataItem(body, gcp.MetadataStartupScript))
+	for _, p := range kept {
+		if _, ok := g.ReadFile(p); !ok {
+			t.Errorf("%s is gone after a boot at which the metadata server did not answer", p)
+		}
+	}
 }
 
 // TestAuthOffLeavesNoHash: after an update turning auth off, the
