@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,9 +81,23 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	if refused != nil {
 		return fail(proxy.ReasonForbidden, refused)
 	}
+	// What the driver does without, said where the operator looks; an
+	// error reviewing them says nothing of the config's health.
+	if opt, err := d.missingPermissions(ctx, OptionalPermissions(d.cfg.Namespace)); err == nil && len(opt) > 0 {
+		s := make([]string, len(opt))
+		for i, p := range opt {
+			s[i] = p.String()
+		}
+		t.Details[DetailOptionalMissing] = strings.Join(s, "; ")
+	}
 	t.Healthy = true
 	return proxy.Health{Targets: []proxy.TargetHealth{t}}
 }
+
+// DetailOptionalMissing is the health detail that names the
+// OptionalPermissions the identity lacks: a proxy's deletion then leaves
+// its Secret and NetworkPolicy to the garbage collector.
+const DetailOptionalMissing = "optionalPermissionsMissing"
 
 // checkReason maps a failed check onto a health reason.
 func checkReason(ctx context.Context, err error) string {

@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,16 +97,21 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 			}
 			return cl, counted
 		}
-		healthy := func(d *kubernetes.Driver) {
+		// Healthy either way; the optional verbs missing are named.
+		healthy := func(d *kubernetes.Driver, optionalMissing bool) {
 			waitFor(t, "Check to be healthy with the grant", func() (bool, string) {
 				h := d.Check(ctx)
 				return h.Healthy(), fmt.Sprintf("%+v", h)
 			})
+			got := d.Check(ctx).Targets[0].Details[kubernetes.DetailOptionalMissing]
+			if optionalMissing != (strings.Contains(got, "deletecollection secrets in "+ns) && strings.Contains(got, "deletecollection networkpolicies.networking.k8s.io in "+ns)) || !optionalMissing && got != "" {
+				t.Errorf("health detail %s = %q; want the optional verbs named: %v", kubernetes.DetailOptionalMissing, got, optionalMissing)
+			}
 		}
 
 		e.grant(t, user, ns, kubernetes.Permissions(ns, false))
 		cl, counted := cluster()
-		healthy(cl.Driver(testProvider, kcfg, nil))
+		healthy(cl.Driver(testProvider, kcfg, nil), true)
 		for i, name := range []string{"refused-a", "refused-b"} {
 			req := request(name)
 			req.Mark.UID = fmt.Sprintf("0c8f6a1e-5b7d-4e2a-9c3f-%012d", 100+i)
@@ -136,7 +142,7 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 		})
 		cl, counted = cluster()
 		d := cl.Driver(testProvider, kcfg, nil)
-		healthy(d)
+		healthy(d, false)
 		req := request("granted")
 		inst := e.createSettled(t, d, req)
 		ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Live: true}
