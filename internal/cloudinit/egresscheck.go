@@ -48,10 +48,13 @@ var EgressCheckStart = "rm -f " + ReportPath + "; " +
 // EgressCheckStop is the shell that stops the guest's check and removes
 // its files and its last report: a check turned off leaves neither its
 // credential nor a word the backend would still read. It never fails.
-var EgressCheckStop = "if command -v systemctl >/dev/null; then systemctl disable --now egressproxy-egress-check.timer >/dev/null 2>&1; " +
-	"systemctl stop egressproxy-egress-check.service >/dev/null 2>&1; fi; " +
+//
+// Every command may fail (systemctl on units that were never there) under
+// sh -e, as cloud-init's runcmd runs: each is followed by || true.
+var EgressCheckStop = "if command -v systemctl >/dev/null; then systemctl disable --now egressproxy-egress-check.timer >/dev/null 2>&1 || true; " +
+	"systemctl stop egressproxy-egress-check.service >/dev/null 2>&1 || true; fi; " +
 	"rm -f " + strings.Join(egressCheckPaths(), " ") + "; " +
-	"if command -v systemctl >/dev/null; then systemctl daemon-reload >/dev/null 2>&1; fi; true"
+	"if command -v systemctl >/dev/null; then systemctl daemon-reload >/dev/null 2>&1 || true; fi"
 
 // egressCheckPaths are every file of the guest's check, its report
 // included.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,6 +205,19 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 		t.Errorf("request without credentials = %+v, %v; want 407", r, err)
 	}
 	phase("requests through squid", t0)
+
+	// The guest's first boot ends without an error: a runcmd that fails
+	// after configuring Squid still serves, but reads as broken to whoever
+	// looks (cloud-init status: error).
+	t0 = time.Now()
+	testenv.WaitFor(t, "cloud-init to be done on the guest", 5*time.Minute, func() (bool, string) {
+		out := h.GuestExec(t, name, "cloud-init status --long")
+		if strings.Contains(out, "status: error") {
+			t.Fatalf("cloud-init on the guest ended with an error:\n%s", out)
+		}
+		return strings.Contains(out, "status: done"), out
+	})
+	phase("cloud-init done", t0)
 
 	// The proxy block changes in place: the guest agent writes Squid's new
 	// config and reloads it; the connection Secret follows.
