@@ -52,7 +52,8 @@ var kvmPhases = []string{"defined", "started", "DHCP address", "Squid answering"
 // starts with its default configuration), Squid answering with this
 // resource's configuration (the provider's probe, squid.Ask; both from
 // the host every 100 ms), cloud-init done (the guest agent's `cloud-init
-// status`), and the provider's Ready. It prints each round and the medians, and appends
+// status`), and the provider's Ready; then cloud-init's slowest modules
+// (`cloud-init analyze blame`). It prints each round and the medians, and appends
 // them to BENCH_DATA/kvm.jsonl (hack/bench-kvm.sh draws them). A
 // benchmark, not a test: nothing is asserted of the times. Run it with
 // -benchtime 1x (make bench-kvm ROUNDS=3).
@@ -249,6 +250,16 @@ func kvmRound(ctx context.Context, b *testing.B, h *kvmtest.Host, kube client.Cl
 		}
 	})
 	wg.Wait()
+	if _, ok := at["cloud-init done"]; ok {
+		// Where the guest's share goes: cloud-init's slowest modules.
+		var top []string
+		for _, l := range strings.Split(h.GuestExec(b, name, "cloud-init analyze blame"), "\n") {
+			if l = strings.TrimSpace(l); strings.HasSuffix(l, ")") && len(top) < 8 {
+				top = append(top, l)
+			}
+		}
+		b.Logf("round %d: cloud-init's slowest modules (cloud-init analyze blame): %s", round, strings.Join(top, ", "))
+	}
 	if len(at) < len(kvmPhases) {
 		_ = kube.Get(ctx, client.ObjectKeyFromObject(p), p)
 		b.Logf("round %d: not every phase seen within 20 minutes: %v (Ready: %s)", round, at, p.GetCondition(xpv2.TypeReady).Message)
