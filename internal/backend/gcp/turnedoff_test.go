@@ -50,20 +50,40 @@ case "$*" in *http_code*) if [ -f "$f" ]; then printf 200; else printf 404; fi; 
 	g.Exec("sh", "-c", metadataItem(body, gcp.MetadataStartupScript))
 }
 
+// created creates req's instance with f's driver and lets its operations
+// finish: the instance, and its body as the API holds it.
+func created(t *testing.T, f *fixture, req proxy.Request) (proxy.Instance, map[string]any) {
+	t.Helper()
+	inst, err := f.driver.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	return inst, body
+}
+
+// updated updates inst to req with f's driver and lets its operations
+// finish: the instance's body as the API then holds it.
+func updated(t *testing.T, f *fixture, inst proxy.Instance, req proxy.Request) map[string]any {
+	t.Helper()
+	if _, err := f.driver.Update(context.Background(), refOf(inst, req), req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SettleAll()
+	body, _ := f.srv.Instance(testZone, req.Name)
+	return body
+}
+
 // TestMetadataServerDownTurnsNothingOff: a boot at which the metadata
 // server does not answer leaves the guest's files as they are; only a key
 // the server says is not there turns its file off.
 func TestMetadataServerDownTurnsNothingOff(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	req := request("pt-md-down", "0c8f6a1e-4444-4e2a-9c3f-000000000011")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "a-password"}
 	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/ip", Username: "egressproxy-check", Password: "a-check-password"}
-	if _, err := f.driver.Create(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ := f.srv.Instance(testZone, req.Name)
+	_, body := created(t, f, req)
 	g := guesttest.New(t)
 	g.Boot(metadataItem(body, gcp.MetadataUserData))
 	kept := []string{cloudinit.HtpasswdPath}
@@ -96,12 +116,7 @@ func TestAuthOffLeavesNoHash(t *testing.T) {
 	ctx := context.Background()
 	req := request("pt-auth-off", "0c8f6a1e-4444-4e2a-9c3f-00000000000c")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: password}
-	inst, err := f.driver.Create(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ := f.srv.Instance(testZone, req.Name)
+	inst, body := created(t, f, req)
 	hash := metadataItem(body, gcp.MetadataHtpasswd)
 	if hash == "" || cloudinit.HtpasswdOf(metadataItem(body, gcp.MetadataUserData)) != hash {
 		t.Fatal("the instance was not created with the htpasswd in metadata and user-data")
@@ -157,25 +172,15 @@ func TestAuthOffLeavesNoHash(t *testing.T) {
 // group and the service manager as the first boot did.
 func TestStartupScriptOnAnotherFamily(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	req := request("pt-family", "0c8f6a1e-4444-4e2a-9c3f-00000000000d")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "first-password"}
-	inst, err := f.driver.Create(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ := f.srv.Instance(testZone, req.Name)
+	inst, body := created(t, f, req)
 	g := guesttest.New(t)
 	g.SquidGroup("squid")
 	g.Boot(metadataItem(body, gcp.MetadataUserData))
 
 	req.Proxy.Auth.Password = "second-password"
-	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ = f.srv.Instance(testZone, req.Name)
+	body = updated(t, f, inst, req)
 	restart(t, g, body)
 	if got, _ := g.ReadFile(cloudinit.HtpasswdPath); got == "" || got != metadataItem(body, gcp.MetadataHtpasswd) {
 		t.Error("the startup script did not install the new htpasswd on a guest whose Squid group is squid")
@@ -193,12 +198,7 @@ func TestEgressCheckFollowsTheSettings(t *testing.T) {
 	ctx := context.Background()
 	req := request("pt-check", "0c8f6a1e-4444-4e2a-9c3f-00000000000e")
 	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-one.example/ip", Username: "egressproxy-check", Password: "check-S3NT1NEL-one"}
-	inst, err := f.driver.Create(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ := f.srv.Instance(testZone, req.Name)
+	inst, body := created(t, f, req)
 	first := cloudinit.EgressRequestOf(metadataItem(body, gcp.MetadataUserData))
 	if !strings.Contains(first, "echo-one.example") {
 		t.Fatal("the instance was not created with the check's request in its user-data")
@@ -234,11 +234,7 @@ func TestEgressCheckFollowsTheSettings(t *testing.T) {
 
 	g.WriteFile(cloudinit.ReportPath, "egressproxy-egress-check 1700000000 200 203.0.113.8\n")
 	req.Proxy.EgressCheck = nil
-	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ = f.srv.Instance(testZone, req.Name)
+	body = updated(t, f, inst, req)
 	for k, v := range metadataItems(body) {
 		if strings.Contains(k, "egress-check") || strings.Contains(v, "Proxy-Authorization") || strings.Contains(v, "UHJveHktQXV0aG9yaXphdGlvbj") {
 			t.Errorf("metadata %s holds the check after it was turned off", k)
@@ -258,7 +254,6 @@ func TestEgressCheckFollowsTheSettings(t *testing.T) {
 // old htpasswd or key.
 func TestReplacedCredentialsLeaveNoOldCopy(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	req := request("pt-replaced", "0c8f6a1e-4444-4e2a-9c3f-00000000000f")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "first-password"}
 	tlsOf := func() *proxy.TLS {
@@ -269,12 +264,7 @@ func TestReplacedCredentialsLeaveNoOldCopy(t *testing.T) {
 		return tls
 	}
 	req.Proxy.TLS = tlsOf()
-	inst, err := f.driver.Create(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ := f.srv.Instance(testZone, req.Name)
+	inst, body := created(t, f, req)
 	oldHash := metadataItem(body, gcp.MetadataHtpasswd)
 	oldKeyLine := strings.Split(metadataItem(body, gcp.MetadataTLSKey), "\n")[1]
 	g := guesttest.New(t)
@@ -285,11 +275,7 @@ func TestReplacedCredentialsLeaveNoOldCopy(t *testing.T) {
 
 	req.Proxy.Auth.Password = "second-password"
 	req.Proxy.TLS = tlsOf()
-	if _, err := f.driver.Update(ctx, refOf(inst, req), req); err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ = f.srv.Instance(testZone, req.Name)
+	body = updated(t, f, inst, req)
 	for k, v := range metadataItems(body) {
 		for _, old := range []string{oldHash, oldKeyLine} {
 			if strings.Contains(v, old) || strings.Contains(v, base64.StdEncoding.EncodeToString([]byte(old))) {
@@ -314,14 +300,9 @@ func TestReplacedCredentialsLeaveNoOldCopy(t *testing.T) {
 // staged, which runcmd installs from.
 func TestStartupScriptBesideTheFirstBoot(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	req := request("pt-first-boot", "0c8f6a1e-4444-4e2a-9c3f-000000000010")
 	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "a-password"}
-	if _, err := f.driver.Create(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	f.srv.SettleAll()
-	body, _ := f.srv.Instance(testZone, req.Name)
+	_, body := created(t, f, req)
 	hash := metadataItem(body, gcp.MetadataHtpasswd)
 	g := guesttest.New(t)
 	staged := cloudinit.HtpasswdFiles()[1]
