@@ -6,6 +6,7 @@ package config
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
@@ -58,7 +59,7 @@ func Setup(mgr, rm ctrl.Manager, o controller.Options, kinds []schema.GroupVersi
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named(name).
 			WithOptions(o.ForControllerRuntime()).
-			For(c.config).
+			For(c.config, builder.WithPredicates(accountingChanged())).
 			Watches(c.usage, batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: c.kind}, after: countBatch}).
 			Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter)); err != nil {
 			return err
@@ -72,6 +73,23 @@ func Setup(mgr, rm ctrl.Manager, o controller.Options, kinds []schema.GroupVersi
 		For(&nsv1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, protectionChanged()))).
 		Watches(&nsv1alpha1.ProviderConfigUsage{}, batchedUsages{inner: &resource.EnqueueRequestForProviderConfig{Kind: nsv1alpha1.ProviderConfigKind}, after: usageBatch}).
 		Complete(ratelimiter.NewReconciler(name, p, o.GlobalRateLimiter))
+}
+
+// accountingChanged passes the updates of a config that change what the
+// usage reconciler does with it: its spec, the start of its deletion and
+// its finalizers. Status writes (the count it writes itself, the health
+// check's targets) pass no: while usages arrive, each count written would
+// otherwise trigger the next recount and write at once, ahead of the
+// batch of usage events (countBatch).
+func accountingChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+		if e.ObjectOld == nil || e.ObjectNew == nil {
+			return true
+		}
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			meta.WasDeleted(e.ObjectNew) != meta.WasDeleted(e.ObjectOld) ||
+			!slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+	}}
 }
 
 // protectionChanged passes updates that start a config's deletion or take

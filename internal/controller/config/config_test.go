@@ -9,6 +9,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
@@ -91,5 +92,42 @@ func TestBatchedUsages(t *testing.T) {
 				t.Errorf("queued: -want, +got:\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAccountingChanged: the usage reconciler of a config is triggered by
+// what changes its work (spec, deletion, finalizers), not by status
+// writes, its own usage count among them.
+func TestAccountingChanged(t *testing.T) {
+	base := func() *nsv1alpha1.ClusterProviderConfig {
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		pc.Name, pc.Generation, pc.ResourceVersion = "default", 1, "10"
+		pc.Finalizers = []string{"in-use.crossplane.io"}
+		return pc
+	}
+	cases := map[string]struct {
+		change func(pc *nsv1alpha1.ClusterProviderConfig)
+		want   bool
+	}{
+		"UsageCountWritten": {func(pc *nsv1alpha1.ClusterProviderConfig) { pc.Status.Users = 7; pc.ResourceVersion = "11" }, false},
+		"Resync":            {func(*nsv1alpha1.ClusterProviderConfig) {}, false},
+		"SpecChanged":       {func(pc *nsv1alpha1.ClusterProviderConfig) { pc.Generation = 2 }, true},
+		"DeletionStarted": {func(pc *nsv1alpha1.ClusterProviderConfig) {
+			now := metav1.Now()
+			pc.DeletionTimestamp = &now
+		}, true},
+		"FinalizerRemoved": {func(pc *nsv1alpha1.ClusterProviderConfig) { pc.Finalizers = nil }, true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			old, upd := base(), base()
+			tc.change(upd)
+			if got := accountingChanged().Update(ctrlevent.UpdateEvent{ObjectOld: old, ObjectNew: upd}); got != tc.want {
+				t.Errorf("Update passes: got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !accountingChanged().Create(ctrlevent.CreateEvent{Object: base()}) || !accountingChanged().Delete(ctrlevent.DeleteEvent{Object: base()}) {
+		t.Error("a config's create and delete must pass")
 	}
 }
