@@ -68,15 +68,24 @@ func CPUTotalSince(pids map[string]int, before map[string]float64) float64 {
 }
 
 // PerProxy is the growth of each API server request count, per proxy, for
-// those of at least 0.005 (every one the two decimals show).
+// those of at least 0.005 (every one the two decimals show), and the
+// counts of the others on one line, so that every request is shown.
 func PerProxy(before, after map[string]float64, n int) []string {
-	var rows []string
+	var rows, small []string
 	for k, v := range after {
-		if d := v - before[k]; d/float64(n) >= 0.005 {
+		d := v - before[k]
+		switch {
+		case d/float64(n) >= 0.005:
 			rows = append(rows, fmt.Sprintf("  %-40s %6.2f", k, d/float64(n)))
+		case d > 0:
+			small = append(small, fmt.Sprintf("%s %.0f", k, d))
 		}
 	}
 	sort.Strings(rows)
+	if len(small) > 0 {
+		sort.Strings(small)
+		rows = append(rows, "  under 0.005 each, as counts: "+strings.Join(small, ", "))
+	}
 	return rows
 }
 
