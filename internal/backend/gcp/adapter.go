@@ -1,84 +1,83 @@
 package gcp
 
 import (
+	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
-	compute "cloud.google.com/go/compute/apiv1"
-	"cloud.google.com/go/compute/apiv1/computepb"
-	gax "github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
+	"google.golang.org/api/option/internaloption"
 	htransport "google.golang.org/api/transport/http"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 )
 
 // DefaultCallTimeout bounds one API call, so that a hung endpoint cannot
 // hold a reconcile worker.
 const DefaultCallTimeout = 30 * time.Second
 
-// sdk is API on the SDK's REST clients.
+// maxAnswer bounds the body of one answer read into memory. The largest
+// is a listing page of 500 of the driver's instances, each with its
+// metadata (cloud-init, the startup script, the Squid files): well below
+// it.
+const maxAnswer = 64 << 20
+
+// sdk is API on Compute Engine's v1 REST API: one net/http client,
+// authenticated and observed, JSON bodies (computeapi's types).
 type sdk struct {
-	project   string
-	timeout   time.Duration
-	instances *compute.InstancesClient
-	zoneOps   *compute.ZoneOperationsClient
-	regionOps *compute.RegionOperationsClient
-	globalOps *compute.GlobalOperationsClient
-	addresses *compute.AddressesClient
-	firewalls *compute.FirewallsClient
-	regions   *compute.RegionsClient
-	// opts and rt build the per-call clients of AggregatedInstances.
-	opts []option.ClientOption
-	rt   http.RoundTripper
+	project string
+	timeout time.Duration
+	hc      *http.Client
+	// base is the endpoint with the project's path,
+	// <endpoint>/compute/v1/projects/<project>.
+	base *url.URL
+}
+
+// endpointDefaults resolve the endpoint as Google's clients for Compute
+// Engine do: compute.googleapis.com, or the one of the credentials'
+// universe domain, or the mTLS one with a client certificate, unless the
+// options name one (option.WithEndpoint).
+var endpointDefaults = []option.ClientOption{
+	internaloption.WithDefaultEndpointTemplate("https://compute.UNIVERSE_DOMAIN"),
+	internaloption.WithDefaultMTLSEndpoint("https://compute.mtls.googleapis.com"),
+	internaloption.WithDefaultUniverseDomain("googleapis.com"),
 }
 
 // NewSDK builds the production API for project from client options
 // (credentials, or an endpoint and no authentication in tests).
 func NewSDK(ctx context.Context, project string, opts ...option.ClientOption) (API, error) {
-	s := &sdk{project: project, timeout: DefaultCallTimeout}
-	// One HTTP client for every service client, authenticated from opts and
-	// built on the decorator, so that every request is a span, a log line
-	// and a metric (the SDK's own instrumentation is off: it would be a
-	// second span per request).
-	hc, _, err := htransport.NewClient(ctx, append(opts[:len(opts):len(opts)], option.WithScopes(scope), option.WithTelemetryDisabled())...)
+	opts = opts[:len(opts):len(opts)]
+	// One HTTP client, authenticated from opts and built on the decorator,
+	// so that every request is a span, a log line and a metric.
+	hc, _, err := htransport.NewClient(ctx, append(opts, option.WithScopes(scope), option.WithTelemetryDisabled())...)
 	if err != nil {
 		return nil, err
 	}
 	hc.Transport = observedTransport(hc.Transport)
-	s.opts, s.rt = opts[:len(opts):len(opts)], hc.Transport
-	opts = append(opts[:len(opts):len(opts)], option.WithHTTPClient(hc))
-	if s.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
+	// Given the client, this only resolves the endpoint.
+	_, endpoint, err := htransport.NewClient(ctx, append(append(endpointDefaults[:len(endpointDefaults):len(endpointDefaults)], opts...), option.WithHTTPClient(hc))...)
+	if err != nil {
 		return nil, err
 	}
-	// Every constructor reads the same options; a failure after the first
-	// would be odd, but must not leak what was already built.
-	steps := []func() error{
-		func() (err error) { s.zoneOps, err = compute.NewZoneOperationsRESTClient(ctx, opts...); return err },
-		func() (err error) { s.regionOps, err = compute.NewRegionOperationsRESTClient(ctx, opts...); return err },
-		func() (err error) { s.globalOps, err = compute.NewGlobalOperationsRESTClient(ctx, opts...); return err },
-		func() (err error) { s.addresses, err = compute.NewAddressesRESTClient(ctx, opts...); return err },
-		func() (err error) { s.firewalls, err = compute.NewFirewallsRESTClient(ctx, opts...); return err },
-		func() (err error) { s.regions, err = compute.NewRegionsRESTClient(ctx, opts...); return err },
+	base, err := url.Parse(strings.TrimSuffix(endpoint, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("the Compute Engine endpoint %q: %w", endpoint, err)
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			_ = s.Close()
-			return nil, err
-		}
-	}
-	return s, nil
+	base.Path += "/compute/v1/projects/" + project
+	return &sdk{project: project, timeout: DefaultCallTimeout, hc: hc, base: base}, nil
 }
 
-// noRetry turns off the SDK's own retries (Get retries 503 and 504 for up
-// to ten minutes): the reconciler retries with backoff, a poll must cost
-// one request, and a busy backend must answer at once.
-var noRetry = gax.WithRetry(func() gax.Retryer { return nil })
-
-// call runs fn within the call budget. The SDK does not put ctx on every
-// request (AggregatedList builds its request without it), so a done ctx is
-// checked first.
+// call runs fn within the call budget. A done ctx sends nothing: no token
+// is fetched and no span or log line records a request that could not be
+// made.
 func call[T any](ctx context.Context, timeout time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -89,197 +88,159 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(ctx context
 	return fn(ctx)
 }
 
-func opProto(op *compute.Operation, err error) (*computepb.Operation, error) {
-	if err != nil {
-		return nil, err
+// send makes one request, within the call budget and never retried (the
+// reconciler retries with backoff, a poll must cost one request, and a
+// busy backend must answer at once): method on path, below the project,
+// with query and, unless nil, body as JSON. It decodes a 2xx answer into
+// a T; any other is a *googleapi.Error, as googleapi reads Google's error
+// bodies.
+func send[T any](s *sdk, ctx context.Context, method, path string, query url.Values, body any) (*T, error) {
+	return call(ctx, s.timeout, func(ctx context.Context) (*T, error) {
+		u := *s.base
+		u.Path += "/" + path
+		u.RawQuery = query.Encode()
+		var rd io.Reader
+		if body != nil {
+			b, err := json.Marshal(body)
+			if err != nil {
+				return nil, err
+			}
+			rd = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := s.hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			// What is left of a body read in full is nothing; of one too
+			// large, not worth reading: the connection goes.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			_ = resp.Body.Close()
+		}()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > maxAnswer {
+			return nil, fmt.Errorf("%s %s: the answer is larger than %d MiB", method, path, maxAnswer>>20)
+		}
+		if err := googleapi.CheckResponseWithBody(resp, b); err != nil {
+			return nil, err
+		}
+		out := new(T)
+		if err := json.Unmarshal(b, out); err != nil {
+			return nil, fmt.Errorf("%s %s: the answer is not a %T: %w", method, path, *out, err)
+		}
+		return out, nil
+	})
+}
+
+// listQuery is the query of one page of a listing.
+func listQuery(filter string, maxResults uint32, pageToken string, partial bool) url.Values {
+	q := url.Values{}
+	if filter != "" {
+		q.Set("filter", filter)
 	}
-	return op.Proto(), nil
-}
-
-// sdkCall is the shape of an SDK client's method: one request, options.
-type sdkCall[R, T any] func(context.Context, R, ...gax.CallOption) (T, error)
-
-// send sends req through the SDK's method fn, within the call budget and
-// without the SDK's retries.
-func send[R, T any](s *sdk, ctx context.Context, fn sdkCall[R, T], req R) (T, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (T, error) { return fn(ctx, req, noRetry) })
-}
-
-// start is send for a request that starts an operation.
-func start[R any](s *sdk, ctx context.Context, fn sdkCall[R, *compute.Operation], req R) (*computepb.Operation, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.Operation, error) { return opProto(fn(ctx, req, noRetry)) })
-}
-
-func (s *sdk) GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error) {
-	return send(s, ctx, s.instances.Get, &computepb.GetInstanceRequest{Project: s.project, Zone: zone, Instance: name})
-}
-
-func (s *sdk) InsertInstance(ctx context.Context, zone string, inst *computepb.Instance) (*computepb.Operation, error) {
-	return start(s, ctx, s.instances.Insert, &computepb.InsertInstanceRequest{Project: s.project, Zone: zone, InstanceResource: inst})
-}
-
-func (s *sdk) UpdateInstance(ctx context.Context, zone string, inst *computepb.Instance, minimalAction string) (*computepb.Operation, error) {
-	return start(s, ctx, s.instances.Update, &computepb.UpdateInstanceRequest{
-		Project: s.project, Zone: zone, Instance: inst.GetName(), InstanceResource: inst,
-		MinimalAction: proto.String(minimalAction), MostDisruptiveAllowedAction: proto.String("RESTART"),
-	})
-}
-
-func (s *sdk) DeleteInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
-	return start(s, ctx, s.instances.Delete, &computepb.DeleteInstanceRequest{Project: s.project, Zone: zone, Instance: name})
-}
-
-func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.InstanceAggregatedList, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.InstanceAggregatedList, error) {
-		req := &computepb.AggregatedListInstancesRequest{
-			Project:              s.project,
-			ReturnPartialSuccess: proto.Bool(true),
-		}
-		if filter != "" {
-			req.Filter = proto.String(filter)
-		}
-		// The SDK builds this one request without ctx, so neither its
-		// deadline nor its span would reach it: a client of its own (cheap:
-		// it dials nothing) whose transport puts ctx on the request.
-		ic, err := compute.NewInstancesRESTClient(ctx, append(s.opts[:len(s.opts):len(s.opts)], option.WithHTTPClient(&http.Client{Transport: withContext{ctx: ctx, next: s.rt}}))...)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = ic.Close() }()
-		it := ic.AggregatedList(ctx, req, noRetry)
-		// One page, one request: InternalFetch is the iterator's page
-		// function, and Response the page it read.
-		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
-			return nil, err
-		}
-		page, ok := it.Response.(*computepb.InstanceAggregatedList)
-		if !ok {
-			return nil, errors.New("aggregated list: unexpected response type")
-		}
-		return page, nil
-	})
-}
-
-func (s *sdk) AggregatedAddresses(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computepb.AddressAggregatedList, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.AddressAggregatedList, error) {
-		req := &computepb.AggregatedListAddressesRequest{Project: s.project, ReturnPartialSuccess: proto.Bool(true)}
-		if filter != "" {
-			req.Filter = proto.String(filter)
-		}
-		// As AggregatedInstances: a client of its own that carries ctx.
-		ac, err := compute.NewAddressesRESTClient(ctx, append(s.opts[:len(s.opts):len(s.opts)], option.WithHTTPClient(&http.Client{Transport: withContext{ctx: ctx, next: s.rt}}))...)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = ac.Close() }()
-		it := ac.AggregatedList(ctx, req, noRetry)
-		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
-			return nil, err
-		}
-		page, ok := it.Response.(*computepb.AddressAggregatedList)
-		if !ok {
-			return nil, errors.New("aggregated list of addresses: unexpected response type")
-		}
-		return page, nil
-	})
-}
-
-func (s *sdk) ListFirewalls(ctx context.Context, maxResults uint32, pageToken string) (*computepb.FirewallList, error) {
-	return call(ctx, s.timeout, func(ctx context.Context) (*computepb.FirewallList, error) {
-		fc, err := compute.NewFirewallsRESTClient(ctx, append(s.opts[:len(s.opts):len(s.opts)], option.WithHTTPClient(&http.Client{Transport: withContext{ctx: ctx, next: s.rt}}))...)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = fc.Close() }()
-		it := fc.List(ctx, &computepb.ListFirewallsRequest{Project: s.project}, noRetry)
-		if _, _, err := it.InternalFetch(int(maxResults), pageToken); err != nil {
-			return nil, err
-		}
-		page, ok := it.Response.(*computepb.FirewallList)
-		if !ok {
-			return nil, errors.New("list of firewall rules: unexpected response type")
-		}
-		return page, nil
-	})
-}
-
-func (s *sdk) GetOperation(ctx context.Context, op OpRef) (*computepb.Operation, error) {
-	switch {
-	case op.Zone != "":
-		return send(s, ctx, s.zoneOps.Get, &computepb.GetZoneOperationRequest{Project: s.project, Zone: op.Zone, Operation: op.Name})
-	case op.Region != "":
-		return send(s, ctx, s.regionOps.Get, &computepb.GetRegionOperationRequest{Project: s.project, Region: op.Region, Operation: op.Name})
-	default:
-		return send(s, ctx, s.globalOps.Get, &computepb.GetGlobalOperationRequest{Project: s.project, Operation: op.Name})
+	if maxResults != 0 {
+		q.Set("maxResults", strconv.FormatUint(uint64(maxResults), 10))
 	}
+	if pageToken != "" {
+		q.Set("pageToken", pageToken)
+	}
+	if partial {
+		// A zone that does not answer is named in unreachables instead of
+		// failing the whole listing.
+		q.Set("returnPartialSuccess", "true")
+	}
+	return q
 }
 
-func (s *sdk) GetAddress(ctx context.Context, region, name string) (*computepb.Address, error) {
-	return send(s, ctx, s.addresses.Get, &computepb.GetAddressRequest{Project: s.project, Region: region, Address: name})
+func (s *sdk) GetInstance(ctx context.Context, zone, name string) (*computeapi.Instance, error) {
+	return send[computeapi.Instance](s, ctx, http.MethodGet, "zones/"+zone+"/instances/"+name, nil, nil)
 }
 
-func (s *sdk) InsertAddress(ctx context.Context, region string, a *computepb.Address) (*computepb.Operation, error) {
-	return start(s, ctx, s.addresses.Insert, &computepb.InsertAddressRequest{Project: s.project, Region: region, AddressResource: a})
+func (s *sdk) InsertInstance(ctx context.Context, zone string, inst *computeapi.Instance) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodPost, "zones/"+zone+"/instances", nil, inst)
 }
 
-func (s *sdk) SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computepb.Operation, error) {
-	return start(s, ctx, s.addresses.SetLabels, &computepb.SetLabelsAddressRequest{
-		Project: s.project, Region: region, Resource: name,
-		RegionSetLabelsRequestResource: &computepb.RegionSetLabelsRequest{LabelFingerprint: proto.String(fingerprint), Labels: labels},
-	})
+func (s *sdk) UpdateInstance(ctx context.Context, zone string, inst *computeapi.Instance, minimalAction string) (*computeapi.Operation, error) {
+	q := url.Values{"minimalAction": {minimalAction}, "mostDisruptiveAllowedAction": {"RESTART"}}
+	return send[computeapi.Operation](s, ctx, http.MethodPut, "zones/"+zone+"/instances/"+inst.GetName(), q, inst)
 }
 
-func (s *sdk) DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error) {
-	return start(s, ctx, s.addresses.Delete, &computepb.DeleteAddressRequest{Project: s.project, Region: region, Address: name})
+func (s *sdk) DeleteInstance(ctx context.Context, zone, name string) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodDelete, "zones/"+zone+"/instances/"+name, nil, nil)
 }
 
-func (s *sdk) GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error) {
-	return send(s, ctx, s.firewalls.Get, &computepb.GetFirewallRequest{Project: s.project, Firewall: name})
+func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computeapi.InstanceAggregatedList, error) {
+	return send[computeapi.InstanceAggregatedList](s, ctx, http.MethodGet, "aggregated/instances", listQuery(filter, maxResults, pageToken, true), nil)
 }
 
-func (s *sdk) InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error) {
-	return start(s, ctx, s.firewalls.Insert, &computepb.InsertFirewallRequest{Project: s.project, FirewallResource: fw})
+func (s *sdk) AggregatedAddresses(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computeapi.AddressAggregatedList, error) {
+	return send[computeapi.AddressAggregatedList](s, ctx, http.MethodGet, "aggregated/addresses", listQuery(filter, maxResults, pageToken, true), nil)
 }
 
-func (s *sdk) PatchFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error) {
-	return start(s, ctx, s.firewalls.Patch, &computepb.PatchFirewallRequest{Project: s.project, Firewall: name, FirewallResource: fw})
+func (s *sdk) ListFirewalls(ctx context.Context, maxResults uint32, pageToken string) (*computeapi.FirewallList, error) {
+	return send[computeapi.FirewallList](s, ctx, http.MethodGet, "global/firewalls", listQuery("", maxResults, pageToken, false), nil)
 }
 
-func (s *sdk) DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error) {
-	return start(s, ctx, s.firewalls.Delete, &computepb.DeleteFirewallRequest{Project: s.project, Firewall: name})
+func (s *sdk) GetOperation(ctx context.Context, op OpRef) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodGet, op.String(), nil, nil)
 }
 
-func (s *sdk) GetGuestAttribute(ctx context.Context, zone, name, key string) (*computepb.GuestAttributes, error) {
-	return send(s, ctx, s.instances.GetGuestAttributes, &computepb.GetGuestAttributesInstanceRequest{Project: s.project, Zone: zone, Instance: name, VariableKey: proto.String(key)})
+func (s *sdk) GetAddress(ctx context.Context, region, name string) (*computeapi.Address, error) {
+	return send[computeapi.Address](s, ctx, http.MethodGet, "regions/"+region+"/addresses/"+name, nil, nil)
 }
 
-func (s *sdk) GetRegion(ctx context.Context, region string) (*computepb.Region, error) {
-	return send(s, ctx, s.regions.Get, &computepb.GetRegionRequest{Project: s.project, Region: region})
+func (s *sdk) InsertAddress(ctx context.Context, region string, a *computeapi.Address) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodPost, "regions/"+region+"/addresses", nil, a)
 }
 
-// Close closes every client built; it is safe on a partly built sdk.
+func (s *sdk) SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computeapi.Operation, error) {
+	body := &computeapi.RegionSetLabelsRequest{LabelFingerprint: ptr(fingerprint), Labels: labels}
+	return send[computeapi.Operation](s, ctx, http.MethodPost, "regions/"+region+"/addresses/"+name+"/setLabels", nil, body)
+}
+
+func (s *sdk) DeleteAddress(ctx context.Context, region, name string) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodDelete, "regions/"+region+"/addresses/"+name, nil, nil)
+}
+
+func (s *sdk) GetFirewall(ctx context.Context, name string) (*computeapi.Firewall, error) {
+	return send[computeapi.Firewall](s, ctx, http.MethodGet, "global/firewalls/"+name, nil, nil)
+}
+
+func (s *sdk) InsertFirewall(ctx context.Context, fw *computeapi.Firewall) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodPost, "global/firewalls", nil, fw)
+}
+
+func (s *sdk) PatchFirewall(ctx context.Context, name string, fw *computeapi.Firewall) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodPatch, "global/firewalls/"+name, nil, fw)
+}
+
+func (s *sdk) DeleteFirewall(ctx context.Context, name string) (*computeapi.Operation, error) {
+	return send[computeapi.Operation](s, ctx, http.MethodDelete, "global/firewalls/"+name, nil, nil)
+}
+
+func (s *sdk) GetGuestAttribute(ctx context.Context, zone, name, key string) (*computeapi.GuestAttributes, error) {
+	return send[computeapi.GuestAttributes](s, ctx, http.MethodGet, "zones/"+zone+"/instances/"+name+"/getGuestAttributes", url.Values{"variableKey": {key}}, nil)
+}
+
+func (s *sdk) GetRegion(ctx context.Context, region string) (*computeapi.Region, error) {
+	return send[computeapi.Region](s, ctx, http.MethodGet, "regions/"+region, nil, nil)
+}
+
+// Close lets the client's idle connections go; it is safe on an sdk never
+// built and more than once.
 func (s *sdk) Close() error {
-	return errors.Join(closeBuilt(s.instances), closeBuilt(s.zoneOps), closeBuilt(s.regionOps), closeBuilt(s.globalOps),
-		closeBuilt(s.addresses), closeBuilt(s.firewalls), closeBuilt(s.regions))
-}
-
-// closeBuilt closes c unless it was never built (nil).
-func closeBuilt[T any, C interface {
-	*T
-	Close() error
-}](c C) error {
-	if c == nil {
-		return nil
+	if s.hc != nil {
+		s.hc.CloseIdleConnections()
 	}
-	return c.Close()
-}
-
-// withContext sends every request with ctx.
-type withContext struct {
-	ctx  context.Context //nolint:containedctx // The SDK gives the request none: this is where it comes from.
-	next http.RoundTripper
-}
-
-func (w withContext) RoundTrip(req *http.Request) (*http.Response, error) {
-	return w.next.RoundTrip(req.WithContext(w.ctx))
+	return nil
 }

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
-
 	"github.com/egressproxy/provider-egressproxy/internal/backend/batch"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -36,14 +35,14 @@ func newObserveBatch(maxAge time.Duration) *observeBatch {
 // instanceIndex is one aggregated listing: instances by zone/name, and
 // the zones it could not reach.
 type instanceIndex struct {
-	byKey       map[string]*computepb.Instance
+	byKey       map[string]*computeapi.Instance
 	unreachable map[string]bool // zones/<zone>
 }
 
 // listInstallation reads every page of the aggregated listing of the
 // installation's instances.
 func (d *Driver) listInstallation(ctx context.Context, installationID string) (instanceIndex, error) {
-	idx := instanceIndex{byKey: map[string]*computepb.Instance{}, unreachable: map[string]bool{}}
+	idx := instanceIndex{byKey: map[string]*computeapi.Instance{}, unreachable: map[string]bool{}}
 	filter := fmt.Sprintf("labels.%s = %q", LabelInstallation, installationID)
 	token := ""
 	for {

@@ -12,9 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/protobuf/proto"
-
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -208,46 +206,49 @@ func (s *spec) metadata() map[string]string {
 	return m
 }
 
+// ptr is a pointer to v, for the API's optional fields.
+func ptr[T any](v T) *T { return &v }
+
 // buildInstance is the instances.insert body. natIP is the reserved
 // address of a Static proxy.
-func buildInstance(cfg Config, s *spec, natIP string) *computepb.Instance {
-	nic := &computepb.NetworkInterface{Network: proto.String(fmt.Sprintf("projects/%s/global/networks/%s", cfg.Project, cfg.Network))}
+func buildInstance(cfg Config, s *spec, natIP string) *computeapi.Instance {
+	nic := &computeapi.NetworkInterface{Network: ptr(fmt.Sprintf("projects/%s/global/networks/%s", cfg.Project, cfg.Network))}
 	if cfg.Subnetwork != "" {
-		nic.Subnetwork = proto.String(fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", cfg.Project, s.region, cfg.Subnetwork))
+		nic.Subnetwork = ptr(fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", cfg.Project, s.region, cfg.Subnetwork))
 	}
 	switch s.addressType {
 	case AddressEphemeral:
-		nic.AccessConfigs = []*computepb.AccessConfig{{Name: proto.String(accessConfigName), Type: proto.String("ONE_TO_ONE_NAT")}}
+		nic.AccessConfigs = []*computeapi.AccessConfig{{Name: ptr(accessConfigName), Type: ptr("ONE_TO_ONE_NAT")}}
 	case AddressStatic:
-		nic.AccessConfigs = []*computepb.AccessConfig{{Name: proto.String(accessConfigName), Type: proto.String("ONE_TO_ONE_NAT"), NatIP: proto.String(natIP)}}
+		nic.AccessConfigs = []*computeapi.AccessConfig{{Name: ptr(accessConfigName), Type: ptr("ONE_TO_ONE_NAT"), NatIP: ptr(natIP)}}
 	}
 	// The proxy's own tag lets its firewall rule target it alone.
 	tags := append(slices.Clone(cfg.NetworkTags), ProxyTag(s.req))
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
-	return &computepb.Instance{
-		Name:        proto.String(s.req.Name),
-		Description: proto.String("egress proxy, managed by provider-egressproxy"),
-		MachineType: proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", s.zone, s.machineType)),
-		Disks: []*computepb.AttachedDisk{{
-			Boot:       proto.Bool(true),
-			AutoDelete: proto.Bool(true),
-			InitializeParams: &computepb.AttachedDiskInitializeParams{
-				SourceImage: proto.String(s.image),
-				DiskSizeGb:  proto.Int64(int64(cfg.DiskSizeGB)),
+	return &computeapi.Instance{
+		Name:        ptr(s.req.Name),
+		Description: ptr("egress proxy, managed by provider-egressproxy"),
+		MachineType: ptr(fmt.Sprintf("zones/%s/machineTypes/%s", s.zone, s.machineType)),
+		Disks: []*computeapi.AttachedDisk{{
+			Boot:       ptr(true),
+			AutoDelete: ptr(true),
+			InitializeParams: &computeapi.AttachedDiskInitializeParams{
+				SourceImage: ptr(s.image),
+				DiskSizeGb:  ptr(int64(cfg.DiskSizeGB)),
 			},
 		}},
-		NetworkInterfaces: []*computepb.NetworkInterface{nic},
-		Metadata:          &computepb.Metadata{Items: metadataItems(s.metadata())},
+		NetworkInterfaces: []*computeapi.NetworkInterface{nic},
+		Metadata:          &computeapi.Metadata{Items: metadataItems(s.metadata())},
 		Labels:            s.labels(),
-		Tags:              &computepb.Tags{Items: tags},
+		Tags:              &computeapi.Tags{Items: tags},
 	}
 }
 
 // curated is what the log shows of an instances.insert body: everything
 // but the metadata's values (cloud-init, squid.conf and the htpasswd are
 // there), of which only the size is shown.
-func curated(in *computepb.Instance) map[string]any {
+func curated(in *computeapi.Instance) map[string]any {
 	md := map[string]string{}
 	for _, it := range in.GetMetadata().GetItems() {
 		md[it.GetKey()] = fmt.Sprintf("%d bytes", len(it.GetValue()))
@@ -275,17 +276,17 @@ func curated(in *computepb.Instance) map[string]any {
 }
 
 // metadataItems sorts by key, so that a body is reproducible.
-func metadataItems(m map[string]string) []*computepb.Items {
+func metadataItems(m map[string]string) []*computeapi.Items {
 	keys := slices.Sorted(maps.Keys(m))
-	out := make([]*computepb.Items, 0, len(keys))
+	out := make([]*computeapi.Items, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, &computepb.Items{Key: proto.String(k), Value: proto.String(m[k])})
+		out = append(out, &computeapi.Items{Key: ptr(k), Value: ptr(m[k])})
 	}
 	return out
 }
 
 // metadataMap reads an instance's metadata.
-func metadataMap(md *computepb.Metadata) map[string]string {
+func metadataMap(md *computeapi.Metadata) map[string]string {
 	out := map[string]string{}
 	for _, it := range md.GetItems() {
 		out[it.GetKey()] = it.GetValue()
@@ -323,17 +324,17 @@ func ProxyTag(req proxy.Request) string {
 
 // buildFirewall is the proxy's rule: TCP to the proxy port, from the
 // allowed client CIDRs only, to target (the proxy's network tag) only.
-func buildFirewall(cfg Config, req proxy.Request, target string) *computepb.Firewall {
-	return &computepb.Firewall{
-		Name:         proto.String(req.Name),
-		Description:  proto.String(firewallDescription(req.Mark)),
-		Network:      proto.String(fmt.Sprintf("projects/%s/global/networks/%s", cfg.Project, cfg.Network)),
-		Direction:    proto.String("INGRESS"),
-		Priority:     proto.Int32(1000),
+func buildFirewall(cfg Config, req proxy.Request, target string) *computeapi.Firewall {
+	return &computeapi.Firewall{
+		Name:         ptr(req.Name),
+		Description:  ptr(firewallDescription(req.Mark)),
+		Network:      ptr(fmt.Sprintf("projects/%s/global/networks/%s", cfg.Project, cfg.Network)),
+		Direction:    ptr("INGRESS"),
+		Priority:     ptr(int32(1000)),
 		SourceRanges: firewallSources(req.Proxy.AllowedClientCIDRs),
 		TargetTags:   []string{target},
-		Allowed:      []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{strconv.Itoa(int(req.Proxy.Port))}}},
-		Disabled:     proto.Bool(false),
+		Allowed:      []*computeapi.Allowed{{IPProtocol: ptr("tcp"), Ports: []string{strconv.Itoa(int(req.Proxy.Port))}}},
+		Disabled:     ptr(false),
 	}
 }
 
@@ -343,7 +344,7 @@ func firewallDescription(m proxy.Mark) string {
 
 // firewallMark reads the mark back from a rule's description; ok is false
 // for a rule the driver did not make.
-func firewallMark(fw *computepb.Firewall) (proxy.Mark, bool) {
+func firewallMark(fw *computeapi.Firewall) (proxy.Mark, bool) {
 	rest, ok := strings.CutPrefix(fw.GetDescription(), firewallMarkPrefix)
 	if !ok {
 		return proxy.Mark{}, false
@@ -361,7 +362,7 @@ func firewallMark(fw *computepb.Firewall) (proxy.Mark, bool) {
 }
 
 // firewallCurrent reports whether fw already is what want describes.
-func firewallCurrent(fw, want *computepb.Firewall) bool {
+func firewallCurrent(fw, want *computeapi.Firewall) bool {
 	if fw.GetDisabled() || !slices.Equal(slices.Sorted(slices.Values(fw.GetSourceRanges())), want.GetSourceRanges()) ||
 		!slices.Equal(fw.GetTargetTags(), want.GetTargetTags()) || len(fw.GetAllowed()) != 1 {
 		return false
@@ -371,12 +372,12 @@ func firewallCurrent(fw, want *computepb.Firewall) bool {
 }
 
 // buildAddress is the reserved external address of a Static proxy.
-func buildAddress(req proxy.Request, region string) *computepb.Address {
-	return &computepb.Address{
-		Name:        proto.String(req.Name),
-		Description: proto.String("egress address of an egress proxy, managed by provider-egressproxy"),
-		AddressType: proto.String("EXTERNAL"),
-		Region:      proto.String(region),
+func buildAddress(req proxy.Request, region string) *computeapi.Address {
+	return &computeapi.Address{
+		Name:        ptr(req.Name),
+		Description: ptr("egress address of an egress proxy, managed by provider-egressproxy"),
+		AddressType: ptr("EXTERNAL"),
+		Region:      ptr(region),
 		Labels:      addressLabels(req.Mark, exposureOf(req).RetainAddress),
 	}
 }

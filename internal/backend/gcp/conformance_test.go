@@ -13,7 +13,7 @@ import (
 )
 
 // TestConformance runs the proxy.Driver conformance suite on the real
-// driver and the real SDK clients against the fake Compute Engine.
+// driver and its real client against the fake Compute Engine.
 func TestConformance(t *testing.T) {
 	proxytest.Run(t, proxytest.Harness{Complete: true, New: func(t *testing.T) proxytest.Fixture {
 		f := newFixture(t)

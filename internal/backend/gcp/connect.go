@@ -50,8 +50,8 @@ type Credentials struct {
 // scope is the OAuth scope of every token the provider asks for.
 const scope = "https://www.googleapis.com/auth/cloud-platform"
 
-// ClientOptions turns credentials into SDK client options. The default,
-// ProductionClientOptions, authenticates; tests point the clients at a
+// ClientOptions turns credentials into client options. The default,
+// ProductionClientOptions, authenticates; tests point the client at a
 // fake with option.WithEndpoint and option.WithoutAuthentication.
 type ClientOptions func(ctx context.Context, c Credentials) ([]option.ClientOption, error)
 
@@ -157,8 +157,8 @@ func AuthClientOptions(_ context.Context, c Credentials, transport http.RoundTri
 	return []option.ClientOption{option.WithAuthCredentials(creds)}, nil
 }
 
-// checkKey validates a service-account key before the SDK sees it, with
-// messages of its own: a parser's error could quote the key.
+// checkKey validates a service-account key before the auth library sees
+// it, with messages of its own: a parser's error could quote the key.
 func checkKey(key []byte) error {
 	var k struct {
 		Type        string `json:"type"`
@@ -184,15 +184,15 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Connector builds drivers, pooling one set of SDK clients per project and
-// credentials: the key is read on every Connect and pooled by its digest,
+// Connector builds drivers, pooling one client per project and credentials:
+// the key is read on every Connect and pooled by its digest,
 // so a rotated Secret takes effect at once. Clients no one uses any more
 // (superseded by rotated credentials, or idle) are closed. The zero value
 // is ready for production.
 type Connector struct {
 	// ClientOptions default to ProductionClientOptions.
 	ClientOptions ClientOptions
-	// Endpoint, when set, is passed to the clients (option.WithEndpoint)
+	// Endpoint, when set, is passed to the client (option.WithEndpoint)
 	// and reported by Check; a Config's own Endpoint overrides it.
 	Endpoint string
 	// Defaults are the driver options applied to every driver built (Probe, UserData,
@@ -214,7 +214,7 @@ type Connector struct {
 	conns map[string]*conn
 }
 
-// conn is one pooled set of clients.
+// conn is one pooled client.
 type conn struct {
 	api      API
 	pending  *pendingOps
@@ -257,7 +257,8 @@ func (c *Connector) Driver(ctx context.Context, provider string, cfg Config, cre
 		}
 		api, err := NewSDK(ctx, cfg.Project, co...)
 		if err != nil {
-			// The SDK's message on a bad key names the problem, not the key.
+			// The auth library's message on a bad key names the problem,
+			// not the key.
 			return nil, proxy.WithContext(proxy.Classify(proxy.ClassPermanent, err), provider, "connect")
 		}
 		cn = &conn{api: api, pending: &pendingOps{}, batch: newObserveBatch(c.ObserveMaxAge), provider: provider}

@@ -7,8 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
-
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -143,7 +142,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 
 // adopt returns an existing instance found by Create if it is ours, and
 // refuses (Permanent) one that is not.
-func (d *Driver) adopt(ctx context.Context, inst *computepb.Instance, req proxy.Request) (proxy.Instance, error) {
+func (d *Driver) adopt(ctx context.Context, inst *computeapi.Instance, req proxy.Request) (proxy.Instance, error) {
 	if m := markOf(inst.GetLabels()); m != req.Mark {
 		return proxy.Instance{}, proxy.Permanentf("instance %q already exists and is not this resource's (%s); refusing to adopt it", req.Name, describeMark(m))
 	}
@@ -168,7 +167,7 @@ func appendOp(ops []OpRef, op *OpRef) []OpRef {
 // instance created before proxies had tags of their own (and so without
 // it), the instance's name, which it carries as its tag: its rule keeps
 // reaching it until it is recreated.
-func firewallTarget(inst *computepb.Instance, req proxy.Request) string {
+func firewallTarget(inst *computeapi.Instance, req proxy.Request) string {
 	tags := inst.GetTags().GetItems()
 	if own := ProxyTag(req); slices.Contains(tags, own) || !slices.Contains(tags, req.Name) {
 		return own

@@ -27,8 +27,8 @@ import (
 
 const keySentinel = "KEY-S3NT1NEL-9f8e7d6c5b4a"
 
-// tokenServer is the key's token_uri: the real OAuth2 JWT flow of the
-// SDK's credentials runs against it.
+// tokenServer is the key's token_uri: the real OAuth2 JWT flow of
+// Google's auth library runs against it.
 func tokenServer(t *testing.T, grant *atomic.Bool) (string, *atomic.Int64) {
 	t.Helper()
 	var calls atomic.Int64

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/protobuf/proto"
-
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -24,12 +22,12 @@ func (d *Driver) dropFirewall(ctx context.Context, name string, mark proxy.Mark,
 	if !ok || (mark.UID != "" && !ownedBy(m, mark)) || (mark.UID == "" && !fw.GetDisabled()) {
 		return nil, nil
 	}
-	var op *computepb.Operation
+	var op *computeapi.Operation
 	if disableOnly {
 		if fw.GetDisabled() {
 			return nil, nil
 		}
-		op, err = d.api.PatchFirewall(ctx, name, &computepb.Firewall{Disabled: proto.Bool(true)})
+		op, err = d.api.PatchFirewall(ctx, name, &computeapi.Firewall{Disabled: ptr(true)})
 	} else {
 		op, err = d.api.DeleteFirewall(ctx, name)
 	}
@@ -159,7 +157,7 @@ func (d *Driver) pendingStep(ctx context.Context, key string) (wait bool, err er
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("reading operation %s: %w", o, classify(err))
-	case op.GetStatus() != computepb.Operation_DONE:
+	case op.GetStatus() != computeapi.OperationDone:
 		return true, nil
 	}
 	d.o.pending.ops.Delete(key)

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/auth"
-	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/googleapi"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -44,8 +44,8 @@ var quotaCodes = []string{
 // 409 and 412 are Transient: a conflicting or stale write (a changed
 // fingerprint) succeeds when retried on a fresh read.
 //
-// The HTTP status and the reasons are kept in the message (the SDK's
-// googleapi.Error prints both) and the first reason in Reason.
+// The HTTP status and the reasons are kept in the message (googleapi.Error
+// prints both) and the first reason in Reason.
 func classify(err error) error { return proxy.ClassifyWith(err, classifyAPI) }
 
 func classifyAPI(err error) error {
@@ -110,7 +110,7 @@ func reasonsOf(ge *googleapi.Error) []string {
 	return out
 }
 
-// apiError renders a googleapi.Error in one line: the SDK's own text
+// apiError renders a googleapi.Error in one line: its own text
 // spreads over several lines with the raw body, which a condition
 // message should not carry.
 type apiError struct {
@@ -185,8 +185,8 @@ func (e *OperationError) Error() string {
 
 // operationError returns the error of a finished operation, nil when it
 // succeeded or is still running.
-func operationError(scoped string, op *computepb.Operation) *OperationError {
-	if op.GetStatus() != computepb.Operation_DONE || op.GetError() == nil || len(op.GetError().GetErrors()) == 0 {
+func operationError(scoped string, op *computeapi.Operation) *OperationError {
+	if op.GetStatus() != computeapi.OperationDone || op.GetError() == nil || len(op.GetError().GetErrors()) == 0 {
 		return nil
 	}
 	oe := &OperationError{

@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/googleapi"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -63,18 +62,18 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func failedOp(codes []string, httpStatus int32) *computepb.Operation {
-	op := &computepb.Operation{
-		Name: proto.String("operation-1"), Status: computepb.Operation_DONE.Enum(), OperationType: proto.String("insert"),
-		TargetLink: proto.String("https://www.googleapis.com/compute/v1/projects/p/zones/z/instances/pt"),
-		EndTime:    proto.String(time.Now().Format(time.RFC3339Nano)),
-		Error:      &computepb.Error{},
+func failedOp(codes []string, httpStatus int32) *computeapi.Operation {
+	op := &computeapi.Operation{
+		Name: ptr("operation-1"), Status: ptr(computeapi.OperationDone), OperationType: ptr("insert"),
+		TargetLink: ptr("https://www.googleapis.com/compute/v1/projects/p/zones/z/instances/pt"),
+		EndTime:    ptr(time.Now().Format(time.RFC3339Nano)),
+		Error:      &computeapi.Error{},
 	}
 	for _, c := range codes {
-		op.Error.Errors = append(op.Error.Errors, &computepb.Errors{Code: proto.String(c), Message: proto.String("because " + c)})
+		op.Error.Errors = append(op.Error.Errors, &computeapi.Errors{Code: ptr(c), Message: ptr("because " + c)})
 	}
 	if httpStatus != 0 {
-		op.HttpErrorStatusCode = proto.Int32(httpStatus)
+		op.HttpErrorStatusCode = ptr(httpStatus)
 	}
 	return op
 }
@@ -111,10 +110,10 @@ func TestClassifyOperation(t *testing.T) {
 			}
 		})
 	}
-	if operationError("x", &computepb.Operation{Status: computepb.Operation_RUNNING.Enum()}) != nil {
+	if operationError("x", &computeapi.Operation{Status: ptr("RUNNING")}) != nil {
 		t.Error("a running operation has an error")
 	}
-	if operationError("x", &computepb.Operation{Status: computepb.Operation_DONE.Enum()}) != nil {
+	if operationError("x", &computeapi.Operation{Status: ptr(computeapi.OperationDone)}) != nil {
 		t.Error("a successful operation has an error")
 	}
 	if oe := operationError("x", failedOp([]string{"RESOURCE_ALREADY_EXISTS"}, 409)); oe == nil || !oe.alreadyExists() {

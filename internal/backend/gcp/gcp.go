@@ -1,6 +1,6 @@
 // Package gcp is the GCPProxy backend: Squid on a Compute Engine instance,
-// driven through the SDK's REST clients (cloud.google.com/go/compute)
-// behind the API seam.
+// driven through Compute Engine's REST API (a client of its own on
+// net/http, computeapi's types) behind the API seam.
 //
 // What one proxy is made of, all named after the instance:
 //

@@ -36,7 +36,7 @@ func testConfig() gcp.Config {
 	}
 }
 
-// fixture is the real driver on the real SDK clients, pointed at the fake.
+// fixture is the real driver on its real client, pointed at the fake.
 type fixture struct {
 	srv    *gcptest.Server
 	driver *gcp.Driver
@@ -49,7 +49,7 @@ type fixture struct {
 // of the last one's: a provider restarted.
 func (f *fixture) newDriver() *gcp.Driver { return gcp.New(f.opts) }
 
-// testLogger logs everything up to V(5), the SDK transport's request
+// testLogger logs everything up to V(5), the client transport's request
 // lines included, into logs.
 func testLogger(logs *testenv.Buffer) logr.Logger {
 	return funcr.New(func(prefix, args string) { logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 5})

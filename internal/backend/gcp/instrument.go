@@ -10,10 +10,10 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
-// observedTransport is the one decorator on the seam: the SDK's clients
-// are built on it (option.WithHTTPClient in NewSDK), so every Compute
-// Engine request is a client span gcp.<method> (gcp.instances.get), a
-// child of the caller's, one V(1) log line "gcp api call" and one
+// observedTransport is the one decorator on the seam: the client is built
+// on it (NewSDK), so every Compute Engine request is a client span
+// gcp.<method> (gcp.instances.get), a child of the caller's, one V(1) log
+// line "gcp api call" and one
 // observation of egressproxy_backend_request_duration_seconds. Nothing of
 // a request but its HTTP method, host and API method is recorded, but at
 // the wire tier (telemetry.VWire), where the request and its answer are

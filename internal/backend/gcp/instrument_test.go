@@ -36,9 +36,8 @@ func TestComputeMethod(t *testing.T) {
 	}
 }
 
-// TestEveryRequestIsAChildSpan: requests through the SDK's clients are
-// spans below the caller's, the aggregated listing too (the SDK builds
-// that request without the call's context).
+// TestEveryRequestIsAChildSpan: requests through the client are spans
+// below the caller's, the aggregated listing's too.
 func TestEveryRequestIsAChildSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

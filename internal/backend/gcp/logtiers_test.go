@@ -24,7 +24,7 @@ import (
 
 // TestLogTiers: a create, its Get once running and a List, logged at
 // the highest verbosity with the driver's and the reconcile's logger (the
-// SDK transport's lines are the reconcile's), authenticated with a real
+// client transport's lines are the reconcile's), authenticated with a real
 // service-account key through the real auth libraries against the fake's
 // token endpoint: every tier has its lines (V(1) the calls, V(2) the
 // resolved create, the curated insert request, the addresses and the

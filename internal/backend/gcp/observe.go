@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
-
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -84,7 +83,7 @@ func (d *Driver) follow(ctx context.Context, ops []OpRef) ([]OpRef, string, erro
 		if err != nil {
 			return nil, "", fmt.Errorf("reading operation %s: %w", o, classify(err))
 		}
-		if op.GetStatus() != computepb.Operation_DONE {
+		if op.GetStatus() != computeapi.OperationDone {
 			inflight = append(inflight, o)
 			progress = append(progress, fmt.Sprintf("%s %s: %s %d%%", op.GetOperationType(), lastSegment(op.GetTargetLink()), op.GetStatus(), op.GetProgress()))
 			continue
@@ -147,7 +146,7 @@ func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Ma
 // view maps an instance onto proxy.Instance; probe checks the proxy port
 // when the instance is running with an address (with TLS, verified
 // against ca, when ca is set).
-func (d *Driver) view(ctx context.Context, inst *computepb.Instance, probe bool, ca string) proxy.Instance {
+func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool, ca string) proxy.Instance {
 	zone := lastSegment(inst.GetZone())
 	labels := inst.GetLabels()
 	v := proxy.Instance{

@@ -3,7 +3,7 @@ package gcp
 import (
 	"strings"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 )
 
 // OpRef names one Compute Engine operation with its scope: exactly one of
@@ -44,7 +44,7 @@ func parseOpRef(s string) (OpRef, bool) {
 
 // opRefOf is the OpRef of an operation the API returned; its zone and
 // region fields are URLs.
-func opRefOf(op *computepb.Operation) OpRef {
+func opRefOf(op *computeapi.Operation) OpRef {
 	return OpRef{Zone: lastSegment(op.GetZone()), Region: lastSegment(op.GetRegion()), Name: op.GetName()}
 }
 

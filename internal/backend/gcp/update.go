@@ -6,9 +6,7 @@ import (
 	"maps"
 	"strconv"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/protobuf/proto"
-
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -92,20 +90,22 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	}
 	labels := s.labels()
 	if restart || !maps.Equal(inst.GetLabels(), labels) || !maps.Equal(oldMD, md) {
-		upd := proto.Clone(inst).(*computepb.Instance) //nolint:forcetypeassert // Clone keeps the type.
+		// A copy with its own labels and metadata; the rest is shared,
+		// never changed.
+		upd := *inst
 		upd.Labels = labels
-		upd.Metadata = &computepb.Metadata{Fingerprint: inst.GetMetadata().Fingerprint, Items: metadataItems(md)}
+		upd.Metadata = &computeapi.Metadata{Fingerprint: inst.GetMetadata().Fingerprint, Items: metadataItems(md)}
 		action := "NO_EFFECT"
 		if restart {
 			action = "RESTART"
 		}
-		op, err := d.api.UpdateInstance(ctx, zone, upd, action)
+		op, err := d.api.UpdateInstance(ctx, zone, &upd, action)
 		if err != nil {
 			return proxy.Instance{}, fmt.Errorf("updating instance %q: %w", name, classify(err))
 		}
 		ops = append(ops, opRefOf(op))
 		d.log(ctx).Info("updating instance", "id", ID(zone, name), "operation", opRefOf(op).String(), "restart", restart)
-		inst = upd
+		inst = &upd
 	}
 	d.o.pending.remember(opsKey(zone, name), ops)
 	v := d.view(ctx, inst, false, "")

@@ -233,6 +233,12 @@ func (d *Discovery) CheckResponse(m *Method, body any) []string {
 	return d.checkValue(m.ID+" response "+m.Response.Ref, m.Response, body)
 }
 
+// CheckSchema returns the ways val, a decoded JSON value, differs from
+// the document's schema named schema (Instance, Operation, ...).
+func (d *Discovery) CheckSchema(schema string, val any) []string {
+	return d.checkValue(schema, &Property{Ref: schema}, val)
+}
+
 func checkParam(where string, p *Param, val string) []string {
 	if len(p.Enum) > 0 && !slices.Contains(p.Enum, val) {
 		return []string{fmt.Sprintf("%s: %q is not one of %v", where, val, p.Enum)}

@@ -1,6 +1,6 @@
 // Package gcptest is an in-process fake of the Compute Engine v1 REST API,
-// for driving the real SDK clients (cloud.google.com/go/compute/apiv1)
-// with option.WithEndpoint(s.URL) and option.WithoutAuthentication().
+// for driving the driver's real client (gcp.NewSDK) with
+// option.WithEndpoint(s.URL) and option.WithoutAuthentication().
 //
 // It answers in the wire format of the real API, as recorded in
 // shared/data/gcp (instances, addresses, firewalls, zone, region and
