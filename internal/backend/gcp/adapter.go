@@ -90,14 +90,15 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(ctx context
 
 // send makes one request, within the call budget and never retried (the
 // reconciler retries with backoff, a poll must cost one request, and a
-// busy backend must answer at once): method on path, below the project,
+// busy backend must answer at once): method on the path of segments
+// below the project, each escaped (see escaped),
 // with query and, unless nil, body as JSON. It decodes a 2xx answer into
 // a T; any other is a *googleapi.Error, as googleapi reads Google's error
 // bodies.
-func send[T any](s *sdk, ctx context.Context, method, path string, query url.Values, body any) (*T, error) {
+func send[T any](s *sdk, ctx context.Context, method string, path []string, query url.Values, body any) (*T, error) {
 	return call(ctx, s.timeout, func(ctx context.Context) (*T, error) {
 		u := *s.base
-		u.Path += "/" + path
+		u.Path, u.RawPath = s.base.Path+"/"+strings.Join(path, "/"), s.base.EscapedPath()+"/"+escaped(path)
 		u.RawQuery = query.Encode()
 		var rd io.Reader
 		if body != nil {
@@ -129,14 +130,14 @@ func send[T any](s *sdk, ctx context.Context, method, path string, query url.Val
 			return nil, err
 		}
 		if len(b) > maxAnswer {
-			return nil, fmt.Errorf("%s %s: the answer is larger than %d MiB", method, path, maxAnswer>>20)
+			return nil, fmt.Errorf("%s %s: the answer is larger than %d MiB", method, strings.Join(path, "/"), maxAnswer>>20)
 		}
 		if err := googleapi.CheckResponseWithBody(resp, b); err != nil {
 			return nil, err
 		}
 		out := new(T)
 		if err := json.Unmarshal(b, out); err != nil {
-			return nil, fmt.Errorf("%s %s: the answer is not a %T: %w", method, path, *out, err)
+			return nil, fmt.Errorf("%s %s: the answer is not a %T: %w", method, strings.Join(path, "/"), *out, err)
 		}
 		return out, nil
 	})
@@ -163,77 +164,77 @@ func listQuery(filter string, maxResults uint32, pageToken string, partial bool)
 }
 
 func (s *sdk) GetInstance(ctx context.Context, zone, name string) (*computeapi.Instance, error) {
-	return send[computeapi.Instance](s, ctx, http.MethodGet, "zones/"+zone+"/instances/"+name, nil, nil)
+	return send[computeapi.Instance](s, ctx, http.MethodGet, segs("zones", zone, "instances", name), nil, nil)
 }
 
 func (s *sdk) InsertInstance(ctx context.Context, zone string, inst *computeapi.Instance) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodPost, "zones/"+zone+"/instances", nil, inst)
+	return send[computeapi.Operation](s, ctx, http.MethodPost, segs("zones", zone, "instances"), nil, inst)
 }
 
 func (s *sdk) UpdateInstance(ctx context.Context, zone string, inst *computeapi.Instance, minimalAction string) (*computeapi.Operation, error) {
 	q := url.Values{"minimalAction": {minimalAction}, "mostDisruptiveAllowedAction": {"RESTART"}}
-	return send[computeapi.Operation](s, ctx, http.MethodPut, "zones/"+zone+"/instances/"+inst.GetName(), q, inst)
+	return send[computeapi.Operation](s, ctx, http.MethodPut, segs("zones", zone, "instances", inst.GetName()), q, inst)
 }
 
 func (s *sdk) DeleteInstance(ctx context.Context, zone, name string) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodDelete, "zones/"+zone+"/instances/"+name, nil, nil)
+	return send[computeapi.Operation](s, ctx, http.MethodDelete, segs("zones", zone, "instances", name), nil, nil)
 }
 
 func (s *sdk) AggregatedInstances(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computeapi.InstanceAggregatedList, error) {
-	return send[computeapi.InstanceAggregatedList](s, ctx, http.MethodGet, "aggregated/instances", listQuery(filter, maxResults, pageToken, true), nil)
+	return send[computeapi.InstanceAggregatedList](s, ctx, http.MethodGet, segs("aggregated", "instances"), listQuery(filter, maxResults, pageToken, true), nil)
 }
 
 func (s *sdk) AggregatedAddresses(ctx context.Context, filter string, maxResults uint32, pageToken string) (*computeapi.AddressAggregatedList, error) {
-	return send[computeapi.AddressAggregatedList](s, ctx, http.MethodGet, "aggregated/addresses", listQuery(filter, maxResults, pageToken, true), nil)
+	return send[computeapi.AddressAggregatedList](s, ctx, http.MethodGet, segs("aggregated", "addresses"), listQuery(filter, maxResults, pageToken, true), nil)
 }
 
 func (s *sdk) ListFirewalls(ctx context.Context, maxResults uint32, pageToken string) (*computeapi.FirewallList, error) {
-	return send[computeapi.FirewallList](s, ctx, http.MethodGet, "global/firewalls", listQuery("", maxResults, pageToken, false), nil)
+	return send[computeapi.FirewallList](s, ctx, http.MethodGet, segs("global", "firewalls"), listQuery("", maxResults, pageToken, false), nil)
 }
 
 func (s *sdk) GetOperation(ctx context.Context, op OpRef) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodGet, op.String(), nil, nil)
+	return send[computeapi.Operation](s, ctx, http.MethodGet, op.segments(), nil, nil)
 }
 
 func (s *sdk) GetAddress(ctx context.Context, region, name string) (*computeapi.Address, error) {
-	return send[computeapi.Address](s, ctx, http.MethodGet, "regions/"+region+"/addresses/"+name, nil, nil)
+	return send[computeapi.Address](s, ctx, http.MethodGet, segs("regions", region, "addresses", name), nil, nil)
 }
 
 func (s *sdk) InsertAddress(ctx context.Context, region string, a *computeapi.Address) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodPost, "regions/"+region+"/addresses", nil, a)
+	return send[computeapi.Operation](s, ctx, http.MethodPost, segs("regions", region, "addresses"), nil, a)
 }
 
 func (s *sdk) SetAddressLabels(ctx context.Context, region, name, fingerprint string, labels map[string]string) (*computeapi.Operation, error) {
 	body := &computeapi.RegionSetLabelsRequest{LabelFingerprint: ptr(fingerprint), Labels: labels}
-	return send[computeapi.Operation](s, ctx, http.MethodPost, "regions/"+region+"/addresses/"+name+"/setLabels", nil, body)
+	return send[computeapi.Operation](s, ctx, http.MethodPost, segs("regions", region, "addresses", name, "setLabels"), nil, body)
 }
 
 func (s *sdk) DeleteAddress(ctx context.Context, region, name string) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodDelete, "regions/"+region+"/addresses/"+name, nil, nil)
+	return send[computeapi.Operation](s, ctx, http.MethodDelete, segs("regions", region, "addresses", name), nil, nil)
 }
 
 func (s *sdk) GetFirewall(ctx context.Context, name string) (*computeapi.Firewall, error) {
-	return send[computeapi.Firewall](s, ctx, http.MethodGet, "global/firewalls/"+name, nil, nil)
+	return send[computeapi.Firewall](s, ctx, http.MethodGet, segs("global", "firewalls", name), nil, nil)
 }
 
 func (s *sdk) InsertFirewall(ctx context.Context, fw *computeapi.Firewall) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodPost, "global/firewalls", nil, fw)
+	return send[computeapi.Operation](s, ctx, http.MethodPost, segs("global", "firewalls"), nil, fw)
 }
 
 func (s *sdk) PatchFirewall(ctx context.Context, name string, fw *computeapi.Firewall) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodPatch, "global/firewalls/"+name, nil, fw)
+	return send[computeapi.Operation](s, ctx, http.MethodPatch, segs("global", "firewalls", name), nil, fw)
 }
 
 func (s *sdk) DeleteFirewall(ctx context.Context, name string) (*computeapi.Operation, error) {
-	return send[computeapi.Operation](s, ctx, http.MethodDelete, "global/firewalls/"+name, nil, nil)
+	return send[computeapi.Operation](s, ctx, http.MethodDelete, segs("global", "firewalls", name), nil, nil)
 }
 
 func (s *sdk) GetGuestAttribute(ctx context.Context, zone, name, key string) (*computeapi.GuestAttributes, error) {
-	return send[computeapi.GuestAttributes](s, ctx, http.MethodGet, "zones/"+zone+"/instances/"+name+"/getGuestAttributes", url.Values{"variableKey": {key}}, nil)
+	return send[computeapi.GuestAttributes](s, ctx, http.MethodGet, segs("zones", zone, "instances", name, "getGuestAttributes"), url.Values{"variableKey": {key}}, nil)
 }
 
 func (s *sdk) GetRegion(ctx context.Context, region string) (*computeapi.Region, error) {
-	return send[computeapi.Region](s, ctx, http.MethodGet, "regions/"+region, nil, nil)
+	return send[computeapi.Region](s, ctx, http.MethodGet, segs("regions", region), nil, nil)
 }
 
 // Close lets the client's idle connections go; it is safe on an sdk never
@@ -243,4 +244,17 @@ func (s *sdk) Close() error {
 		s.hc.CloseIdleConnections()
 	}
 	return nil
+}
+
+// segs is a path below the project, segment by segment.
+func segs(s ...string) []string { return s }
+
+// escaped joins the path's segments, each escaped: whatever a name holds
+// ("/", "..", "?"), it stays one segment of the path it was put in.
+func escaped(path []string) string {
+	out := make([]string, len(path))
+	for i, s := range path {
+		out[i] = url.PathEscape(s)
+	}
+	return strings.Join(out, "/")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -76,5 +77,37 @@ func TestAnAnswerTooLarge(t *testing.T) {
 	}
 	if _, err := api.GetRegion(context.Background(), "europe-west1"); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("GetRegion of an answer too large = %v; want an error saying so", err)
+	}
+}
+
+// TestANameStaysOneSegment: whatever a name holds, it is one segment of
+// the path it is put in, escaped; it never reaches another resource or
+// project, nor the query.
+func TestANameStaysOneSegment(t *testing.T) {
+	type got struct{ path, raw, query string }
+	reqs := make(chan got, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqs <- got{r.URL.Path, r.URL.EscapedPath(), r.URL.RawQuery}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	api, err := NewSDK(context.Background(), "p", option.WithEndpoint(srv.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../../q/zones/z/instances/x", "a/b", "x?filter=y", "%2F", "a b"} {
+		if _, err := api.GetInstance(context.Background(), "europe-west1-b", name); err != nil {
+			t.Fatal(err)
+		}
+		g := <-reqs
+		if want := "/compute/v1/projects/p/zones/europe-west1-b/instances/" + name; g.path != want {
+			t.Errorf("name %q: path %q; want %q", name, g.path, want)
+		}
+		if want := "/compute/v1/projects/p/zones/europe-west1-b/instances/" + url.PathEscape(name); g.raw != want {
+			t.Errorf("name %q: escaped path %q; want %q", name, g.raw, want)
+		}
+		if g.query != "" {
+			t.Errorf("name %q: query %q; want none", name, g.query)
+		}
 	}
 }

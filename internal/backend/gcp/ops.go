@@ -18,14 +18,17 @@ type OpRef struct {
 // String is the scoped form kept in status.atProvider.operation:
 // zones/<zone>/operations/<name>, regions/<region>/operations/<name> or
 // global/operations/<name>.
-func (o OpRef) String() string {
+func (o OpRef) String() string { return strings.Join(o.segments(), "/") }
+
+// segments is the operation's path below the project.
+func (o OpRef) segments() []string {
 	switch {
 	case o.Zone != "":
-		return "zones/" + o.Zone + "/operations/" + o.Name
+		return []string{"zones", o.Zone, "operations", o.Name}
 	case o.Region != "":
-		return "regions/" + o.Region + "/operations/" + o.Name
+		return []string{"regions", o.Region, "operations", o.Name}
 	}
-	return "global/operations/" + o.Name
+	return []string{"global", "operations", o.Name}
 }
 
 // parseOpRef reads the scoped form; ok is false for anything else.
