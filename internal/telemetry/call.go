@@ -102,7 +102,7 @@ func HTTPErrorClass(status int) string {
 // "<backend>.<route>", the log line "<backend> api call" with the HTTP
 // method, the call and the status, and BackendRequests. route names the
 // call from the request, with no identifier in it (the API method, such
-// as instances.get, or "get pods"). It is what the SDK clients of GCP and
+// as instances.get, or "get pods"). It is what the GCP driver's Compute Engine client and
 // the Kubernetes clients are built on (option.WithHTTPClient,
 // rest.Config.WrapTransport). Nothing of the request but its method, its
 // host and route is recorded: never a header, a query or a body.

@@ -86,7 +86,7 @@ func TestBackendSpansIntegration(t *testing.T) {
 		secrets = append(secrets, secret)
 	}
 
-	// gcp: the fake on the SDK's clients.
+	// gcp: the fake on the driver's Compute Engine client.
 	srv := gcptest.New(t, "egressproxy-spans")
 	api, err := gcp.NewSDK(ctx, srv.Project, option.WithEndpoint(srv.URL), option.WithoutAuthentication())
 	if err != nil {

@@ -50,8 +50,8 @@ const (
 )
 
 // env is a real control plane running the GCPProxy controllers of both
-// scopes in-process, their drivers on the real SDK clients pointed at the
-// fake Compute Engine.
+// scopes in-process, their drivers on the real Compute Engine client
+// pointed at the fake Compute Engine.
 type env struct {
 	*providerenv.Env
 	srv  *gcptest.Server
