@@ -102,10 +102,11 @@ func HTTPErrorClass(status int) string {
 // "<backend>.<route>", the log line "<backend> api call" with the HTTP
 // method, the call and the status, and BackendRequests. route names the
 // call from the request, with no identifier in it (the API method, such
-// as instances.get, or "get pods"). It is what the GCP driver's Compute Engine client and
-// the Kubernetes clients are built on (option.WithHTTPClient,
-// rest.Config.WrapTransport). Nothing of the request but its method, its
-// host and route is recorded: never a header, a query or a body.
+// as instances.get, or "get pods"). It is what the GCP driver's Compute
+// Engine client and the Kubernetes clients are built on
+// (option.WithHTTPClient, rest.Config.WrapTransport). Nothing of the
+// request but its method, its host and route is recorded: never a
+// header, a query or a body.
 func Transport(backend string, route func(*http.Request) string, log func(context.Context) logr.Logger, rt http.RoundTripper) http.RoundTripper {
 	if rt == nil {
 		rt = http.DefaultTransport
