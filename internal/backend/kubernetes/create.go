@@ -61,6 +61,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	err = d.client.Create(ctx, dep, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:
+		d.gone.answered(key, dep)
 		d.logger(ctx).V(1).Info("created Deployment", "namespace", dep.Namespace, "name", dep.Name, "uid", req.Mark.UID)
 		// A crash before the children exist leaves a Deployment whose pod
 		// never starts: Get notices (missingChildren) and reports it out of

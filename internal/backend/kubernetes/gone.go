@@ -26,12 +26,22 @@ const goneTTL = 5 * time.Minute
 // It also remembers the Deployments a driver is creating that the watch
 // has not delivered yet: a miss of one of those is not trusted either (a
 // reconcile right after Create, before the cache has it, would Create
-// again, fail with AlreadyExists, adopt it and rewrite its children:
-// several requests where one live read confirms the miss).
+// again, fail with AlreadyExists, adopt it and rewrite its children).
+// Once the create is answered, the answer stands in for the cache until
+// the watch delivers the Deployment, so that a reconcile right after
+// Create reads nothing; before it, one live read confirms the miss.
 type gone struct {
 	mu   sync.Mutex
 	m    map[types.NamespacedName]time.Time
-	made map[types.NamespacedName]time.Time
+	made map[types.NamespacedName]madeDeployment
+}
+
+// madeDeployment is a Deployment a driver is creating: since when, and
+// once the create was answered, the Deployment as the answer gave it
+// (stripped as the cache strips it).
+type madeDeployment struct {
+	at  time.Time
+	dep *appsv1.Deployment
 }
 
 // unseenTTL is how long a Deployment being created is remembered as not
@@ -39,7 +49,7 @@ type gone struct {
 const unseenTTL = time.Minute
 
 func newGone() *gone {
-	return &gone{m: map[types.NamespacedName]time.Time{}, made: map[types.NamespacedName]time.Time{}}
+	return &gone{m: map[types.NamespacedName]time.Time{}, made: map[types.NamespacedName]madeDeployment{}}
 }
 
 // handler keeps g from a Deployment informer's events.
@@ -106,12 +116,45 @@ func (g *gone) recent(k types.NamespacedName, made bool) bool {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	m, ttl := g.m, goneTTL
 	if made {
-		m, ttl = g.made, unseenTTL
+		e, ok := g.made[k]
+		return ok && time.Since(e.at) <= unseenTTL
 	}
-	at, ok := m[k]
-	return ok && time.Since(at) <= ttl
+	at, ok := g.m[k]
+	return ok && time.Since(at) <= goneTTL
+}
+
+// answered keeps dep, as the API server answered this driver's create of
+// k, until the watch delivers it; nothing when k is no longer unseen.
+func (g *gone) answered(k types.NamespacedName, dep *appsv1.Deployment) {
+	if g == nil {
+		return
+	}
+	c := dep.DeepCopy()
+	if _, err := StripDeployment(c); err != nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.made[k]; ok && time.Since(e.at) <= unseenTTL {
+		e.dep = c
+		g.made[k] = e
+	}
+}
+
+// asAnswered is a copy of the Deployment k as its create was answered,
+// while the watch has not delivered it; nil otherwise.
+func (g *gone) asAnswered(k types.NamespacedName) *appsv1.Deployment {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.made[k]
+	if !ok || e.dep == nil || time.Since(e.at) > unseenTTL {
+		return nil
+	}
+	return e.dep.DeepCopy()
 }
 
 // forget drops what is known of k: the watch delivered a Deployment of
@@ -127,7 +170,7 @@ func (g *gone) forget(k types.NamespacedName, creating bool) {
 	delete(g.made, k)
 	if creating {
 		now := time.Now()
-		maps.DeleteFunc(g.made, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > unseenTTL })
-		g.made[k] = now
+		maps.DeleteFunc(g.made, func(_ types.NamespacedName, e madeDeployment) bool { return now.Sub(e.at) > unseenTTL })
+		g.made[k] = madeDeployment{at: now}
 	}
 }

@@ -94,3 +94,56 @@ func TestMissOfADeploymentBeingCreatedIsConfirmed(t *testing.T) {
 		}
 	}
 }
+
+// Once a driver's create of a Deployment is answered, a reconcile before
+// the watch delivers it reads the answer: no live read, the Deployment as
+// created. The watch's delivery or deletion of it ends that.
+func TestAnsweredCreateStandsInForTheCache(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
+	d := New(Options{Provider: "t", Client: fake.NewClientBuilder().WithScheme(s).Build(), Live: live, Config: Config{Namespace: "egress"}})
+	d.gone = newGone()
+	key := types.NamespacedName{Namespace: "egress", Name: "p-1"}
+	made := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: "p-1", UID: "dep-uid", ResourceVersion: "7",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}}}
+
+	// Answered without being created (a stale answer of an earlier
+	// create): kept for nothing.
+	d.gone.answered(key, made)
+	if d.gone.asAnswered(key) != nil {
+		t.Fatal("an answer kept for a name no driver is creating")
+	}
+
+	d.gone.forget(key, true)
+	d.gone.answered(key, made)
+	for _, ref := range []proxy.Ref{{Name: "p-1"}, {Name: "p-1", Live: true, Deleting: true}} {
+		got, err := d.deployment(context.Background(), ref)
+		if err != nil {
+			t.Fatalf("deployment(%+v) = %v, want the Deployment as created", ref, err)
+		}
+		if got.UID != "dep-uid" || got.ResourceVersion != "7" || got.ManagedFields != nil {
+			t.Errorf("deployment(%+v) = uid %q rv %q managedFields %v; want the answer, stripped", ref, got.UID, got.ResourceVersion, got.ManagedFields)
+		}
+		got.Labels = map[string]string{"changed": "by the caller"}
+	}
+	if n := live.reads.Load(); n != 0 {
+		t.Errorf("%d live reads while the answer stands in, want none", n)
+	}
+	if a := d.gone.asAnswered(key); a == nil || a.Labels != nil {
+		t.Errorf("the kept answer = %v; want it unchanged by what a caller did to its copy", a)
+	}
+
+	d.gone.handler().OnAdd(made, false)
+	if d.gone.asAnswered(key) != nil {
+		t.Error("the answer still stands in once the watch delivered the Deployment")
+	}
+	d.gone.forget(key, true)
+	d.gone.answered(key, made)
+	d.gone.handler().OnDelete(made)
+	if _, err := d.deployment(context.Background(), proxy.Ref{Name: "p-1"}); !proxy.IsNotFound(err) {
+		t.Errorf("after the watch saw it deleted, deployment() = %v; want NotFound", err)
+	}
+}

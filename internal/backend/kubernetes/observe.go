@@ -44,7 +44,8 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 // miss is confirmed with a live read when ref asks (an import, a resource
 // being deleted), unless the watch saw it deleted and this driver has not
 // created it since, and for a Deployment a driver created that the watch
-// has not delivered yet (gone). A miss is otherwise trusted: at worst
+// has not delivered yet (gone), unless its create was answered: that
+// answer stands in for the cache. A miss is otherwise trusted: at worst
 // Create finds the Deployment exists and adopts it, as it carries this
 // resource's mark.
 func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deployment, error) {
@@ -54,8 +55,12 @@ func (d *Driver) deployment(ctx context.Context, ref proxy.Ref) (*appsv1.Deploym
 	}
 	dep := &appsv1.Deployment{}
 	err = d.client.Get(ctx, key, dep)
-	if kerrors.IsNotFound(err) && d.cached() && (ref.Live && !d.gone.seen(key) || d.gone.unseen(key)) {
-		err = d.live.Get(ctx, key, dep)
+	if kerrors.IsNotFound(err) && d.cached() {
+		if made := d.gone.asAnswered(key); made != nil {
+			dep, err = made, nil
+		} else if ref.Live && !d.gone.seen(key) || d.gone.unseen(key) {
+			err = d.live.Get(ctx, key, dep)
+		}
 	}
 	if kerrors.IsNotFound(err) {
 		return nil, proxy.NotFoundf("Deployment %s/%s not found", key.Namespace, key.Name)
