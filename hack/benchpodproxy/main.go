@@ -863,8 +863,9 @@ func startProvider(ctx context.Context, o options, cp *controlplane.ControlPlane
 }
 
 // byResource sums the provider's egressproxy_bench_requests_total
-// (hack/benchprovider counts them) by "resource VERB", leaving out
-// watches; empty for the shipped provider.
+// (hack/benchprovider counts them) by "resource VERB", watches opened
+// included (rest_client_requests_total counts each as a GET); empty for
+// the shipped provider.
 func byResource(ctx context.Context, p *benchutil.Provider) (map[string]float64, error) {
 	body, err := p.Scrape(ctx)
 	if err != nil {
@@ -872,9 +873,7 @@ func byResource(ctx context.Context, p *benchutil.Provider) (map[string]float64,
 	}
 	out := map[string]float64{}
 	for _, smp := range benchutil.Samples(body, "egressproxy_bench_requests_total") {
-		if smp.Labels["verb"] != "WATCH" {
-			out[smp.Labels["resource"]+" "+smp.Labels["verb"]] += smp.Value
-		}
+		out[smp.Labels["resource"]+" "+smp.Labels["verb"]] += smp.Value
 	}
 	return out, nil
 }
