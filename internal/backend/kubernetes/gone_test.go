@@ -19,14 +19,7 @@ import (
 // live read, unless the watch saw the Deployment deleted and the driver
 // has not created it since.
 func TestMissOfADeploymentTheWatchSawDeletedIsTrusted(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	cached := fake.NewClientBuilder().WithScheme(s).Build()
-	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
-	d := New(Options{Provider: "t", Client: cached, Live: live, Config: Config{Namespace: "egress"}})
-	d.gone = newGone()
+	d, live := goneDriver(t)
 	ref := proxy.Ref{Name: "p-1", Live: true, Deleting: true}
 	get := func() {
 		t.Helper()
@@ -64,13 +57,7 @@ func TestMissOfADeploymentTheWatchSawDeletedIsTrusted(t *testing.T) {
 // watch delivers it: then the miss is confirmed with a live read, so a
 // reconcile right after Create does not create it again.
 func TestMissOfADeploymentBeingCreatedIsConfirmed(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
-	d := New(Options{Provider: "t", Client: fake.NewClientBuilder().WithScheme(s).Build(), Live: live, Config: Config{Namespace: "egress"}})
-	d.gone = newGone()
+	d, live := goneDriver(t)
 	ref := proxy.Ref{Name: "p-1"}
 	key := types.NamespacedName{Namespace: "egress", Name: "p-1"}
 	reads := []struct {
@@ -99,13 +86,7 @@ func TestMissOfADeploymentBeingCreatedIsConfirmed(t *testing.T) {
 // the watch delivers it reads the answer: no live read, the Deployment as
 // created. The watch's delivery or deletion of it ends that.
 func TestAnsweredCreateStandsInForTheCache(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
-	d := New(Options{Provider: "t", Client: fake.NewClientBuilder().WithScheme(s).Build(), Live: live, Config: Config{Namespace: "egress"}})
-	d.gone = newGone()
+	d, live := goneDriver(t)
 	key := types.NamespacedName{Namespace: "egress", Name: "p-1"}
 	made := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: "p-1", UID: "dep-uid", ResourceVersion: "7",
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}}}
@@ -146,4 +127,18 @@ func TestAnsweredCreateStandsInForTheCache(t *testing.T) {
 	if _, err := d.deployment(context.Background(), proxy.Ref{Name: "p-1"}); !proxy.IsNotFound(err) {
 		t.Errorf("after the watch saw it deleted, deployment() = %v; want NotFound", err)
 	}
+}
+
+// goneDriver is a driver in namespace egress on an empty cache, with a
+// gone of its own and live reads counted.
+func goneDriver(t *testing.T) (*Driver, *countingReader) {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	live := &countingReader{Reader: fake.NewClientBuilder().WithScheme(s).Build()}
+	d := New(Options{Provider: "t", Client: fake.NewClientBuilder().WithScheme(s).Build(), Live: live, Config: Config{Namespace: "egress"}})
+	d.gone = newGone()
+	return d, live
 }
