@@ -34,10 +34,16 @@ type Discovery struct {
 	InCluster bool
 	// TTL is how long what was read is reused; 30 s when zero.
 	TTL time.Duration
+	// Retry is how soon a read that failed on the way is tried again; 1 s
+	// when zero.
+	Retry time.Duration
 
 	mu   sync.Mutex
 	at   time.Time
 	last map[string][]netip.Prefix
+	// settled: every source of the last read answered or was refused for
+	// good.
+	settled bool
 }
 
 // NewDiscovery returns the Discovery of the cluster reader reads, whose
@@ -48,20 +54,24 @@ func NewDiscovery(reader client.Reader, apiServer string) *Discovery {
 }
 
 // Networks implements Networks. A read that fails on the way keeps what
-// it read last time; one refused for good (no rights, no such kind)
-// gives nothing.
+// it read last time and is tried again after Retry, not the TTL (a
+// network left out would be left out of every check and proxy until
+// then); one refused for good (no rights, no such kind) gives nothing.
 func (d *Discovery) Networks(ctx context.Context) []netip.Prefix {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ttl := d.TTL
+	ttl, retry := d.TTL, d.Retry
 	if ttl <= 0 {
 		ttl = 30 * time.Second
+	}
+	if retry <= 0 {
+		retry = time.Second
 	}
 	if d.last == nil {
 		d.last = map[string][]netip.Prefix{}
 	}
-	if time.Since(d.at) >= ttl {
-		d.read(ctx)
+	if since := time.Since(d.at); since >= ttl || (!d.settled && since >= retry) {
+		d.settled = d.read(ctx)
 		d.at = time.Now()
 	}
 	var out []netip.Prefix
@@ -71,18 +81,11 @@ func (d *Discovery) Networks(ctx context.Context) []netip.Prefix {
 	return out
 }
 
-// read reads each source into d.last; d.mu held.
-func (d *Discovery) read(ctx context.Context) {
+// read reads each source into d.last and says whether every one settled;
+// d.mu held.
+func (d *Discovery) read(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	set := func(source string, err error, ps []netip.Prefix) {
-		switch {
-		case err == nil:
-			d.last[source] = ps
-		case kerrors.IsForbidden(err) || kerrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
-			delete(d.last, source)
-		}
-	}
 	var static []netip.Prefix
 	if u, err := url.Parse(d.APIServer); err == nil && u.Hostname() != "" {
 		if a, err := netip.ParseAddr(u.Hostname()); err == nil {
@@ -103,33 +106,68 @@ func (d *Discovery) read(ctx context.Context) {
 	}
 	d.last["static"] = static
 	if d.Reader == nil {
-		return
+		return true
 	}
+	// A read refused for good gives nothing; one that failed on the way
+	// keeps what it gave last time.
+	settled := true
+	for _, src := range ReadCluster(ctx, d.Reader) {
+		switch {
+		case src.Err == nil:
+			d.last[src.Name] = src.Prefixes
+		case src.Settled():
+			delete(d.last, src.Name)
+		default:
+			settled = false
+		}
+	}
+	return settled
+}
 
+// Source is what one read of a cluster's networks gave: Prefixes when Err
+// is nil.
+type Source struct {
+	Name     string
+	Prefixes []netip.Prefix
+	Err      error
+}
+
+// Settled says the read answered or was refused for good (no rights, an
+// older cluster without the kind): reading again soon would give the same.
+func (s Source) Settled() bool {
+	return s.Err == nil || kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err)
+}
+
+// ReadCluster reads the networks a cluster says are its own, one Source
+// each: the kubernetes Service's cluster IPs ("service"), the API server's
+// endpoint addresses ("endpoints"), the ServiceCIDRs ("servicecidrs"), and
+// every node's pod ranges and internal and external addresses ("nodes").
+// Four requests through r.
+func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	svc := &corev1.Service{}
-	err := d.Reader.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc)
-	set("service", err, parse(svc.Spec.ClusterIPs))
+	err := r.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc)
+	out := []Source{{Name: "service", Err: err, Prefixes: parse(svc.Spec.ClusterIPs)}}
 
 	eps := &discoveryv1.EndpointSliceList{}
-	err = d.Reader.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
+	err = r.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
 	var addrs []string
 	for _, s := range eps.Items {
 		for _, e := range s.Endpoints {
 			addrs = append(addrs, e.Addresses...)
 		}
 	}
-	set("endpoints", err, parse(addrs))
+	out = append(out, Source{Name: "endpoints", Err: err, Prefixes: parse(addrs)})
 
 	cidrs := &networkingv1.ServiceCIDRList{}
-	err = d.Reader.List(ctx, cidrs)
+	err = r.List(ctx, cidrs)
 	var cs []string
 	for _, c := range cidrs.Items {
 		cs = append(cs, c.Spec.CIDRs...)
 	}
-	set("servicecidrs", err, parse(cs))
+	out = append(out, Source{Name: "servicecidrs", Err: err, Prefixes: parse(cs)})
 
 	nodes := &corev1.NodeList{}
-	err = d.Reader.List(ctx, nodes)
+	err = r.List(ctx, nodes)
 	var ns []string
 	for _, n := range nodes.Items {
 		ns = append(ns, n.Spec.PodCIDRs...)
@@ -142,7 +180,7 @@ func (d *Discovery) read(ctx context.Context) {
 			}
 		}
 	}
-	set("nodes", err, parse(ns))
+	return append(out, Source{Name: "nodes", Err: err, Prefixes: parse(ns)})
 }
 
 // ownNetworks are the networks of the process's interfaces, loopback

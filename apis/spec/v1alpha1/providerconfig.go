@@ -643,7 +643,8 @@ type KubernetesConfig struct {
 	// Pod CIDRs) and API server addresses, which proxies never reach (a
 	// proxy's allowedDestinationCIDRs cannot open them). Added to what the
 	// provider discovers: the API server's endpoints, the kubernetes
-	// Service, ServiceCIDRs and the nodes' podCIDRs. Set them where
+	// Service, ServiceCIDRs, the nodes' podCIDRs and the nodes' internal
+	// and external addresses. Set them where
 	// discovery cannot see them: a cluster without ServiceCIDR objects, or
 	// a network plugin that assigns pod addresses itself (Calico's IPAM
 	// pools, Cilium's cluster-pool, the AWS VPC CNI), where nodes carry no

@@ -41,6 +41,9 @@ type Cluster struct {
 	DialPods bool
 	// PodLog reads a container's log (pods/log).
 	PodLog PodLogFunc
+	// Networks are the cluster's own networks where another part of the
+	// provider discovers them (Options.Networks); nil: each driver reads.
+	Networks netguard.Networks
 	// quiet: the cluster is a tenant's (a namespaced config's kubeconfig):
 	// errors never quote what its server answered.
 	quiet bool
@@ -181,7 +184,7 @@ func (cl *Cluster) WatchDeletions(informers cache.Informers) error {
 
 // Driver returns a driver for cl.
 func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Driver {
-	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods, PodLog: cl.PodLog})
+	d := New(Options{Provider: provider, Config: cfg, Client: cl.Client, Live: cl.Live, Version: cl.Version, Host: cl.Host, Prober: prober, DialPods: cl.DialPods, PodLog: cl.PodLog, Networks: cl.Networks})
 	d.podIndex = cl.podIndex.Load()
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken

@@ -127,10 +127,11 @@ func (e *env) driverTests(t *testing.T) {
 		}
 	})
 
-	// The pod network, as the nodes' podCIDRs say it, is denied like the
-	// Service network, in squid.conf and the NetworkPolicy, and a proxy
-	// that opens 10.0.0.0/8 does not reopen it.
-	t.Run("PodNetworkIsDenied", func(t *testing.T) {
+	// The pod network, as the nodes' podCIDRs say it, and the nodes' own
+	// addresses are denied like the Service network, in squid.conf and
+	// the NetworkPolicy, and a proxy that opens 10.0.0.0/8 does not reopen
+	// them.
+	t.Run("PodNetworkAndNodesAreDenied", func(t *testing.T) {
 		t.Parallel()
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("podcidrs-%d", e.seq.Add(1))},
@@ -144,6 +145,10 @@ func (e *env) driverTests(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = e.live.Delete(context.Background(), node) })
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.3.9.7"}, {Type: corev1.NodeExternalIP, Address: "198.51.100.7"}}
+		if err := e.live.Status().Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
 		ns := e.namespace(t)
 		// A host of its own: discovered networks are kept per API server,
 		// and other tests read this one's before the node existed.
@@ -166,7 +171,7 @@ func (e *env) driverTests(t *testing.T) {
 				never = f[3:]
 			}
 		}
-		for _, c := range []string{"10.244.7.0/24", "fd00:10:244:7::/64", "64:ff9b::af4:700/120"} {
+		for _, c := range []string{"10.244.7.0/24", "fd00:10:244:7::/64", "64:ff9b::af4:700/120", "10.3.9.7/32", "198.51.100.7/32"} {
 			if !slices.Contains(never, c) {
 				t.Errorf("squid.conf never_dst does not hold %s: %v", c, never)
 			}
@@ -179,9 +184,12 @@ func (e *env) driverTests(t *testing.T) {
 		for _, p := range np.Spec.Egress[1].To {
 			excepts[p.IPBlock.CIDR] = p.IPBlock.Except
 		}
-		for cidr, pod := range map[string]string{"0.0.0.0/0": "10.244.7.0/24", "10.0.0.0/8": "10.244.7.0/24", "::/0": "fd00:10:244:7::/64", "fc00::/7": "fd00:10:244:7::/64"} {
-			if ex, ok := excepts[cidr]; !ok || !slices.Contains(ex, pod) {
-				t.Errorf("NetworkPolicy ipBlock %s (present: %v) does not except the pod network %s: %v", cidr, ok, pod, ex)
+		for _, c := range []struct{ cidr, except string }{
+			{"0.0.0.0/0", "10.244.7.0/24"}, {"10.0.0.0/8", "10.244.7.0/24"}, {"::/0", "fd00:10:244:7::/64"}, {"fc00::/7", "fd00:10:244:7::/64"},
+			{"0.0.0.0/0", "10.3.9.7/32"}, {"10.0.0.0/8", "10.3.9.7/32"}, {"0.0.0.0/0", "198.51.100.7/32"},
+		} {
+			if ex, ok := excepts[c.cidr]; !ok || !slices.Contains(ex, c.except) {
+				t.Errorf("NetworkPolicy ipBlock %s (present: %v) does not except the cluster's %s: %v", c.cidr, ok, c.except, ex)
 			}
 		}
 	})

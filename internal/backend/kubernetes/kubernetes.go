@@ -99,6 +99,10 @@ type Options struct {
 	Log *logr.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Networks, when set, are the cluster's own networks as another part
+	// of the provider already discovers them (the tenant guard's, for the
+	// provider's own cluster); nil: the driver reads them (clusterNetworks).
+	Networks netguard.Networks
 }
 
 // Driver is the kubernetes proxy.Driver.
@@ -118,6 +122,7 @@ type Driver struct {
 	prober   *squid.Prober
 	dialPods bool
 	podLog   PodLogFunc
+	networks netguard.Networks
 	log      *logr.Logger
 	now      func() time.Time
 	// gone, when set, are the Deployments the cache's watch saw deleted.
@@ -145,6 +150,7 @@ func New(o Options) *Driver {
 		prober:   o.Prober,
 		dialPods: o.DialPods,
 		podLog:   o.PodLog,
+		networks: o.Networks,
 		log:      o.Log,
 		now:      o.Now,
 		refused:  &refused{},

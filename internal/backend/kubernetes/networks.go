@@ -9,15 +9,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	kerrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -25,28 +21,24 @@ import (
 // clusterNetworks are the target cluster's own networks, which a PodProxy
 // never reaches (its resource cannot open them): the config's
 // ClusterNetworks, the kubernetes Service's cluster IPs, the API server's
-// endpoint addresses, the cluster's ServiceCIDRs and its pod network as
-// the nodes' podCIDRs say it. What discovery cannot read (no rights, an
-// older cluster, a network plugin that assigns pod addresses itself and
-// leaves podCIDRs empty) is left to the config and to the private ranges
-// every proxy denies anyway. Adjacent ranges are merged (a node's /24s
-// become the /16 they fill), so squid.conf stays short on a big cluster.
+// endpoint addresses, the cluster's ServiceCIDRs, its pod network as the
+// nodes' podCIDRs say it and the nodes' own addresses (their kubelets,
+// host-network pods and NodePorts). What discovery cannot read (no
+// rights, an older cluster, a network plugin that assigns pod addresses
+// itself and leaves podCIDRs empty) is left to the config and to the
+// private ranges every proxy denies anyway. Adjacent ranges are merged (a
+// node's /24s become the /16 they fill), so squid.conf stays short on a
+// big cluster.
 func (d *Driver) clusterNetworks(ctx context.Context) []string {
 	var out []netip.Prefix
-	add := func(s string) {
-		if p, err := netip.ParsePrefix(s); err == nil {
+	for _, c := range d.cfg.ClusterNetworks {
+		if p, err := netip.ParsePrefix(c); err == nil {
 			out = append(out, p.Masked())
-		} else if a, err := netip.ParseAddr(s); err == nil {
+		} else if a, err := netip.ParseAddr(c); err == nil {
 			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 		}
 	}
-	for _, c := range d.cfg.ClusterNetworks {
-		add(c)
-	}
-	for _, c := range d.discoveredNetworks(ctx) {
-		add(c)
-	}
-	out = joinPrefixes(out)
+	out = joinPrefixes(append(out, d.discoveredNetworks(ctx)...))
 	s := make([]string, len(out))
 	for i, p := range out {
 		s[i] = p.String()
@@ -94,8 +86,8 @@ func joinPrefixes(ps []netip.Prefix) []netip.Prefix {
 // Create reads them twice (squid.conf and NetworkPolicy), so without it
 // every Create would cost several discovery requests; they change when an
 // administrator adds a ServiceCIDR or moves the API server and when a node
-// joins with a pod range of its own, and such a change reaches the
-// squid.conf and NetworkPolicy a proxy is written with within the TTL.
+// joins, and such a change reaches the squid.conf and NetworkPolicy a
+// proxy is written with within the TTL.
 const networksTTL = 30 * time.Second
 
 // discovered are the discovered networks of each cluster, by the API
@@ -110,13 +102,17 @@ var discovered = struct {
 
 type discoveredNetworks struct {
 	at   time.Time
-	nets []string
+	nets []netip.Prefix
 }
 
-// discoveredNetworks reads the kubernetes Service's cluster IPs, the API
-// server's endpoint addresses, the ServiceCIDRs and the nodes' podCIDRs,
-// or reuses what was read within networksTTL.
-func (d *Driver) discoveredNetworks(ctx context.Context) []string {
+// discoveredNetworks are the networks the cluster says are its own
+// (netguard.ReadCluster): from the Cluster's Networks where another part
+// of the provider already discovers them, else read here, or reused when
+// read within networksTTL.
+func (d *Driver) discoveredNetworks(ctx context.Context) []netip.Prefix {
+	if d.networks != nil {
+		return d.networks.Networks(ctx)
+	}
 	key := d.host
 	if key == "" {
 		key = d.provider
@@ -159,44 +155,15 @@ func (d *Driver) discoveredNetworks(ctx context.Context) []string {
 
 // readNetworks reads the cluster's networks and keeps them under key when
 // every read settled.
-func (d *Driver) readNetworks(ctx context.Context, key string) []string {
-	var nets []string
+func (d *Driver) readNetworks(ctx context.Context, key string) []netip.Prefix {
+	var nets []netip.Prefix
 	// Kept only when every read answered or was refused for good (no
 	// rights, an older cluster): a read that failed on the way must not
 	// leave a network out of the proxies created for the whole TTL.
 	keep := true
-	settled := func(err error) bool {
-		if err != nil && !kerrors.IsForbidden(err) && !kerrors.IsNotFound(err) && !apimeta.IsNoMatchError(err) {
-			keep = false
-		}
-		return err == nil
-	}
-	svc := &corev1.Service{}
-	if settled(d.live.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc)) {
-		nets = append(nets, svc.Spec.ClusterIPs...)
-	}
-	eps := &discoveryv1.EndpointSliceList{}
-	if settled(d.live.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})) {
-		for _, s := range eps.Items {
-			for _, e := range s.Endpoints {
-				nets = append(nets, e.Addresses...)
-			}
-		}
-	}
-	cidrs := &networkingv1.ServiceCIDRList{}
-	if settled(d.live.List(ctx, cidrs)) {
-		for _, c := range cidrs.Items {
-			nets = append(nets, c.Spec.CIDRs...)
-		}
-	}
-	nodes := &corev1.NodeList{}
-	if settled(d.live.List(ctx, nodes)) {
-		for _, n := range nodes.Items {
-			nets = append(nets, n.Spec.PodCIDRs...)
-			if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
-				nets = append(nets, n.Spec.PodCIDR)
-			}
-		}
+	for _, src := range netguard.ReadCluster(ctx, d.live) {
+		nets = append(nets, src.Prefixes...)
+		keep = keep && src.Settled()
 	}
 	if !keep {
 		return nets

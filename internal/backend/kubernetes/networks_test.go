@@ -46,17 +46,28 @@ func (c *countingReader) List(ctx context.Context, l client.ObjectList, opts ...
 	return c.Reader.List(ctx, l, opts...)
 }
 
-// The cluster's networks are read once per networksTTL, not twice per
-// Create; a read that failed on the way is not kept.
-func TestClusterNetworksAreReused(t *testing.T) {
+// fakeCluster is an API server's client holding objs.
+func fakeCluster(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+}
+
+// serviceCIDR is the ServiceCIDR object of cidrs.
+func serviceCIDR(cidrs ...string) *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+}
+
+// The cluster's networks are read once per networksTTL, not twice per
+// Create; a read that failed on the way is not kept.
+func TestClusterNetworksAreReused(t *testing.T) {
+	c := fakeCluster(t,
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.1"}}},
-		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}}},
-	).Build()
+		serviceCIDR("10.96.0.0/12"),
+	)
 	ctx := context.Background()
 
 	failing := &countingReader{Reader: c}
@@ -84,13 +95,7 @@ func TestClusterNetworksAreReused(t *testing.T) {
 // Creates that start together wait for one read of the cluster's networks
 // instead of each sending their own, and all get what it read.
 func TestClusterNetworksAreReadOnceByConcurrentCreates(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}}},
-	).Build()
+	c := fakeCluster(t, serviceCIDR("10.96.0.0/12"))
 	live := &countingReader{Reader: c}
 	d := New(Options{Provider: "t", Client: c, Live: live, Host: "https://together.example:6443"})
 	var wg sync.WaitGroup
@@ -114,12 +119,10 @@ func TestClusterNetworksAreReadOnceByConcurrentCreates(t *testing.T) {
 }
 
 // The pod network is the nodes' podCIDRs (podCIDR where only that is set),
-// merged where they fill a range, and what the config names.
-func TestClusterNetworksHoldThePodNetwork(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+// merged where they fill a range; the nodes' internal and external
+// addresses are the cluster's too (their kubelets, host-network pods and
+// NodePorts), and so is what the config names.
+func TestClusterNetworksHoldThePodNetworkAndTheNodes(t *testing.T) {
 	node := func(name string, cidrs ...string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDRs: cidrs}}
 		if len(cidrs) > 0 {
@@ -129,17 +132,56 @@ func TestClusterNetworksHoldThePodNetwork(t *testing.T) {
 	}
 	old := node("old", "10.244.3.0/24")
 	old.Spec.PodCIDRs = nil
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		node("a", "10.244.0.0/24", "fd00:10:244::/64"),
+	a := node("a", "10.244.0.0/24", "fd00:10:244::/64")
+	a.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "192.168.7.4"},
+		{Type: corev1.NodeInternalIP, Address: "fd00:7::4"},
+		{Type: corev1.NodeExternalIP, Address: "203.0.113.9"},
+		{Type: corev1.NodeHostName, Address: "a"},
+		{Type: corev1.NodeExternalDNS, Address: "a.example.com"},
+	}
+	c := fakeCluster(t,
+		a,
 		node("b", "10.244.1.0/24", "fd00:10:244:1::/64"),
 		node("c", "10.244.2.0/24"),
 		old,
 		node("calico"), // a network plugin that assigns addresses itself
-	).Build()
+	)
 	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://pods.example:6443", Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
-	want := []string{"10.244.0.0/22", "100.96.0.0/11", "fd00:10:244::/63"}
+	want := []string{"10.244.0.0/22", "100.96.0.0/11", "192.168.7.4/32", "203.0.113.9/32", "fd00:7::4/128", "fd00:10:244::/63"}
 	if got := d.clusterNetworks(context.Background()); !slices.Equal(got, want) {
 		t.Errorf("clusterNetworks = %v, want %v", got, want)
+	}
+}
+
+// staticNetworks is a netguard.Networks that counts its calls.
+type staticNetworks struct {
+	nets  []netip.Prefix
+	calls atomic.Int32
+}
+
+func (n *staticNetworks) Networks(context.Context) []netip.Prefix {
+	n.calls.Add(1)
+	return n.nets
+}
+
+// Where the provider already discovers the cluster's networks (the tenant
+// guard, for its own cluster), the driver denies what that discovery says
+// and reads nothing itself.
+func TestClusterNetworksFromTheProvidersDiscovery(t *testing.T) {
+	c := fakeCluster(t, serviceCIDR("10.96.0.0/12"))
+	live := &countingReader{Reader: c}
+	nets := &staticNetworks{nets: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.168.7.4/32")}}
+	d := New(Options{Provider: "t", Client: c, Live: live, Host: "https://own.example:6443", Networks: nets, Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
+	want := []string{"10.244.0.0/16", "100.96.0.0/11", "192.168.7.4/32"}
+	if got := d.clusterNetworks(context.Background()); !slices.Equal(got, want) {
+		t.Errorf("clusterNetworks = %v, want %v", got, want)
+	}
+	if n := live.reads.Load(); n != 0 {
+		t.Errorf("the driver made %d reads of its own; want 0", n)
+	}
+	if n := nets.calls.Load(); n != 1 {
+		t.Errorf("the discovery was asked %d times; want 1", n)
 	}
 }
 

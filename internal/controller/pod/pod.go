@@ -41,6 +41,7 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -57,6 +58,10 @@ type Options struct {
 	// tests make it the image they built, so that the default path is the
 	// one they run.
 	DefaultImage string
+	// Networks are this cluster's own networks as the tenant guard
+	// discovers them: the PodProxies in this cluster deny them without
+	// reading them a second time. Nil: the drivers read them.
+	Networks netguard.Networks
 }
 
 // binding is the PodProxy binding's state: drivers on the manager's cached
@@ -86,6 +91,7 @@ func New(mgr ctrl.Manager, o Options) external.Kind[spec.PodProxyParameters] {
 	b.prober = &squid.Prober{Notify: b.notify, Wait: probeWait}
 	b.local, b.localErr = kubernetes.NewLocalCluster(mgr.GetConfig(), mgr.GetScheme(), mgr.GetCache())
 	if b.local != nil {
+		b.local.Networks = o.Networks
 		if cs, err := authorizationv1.NewForConfig(mgr.GetConfig()); err == nil {
 			b.access = &access{reviews: cs.SelfSubjectAccessReviews(), recheck: 30 * time.Second}
 		}

@@ -1,0 +1,89 @@
+package netguard
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// A read that failed on the way is tried again after Retry, not after the
+// TTL: until then the node's address would be missing from every check.
+// A read that settled is reused for the TTL. The nodes' internal and
+// external addresses are the cluster's, their host names are not read.
+func TestDiscoveryRetriesAFailedRead(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec:       corev1.NodeSpec{PodCIDRs: []string{"10.250.0.0/24"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "192.168.7.4"},
+			{Type: corev1.NodeExternalIP, Address: "203.0.113.9"},
+			{Type: corev1.NodeHostName, Address: "n1"},
+		}},
+	}
+	var reads atomic.Int32
+	var fail atomic.Bool
+	fail.Store(true)
+	read := func() error {
+		reads.Add(1)
+		if fail.Load() {
+			return errors.New("connection reset by peer")
+		}
+		return nil
+	}
+	r := fake.NewClientBuilder().WithScheme(s).WithObjects(node).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := read(); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+			if err := read(); err != nil {
+				return err
+			}
+			return c.List(ctx, l, opts...)
+		},
+	}).Build()
+	d := &Discovery{Reader: r, TTL: time.Hour, Retry: 20 * time.Millisecond}
+	ctx := context.Background()
+
+	if got := d.Networks(ctx); len(got) != 0 {
+		t.Errorf("Networks after a failed first read = %v; want none", got)
+	}
+	d.Networks(ctx)
+	if n := reads.Load(); n != 4 {
+		t.Errorf("two calls within Retry made %d reads; want 4 (one discovery)", n)
+	}
+	fail.Store(false)
+	time.Sleep(30 * time.Millisecond)
+	got := d.Networks(ctx)
+	for _, want := range []string{"10.250.0.0/24", "192.168.7.4/32", "203.0.113.9/32"} {
+		if !slices.Contains(got, netip.MustParsePrefix(want)) {
+			t.Errorf("Networks after Retry = %v; want %s among them", got, want)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("Networks = %v; want the pod range and the two addresses only", got)
+	}
+	time.Sleep(30 * time.Millisecond)
+	d.Networks(ctx)
+	if n := reads.Load(); n != 8 {
+		t.Errorf("%d reads after a settled read and a call past Retry; want 8 (kept for the TTL)", n)
+	}
+}
