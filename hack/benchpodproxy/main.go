@@ -299,6 +299,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	if err != nil {
 		return res, err
 	}
+	closedBefore, _ := benchutil.TerminatedWatchers(ctx, cfg)
 	for name, pid := range pids {
 		cpuBefore[name], _ = benchutil.CPUSeconds(pid)
 	}
@@ -356,6 +357,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	if err != nil {
 		return res, err
 	}
+	closedAfter, _ := benchutil.TerminatedWatchers(ctx, cfg)
 	endCPU, _ := benchutil.CPUSeconds(prov.PID)
 	peakRSS, _ := benchutil.PeakRSS(prov.PID)
 	peakAnon, peakFile := rss.Peak()
@@ -483,6 +485,8 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 	if rows := benchutil.PerProxy(byBefore, byAfter, o.n); len(rows) > 0 {
 		fmt.Printf("provider requests per MR by resource and verb (egressproxy_bench_requests_total):\n%s\n", strings.Join(rows, "\n"))
 	}
+	// Each such watch is opened again: one of the WATCH rows above.
+	fmt.Printf("watches the API server closed as too slow to read (apiserver_terminated_watchers_total, every client): %s\n", benchutil.Grown(closedBefore, closedAfter))
 
 	ctl := `controller="managed/podproxy.proxy.m.egressproxy.io"`
 	wq := `name="managed/podproxy.proxy.m.egressproxy.io"`

@@ -119,16 +119,12 @@ func MetricSum(text, name, filter string) float64 {
 // APIServerRequests reads the API server's apiserver_request_total, summed
 // by "resource[/subresource] VERB", leaving out watches.
 func APIServerRequests(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
-	rc, err := rest.RESTClientFor(WithCodec(cfg))
-	if err != nil {
-		return nil, err
-	}
-	b, err := rc.Get().AbsPath("/metrics").Do(ctx).Raw()
+	text, err := apiServerMetrics(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, smp := range Samples(string(b), "apiserver_request_total") {
+	for _, smp := range Samples(text, "apiserver_request_total") {
 		kv := smp.Labels
 		if kv["verb"] == "WATCH" || kv["resource"] == "" {
 			continue
@@ -140,6 +136,48 @@ func APIServerRequests(ctx context.Context, cfg *rest.Config) (map[string]float6
 		out[res+" "+kv["verb"]] += smp.Value
 	}
 	return out, nil
+}
+
+// TerminatedWatchers reads the API server's
+// apiserver_terminated_watchers_total by resource: the watches it closed
+// because their client did not read its events fast enough (the client
+// then opens the watch again, one more request).
+func TerminatedWatchers(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	text, err := apiServerMetrics(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, smp := range Samples(text, "apiserver_terminated_watchers_total") {
+		out[smp.Labels["resource"]] += smp.Value
+	}
+	return out, nil
+}
+
+// apiServerMetrics is the API server's /metrics.
+func apiServerMetrics(ctx context.Context, cfg *rest.Config) (string, error) {
+	rc, err := rest.RESTClientFor(WithCodec(cfg))
+	if err != nil {
+		return "", err
+	}
+	b, err := rc.Get().AbsPath("/metrics").Do(ctx).Raw()
+	return string(b), err
+}
+
+// Grown are "key n" rows, sorted, of the keys whose count grew from before
+// to after; "none" when none did.
+func Grown(before, after map[string]float64) string {
+	var rows []string
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			rows = append(rows, fmt.Sprintf("%s %.0f", k, d))
+		}
+	}
+	if len(rows) == 0 {
+		return "none"
+	}
+	sort.Strings(rows)
+	return strings.Join(rows, ", ")
 }
 
 // Sample is one line of a Prometheus text exposition: its labels and value.
