@@ -99,7 +99,13 @@ func send[T any](s *sdk, ctx context.Context, method string, path []string, quer
 	return call(ctx, s.timeout, func(ctx context.Context) (*T, error) {
 		u := *s.base
 		u.Path, u.RawPath = s.base.Path+"/"+strings.Join(path, "/"), s.base.EscapedPath()+"/"+escaped(path)
-		u.RawQuery = query.Encode()
+		// Compact answers, as Google's own clients ask for: indented, a
+		// listing page of 500 instances is much larger.
+		q := url.Values{"prettyPrint": {"false"}}
+		for k, v := range query {
+			q[k] = v
+		}
+		u.RawQuery = q.Encode()
 		var rd io.Reader
 		if body != nil {
 			b, err := json.Marshal(body)

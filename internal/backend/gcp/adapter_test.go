@@ -106,8 +106,8 @@ func TestANameStaysOneSegment(t *testing.T) {
 		if want := "/compute/v1/projects/p/zones/europe-west1-b/instances/" + url.PathEscape(name); g.raw != want {
 			t.Errorf("name %q: escaped path %q; want %q", name, g.raw, want)
 		}
-		if g.query != "" {
-			t.Errorf("name %q: query %q; want none", name, g.query)
+		if g.query != "prettyPrint=false" {
+			t.Errorf("name %q: query %q; want only prettyPrint=false", name, g.query)
 		}
 	}
 }

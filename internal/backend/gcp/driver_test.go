@@ -3,6 +3,7 @@ package gcp_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -113,6 +114,13 @@ func TestStaticAddressAndFirewallAreCreatedAndRemoved(t *testing.T) {
 	}
 	if !slices.Equal(deletes, []string{"instances", "addresses", "firewalls"}) {
 		t.Errorf("deletions %v; want instances, addresses, firewalls, once each", deletes)
+	}
+	// Compact answers, as Google's own clients ask for them.
+	for _, r := range f.srv.Requests() {
+		_, query, _ := strings.Cut(r, "?")
+		if q, _ := url.ParseQuery(query); q.Get("prettyPrint") != "false" {
+			t.Errorf("%s: not prettyPrint=false", r)
+		}
 	}
 }
 
@@ -294,7 +302,7 @@ func TestCheck(t *testing.T) {
 	if _, ok := tg.Details["quota.europe-west1.NETWORKS"]; ok {
 		t.Error("a quota a proxy does not use is reported")
 	}
-	if r := f.srv.Requests(); len(r) != 2 || !strings.HasPrefix(r[0], "GET aggregated/instances?maxResults=1") || r[1] != "GET regions/europe-west1" {
+	if r := f.srv.Requests(); len(r) != 2 || !strings.HasPrefix(r[0], "GET aggregated/instances?maxResults=1") || r[1] != "GET regions/europe-west1?prettyPrint=false" {
 		t.Errorf("Check made %v; want one list page with maxResults=1 and the region", r)
 	}
 

@@ -2,8 +2,11 @@ package gcptest
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -87,5 +90,38 @@ func (c *cleanups) Cleanup(f func()) { *c = append(*c, f) }
 func (c *cleanups) run() {
 	for i := len(*c) - 1; i >= 0; i-- {
 		(*c)[i]()
+	}
+}
+
+// The fake answers as Google's APIs do: JSON indented unless the request
+// says prettyPrint=false, the same value either way.
+func TestFakeIndentsUnlessAskedNotTo(t *testing.T) {
+	s := New(t, "p")
+	get := func(query string) (string, any) {
+		resp, err := http.Get(s.URL + "/compute/v1/projects/p/zones/z/instances/none" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		return string(b), v
+	}
+	pretty, pv := get("")
+	compact, cv := get("?prettyPrint=false")
+	if !strings.Contains(pretty, "\n  ") {
+		t.Errorf("answer without prettyPrint=false is not indented: %s", pretty)
+	}
+	if strings.Contains(strings.TrimSpace(compact), "\n") {
+		t.Errorf("answer with prettyPrint=false is indented: %s", compact)
+	}
+	if !reflect.DeepEqual(pv, cv) {
+		t.Errorf("the two answers differ: %v and %v", pv, cv)
 	}
 }

@@ -29,6 +29,7 @@
 package gcptest
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -636,6 +637,10 @@ var pathRE = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/(.*)$`)
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.serveIdentity(w, r) {
 		return
+	}
+	if r.URL.Query().Get("prettyPrint") != "false" {
+		// Google's APIs indent their JSON unless asked not to.
+		w = indented{w}
 	}
 	m := pathRE.FindStringSubmatch(r.URL.Path)
 	if m == nil {
@@ -1431,6 +1436,21 @@ func onTheWire(v any) any {
 		}
 	}
 	return v
+}
+
+// indented writes each JSON body it is given indented, as Google's APIs
+// answer without prettyPrint=false (writeJSON writes a body at once).
+type indented struct{ http.ResponseWriter }
+
+func (w indented) Write(b []byte) (int, error) {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return w.ResponseWriter.Write(b)
+	}
+	if _, err := w.ResponseWriter.Write(buf.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
