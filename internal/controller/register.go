@@ -39,7 +39,7 @@ func Bindings(mgr ctrl.Manager, o external.Options) []external.Binding {
 		kvm.New(mgr, kvm.Options{}),
 		proxmox.New(mgr, proxmox.Options{ObserveMaxAge: o.PollInterval / 8}),
 		gcp.New(mgr, gcp.Options{ObserveMaxAge: o.PollInterval / 8}),
-		pod.New(mgr, pod.Options{Networks: o.TenantGuard.Cluster()}),
+		pod.New(mgr, pod.Options{Networks: o.ClusterNetworks}),
 	}
 }
 

@@ -58,6 +58,22 @@ func NewDiscovery(reader client.Reader, apiServer string) *Discovery {
 // network left out would be left out of every check and proxy until
 // then); one refused for good (no rights, no such kind) gives nothing.
 func (d *Discovery) Networks(ctx context.Context) []netip.Prefix {
+	return d.networks(ctx, true)
+}
+
+// Cluster are the networks the cluster itself says are its own
+// (ReadCluster), from the same reads as Networks, without the API server's
+// configured address and the process's own interfaces: what the provider
+// sees of its host is no network of the proxies it runs in the cluster
+// (a provider on the host's network would otherwise deny every network
+// of the host to them).
+func (d *Discovery) Cluster() Networks { return clusterOnly{d} }
+
+type clusterOnly struct{ d *Discovery }
+
+func (c clusterOnly) Networks(ctx context.Context) []netip.Prefix { return c.d.networks(ctx, false) }
+
+func (d *Discovery) networks(ctx context.Context, static bool) []netip.Prefix {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ttl, retry := d.TTL, d.Retry
@@ -75,8 +91,10 @@ func (d *Discovery) Networks(ctx context.Context) []netip.Prefix {
 		d.at = time.Now()
 	}
 	var out []netip.Prefix
-	for _, ps := range d.last {
-		out = append(out, ps...)
+	for source, ps := range d.last {
+		if static || source != "static" {
+			out = append(out, ps...)
+		}
 	}
 	return out
 }

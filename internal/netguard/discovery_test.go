@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,27 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
-// A read that failed on the way is tried again after Retry, not after the
-// TTL: until then the node's address would be missing from every check.
-// A read that settled is reused for the TTL. The nodes' internal and
-// external addresses are the cluster's, their host names are not read.
-func TestDiscoveryRetriesAFailedRead(t *testing.T) {
+// countingClient is an API server's client holding objs that counts its
+// reads in reads and fails them while fail is set.
+func countingClient(t *testing.T, reads *atomic.Int32, fail *atomic.Bool, objs ...client.Object) client.Reader {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-		Spec:       corev1.NodeSpec{PodCIDRs: []string{"10.250.0.0/24"}},
-		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: "192.168.7.4"},
-			{Type: corev1.NodeExternalIP, Address: "203.0.113.9"},
-			{Type: corev1.NodeHostName, Address: "n1"},
-		}},
-	}
-	var reads atomic.Int32
-	var fail atomic.Bool
-	fail.Store(true)
 	read := func() error {
 		reads.Add(1)
 		if fail.Load() {
@@ -46,7 +34,7 @@ func TestDiscoveryRetriesAFailedRead(t *testing.T) {
 		}
 		return nil
 	}
-	r := fake.NewClientBuilder().WithScheme(s).WithObjects(node).WithInterceptorFuncs(interceptor.Funcs{
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if err := read(); err != nil {
 				return err
@@ -60,6 +48,26 @@ func TestDiscoveryRetriesAFailedRead(t *testing.T) {
 			return c.List(ctx, l, opts...)
 		},
 	}).Build()
+}
+
+// A read that failed on the way is tried again after Retry, not after the
+// TTL: until then the node's address would be missing from every check.
+// A read that settled is reused for the TTL. The nodes' internal and
+// external addresses are the cluster's, their host names are not read.
+func TestDiscoveryRetriesAFailedRead(t *testing.T) {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec:       corev1.NodeSpec{PodCIDRs: []string{"10.250.0.0/24"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "192.168.7.4"},
+			{Type: corev1.NodeExternalIP, Address: "203.0.113.9"},
+			{Type: corev1.NodeHostName, Address: "n1"},
+		}},
+	}
+	var reads atomic.Int32
+	var fail atomic.Bool
+	fail.Store(true)
+	r := countingClient(t, &reads, &fail, node)
 	d := &Discovery{Reader: r, TTL: time.Hour, Retry: 20 * time.Millisecond}
 	ctx := context.Background()
 
@@ -85,5 +93,29 @@ func TestDiscoveryRetriesAFailedRead(t *testing.T) {
 	d.Networks(ctx)
 	if n := reads.Load(); n != 8 {
 		t.Errorf("%d reads after a settled read and a call past Retry; want 8 (kept for the TTL)", n)
+	}
+}
+
+// Cluster gives what the cluster says of its networks, from the same reads
+// as Networks, without what the process sees of its host: the API server
+// address it was given and, in a pod, its own interfaces' networks (all of
+// the host's where it runs on the host's network).
+func TestClusterLeavesOutTheProcesssOwnView(t *testing.T) {
+	var reads atomic.Int32
+	var fail atomic.Bool
+	r := countingClient(t, &reads, &fail, &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}},
+	})
+	d := &Discovery{Reader: r, APIServer: "https://192.0.2.9:6443", InCluster: true}
+	ctx := context.Background()
+	all := d.Networks(ctx)
+	if !slices.Contains(all, netip.MustParsePrefix("192.0.2.9/32")) || !slices.Contains(all, netip.MustParsePrefix("10.96.0.0/12")) {
+		t.Errorf("Networks = %v; want the API server's address and the ServiceCIDR among them", all)
+	}
+	if got := d.Cluster().Networks(ctx); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}) {
+		t.Errorf("Cluster().Networks = %v; want only the ServiceCIDR", got)
+	}
+	if n := reads.Load(); n != 4 {
+		t.Errorf("Networks and Cluster made %d reads; want 4 (one discovery)", n)
 	}
 }

@@ -89,15 +89,6 @@ func New(o Options) *Guard {
 	return g
 }
 
-// Cluster is where g learns the cluster's own networks; nil for a nil
-// Guard or one without.
-func (g *Guard) Cluster() Networks {
-	if g == nil {
-		return nil
-	}
-	return g.cluster
-}
-
 // ParseCIDRs parses a list of CIDRs or bare addresses (a flag's value),
 // naming flag in the error.
 func ParseCIDRs(flag string, values []string) ([]netip.Prefix, error) {

@@ -254,6 +254,10 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		// The jitter applies to both intervals; keep fast polls fast.
 		jitter = o.notReadyPoll / 4
 	}
+	// The cluster's networks are read from the API server (nodes,
+	// ServiceCIDRs, the kubernetes Service and its endpoints), as far as
+	// the provider's RBAC lets it.
+	discovery := netguard.NewDiscovery(mgr.GetAPIReader(), cfg.Host)
 	eo := external.Options{
 		Options:              co,
 		InstallationID:       id,
@@ -264,10 +268,11 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		PollJitter:           jitter,
 		AllWrites:            o.allWrites,
 		// Every endpoint a namespaced ProviderConfig names is dialled
-		// through this guard: the cluster's networks are read from the API
-		// server (nodes, ServiceCIDRs, the kubernetes Service and its
-		// endpoints), as far as the provider's RBAC lets it.
-		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, Cluster: netguard.NewDiscovery(mgr.GetAPIReader(), cfg.Host)}),
+		// through this guard, which refuses the cluster's networks.
+		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, Cluster: discovery}),
+		// The PodProxies in this cluster deny what the cluster says of
+		// its networks from the same reads.
+		ClusterNetworks: discovery.Cluster(),
 	}
 	bindings := pcontroller.Bindings
 	if h.Bindings != nil {

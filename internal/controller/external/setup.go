@@ -63,6 +63,11 @@ type Options struct {
 	// ProviderConfig names (cmd/provider's --tenant-endpoint-* flags and
 	// the cluster's discovered networks); nil refuses the defaults.
 	TenantGuard *netguard.Guard
+	// ClusterNetworks are the networks the provider's own cluster says
+	// are its own, read once for the tenant guard and the PodProxies in
+	// that cluster (netguard.Discovery.Cluster); nil: the PodProxy
+	// drivers read them themselves.
+	ClusterNetworks netguard.Networks
 }
 
 // Shared is what every kind's controllers share: one password generator,

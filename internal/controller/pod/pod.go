@@ -58,9 +58,10 @@ type Options struct {
 	// tests make it the image they built, so that the default path is the
 	// one they run.
 	DefaultImage string
-	// Networks are this cluster's own networks as the tenant guard
-	// discovers them: the PodProxies in this cluster deny them without
-	// reading them a second time. Nil: the drivers read them.
+	// Networks are this cluster's own networks as the provider already
+	// discovers them (external.Options.ClusterNetworks): the PodProxies in
+	// this cluster deny them without reading them a second time. Nil: the
+	// drivers read them.
 	Networks netguard.Networks
 }
 
