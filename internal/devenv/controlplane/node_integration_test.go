@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,13 @@ func TestNodeIntegration(t *testing.T) {
 	}
 	if ip, err := netip.ParseAddr(pod.Status.PodIP); err != nil || !n.PodCIDR.Contains(ip) {
 		t.Errorf("pod IP %s not in the pod network %s", pod.Status.PodIP, n.PodCIDR)
+	}
+	// The node says its pod network, as where node CIDRs are allocated:
+	// PodProxies read it to deny it.
+	if node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if node.Spec.PodCIDR != n.PodCIDR.String() || !slices.Equal(node.Spec.PodCIDRs, []string{n.PodCIDR.String()}) {
+		t.Errorf("node %s: podCIDR %q, podCIDRs %v; want %s", n.Name, node.Spec.PodCIDR, node.Spec.PodCIDRs, n.PodCIDR)
 	}
 	out, err := exec.Command(n.Ctr()[0], append(n.Ctr()[1:], "tasks", "list")...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")) {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -389,6 +390,15 @@ func (n *Node) waitReady(ctx context.Context) error {
 	last := "not registered"
 	return poll(ctx, 200*time.Millisecond, 2*time.Minute, func() (bool, error) {
 		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil && node.Spec.PodCIDR == "" {
+			// What kube-controller-manager's node IPAM writes where a
+			// cluster allocates node CIDRs (kubeadm, kind): the node's
+			// pod network, which PodProxies read and deny.
+			node.Spec.PodCIDR, node.Spec.PodCIDRs = n.PodCIDR.String(), []string{n.PodCIDR.String()}
+			if node, err = cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+				return false, err
+			}
+		}
 		if err == nil {
 			for _, c := range node.Status.Conditions {
 				if c.Type == corev1.NodeReady {
