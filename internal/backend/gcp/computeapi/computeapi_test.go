@@ -123,6 +123,26 @@ func TestAnInstanceKeepsWhatItDoesNotName(t *testing.T) {
 	}
 }
 
+// TestAMemberInAnotherCaseIsAField: encoding/json reads a member whose
+// name differs from a field's only in case into that field, so it is not
+// kept beside it too, and the instance is sent with that member once.
+func TestAMemberInAnotherCaseIsAField(t *testing.T) {
+	var inst computeapi.Instance
+	if err := json.Unmarshal([]byte(`{"NAME":"i","Fingerprint":"f1","other":1}`), &inst); err != nil {
+		t.Fatal(err)
+	}
+	if inst.GetName() != "i" || inst.GetFingerprint() != "f1" {
+		t.Fatalf("read name %q, fingerprint %q; want i and f1", inst.GetName(), inst.GetFingerprint())
+	}
+	b, err := json.Marshal(&inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"name":"i","fingerprint":"f1","other":1}`; !jsonEqual(t, b, []byte(want)) {
+		t.Errorf("encoded %s; want %s", b, want)
+	}
+}
+
 // TestExplicitValuesAreSent: what the driver sets is sent even when it is
 // a zero value, in Compute's encoding.
 func TestExplicitValuesAreSent(t *testing.T) {

@@ -29,6 +29,18 @@ func namesOf(t reflect.Type) map[string]bool {
 	return n
 }
 
+// foldsTo says a field's name matches k but for case, as encoding/json
+// matches them: the field took its value, and keeping k as well would
+// send the member twice.
+func foldsTo(k string, names map[string]bool) bool {
+	for n := range names {
+		if strings.EqualFold(n, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeKeeping decodes b into v, a pointer to a struct of a type without
 // a method of its own, and returns the members no field of it names.
 func decodeKeeping(b []byte, v any) (members, error) {
@@ -41,7 +53,7 @@ func decodeKeeping(b []byte, v any) (members, error) {
 	}
 	names := namesOf(reflect.TypeOf(v).Elem())
 	for k := range all {
-		if names[k] {
+		if names[k] || foldsTo(k, names) {
 			delete(all, k)
 		}
 	}
