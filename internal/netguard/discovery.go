@@ -160,14 +160,16 @@ func (s Source) Settled() bool {
 // each: the kubernetes Service's cluster IPs ("service"), the API server's
 // endpoint addresses ("endpoints"), the ServiceCIDRs ("servicecidrs"), and
 // every node's pod ranges and internal and external addresses ("nodes").
-// Four requests through r.
+// Four requests through r. The lists are answered from the API server's
+// watch cache (resourceVersion 0), not read from etcd: they repeat every
+// TTL, and a big cluster's nodes are a large read.
 func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	svc := &corev1.Service{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, svc)
 	out := []Source{{Name: "service", Err: err, Prefixes: parse(svc.Spec.ClusterIPs)}}
 
 	eps := &discoveryv1.EndpointSliceList{}
-	err = r.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
+	err = r.List(ctx, eps, fromWatchCache(), client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
 	var addrs []string
 	for _, s := range eps.Items {
 		for _, e := range s.Endpoints {
@@ -177,7 +179,7 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	out = append(out, Source{Name: "endpoints", Err: err, Prefixes: parse(addrs)})
 
 	cidrs := &networkingv1.ServiceCIDRList{}
-	err = r.List(ctx, cidrs)
+	err = r.List(ctx, cidrs, fromWatchCache())
 	var cs []string
 	for _, c := range cidrs.Items {
 		cs = append(cs, c.Spec.CIDRs...)
@@ -185,7 +187,7 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	out = append(out, Source{Name: "servicecidrs", Err: err, Prefixes: parse(cs)})
 
 	nodes := &corev1.NodeList{}
-	err = r.List(ctx, nodes)
+	err = r.List(ctx, nodes, fromWatchCache())
 	var ns []string
 	for _, n := range nodes.Items {
 		ns = append(ns, n.Spec.PodCIDRs...)
@@ -199,6 +201,12 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 		}
 	}
 	return append(out, Source{Name: "nodes", Err: err, Prefixes: parse(ns)})
+}
+
+// fromWatchCache has a list answered from the API server's watch cache.
+// A new one each time: the client writes the list's selectors into Raw.
+func fromWatchCache() client.ListOption {
+	return &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
 }
 
 // ownNetworks are the networks of the process's interfaces, loopback

@@ -3,17 +3,26 @@ package netguard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -117,5 +126,71 @@ func TestClusterLeavesOutTheProcesssOwnView(t *testing.T) {
 	}
 	if n := reads.Load(); n != 4 {
 		t.Errorf("Networks and Cluster made %d reads; want 4 (one discovery)", n)
+	}
+}
+
+// ReadCluster's lists are answered from the API server's watch cache
+// (resourceVersion=0), each with its own selectors: the nodes are listed
+// whole, not with the EndpointSlices' label selector. Checked on the
+// requests the real REST client sends.
+func TestReadClusterListsFromTheWatchCache(t *testing.T) {
+	var mu sync.Mutex
+	queries := map[string]url.Values{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		queries[r.URL.Path] = r.URL.Query()
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/services/kubernetes"):
+			fmt.Fprint(w, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"kubernetes","namespace":"default"},"spec":{"clusterIPs":["10.96.0.1"]}}`)
+		case strings.HasSuffix(r.URL.Path, "/endpointslices"):
+			fmt.Fprint(w, `{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSliceList","metadata":{},"items":[{"metadata":{"name":"kubernetes"},"addressType":"IPv4","endpoints":[{"addresses":["192.0.2.10"]}]}]}`)
+		case strings.HasSuffix(r.URL.Path, "/servicecidrs"):
+			fmt.Fprint(w, `{"apiVersion":"networking.k8s.io/v1","kind":"ServiceCIDRList","metadata":{},"items":[{"metadata":{"name":"kubernetes"},"spec":{"cidrs":["10.96.0.0/12"]}}]}`)
+		case strings.HasSuffix(r.URL.Path, "/nodes"):
+			fmt.Fprint(w, `{"apiVersion":"v1","kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n1"},"spec":{"podCIDRs":["10.250.0.0/24"]},"status":{"addresses":[{"type":"InternalIP","address":"192.168.7.4"}]}}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	mapper := apimeta.NewDefaultRESTMapper(nil)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("Service"), apimeta.RESTScopeNamespace)
+	mapper.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), apimeta.RESTScopeNamespace)
+	mapper.Add(networkingv1.SchemeGroupVersion.WithKind("ServiceCIDR"), apimeta.RESTScopeRoot)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("Node"), apimeta.RESTScopeRoot)
+	c, err := client.New(&rest.Config{Host: srv.URL}, client.Options{Scheme: s, Mapper: mapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Twice: a second read must not carry what the first wrote.
+	for range 2 {
+		for _, src := range ReadCluster(context.Background(), c) {
+			if src.Err != nil || len(src.Prefixes) == 0 {
+				t.Errorf("source %s: %v, %v; want its networks", src.Name, src.Prefixes, src.Err)
+			}
+		}
+	}
+	for path, want := range map[string]string{
+		"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices": discoveryv1.LabelServiceName + "=kubernetes",
+		"/apis/networking.k8s.io/v1/servicecidrs":                     "",
+		"/api/v1/nodes": "",
+	} {
+		q, ok := queries[path]
+		switch {
+		case !ok:
+			t.Errorf("no list of %s", path)
+		case q.Get("resourceVersion") != "0":
+			t.Errorf("list of %s: resourceVersion %q; want 0 (the watch cache)", path, q.Get("resourceVersion"))
+		case q.Get("labelSelector") != want:
+			t.Errorf("list of %s: labelSelector %q; want %q", path, q.Get("labelSelector"), want)
+		}
 	}
 }
