@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -293,62 +292,34 @@ func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster,
 	if err != nil {
 		return nil, err
 	}
-	if guard != nil {
-		// client-go's default proxy is the environment's, as here.
-		cfg.Proxy, cfg.Dial = guard.Via(cfg.Proxy, nil)
+	switch {
+	case guard != nil && cfg.Proxy != nil:
+		// The kubeconfig's proxy-url is the tenant's: its address is
+		// checked like the server's.
+		cfg.Proxy, cfg.Dial = guard.Via(cfg.Proxy, guard.DialContext)
+	case guard != nil:
+		// client-go's default proxy is the environment's, as here: the
+		// platform team's, dialled as it is.
+		cfg.Proxy, cfg.Dial = guard.Via(nil, nil)
 	}
 	cfg = Observed(cfg)
 	// One HTTP client of its own, so its connections can be closed when
 	// the Cluster leaves the pool.
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
+		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}
 	c, err := client.New(cfg, client.Options{Scheme: r.Scheme, HTTPClient: hc})
 	if err != nil {
-		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
+		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}
 	cl, err := NewCluster(cfg, c, nil)
 	if err != nil {
-		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %v", err)
+		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}
 	cl.closeIdle = hc.CloseIdleConnections
 	cl.quiet, cl.guard = guard != nil, guard
 	return cl, nil
-}
-
-// RESTConfigFromKubeconfig parses a kubeconfig for a remote cluster. It
-// refuses what would make the provider run a program (exec and
-// auth-provider plugins) or read its own files (paths to tokens, keys,
-// certificates: a kubeconfig naming the provider's own service-account
-// token would send it to whichever server the kubeconfig names). Requests
-// time out after 30 s.
-func RESTConfigFromKubeconfig(kubeconfig []byte) (*rest.Config, error) {
-	cc, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		return nil, proxy.Permanentf("cannot parse the kubeconfig: %v", err)
-	}
-	for name, ai := range cc.AuthInfos {
-		switch {
-		case ai.Exec != nil || ai.AuthProvider != nil:
-			return nil, proxy.Permanentf("kubeconfig user %q uses a credential plugin, which the provider does not run: use a token or a client certificate", name)
-		case ai.TokenFile != "" || ai.ClientCertificate != "" || ai.ClientKey != "":
-			return nil, proxy.Permanentf("kubeconfig user %q refers to files; the provider accepts only inline credentials (token, client-certificate-data, client-key-data)", name)
-		}
-	}
-	for name, c := range cc.Clusters {
-		if c.CertificateAuthority != "" {
-			return nil, proxy.Permanentf("kubeconfig cluster %q refers to a CA file; use certificate-authority-data", name)
-		}
-	}
-	cfg, err := clientcmd.NewDefaultClientConfig(*cc, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, proxy.Permanentf("cannot use the kubeconfig: %v", err)
-	}
-	cfg.Timeout = 30 * time.Second
-	cfg.QPS, cfg.Burst = 50, 100
-	cfg.UserAgent = "provider-egressproxy"
-	return cfg, nil
 }
 
 // CacheByObject is the manager cache configuration the driver needs for

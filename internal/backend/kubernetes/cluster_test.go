@@ -240,3 +240,93 @@ func TestTenantClusterCheckDoesNotQuoteItsServer(t *testing.T) {
 		t.Errorf("platform config's serverVersion = %q; want it as answered", h.Targets[0].Details["serverVersion"])
 	}
 }
+
+// publicResolver resolves every name to a public address, so that a
+// server name passes the guard without a lookup leaving the machine.
+type publicResolver struct{}
+
+func (publicResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return []netip.Addr{netip.MustParseAddr("192.0.2.80")}, nil
+}
+
+// TestTenantKubeconfigProxyIsGuarded: a namespaced config's kubeconfig
+// names a proxy (proxy-url) on the provider's loopback, behind a server
+// name the guard lets through. The provider refuses to connect to the
+// proxy, as it would refuse the server there; a proxy in a range the
+// platform team opened is used.
+func TestTenantKubeconfigProxyIsGuarded(t *testing.T) {
+	var connects atomic.Int32
+	ln := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		connects.Add(1)
+		http.Error(w, "no tunnel here", http.StatusForbidden)
+	}))
+	defer ln.Close()
+	kc := kubeconfig("insecure-skip-tls-verify: true\n    proxy-url: "+ln.URL, "token: abc")
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	r := &Remote{Scheme: scheme}
+
+	tenant := netguard.New(netguard.Options{Resolver: publicResolver{}, Timeout: 2 * time.Second})
+	cl, err := r.Cluster(kc, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cl.Version(ctx); !netguard.IsRefused(err) {
+		t.Errorf("Version through a tenant's proxy on loopback = %v; want the guard's refusal", err)
+	}
+	if n := connects.Load(); n != 0 {
+		t.Errorf("the proxy on loopback was connected to %d times; want 0", n)
+	}
+
+	opened := netguard.New(netguard.Options{Resolver: publicResolver{}, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	cl, err = r.Cluster(kc, opened)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Version(ctx); err == nil {
+		t.Error("Version through a proxy that refuses to tunnel succeeded")
+	}
+	if connects.Load() == 0 {
+		t.Error("the proxy in a range opened for tenants was not used")
+	}
+}
+
+// TestKubeconfigErrorsDoNotQuoteIt: kubeconfigs that fail to parse or to
+// validate where the failing text is a credential. The refusal says what
+// is wrong and quotes none of it.
+func TestKubeconfigErrorsDoNotQuoteIt(t *testing.T) {
+	const sentinel = "S3NTINEL"
+	for name, tc := range map[string]struct {
+		kubeconfig []byte
+		want       string
+	}{
+		"an alias where a token is":          {kubeconfig("insecure-skip-tls-verify: true", "token: *"+sentinel), "cannot parse the kubeconfig"},
+		"a map where a token is":             {kubeconfig("insecure-skip-tls-verify: true", "token: {"+sentinel+": x}"), "kubeconfig"},
+		"a proxy in a scheme not taken":      {kubeconfig("proxy-url: socks5h://user:"+sentinel+"@proxy.example:1080", "token: abc"), "proxy-url is not an http, https or socks5 URL"},
+		"a proxy password badly escaped":     {kubeconfig("proxy-url: http://user:"+sentinel+"%zz@proxy.example:1080", "token: abc"), "proxy-url is not"},
+		"a server with a password":           {[]byte(strings.Replace(string(kubeconfig("insecure-skip-tls-verify: true", "token: abc")), "https://remote.example", "https://admin:"+sentinel+"@remote.example", 1)), "server carries a user name or password"},
+		"a password with a token and a cert": {kubeconfig("insecure-skip-tls-verify: true", "{token: "+sentinel+", username: a, password: "+sentinel+"}"), "authentication method"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := RESTConfigFromKubeconfig(tc.kubeconfig)
+			if !proxy.IsPermanent(err) {
+				t.Fatalf("RESTConfigFromKubeconfig = %v; want a Permanent refusal", err)
+			}
+			if strings.Contains(err.Error(), sentinel) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("RESTConfigFromKubeconfig = %q; want %q in it and no credential", err, tc.want)
+			}
+		})
+	}
+}
+
+// An error from client-go that quotes a credential of the kubeconfig is
+// shown without it.
+func TestRedactedLeavesOutTheKubeconfigsCredentials(t *testing.T) {
+	kc := kubeconfig("proxy-url: http://user:proxy-S3NTINEL@proxy.example:3128", "{token: token-S3NTINEL, client-key-data: a2V5LVMzTlRJTkVM}")
+	err := fmt.Errorf("cannot use token-S3NTINEL through http://user:proxy-S3NTINEL@proxy.example:3128 with key-S3NTINEL")
+	if got := redacted(kc, err); strings.Contains(got, "S3NTINEL") || !strings.Contains(got, "cannot use (redacted) through (redacted) with (redacted)") {
+		t.Errorf("redacted = %q; want every credential replaced", got)
+	}
+}
