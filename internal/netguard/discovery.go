@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +46,10 @@ type Discovery struct {
 	// settled: every source of the last read answered or was refused for
 	// good.
 	settled bool
+	// known are the sources that answered or were refused for good once;
+	// unknown, those that never have.
+	known   map[string]bool
+	unknown []string
 }
 
 // NewDiscovery returns the Discovery of the cluster reader reads, whose
@@ -73,6 +79,36 @@ type clusterOnly struct{ d *Discovery }
 
 func (c clusterOnly) Networks(ctx context.Context) []netip.Prefix { return c.d.networks(ctx, false) }
 
+// Complete implements Complete.
+func (c clusterOnly) Complete(ctx context.Context) ([]netip.Prefix, error) {
+	nets := c.d.networks(ctx, false)
+	c.d.mu.Lock()
+	defer c.d.mu.Unlock()
+	if len(c.d.unknown) > 0 {
+		return nil, &UnknownError{Sources: slices.Clone(c.d.unknown)}
+	}
+	return nets, nil
+}
+
+// Complete is a Networks that can tell that some of its networks are not
+// known yet: for what is written once and kept (a proxy's squid.conf),
+// where a network left out would stay out.
+type Complete interface {
+	Networks
+	// Complete are the networks, or an UnknownError while a source has
+	// never answered.
+	Complete(ctx context.Context) ([]netip.Prefix, error)
+}
+
+// UnknownError says which sources of a cluster's networks have not
+// answered yet. It quotes none of their errors: the cluster may be a
+// tenant's.
+type UnknownError struct{ Sources []string }
+
+func (e *UnknownError) Error() string {
+	return "the cluster's networks are not known yet: no answer from its " + strings.Join(e.Sources, ", ")
+}
+
 func (d *Discovery) networks(ctx context.Context, static bool) []netip.Prefix {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -84,7 +120,7 @@ func (d *Discovery) networks(ctx context.Context, static bool) []netip.Prefix {
 		retry = time.Second
 	}
 	if d.last == nil {
-		d.last = map[string][]netip.Prefix{}
+		d.last, d.known = map[string][]netip.Prefix{}, map[string]bool{}
 	}
 	if since := time.Since(d.at); since >= ttl || (!d.settled && since >= retry) {
 		d.settled = d.read(ctx)
@@ -129,14 +165,20 @@ func (d *Discovery) read(ctx context.Context) bool {
 	// A read refused for good gives nothing; one that failed on the way
 	// keeps what it gave last time.
 	settled := true
+	d.unknown = nil
 	for _, src := range ReadCluster(ctx, d.Reader) {
 		switch {
 		case src.Err == nil:
 			d.last[src.Name] = src.Prefixes
+			d.known[src.Name] = true
 		case src.Settled():
 			delete(d.last, src.Name)
+			d.known[src.Name] = true
 		default:
 			settled = false
+		}
+		if !d.known[src.Name] {
+			d.unknown = append(d.unknown, src.Name)
 		}
 	}
 	return settled

@@ -194,3 +194,36 @@ func TestReadClusterListsFromTheWatchCache(t *testing.T) {
 		}
 	}
 }
+
+// Cluster's networks are complete once every source has answered (or was
+// refused for good) once, and stay so while later reads fail on the way;
+// until then they are an UnknownError naming the sources, quoting none
+// of their errors.
+func TestClusterIsCompleteOnceEverySourceAnswered(t *testing.T) {
+	var reads atomic.Int32
+	var fail atomic.Bool
+	fail.Store(true)
+	r := countingClient(t, &reads, &fail, &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}},
+	})
+	d := &Discovery{Reader: r, TTL: time.Millisecond, Retry: time.Millisecond}
+	c, ok := d.Cluster().(Complete)
+	if !ok {
+		t.Fatal("Cluster() does not say whether it is complete")
+	}
+	ctx := context.Background()
+	var unknown *UnknownError
+	if _, err := c.Complete(ctx); !errors.As(err, &unknown) || len(unknown.Sources) != 4 || strings.Contains(err.Error(), "reset") {
+		t.Errorf("Complete before any answer = %v; want an UnknownError naming the four sources", err)
+	}
+	fail.Store(false)
+	time.Sleep(2 * time.Millisecond)
+	if got, err := c.Complete(ctx); err != nil || !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}) {
+		t.Errorf("Complete once answered = %v, %v; want the ServiceCIDR", got, err)
+	}
+	fail.Store(true)
+	time.Sleep(2 * time.Millisecond)
+	if got, err := c.Complete(ctx); err != nil || len(got) != 1 {
+		t.Errorf("Complete when a later read fails = %v, %v; want what was read before", got, err)
+	}
+}

@@ -40,7 +40,11 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err := checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}
-	files, err := squid.Render(req.Proxy, squidOptions(req, d.clusterNetworks(ctx)))
+	nets, err := d.clusterNetworks(ctx)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	files, err := squid.Render(req.Proxy, squidOptions(req, nets))
 	if err != nil {
 		return proxy.Instance{}, err
 	}
@@ -129,7 +133,11 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 	}
 	if d.cfg.NetworkPolicy {
 		writes = append(writes, func() error {
-			if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, d.clusterNetworks(ctx)), &networkingv1.NetworkPolicy{}, fresh); err != nil {
+			nets, err := d.clusterNetworks(ctx)
+			if err != nil {
+				return err
+			}
+			if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, nets), &networkingv1.NetworkPolicy{}, fresh); err != nil {
 				return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
 			}
 			return nil

@@ -28,8 +28,14 @@ import (
 // itself and leaves podCIDRs empty) is left to the config and to the
 // private ranges every proxy denies anyway. Adjacent ranges are merged (a
 // node's /24s become the /16 they fill), so squid.conf stays short on a
-// big cluster.
-func (d *Driver) clusterNetworks(ctx context.Context) []string {
+// big cluster. Until every source has answered once it is an
+// UnknownError, and nothing is written: a network left out of squid.conf
+// would stay out until the proxy is next updated.
+func (d *Driver) clusterNetworks(ctx context.Context) ([]string, error) {
+	discovered, err := d.discoveredNetworks(ctx)
+	if err != nil {
+		return nil, proxy.Transientf("%v", err)
+	}
 	var out []netip.Prefix
 	for _, c := range d.cfg.ClusterNetworks {
 		if p, err := netip.ParsePrefix(c); err == nil {
@@ -38,12 +44,12 @@ func (d *Driver) clusterNetworks(ctx context.Context) []string {
 			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 		}
 	}
-	out = joinPrefixes(append(out, d.discoveredNetworks(ctx)...))
+	out = joinPrefixes(append(out, discovered...))
 	s := make([]string, len(out))
 	for i, p := range out {
 		s[i] = p.String()
 	}
-	return s
+	return s, nil
 }
 
 // joinPrefixes sorts ps and drops every prefix another covers, then joins the
@@ -109,9 +115,12 @@ type discoveredNetworks struct {
 // (netguard.ReadCluster): from the Cluster's Networks where another part
 // of the provider already discovers them, else read here, or reused when
 // read within networksTTL.
-func (d *Driver) discoveredNetworks(ctx context.Context) []netip.Prefix {
+func (d *Driver) discoveredNetworks(ctx context.Context) ([]netip.Prefix, error) {
+	if c, ok := d.networks.(netguard.Complete); ok {
+		return c.Complete(ctx)
+	}
 	if d.networks != nil {
-		return d.networks.Networks(ctx)
+		return d.networks.Networks(ctx), nil
 	}
 	key := d.host
 	if key == "" {
@@ -123,7 +132,7 @@ func (d *Driver) discoveredNetworks(ctx context.Context) []netip.Prefix {
 		c, ok := discovered.m[key]
 		if ok && time.Since(c.at) < networksTTL {
 			discovered.mu.Unlock()
-			return c.nets
+			return c.nets, nil
 		}
 		ch, busy := discovered.flight[key]
 		if !busy || waited {
@@ -154,24 +163,31 @@ func (d *Driver) discoveredNetworks(ctx context.Context) []netip.Prefix {
 }
 
 // readNetworks reads the cluster's networks and keeps them under key when
-// every read settled.
-func (d *Driver) readNetworks(ctx context.Context, key string) []netip.Prefix {
+// every read settled. A read that failed on the way gives what it read
+// with what was kept last time, or an UnknownError when nothing was.
+func (d *Driver) readNetworks(ctx context.Context, key string) ([]netip.Prefix, error) {
 	var nets []netip.Prefix
+	var failed []string
+	for _, src := range netguard.ReadCluster(ctx, d.live) {
+		nets = append(nets, src.Prefixes...)
+		if !src.Settled() {
+			failed = append(failed, src.Name)
+		}
+	}
+	discovered.mu.Lock()
+	defer discovered.mu.Unlock()
 	// Kept only when every read answered or was refused for good (no
 	// rights, an older cluster): a read that failed on the way must not
 	// leave a network out of the proxies created for the whole TTL.
-	keep := true
-	for _, src := range netguard.ReadCluster(ctx, d.live) {
-		nets = append(nets, src.Prefixes...)
-		keep = keep && src.Settled()
+	if len(failed) == 0 {
+		discovered.m[key] = discoveredNetworks{at: time.Now(), nets: nets}
+		return nets, nil
 	}
-	if !keep {
-		return nets
+	last, ok := discovered.m[key]
+	if !ok {
+		return nil, &netguard.UnknownError{Sources: failed}
 	}
-	discovered.mu.Lock()
-	discovered.m[key] = discoveredNetworks{at: time.Now(), nets: nets}
-	discovered.mu.Unlock()
-	return nets
+	return append(slices.Clone(last.nets), nets...), nil
 }
 
 // buildNetworkPolicy says below Squid what Squid denies, where the cluster

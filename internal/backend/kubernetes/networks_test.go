@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
@@ -62,7 +64,8 @@ func serviceCIDR(cidrs ...string) *networkingv1.ServiceCIDR {
 }
 
 // The cluster's networks are read once per networksTTL, not twice per
-// Create; a read that failed on the way is not kept.
+// Create; a read that failed on the way is not kept, and until every
+// source has answered the networks are not known: nothing is written.
 func TestClusterNetworksAreReused(t *testing.T) {
 	c := fakeCluster(t,
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.1"}}},
@@ -73,8 +76,11 @@ func TestClusterNetworksAreReused(t *testing.T) {
 	failing := &countingReader{Reader: c}
 	failing.fail.Store(true)
 	d := New(Options{Provider: "t", Client: c, Live: failing, Host: "https://flaky.example:6443"})
-	d.clusterNetworks(ctx)
-	d.clusterNetworks(ctx)
+	for range 2 {
+		if got, err := d.clusterNetworks(ctx); !proxy.IsTransient(err) || !strings.Contains(fmt.Sprint(err), "not known yet: no answer from its service, endpoints, servicecidrs, nodes") || strings.Contains(fmt.Sprint(err), "reset") {
+			t.Errorf("clusterNetworks after failed reads = %v, %v; want a Transient error naming the sources, not quoting them", got, err)
+		}
+	}
 	if n := failing.reads.Load(); n != 8 {
 		t.Errorf("after failed reads: %d reads for two calls, want 8 (nothing kept)", n)
 	}
@@ -83,8 +89,8 @@ func TestClusterNetworksAreReused(t *testing.T) {
 	d = New(Options{Provider: "t", Client: c, Live: live, Host: "https://api.example:6443", Config: Config{ClusterNetworks: []string{"192.0.2.0/24"}}})
 	want := []string{"10.96.0.0/12", "192.0.2.0/24"} // 10.96.0.1 is inside the first
 	for range 5 {
-		if got := d.clusterNetworks(ctx); !slices.Equal(got, want) {
-			t.Fatalf("clusterNetworks = %v, want %v", got, want)
+		if got, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("clusterNetworks = %v, %v; want %v", got, err, want)
 		}
 	}
 	if n := live.reads.Load(); n != 4 {
@@ -104,7 +110,7 @@ func TestClusterNetworksAreReadOnceByConcurrentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i] = d.clusterNetworks(context.Background())
+			got[i], _ = d.clusterNetworks(context.Background())
 		}()
 	}
 	wg.Wait()
@@ -149,8 +155,8 @@ func TestClusterNetworksHoldThePodNetworkAndTheNodes(t *testing.T) {
 	)
 	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://pods.example:6443", Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
 	want := []string{"10.244.0.0/22", "100.96.0.0/11", "192.168.7.4/32", "203.0.113.9/32", "fd00:7::4/128", "fd00:10:244::/63"}
-	if got := d.clusterNetworks(context.Background()); !slices.Equal(got, want) {
-		t.Errorf("clusterNetworks = %v, want %v", got, want)
+	if got, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) {
+		t.Errorf("clusterNetworks = %v, %v; want %v", got, err, want)
 	}
 }
 
@@ -174,8 +180,8 @@ func TestClusterNetworksFromTheProvidersDiscovery(t *testing.T) {
 	nets := &staticNetworks{nets: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.168.7.4/32")}}
 	d := New(Options{Provider: "t", Client: c, Live: live, Host: "https://own.example:6443", Networks: nets, Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
 	want := []string{"10.244.0.0/16", "100.96.0.0/11", "192.168.7.4/32"}
-	if got := d.clusterNetworks(context.Background()); !slices.Equal(got, want) {
-		t.Errorf("clusterNetworks = %v, want %v", got, want)
+	if got, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) {
+		t.Errorf("clusterNetworks = %v, %v; want %v", got, err, want)
 	}
 	if n := live.reads.Load(); n != 0 {
 		t.Errorf("the driver made %d reads of its own; want 0", n)
@@ -330,4 +336,44 @@ func coveredBy(x netip.Prefix, ps []netip.Prefix) bool {
 	b[x.Bits()/8] |= 0x80 >> (x.Bits() % 8)
 	a, _ := netip.AddrFromSlice(b)
 	return coveredBy(lo, ps) && coveredBy(netip.PrefixFrom(a, x.Bits()+1), ps)
+}
+
+// Once a cluster's networks were known, a read that fails on the way
+// gives what was kept with what answered; a create is not held up.
+func TestClusterNetworksKeepWhatWasKnown(t *testing.T) {
+	c := fakeCluster(t, serviceCIDR("10.96.0.0/12"))
+	r := &countingReader{Reader: c}
+	d := New(Options{Provider: "t", Client: c, Live: r, Host: "https://known.example:6443"})
+	ctx := context.Background()
+	if _, err := d.clusterNetworks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	discovered.mu.Lock()
+	e := discovered.m[d.host]
+	e.at = time.Now().Add(-2 * networksTTL)
+	discovered.m[d.host] = e
+	discovered.mu.Unlock()
+	r.fail.Store(true)
+	if got, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, []string{"10.96.0.0/12"}) {
+		t.Errorf("clusterNetworks after the TTL with reads failing = %v, %v; want what was known", got, err)
+	}
+}
+
+// The provider's own discovery has not had an answer from every source
+// yet: the driver writes nothing until it has.
+func TestClusterNetworksWaitForTheProvidersDiscovery(t *testing.T) {
+	c := fakeCluster(t, serviceCIDR("10.96.0.0/12"))
+	r := &countingReader{Reader: c}
+	r.fail.Store(true)
+	disc := &netguard.Discovery{Reader: r, Retry: time.Millisecond}
+	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://own.example:6443", Networks: disc.Cluster()})
+	ctx := context.Background()
+	if _, err := d.clusterNetworks(ctx); !proxy.IsTransient(err) || !strings.Contains(err.Error(), "not known yet") {
+		t.Errorf("clusterNetworks before discovery answered = %v; want a Transient error", err)
+	}
+	r.fail.Store(false)
+	time.Sleep(5 * time.Millisecond)
+	if got, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, []string{"10.96.0.0/12"}) {
+		t.Errorf("clusterNetworks once discovery answered = %v, %v; want the ServiceCIDR", got, err)
+	}
 }

@@ -26,7 +26,11 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, proxy.Transientf("Deployment %s/%s is being deleted", dep.Namespace, dep.Name)
 	}
 	req.Name = dep.Name // the objects are named after the Deployment
-	files, err := squid.Render(req.Proxy, squidOptions(req, d.clusterNetworks(ctx)))
+	nets, err := d.clusterNetworks(ctx)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	files, err := squid.Render(req.Proxy, squidOptions(req, nets))
 	if err != nil {
 		return proxy.Instance{}, err
 	}
