@@ -81,11 +81,20 @@ func (c clusterOnly) Networks(ctx context.Context) []netip.Prefix { return c.d.n
 
 // Complete implements Complete.
 func (c clusterOnly) Complete(ctx context.Context) ([]netip.Prefix, error) {
-	nets := c.d.networks(ctx, false)
-	c.d.mu.Lock()
-	defer c.d.mu.Unlock()
-	if len(c.d.unknown) > 0 {
-		return nil, &UnknownError{Sources: slices.Clone(c.d.unknown)}
+	return c.d.complete(ctx, false)
+}
+
+// Complete implements Complete.
+func (d *Discovery) Complete(ctx context.Context) ([]netip.Prefix, error) {
+	return d.complete(ctx, true)
+}
+
+func (d *Discovery) complete(ctx context.Context, static bool) ([]netip.Prefix, error) {
+	nets := d.networks(ctx, static)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.unknown) > 0 {
+		return nil, &UnknownError{Sources: slices.Clone(d.unknown)}
 	}
 	return nets, nil
 }

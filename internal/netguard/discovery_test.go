@@ -26,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 // countingClient is an API server's client holding objs that counts its
@@ -225,5 +227,35 @@ func TestClusterIsCompleteOnceEverySourceAnswered(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	if got, err := c.Complete(ctx); err != nil || len(got) != 1 {
 		t.Errorf("Complete when a later read fails = %v, %v; want what was read before", got, err)
+	}
+}
+
+// Until the cluster's networks have answered once, the guard cannot tell
+// a node's address from any other: it refuses nothing for good and lets
+// nothing through, saying so without the address; once they answered, a
+// node's address is refused.
+func TestGuardWaitsForTheClustersNetworks(t *testing.T) {
+	var reads atomic.Int32
+	var fail atomic.Bool
+	fail.Store(true)
+	r := countingClient(t, &reads, &fail, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: "203.0.113.9"}}},
+	})
+	g := New(Options{Cluster: &Discovery{Reader: r, Retry: time.Millisecond}})
+	ctx := context.Background()
+	node := netip.MustParseAddr("203.0.113.9")
+	for name, err := range map[string]error{"Check": g.Check(ctx, node), "CheckURL": g.CheckURL(ctx, &url.URL{Scheme: "https", Host: "203.0.113.9"})} {
+		if !proxy.IsTransient(err) || IsRefused(err) || strings.Contains(err.Error(), "203.0.113") || strings.Contains(err.Error(), "reset") {
+			t.Errorf("%s before the cluster answered = %v; want a Transient error naming neither the address nor the read's error", name, err)
+		}
+	}
+	fail.Store(false)
+	time.Sleep(2 * time.Millisecond)
+	if err := g.Check(ctx, node); !IsRefused(err) {
+		t.Errorf("Check of a node's address once the cluster answered = %v; want a refusal", err)
+	}
+	if err := g.Check(ctx, netip.MustParseAddr("198.51.100.7")); err != nil {
+		t.Errorf("Check of another public address = %v; want nil", err)
 	}
 }

@@ -185,12 +185,17 @@ func embedded(a netip.Addr) (netip.Addr, bool) {
 }
 
 // Check returns an error when a must not be connected to: a Permanent
-// proxy.Error (reason EndpointRefused) saying why, or nil.
+// proxy.Error (reason EndpointRefused) saying why, or nil; Transient
+// while the cluster's networks are not known yet (clusterNetworks).
 func (g *Guard) Check(ctx context.Context, a netip.Addr) error {
 	if g == nil {
 		return nil
 	}
-	if why := g.refuse(ctx, a); why != "" {
+	cluster, err := g.clusterNetworks(ctx)
+	if err != nil {
+		return err
+	}
+	if why := g.refuse(a, cluster); why != "" {
 		return refused(a.String(), a.WithZone("").String()+" is "+why)
 	}
 	return nil
@@ -201,15 +206,11 @@ func (g *Guard) Check(ctx context.Context, a netip.Addr) error {
 // what it holds unless a denial inside it is more specific, so allowing
 // 10.0.0.0/8 does not open a cluster's 10.244.0.0/16, and a metadata
 // address (a /32 or /128 denial) opens only by naming it.
-func (g *Guard) refuse(ctx context.Context, a netip.Addr) string {
+func (g *Guard) refuse(a netip.Addr, cluster []netip.Prefix) string {
 	a = a.WithZone("")
 	spellings := []netip.Addr{a.Unmap()}
 	if v4, ok := embedded(a); ok && v4 != spellings[0] {
 		spellings = append(spellings, v4)
-	}
-	var cluster []netip.Prefix
-	if g.cluster != nil {
-		cluster = g.cluster.Networks(ctx)
 	}
 	for _, s := range spellings {
 		allowed := longest(g.allowed, s)
@@ -284,12 +285,33 @@ func (g *Guard) CheckHost(ctx context.Context, host string) ([]netip.Addr, error
 	if err != nil {
 		return nil, err
 	}
+	cluster, err := g.clusterNetworks(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, a := range addrs {
-		if why := g.refuse(ctx, a); why != "" {
+		if why := g.refuse(a, cluster); why != "" {
 			return nil, refused(host, "it resolves to "+why)
 		}
 	}
 	return addrs, nil
+}
+
+// clusterNetworks are the cluster's networks to refuse. While they are not
+// known yet (Complete), nothing can be checked against them: a Transient
+// error, naming no address.
+func (g *Guard) clusterNetworks(ctx context.Context) ([]netip.Prefix, error) {
+	if c, ok := g.cluster.(Complete); ok {
+		nets, err := c.Complete(ctx)
+		if err != nil {
+			return nil, proxy.Transientf("cannot check the address yet: %v", err)
+		}
+		return nets, nil
+	}
+	if g.cluster != nil {
+		return g.cluster.Networks(ctx), nil
+	}
+	return nil, nil
 }
 
 // localName refuses the names that mean the host itself in every pod's
