@@ -55,6 +55,12 @@ const deletingRecheck = 2 * time.Second
 // deleted, one of whose resources is: only its Secrets' release waits.
 const resourceDeletingRecheck = 10 * time.Second
 
+// missingRecheck is how soon a config in use is looked at again while a
+// Secret it names cannot be protected (it does not exist yet, or is being
+// deleted): Secrets are not watched, and one created later must carry its
+// finalizer before a namespace's deletion can take it.
+const missingRecheck = 5 * time.Second
+
 // SecretFinalizer is the finalizer the Secrets that the namespaced
 // ProviderConfig name reads carry while the config is in use: the config's
 // name (a finalizer's name part is at most 63 characters: a longer one is
@@ -148,12 +154,16 @@ func (p *Protector) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		// resource to go.
 		return reconcile.Result{RequeueAfter: deletingRecheck}, nil
 	}
-	if err := p.Ensure(ctx, pc); err != nil {
+	left, err := p.ensure(ctx, pc)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	// A Secret the config no longer names is let go of at once.
 	if err := p.release(ctx, pc.Namespace, pc.Name, SecretNames(&pc.Spec.ProviderConfigSpec)); err != nil {
 		return reconcile.Result{}, err
+	}
+	if len(left) > 0 {
+		return reconcile.Result{RequeueAfter: missingRecheck}, nil
 	}
 	if deleting {
 		return reconcile.Result{RequeueAfter: resourceDeletingRecheck}, nil
@@ -194,39 +204,48 @@ func (p *Protector) users(ctx context.Context, pc *nsv1alpha1.ProviderConfig) (n
 	return n, deleting, nil
 }
 
-// Ensure puts the finalizers on pc's Secrets and then on pc. Objects
-// already being deleted cannot take a new finalizer and are left as they
-// are. While a Secret pc names does not exist, pc does not get its
-// finalizer, so the next Connect (which fails without the Secret, so no
-// instance exists yet) tries again.
+// Ensure puts the finalizers on the Secrets pc names and then on pc. A
+// Secret that does not exist or is being deleted cannot take one and is
+// left out (Connect reads no Secret without it); pc is protected all the
+// same, since an instance may exist without every Secret it names (one the
+// backend does not read). Ensure fails when pc itself cannot be protected.
 func (p *Protector) Ensure(ctx context.Context, pc *nsv1alpha1.ProviderConfig) error {
+	_, err := p.ensure(ctx, pc)
+	return err
+}
+
+// ensure is Ensure, and returns the names of the Secrets it left out.
+func (p *Protector) ensure(ctx context.Context, pc *nsv1alpha1.ProviderConfig) (left []string, err error) {
 	f := SecretFinalizer(pc.Name)
-	missing := false
 	for _, name := range SecretNames(&pc.Spec.ProviderConfigSpec) {
 		s := &corev1.Secret{}
 		err := p.Secrets.Get(ctx, types.NamespacedName{Namespace: pc.Namespace, Name: name}, s)
 		if kerrors.IsNotFound(err) {
-			missing = true
+			left = append(left, name)
 			continue
 		}
 		if err != nil {
-			return errors.Wrapf(err, "cannot get Secret %s/%s to protect it", pc.Namespace, name)
+			return nil, errors.Wrapf(err, "cannot get Secret %s/%s to protect it", pc.Namespace, name)
 		}
 		if err := p.addFinalizer(ctx, s, f); err != nil {
-			return errors.Wrapf(err, "cannot protect Secret %s/%s while ProviderConfig %s is in use", pc.Namespace, name, pc.Name)
+			return nil, errors.Wrapf(err, "cannot protect Secret %s/%s while ProviderConfig %s is in use", pc.Namespace, name, pc.Name)
+		}
+		if !meta.FinalizerExists(s, f) {
+			left = append(left, name)
 		}
 	}
-	if missing {
-		return nil
-	}
 	if err := p.addFinalizer(ctx, pc, InUseFinalizer); err != nil {
-		return errors.Wrapf(err, "cannot protect ProviderConfig %s/%s while it is in use", pc.Namespace, pc.Name)
+		return nil, errors.Wrapf(err, "cannot protect ProviderConfig %s/%s while it is in use", pc.Namespace, pc.Name)
 	}
-	return nil
+	if !Protected(pc) {
+		return nil, errors.Errorf("cannot protect ProviderConfig %s/%s for the Delete of the resources that name it: it is being deleted", pc.Namespace, pc.Name)
+	}
+	return left, nil
 }
 
-// Protected reports whether pc carries InUseFinalizer (its Secrets were
-// protected before it got it).
+// Protected reports whether pc carries InUseFinalizer. A Secret it names
+// may still lack its own (one created or named since), which is why
+// Connect checks each Secret it reads.
 func Protected(pc *nsv1alpha1.ProviderConfig) bool {
 	return meta.FinalizerExists(pc, InUseFinalizer)
 }

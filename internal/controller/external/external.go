@@ -81,11 +81,15 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	// What deletes the instance is protected before there is one: the
 	// config's Protector would do it within a second, a namespace deleted
-	// in that second would take the config's Secrets with it.
-	if pc := cfg.namespacedConfig; pc != nil && !meta.WasDeleted(mg) && !config.Protected(pc) && c.protect != nil {
-		if err := c.protect(ctx, pc); err != nil {
-			return nil, err
+	// in that second would take the config's Secrets with it. A resource
+	// being deleted goes on unprotected: nothing may stop its Delete.
+	if pc := cfg.namespacedConfig; pc != nil && !meta.WasDeleted(mg) && c.protect != nil {
+		if !config.Protected(pc) {
+			if err := c.protect(ctx, pc); err != nil {
+				return nil, err
+			}
 		}
+		cfg.Secrets.Kube = protectedSecrets{Reader: cfg.Secrets.Kube, pc: pc, protect: c.protect}
 	}
 	d, err := b.Connect(ctx, cfg)
 	if err != nil {
@@ -94,6 +98,43 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
 	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}, nil
+}
+
+// protectedSecrets reads a namespaced config's Secrets for the Connect of
+// a resource that is not being deleted, and returns none that lacks the
+// config's SecretFinalizer: a Secret the config names since it was
+// protected, or one created after that, has none yet, and a namespace
+// deleted next could take it before the resource's Delete reads it. A
+// Secret that has it (the common case) costs no request more.
+type protectedSecrets struct {
+	client.Reader
+	pc      *namespacedv1alpha1.ProviderConfig
+	protect func(context.Context, *namespacedv1alpha1.ProviderConfig) error
+}
+
+func (r protectedSecrets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := r.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	f := config.SecretFinalizer(r.pc.Name)
+	// A Secret the config does not name is one the Protector would release.
+	if meta.FinalizerExists(obj, f) || !slices.Contains(config.SecretNames(&r.pc.Spec.ProviderConfigSpec), key.Name) {
+		return nil
+	}
+	if err := r.protect(ctx, r.pc); err != nil {
+		return err
+	}
+	if err := r.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	switch {
+	case meta.FinalizerExists(obj, f):
+		return nil
+	case meta.WasDeleted(obj):
+		return errors.Errorf("it is being deleted, so ProviderConfig %s/%s cannot protect it for the Delete of the resources that name the config", r.pc.Namespace, r.pc.Name)
+	default:
+		return errors.Errorf("ProviderConfig %s/%s could not protect it for the Delete of the resources that name the config (it lacks the finalizer %s)", r.pc.Namespace, r.pc.Name, f)
+	}
 }
 
 // track records mg's use of its config. A resource being deleted in a
