@@ -240,8 +240,10 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		}
 		defer func() { _ = conn.Close() }()
 		features.Enable(feature.EnableAlphaChangeLogs)
-		co.ChangeLogOptions = &controller.ChangeLogOptions{ChangeLogger: managed.NewGRPCChangeLogger(
-			changelogsv1alpha1.NewChangeLogServiceClient(conn), managed.WithProviderVersion("provider-egressproxy:"+version.Version))}
+		// The change logger snapshots the whole proxy: its cloud-init is
+		// redacted first.
+		co.ChangeLogOptions = &controller.ChangeLogOptions{ChangeLogger: withoutSecrets(managed.NewGRPCChangeLogger(
+			changelogsv1alpha1.NewChangeLogServiceClient(conn), managed.WithProviderVersion("provider-egressproxy:"+version.Version)))}
 	}
 	if o.safeStart {
 		co.Gate = new(gate.Gate[schema.GroupVersionKind])
