@@ -180,6 +180,12 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 	if cfg.Backend == nil {
 		return nil, nil, nil, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
 	}
+	// Before any credential is read, as the health check: a namespaced
+	// config never sweeps with the provider's own identity or a setting
+	// only a cluster-scoped config may make.
+	if err := cfg.CheckTenancy(); err != nil {
+		return nil, nil, nil, err
+	}
 	uids, err := s.liveUIDs(ctx, backend)
 	if err != nil {
 		return nil, nil, nil, err

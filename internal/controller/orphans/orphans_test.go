@@ -10,6 +10,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -400,5 +401,53 @@ func TestSweepTidies(t *testing.T) {
 	st.sweep(t)
 	if td.calls != 1 || !strings.Contains(strings.Join(st.events.reasons(), " "), string(ReasonTidied)) {
 		t.Errorf("Tidy called %d times, events %v; want once, and %s", td.calls, st.events.reasons(), ReasonTidied)
+	}
+}
+
+// A namespaced ProviderConfig with a setting only the platform team may
+// make (stored before admission refused it) is not connected with: the
+// sweep reports why, as any sweep that cannot run, and writes nothing.
+func TestSweepDoesNotConnectWithAConfigTenantsMayNotWrite(t *testing.T) {
+	injected := xpv2.CredentialsSourceInjectedIdentity
+	for name, block := range map[string]external.Block{
+		"InjectedIdentity": {CredentialsSource: &injected},
+		"ClusterOnly":      {ClusterOnly: "kvm.example is not allowed on a namespaced ProviderConfig"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newSetup(t, nil, bothScopes)
+			pc := &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "home", Generation: 1}}
+			pc.Spec.KVM = &spec.KVMConfig{}
+			if err := st.kube.Create(context.Background(), pc); err != nil {
+				t.Fatal(err)
+			}
+			connected := false
+			b := &st.sweeper.Configs.Backends[0]
+			b.Block = func(s *spec.ProviderConfigSpec) (external.Block, bool) { return block, s.KVM != nil }
+			b.Connect = func(context.Context, *external.Config) (proxy.Driver, error) {
+				connected = true
+				return st.backend, nil
+			}
+			st.sweeper.kind, st.sweeper.newConfig = "ProviderConfig", func() config { return &nsv1alpha1.ProviderConfig{} }
+
+			nn := types.NamespacedName{Namespace: "team-a", Name: "home"}
+			if _, err := st.sweeper.Reconcile(context.Background(), reconcile.Request{NamespacedName: nn}); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			if connected {
+				t.Error("the sweep connected to the backend with the config")
+			}
+			if diff := cmp.Diff([]string{string(ReasonCannotSweep)}, st.events.reasons()); diff != "" {
+				t.Fatalf("events (-want +got):\n%s", diff)
+			}
+			if msg := st.events.events[0].Message; !strings.Contains(msg, "ProviderConfig team-a/home: ") || !strings.Contains(msg, "is not allowed on a namespaced ProviderConfig") {
+				t.Errorf("event message %q; want the config and the setting not allowed", msg)
+			}
+			if err := st.kube.Get(context.Background(), nn, pc); err != nil {
+				t.Fatal(err)
+			}
+			if pc.Status.Orphans != nil {
+				t.Errorf("status.orphans = %+v, want none written", pc.Status.Orphans)
+			}
+		})
 	}
 }
