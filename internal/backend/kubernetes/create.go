@@ -70,7 +70,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		// A crash before the children exist leaves a Deployment whose pod
 		// never starts: Get notices (missingChildren) and reports it out of
 		// date, and Update completes it.
-		if err := d.children(ctx, dep, req, files, true); err != nil {
+		if err := d.children(ctx, dep, req, files, nets, true); err != nil {
 			if proxy.IsPermanent(err) {
 				// A name taken by what is not ours: nothing of the proxy
 				// stays (its children that were made go with it).
@@ -96,7 +96,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 			return proxy.Instance{}, proxy.Transientf("Deployment %s/%s is being deleted; it is created again once it is gone", dep.Namespace, dep.Name)
 		}
 		// Ours, from an earlier Create: finish what it may not have.
-		return d.complete(ctx, existing, req, files, true)
+		return d.complete(ctx, existing, req, files, nets, true)
 	case kerrors.IsNotFound(err):
 		// The only thing a create can miss is the namespace.
 		return proxy.Instance{}, proxy.Permanentf("namespace %q does not exist in the target cluster: create it, or set spec.kubernetes.namespace of %s to one that does", dep.Namespace, d.provider)
@@ -118,11 +118,12 @@ func (d *Driver) undo(ctx context.Context, dep *appsv1.Deployment) {
 }
 
 // children writes the Secret (first: pods of a changed template must find
-// the new files), the NetworkPolicy, the Service and the
-// PodDisruptionBudget of dep. fresh says dep
+// the new files), the NetworkPolicy (denying nets, the cluster networks
+// squid.conf was rendered with: the outer fence never allows what Squid
+// denies), the Service and the PodDisruptionBudget of dep. fresh says dep
 // was created just now: the children are created without reading them
 // first, and a name found taken is read then.
-func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, fresh bool) error {
+func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, nets []string, fresh bool) error {
 	writes := []func() error{
 		func() error {
 			if err := d.writeChild(ctx, dep, req.Mark, d.buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
@@ -133,10 +134,6 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 	}
 	if d.cfg.NetworkPolicy {
 		writes = append(writes, func() error {
-			nets, err := d.clusterNetworks(ctx)
-			if err != nil {
-				return err
-			}
 			if err := d.writeChild(ctx, dep, req.Mark, buildNetworkPolicy(dep, req, nets), &networkingv1.NetworkPolicy{}, fresh); err != nil {
 				return fmt.Errorf("cannot write NetworkPolicy %s/%s: %w", dep.Namespace, dep.Name, err)
 			}
@@ -352,7 +349,7 @@ func kindOf(obj client.Object) string {
 // current (a repeated Create may follow one that stopped half-way; Update
 // is also called for a missing child). The Deployment is rewritten only
 // when a hash differs.
-func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, force bool) (proxy.Instance, error) {
+func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, nets []string, force bool) (proxy.Instance, error) {
 	want := proxy.Hash(req)
 	configHash := squid.Hash(files)
 	current := dep.Annotations[AnnotationSpecHash] == want &&
@@ -361,7 +358,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	if current && !force {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}
-	if err := d.children(ctx, dep, req, files, false); err != nil {
+	if err := d.children(ctx, dep, req, files, nets, false); err != nil {
 		return proxy.Instance{}, err
 	}
 	if current {

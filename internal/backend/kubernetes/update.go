@@ -36,5 +36,5 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	}
 	// Get reports a proxy with a missing child as out of date: Update
 	// rewrites the children whatever the hashes say.
-	return d.complete(ctx, dep, req, files, true)
+	return d.complete(ctx, dep, req, files, nets, true)
 }
