@@ -33,6 +33,7 @@ var NeverDestinations = prefixes(
 	"fd00:ec2::254/128",  // AWS metadata over IPv6
 	"fd00:ec2::23/128",   // AWS DNS over IPv6
 	"fd20:ce::254/128",   // GCP metadata over IPv6
+	"64:ff9b:1::/48",     // local-use NAT64 (RFC 8215): embeds IPv4 where each network chooses, so no never range can be spelled in it
 )
 
 // PrivateDestinations are denied unless AllowedDestinationCIDRs opens
@@ -45,7 +46,6 @@ var PrivateDestinations = prefixes(
 	"100.64.0.0/10",  // carrier-grade NAT, shared address space (RFC 6598)
 	"192.0.0.0/24",   // IETF protocol assignments
 	"fc00::/7",       // unique local addresses
-	"64:ff9b:1::/48", // local-use NAT64 (RFC 8215): embeds IPv4 anywhere
 )
 
 // Denied returns the ranges a proxy denies, exactly as Squid checks them
@@ -170,32 +170,99 @@ func checkDestinationCIDR(c string) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf("%q is not inside a private range (%s); only those are denied and can be opened: the proxy host, link-local and metadata addresses never are, and public addresses need no opening", c, strings.Join(compact(PrivateDestinations), ", "))
+	return fmt.Sprintf("%q is not inside a private range (%s); only those are denied and can be opened: the proxy host, link-local and metadata addresses and local-use NAT64 (64:ff9b:1::/48) never are, and public addresses need no opening", c, strings.Join(compact(PrivateDestinations), ", "))
 }
 
 // destinationACLs are the dst ACL lines and the deny rules for Render.
 func destinationACLs(s proxy.Settings, o Options) (acls, rules []string) {
 	never, private := Denied(o.DeniedDestinationCIDRs) // withDefaults checked them.
-	acls = append(acls,
-		"# Destinations never reached, checked after name resolution: the proxy",
-		"# host, link-local, cloud metadata services, multicast and reserved",
-		"# space, and what the backend adds (a cluster's own networks).",
-		"acl never_dst dst "+strings.Join(compact(never), " "),
-		"# Private ranges: reached only where allowedDestinationCIDRs opens them.",
-		"acl private_dst dst "+strings.Join(compact(private), " "))
-	rules = append(rules,
-		"# Never: the proxy's own host, link-local and metadata (which hand out",
-		"# the machine's credentials), the backend's own networks.",
-		"http_access deny never_dst")
 	var opened []netip.Prefix
 	for _, c := range s.AllowedDestinationCIDRs {
 		opened = append(opened, normalize(netip.MustParsePrefix(c))) // Validate checked it.
 	}
-	if len(opened) > 0 {
-		acls = append(acls, "acl opened_dst dst "+strings.Join(compact(opened), " "))
-		rules = append(rules, "http_access deny private_dst !opened_dst")
-	} else {
+	acls = append(acls,
+		"# Destinations never reached, checked after name resolution: the proxy",
+		"# host, link-local, cloud metadata services, multicast and reserved",
+		"# space, and what the backend adds (a cluster's own networks).")
+	acls = append(acls, aclLines("never_dst", compact(never))...)
+	rules = append(rules,
+		"# Never: the proxy's own host, link-local and metadata (which hand out",
+		"# the machine's credentials), the backend's own networks.",
+		"http_access deny never_dst")
+	// A dst ACL matches a name when any of its addresses is listed, and
+	// Squid may connect to any of them. So the opened ranges are cut out of
+	// the private ones rather than excepted in the rule: "deny private_dst
+	// !opened_dst" would pass a name resolving to an opened and an unopened
+	// address, and the unopened one could be reached.
+	if denied := compact(subtract(private, opened)); len(denied) > 0 {
+		acls = append(acls, "# Private ranges, less what allowedDestinationCIDRs opens.")
+		acls = append(acls, aclLines("private_dst", denied)...)
 		rules = append(rules, "http_access deny private_dst")
 	}
+	if len(opened) > 0 {
+		acls = append(acls, "# What allowedDestinationCIDRs opens, for the reader: in no rule (see above).")
+		acls = append(acls, aclLines("opened_dst", compact(opened))...)
+	}
 	return acls, rules
+}
+
+// subtract returns the addresses of ps outside every hole, as the fewest
+// prefixes that hold them: each of ps that no hole touches, and around a
+// hole the halves beside it, down to the hole.
+func subtract(ps, holes []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	var cut func(p netip.Prefix)
+	cut = func(p netip.Prefix) {
+		split := false
+		for _, h := range holes {
+			if h.Addr().Is4() != p.Addr().Is4() || !h.Overlaps(p) {
+				continue
+			}
+			if h.Bits() <= p.Bits() {
+				return // the hole holds all of p
+			}
+			split = true
+		}
+		if !split {
+			out = append(out, p)
+			return
+		}
+		lo, hi := halves(p)
+		cut(lo)
+		cut(hi)
+	}
+	for _, p := range ps {
+		cut(p.Masked())
+	}
+	return out
+}
+
+// halves splits a masked prefix shorter than its address into its two
+// halves.
+func halves(p netip.Prefix) (lo, hi netip.Prefix) {
+	b := p.Addr().AsSlice()
+	b[p.Bits()/8] |= 0x80 >> (p.Bits() % 8)
+	a, _ := netip.AddrFromSlice(b)
+	return netip.PrefixFrom(p.Addr(), p.Bits()+1), netip.PrefixFrom(a, p.Bits()+1)
+}
+
+// maxLine keeps a squid.conf line under Squid's CONFIG_LINE_LIMIT (2048
+// bytes), beyond which Squid's behaviour is undefined (and much beyond, a
+// parse error).
+const maxLine = 2000
+
+// aclLines writes the dst ACL name over as many lines as its values need
+// to keep each within maxLine; Squid adds up the lines of one ACL.
+func aclLines(name string, values []string) []string {
+	head := "acl " + name + " dst"
+	var out []string
+	line := head
+	for _, v := range values {
+		if line != head && len(line)+1+len(v) > maxLine {
+			out = append(out, line)
+			line = head
+		}
+		line += " " + v
+	}
+	return append(out, line)
 }

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
+
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -118,6 +120,7 @@ func TestSquidParsesEveryVariant(t *testing.T) {
 		"opened and denied":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.20.0.0/16", "10.20.1.0/24", "fd12::/16", "192.168.1.1/32"}}, o: Options{ListenAddress: "127.0.0.1", DeniedDestinationCIDRs: []string{"10.96.0.0/12", "10.96.0.1", "10.244.0.0/16", "fd00:10:96::/112", "192.0.2.7"}, HostsFile: "/etc/hosts", DNSNameservers: []string{"127.0.0.53", "::1"}}},
 		"everything at once":     {s: proxy.Settings{Port: 65535, AllowedClientCIDRs: []string{"0.0.0.0/0", "::/0"}, AllowedPorts: []int32{1, 65534}, AllowedDestinations: []string{"xn--bcher-kva.example", "_srv.example.net"}, AllowedDestinationCIDRs: []string{"10.0.0.0/8", "fc00::/7"}, Auth: auth}, o: Options{ShutdownLifetime: time.Minute}},
 		"username with specials": {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: "Mixed.Case-user_1@corp", Password: "x"}}},
+		"addresses opened":       {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinationCIDRs: []string{"fdff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/128", "fc00::1/128", "10.255.255.254/32", "64:ff9b::c0a8:ffff/128", "2002:ac1f:ffff::/48"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -583,6 +586,62 @@ func TestRealSquid(t *testing.T) {
 	})
 }
 
+// serveDNS answers A and AAAA queries for names (fully qualified) with
+// their addresses, on port 53 of a loopback address of its own (Squid asks
+// nameservers on port 53 only), until t ends. It returns the address.
+func serveDNS(t *testing.T, names map[string][]string) string {
+	t.Helper()
+	var r [2]byte
+	_, _ = rand.Read(r[:])
+	addr := netip.AddrFrom4([4]byte{127, 64 + r[0]%64, r[1], 53})
+	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(addr, 53).String())
+	if err != nil {
+		t.Fatalf("a DNS server for the test: %v", err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true})
+			_ = b.StartQuestions()
+			_ = b.Question(q)
+			_ = b.StartAnswers()
+			rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}
+			for _, s := range names[strings.ToLower(q.Name.String())] {
+				switch a := netip.MustParseAddr(s); {
+				case a.Is4() && q.Type == dnsmessage.TypeA:
+					_ = b.AResource(rh, dnsmessage.AResource{A: a.As4()})
+				case a.Is6() && q.Type == dnsmessage.TypeAAAA:
+					_ = b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: a.As16()})
+				}
+			}
+			if msg, err := b.Finish(); err == nil {
+				_, _ = pc.WriteTo(msg, from)
+			}
+		}
+	}()
+	return addr.String()
+}
+
+// nat64 spells an IPv4 address in NAT64's well-known prefix.
+func nat64(a netip.Addr) string {
+	v4 := a.As4()
+	return netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: v4[0], 13: v4[1], 14: v4[2], 15: v4[3]}).String()
+}
+
 // countingListener counts the connections a listener accepted, to prove a
 // denied request never reached it.
 type countingListener struct {
@@ -732,11 +791,27 @@ func TestRealSquidDeniesPivots(t *testing.T) {
 	t.Run("opened deliberately", func(t *testing.T) {
 		s := settings
 		s.AllowedDestinationCIDRs = []string{private[0].String() + "/32", "fc00::/7"}
+		// Names of several addresses come from DNS: Squid keeps one address
+		// per name of its hosts_file.
+		o := o
+		o.DNSNameservers = []string{serveDNS(t, map[string][]string{
+			"halfopen.test.":   {private[0].String(), private[1].String()},
+			"halfopen64.test.": {private[0].String(), nat64(private[2])},
+			"openedpub.test.":  {h.Addr.String(), private[0].String()},
+		})}
 		sq := startSquid(t, bin, s, o)
 		c := client{proxy: &url.URL{Scheme: "http", Host: sq.addr}}
 		expect(t, "opened private address", c.get(t, "http://"+at(private[0].String())+"/"), http.StatusOK)
 		expect(t, "opened private address by name", c.get(t, "http://"+at("private.test")+"/"), http.StatusOK)
 		expect(t, "opened ULA", c.get(t, "http://"+at(private[4].String())+"/"), http.StatusOK)
+		expect(t, "a name resolving to an opened and a public address", c.get(t, "http://"+at("openedpub.test")+"/"), http.StatusOK)
+		// A name resolving to an opened and an unopened address is refused
+		// whole: Squid would try either.
+		expect(t, "a name resolving to an opened and an unopened address", c.get(t, "http://"+at("halfopen.test")+"/"), http.StatusForbidden)
+		expect(t, "a name resolving to an opened address and an unopened NAT64 one", c.get(t, "http://"+at("halfopen64.test")+"/"), http.StatusForbidden)
+		if n := listeners[private[1]].n.Load(); n != 0 {
+			t.Errorf("the unopened address %s was connected to %d times", private[1], n)
+		}
 		// What was not opened stays denied, and what is never opened too,
 		// also inside an opened range (fd00:ec2::254 in fc00::/7).
 		for _, d := range []string{private[1].String(), private[2].String(), "127.0.0.1", "169.254.169.254", "fd00:ec2::254", "fd20:ce::254", "meta.test", "loop.test"} {

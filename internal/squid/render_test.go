@@ -58,7 +58,7 @@ func TestRenderAccessRules(t *testing.T) {
 		},
 		"private ranges opened": {
 			s:    proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.20.0.0/16"}},
-			want: accessRules("http_access deny never_dst", "http_access deny private_dst !opened_dst"),
+			want: accessRules("http_access deny never_dst", "http_access deny private_dst"),
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

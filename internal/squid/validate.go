@@ -263,6 +263,14 @@ func checkUsername(u string) string {
 	case strings.HasPrefix(u, "#"):
 		// basic_ncsa_auth skips htpasswd lines that start with '#'.
 		return "must not start with '#' (the htpasswd file would treat the line as a comment)"
+	case u == "REQUIRED":
+		// The name goes into a proxy_auth ACL, where REQUIRED is any user
+		// (the egress check's credential included).
+		return "must not be REQUIRED (Squid reads it as any valid user); choose another name"
+	case strings.HasPrefix(u, "-"), strings.HasPrefix(u, `"`), strings.HasPrefix(u, "'"):
+		// In an ACL, Squid reads a leading '-' as an option and a quoted
+		// value as a file to read the names from.
+		return "must not start with '-' or a quote (Squid would read an ACL option or a file name); start with a letter, digit, '.' or '_'"
 	case !utf8.ValidString(u):
 		return "must be valid UTF-8"
 	case strings.IndexFunc(u, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:

@@ -50,6 +50,8 @@ func TestValidateAccepts(t *testing.T) {
 			s.AllowedDestinations = []string{"example.com", ".example.org", "localhost", "a-b.c_d.xn--bcher-kva.example", "EXAMPLE.NET"}
 		},
 		"auth":                      withAuth("Alice", "p a:s%s wörd"),
+		"auth as required":          withAuth("required", "pw"),
+		"auth with dashes and dots": withAuth("a-b.c-_REQUIRED", "pw"),
 		"auth off ignores the pair": func(s *proxy.Settings) { s.Auth = proxy.Auth{Username: "a:b"} },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -135,10 +137,11 @@ func TestValidateRejects(t *testing.T) {
 		"destination CIDRs that are never opened": {
 			mod: func(s *proxy.Settings) {
 				s.AllowedDestinationCIDRs = []string{"10.0.0.0/8", "127.0.0.1/32", "0.0.0.0/0", "169.254.169.254/32", "::1/128", "::ffff:127.0.0.0/104",
-					"224.0.0.1/32", "64:ff9b::7f00:1/128", "2002:a9fe::/32", "fe80::/10", "10.0.0.1", "10.0.0.0/7", "8.8.8.0/24", "::/0", "0.0.0.0/1"}
+					"224.0.0.1/32", "64:ff9b::7f00:1/128", "2002:a9fe::/32", "fe80::/10", "10.0.0.1", "10.0.0.0/7", "8.8.8.0/24", "::/0", "0.0.0.0/1",
+					"64:ff9b:1::/48", "64:ff9b:1:a9fe:a9fe::/80"}
 			},
 			want: []string{
-				`allowedDestinationCIDRs[1]: "127.0.0.1/32" is not inside a private range (10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 64:ff9b:1::/48, fc00::/7); only those are denied and can be opened: the proxy host, link-local and metadata addresses never are, and public addresses need no opening`,
+				`allowedDestinationCIDRs[1]: "127.0.0.1/32" is not inside a private range (10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, fc00::/7); only those are denied and can be opened: the proxy host, link-local and metadata addresses and local-use NAT64 (64:ff9b:1::/48) never are, and public addresses need no opening`,
 				`allowedDestinationCIDRs[2]: "0.0.0.0/0" is not inside a private range…`,
 				`allowedDestinationCIDRs[3]: "169.254.169.254/32" is not inside a private range…`,
 				`allowedDestinationCIDRs[4]: "::1/128" is not inside a private range…`,
@@ -152,6 +155,8 @@ func TestValidateRejects(t *testing.T) {
 				`allowedDestinationCIDRs[12]: "8.8.8.0/24" is not inside a private range…`,
 				`allowedDestinationCIDRs[13]: "::/0" is not inside a private range…`,
 				`allowedDestinationCIDRs[14]: "0.0.0.0/1" is not inside a private range…`,
+				`allowedDestinationCIDRs[15]: "64:ff9b:1::/48" is not inside a private range…`,
+				`allowedDestinationCIDRs[16]: "64:ff9b:1:a9fe:a9fe::/80" is not inside a private range…`,
 			},
 		},
 		"bad allowed ports": {
@@ -204,7 +209,16 @@ func TestValidateRejects(t *testing.T) {
 		"username with space":     {mod: withAuth("a b", "pw"), want: []string{"auth.username: must not contain whitespace or control characters"}},
 		"username with tab":       {mod: withAuth("a\tb", "pw"), want: []string{"auth.username: must not contain whitespace or control characters"}},
 		"username like a comment": {mod: withAuth("#a", "pw"), want: []string{"auth.username: must not start with '#'…"}},
-		"password with newline":   {mod: withAuth("a", "p\nw"), want: []string{"auth.passwordSecretRef: the password must not contain control characters (a trailing newline, say)"}},
+		"username REQUIRED":       {mod: withAuth("REQUIRED", "pw"), want: []string{"auth.username: must not be REQUIRED (Squid reads it as any valid user); choose another name"}},
+		"username like an option": {mod: withAuth("-i", "pw"), want: []string{"auth.username: must not start with '-' or a quote (Squid would read an ACL option or a file name); start with a letter, digit, '.' or '_'"}},
+		"username like a file":    {mod: withAuth(`"/etc/passwd"`, "pw"), want: []string{"auth.username: must not start with '-' or a quote…"}},
+		"egress check username REQUIRED": {
+			mod: func(s *proxy.Settings) {
+				s.EgressCheck = &proxy.EgressCheck{URL: "https://echo.example.com/ip", Username: "REQUIRED", Password: "pw"}
+			},
+			want: []string{"egressCheck.username: must not be REQUIRED…"},
+		},
+		"password with newline": {mod: withAuth("a", "p\nw"), want: []string{"auth.passwordSecretRef: the password must not contain control characters (a trailing newline, say)"}},
 		"everything at once": {
 			mod: func(s *proxy.Settings) {
 				*s = proxy.Settings{AllowedPorts: []int32{0}, AllowedDestinations: []string{"*"}, Auth: proxy.Auth{Enabled: true}}

@@ -77,18 +77,19 @@ type ProxySettings struct {
 
 	// AllowedDestinationCIDRs open private destination ranges, which the
 	// proxy denies otherwise: RFC 1918 (10.0.0.0/8, 172.16.0.0/12,
-	// 192.168.0.0/16), 100.64.0.0/10, 192.0.0.0/24, fc00::/7 and
-	// 64:ff9b:1::/48. Each entry must lie inside one of them. The proxy's
-	// own host (loopback, 0.0.0.0/8), link-local, cloud metadata addresses,
-	// multicast and, for a PodProxy, the cluster's own networks and API
-	// server are never reachable, also inside an opened range. Checked
+	// 192.168.0.0/16), 100.64.0.0/10, 192.0.0.0/24 and fc00::/7 (and
+	// their NAT64 and 6to4 spellings). Each entry must lie inside one of
+	// them. The proxy's own host (loopback, 0.0.0.0/8), link-local, cloud
+	// metadata addresses, multicast, local-use NAT64 (64:ff9b:1::/48) and,
+	// for a PodProxy, the cluster's own networks and API server are never
+	// reachable, also inside an opened range. Checked
 	// after name resolution: a name resolving into a denied range is
 	// denied.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.20.0.0/16 (one address: /32 or /128)"
-	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '192.0.0.0/24', 'fc00::/7', '64:ff9b:1::/48', '64:ff9b::a00:0/104', '64:ff9b::ac10:0/108', '64:ff9b::c0a8:0/112', '64:ff9b::6440:0/106', '64:ff9b::c000:0/120', '2002:a00::/24', '2002:ac10::/28', '2002:c0a8::/32', '2002:6440::/26', '2002:c000::/40'].exists(p, cidr(p).containsCIDR(cidr(self)))",message="must lie inside a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 192.0.0.0/24, fc00::/7, 64:ff9b:1::/48): only those are denied and can be opened; loopback, link-local and metadata addresses never are, and public addresses need no opening"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '192.0.0.0/24', 'fc00::/7', '64:ff9b::a00:0/104', '64:ff9b::ac10:0/108', '64:ff9b::c0a8:0/112', '64:ff9b::6440:0/106', '64:ff9b::c000:0/120', '2002:a00::/24', '2002:ac10::/28', '2002:c0a8::/32', '2002:6440::/26', '2002:c000::/40'].exists(p, cidr(p).containsCIDR(cidr(self)))",message="must lie inside a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 192.0.0.0/24, fc00::/7, or their NAT64 or 6to4 spellings): only those are denied and can be opened; loopback, link-local and metadata addresses and local-use NAT64 (64:ff9b:1::/48) never are, and public addresses need no opening"
 	// +listType=set
 	AllowedDestinationCIDRs []string `json:"allowedDestinationCIDRs,omitempty"`
 
@@ -137,10 +138,13 @@ type SecretReference struct {
 type ProxyAuth struct {
 	// Enabled turns authentication on.
 	Enabled bool `json:"enabled"`
-	// Username clients authenticate as.
+	// Username clients authenticate as: letters, digits, '.', '_' and '-',
+	// not first, and not REQUIRED (to Squid, any valid user).
 	// +optional
 	// +kubebuilder:default=proxy
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]{1,64}$`
+	// +kubebuilder:validation:XValidation:rule="self != 'REQUIRED' && !self.startsWith('-')",message="auth.username must be 1 to 64 letters, digits, '.', '_' and '-', not starting with '-' (Squid reads an option) and not REQUIRED (Squid reads any valid user)"
 	Username string `json:"username,omitempty"`
 	// PasswordSecretRef names the Secret key holding the password. When
 	// absent a password of 32 random characters is generated, kept stable,
