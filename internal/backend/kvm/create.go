@@ -266,11 +266,17 @@ func (d *Driver) finish(ctx context.Context, api Libvirt, pool libvirt.StoragePo
 	if err != nil {
 		return err
 	}
+	// The seed is checked before the overlay is touched: a seed with
+	// another resource's mark makes both volumes that resource's.
+	old, err := d.claimSeed(ctx, api, pool, p)
+	if err != nil {
+		return err
+	}
 	overlay, err := d.ensureOverlay(ctx, api, pool, p, basePath)
 	if err != nil {
 		return err
 	}
-	seed, err := d.writeSeed(ctx, api, pool, p)
+	seed, err := d.writeSeed(ctx, api, pool, p, old)
 	if err != nil {
 		return err
 	}
@@ -343,34 +349,49 @@ func (d *Driver) ensureOverlay(ctx context.Context, api Libvirt, pool libvirt.St
 	return v, err
 }
 
-// writeSeed rebuilds the NoCloud seed and uploads it. An existing volume
-// of the seed's name is replaced only when it is this instance's seed and
-// no other domain uses it.
-func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan) (libvirt.StorageVol, error) {
+// claimSeed returns the existing volume of the seed's name, or nil. It
+// may be replaced only when it is this instance's seed (by its name, or
+// cut off), carries no mark of another resource and no other domain uses
+// it; else Create is refused and neither volume is touched.
+func (d *Driver) claimSeed(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan) (*libvirt.StorageVol, error) {
+	name := seedName(p.req.Name)
+	old, err := api.StorageVolLookupByName(ctx, pool, name)
+	if isCode(err, libvirt.ErrNoStorageVol) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := claimable(ctx, api, pool, old, p.req.Name, p.host.Name); err != nil {
+		return nil, err
+	}
+	si, err := readSeed(ctx, api, old)
+	if err != nil {
+		return nil, err
+	}
+	if !si.of(p.req.Name) {
+		return nil, proxy.Permanentf("volume %s in pool %s on host %s exists and is not a seed the provider created for %s; it is left as it is: choose another external name, or remove it",
+			name, pool.Name, p.host.Name, p.req.Name)
+	}
+	if si.foreign(p.req.Mark) {
+		return nil, proxy.Permanentf("volumes %s and %s in pool %s on host %s belong to another resource (UID %s, installation %q), not UID %s of installation %q; refusing to take them over: choose another external name, or delete that resource (its deletion removes them)",
+			overlayName(p.req.Name), name, pool.Name, p.host.Name, si.mark.UID, si.mark.InstallationID, p.req.Mark.UID, p.req.Mark.InstallationID)
+	}
+	return &old, nil
+}
+
+// writeSeed rebuilds the NoCloud seed and uploads it, in place of old
+// (claimSeed) when there is one.
+func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan, old *libvirt.StorageVol) (libvirt.StorageVol, error) {
 	iso, err := cloudinit.SeedISO(p.userData, p.metaData)
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}
 	name := seedName(p.req.Name)
-	old, err := api.StorageVolLookupByName(ctx, pool, name)
-	switch {
-	case err == nil:
-		if _, err := claimable(ctx, api, pool, old, p.req.Name, p.host.Name); err != nil {
+	if old != nil {
+		if err := api.StorageVolDelete(ctx, *old); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
 			return libvirt.StorageVol{}, err
 		}
-		own, err := isSeedOf(ctx, api, old, p.req.Name)
-		if err != nil {
-			return libvirt.StorageVol{}, err
-		}
-		if !own {
-			return libvirt.StorageVol{}, proxy.Permanentf("volume %s in pool %s on host %s exists and is not a seed the provider created for %s; it is left as it is: choose another external name, or remove it",
-				name, pool.Name, p.host.Name, p.req.Name)
-		}
-		if err := api.StorageVolDelete(ctx, old); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
-			return libvirt.StorageVol{}, err
-		}
-	case !isCode(err, libvirt.ErrNoStorageVol):
-		return libvirt.StorageVol{}, err
 	}
 	x, err := volumeXML(name, uint64(len(iso)), "raw", "", "")
 	if err != nil {

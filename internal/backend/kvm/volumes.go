@@ -108,15 +108,6 @@ func isOverlay(ctx context.Context, api Libvirt, vol libvirt.StorageVol) (volDes
 	return desc, base != "" && strings.HasPrefix(base[i+1:], basePrefix), nil
 }
 
-// isSeedOf reports whether vol is a NoCloud seed the driver made for the
-// instance name: an ISO labelled cidata whose meta-data names it, or what
-// an upload of one cut off by a crash leaves (zeros, or the label without
-// readable files). Only volumes up to seedReserve are read.
-func isSeedOf(ctx context.Context, api Libvirt, vol libvirt.StorageVol, name string) (bool, error) {
-	si, err := readSeed(ctx, api, vol)
-	return si.seed && (si.cut || si.hostname == name), err
-}
-
 // seedInfo is what a volume says of itself as a seed.
 type seedInfo struct {
 	// seed: a NoCloud seed (labelled cidata), or a cut-off upload of one.
@@ -132,6 +123,15 @@ type seedInfo struct {
 	// modified is when the volume was written, if the pool says.
 	modified time.Time
 }
+
+// of reports whether the seed is one the driver made for the instance
+// name: an ISO labelled cidata whose meta-data names it, or what an
+// upload of one cut off by a crash leaves.
+func (si seedInfo) of(name string) bool { return si.seed && (si.cut || si.hostname == name) }
+
+// foreign reports whether the seed carries a mark other than m: it is
+// another resource's, and so is the overlay of its name.
+func (si seedInfo) foreign(m proxy.Mark) bool { return si.mark != (proxy.Mark{}) && si.mark != m }
 
 // The meta-data keys of a seed's mark: cloud-init ignores keys it does
 // not know.
@@ -236,8 +236,8 @@ func (d *Driver) ownVolumes(ctx context.Context, api Libvirt, pool libvirt.Stora
 		} else {
 			var si seedInfo
 			si, err = readSeed(ctx, api, v)
-			own = si.seed && (si.cut || si.hostname == name)
-			if own && si.mark != (proxy.Mark{}) && si.mark != mark {
+			own = si.of(name)
+			if own && si.foreign(mark) {
 				d.log(ctx).Info("kvm leaves the volumes of another resource", "host", hostName, "volume", vn)
 				return nil, nil
 			}
