@@ -95,9 +95,13 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 	// The seed, where it was uploaded (its node matters on node-local
 	// storage, also after the VM migrated). It goes in the same step as
 	// the stop: a running guest does not need its seed, and each step of
-	// a deletion costs the controller a requeue.
+	// a deletion costs the controller a requeue. Only the ISO this
+	// resource's name and UID give: whoever may edit the VM's description
+	// must not choose which ISO goes (sweepSeeds finds the seed without it).
 	seedGone := true
-	if desc.seedVolID != "" {
+	switch own := d.isoVolID(ref.Name, ref.Mark.UID); desc.seedVolID {
+	case "":
+	case own:
 		vols, err := d.api.ISOs(ctx, desc.seedNode, d.cfg.ISOStorage)
 		if err != nil {
 			return err
@@ -110,6 +114,8 @@ func (d *Driver) delete(ctx context.Context, ref proxy.Ref) error {
 			}
 			log.V(1).Info("proxmox seed deleting", "seedNode", desc.seedNode, "volume", desc.seedVolID, "upid", upid)
 		}
+	default:
+		log.V(1).Info("proxmox seed record left alone: not this resource's seed", "volume", desc.seedVolID, "want", own)
 	}
 	if e.Status == "running" {
 		if err := d.recentFailure(ctx, tasks, "qmstop", fmt.Sprintf("stopping VM %d", e.VMID)); err != nil {

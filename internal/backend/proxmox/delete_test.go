@@ -2,10 +2,12 @@ package proxmox_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -69,5 +71,46 @@ func TestDeleteLeavesOthersAlone(t *testing.T) {
 	inst, err := f.drv.Get(ctx, other.ref())
 	if err != nil || inst.State != proxy.StateRunning {
 		t.Errorf("Get = %+v, %v; want still Running", inst, err)
+	}
+}
+
+// TestDeleteLeavesISOsItsRecordNames: the seed record in a VM's
+// description can be edited by whoever may configure the VM. A record
+// naming another ISO of the storage does not make the deletion delete
+// that ISO; the resource's own seed still goes.
+func TestDeleteLeavesISOsItsRecordNames(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	r := ready(t, f, "pt-edited", "80910213-0005-4a5e-9d55-0a9c1f1e2b3c")
+	client, err := proxmox.NewClient(f.fake.URL, f.credentials, false, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Upload(ctx, "pve1", "local", "installer.iso", []byte("an ISO of the admin's")); err != nil {
+		t.Fatal(err)
+	}
+	vm := vmNamed(t, f.fake, "pt-edited")
+	cfg, err := client.VMConfig(ctx, vm.Node, vm.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(cfg["description"], "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "egressproxy-seed: ") {
+			lines[i] = "egressproxy-seed: pve1 local:iso/installer.iso"
+		}
+	}
+	if err := client.SetVMConfig(ctx, vm.Node, vm.VMID, proxmox.ConfigUpdate{Set: map[string]string{"description": strings.Join(lines, "\n")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	r.deleted = true
+	r.converge(ctx, 20)
+	vols := f.fake.Volumes()
+	if len(vols) != 1 || vols[0].VolID != "local:iso/installer.iso" {
+		t.Errorf("volumes after the deletion: %+v; want only local:iso/installer.iso", vols)
+	}
+	if got := f.fake.VMs(); slices.ContainsFunc(got, func(vm pvetest.VM) bool { return !vm.Template() }) {
+		t.Errorf("VMs after the deletion: %+v; want only the template", got)
 	}
 }
