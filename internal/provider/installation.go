@@ -110,6 +110,9 @@ func defaultInstallationID(ctx context.Context, c client.Client, namespace strin
 // disagree or cannot be listed: a wrong guess would make every instance
 // another installation's, and a new one would make the provider create
 // every instance again beside the old ones.
+//
+// Only cluster-scoped configs count: a namespace's editors may write its
+// ProviderConfigs' status, and so would choose the ID or stop the start.
 func recoveredInstallationID(ctx context.Context, c client.Reader) (string, error) {
 	seen := map[string][]string{}
 	add := func(kind, name string, s spec.ProviderConfigSpec, st spec.ProviderConfigStatus) {
@@ -118,9 +121,8 @@ func recoveredInstallationID(ctx context.Context, c client.Reader) (string, erro
 		}
 	}
 	cpcs := &namespacedv1alpha1.ClusterProviderConfigList{}
-	pcs := &namespacedv1alpha1.ProviderConfigList{}
 	legacy := &clusterv1alpha1.ProviderConfigList{}
-	for _, l := range []client.ObjectList{cpcs, pcs, legacy} {
+	for _, l := range []client.ObjectList{cpcs, legacy} {
 		err := c.List(ctx, l)
 		switch {
 		case apimeta.IsNoMatchError(err):
@@ -131,9 +133,6 @@ func recoveredInstallationID(ctx context.Context, c client.Reader) (string, erro
 	}
 	for _, pc := range cpcs.Items {
 		add("ClusterProviderConfig", pc.Name, pc.Spec.ProviderConfigSpec, pc.Status)
-	}
-	for _, pc := range pcs.Items {
-		add("ProviderConfig", pc.Namespace+"/"+pc.Name, pc.Spec.ProviderConfigSpec, pc.Status)
 	}
 	for _, pc := range legacy.Items {
 		add("ProviderConfig (egressproxy.io)", pc.Name, pc.Spec.ProviderConfigSpec, pc.Status)

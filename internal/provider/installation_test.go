@@ -81,20 +81,34 @@ func TestInstallationID(t *testing.T) {
 		pc.Status.InstallationID = statusID
 		return pc
 	}
+	// A namespace's editors may write its ProviderConfigs' status: what
+	// it says is not taken, neither to choose the ID nor to disagree.
+	forged := func() *nsv1alpha1.ProviderConfig {
+		pc := &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: "team-a"}}
+		pc.Status.InstallationID = "kother001"
+		return pc
+	}
 	t.Run("RecoveredFromTheConfigsStatus", func(t *testing.T) {
-		team := &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: "team-a"}}
-		team.Status.InstallationID = "r1a2b3c4d"
+		team := forged()
 		legacy := &clusterv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}}
 		legacy.Status.InstallationID = "r1a2b3c4d"
 		c := newFake(t).WithObjects(kubeSystem, withStatus("pods", "", "r1a2b3c4d"), withStatus("prod-eu", "prod-eu", "prod-eu"), withStatus("new", "", ""), team, legacy).
 			WithInterceptorFuncs(noNamespaces).Build()
 		id, err := defaultInstallationID(ctx, c, "crossplane-system")
 		if err != nil || id != "r1a2b3c4d" {
-			t.Fatalf("got %q, %v; want r1a2b3c4d, the ID the configs recorded (prod-eu is a config's own)", id, err)
+			t.Fatalf("got %q, %v; want r1a2b3c4d, the ID the cluster-scoped configs recorded (prod-eu is a config's own)", id, err)
 		}
 		cm := &corev1.ConfigMap{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "crossplane-system", Name: installationConfigMap}, cm); err != nil || cm.Data["id"] != id {
 			t.Errorf("ConfigMap made again: %v %v; want data.id %s", cm.Data, err, id)
+		}
+	})
+
+	t.Run("NotFromANamespacedConfigsStatus", func(t *testing.T) {
+		c := newFake(t).WithObjects(kubeSystem, forged(), withStatus("new", "", "")).WithInterceptorFuncs(noNamespaces).Build()
+		id, err := defaultInstallationID(ctx, c, "crossplane-system")
+		if err != nil || !strings.HasPrefix(id, "r") {
+			t.Errorf("got %q, %v; want a new random ID, not the one a namespaced config's status claims", id, err)
 		}
 	})
 
