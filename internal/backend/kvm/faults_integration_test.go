@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -415,11 +414,7 @@ func newSmallPool(t *testing.T, h *kvmtest.Host, name string, sizeMiB int) *smal
 	t.Helper()
 	p := &smallPool{t: t, h: h, name: name, dir: t.TempDir()}
 	// qemu runs as its own user and must reach the disks.
-	for d := p.dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // Directories of a test's disks.
-			t.Fatal(err)
-		}
-	}
+	openToAll(t, p.dir)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.Itoa(sizeMiB)+"M,mode=0711", "egp-hf-small", p.dir).CombinedOutput(); err != nil {
 		kvmtest.Unavailable(t, "a tmpfs for a small pool", fmt.Errorf("mount: %w: %s", err, out))
 	}

@@ -33,6 +33,18 @@ type multiKeySSHD struct {
 	pub map[string]ssh.PublicKey
 }
 
+// openToAll lets everyone enter dir, a t.TempDir(), and the parent that
+// testing made for it (both 0700); never the folders above, which are the
+// machine's (TMPDIR, /tmp with its sticky bit).
+func openToAll(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // a test's folder, to be entered.
+			t.Fatal(err)
+		}
+	}
+}
+
 func startMultiKeySSHD(t *testing.T, h *kvmtest.Host) *multiKeySSHD {
 	t.Helper()
 	sshd, err := exec.LookPath("/usr/sbin/sshd")
@@ -41,11 +53,7 @@ func startMultiKeySSHD(t *testing.T, h *kvmtest.Host) *multiKeySSHD {
 	}
 	dir := t.TempDir()
 	// sshd reads authorized_keys as the user.
-	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // only public keys and a config are readable.
-			t.Fatal(err)
-		}
-	}
+	openToAll(t, dir)
 	s := &multiKeySSHD{pub: map[string]ssh.PublicKey{}}
 	var hostKeys []string
 	_, edKey, _ := ed25519.GenerateKey(rand.Reader)
