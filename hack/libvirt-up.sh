@@ -49,14 +49,22 @@ if [ -n "$need" ]; then
   log "installing $PKGS"
   export DEBIAN_FRONTEND=noninteractive
   # Keep package scripts from starting daemons: this script starts its own.
+  # Only a policy-rc.d this script added goes, on any exit (a failure,
+  # Ctrl-C): left behind, it would keep dpkg from starting any service.
   POLICY=/usr/sbin/policy-rc.d
-  added=
-  if [ ! -e "$POLICY" ]; then printf '#!/bin/sh\nexit 101\n' >"$POLICY"; chmod 0755 "$POLICY"; added=1; fi
+  ADDED_POLICY=
+  cleanup_policy() { if [ -n "$ADDED_POLICY" ]; then rm -f "$POLICY"; ADDED_POLICY=; fi; }
+  trap cleanup_policy EXIT
+  if [ ! -e "$POLICY" ]; then
+    ADDED_POLICY=1
+    printf '#!/bin/sh\nexit 101\n' >"$POLICY"
+    chmod 0755 "$POLICY"
+  fi
   t0=$SECONDS
   apt-get update -qq >&2
   # shellcheck disable=SC2086
-  apt-get install -y -qq --no-install-recommends $PKGS >&2 || { [ -n "$added" ] && rm -f "$POLICY"; die "apt-get install failed"; }
-  [ -n "$added" ] && rm -f "$POLICY"
+  apt-get install -y -qq --no-install-recommends $PKGS >&2 || die "apt-get install failed"
+  cleanup_policy
   log "packages installed in $((SECONDS - t0)) s"
 fi
 

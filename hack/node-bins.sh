@@ -31,19 +31,24 @@ install_runtime() {
   # The node runs its own containerd, on its own socket and folders: the
   # package's service is not started (policy-rc.d exit 101 tells
   # invoke-rc.d and deb-systemd-invoke so). A policy-rc.d already there is
-  # the machine's own and stays as it is; nothing running is stopped.
-  local policy=/usr/sbin/policy-rc.d added=
-  if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod 0755 "$policy"
-    added=1
+  # the machine's own and stays as it is; nothing running is stopped. The
+  # one added goes on any exit (a failure, Ctrl-C): left behind, it would
+  # keep dpkg from starting any service.
+  trap remove_policy EXIT
+  if [ ! -e "$POLICY" ]; then
+    ADDED_POLICY=1
+    printf '#!/bin/sh\nexit 101\n' >"$POLICY"
+    chmod 0755 "$POLICY"
   fi
   local rc=0
   apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
     apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2 || rc=$?
-  [ -n "$added" ] && rm -f "$policy"
+  remove_policy
   [ "$rc" -eq 0 ] || { log "apt-get install ${missing[*]} failed"; exit "$rc"; }
 }
+POLICY=/usr/sbin/policy-rc.d
+ADDED_POLICY=
+remove_policy() { if [ -n "$ADDED_POLICY" ]; then rm -f "$POLICY"; ADDED_POLICY=; fi; }
 
 # The Kubernetes commands this script builds (hack/k8s-build.sh).
 CMDS=(kubelet kube-proxy kube-scheduler)
