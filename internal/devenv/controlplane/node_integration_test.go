@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,16 +23,17 @@ import (
 
 // machineState is what of this machine a node touches: iptables rules
 // and chains, network namespaces, links, mounts (the lines a node's would
-// be in; other tests on this machine may change the rest meanwhile), and
-// the kernel settings the kubelet sets.
+// be in; other tests on this machine may change the rest meanwhile), the
+// kubelet's folder of log links, the kernel settings the kubelet sets and
+// the forwarding the CNI bridge plugin turns on.
 type machineState struct {
-	iptables, netns, links, mounts string
-	sysctls                        map[string]string
+	iptables, netns, links, mounts, containerLogs string
+	sysctls, forwarding                           map[string]string
 }
 
 var (
 	counters = regexp.MustCompile(`\[\d+:\d+\]`)
-	nodeLike = regexp.MustCompile(`KUBE-|CNI-|cni-|` + bridgePrefix + `|veth|/kubepods|` + nodeCgroup + `|` + regexp.QuoteMeta(os.TempDir()+"/"+tempPrefix))
+	nodeLike = regexp.MustCompile(`KUBE-|CNI-|cni-|` + bridgePrefix + `|veth|/kubepods|` + nodeCgroup + `|` + regexp.QuoteMeta(filepath.Join(os.TempDir(), tempPrefix)))
 )
 
 func snapshot(t *testing.T) machineState {
@@ -54,23 +56,39 @@ func snapshot(t *testing.T) machineState {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	s := machineState{
-		iptables: out("iptables-save") + out("ip6tables-save"),
-		netns:    out("ip", "netns", "list"),
-		links:    out("ip", "-o", "link", "show"),
-		mounts:   lines(string(mounts)),
-		sysctls:  map[string]string{},
+		iptables:   out("iptables-save") + out("ip6tables-save"),
+		netns:      out("ip", "netns", "list"),
+		links:      out("ip", "-o", "link", "show"),
+		mounts:     lines(string(mounts)),
+		sysctls:    readSysctls(kernelTunables),
+		forwarding: readSysctls(forwardingSysctls),
 	}
-	for _, k := range kernelTunables {
-		b, _ := os.ReadFile("/proc/sys/" + k)
-		s.sysctls[k] = strings.TrimSpace(string(b))
+	if ents, err := os.ReadDir(containerLogDir); err != nil {
+		s.containerLogs = err.Error() + "\n"
+	} else {
+		var links strings.Builder
+		for _, e := range ents {
+			target, _ := os.Readlink(filepath.Join(containerLogDir, e.Name()))
+			links.WriteString(e.Name() + " -> " + target + "\n")
+		}
+		s.containerLogs = lines(links.String())
 	}
 	return s
 }
 
+func readSysctls(keys []string) map[string]string {
+	m := map[string]string{}
+	for _, k := range keys {
+		b, _ := os.ReadFile("/proc/sys/" + k)
+		m[k] = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
 // TestNodeIntegration starts a control plane with a real node, runs a pod
 // on it, and stops it: the machine is as it was (iptables, network
-// namespaces, links, mounts, the kubelet's kernel settings), and nothing a
-// node makes is left (Leftovers).
+// namespaces, links, mounts, /var/log/containers, the kubelet's kernel
+// settings, forwarding), and nothing a node makes is left (Leftovers).
 func TestNodeIntegration(t *testing.T) {
 	RequireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -148,6 +166,13 @@ func TestNodeIntegration(t *testing.T) {
 	} else if node.Spec.PodCIDR != n.PodCIDR.String() || !slices.Equal(node.Spec.PodCIDRs, []string{n.PodCIDR.String()}) {
 		t.Errorf("node %s: podCIDR %q, podCIDRs %v; want %s", n.Name, node.Spec.PodCIDR, node.Spec.PodCIDRs, n.PodCIDR)
 	}
+	// The Services' range is the one the node routes onto its bridge,
+	// free on this machine.
+	if svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err != nil || !n.serviceCIDR.Contains(ip) || n.serviceCIDR.Overlaps(n.PodCIDR) {
+		t.Errorf("Service kubernetes ClusterIP %s; want it in %s, apart from the pod network %s", svc.Spec.ClusterIP, n.serviceCIDR, n.PodCIDR)
+	}
 	out, err := exec.Command(n.Ctr()[0], append(n.Ctr()[1:], "tasks", "list")...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")) {
 		t.Errorf("ctr tasks list (%v) does not show the pod's container:\n%s", err, out)
@@ -177,6 +202,7 @@ func TestNodeIntegration(t *testing.T) {
 	for what, pair := range map[string][2]string{
 		"iptables": {before.iptables, after.iptables}, "network namespaces": {before.netns, after.netns},
 		"links": {before.links, after.links}, "mounts": {before.mounts, after.mounts},
+		containerLogDir: {before.containerLogs, after.containerLogs},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("%s differ after the node stopped:\nbefore:\n%s\nafter:\n%s", what, pair[0], pair[1])
@@ -184,6 +210,9 @@ func TestNodeIntegration(t *testing.T) {
 	}
 	if !equalMaps(after.sysctls, before.sysctls) {
 		t.Errorf("kernel settings after %v; want %v", after.sysctls, before.sysctls)
+	}
+	if !equalMaps(after.forwarding, before.forwarding) {
+		t.Errorf("forwarding after %v; want %v", after.forwarding, before.forwarding)
 	}
 	if _, err := os.Stat(cp.Dir); !os.IsNotExist(err) {
 		t.Errorf("control-plane folder %s still there (%v)", cp.Dir, err)

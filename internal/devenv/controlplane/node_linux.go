@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -107,11 +108,14 @@ type Node struct {
 	holdLock bool
 	// containerdRoot is NodeOptions.ContainerdRoot or its default.
 	containerdRoot string
-	registryCAs    map[string][]byte
-	procs          []*nodeProc
-	sysctls        map[string]string
-	pki            string
-	ports          struct{ kubelet, kubeletHealthz, proxyHealthz, proxyMetrics int }
+	// serviceCIDR is the API server's --service-cluster-ip-range, free on
+	// this machine like PodCIDR.
+	serviceCIDR netip.Prefix
+	registryCAs map[string][]byte
+	procs       []*nodeProc
+	sysctls     map[string]string
+	pki         string
+	ports       struct{ kubelet, kubeletHealthz, proxyHealthz, proxyMetrics int }
 }
 
 type nodeProc struct {
@@ -129,6 +133,17 @@ const (
 	// nodeDirFile records the folder of the node running (or killed):
 	// its mounts and shims are what a sweep looks for.
 	nodeDirFile = "/run/egressproxy-node.dir"
+	// sysctlsFile records the machine's values of the kernel settings the
+	// node changes ("key value" lines), written before anything changes
+	// them: stop puts them back and removes it, a sweep puts back a killed
+	// node's.
+	sysctlsFile = "/run/egressproxy-node.sysctls"
+	// containerLogDir is where a kubelet links its containers' logs (a
+	// path it fixes); madeLogDirFile records that it was not there before
+	// the node's kubelet, which makes it, so that stop and the sweep
+	// remove it once empty.
+	containerLogDir = "/var/log/containers"
+	madeLogDirFile  = "/run/egressproxy-node.made-log-dir"
 	// bridgePrefix names the pod bridges (epxnode<N>); a sweep removes
 	// those left by a killed node.
 	bridgePrefix = "epxnode"
@@ -140,14 +155,17 @@ const (
 	pauseImage = "localhost/egressproxy/pause:1"
 	// nodeName is the Node's name.
 	nodeName = "egressproxy-node"
-	// serviceCIDR is envtest's --service-cluster-ip-range.
-	serviceCIDR = "10.0.0.0/24"
 )
 
 // kernelTunables are the sysctls the kubelet sets at start (it can only
 // set them or refuse to start): the node puts them back once the kubelet
 // is up, so a test machine keeps its own panic and overcommit settings.
 var kernelTunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+// forwardingSysctls are what the CNI bridge plugin turns on machine-wide
+// for a gateway bridge (isGateway), for the families of its addresses:
+// IPv4 only here. Pods need it while the node runs; stop puts it back.
+var forwardingSysctls = []string{"net/ipv4/ip_forward"}
 
 // nodeBinDir finds the node binaries like BinDir finds the control plane's.
 func nodeBinDir(ctx context.Context, log io.Writer) (string, error) {
@@ -228,11 +246,11 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 	if err := writeKubeletClientPKI(n.pki); err != nil {
 		return nil, err
 	}
-	pfx, br, err := freePodCIDR()
+	pfx, br, svc, err := freeCIDRs()
 	if err != nil {
 		return nil, err
 	}
-	n.PodCIDR, n.Bridge = pfx, br
+	n.PodCIDR, n.Bridge, n.serviceCIDR = pfx, br, svc
 	n.Gateway = pfx.Addr().Next()
 	n.ContainerdSocket = filepath.Join(n.Dir, "containerd", "containerd.sock")
 	n.containerdRoot = o.ContainerdRoot
@@ -254,6 +272,7 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 	args.Set("kubelet-client-certificate", filepath.Join(n.pki, "apiserver-kubelet-client.crt"))
 	args.Set("kubelet-client-key", filepath.Join(n.pki, "apiserver-kubelet-client.key"))
 	args.Set("kubelet-preferred-address-types", "InternalIP")
+	args.Set("service-cluster-ip-range", n.serviceCIDR.String())
 	return n, nil
 }
 
@@ -262,6 +281,16 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	note := n.c.log.writer("[node] ")
 	t0 := time.Now()
+	// Before the kubelet and the first pod: what they change is then put
+	// back even after a kill.
+	if err := n.recordSysctls(); err != nil {
+		return err
+	}
+	if !fileExists(containerLogDir) {
+		if err := os.WriteFile(madeLogDirFile, nil, 0o600); err != nil {
+			return err
+		}
+	}
 	if err := n.bridgeUp(); err != nil {
 		return err
 	}
@@ -287,12 +316,6 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	n.ImportIn = time.Since(t1)
 	fmt.Fprintf(note, "containerd up in %.2fs, %d image(s) imported in %.2fs\n", t1.Sub(t0).Seconds(), len(o.Images)+1, n.ImportIn.Seconds())
 
-	n.sysctls = map[string]string{}
-	for _, k := range kernelTunables {
-		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
-			n.sysctls[k] = strings.TrimSpace(string(b))
-		}
-	}
 	if err := n.startKubelet(); err != nil {
 		return err
 	}
@@ -305,7 +328,11 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	if err := n.waitReady(ctx); err != nil {
 		return err
 	}
-	n.restoreSysctls()
+	// The kubelet sets its settings once, at start; forwarding stays on
+	// for the pods until stop.
+	if err := n.restoreSysctls(kernelTunables...); err != nil {
+		return err
+	}
 	n.ReadyIn = time.Since(t0)
 	fmt.Fprintf(note, "node %s Ready in %.2fs (pods in %s on %s)\n", n.Name, time.Since(t0).Seconds(), n.PodCIDR, n.Bridge)
 	return nil
@@ -317,12 +344,74 @@ func (n *Node) releaseLock() {
 	}
 }
 
-func (n *Node) restoreSysctls() {
-	for k, v := range n.sysctls {
-		if b, err := os.ReadFile("/proc/sys/" + k); err == nil && strings.TrimSpace(string(b)) != v {
-			_ = os.WriteFile("/proc/sys/"+k, []byte(v+"\n"), 0o644)
+// recordSysctls reads the machine's kernelTunables and forwardingSysctls
+// and records them in sysctlsFile.
+func (n *Node) recordSysctls() error {
+	n.sysctls = map[string]string{}
+	for _, k := range slices.Concat(kernelTunables, forwardingSysctls) {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			n.sysctls[k] = strings.TrimSpace(string(b))
 		}
 	}
+	return writeSysctls(n.sysctls)
+}
+
+// writeSysctls replaces sysctlsFile with m in one rename: a kill leaves
+// the old record or the new one, never half of one.
+func writeSysctls(m map[string]string) error {
+	tmp := sysctlsFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(sysctlsText(m)), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, sysctlsFile)
+}
+
+// sysctlsText is m as "key value" lines, which parseSysctls reads.
+func sysctlsText(m map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s %s\n", k, m[k])
+	}
+	return b.String()
+}
+
+// restoreSysctls puts back the recorded values of keys (of all when none
+// is named) and leaves only the others in sysctlsFile, which it removes
+// once empty.
+func (n *Node) restoreSysctls(keys ...string) error {
+	if len(keys) == 0 {
+		keys = slices.Collect(maps.Keys(n.sysctls))
+	}
+	var errs []error
+	for _, k := range keys {
+		if v, ok := n.sysctls[k]; ok {
+			if err := setSysctl(k, v); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(n.sysctls, k)
+		}
+	}
+	if len(n.sysctls) == 0 {
+		if err := os.Remove(sysctlsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	} else if err := writeSysctls(n.sysctls); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// setSysctl writes v to /proc/sys/k when it holds another value.
+func setSysctl(k, v string) error {
+	b, err := os.ReadFile("/proc/sys/" + k)
+	if err != nil || strings.TrimSpace(string(b)) == v {
+		return err
+	}
+	if err := os.WriteFile("/proc/sys/"+k, []byte(v+"\n"), 0o644); err != nil { //nolint:gosec // a kernel setting, as it was.
+		return fmt.Errorf("putting back %s = %s: %w", k, v, err)
+	}
+	return nil
 }
 
 // poll calls check every interval until it says done or fails, ctx ends,
@@ -438,14 +527,20 @@ func (n *Node) stop() error {
 		}
 	}
 	n.signal("containerd")
+	// No pod is left to need forwarding.
+	if n.sysctls != nil {
+		if err := n.restoreSysctls(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeLogLinks(n.Dir); err != nil {
+		errs = append(errs, err)
+	}
 	// The sweep removes kube-proxy's chains, not kube-proxy --cleanup: that
 	// also flushes every IPVS service and deletes any kube-proxy nftables
 	// table on the machine.
 	if err := n.sweep(); err != nil {
 		errs = append(errs, err)
-	}
-	if n.sysctls != nil {
-		n.restoreSysctls()
 	}
 	if n.lock != nil && !n.holdLock {
 		_ = n.lock.Close()

@@ -29,7 +29,7 @@ func (n *Node) bridgeUp() error {
 		// Cluster IPs by the bridge too: before kube-proxy's rules are in
 		// place (or after they are gone) a connection to one goes nowhere,
 		// never out of the machine's own interface.
-		{"route", "add", serviceCIDR, "dev", n.Bridge, "src", n.Gateway.String()},
+		{"route", "add", n.serviceCIDR.String(), "dev", n.Bridge, "src", n.Gateway.String()},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
@@ -56,12 +56,14 @@ func bridges() []string {
 	return out
 }
 
-// freePodCIDR picks a /24 in 10.213.0.0/16 that no route of this machine
-// touches, and the bridge name for it.
-func freePodCIDR() (netip.Prefix, string, error) {
+// freeCIDRs picks two /24s in 10.213.0.0/16 that no route of this
+// machine touches: the pod network, with the bridge name for it, and the
+// Services' (routed onto the bridge: a range of the machine's own there
+// would lose its traffic).
+func freeCIDRs() (pods netip.Prefix, bridge string, services netip.Prefix, err error) {
 	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
 	if err != nil {
-		return netip.Prefix{}, "", fmt.Errorf("ip route: %w", err)
+		return netip.Prefix{}, "", netip.Prefix{}, fmt.Errorf("ip route: %w", err)
 	}
 	var used []netip.Prefix
 	for _, l := range strings.Split(string(out), "\n") {
@@ -84,13 +86,20 @@ func freePodCIDR() (netip.Prefix, string, error) {
 			used = append(used, p)
 		}
 	}
+	var free []int
 	start, _ := rand.Int(rand.Reader, big.NewInt(250))
-	for i := range 250 {
+	for i := 0; i < 250 && len(free) < 2; i++ {
 		n := (int(start.Int64())+i)%250 + 1
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 213, byte(n), 0}), 24)
-		if !slices.ContainsFunc(used, p.Overlaps) {
-			return p, bridgePrefix + strconv.Itoa(n), nil
+		if !slices.ContainsFunc(used, slash24(n).Overlaps) {
+			free = append(free, n)
 		}
 	}
-	return netip.Prefix{}, "", errors.New("no free /24 in 10.213.0.0/16 for the pod network")
+	if len(free) < 2 {
+		return netip.Prefix{}, "", netip.Prefix{}, errors.New("no two free /24s in 10.213.0.0/16 for the pod network and the Services")
+	}
+	return slash24(free[0]), bridgePrefix + strconv.Itoa(free[0]), slash24(free[1]), nil
+}
+
+func slash24(n int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 213, byte(n), 0}), 24)
 }

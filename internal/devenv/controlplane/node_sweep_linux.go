@@ -48,8 +48,9 @@ func recordedNodeDir() string {
 // its folder (containers' root filesystems, volumes, the pods' network
 // namespaces), the pod bridges (bridgePrefix), kube-proxy's iptables
 // chains and the rules jumping to them (only when a node ran: kube-proxy's
-// names are fixed, see proxyChains), and its cgroups. Call it holding the
-// node lock.
+// names are fixed, see proxyChains), its cgroups and the kubelet's links
+// to its logs (see nodeLogLinks); and it puts back the kernel settings
+// recorded in sysctlsFile. Call it holding the node lock.
 func sweepNodes(log io.Writer) error {
 	var errs []error
 	// Containers (and pause) live in the node's cgroup; shims are
@@ -91,6 +92,13 @@ func sweepNodes(log io.Writer) error {
 		}
 		return len(nodeCgroups()) == 0, nil
 	}, func() error { return nil })
+	if err := removeLogLinks(recordedNodeDir()); err != nil {
+		errs = append(errs, err)
+	}
+	// Last: forwarding off only once no pod of the node is left.
+	if err := restoreRecordedSysctls(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		fmt.Fprintf(log, "sweep: %v\n", errors.Join(errs...))
 	}
@@ -101,7 +109,8 @@ func sweepNodes(log io.Writer) error {
 // it is not stopped cleanly: processes in its cgroups, containerd shims of
 // a node, mounts below a node folder, pod bridges, kube-proxy's iptables
 // chains (but those another component had before the node started), the
-// node's cgroups. Empty after a clean stop.
+// node's cgroups, the kubelet's links to its logs, kernel settings not put
+// back. Empty after a clean stop.
 func Leftovers() []string {
 	var out []string
 	if p := nodeCgroupPIDs(); len(p) > 0 {
@@ -128,7 +137,113 @@ func Leftovers() []string {
 	if cg := nodeCgroups(); len(cg) > 0 {
 		out = append(out, fmt.Sprintf("cgroups %v", cg))
 	}
+	if l := nodeLogLinks(recordedNodeDir()); len(l) > 0 {
+		out = append(out, fmt.Sprintf("log links %v", l))
+	}
+	if b, err := os.ReadFile(sysctlsFile); err == nil {
+		out = append(out, fmt.Sprintf("kernel settings to put back (%s) %q", sysctlsFile, strings.TrimSpace(string(b))))
+	}
 	return out
+}
+
+// restoreRecordedSysctls puts back the kernel settings a node recorded in
+// sysctlsFile (only those a node changes: kernelTunables and
+// forwardingSysctls) and removes the record (and a half-written one).
+func restoreRecordedSysctls() error {
+	_ = os.Remove(sysctlsFile + ".tmp")
+	b, err := os.ReadFile(sysctlsFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for k, v := range parseSysctls(b) {
+		if err := setSysctl(k, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return os.Remove(sysctlsFile)
+}
+
+// parseSysctls reads the lines writeSysctls writes, keeping only the
+// settings a node records: the file is read as root.
+func parseSysctls(b []byte) map[string]string {
+	out := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), " ")
+		if ok && (slices.Contains(kernelTunables, k) || slices.Contains(forwardingSysctls, k)) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// nodeLogLinks are the links in containerLogDir a node's kubelet made:
+// those into dir (a node's folder), and those left dangling into any
+// node's pod logs in a control plane's temporary folder (a node killed
+// and its folder removed since). Never a link that points elsewhere.
+func nodeLogLinks(dir string) []string {
+	ents, _ := os.ReadDir(containerLogDir)
+	var out []string
+	for _, e := range ents {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		p := filepath.Join(containerLogDir, e.Name())
+		target, err := os.Readlink(p)
+		if err != nil {
+			continue
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(containerLogDir, target)
+		}
+		target = filepath.Clean(target)
+		switch {
+		case dir != "" && strings.HasPrefix(target, dir+"/"):
+			out = append(out, p)
+		case isNodePodLog(target) && !fileExists(target):
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// isNodePodLog is whether path is below the pod-logs folder of a node in
+// a control plane's temporary folder (<TMPDIR>/<tempPrefix>*/node/kubelet/pod-logs).
+func isNodePodLog(path string) bool {
+	i := strings.Index(path, "/"+tempPrefix)
+	if i < 0 {
+		return false
+	}
+	_, rest, ok := strings.Cut(path[i+1:], "/")
+	return ok && strings.HasPrefix(rest, "node/kubelet/pod-logs/")
+}
+
+// removeLogLinks removes nodeLogLinks(dir), and containerLogDir when the
+// node made it (madeLogDirFile) and nothing else is in it now.
+func removeLogLinks(dir string) error {
+	var errs []error
+	for _, l := range nodeLogLinks(dir) {
+		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if fileExists(madeLogDirFile) {
+		if ents, err := os.ReadDir(containerLogDir); err == nil && len(ents) == 0 {
+			if err := os.Remove(containerLogDir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.Remove(madeLogDirFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // nodeShimPIDs are containerd shims started by a node's containerd (its
