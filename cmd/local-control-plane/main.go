@@ -77,7 +77,7 @@ func run() int {
 	var crds listFlag
 	fs.Var(&crds, "crds", "folder of CRD manifests to install before anything runs (repeatable)")
 	kubeconfigOut := fs.String("kubeconfig-out", "", "where to write the admin kubeconfig (default: DIR/kubeconfig)")
-	dir := fs.String("dir", "", "folder for the control plane's data, PID files and log (default: a temporary folder removed at exit)")
+	dir := fs.String("dir", "", "folder for the control plane's data, PID files and log: new, empty or one a control plane used before (default: a temporary folder removed at exit)")
 	binDir := fs.String("bin-dir", "", "folder holding etcd, kube-apiserver and kube-controller-manager (default: $"+controlplane.EnvBinDir+", else built by hack/controlplane-bins.sh)")
 	logPath := fs.String("log", "", "file for the control-plane processes' output (default: DIR/controlplane.log)")
 	noKCM := fs.Bool("no-controller-manager", false, "run only etcd and kube-apiserver (no garbage collection, namespace deletion or Deployments)")

@@ -278,6 +278,11 @@ func (c *ControlPlane) prepareDir(dir string) error {
 		return err
 	}
 	c.Dir = d
+	// What follows removes folders of fixed names in d (and the node's):
+	// only in a folder of its own.
+	if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 && !ownerRecorded(d) {
+		return fmt.Errorf("the control plane's folder %s is not empty and holds no control plane's data (no pids/owner.pid): name a new or empty folder", d)
+	}
 	for _, sub := range []string{"etcd", "apiserver", "pids", "bin"} {
 		if err := os.RemoveAll(filepath.Join(d, sub)); err != nil {
 			return err
@@ -290,6 +295,12 @@ func (c *ControlPlane) prepareDir(dir string) error {
 }
 
 const tempPrefix = "egressproxy-controlplane-"
+
+// ownerRecorded says dir holds a control plane's data (writeOwnerPID).
+func ownerRecorded(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "pids", "owner.pid"))
+	return err == nil
+}
 
 // writeOwnerPID records the process owning the folder, for pruneStale.
 func writeOwnerPID(dir string) error {
