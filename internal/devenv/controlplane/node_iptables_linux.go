@@ -128,6 +128,14 @@ func foreignKubeProxy() string {
 			}
 		}
 	}
+	return runningKubeProxy()
+}
+
+// runningKubeProxy names a kube-proxy that runs on this machine (its
+// nftables table, its process), or is "": a killed node's kube-proxy
+// died with it, so one running is another Kubernetes', whose chains carry
+// the names a killed node's would.
+func runningKubeProxy() string {
 	if _, err := exec.LookPath("nft"); err == nil {
 		for _, family := range []string{"ip", "ip6"} {
 			if exec.Command("nft", "list", "table", family, "kube-proxy").Run() == nil {

@@ -77,10 +77,15 @@ func sweepNodes(log io.Writer) error {
 		}
 	}
 	if recordedNodeDir() != "" {
-		kept := keptChains()
-		for _, ipt := range iptablesCommands() {
-			if err := sweepChains(ipt, kept); err != nil {
-				errs = append(errs, err)
+		if sign := runningKubeProxy(); sign != "" {
+			// Started since the node was killed: the chains are its now.
+			errs = append(errs, fmt.Errorf("kube-proxy's chains are left as they are: another kube-proxy runs on this machine (%s)", sign))
+		} else {
+			kept := keptChains()
+			for _, ipt := range iptablesCommands() {
+				if err := sweepChains(ipt, kept); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}
