@@ -23,8 +23,12 @@ import (
 // machine keeps where a careless node would look: a process in a
 // kubepods cgroup, kubelet and CNI chains with rules jumping to them, an
 // idle cni-* network namespace, a containerd on its default socket and a
-// squid. The test plants them and removes what it planted.
+// squid. The test plants them and removes what it planted. Since they
+// carry other products' names, what it planted is also written to
+// lookalikesFile as it goes: a test killed before its clean-up leaves a
+// record the next planting uses to remove them (sweepLookalikes).
 type lookalikes struct {
+	record        *os.File
 	cgroupProc    *exec.Cmd
 	cgroupDir     string
 	chains        [][3]string // iptables, table, chain
@@ -46,7 +50,16 @@ func PlantLookalikes(t testing.TB) (check func() []string) {
 
 func plantLookalikes(t testing.TB) *lookalikes {
 	t.Helper()
-	l := &lookalikes{}
+	if err := sweepLookalikes(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := os.OpenFile(lookalikesFile, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatalf("recording the look-alikes: %v", err)
+	}
+	start, _ := procStartTime(os.Getpid())
+	fmt.Fprintf(rec, "owner %d %d\n", os.Getpid(), start)
+	l := &lookalikes{record: rec}
 	t.Cleanup(l.remove)
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
@@ -73,6 +86,10 @@ func plantLookalikes(t testing.TB) *lookalikes {
 	for p := dir; p != cgroupFS && !fileExists(p); p = filepath.Dir(p) {
 		l.cgroupCreated = append(l.cgroupCreated, p)
 	}
+	// Outermost first: the sweep goes through the record backwards.
+	for i := len(l.cgroupCreated) - 1; i >= 0; i-- {
+		l.note("cgroup", l.cgroupCreated[i])
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("planting a foreign kubepods cgroup: %v", err)
 	}
@@ -91,6 +108,7 @@ func plantLookalikes(t testing.TB) *lookalikes {
 				t.Fatalf("iptables -N %s: %v: %s", chain, err, out)
 			}
 			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", "-t", "filter", "-X", chain).Run() })
+			l.note("chain", chain)
 		}
 		jump := []string{from, "-j", chain}
 		if exec.Command("iptables", append([]string{"-t", "filter", "-C"}, jump...)...).Run() != nil {
@@ -99,6 +117,7 @@ func plantLookalikes(t testing.TB) *lookalikes {
 			}
 			// Before the chain's -X, registered above.
 			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, jump...)...).Run() })
+			l.note(append([]string{"jump"}, jump...)...)
 		}
 		l.chains = append(l.chains, [3]string{"iptables", "filter", chain})
 		l.jumps = append(l.jumps, jump)
@@ -110,6 +129,7 @@ func plantLookalikes(t testing.TB) *lookalikes {
 		t.Fatalf("ip netns add %s: %v: %s", l.netns, err, out)
 	}
 	l.cleanups = append(l.cleanups, func() { _ = exec.Command("ip", "netns", "delete", l.netns).Run() })
+	l.note("netns", l.netns)
 
 	// Docker's containerd on its default socket, unless a real one is
 	// there (then that one must survive), and a system squid.
@@ -120,12 +140,14 @@ func plantLookalikes(t testing.TB) *lookalikes {
 				t.Fatal(err)
 			}
 			l.cleanups = append(l.cleanups, func() { _ = os.Remove(filepath.Dir(l.socket)) })
+			l.note("dir", filepath.Dir(l.socket))
 		}
 		ln, err := net.Listen("unix", l.socket)
 		if err != nil {
 			t.Fatalf("standing in for a containerd on %s: %v", l.socket, err)
 		}
 		l.listener = ln
+		l.note("socket", l.socket)
 		go func() {
 			for {
 				c, err := ln.Accept()
@@ -138,7 +160,68 @@ func plantLookalikes(t testing.TB) *lookalikes {
 		l.services = append(l.services, startSleep(t, "containerd"))
 	}
 	l.services = append(l.services, startSleep(t, "containerd-shim-runc-v2"), startSleep(t, "squid"))
+	for _, s := range append(l.services, l.cgroupProc) {
+		st, _ := procStartTime(s.Process.Pid)
+		l.note("proc", strconv.Itoa(s.Process.Pid), strconv.FormatUint(st, 10))
+	}
 	return l
+}
+
+// lookalikesFile records the look-alikes planted, one per line: the
+// owner's PID and start time first, then what was made, in order.
+const lookalikesFile = "/run/egressproxy-lookalikes"
+
+// note records one planted thing.
+func (l *lookalikes) note(fields ...string) {
+	fmt.Fprintln(l.record, strings.Join(fields, " "))
+	_ = l.record.Sync()
+}
+
+// sweepLookalikes removes what a killed test planted, by its record: only
+// when its owner is gone (a live owner's are its own to remove).
+func sweepLookalikes() error {
+	b, err := os.ReadFile(lookalikesFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscanf(lines[0], "owner %d %d", &pid, &start); err == nil {
+		if st, ok := procStartTime(pid); ok && st == start && pid != os.Getpid() {
+			return fmt.Errorf("look-alikes planted by PID %d, which still runs, are on this machine (%s)", pid, lookalikesFile)
+		}
+	}
+	// In reverse: jumps before their chains, cgroups' processes before
+	// the cgroups, the deepest cgroup first.
+	for i := len(lines) - 1; i >= 1; i-- {
+		f := strings.Fields(lines[i])
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "proc":
+			p, _ := strconv.Atoi(f[1])
+			if st, ok := procStartTime(p); ok && len(f) > 2 && strconv.FormatUint(st, 10) == f[2] {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+				waitGone([]int{p}, 5*time.Second)
+			}
+		case "jump":
+			_ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, f[1:]...)...).Run()
+		case "chain":
+			_ = exec.Command("iptables", "-t", "filter", "-X", f[1]).Run()
+		case "netns":
+			_ = exec.Command("ip", "netns", "delete", f[1]).Run()
+		case "socket":
+			_ = os.Remove(f[1])
+		case "dir", "cgroup":
+			_ = syscall.Rmdir(f[1])
+		}
+	}
+	return os.Remove(lookalikesFile)
 }
 
 // startSleep starts a sleep whose command line names it argv0: a process
@@ -147,6 +230,8 @@ func startSleep(t testing.TB, argv0 string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sleep", "3600")
 	cmd.Args[0] = argv0
+	// Gone with the test, also when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +276,10 @@ func (l *lookalikes) check() []string {
 }
 
 func (l *lookalikes) remove() {
+	defer func() {
+		_ = l.record.Close()
+		_ = os.Remove(lookalikesFile)
+	}()
 	for _, s := range append(l.services, l.cgroupProc) {
 		if s != nil {
 			_ = s.Process.Kill()
