@@ -37,7 +37,13 @@ exec 9>"$STATE/script.lock"
 # Daemons started below must not inherit fd 9, or they would hold the lock.
 flock -w 300 9 || { echo "libvirt: $STATE/lock held for 5 minutes" >&2; exit 1; }
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive PIDFILE: the process the file names runs, and is the daemon the
+# file is named for (a PID left by a crash may since be another's).
+alive() {
+  [ -s "$1" ] || return 1
+  local pid; pid=$(cat "$1" 2>/dev/null) || return 1
+  kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$1" .pid)" ]
+}
 
 # --- packages ----------------------------------------------------------------
 PKGS="libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt-daemon-system libvirt-daemon-system-sysv qemu-system-x86 qemu-utils ovmf dnsmasq-base iptables openssh-server"
@@ -100,6 +106,11 @@ if ! alive "$STATE/libvirtd.pid"; then
     log "a libvirtd not started by this script answers on $SOCK; using it"
   else
     t0=$SECONDS
+    # libvirtd adds its LIBVIRT_* chains and the jumps to them from the
+    # built-in chains; when none were there, libvirt-down.sh removes them.
+    if ! { iptables-save; ip6tables-save; } 2>/dev/null | grep -q '^:LIBVIRT_'; then
+      echo 1 >"$STATE/owns-libvirt-chains"
+    fi
     libvirtd -d -f "$STATE/libvirtd.conf" -p "$STATE/libvirtd.pid" 9>&-
     echo 1 >"$STATE/owns-libvirtd"
     for _ in $(seq 1 120); do
