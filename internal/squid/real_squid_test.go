@@ -668,14 +668,21 @@ func (l *countingListener) Accept() (net.Conn, error) {
 func TestRealSquidDeniesPivots(t *testing.T) {
 	bin := squidBinary(t)
 	helper := helperPath(t, bin)
-	var r [3]byte
-	_, _ = rand.Read(r[:])
+	// Random addresses of each private range, none on a network this
+	// machine routes: the test host takes their traffic.
+	random := func(f func(r [3]byte) netip.Addr) netip.Addr {
+		return netnshost.Unrouted(func() netip.Addr {
+			var r [3]byte
+			_, _ = rand.Read(r[:])
+			return f(r)
+		})
+	}
 	private := []netip.Addr{
-		netip.AddrFrom4([4]byte{10, r[0], r[1], r[2] | 1}),
-		netip.AddrFrom4([4]byte{172, 16 + r[0]%16, r[1], r[2] | 1}),
-		netip.AddrFrom4([4]byte{192, 168, r[1], r[2] | 1}),
-		netip.AddrFrom4([4]byte{100, 64 + r[0]%64, r[1], r[2] | 1}),
-		netip.AddrFrom16([16]byte{0xfd, 0xe9, r[0], r[1], 14: r[2], 15: 1}),
+		random(func(r [3]byte) netip.Addr { return netip.AddrFrom4([4]byte{10, r[0], r[1], r[2] | 1}) }),
+		random(func(r [3]byte) netip.Addr { return netip.AddrFrom4([4]byte{172, 16 + r[0]%16, r[1], r[2] | 1}) }),
+		random(func(r [3]byte) netip.Addr { return netip.AddrFrom4([4]byte{192, 168, r[1], r[2] | 1}) }),
+		random(func(r [3]byte) netip.Addr { return netip.AddrFrom4([4]byte{100, 64 + r[0]%64, r[1], r[2] | 1}) }),
+		random(func(r [3]byte) netip.Addr { return netip.AddrFrom16([16]byte{0xfd, 0xe9, r[0], r[1], 14: r[2], 15: 1}) }),
 	}
 	h := testenv.NewTestHost(t, private...)
 	// One port for every listener on the test host.

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,17 +46,75 @@ type Host struct {
 	servers []*http.Server
 }
 
+// Unrouted returns an address gen makes that no route of this machine
+// covers but a default one, trying a few: for a test host's extra
+// addresses, which New routes to it.
+func Unrouted(gen func() netip.Addr) netip.Addr {
+	a := gen()
+	for range 64 {
+		if routeOf(a) == "" {
+			return a
+		}
+		a = gen()
+	}
+	return a
+}
+
+// routeOf is the route of this machine, other than a default one, that
+// covers a (in any table: the local table holds its own addresses), or "".
+func routeOf(a netip.Addr) string {
+	family := "-4"
+	if a.Is6() && !a.Is4In6() {
+		family = "-6"
+	}
+	out, err := exec.Command("ip", family, "route", "show", "table", "all").Output()
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if slices.Contains([]string{"local", "broadcast", "multicast", "unicast", "anycast", "blackhole", "unreachable", "prohibit", "throw"}, dst) && len(f) > 1 {
+			dst = f[1]
+		}
+		if dst == "default" {
+			continue
+		}
+		p, err := netip.ParsePrefix(dst)
+		if err != nil {
+			if b, err := netip.ParseAddr(dst); err == nil {
+				p = netip.PrefixFrom(b, b.BitLen())
+			} else {
+				continue
+			}
+		}
+		if p.Bits() > 0 && p.Contains(a.Unmap()) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
 // ErrUnavailable wraps what stops a host from being made here (no root,
 // no iproute2).
 var ErrUnavailable = errors.New("no network namespace host on this machine")
 
 // New makes a host (root and iproute2 needed). extra are more addresses
 // for it (a private one, say, to prove a proxy denies it), each routed to
-// it from this machine as a /32 or /128; leave the machine's own networks
-// and well-known addresses out. Close removes it.
+// it from this machine as a /32 or /128; one on a network this machine
+// routes already (its own, its LAN's) is refused, since the route would
+// take that network's traffic: pick them with Unrouted. Close removes it.
 func New(extra ...netip.Addr) (*Host, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("%w: iproute2's ip is not installed (apt-get install iproute2)", ErrUnavailable)
+	}
+	for _, a := range extra {
+		if r := routeOf(a); r != "" {
+			return nil, fmt.Errorf("address %s for a test host is on a network this machine routes (%s): choose another", a, r)
+		}
 	}
 	// Slots are /30s of Net; a free one is claimed by creating its
 	// namespace, which fails when it exists (another test, another

@@ -3,6 +3,7 @@ package netnshost_test
 import (
 	"bufio"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -81,5 +82,28 @@ func TestIntegrationLeftoverOfAKilledProcessIsRemoved(t *testing.T) {
 		if !exists(name) {
 			t.Errorf("namespace %s was removed, but its owner runs or it is not this package's", name)
 		}
+	}
+}
+
+// An extra address on a network this machine routes (here, its
+// loopback) is refused before anything is made: the host's route would
+// take that network's traffic. Unrouted draws another.
+func TestExtraAddressOnTheMachinesNetworkIsRefused(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("iproute2's ip is needed")
+	}
+	if _, err := netnshost.New(netip.MustParseAddr("127.0.0.5")); err == nil || !strings.Contains(err.Error(), "on a network this machine routes") {
+		t.Errorf("New with 127.0.0.5 = %v; want a refusal", err)
+	}
+	n := 0
+	got := netnshost.Unrouted(func() netip.Addr {
+		n++
+		if n == 1 {
+			return netip.MustParseAddr("127.0.0.9")
+		}
+		return netip.MustParseAddr("198.51.100.77")
+	})
+	if got != netip.MustParseAddr("198.51.100.77") || n != 2 {
+		t.Errorf("Unrouted = %s after %d draws; want the second, unrouted one", got, n)
 	}
 }
