@@ -204,11 +204,7 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	// The provider's probe is kept from the guest (a rule of the test's,
 	// on this machine's output): the guest's own check stands for it.
 	t0 = time.Now()
-	rule := []string{"OUTPUT", "-d", obs.IP, "-p", "tcp", "--dport", "3128", "-m", "comment", "--comment", "egressproxy-test " + name, "-j", "REJECT", "--reject-with", "tcp-reset"}
-	if out, err := exec.Command("iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput(); err != nil {
-		t.Fatalf("iptables -I %v: %v: %s", rule, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "-D"}, rule...)...).Run() })
+	testenv.InsertRule(t, "filter", name, "OUTPUT", "-d", obs.IP, "-p", "tcp", "--dport", "3128", "-j", "REJECT", "--reject-with", "tcp-reset")
 	testenv.WaitFor(t, "the guest's own report", 5*time.Minute, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			return false, err.Error()

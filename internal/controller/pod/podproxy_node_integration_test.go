@@ -456,11 +456,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		// The upstream stands in a /30 whose first address is this
 		// machine's end of the veth (netnshost).
 		gw := netip.MustParseAddr(up.Hostname()).Prev().String()
-		rule := []string{"POSTROUTING", "-s", podIP + "/32", "-d", up.Hostname() + "/32", "-m", "comment", "--comment", "egressproxy-test snat " + p.Name, "-j", "SNAT", "--to-source", gw}
-		if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat", "-I"}, rule...)...).CombinedOutput(); err != nil {
-			t.Fatalf("iptables -t nat -I %v: %v: %s", rule, err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, rule...)...).Run() })
+		testenv.InsertRule(t, "nat", "snat "+p.Name, "POSTROUTING", "-s", podIP+"/32", "-d", up.Hostname()+"/32", "-j", "SNAT", "--to-source", gw)
 		start := time.Now()
 		testenv.WaitFor(t, "the check to see the node's new egress address", e.within(5*time.Minute), func() (bool, string) {
 			if err := e.Kube.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
