@@ -3,7 +3,6 @@
 package controlplane
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,19 +14,10 @@ import (
 // A test killed with its look-alikes planted leaves their record; the
 // next planting removes what it names (a sleep by its PID and start time,
 // a network namespace, a folder) and the record, and nothing the record
-// does not name.
+// does not name; a live test's record is its own.
 func TestLookalikesOfAKilledTestAreSweptIntegration(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root: it plants network namespaces")
-	}
-	// No planting test runs meanwhile: they hold the node lock.
-	release, err := LockNode(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	if _, err := os.Stat(lookalikesFile); err == nil {
-		t.Fatalf("%s exists before the test", lookalikesFile)
 	}
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
@@ -55,17 +45,28 @@ func TestLookalikesOfAKilledTestAreSweptIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	record := fmt.Sprintf("owner %d 1\ndir %s\nnetns %s\nproc %d %d\n", dead.Process.Pid, dir, netns, sleep.Process.Pid, start)
-	if err := os.WriteFile(lookalikesFile, []byte(record), 0o600); err != nil {
+	recordFile := lookalikesRecord(dead.Process.Pid)
+	if err := os.WriteFile(recordFile, []byte(record), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := sweepLookalikes(); err != nil {
 		t.Fatalf("sweepLookalikes: %v", err)
 	}
 	<-exited
-	if fileExists("/run/netns/"+netns) || fileExists(dir) || fileExists(lookalikesFile) {
-		t.Errorf("after the sweep: netns %v, folder %v, record %v; want all gone", fileExists("/run/netns/"+netns), fileExists(dir), fileExists(lookalikesFile))
+	if fileExists("/run/netns/"+netns) || fileExists(dir) || fileExists(recordFile) {
+		t.Errorf("after the sweep: netns %v, folder %v, record %v; want all gone", fileExists("/run/netns/"+netns), fileExists(dir), fileExists(recordFile))
 	}
 	if !fileExists(kept) {
 		t.Error("a folder the record does not name is gone")
+	}
+
+	live := lookalikesRecord(os.Getpid())
+	start, _ = procStartTime(os.Getpid())
+	if err := os.WriteFile(live, []byte(fmt.Sprintf("owner %d %d\ndir %s\n", os.Getpid(), start, kept)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(live)
+	if err := sweepLookalikesOf(live); err != nil || !fileExists(kept) {
+		t.Errorf("sweep of a record whose owner runs: %v, folder kept %v; want it left alone", err, fileExists(kept))
 	}
 }

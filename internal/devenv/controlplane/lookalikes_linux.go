@@ -25,8 +25,9 @@ import (
 // idle cni-* network namespace, a containerd on its default socket and a
 // squid. The test plants them and removes what it planted. Since they
 // carry other products' names, what it planted is also written to
-// lookalikesFile as it goes: a test killed before its clean-up leaves a
-// record the next planting uses to remove them (sweepLookalikes).
+// a record of its own (lookalikesRecord) as it goes: a test killed before
+// its clean-up leaves a record the next planting uses to remove them
+// (sweepLookalikes).
 type lookalikes struct {
 	record        *os.File
 	cgroupProc    *exec.Cmd
@@ -53,7 +54,7 @@ func plantLookalikes(t testing.TB) *lookalikes {
 	if err := sweepLookalikes(); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := os.OpenFile(lookalikesFile, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	rec, err := os.OpenFile(lookalikesRecord(os.Getpid()), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatalf("recording the look-alikes: %v", err)
 	}
@@ -167,9 +168,12 @@ func plantLookalikes(t testing.TB) *lookalikes {
 	return l
 }
 
-// lookalikesFile records the look-alikes planted, one per line: the
-// owner's PID and start time first, then what was made, in order.
-const lookalikesFile = "/run/egressproxy-lookalikes"
+// lookalikesRecord is the record of the look-alikes a process planted,
+// one per line: its PID and start time first, then what was made, in
+// order.
+func lookalikesRecord(pid int) string { return lookalikesPrefix + strconv.Itoa(pid) }
+
+const lookalikesPrefix = "/run/egressproxy-lookalikes."
 
 // note records one planted thing.
 func (l *lookalikes) note(fields ...string) {
@@ -177,10 +181,23 @@ func (l *lookalikes) note(fields ...string) {
 	_ = l.record.Sync()
 }
 
-// sweepLookalikes removes what a killed test planted, by its record: only
-// when its owner is gone (a live owner's are its own to remove).
+// sweepLookalikes removes what killed tests planted, by their records:
+// only those whose owner is gone (a live owner's are its own to remove).
 func sweepLookalikes() error {
-	b, err := os.ReadFile(lookalikesFile)
+	records, err := filepath.Glob(lookalikesPrefix + "*")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range records {
+		errs = append(errs, sweepLookalikesOf(r))
+	}
+	return errors.Join(errs...)
+}
+
+// sweepLookalikesOf removes what one record names, unless its owner runs.
+func sweepLookalikesOf(record string) error {
+	b, err := os.ReadFile(record)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -191,8 +208,8 @@ func sweepLookalikes() error {
 	var pid int
 	var start uint64
 	if _, err := fmt.Sscanf(lines[0], "owner %d %d", &pid, &start); err == nil {
-		if st, ok := procStartTime(pid); ok && st == start && pid != os.Getpid() {
-			return fmt.Errorf("look-alikes planted by PID %d, which still runs, are on this machine (%s)", pid, lookalikesFile)
+		if st, ok := procStartTime(pid); ok && st == start {
+			return nil
 		}
 	}
 	// In reverse: jumps before their chains, cgroups' processes before
@@ -221,7 +238,7 @@ func sweepLookalikes() error {
 			_ = syscall.Rmdir(f[1])
 		}
 	}
-	return os.Remove(lookalikesFile)
+	return os.Remove(record)
 }
 
 // startSleep starts a sleep whose command line names it argv0: a process
@@ -230,8 +247,6 @@ func startSleep(t testing.TB, argv0 string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sleep", "3600")
 	cmd.Args[0] = argv0
-	// Gone with the test, also when it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +293,7 @@ func (l *lookalikes) check() []string {
 func (l *lookalikes) remove() {
 	defer func() {
 		_ = l.record.Close()
-		_ = os.Remove(lookalikesFile)
+		_ = os.Remove(lookalikesRecord(os.Getpid()))
 	}()
 	for _, s := range append(l.services, l.cgroupProc) {
 		if s != nil {
