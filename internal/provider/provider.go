@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	changelogsv1alpha1 "github.com/crossplane/crossplane-runtime/v2/apis/changelogs/proto/v1alpha1"
@@ -338,17 +339,25 @@ type syncer interface {
 	WaitForCacheSync(ctx context.Context) bool
 }
 
-// cachesSynced is the /readyz check: ready once every informer started so
-// far has synced, so that a replica answering ready reconciles from a
-// full view (a ping answered before the first list had arrived). It waits
-// at most a second: a probe must not hang.
+// cachesSynced is the /readyz check: ready once the informers started so
+// far have synced, so that a replica answering ready reconciles from a
+// full view (a ping answered before the first list had arrived). Once
+// ready it stays ready: an informer started later for a kind first read
+// then, or a probe slow on a busy machine, must not take a working
+// replica out. It waits less than a probe's default timeout, so a probe
+// gets an answer rather than its own deadline.
 func cachesSynced(c syncer) healthz.Checker {
+	var synced atomic.Bool
 	return func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		if synced.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 500*time.Millisecond)
 		defer cancel()
 		if !c.WaitForCacheSync(ctx) {
 			return errors.New("the informer caches have not synced yet")
 		}
+		synced.Store(true)
 		return nil
 	}
 }
