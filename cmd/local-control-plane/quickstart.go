@@ -596,10 +596,20 @@ func (q *quickstart) installAndWait(ctx context.Context, all ...pkgInstall) erro
 			}
 		}
 		if len(waiting) == 0 {
-			return nil
+			// Healthy is the Deployment's Available, which one replica
+			// has while its pod is not Ready yet (the default
+			// maxUnavailable rounds down to none).
+			notReady, err := q.packagePodsNotReady(ctx, all)
+			if err != nil {
+				return err
+			}
+			if len(notReady) == 0 {
+				return nil
+			}
+			waiting = notReady
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not Healthy after 5 minutes: %s%s", strings.Join(waiting, "; "), q.podsReport(ctx))
+			return fmt.Errorf("not Healthy with Ready pods after 5 minutes: %s%s", strings.Join(waiting, "; "), q.podsReport(ctx))
 		}
 		select {
 		case <-ctx.Done():
@@ -607,6 +617,50 @@ func (q *quickstart) installAndWait(ctx context.Context, all ...pkgInstall) erro
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// packagePodsNotReady says which of the provider's and the function's
+// pods among all are not Running and Ready yet, and which have none. With
+// the process runtime, Healthy already waits for the processes' readiness.
+func (q *quickstart) packagePodsNotReady(ctx context.Context, all []pkgInstall) ([]string, error) {
+	if q.procs != nil {
+		return nil, nil
+	}
+	var out []string
+	for _, in := range all {
+		if in.kind != "provider" && in.kind != "function" {
+			continue
+		}
+		label := "pkg.crossplane.io/" + in.kind
+		pl, err := q.cs.CoreV1().Pods(crossplaneNamespace).List(ctx, metav1.ListOptions{LabelSelector: label})
+		if err != nil {
+			return nil, err
+		}
+		ready := 0
+		for _, p := range pl.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if p.Status.Phase == corev1.PodRunning && podIsReady(&p) {
+				ready++
+				continue
+			}
+			out = append(out, fmt.Sprintf("pod %s %s, not Ready", p.Name, p.Status.Phase))
+		}
+		if ready == 0 && len(out) == 0 {
+			out = append(out, "no pod labelled "+label)
+		}
+	}
+	return out, nil
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // podsReport is, for a failure, the provider's and the function's pods:
@@ -978,7 +1032,7 @@ func runCrossplane(shutdown context.Context, o controlplane.Options, node bool, 
 	}
 	done("running; PIDs %s (the RBAC manager in network namespace %s); logs in %s", q.pids(), q.core.RBACNetns(), filepath.Dir(q.core.Core.LogPath))
 
-	done = q.progress.stage("packages installed: crossplane xpkg install provider, function, configuration; waiting for Healthy")
+	done = q.progress.stage("packages installed: crossplane xpkg install provider, function, configuration; waiting for Healthy and their pods Ready")
 	if err := q.runtimeConfigs(shutdown); err != nil {
 		return fail("runtime configs", err)
 	}
