@@ -93,6 +93,8 @@ func NewShared(mgr ctrl.Manager, o Options) *Shared {
 		reconcilerManager: func(m ctrl.Manager) ctrl.Manager { return m },
 	}
 	if o.AllWrites {
+		sh.reconcilerManager = func(m ctrl.Manager) ctrl.Manager { return writes.RemovingStaleKeys(m, spec.ConnectionKeys) }
+		sh.Client = sh.reconcilerManager(mgr).GetClient()
 		return sh
 	}
 	var secrets client.Reader
@@ -107,6 +109,7 @@ func NewShared(mgr ctrl.Manager, o Options) *Shared {
 		secrets, synced = c, i.HasSynced
 	}
 	wc := writes.NewClient(mgr.GetClient(), secrets, synced)
+	wc.ConnectionKeys = spec.ConnectionKeys
 	if o.Events != nil {
 		// The managed resources' writes go before the events.
 		wc.OnWrite = o.Events.NoteWrite

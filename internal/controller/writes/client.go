@@ -73,6 +73,11 @@ type Client struct {
 	// OnWrite, when set, is called after every write of an object this
 	// client sends (the events wait while they go on: events.NoteWrite).
 	OnWrite func()
+
+	// ConnectionKeys are the keys of a connection Secret that are the
+	// provider's: a patch of one removes those its data leaves out
+	// (withoutStaleKeys).
+	ConnectionKeys []string
 }
 
 // The defaults of Client.catchUpEvery and Client.catchUpFor.
@@ -383,12 +388,13 @@ func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.C
 }
 
 // Patch implements client.Writer; a patch emptying a connection Secret, or
-// writing the data the watch holds for it, is not sent.
+// writing the data the watch holds for it, is not sent, and one that is
+// sent removes the ConnectionKeys its data leaves out.
 func (c *Client) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	if c.secrets != nil && (c.secrets.emptyPatch(obj, patch) || c.secrets.heldPatch(ctx, obj, patch)) {
 		return nil
 	}
-	return c.Client.Patch(ctx, obj, patch, opts...)
+	return c.Client.Patch(ctx, obj, withoutStaleKeys(obj, patch, c.ConnectionKeys), opts...)
 }
 
 // Update implements client.Writer; an update changing nothing but the
@@ -453,7 +459,7 @@ func (w savingStatusWriter) Patch(ctx context.Context, obj client.Object, patch 
 // Manager: the same, except that GetClient returns the Client.
 type view struct {
 	manager.Manager
-	client *Client
+	client client.Client
 }
 
 func (m view) GetClient() client.Client { return m.client }

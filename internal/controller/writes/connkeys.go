@@ -1,0 +1,69 @@
+package writes
+
+import (
+	"context"
+	"encoding/json"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// crossplane-runtime's connection publisher writes an existing connection
+// Secret with a JSON merge patch of the whole Secret, which adds and
+// changes keys but never removes one. A key the details no longer hold (a
+// password once authentication is off, an egress address no longer
+// known) would stay in the Secret, and the Secret would never match the
+// details again. withoutStaleKeys makes such a patch remove every key of
+// keys (the provider's own) that the details leave out; keys of anyone
+// else stay.
+
+// withoutStaleKeys is patch, of obj, with every key of keys that its data
+// leaves out set to null, when it is a merge patch of a connection Secret
+// with data; otherwise patch itself.
+func withoutStaleKeys(obj client.Object, patch client.Patch, keys []string) client.Patch {
+	if _, ok := isConnectionSecret(obj); !ok || len(keys) == 0 || patch.Type() != types.MergePatchType {
+		return patch
+	}
+	b, err := patch.Data(obj)
+	if err != nil {
+		return patch
+	}
+	var p map[string]any
+	if err := json.Unmarshal(b, &p); err != nil {
+		return patch
+	}
+	data, ok := p["data"].(map[string]any)
+	if !ok || len(data) == 0 {
+		return patch
+	}
+	for _, k := range keys {
+		if _, held := data[k]; !held {
+			data[k] = nil
+		}
+	}
+	out, err := json.Marshal(p)
+	if err != nil {
+		return patch
+	}
+	return client.RawPatch(types.MergePatchType, out)
+}
+
+// keysClient is a client whose connection Secret patches remove the stale
+// keys of keys.
+type keysClient struct {
+	client.Client
+	keys []string
+}
+
+func (c keysClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	return c.Client.Patch(ctx, obj, withoutStaleKeys(obj, patch, c.keys), opts...)
+}
+
+// RemovingStaleKeys returns mgr as crossplane-runtime's reconcilers should
+// see it when they write through mgr's own client: the same manager, with
+// connection Secret patches that remove the keys of keys the details leave
+// out. (A Client does the same with its ConnectionKeys.)
+func RemovingStaleKeys(mgr manager.Manager, keys []string) manager.Manager {
+	return view{Manager: mgr, client: keysClient{Client: mgr.GetClient(), keys: keys}}
+}
