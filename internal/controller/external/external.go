@@ -389,6 +389,7 @@ func (e *external[P]) Disconnect(context.Context) error { return nil }
 // drivers find an instance by its ID.
 func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 	req := proxy.Request{Name: meta.GetExternalName(cr), Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}}
+	req.Placement = Recorded(cr.Observation(), e.kind.Location)
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		req.Placement = proxy.Placement{}
 	}
@@ -438,6 +439,8 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 		return proxy.Request{}, err
 	}
 	req.Proxy = settings
+	// The kind resolves an empty key to what the instance was made with.
+	req.Placement = Recorded(cr.Observation(), e.kind.Location)
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		return proxy.Request{}, err
 	}

@@ -54,20 +54,26 @@ func TestInstanceName(t *testing.T) {
 func TestPick(t *testing.T) {
 	cfg := &Config{Name: "ClusterProviderConfig home"}
 	cases := map[string]struct {
-		key     string
-		keys    []string
-		want    string
-		wantErr string
+		key, recorded string
+		keys          []string
+		want          string
+		wantErr       string
 	}{
-		"Given":            {"b", []string{"a", "b"}, "b", ""},
-		"OnlyOneIsDefault": {"", []string{"a"}, "a", ""},
-		"SeveralNeedAKey":  {"", []string{"b", "a"}, "", "spec.forProvider.host is required: ClusterProviderConfig home has several (a, b)"},
-		"UnknownKey":       {"c", []string{"b", "a"}, "", `spec.forProvider.host: "c" is not in ClusterProviderConfig home: want one of a, b`},
-		"EmptyCatalogue":   {"", nil, "", "spec.forProvider.host: ClusterProviderConfig home has none to choose from"},
+		"Given":            {"b", "", []string{"a", "b"}, "b", ""},
+		"OnlyOneIsDefault": {"", "", []string{"a"}, "a", ""},
+		"SeveralNeedAKey":  {"", "", []string{"b", "a"}, "", "spec.forProvider.host is required: ClusterProviderConfig home has several (a, b)"},
+		"UnknownKey":       {"c", "", []string{"b", "a"}, "", `spec.forProvider.host: "c" is not in ClusterProviderConfig home: want one of a, b`},
+		"EmptyCatalogue":   {"", "", nil, "", "spec.forProvider.host: ClusterProviderConfig home has none to choose from"},
+		// A proxy made when the config had one key keeps it when the
+		// config gains another.
+		"RecordedWhenEmpty":      {"", "a", []string{"b", "a"}, "a", ""},
+		"GivenBeforeRecorded":    {"b", "a", []string{"b", "a"}, "b", ""},
+		"RecordedKeyGoneIsOnly":  {"", "a", []string{"b"}, "b", ""},
+		"RecordedKeyGoneSeveral": {"", "a", []string{"b", "c"}, "", "spec.forProvider.host is required: ClusterProviderConfig home has several (b, c)"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := Pick("spec.forProvider.host", tc.key, tc.keys, cfg)
+			got, err := Pick("spec.forProvider.host", tc.key, tc.recorded, tc.keys, cfg)
 			if got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}

@@ -4,6 +4,7 @@ package gcp
 import (
 	"context"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,21 +145,24 @@ func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Reques
 	g := cfg.Spec.GCP
 	zone := p.Zone
 	switch {
+	case zone == "" && slices.Contains(g.Zones, req.Placement.Location):
+		// The zone the instance was made in: the first may have changed.
+		zone = req.Placement.Location
 	case zone == "" && len(g.Zones) > 0:
 		zone = g.Zones[0]
 	case zone == "":
 		return errors.Errorf("spec.forProvider.zone is required: %s lists no zones to default to", cfg.Name)
 	case len(g.Zones) > 0:
-		if _, err := external.Pick("spec.forProvider.zone", zone, g.Zones, cfg); err != nil {
+		if _, err := external.Pick("spec.forProvider.zone", zone, "", g.Zones, cfg); err != nil {
 			return err
 		}
 	}
 	req.Placement.Location = zone
 	var err error
-	if req.Placement.MachineType, err = external.Pick("spec.forProvider.machineType", p.MachineType, external.Keys(g.MachineTypes), cfg); err != nil {
+	if req.Placement.MachineType, err = external.Pick("spec.forProvider.machineType", p.MachineType, req.Placement.MachineType, external.Keys(g.MachineTypes), cfg); err != nil {
 		return err
 	}
-	if req.Placement.Image, err = external.Pick("spec.forProvider.image", p.Image, external.Keys(g.Images), cfg); err != nil {
+	if req.Placement.Image, err = external.Pick("spec.forProvider.image", p.Image, req.Placement.Image, external.Keys(g.Images), cfg); err != nil {
 		return err
 	}
 	req.CloudInit = p.CloudInit

@@ -53,3 +53,18 @@ func TestRequestExposure(t *testing.T) {
 		})
 	}
 }
+
+// A proxy that left its keys to the config keeps the ones it was made
+// with when the config gains more, or puts another zone first.
+func TestRequestKeepsTheRecordedPlacement(t *testing.T) {
+	s := spec.ProviderConfigSpec{GCP: &spec.GCPConfig{Zones: []string{"europe-west1-c", "europe-west1-b"},
+		MachineTypes: map[string]spec.GCPMachineType{"small": {}, "large": {}}, Images: map[string]spec.GCPImage{"debian": {}, "ubuntu": {}}}}
+	cfg := &external.Config{Name: "ClusterProviderConfig gcp", Spec: s}
+	req := proxy.Request{Placement: external.Recorded(&spec.ProxyObservation{Placement: &spec.Placement{Zone: "europe-west1-b", MachineType: "small", Image: "debian"}}, New(nil, Options{}).Location)}
+	if err := request(cfg, &spec.GCPProxyParameters{}, &req); err != nil {
+		t.Fatal(err)
+	}
+	if want := (proxy.Placement{Location: "europe-west1-b", MachineType: "small", Image: "debian"}); req.Placement != want {
+		t.Errorf("placement %+v; want the recorded %+v", req.Placement, want)
+	}
+}

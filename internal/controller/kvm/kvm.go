@@ -139,16 +139,16 @@ func request(cfg *external.Config, p *spec.KVMProxyParameters, req *proxy.Reques
 		hosts = append(hosts, h.Name)
 	}
 	var err error
-	if req.Placement.Location, err = external.Pick("spec.forProvider.host", p.Host, hosts, cfg); err != nil {
+	if req.Placement.Location, err = external.Pick("spec.forProvider.host", p.Host, req.Placement.Location, hosts, cfg); err != nil {
 		return err
 	}
-	if req.Placement.MachineType, err = external.Pick("spec.forProvider.machineType", p.MachineType, external.Keys(kvm.MachineTypes), cfg); err != nil {
+	if req.Placement.MachineType, err = external.Pick("spec.forProvider.machineType", p.MachineType, req.Placement.MachineType, external.Keys(kvm.MachineTypes), cfg); err != nil {
 		return err
 	}
 	// An image is a catalogue key or a URL of the image itself.
 	if strings.HasPrefix(p.Image, "http://") || strings.HasPrefix(p.Image, "https://") {
 		req.Placement.Image = p.Image
-	} else if req.Placement.Image, err = external.Pick("spec.forProvider.image", p.Image, external.Keys(kvm.Images), cfg); err != nil {
+	} else if req.Placement.Image, err = external.Pick("spec.forProvider.image", p.Image, req.Placement.Image, external.Keys(kvm.Images), cfg); err != nil {
 		return err
 	}
 	req.CloudInit = p.CloudInit

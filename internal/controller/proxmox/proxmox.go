@@ -68,13 +68,13 @@ type connector struct {
 func request(cfg *external.Config, p *spec.ProxmoxProxyParameters, req *proxy.Request) error {
 	pve := cfg.Spec.Proxmox
 	var err error
-	if req.Placement.Location, err = external.Pick("spec.forProvider.node", p.Node, pve.Nodes, cfg); err != nil {
+	if req.Placement.Location, err = external.Pick("spec.forProvider.node", p.Node, req.Placement.Location, pve.Nodes, cfg); err != nil {
 		return err
 	}
-	if req.Placement.MachineType, err = external.Pick("spec.forProvider.machineType", p.MachineType, external.Keys(pve.MachineTypes), cfg); err != nil {
+	if req.Placement.MachineType, err = external.Pick("spec.forProvider.machineType", p.MachineType, req.Placement.MachineType, external.Keys(pve.MachineTypes), cfg); err != nil {
 		return err
 	}
-	if req.Placement.Image, err = external.Pick("spec.forProvider.image", p.Image, external.Keys(pve.Templates), cfg); err != nil {
+	if req.Placement.Image, err = external.Pick("spec.forProvider.image", p.Image, req.Placement.Image, external.Keys(pve.Templates), cfg); err != nil {
 		return err
 	}
 	req.CloudInit = p.CloudInit
