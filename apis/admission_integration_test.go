@@ -243,6 +243,18 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"NoProxyWithAComma", cpcPods, []func(*unstructured.Unstructured){set("spec.noProxy", []any{".corp.example,10.0.0.0/8"})}, []string{"spec.noProxy[0]", "should match"}},
 		{"GCPImpersonateNotAServiceAccount", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.impersonateServiceAccount", "someone@example.com")}, []string{"spec.gcp.credentials.impersonateServiceAccount", "should match"}},
 		{"GCPDelegatesWithoutImpersonation", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.credentials.delegates", []any{"broker@p.iam.gserviceaccount.com"})}, []string{"spec.gcp.credentials.delegates", "delegates need impersonateServiceAccount"}},
+		// A CIDR with host bits is not widened in silence.
+		{"ClientCIDRWithHostBits", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.20.3.7/16"})}, []string{"spec.forProvider.proxy.allowedClientCIDRs[0]", "must not have host bits set"}},
+		{"DestinationCIDRWithHostBits", clPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.30.4.9/24"})}, []string{"spec.forProvider.proxy.allowedDestinationCIDRs[0]", "must not have host bits set"}},
+		{"ClusterNetworkWithHostBits", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.clusterNetworks", []any{"10.96.0.1/12"})}, []string{"spec.kubernetes.clusterNetworks[0]", "must not have host bits set"}},
+		{"UsernameOfTheEgressCheck", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.auth.username", "egressproxy-check")}, []string{"spec.forProvider.proxy.auth.username", "the provider's own egress check user"}},
+		// Durations the provider could not decode (which would stop every
+		// config of the kind from being read) are refused.
+		{"MinAgeInDays", cpcPods, []func(*unstructured.Unstructured){set("spec.orphans", map[string]any{"policy": "Delete", "minAge": "1d"})}, []string{"spec.orphans.minAge", "must be a duration such as 30m"}},
+		{"MinAgeNegative", nsPC, []func(*unstructured.Unstructured){set("spec.orphans", map[string]any{"minAge": "-1h"})}, []string{"spec.orphans.minAge", "must be a duration such as 30m"}},
+		{"RetentionTooLong", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.unusedImageRetention", "3000000h")}, []string{"spec.kvm.unusedImageRetention", "must be under 2562047h"}},
+		{"EgressCheckIntervalTooShort", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.egressCheck", map[string]any{"url": "http://echo.example.com/ip", "interval": "30s"})}, []string{"spec.kvm.egressCheck.interval", "at least 1m"}},
+		{"EgressCheckIntervalNotADuration", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.egressCheck", map[string]any{"url": "http://echo.example.com/ip", "interval": "hourly"})}, []string{"spec.kubernetes.egressCheck.interval", "must be a duration such as 30m"}},
 		{"InstallationIDNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.installationID", "Prod EU")}, []string{"spec.installationID", "should match"}},
 		// Tenancy: a namespaced config never acts with the provider's own identity.
 		{"NamespacedConfigInjectedKubernetesIdentity", nsPC, []func(*unstructured.Unstructured){set("spec.kubernetes.credentials", map[string]any{"source": "InjectedIdentity"})}, []string{"spec.kubernetes.credentials.source", "InjectedIdentity is not allowed on a namespaced ProviderConfig"}},
@@ -351,6 +363,8 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"OpenPrivateDestinations", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.20.0.0/16", "192.168.1.10/32", "fd12:3456::/32", "100.64.0.0/10"})}},
 		{"NamespacedConfigWithKubeconfigSecret", nsPC, nil},
 		{"GCPPrivateEndpoint", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://compute-myendpoint.p.googleapis.com")}},
+		{"GoDurations", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.unusedImageRetention", "0s"), set("spec.orphans", map[string]any{"minAge": "1h30m"}), set("spec.kvm.egressCheck", map[string]any{"url": "http://echo.example.com/ip", "interval": "1.5h"})}},
+		{"EgressCheckEveryMinute", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.egressCheck", map[string]any{"url": "http://echo.example.com/ip", "interval": "1m"})}},
 		{"GCPEndpointAddressAndPort", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://127.0.0.1:8443/")}},
 	}
 	for _, tc := range accepts {

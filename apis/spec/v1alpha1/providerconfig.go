@@ -68,6 +68,10 @@ type OrphanPolicy struct {
 	// MinAge is how old an orphan must be before Delete removes it.
 	// +optional
 	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$')",message="must be a duration such as 30m, 1h or 168h: numbers with the units ns, us, ms, s, m or h (no d for days), no sign"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$') || duration(self) < duration('2562047h')",message="must be under 2562047h"
 	MinAge *metav1.Duration `json:"minAge,omitempty"`
 }
 
@@ -230,6 +234,10 @@ type KVMConfig struct {
 	// restart starts it again.
 	// +optional
 	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$')",message="must be a duration such as 30m, 1h or 168h: numbers with the units ns, us, ms, s, m or h (no d for days), no sign"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$') || duration(self) < duration('2562047h')",message="must be under 2562047h"
 	UnusedImageRetention *metav1.Duration `json:"unusedImageRetention,omitempty"`
 	// EgressCheck, when set, has the provider verify each Ready proxy's
 	// egress address: it asks the echo endpoint through the proxy and
@@ -653,6 +661,7 @@ type KubernetesConfig struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || isIP(self)",message="must be a CIDR such as 10.96.0.0/12 or an IP address"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must not have host bits set: write the network (10.96.0.0/12 rather than 10.96.0.1/12), or one address"
 	// +listType=set
 	ClusterNetworks []string `json:"clusterNetworks,omitempty"`
 	// NetworkPolicy puts a NetworkPolicy on each proxy's pods that denies
@@ -764,5 +773,10 @@ type EgressCheck struct {
 	// instance (another address, node or spec) is checked at once. Default
 	// 1h; at least 1m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$')",message="must be a duration such as 30m, 1h or 168h: numbers with the units ns, us, ms, s, m or h (no d for days), no sign"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$') || duration(self) < duration('2562047h')",message="must be under 2562047h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h))+)$') || duration(self) >= duration('1m')",message="egressCheck.interval must be at least 1m: the check is a request through every proxy"
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }

@@ -51,6 +51,7 @@ type ProxySettings struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or fd00::/8 (a bare IP needs /32 or /128)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must not have host bits set: write the network (10.1.2.0/24 rather than 10.1.2.7/24), or one address as /32 or /128"
 	// +listType=set
 	AllowedClientCIDRs []string `json:"allowedClientCIDRs"`
 
@@ -89,6 +90,7 @@ type ProxySettings struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.20.0.0/16 (one address: /32 or /128)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must not have host bits set: write the network (10.20.0.0/16 rather than 10.20.3.4/16), or one address as /32 or /128"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '192.0.0.0/24', 'fc00::/7', '64:ff9b::a00:0/104', '64:ff9b::ac10:0/108', '64:ff9b::c0a8:0/112', '64:ff9b::6440:0/106', '64:ff9b::c000:0/120', '2002:a00::/24', '2002:ac10::/28', '2002:c0a8::/32', '2002:6440::/26', '2002:c000::/40'].exists(p, cidr(p).containsCIDR(cidr(self)))",message="must lie inside a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 192.0.0.0/24, fc00::/7, or their NAT64 or 6to4 spellings): only those are denied and can be opened; loopback, link-local and metadata addresses and local-use NAT64 (64:ff9b:1::/48) never are, and public addresses need no opening"
 	// +listType=set
 	AllowedDestinationCIDRs []string `json:"allowedDestinationCIDRs,omitempty"`
@@ -139,12 +141,14 @@ type ProxyAuth struct {
 	// Enabled turns authentication on.
 	Enabled bool `json:"enabled"`
 	// Username clients authenticate as: letters, digits, '.', '_' and '-',
-	// not first, and not REQUIRED (to Squid, any valid user).
+	// not first, and not REQUIRED (to Squid, any valid user) or
+	// egressproxy-check (the provider's egress check user).
 	// +optional
 	// +kubebuilder:default=proxy
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]{1,64}$`
 	// +kubebuilder:validation:XValidation:rule="self != 'REQUIRED' && !self.startsWith('-')",message="auth.username must be 1 to 64 letters, digits, '.', '_' and '-', not starting with '-' (Squid reads an option) and not REQUIRED (Squid reads any valid user)"
+	// +kubebuilder:validation:XValidation:rule="self != 'egressproxy-check'",message="auth.username egressproxy-check is the provider's own egress check user: choose another name"
 	Username string `json:"username,omitempty"`
 	// PasswordSecretRef names the Secret key holding the password. When
 	// absent a password of 32 random characters is generated, kept stable,
