@@ -502,7 +502,7 @@ func (q *quickstart) podTemplate(function bool) (map[string]any, error) {
 	if function {
 		c["ports"] = []any{metrics, map[string]any{"name": "grpc", "containerPort": int64(9443)}}
 		c["args"] = []any{"--address=" + q.fnIP + ":9443"}
-		c["readinessProbe"] = map[string]any{"tcpSocket": map[string]any{"host": q.fnIP, "port": int64(9443)}, "periodSeconds": int64(1)}
+		c["readinessProbe"] = map[string]any{"tcpSocket": map[string]any{"host": q.fnIP, "port": int64(9443)}, "periodSeconds": int64(1), "timeoutSeconds": int64(5)}
 		return map[string]any{"spec": spec}, nil
 	}
 	api, err := url.Parse(q.cp.Config.Host)
@@ -529,7 +529,9 @@ func (q *quickstart) podTemplate(function bool) (map[string]any, error) {
 		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": api.Port()},
 	}
 	c["volumeMounts"] = []any{map[string]any{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}}
-	c["readinessProbe"] = map[string]any{"httpGet": map[string]any{"host": "127.0.0.1", "port": int64(health), "path": "/readyz"}, "periodSeconds": int64(1)}
+	// A busy machine may answer a probe late; the default second would
+	// take a working pod out.
+	c["readinessProbe"] = map[string]any{"httpGet": map[string]any{"host": "127.0.0.1", "port": int64(health), "path": "/readyz"}, "periodSeconds": int64(1), "timeoutSeconds": int64(5)}
 	return map[string]any{"spec": spec}, nil
 }
 

@@ -127,6 +127,7 @@ spec:
               readinessProbe:
                 httpGet: {host: 127.0.0.1, port: %[3]d, path: /readyz}
                 periodSeconds: 2
+                timeoutSeconds: 5
 `, api.Hostname(), api.Port(), healthPort))
 
 	t0 := time.Now()

@@ -267,18 +267,36 @@ func checkPackagePods(t *testing.T, kubeconfig, node, dataDir, registry string) 
 		{"pkg.crossplane.io/provider", registry + "provider-egressproxy:"},
 		{"pkg.crossplane.io/function", registry + "function-egressproxy:"},
 	} {
-		pl, err := cs.CoreV1().Pods("crossplane-system").List(ctx, metav1.ListOptions{LabelSelector: pkg.label})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pl.Items) != 1 {
-			t.Errorf("%d pods labelled %s; want one", len(pl.Items), pkg.label)
-			continue
-		}
-		p := pl.Items[0]
+		// make run waited for them Ready; a probe may still fail a moment
+		// on a busy machine, so a pod not Ready is looked at again for a
+		// while before it counts.
+		var p corev1.Pod
+		var pods []corev1.Pod
 		ready := false
-		for _, c := range p.Status.Conditions {
-			ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+			pl, err := cs.CoreV1().Pods("crossplane-system").List(ctx, metav1.ListOptions{LabelSelector: pkg.label})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods = pods[:0]
+			for _, q := range pl.Items {
+				if q.DeletionTimestamp == nil {
+					pods = append(pods, q)
+				}
+			}
+			if len(pods) == 1 {
+				p, ready = pods[0], false
+				for _, c := range p.Status.Conditions {
+					ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+				}
+			}
+			if (len(pods) == 1 && p.Status.Phase == corev1.PodRunning && ready) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(pods) != 1 {
+			t.Errorf("%d pods labelled %s; want one", len(pods), pkg.label)
+			continue
 		}
 		if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || !ready {
 			t.Errorf("pod %s: on node %q, phase %s, ready %v; want Running and Ready on the node %s", p.Name, p.Spec.NodeName, p.Status.Phase, ready, node)
