@@ -534,6 +534,10 @@ func (e *external[P]) foreign(cr Resource[P], inst proxy.Instance) error {
 		return nil
 	case inst.Mark == (proxy.Mark{}):
 		return errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", inst.Name)
+	case inst.Mark.UID == own.UID:
+		// This resource's own instance, made under another installation
+		// ID: the config's installationID was set or changed since.
+		return errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: give the config back installationID %q (an installation ID does not move instances made before it was set)", inst.Name, inst.Mark.InstallationID, e.cfg.Name, own.InstallationID, inst.Mark.InstallationID)
 	case importing:
 		return errors.Errorf("instance %s belongs to another resource (UID %s, installation %q); refusing to import it: an instance the provider created is observed only through the resource it was created for", inst.Name, inst.Mark.UID, inst.Mark.InstallationID)
 	default:

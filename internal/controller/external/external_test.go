@@ -212,6 +212,15 @@ func TestObserve(t *testing.T) {
 			},
 			want: want{err: errors.Errorf("instance %s belongs to another resource (UID uid-other, installation %q); refusing to import it: an instance the provider created is observed only through the resource it was created for", testName, "proxytest-installation")},
 		},
+		"OwnInstanceOfAnotherInstallation": {
+			reason: "The resource's own instance, made before the config's installationID changed, is named as such.",
+			cr:     proxyResource(),
+			setup: func(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) {
+				setupOurs(t, mem, e)
+				e.cfg.InstallationID = "prod-eu"
+			},
+			want: want{err: errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: give the config back installationID %q (an installation ID does not move instances made before it was set)", testName, "unit-install", "ClusterProviderConfig home", "prod-eu", "unit-install")},
+		},
 		"TransientDriverError": {
 			reason: "A driver error says what failed and that it is retried.",
 			cr:     proxyResource(),
