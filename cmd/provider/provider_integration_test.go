@@ -259,7 +259,7 @@ func TestProviderIntegration(t *testing.T) {
 	first := &unstructured.Unstructured{}
 	first.SetAPIVersion("proxy.m.egressproxy.io/v1alpha1")
 	first.SetKind("PodProxy")
-	testenv.WaitFor(t, "the provider to reconcile its first resource", 20*time.Second, func() (bool, string) {
+	testenv.WaitFor(t, "the provider to reconcile its first resource", 60*time.Second, func() (bool, string) {
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: "team-payments", Name: "payments-egress"}, first); err != nil {
 			return false, err.Error()
 		}
@@ -304,7 +304,7 @@ func TestProviderIntegration(t *testing.T) {
 
 	t.Run("ChangeLogsFromTheEnvironment", func(t *testing.T) {
 		var create *changelogsv1alpha1.ChangeLogEntry
-		testenv.WaitFor(t, "a change log entry for the create of PodProxy team-payments/payments-egress", 20*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "a change log entry for the create of PodProxy team-payments/payments-egress", 60*time.Second, func() (bool, string) {
 			var seen []string
 			for _, e := range cl.all() {
 				if e.GetKind() == "PodProxy" && e.GetName() == "payments-egress" && e.GetOperation() == changelogsv1alpha1.OperationType_OPERATION_TYPE_CREATE {
@@ -332,7 +332,7 @@ func TestProviderIntegration(t *testing.T) {
 		// the last page in body.
 		var body string
 		scrape := func(what string, want ...string) {
-			testenv.WaitFor(t, what, 20*time.Second, func() (bool, string) {
+			testenv.WaitFor(t, what, 60*time.Second, func() (bool, string) {
 				resp, err := http.Get("http://" + metricsAddr + "/metrics")
 				if err != nil {
 					return false, err.Error()
@@ -363,14 +363,14 @@ func TestProviderIntegration(t *testing.T) {
 	})
 
 	t.Run("TracesReachTheCollector", func(t *testing.T) {
-		testenv.WaitFor(t, "config-check spans", 20*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "config-check spans", 60*time.Second, func() (bool, string) {
 			n := col.names()
 			return n["egressproxy.CheckConfig"] > 0, fmt.Sprint(n)
 		})
 		t.Logf("span names seen: %v", col.names())
 		// OpenTelemetry's semantic conventions: the examples' Proxmox API
 		// is a closed local port, so its calls fail.
-		testenv.WaitFor(t, "a proxmox driver span with error.type and a proxmox API span with server.address", 20*time.Second, func() (bool, string) {
+		testenv.WaitFor(t, "a proxmox driver span with error.type and a proxmox API span with server.address", 60*time.Second, func() (bool, string) {
 			drv, api := col.attributes("proxmox.Check"), col.attributes("proxmox.Version")
 			return drv["error.type=transient"] && api["server.address=127.0.0.1"] && api["server.port=9"], fmt.Sprint(drv, api, col.names())
 		})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/localcrossplane"
@@ -91,11 +92,14 @@ func upgrade(t *testing.T, kube client.Client, cliBin string, trust []string, pu
 	push("v0.3.0")
 	t0 := time.Now()
 	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
-	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
-		t.Fatal(err)
-	}
-	_ = unstructured.SetNestedField(prov.Object, repo+"/"+providerName+":v0.3.0", "spec", "package")
-	if err := kube.Update(ctx, prov); err != nil {
+	// Crossplane writes the Provider's status meanwhile.
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
+			return err
+		}
+		_ = unstructured.SetNestedField(prov.Object, repo+"/"+providerName+":v0.3.0", "spec", "package")
+		return kube.Update(ctx, prov)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	var r1 *unstructured.Unstructured

@@ -29,6 +29,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
@@ -295,11 +296,14 @@ spec:
 	gfake.RequireAuth()
 	trustCA(t, kube, gfake.CAPEM)
 	prov := xpt.U("pkg.crossplane.io/v1", "Provider", "", providerObj)
-	if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
-		t.Fatal(err)
-	}
-	_ = unstructured.SetNestedField(prov.Object, "provider-egressproxy", "spec", "runtimeConfigRef", "name")
-	if err := kube.Update(ctx, prov); err != nil {
+	// Crossplane writes the Provider's status meanwhile.
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(prov), prov); err != nil {
+			return err
+		}
+		_ = unstructured.SetNestedField(prov.Object, "provider-egressproxy", "spec", "runtimeConfigRef", "name")
+		return kube.Update(ctx, prov)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	xpt.WaitCondition(t, kube, pp, "Ready", 3*time.Minute)

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
@@ -160,6 +161,20 @@ func (e *nodeEnv) taskPID(t *testing.T, id string) int {
 	return 0
 }
 
+// readyAt waits until p is Ready with status.atProvider.ip at host, the
+// connection Secret's: the Secret is published before the status is
+// written, so until then the status may name the old pod.
+func (e *nodeEnv) readyAt(t *testing.T, p *nsproxy.PodProxy, host string) {
+	t.Helper()
+	e.WaitFor(t, p.Name+" Ready at "+host, func() (bool, string) {
+		if err := e.Kube.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
+			return false, err.Error()
+		}
+		r := p.GetCondition(xpv2.TypeReady)
+		return r.Status == corev1.ConditionTrue && p.Status.AtProvider.IP == host, fmt.Sprintf("Ready=%s, ip %q", r.Status, p.Status.AtProvider.IP)
+	})
+}
+
 // closed waits until nothing answers on addr any more.
 func (e *nodeEnv) closed(t *testing.T, addr string) {
 	t.Helper()
@@ -211,7 +226,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 		e.Update(t, p, func() { p.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.99.0.0/16"} })
 		mark := time.Now()
 		d2 := e.ConnectionSecret(t, "team-a", "payments-proxy", d["host"])
-		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.readyAt(t, p, d2["host"])
 		t.Logf("rolled out to %s %.2fs after the change", d2["host"], time.Since(mark).Seconds())
 		if code, squidErr := e.get(t, d2["url"]); code != http.StatusForbidden || squidErr != "ERR_ACCESS_DENIED 0" {
 			t.Errorf("GET from %s after excluding it = %d %q; want 403 ERR_ACCESS_DENIED", e.node.Gateway, code, squidErr)
@@ -228,7 +243,7 @@ func TestPodProxyRealNodeIntegration(t *testing.T) {
 			p.Spec.ForProvider.Proxy.Auth = &spec.ProxyAuth{Enabled: true, Username: "payments"}
 		})
 		d3 := e.ConnectionSecret(t, "team-a", "payments-proxy", d2["host"])
-		e.WaitForCondition(t, p, xpv2.TypeReady, corev1.ConditionTrue, "")
+		e.readyAt(t, p, d3["host"])
 		if d3["username"] != "payments" || d3["url"] != fmt.Sprintf("http://payments:%s@%s:3128", d3["password"], d3["host"]) {
 			t.Errorf("connection Secret with auth: username %q, url with credentials %v", d3["username"], strings.Contains(d3["url"], d3["password"]))
 		}
