@@ -158,6 +158,14 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot read the composite resource's spec")
 	}
 	r.ClaimNamespace = oxr.Resource.GetLabels()[LabelClaimNamespace]
+	if r.Class == "" {
+		// The class the proxy was made with, not today's defaultClass: a
+		// Composition whose default changes must not replace the proxies
+		// of every composite that left the class to it.
+		if made, err := oxr.Resource.GetString("status.proxy.class"); err == nil {
+			r.Class = made
+		}
+	}
 	log := f.log.WithValues("xr", oxr.Resource.GetName(), "namespace", oxr.Resource.GetNamespace(), "class", r.Class, "size", r.Size)
 
 	mr, plan, err := Compose(in, oxr.Resource.GetNamespace(), oxr.Resource.GetName(), string(oxr.Resource.GetUID()), connectionNamespace(in, oxr), r)

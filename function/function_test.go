@@ -365,3 +365,33 @@ func TestLegacyXRDListsEveryConnectionKey(t *testing.T) {
 		t.Errorf("xrd-legacy.yaml connectionSecretKeys (-provider's keys +XRD's):\n%s", diff)
 	}
 }
+
+// A composite that left its class to the Composition keeps the class its
+// proxy was made with when the Composition's defaultClass changes.
+func TestEmptyClassKeepsTheClassMadeWith(t *testing.T) {
+	u := map[string]any{}
+	if err := yaml.Unmarshal([]byte(strings.Replace(xr("standard", "small", "true"), "  class: standard\n", "", 1)), &u); err != nil {
+		t.Fatal(err)
+	}
+	u["status"] = map[string]any{"proxy": map[string]any{"class": "dedicated", "size": "small", "backend": "KVMProxy"}}
+	xrs, err := structpb.NewStruct(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp := run(t, &fnv1.RunFunctionRequest{Input: classes(t, "composition-namespaced.yaml"), Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: xrs}}})
+	if msg := fatal(rsp); msg != "" {
+		t.Fatal(msg)
+	}
+	res := rsp.GetDesired().GetResources()
+	if _, ok := res["proxy-kvmproxy"]; !ok || res["proxy-podproxy"] != nil {
+		t.Errorf("desired resources %v; want the KVMProxy of the class made with (dedicated), not the default class's PodProxy", keysOf(res))
+	}
+}
+
+func keysOf[V any](m map[string]V) []string {
+	out := []string{}
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -276,6 +276,37 @@ func TestCompositionsIntegration(t *testing.T) {
 		}
 	})
 
+	// What the managed resource would refuse is refused on the composite,
+	// naming the composite's own fields; a class left to the Composition
+	// cannot be given later.
+	t.Run("AdmissionSpeaksTheCompositesFields", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			name string
+			spec map[string]any
+			want []string
+		}{
+			{"open", map[string]any{"allowedClientCIDRs": []any{"0.0.0.0/0"}}, []string{"spec.allowedClientCIDRs", "without auth", "auth: true"}},
+			{"hostbits", map[string]any{"allowedClientCIDRs": []any{"10.20.3.7/16"}, "auth": true}, []string{"spec.allowedClientCIDRs[0]", "host bits"}},
+		} {
+			err := e.Kube.Create(context.Background(), newObject(gvkXR, "team-a", c.name, c.spec))
+			for _, w := range c.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("EgressProxy %s: %v; want a rejection saying %q", c.name, err, w)
+				}
+			}
+		}
+		xr := newObject(gvkXR, "team-a", "classless", map[string]any{"allowedClientCIDRs": []any{"10.0.0.0/8"}, "auth": true})
+		e.create(t, xr)
+		// A merge patch: Crossplane writes the composite meanwhile, and an
+		// update could meet a conflict before the rule.
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"class":"dedicated"}}`))
+		if err := e.Kube.Patch(context.Background(), xr, patch); err == nil || !strings.Contains(err.Error(), "class is fixed once created") {
+			t.Errorf("giving a classless EgressProxy a class later: %v; want a rejection saying class is fixed once created", err)
+		}
+		e.deleteAndWait(t, xr, 0)
+	})
+
 	t.Run("UnknownClassIsRefusedWithTheChoices", func(t *testing.T) {
 		t.Parallel()
 		xr := newObject(gvkXR, "team-a", "premium", map[string]any{
