@@ -158,12 +158,17 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot read the composite resource's spec")
 	}
 	r.ClaimNamespace = oxr.Resource.GetLabels()[LabelClaimNamespace]
+	// The class and size the proxy was made with, not today's defaults: a
+	// Composition whose defaults change must not replace or resize the
+	// proxies of every composite that left the choice to it.
 	if r.Class == "" {
-		// The class the proxy was made with, not today's defaultClass: a
-		// Composition whose default changes must not replace the proxies
-		// of every composite that left the class to it.
 		if made, err := oxr.Resource.GetString("status.proxy.class"); err == nil {
 			r.Class = made
+		}
+	}
+	if r.Size == "" {
+		if made, err := oxr.Resource.GetString("status.proxy.size"); err == nil {
+			r.Size = made
 		}
 	}
 	log := f.log.WithValues("xr", oxr.Resource.GetName(), "namespace", oxr.Resource.GetNamespace(), "class", r.Class, "size", r.Size)

@@ -370,10 +370,10 @@ func TestLegacyXRDListsEveryConnectionKey(t *testing.T) {
 // proxy was made with when the Composition's defaultClass changes.
 func TestEmptyClassKeepsTheClassMadeWith(t *testing.T) {
 	u := map[string]any{}
-	if err := yaml.Unmarshal([]byte(strings.Replace(xr("standard", "small", "true"), "  class: standard\n", "", 1)), &u); err != nil {
+	if err := yaml.Unmarshal([]byte(strings.NewReplacer("  class: standard\n", "", "  size: small\n", "").Replace(xr("standard", "small", "true"))), &u); err != nil {
 		t.Fatal(err)
 	}
-	u["status"] = map[string]any{"proxy": map[string]any{"class": "dedicated", "size": "small", "backend": "KVMProxy"}}
+	u["status"] = map[string]any{"proxy": map[string]any{"class": "dedicated", "size": "large", "backend": "KVMProxy"}}
 	xrs, err := structpb.NewStruct(u)
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +384,10 @@ func TestEmptyClassKeepsTheClassMadeWith(t *testing.T) {
 	}
 	res := rsp.GetDesired().GetResources()
 	if _, ok := res["proxy-kvmproxy"]; !ok || res["proxy-podproxy"] != nil {
-		t.Errorf("desired resources %v; want the KVMProxy of the class made with (dedicated), not the default class's PodProxy", keysOf(res))
+		t.Fatalf("desired resources %v; want the KVMProxy of the class made with (dedicated), not the default class's PodProxy", keysOf(res))
+	}
+	if mt := res["proxy-kvmproxy"].GetResource().AsMap()["spec"].(map[string]any)["forProvider"].(map[string]any)["machineType"]; mt != "large" {
+		t.Errorf("machineType %v; want large, the size made with", mt)
 	}
 }
 
