@@ -386,7 +386,7 @@ func TestEmptyClassKeepsTheClassMadeWith(t *testing.T) {
 	if _, ok := res["proxy-kvmproxy"]; !ok || res["proxy-podproxy"] != nil {
 		t.Fatalf("desired resources %v; want the KVMProxy of the class made with (dedicated), not the default class's PodProxy", keysOf(res))
 	}
-	if mt := res["proxy-kvmproxy"].GetResource().AsMap()["spec"].(map[string]any)["forProvider"].(map[string]any)["machineType"]; mt != "large" {
+	if mt := res["proxy-kvmproxy"].GetResource().GetFields()["spec"].GetStructValue().GetFields()["forProvider"].GetStructValue().GetFields()["machineType"].GetStringValue(); mt != "large" {
 		t.Errorf("machineType %v; want large, the size made with", mt)
 	}
 }
