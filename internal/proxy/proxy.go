@@ -249,8 +249,20 @@ type Instance struct {
 	// EgressSource says where EgressIP comes from: EgressBackend or
 	// EgressReported; empty when EgressIP is.
 	EgressSource string
-	// EgressCheckedAt is when a Reported EgressIP was seen.
+	// EgressCheckedAt is when a Reported EgressIP was seen, or when the
+	// check of EgressFailure was made.
 	EgressCheckedAt time.Time
+	// BackendEgressIP is the backend's own figure of the egress address
+	// (the EgressIP of EgressSource Backend), set wherever the backend
+	// has one, also when a report from inside the instance replaces
+	// EgressIP: the instance's word is compared with it, never taken
+	// over it.
+	BackendEgressIP string
+	// EgressFailure says why the egress check from inside the instance
+	// failed, in the provider's words (never the instance's), when its
+	// latest report is of a check that failed; EgressIP is then left as
+	// the backend has it.
+	EgressFailure string
 	// ProxyAddress is host:port where the provider itself reached the
 	// proxy for its readiness probe; empty when it cannot reach it (a
 	// remote cluster's pod, a firewall admitting only the clients). The

@@ -92,6 +92,9 @@ type Report struct {
 	IP string
 	// At is when the instance says it checked.
 	At time.Time
+	// Status is the HTTP status the instance's own Squid answered the
+	// check with, 0 when it did not answer.
+	Status int
 	// Failure says, in the provider's words, why the check failed.
 	Failure string
 }
@@ -112,10 +115,10 @@ func ParseReport(line []byte) (Report, error) {
 		return Report{}, errors.New("the report from inside the instance has no valid time or status")
 	}
 	status, err := strconv.Atoi(f[2])
-	if err != nil {
+	if err != nil || (status != 0 && (status < 100 || status > 599)) {
 		return Report{}, errors.New("the report from inside the instance has no valid status")
 	}
-	r := Report{At: time.Unix(sec, 0)}
+	r := Report{At: time.Unix(sec, 0), Status: status}
 	body := ""
 	if len(f) == 4 {
 		body = f[3]
@@ -173,18 +176,32 @@ func ReportedAt(at, now time.Time) time.Time {
 }
 
 // GuestReport reads a guest's report line (a file or attribute its own
-// check wrote): the address, and its time bounded by now, when the line
-// is valid, the check succeeded and it is not older than created (a
-// minute's slack for the guest's clock and its whole seconds). ok is false
-// otherwise; err says why a line was not valid (nothing of it quoted).
-func GuestReport(line []byte, created, now time.Time) (ip string, at time.Time, ok bool, err error) {
-	r, err := ParseReport(bytes.TrimRight(line, "\n"))
+// check wrote), its time bounded by now. ok says the line is valid, not
+// older than created (a minute's slack for the guest's clock and its
+// whole seconds) and answered by the guest's own Squid with an HTTP
+// status, the echo's 200 or not: Squid answered inside the guest. r then
+// holds the address, or why the check failed. err says why a line was not
+// valid (nothing of it quoted).
+func GuestReport(line []byte, created, now time.Time) (r Report, ok bool, err error) {
+	r, err = ParseReport(bytes.TrimRight(line, "\n"))
 	if err != nil {
-		return "", time.Time{}, false, err
+		return Report{}, false, err
 	}
-	at = ReportedAt(r.At, now)
-	if r.IP == "" || (!created.IsZero() && at.Before(created.Add(-time.Minute))) {
-		return "", time.Time{}, false, nil
+	r.At = ReportedAt(r.At, now)
+	if r.Status == 0 || (!created.IsZero() && r.At.Before(created.Add(-time.Minute))) {
+		return Report{}, false, nil
 	}
-	return r.IP, at, true, nil
+	return r, true, nil
+}
+
+// Publish puts r, an instance's report of its own check (its time
+// bounded), on inst: the address it saw, Reported, or why the check
+// failed (EgressFailure), leaving the backend's figure as it is.
+func (r Report) Publish(inst *proxy.Instance) {
+	inst.EgressCheckedAt = r.At
+	if r.IP == "" {
+		inst.EgressFailure = r.Failure
+		return
+	}
+	inst.EgressIP, inst.EgressSource, inst.EgressFailure = r.IP, proxy.EgressReported, ""
 }

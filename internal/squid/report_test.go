@@ -34,16 +34,17 @@ func TestParseReport(t *testing.T) {
 		want    Report
 		wantErr bool
 	}{
-		"Address":       {line: ReportMarker + " 1700000000 200 203.0.113.7\n", want: Report{IP: "203.0.113.7", At: time.Unix(1700000000, 0)}},
-		"JSON":          {line: ReportMarker + ` 1700000000 200 {"ip": "2001:db8::7"}`, want: Report{IP: "2001:db8::7", At: time.Unix(1700000000, 0)}},
+		"Address":       {line: ReportMarker + " 1700000000 200 203.0.113.7\n", want: Report{IP: "203.0.113.7", At: time.Unix(1700000000, 0), Status: 200}},
+		"JSON":          {line: ReportMarker + ` 1700000000 200 {"ip": "2001:db8::7"}`, want: Report{IP: "2001:db8::7", At: time.Unix(1700000000, 0), Status: 200}},
 		"NoSquid":       {line: ReportMarker + " 1700000000 000 ", want: Report{At: time.Unix(1700000000, 0), Failure: "the instance's own Squid did not answer the check"}},
-		"Denied":        {line: ReportMarker + " 1700000000 407 " + secret, want: Report{At: time.Unix(1700000000, 0), Failure: "the check through the instance's own Squid was answered 407"}},
+		"Denied":        {line: ReportMarker + " 1700000000 407 " + secret, want: Report{At: time.Unix(1700000000, 0), Status: 407, Failure: "the check through the instance's own Squid was answered 407"}},
 		"TwoAddresses":  {line: ReportMarker + " 1700000000 200 203.0.113.7 198.51.100.1", wantErr: true},
 		"NotAnAddress":  {line: ReportMarker + " 1700000000 200 " + secret, wantErr: true},
 		"OtherMarker":   {line: "egressproxy-egress-checks 1700000000 200 203.0.113.7", wantErr: true},
 		"NoTime":        {line: ReportMarker + " x 200 203.0.113.7", wantErr: true},
 		"NegativeTime":  {line: ReportMarker + " -5 200 203.0.113.7", wantErr: true},
 		"LongStatus":    {line: ReportMarker + " 1700000000 2000 203.0.113.7", wantErr: true},
+		"NotHTTPStatus": {line: ReportMarker + " 1700000000 042 203.0.113.7", wantErr: true},
 		"TooLong":       {line: ReportMarker + " 1700000000 200 203.0.113.7" + strings.Repeat(" ", MaxReport), wantErr: true},
 		"Empty":         {line: "", wantErr: true},
 		"OnlyTheMarker": {line: ReportMarker, wantErr: true},
@@ -62,6 +63,47 @@ func TestParseReport(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("ParseReport(%q) = %+v; want %+v", tc.line, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGuestReport: a guest's line from this instance's life that its own
+// Squid answered (an HTTP status, 200 or not) says Squid answered inside
+// the guest: the address, or why the check failed, in the provider's
+// words. A check its Squid did not answer, a line older than the
+// instance, and a malformed one do not.
+func TestGuestReport(t *testing.T) {
+	const secret = "sentinel-guest-9"
+	created := time.Unix(1700000000, 0)
+	now := created.Add(time.Hour)
+	cases := map[string]struct {
+		line    string
+		want    Report
+		wantOK  bool
+		wantErr bool
+	}{
+		"Address":    {line: ReportMarker + " 1700000100 200 203.0.113.7\n", wantOK: true, want: Report{IP: "203.0.113.7", At: time.Unix(1700000100, 0), Status: 200}},
+		"Future":     {line: ReportMarker + " 1800000000 200 203.0.113.7\n", wantOK: true, want: Report{IP: "203.0.113.7", At: now, Status: 200}},
+		"EchoDown":   {line: ReportMarker + " 1700000100 502 " + secret + "\n", wantOK: true, want: Report{At: time.Unix(1700000100, 0), Status: 502, Failure: "the check through the instance's own Squid was answered 502"}},
+		"Denied":     {line: ReportMarker + " 1700000100 403 \n", wantOK: true, want: Report{At: time.Unix(1700000100, 0), Status: 403, Failure: "the check through the instance's own Squid was answered 403"}},
+		"NoSquid":    {line: ReportMarker + " 1700000100 000 \n"},
+		"Stale":      {line: ReportMarker + " 1699990000 502 \n"},
+		"NotHTTP":    {line: ReportMarker + " 1700000100 042 \n", wantErr: true},
+		"NotAnEcho":  {line: ReportMarker + " 1700000100 200 " + secret + "\n", wantErr: true},
+		"NotAReport": {line: secret, wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok, err := GuestReport([]byte(tc.line), created, now)
+			if ok != tc.wantOK || (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("GuestReport(%q) = %+v, %v, %v; want %+v, %v, error %v", tc.line, got, ok, err, tc.want, tc.wantOK, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), secret) {
+				t.Errorf("the error quotes the report: %v", err)
+			}
+			if strings.Contains(got.Failure, secret) {
+				t.Errorf("the failure quotes the report: %q", got.Failure)
 			}
 		})
 	}

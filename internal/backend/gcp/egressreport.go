@@ -26,18 +26,20 @@ func egressReport(req proxy.Request) *cloudinit.EgressReport {
 }
 
 // readReport fills v from the guest's report of its egress check: a
-// valid address from this instance's life (not older than its creation,
-// give or take a minute of the guest's clock)
-// says Squid answered inside the guest, so the proxy counts as
-// reachable, and the address is published as Reported. Anything else
-// (no attribute yet, guest attributes off, a malformed line) leaves v as
-// it is. The guest's word is read strictly and never quoted.
+// valid line from this instance's life (not older than its creation,
+// give or take a minute of the guest's clock) that Squid answered inside
+// the guest (an HTTP status, whether the check succeeded or not) makes
+// the proxy count as reachable, and carries the address (Reported; the
+// external address stays in BackendEgressIP, for the controller to
+// compare) or why the check failed. Anything else (no attribute yet,
+// guest attributes off, a malformed line, Squid not answering) leaves v
+// as it is. The guest's word is read strictly and never quoted.
 func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Instance) {
 	ga, err := d.api.GetGuestAttribute(ctx, zone, name, cloudinit.GuestAttributeKey)
 	if err != nil {
 		return
 	}
-	ip, at, ok, err := squid.GuestReport([]byte(ga.GetVariableValue()), v.CreatedAt, d.o.Now())
+	r, ok, err := squid.GuestReport([]byte(ga.GetVariableValue()), v.CreatedAt, d.o.Now())
 	if err != nil {
 		d.log(ctx).V(1).Info("the guest's egress check report is not valid", "zone", zone, "name", name, "error", err.Error())
 	}
@@ -45,5 +47,5 @@ func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Ins
 		return
 	}
 	v.ProxyReachable, v.Progress = true, ""
-	v.EgressIP, v.EgressSource, v.EgressCheckedAt = ip, proxy.EgressReported, at
+	r.Publish(v)
 }

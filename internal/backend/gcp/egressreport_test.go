@@ -20,8 +20,11 @@ import (
 // its real Squid, with the request its cloud-init writes; the line comes
 // back through getGuestAttributes (the fake checks the call and its answer
 // against Compute Engine's discovery document), and Get reports the proxy
-// reachable and the address the echo saw, Reported. What a guest writes
-// otherwise is not published, nor quoted.
+// reachable and the address the echo saw, Reported, with the external
+// address kept as the backend's figure. A check the guest's Squid
+// answered otherwise (the echo down) keeps the proxy reachable and says
+// why it failed. What a guest writes otherwise is not published, nor
+// quoted.
 func TestGuestReportsItsEgressCheck(t *testing.T) {
 	f := newFixture(t)
 	f.srv.RunSquid(providerenv.RequireSquid(t))
@@ -53,6 +56,9 @@ func TestGuestReportsItsEgressCheck(t *testing.T) {
 		t.Errorf("Get = egress %q at %v, reachable %v, address %q, progress %q; want %s (what the echo saw), reachable through the guest's word, no address",
 			inst.EgressIP, inst.EgressCheckedAt, inst.ProxyReachable, inst.ProxyAddress, inst.Progress, seen)
 	}
+	if inst.IP == "" || inst.BackendEgressIP != inst.IP {
+		t.Errorf("Get = external address %q, backend's egress figure %q; want the external address kept", inst.IP, inst.BackendEgressIP)
+	}
 	calls := 0
 	for _, r := range f.srv.Requests() {
 		if strings.Contains(r, "/getGuestAttributes?") {
@@ -66,8 +72,18 @@ func TestGuestReportsItsEgressCheck(t *testing.T) {
 		t.Error("no getGuestAttributes request")
 	}
 
-	// What a guest may write instead.
 	key := testZone + "/" + req.Name
+	f.srv.SetGuestAttribute(key, cloudinit.GuestAttributeKey, squid.ReportMarker+" "+fmt.Sprint(time.Now().Unix())+" 502 <b>sentinel-guest-text</b>")
+	got, err := f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ProxyReachable || got.Progress != "" || got.EgressSource != proxy.EgressBackend || got.EgressIP != got.IP || got.EgressFailure != "the check through the instance's own Squid was answered 502" {
+		t.Errorf("Get after a check answered 502 = reachable %v, progress %q, egress %q %q, failure %q; want reachable on the guest's word, the external address, the failure",
+			got.ProxyReachable, got.Progress, got.EgressIP, got.EgressSource, got.EgressFailure)
+	}
+
+	// What a guest may write instead.
 	for name, value := range map[string]string{
 		"NotAnAddress": squid.ReportMarker + " " + fmt.Sprint(time.Now().Unix()) + " 200 <b>sentinel-guest-text</b>",
 		"Failed":       squid.ReportMarker + " " + fmt.Sprint(time.Now().Unix()) + " 000 ",

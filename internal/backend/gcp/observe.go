@@ -172,14 +172,14 @@ func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool
 			}
 		}
 	}
-	v.IP, v.EgressIP = natIP, natIP
+	v.IP, v.EgressIP, v.BackendEgressIP = natIP, natIP, natIP
 	if natIP != "" {
 		v.EgressSource = proxy.EgressBackend
 	}
 	if labels[LabelAddress] == "internal" {
 		// Clients reach the internal address; traffic leaves through
 		// whatever the network routes (Cloud NAT), unknown here.
-		v.IP, v.EgressIP, v.EgressSource = internalIP, "", ""
+		v.IP, v.EgressIP, v.EgressSource, v.BackendEgressIP = internalIP, "", "", ""
 	}
 	if internalIP != "" {
 		v.Details["networkIP"] = internalIP

@@ -121,11 +121,12 @@ func reporter(dep *appsv1.Deployment) bool {
 	return false
 }
 
-// readReport fills inst's egress address from what the serving pod's
-// reporting container last printed. A log that cannot be read or holds no
-// valid report leaves it empty: the controller then says the address is
-// not known. The log is the tenant cluster's word: read capped, parsed
-// strictly (squid.LastReport), never quoted.
+// readReport fills inst's egress address, or why the check failed, from
+// what the serving pod's reporting container last printed. A log that
+// cannot be read or holds no valid report leaves both empty: the
+// controller then says the address is not known. The log is the tenant
+// cluster's word: read capped, parsed strictly (squid.LastReport), never
+// quoted.
 func (d *Driver) readReport(ctx context.Context, dep *appsv1.Deployment, inst *proxy.Instance) {
 	pod := inst.Details["pod"]
 	if d.podLog == nil || pod == "" || !reporter(dep) {
@@ -140,8 +141,9 @@ func (d *Driver) readReport(ctx context.Context, dep *appsv1.Deployment, inst *p
 	switch {
 	case err != nil:
 		d.logger(ctx).V(1).Info("the egress check's report is not valid", "namespace", dep.Namespace, "pod", pod, "error", err.Error())
-	case ok && r.IP != "":
-		inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = r.IP, proxy.EgressReported, squid.ReportedAt(r.At, d.now())
+	case ok:
+		r.At = squid.ReportedAt(r.At, d.now())
+		r.Publish(inst)
 	}
 }
 

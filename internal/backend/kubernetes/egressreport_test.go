@@ -111,20 +111,25 @@ func names(cs []corev1.Container) []string {
 }
 
 // The report is read from the serving pod's reporting container's log and
-// published only when it is one valid address; the time is the kubelet's,
-// never later than now.
+// published only when it is one valid address, or says why the check
+// failed in the provider's words; the time is the kubelet's, never later
+// than now.
 func TestReadReport(t *testing.T) {
 	req := withCheck("http://echo.example.com/ip")
 	for name, tc := range map[string]struct {
-		log     string
-		err     error
-		wantIP  string
-		wantAt  time.Time
-		noAsked bool
+		log         string
+		err         error
+		wantIP      string
+		wantAt      time.Time
+		wantFailure string
+		noAsked     bool
 	}{
-		"Address":   {log: "2026-11-29T11:59:00Z " + squid.ReportMarker + " 1 200 203.0.113.9\n", wantIP: "203.0.113.9", wantAt: now.Add(-time.Minute)},
-		"Future":    {log: "2026-11-29T13:00:00Z " + squid.ReportMarker + " 1 200 203.0.113.9\n", wantIP: "203.0.113.9", wantAt: now},
-		"Failed":    {log: "2026-11-29T11:59:00Z " + squid.ReportMarker + " 1 000 \n"},
+		"Address": {log: "2026-11-29T11:59:00Z " + squid.ReportMarker + " 1 200 203.0.113.9\n", wantIP: "203.0.113.9", wantAt: now.Add(-time.Minute)},
+		"Future":  {log: "2026-11-29T13:00:00Z " + squid.ReportMarker + " 1 200 203.0.113.9\n", wantIP: "203.0.113.9", wantAt: now},
+		"Failed": {log: "2026-11-29T11:59:00Z " + squid.ReportMarker + " 1 000 \n",
+			wantAt: now.Add(-time.Minute), wantFailure: "the instance's own Squid did not answer the check"},
+		"EchoDown": {log: "2026-11-29T11:59:00Z " + squid.ReportMarker + " 1 502 <html>sentinel</html>\n",
+			wantAt: now.Add(-time.Minute), wantFailure: "the check through the instance's own Squid was answered 502"},
 		"Malformed": {log: "2026-11-29T11:59:00Z " + squid.ReportMarker + " 1 200 <html>sentinel</html>\n"},
 		"None":      {log: "2026-11-29T11:59:00Z starting\n"},
 		"NoLog":     {err: errors.New("forbidden")},
@@ -151,6 +156,9 @@ func TestReadReport(t *testing.T) {
 			}
 			if tc.wantIP == "" && inst.EgressSource != "" {
 				t.Errorf("source %q without an address", inst.EgressSource)
+			}
+			if inst.EgressFailure != tc.wantFailure || (tc.wantFailure != "" && !inst.EgressCheckedAt.Equal(tc.wantAt)) {
+				t.Errorf("egress failure %q at %v; want %q at %v", inst.EgressFailure, inst.EgressCheckedAt, tc.wantFailure, tc.wantAt)
 			}
 		})
 	}

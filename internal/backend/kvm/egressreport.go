@@ -52,17 +52,18 @@ func agentRead(ctx context.Context, api Libvirt, dom libvirt.Domain, path string
 }
 
 // readReport fills inst from the guest's report of its own egress check:
-// a valid address from this instance's life says Squid answered inside
-// the guest, so the proxy counts as reachable, and the address is
-// published as Reported. Anything else (no agent, no report yet, a
-// malformed line) leaves inst as it is. The guest's word is read strictly
-// and never quoted.
+// a valid line from this instance's life that Squid answered inside the
+// guest (an HTTP status, whether the check succeeded or not) makes the
+// proxy count as reachable, and carries the address (Reported) or why
+// the check failed. Anything else (no agent, no report yet, a malformed
+// line, Squid not answering) leaves inst as it is. The guest's word is
+// read strictly and never quoted.
 func (d *Driver) readReport(ctx context.Context, api Libvirt, dom libvirt.Domain, inst *proxy.Instance) {
 	b, err := agentRead(ctx, api, dom, cloudinit.ReportPath, squid.MaxReport)
 	if err != nil {
 		return
 	}
-	ip, at, ok, err := squid.GuestReport(b, inst.CreatedAt, time.Now())
+	r, ok, err := squid.GuestReport(b, inst.CreatedAt, time.Now())
 	if err != nil {
 		d.log(ctx).V(1).Info("the guest's egress check report is not valid", "name", dom.Name, "error", err.Error())
 	}
@@ -70,5 +71,5 @@ func (d *Driver) readReport(ctx context.Context, api Libvirt, dom libvirt.Domain
 		return
 	}
 	inst.ProxyReachable, inst.Progress = true, ""
-	inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = ip, proxy.EgressReported, at
+	r.Publish(inst)
 }

@@ -168,7 +168,7 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 		}
 		inst.IP = ip
 		if h.Routed {
-			inst.EgressIP, inst.EgressSource = ip, proxy.EgressBackend
+			inst.EgressIP, inst.EgressSource, inst.BackendEgressIP = ip, proxy.EgressBackend, ip
 		}
 	}
 	inst.State = mapState(state, reason, inst.IP)

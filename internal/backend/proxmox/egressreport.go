@@ -28,16 +28,16 @@ func (d *Driver) reachableOrReported(ctx context.Context, e Resource, inst proxy
 	if err != nil || truncated || len(content) > squid.MaxReport {
 		return inst
 	}
-	ip, at, ok, err := squid.GuestReport([]byte(content), inst.CreatedAt, d.now())
+	r, ok, err := squid.GuestReport([]byte(content), inst.CreatedAt, d.now())
 	if err != nil {
 		d.logger(ctx).V(1).Info("the guest's egress check report is not valid", "node", e.Node, "vmid", e.VMID, "error", err.Error())
 	}
 	if !ok {
 		return inst
 	}
-	// Squid answered inside the guest: the guest's word stands for the
-	// probe.
+	// Squid answered inside the guest (whether the check succeeded or
+	// not): the guest's word stands for the probe.
 	inst.ProxyReachable, inst.Progress = true, before
-	inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = ip, proxy.EgressReported, at
+	r.Publish(&inst)
 	return inst
 }

@@ -20,8 +20,10 @@ import (
 // fake's guest runs squid.ReportScript with the request its seed's
 // user-data writes) and keeps the line where the driver reads it through
 // the guest agent (agent/file-read, checked against PVE's schema). The
-// proxy converges on that word, Reported with the address the echo saw.
-// What a guest may write instead is not published, nor quoted.
+// proxy converges on that word, Reported with the address the echo saw;
+// a check the guest's Squid answered otherwise (the echo down) keeps it
+// reachable and says why it failed. What a guest may write instead is not
+// published, nor quoted.
 func TestGuestReportsItsEgressCheck(t *testing.T) {
 	port := testenv.FreePort(t)
 	f := newFixture(t, withFake(func(o *pvetest.Options) {
@@ -56,6 +58,15 @@ func TestGuestReportsItsEgressCheck(t *testing.T) {
 		t.Error("the seed's user-data has no egress check")
 	}
 	ref := proxy.Ref{ID: got.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	f.fake.SetGuestFile(vm.VMID, cloudinit.ReportPath, fmt.Sprintf("%s %d 502 sentinel-guest-text\n", squid.ReportMarker, time.Now().Unix()))
+	failed, err := f.drv.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !failed.ProxyReachable || failed.EgressSource == proxy.EgressReported || failed.EgressFailure != "the check through the instance's own Squid was answered 502" {
+		t.Errorf("Get after a check answered 502 = reachable %v, egress %q %q, failure %q; want reachable on the guest's word, the failure, no address",
+			failed.ProxyReachable, failed.EgressIP, failed.EgressSource, failed.EgressFailure)
+	}
 	for name, line := range map[string]string{
 		"NotAnAddress": fmt.Sprintf("%s %d 200 sentinel-guest-text\n", squid.ReportMarker, time.Now().Unix()),
 		"Failed":       fmt.Sprintf("%s %d 000 \n", squid.ReportMarker, time.Now().Unix()),

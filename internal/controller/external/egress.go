@@ -3,6 +3,7 @@ package external
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,16 +94,20 @@ func (b egressBefore) addresses() []string {
 // setObservation) and inst.EgressIP and EgressIPs, which the connection
 // Secret's egressIP and egressIPs are read from: the address the check saw
 // through the proxy (each of its replicas) when the config names one and
-// the provider reaches the proxy, else the instance's reported check, else
-// the backend's own figure where that is the egress address. It sets the EgressVerified condition, with an event
-// when the address changes or differs from the backend's figure (a
-// reserved address).
+// the provider reaches the proxy, else the instance's reported check
+// unless it differs from the backend's own figure, else that figure where
+// it is the egress address. It sets the EgressVerified condition, with an
+// event when the address changes or differs from the backend's figure (a
+// reserved address), and removes it when the config names no check.
 func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy.Instance, req proxy.Request, before egressBefore) {
 	check := req.Proxy.EgressCheck
 	if inst.EgressSource == proxy.EgressReported && check == nil {
 		// What a check turned off left behind on the instance: not the
 		// instance's word on the settings it now runs.
 		inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = "", "", time.Time{}
+		if inst.BackendEgressIP != "" {
+			inst.EgressIP, inst.EgressSource = inst.BackendEgressIP, proxy.EgressBackend
+		}
 	}
 	o := cr.Observation()
 	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = inst.EgressIP, nil, "", nil
@@ -121,13 +127,15 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 			o.EgressIPVerifiedAt = &t
 		}
 	}
-	if check == nil || e.egress == nil {
+	if check == nil {
+		// The condition says what a check found: without one it is absent.
+		removeCondition(cr, xpv2.ConditionType(spec.TypeEgressVerified))
 		return
 	}
-	backendIP := ""
-	if inst.EgressSource == proxy.EgressBackend {
-		backendIP = inst.EgressIP
+	if e.egress == nil {
+		return
 	}
+	backendIP := inst.BackendEgressIP
 	ready := inst.State == proxy.StateRunning && inst.ProxyReachable
 	// Whatever says nothing new of the egress address (a probe that failed
 	// once, a rollout, a check pending or failed) leaves the one last
@@ -143,8 +151,16 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	case !ready:
 		keep()
 		return
+	case inst.ProxyAddress == "" && inst.EgressFailure != "":
+		keep()
+		c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check from inside the instance with %s failed%s: %s", check.URL, reportedAt(inst), inst.EgressFailure))
 	case inst.ProxyAddress == "" && inst.EgressSource == proxy.EgressReported:
-		c = e.reported(cr, inst, before)
+		c = e.reported(cr, inst, backendIP, before)
+		if c.Reason == reasonEgressDiffers {
+			// The instance's word does not stand against the backend's
+			// own figure: that stays published.
+			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = backendIP, nil, spec.EgressIPBackend, nil
+		}
 	case inst.ProxyAddress == "":
 		keep()
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressNoPath, "the provider cannot reach the proxy to send the egress check through it, and the backend reports no check from inside the instance")
@@ -235,11 +251,12 @@ func (e *external[P]) verified(cr Resource[P], r squid.Egress, ips []string, url
 }
 
 // reported is the condition of an address the instance reported of a
-// check from inside it.
-func (e *external[P]) reported(cr Resource[P], inst *proxy.Instance, before egressBefore) xpv2.Condition {
-	seen := fmt.Sprintf("the check from inside the instance saw %s", inst.EgressIP)
-	if !inst.EgressCheckedAt.IsZero() {
-		seen += " at " + inst.EgressCheckedAt.UTC().Format(time.RFC3339)
+// check from inside it; Differs when the backend's own figure, backendIP,
+// is another.
+func (e *external[P]) reported(cr Resource[P], inst *proxy.Instance, backendIP string, before egressBefore) xpv2.Condition {
+	seen := "the check from inside the instance saw " + inst.EgressIP + reportedAt(inst)
+	if backendIP != "" && backendIP != inst.EgressIP {
+		return egressCondition(corev1.ConditionFalse, reasonEgressDiffers, fmt.Sprintf("%s, but the backend says the instance's address is %s: %s stays published, not what the instance reports", seen, backendIP, backendIP))
 	}
 	if c, ok := e.changed(cr, []string{inst.EgressIP}, seen, before); ok {
 		return c
@@ -263,6 +280,42 @@ func (e *external[P]) changed(cr Resource[P], ips []string, seen string, before 
 		return was, true
 	}
 	return xpv2.Condition{}, false
+}
+
+// reportedAt is " at <time>" of the instance's reported check, "" when
+// the backend gave no time.
+func reportedAt(inst *proxy.Instance) string {
+	if inst.EgressCheckedAt.IsZero() {
+		return ""
+	}
+	return " at " + inst.EgressCheckedAt.UTC().Format(time.RFC3339)
+}
+
+// removeCondition removes cr's condition of type t. crossplane-runtime
+// sets conditions but removes none, and the generated kinds offer no more
+// than GetCondition and SetConditions, so the list is taken where every
+// managed resource keeps it: Status.ConditionedStatus.
+func removeCondition(cr resource.Managed, t xpv2.ConditionType) {
+	if cr.GetCondition(t).Reason == "" {
+		return // absent: the provider's conditions all have a reason.
+	}
+	v := reflect.ValueOf(cr)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	st := v.Elem().FieldByName("Status")
+	if st.Kind() != reflect.Struct {
+		return
+	}
+	f := st.FieldByName("ConditionedStatus")
+	if !f.IsValid() || !f.CanAddr() {
+		return
+	}
+	cs, ok := f.Addr().Interface().(*xpv2.ConditionedStatus)
+	if !ok {
+		return
+	}
+	cs.Conditions = slices.DeleteFunc(cs.Conditions, func(c xpv2.Condition) bool { return c.Type == t })
 }
 
 func egressCondition(s corev1.ConditionStatus, r xpv2.ConditionReason, msg string) xpv2.Condition {

@@ -3,17 +3,23 @@ package external
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 
+	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
+	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
@@ -59,7 +65,7 @@ func TestEgressCheckCredential(t *testing.T) {
 func TestSetEgress(t *testing.T) {
 	running := proxy.Instance{Name: testName, State: proxy.StateRunning, IP: "10.0.0.5", ProxyReachable: true, ProxyAddress: "10.0.0.5:3128"}
 	reserved := running
-	reserved.EgressIP, reserved.EgressSource = "203.0.113.9", proxy.EgressBackend
+	reserved.EgressIP, reserved.EgressSource, reserved.BackendEgressIP = "203.0.113.9", proxy.EgressBackend, "203.0.113.9"
 	moved := running
 	moved.ProxyAddress = "10.0.0.6:3128"
 	remote := running
@@ -73,19 +79,32 @@ func TestSetEgress(t *testing.T) {
 	remoteNew.IP = "10.0.0.6"
 	blip := running
 	blip.ProxyReachable, blip.ProxyAddress = false, ""
+	// The instance's own Squid answered its check, but not with the
+	// echo's address.
+	failedInside := unreached
+	failedInside.EgressFailure, failedInside.EgressCheckedAt = "the check through the instance's own Squid was answered 502", time.Now()
+	// A GCP instance's external address, and a guest reporting another.
+	natReported := remote
+	natReported.BackendEgressIP = "203.0.113.9"
+	natSame := natReported
+	natSame.EgressIP = natSame.BackendEgressIP
+	natFailed := failedInside
+	natFailed.EgressIP, natFailed.EgressSource, natFailed.BackendEgressIP = "203.0.113.9", proxy.EgressBackend, "203.0.113.9"
 
 	type step struct {
 		inst   proxy.Instance
 		answer string // the echo's answer; "" fails the check
 	}
 	cases := map[string]struct {
-		kind       Kind[spec.KVMProxyParameters]
-		steps      []step
-		wantIP     string
-		wantSource string
-		wantCond   xpv2.ConditionReason // "" for no condition
-		wantStatus corev1.ConditionStatus
-		wantEvents []string
+		kind        Kind[spec.KVMProxyParameters]
+		steps       []step
+		lastNoCheck bool // the last step's config names no check
+		wantIP      string
+		wantSource  string
+		wantCond    xpv2.ConditionReason // "" for no condition
+		wantStatus  corev1.ConditionStatus
+		wantMsg     []string // in the condition's message
+		wantEvents  []string
 	}{
 		"Verified": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}},
 			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressVerified, wantStatus: corev1.ConditionTrue,
@@ -108,12 +127,31 @@ func TestSetEgress(t *testing.T) {
 			wantEvents: []string{"Warning EgressIPChanged"}},
 		"Unreachable": {kind: egressKind(), steps: []step{{unreached, ""}},
 			wantCond: reasonEgressNoPath, wantStatus: corev1.ConditionUnknown},
+		"CheckFailedInsideKeepsTheReportedAddress": {kind: egressKind(), steps: []step{{remote, ""}, {failedInside, ""}},
+			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantMsg:    []string{"the egress check from inside the instance with " + testEchoURL + " failed at ", "answered 502"},
+			wantEvents: []string{"Warning EgressCheckFailed"}},
+		"CheckFailedInsideKeepsTheBackendsFigure": {kind: egressKind(), steps: []step{{natFailed, ""}},
+			wantIP: "203.0.113.9", wantSource: spec.EgressIPBackend, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantMsg: []string{"from inside the instance", "answered 502"}, wantEvents: []string{"Warning EgressCheckFailed"}},
+		"ReportedDiffersFromTheBackendsFigure": {kind: egressKind(), steps: []step{{natReported, ""}},
+			wantIP: "203.0.113.9", wantSource: spec.EgressIPBackend, wantCond: reasonEgressDiffers, wantStatus: corev1.ConditionFalse,
+			wantMsg:    []string{"the check from inside the instance saw 203.0.113.3", "but the backend says the instance's address is 203.0.113.9"},
+			wantEvents: []string{"Warning EgressIPDiffers"}},
+		"ReportedAsTheBackendsFigure": {kind: egressKind(), steps: []step{{natSame, ""}},
+			wantIP: "203.0.113.9", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
+		// The condition says what a check found; the backend's figure
+		// stays published.
+		"CheckRemovedDropsTheCondition": {kind: egressKind(), steps: []step{{reserved, "203.0.113.9"}, {reserved, ""}}, lastNoCheck: true,
+			wantIP: "203.0.113.9", wantSource: spec.EgressIPBackend, wantEvents: []string{"Normal EgressIPVerified"}},
 		"NoCheckBackendFigure": {kind: testKind(nil), steps: []step{{reserved, "203.0.113.7"}},
 			wantIP: "203.0.113.9", wantSource: spec.EgressIPBackend},
 		"NoCheckNoFigure": {kind: testKind(nil), steps: []step{{running, "203.0.113.7"}}},
 		// A report the instance still holds after its check was turned
 		// off.
 		"NoCheckAReportLeftBehind": {kind: testKind(nil), steps: []step{{remote, ""}}},
+		"NoCheckAReportLeftBehindOverTheBackendsFigure": {kind: testKind(nil), steps: []step{{natReported, ""}},
+			wantIP: "203.0.113.9", wantSource: spec.EgressIPBackend},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -129,8 +167,11 @@ func TestSetEgress(t *testing.T) {
 			}}
 			cr := proxyResource()
 			var inst proxy.Instance
-			for _, s := range tc.steps {
+			for i, s := range tc.steps {
 				answer, inst = s.answer, s.inst
+				if tc.lastNoCheck && i == len(tc.steps)-1 {
+					e.kind = testKind(nil)
+				}
 				req, err := e.request(context.Background(), cr)
 				if err != nil {
 					t.Fatal(err)
@@ -150,6 +191,14 @@ func TestSetEgress(t *testing.T) {
 			if c.Reason != tc.wantCond || (tc.wantCond != "" && c.Status != tc.wantStatus) {
 				t.Errorf("EgressVerified %s %s %q; want %s %s", c.Status, c.Reason, c.Message, tc.wantStatus, tc.wantCond)
 			}
+			if tc.wantCond == "" && slices.ContainsFunc(cr.Status.Conditions, func(c xpv2.Condition) bool { return c.Type == spec.TypeEgressVerified }) {
+				t.Errorf("conditions %v; want no %s without a check", cr.Status.Conditions, spec.TypeEgressVerified)
+			}
+			for _, m := range tc.wantMsg {
+				if !strings.Contains(c.Message, m) {
+					t.Errorf("EgressVerified message %q; want it to say %q", c.Message, m)
+				}
+			}
 			if strings.Contains(c.Message, "sentinel") {
 				t.Errorf("condition quotes a secret: %s", c.Message)
 			}
@@ -157,5 +206,76 @@ func TestSetEgress(t *testing.T) {
 				t.Errorf("events: -want, +got:\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestObserveAReportOfAFailedCheck: a proxy the provider cannot reach,
+// whose own Squid answered the check from inside it but not with the
+// echo's address (the echo down, a 502), is Ready on that answer; the
+// condition says the check from inside failed and why, without quoting
+// the answer, and the address reported before stays published. A report
+// its Squid did not answer leaves it not Ready.
+func TestObserveAReportOfAFailedCheck(t *testing.T) {
+	ctx := context.Background()
+	mem := proxytest.NewMemory("memory", testInstallation)
+	e := newExternal(egressKind(), mem, nil)
+	e.egress = &squid.EgressChecker{}
+	ours(t, mem, e)
+	cr := proxyResource()
+	observe := func(status, body string) {
+		t.Helper()
+		line := fmt.Sprintf("%s %d %s %s\n", squid.ReportMarker, time.Now().Unix(), status, body)
+		if err := mem.ReportEgress(proxytest.MemoryIDPrefix+testName, line); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Observe(ctx, cr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	egress := xpv2.ConditionType(spec.TypeEgressVerified)
+
+	observe("200", "203.0.113.3")
+	if c := cr.GetCondition(egress); c.Reason != reasonEgressReported {
+		t.Fatalf("EgressVerified %s %s %q after a report of 203.0.113.3; want Reported", c.Status, c.Reason, c.Message)
+	}
+
+	observe("502", "sentinel-guest-text")
+	o := cr.Status.AtProvider
+	if r := cr.GetCondition(xpv2.TypeReady); r.Status != corev1.ConditionTrue || !o.ProxyReachable {
+		t.Errorf("Ready %s %q, proxyReachable %v; want True: Squid answered inside the instance", r.Status, r.Message, o.ProxyReachable)
+	}
+	c := cr.GetCondition(egress)
+	if c.Status != corev1.ConditionFalse || c.Reason != reasonEgressFailed || !strings.Contains(c.Message, "the egress check from inside the instance") || !strings.Contains(c.Message, "answered 502") {
+		t.Errorf("EgressVerified %s %s %q; want False CheckFailed, saying the check from inside failed with 502", c.Status, c.Reason, c.Message)
+	}
+	if strings.Contains(c.Message, "sentinel") {
+		t.Errorf("EgressVerified quotes the instance's answer: %q", c.Message)
+	}
+	if o.EgressIP != "203.0.113.3" || o.EgressIPSource != spec.EgressIPReported {
+		t.Errorf("egressIP %q (%s); want 203.0.113.3 Reported, kept", o.EgressIP, o.EgressIPSource)
+	}
+
+	observe("000", "")
+	if r := cr.GetCondition(xpv2.TypeReady); r.Status == corev1.ConditionTrue || cr.Status.AtProvider.ProxyReachable {
+		t.Errorf("Ready %s %q after a report that the instance's Squid did not answer; want not Ready", r.Status, r.Message)
+	}
+}
+
+// TestRemoveCondition: every kind, of both scopes, loses the condition
+// removeCondition names and keeps the others.
+func TestRemoveCondition(t *testing.T) {
+	egress := xpv2.ConditionType(spec.TypeEgressVerified)
+	for _, cr := range []resource.Managed{
+		&nsproxy.KVMProxy{}, &nsproxy.ProxmoxProxy{}, &nsproxy.GCPProxy{}, &nsproxy.PodProxy{},
+		&clusterproxy.KVMProxy{}, &clusterproxy.ProxmoxProxy{}, &clusterproxy.GCPProxy{}, &clusterproxy.PodProxy{},
+	} {
+		cr.SetConditions(xpv2.Available(), egressCondition(corev1.ConditionTrue, reasonEgressVerified, "verified"))
+		removeCondition(cr, egress)
+		if c := cr.GetCondition(egress); c.Reason != "" {
+			t.Errorf("%T: %s %s remains", cr, c.Type, c.Reason)
+		}
+		if c := cr.GetCondition(xpv2.TypeReady); c.Reason != xpv2.ReasonAvailable {
+			t.Errorf("%T: Ready %s; want it kept", cr, c.Reason)
+		}
 	}
 }

@@ -375,8 +375,11 @@ func TestGCPProxyIntegration(t *testing.T) {
 	// and check out: the guest checks through its own Squid (its
 	// cloud-init's script, run by the fake's guest on its real Squid) and
 	// puts the line to its guest attribute, which the driver reads with
-	// instances.getGuestAttributes. The proxy is Ready on that word, and
-	// the address published is Reported: the one the echo saw.
+	// instances.getGuestAttributes. The proxy is Ready on that word. The
+	// echo saw this machine's address, not the instance's external one:
+	// the guest's word does not stand against the backend's figure, so
+	// the condition says Differs, naming both, and the external address
+	// stays published.
 	t.Run("UnreachableProxyReportsFromTheGuest", func(t *testing.T) {
 		e.srv.RunSquid(providerenv.RequireSquid(t))
 		defer e.srv.RunSquid("")
@@ -389,13 +392,15 @@ func TestGCPProxyIntegration(t *testing.T) {
 		if err := e.Kube.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionTrue, "from inside the instance")
+		c := e.WaitForCondition(t, p, spec.TypeEgressVerified, corev1.ConditionFalse, "but the backend says")
 		seen := testenv.EchoFromHere(t, testenv.EchoURL(e.upstream))
 		o := p.Status.AtProvider
-		if c.Reason != "Reported" || o.EgressIP != seen || o.EgressIPSource != spec.EgressIPReported || o.EgressIPVerifiedAt == nil || o.EgressIP == o.IP {
-			t.Errorf("EgressVerified %s %q, egressIP %q (%s, at %v), external %s; want Reported, %s (what the echo saw), not the instance's own address",
+		if c.Reason != "Differs" || !strings.Contains(c.Message, "saw "+seen) || !strings.Contains(c.Message, "the backend says the instance's address is "+o.IP) ||
+			o.IP == "" || o.IP == seen || o.EgressIP != o.IP || o.EgressIPSource != spec.EgressIPBackend || o.EgressIPVerifiedAt != nil {
+			t.Errorf("EgressVerified %s %q, egressIP %q (%s, at %v), external %s; want Differs naming %s (what the echo saw) and the external address, which stays published (Backend)",
 				c.Reason, c.Message, o.EgressIP, o.EgressIPSource, o.EgressIPVerifiedAt, o.IP, seen)
 		}
+		e.WaitEvent(t, "team-a", p.Name, corev1.EventTypeWarning, "EgressIPDiffers", "")
 		if r := p.GetCondition(xpv2.TypeReady); r.Status != corev1.ConditionTrue {
 			t.Errorf("Ready %s %q; want True on the guest's own check", r.Status, r.Message)
 		}

@@ -687,9 +687,9 @@ func (m *Memory) view(in *memInstance) proxy.Instance {
 		// The provider's probe cannot reach the proxy: the guest's own
 		// check, when valid, stands for it.
 		inst.ProxyReachable, inst.Progress = false, "waiting for Squid to answer: unreachable"
-		if ip, at, ok, _ := squid.GuestReport([]byte(in.report), in.createdAt, time.Now()); ok {
+		if r, ok, _ := squid.GuestReport([]byte(in.report), in.createdAt, time.Now()); ok {
 			inst.ProxyReachable, inst.Progress = true, ""
-			inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = ip, proxy.EgressReported, at
+			r.Publish(&inst)
 		}
 	}
 	if in.deleting {
