@@ -57,8 +57,24 @@ func (e *env) quota(t *testing.T, ns, name string, hard corev1.ResourceList) {
 	if err := e.live.Status().Update(ctx, q); err != nil {
 		t.Fatal(err)
 	}
-	// The quota admission plugin reads quotas from an informer.
-	time.Sleep(1500 * time.Millisecond)
+	// The quota admission plugin reads quotas from an informer: until it
+	// holds this one with its status, a create passes or is refused as
+	// "status unknown". A dry run of what the quota forbids tells when.
+	pod := corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "quota-probe"}}}
+	probe := func() client.Object {
+		if _, ok := hard[corev1.ResourcePods]; ok {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "quota-probe-", Namespace: ns}, Spec: pod}
+		}
+		labels := map[string]string{"quota-probe": "true"}
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{GenerateName: "quota-probe-", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+		}}
+	}
+	waitFor(t, "the quota admission to enforce "+name, func() (bool, string) {
+		err := e.live.Create(ctx, probe(), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "exceeded quota"), fmt.Sprintf("a dry-run create: %v", err)
+	})
 }
 
 // driver is a driver on this cluster, reading through the cache, for cfg.
