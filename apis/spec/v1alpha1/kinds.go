@@ -82,7 +82,7 @@ type GCPProxyParameters struct {
 	// of the ProviderConfig's gcp.zones when that list is set.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z]+-[a-z]+[0-9]+-[a-z]$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]+-[a-z]+[0-9]+-[a-z]$')",message="must be a Compute Engine zone such as europe-west1-b (a region such as europe-west1 is not a zone)"
 	Zone string `json:"zone,omitempty"`
 	// MachineType is a key of the ProviderConfig's gcp.machineTypes.
 	// +optional

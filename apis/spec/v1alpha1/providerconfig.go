@@ -307,7 +307,8 @@ type KVMHost struct {
 	Name string `json:"name"`
 	// Address is host:port of the SSH server.
 	// +kubebuilder:validation:MaxLength=261
-	// +kubebuilder:validation:Pattern=`^(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?):[0-9]{1,5}$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([[][0-9a-fA-F:.]+[]]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?):[0-9]{1,5}$')",message="must be host:port of the SSH server, such as 10.0.0.5:22, kvm1.example:22 or [fd00::5]:22"
+	// +kubebuilder:validation:XValidation:rule="!self.matches(':[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="the port must be 1 to 65535"
 	Address string `json:"address"`
 	// User to log in as; it must be allowed to use the libvirt socket.
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]{0,31}$`
@@ -355,7 +356,9 @@ type KVMHost struct {
 type ProxmoxConfig struct {
 	// URL of the Proxmox VE API, such as https://pve.example:8006.
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^https://[^/ ]+(:[0-9]{1,5})?/?$`
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://')",message="must be https:// (the Proxmox VE API speaks TLS), such as https://pve.example:8006"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('https://') || !self.substring(8).contains('/') || self.substring(8).indexOf('/') == self.substring(8).size() - 1",message="must be the base URL alone, such as https://pve.example:8006, without a path: the provider adds /api2/json"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('https://') || self.matches('^https://[^/ ]+(:[0-9]{1,5})?/?$')",message="must be https://host or https://host:port, with no spaces or user info"
 	URL string `json:"url"`
 	// Credentials for the API.
 	Credentials ProxmoxCredentials `json:"credentials"`
