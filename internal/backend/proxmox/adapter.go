@@ -49,14 +49,30 @@ type CredentialsFunc func(ctx context.Context) (Credentials, error)
 // tokenRe is the API token syntax; the secret is the part after "=".
 var tokenRe = regexp.MustCompile(`^([A-Za-z0-9._-]+@[A-Za-z0-9._-]+)!([A-Za-z][A-Za-z0-9._-]*)=(\S+)$`)
 
+// secretOnlyRe is a token's secret alone (a UUID), which the Proxmox VE
+// UI shows apart from the token's ID.
+var secretOnlyRe = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// normalToken is token as the Authorization header takes it: without
+// surrounding space, and without the header's own PVEAPIToken= prefix,
+// which a token copied from a curl example carries.
+func normalToken(token string) string {
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(token), "PVEAPIToken="))
+}
+
 // TokenID returns the user@realm!tokenid part of a token (not secret),
-// or an error that does not quote the token.
+// or an error that says what is wrong without quoting the token.
 func TokenID(token string) (string, error) {
-	m := tokenRe.FindStringSubmatch(strings.TrimSpace(token))
-	if m == nil {
+	t := normalToken(token)
+	m := tokenRe.FindStringSubmatch(t)
+	switch {
+	case m != nil:
+		return m[1] + "!" + m[2], nil
+	case secretOnlyRe.MatchString(t):
+		return "", proxy.Permanentf("the API token holds only the token's secret: want user@realm!tokenid=secret, the token's ID, '=' and the secret (the Secret's value is not shown)")
+	default:
 		return "", proxy.Permanentf("the API token is malformed: want user@realm!tokenid=secret (the Secret's value is not shown)")
 	}
-	return m[1] + "!" + m[2], nil
 }
 
 // Client is the production API: a thin net/http client of the Proxmox VE
@@ -246,7 +262,7 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		req.Header.Set("Content-Type", ct)
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "PVEAPIToken="+strings.TrimSpace(creds.Token))
+	req.Header.Set("Authorization", "PVEAPIToken="+normalToken(creds.Token))
 	var rt http.RoundTripper = tr
 	if c.wire != nil {
 		rt = telemetry.Wire("proxmox", c.wire, tr)

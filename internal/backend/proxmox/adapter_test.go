@@ -42,6 +42,7 @@ func TestTokenAndCASentinels(t *testing.T) {
 	}{
 		{name: "refused token", token: sentinelToken, reason: "Unauthorized", says: "401 invalid token value!"},
 		{name: "malformed token", token: sentinelSecret, says: "want user@realm!tokenid=secret"},
+		{name: "the secret alone", token: "3f9a1c2e-5b7d-4e2a-9c3f-0a1b2c3d4e5f", says: "holds only the token's secret"},
 		{name: "CA is not PEM", ca: []byte(sentinelCA), reason: proxmox.ReasonCertificateInvalid, says: "holds no PEM certificate"},
 	}
 	for _, c := range cases {
@@ -73,6 +74,14 @@ func TestTokenAndCASentinels(t *testing.T) {
 			assertNoSentinel(t, "the log", f.logs.String())
 		})
 	}
+}
+
+// A token copied with the header's PVEAPIToken= prefix (as in a curl
+// example) works as the token itself.
+func TestTokenWithTheHeadersPrefix(t *testing.T) {
+	f := newFixture(t)
+	f.setCredentials("PVEAPIToken="+f.fake.Token()+"\n", f.fake.CAPEM())
+	ready(t, f, "pt-prefixed", "6e7f8091-0002-4a5e-9d55-0a9c1f1e2b3c")
 }
 
 // TestCredentialsRotateWithoutRestart: the same driver picks up a new

@@ -95,6 +95,9 @@ func (c *connector) connect(ctx context.Context, cfg *external.Config) (proxy.Dr
 	if err != nil {
 		return nil, err
 	}
+	if _, err := backend.TokenID(string(token)); err != nil {
+		return nil, errors.Wrapf(err, "spec.proxmox.credentials.tokenSecretRef (key %s)", p.Credentials.TokenSecretRef.Key)
+	}
 	var ca []byte
 	if p.Credentials.CASecretRef != nil {
 		if ca, err = cfg.Secrets.Get(ctx, "spec.proxmox.credentials.caSecretRef", p.Credentials.CASecretRef); err != nil {
