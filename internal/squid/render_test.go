@@ -247,7 +247,7 @@ func TestRenderOptionErrors(t *testing.T) {
 
 func TestRenderRejectsInvalidSettings(t *testing.T) {
 	f, err := Render(proxy.Settings{Port: 3128}, Options{})
-	if err == nil || !strings.HasPrefix(err.Error(), "allowedClientCIDRs: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "spec.forProvider.proxy.allowedClientCIDRs: ") {
 		t.Errorf("Render() error = %v, want the Validate error", err)
 	}
 	if f != (Files{}) {

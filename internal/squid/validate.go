@@ -25,7 +25,22 @@ type FieldError struct {
 }
 
 // Error returns "field: detail".
-func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+func (e *FieldError) Error() string { return e.Path() + ": " + e.Detail }
+
+// Path is the field as a user finds it: the proxy block's fields under
+// the managed resource's spec.forProvider.proxy, the egress check's in
+// the ProviderConfig that names it, a backend's rendering options as
+// they are.
+func (e *FieldError) Path() string {
+	switch {
+	case strings.HasPrefix(e.Field, "egressCheck."):
+		return "the ProviderConfig's " + e.Field
+	case strings.HasPrefix(e.Field, "options."):
+		return e.Field // the backend's own rendering options, not a user's field
+	default:
+		return "spec.forProvider.proxy." + e.Field
+	}
+}
 
 // fieldErrors is every problem Validate found, so that a user fixes them
 // all in one round instead of one per reconcile.

@@ -249,7 +249,7 @@ func TestValidateRejects(t *testing.T) {
 				t.Fatalf("Validate() = %v, want field errors", err)
 			}
 			for i, fe := range fes {
-				msg := fe.Error()
+				msg := fe.Field + ": " + fe.Detail
 				if i < len(tc.want) {
 					if w, ok := strings.CutSuffix(tc.want[i], "…"); ok && strings.HasPrefix(msg, w) {
 						msg = tc.want[i]
@@ -269,5 +269,19 @@ func TestValidateRejects(t *testing.T) {
 				t.Errorf("errors.As(*FieldError) found nothing in %v", err)
 			}
 		})
+	}
+}
+
+// A problem names the field where the user writes it.
+func TestFieldErrorPath(t *testing.T) {
+	for field, want := range map[string]string{
+		"allowedClientCIDRs[0]": "spec.forProvider.proxy.allowedClientCIDRs[0]: x",
+		"auth.username":         "spec.forProvider.proxy.auth.username: x",
+		"egressCheck.url":       "the ProviderConfig's egressCheck.url: x",
+		"options.pidFile":       "options.pidFile: x",
+	} {
+		if got := (&FieldError{Field: field, Detail: "x"}).Error(); got != want {
+			t.Errorf("%s: %q, want %q", field, got, want)
+		}
 	}
 }
