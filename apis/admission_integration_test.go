@@ -393,6 +393,7 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"CloudInitIsImmutable", nsKVM, unset("spec.forProvider.cloudInit"), []string{"spec.forProvider.cloudInit", "cloudInit is immutable"}},
 		{"ImageIsImmutable", nsGCP, set("spec.forProvider.image", "debian-12"), []string{"spec.forProvider.image", "image is immutable"}},
 		{"AddressTypeIsImmutable", nsGCP, set("spec.forProvider.address.type", "Ephemeral"), []string{"spec.forProvider.address", "address.type is immutable"}},
+		{"StaticAddressBlockCannotGo", nsGCP, unset("spec.forProvider.address"), []string{"spec.forProvider.address", "address.type is immutable"}},
 		{"ProxyBlockIsMutable", nsPod, set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.1.0.0/16", "fd00::/8"}), nil},
 		{"AuthCannotBeTurnedOffWhileOpen", nsPod, func(u *unstructured.Unstructured) {
 			set("spec.forProvider.proxy.allowedClientCIDRs", []any{"0.0.0.0/0"})(u)
@@ -402,6 +403,23 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"InstallationIDCanBeSetOnce", cpcPods, set("spec.installationID", "prod-eu"), nil},
 		{"InstallationIDCannotChange", cpcPods, set("spec.installationID", "prod-us"), []string{"spec.installationID", "cannot change once set"}},
 	}
+	// No address block is Ephemeral: writing the block of the default
+	// later changes nothing and is accepted.
+	t.Run("UpdateDefaultAddressBlockMayBeWritten", func(t *testing.T) {
+		if err := create(t, nsGCP, "ok-default-address", []func(*unstructured.Unstructured){unset("spec.forProvider.address")}); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: nsGCP.group, Version: "v1alpha1", Kind: nsGCP.kind})
+		ex := find(t, examples, nsGCP.group, nsGCP.kind, nsGCP.name)
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: ex.GetNamespace(), Name: "ok-default-address"}, u); err != nil {
+			t.Fatal(err)
+		}
+		set("spec.forProvider.address", map[string]any{"type": "Ephemeral"})(u)
+		if err := kube.Update(ctx, u); err != nil {
+			t.Errorf("writing address {type: Ephemeral} on a GCPProxy made without one: %v", err)
+		}
+	})
 	for _, tc := range updates {
 		t.Run("Update"+tc.name, func(t *testing.T) {
 			u := &unstructured.Unstructured{}

@@ -76,7 +76,7 @@ type ProxmoxProxyParameters struct {
 // +kubebuilder:validation:XValidation:rule="has(self.machineType) == has(oldSelf.machineType) && (!has(self.machineType) || self.machineType == oldSelf.machineType)",message="machineType is immutable",fieldPath=".machineType"
 // +kubebuilder:validation:XValidation:rule="has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image)",message="image is immutable",fieldPath=".image"
 // +kubebuilder:validation:XValidation:rule="has(self.cloudInit) == has(oldSelf.cloudInit) && (!has(self.cloudInit) || self.cloudInit == oldSelf.cloudInit)",message="cloudInit is immutable: it runs at first boot only",fieldPath=".cloudInit"
-// +kubebuilder:validation:XValidation:rule="has(self.address) == has(oldSelf.address) && (!has(self.address) || self.address.type == oldSelf.address.type)",message="address.type is immutable",fieldPath=".address"
+// +kubebuilder:validation:XValidation:rule="(has(self.address) ? self.address.type : 'Ephemeral') == (has(oldSelf.address) ? oldSelf.address.type : 'Ephemeral')",message="address.type is immutable (no address block is Ephemeral)",fieldPath=".address"
 type GCPProxyParameters struct {
 	// Zone is a Compute Engine zone such as europe-west1-b; it must be one
 	// of the ProviderConfig's gcp.zones when that list is set.
