@@ -44,7 +44,7 @@ func (d *Driver) resolveSpec(req proxy.Request) (*spec, error) {
 		return nil, proxy.Permanentf("image %q is not in %s: want one of %s", req.Placement.Image, d.o.Provider, keys(d.cfg.Images))
 	}
 	if exposureOf(req).ManageFirewall && len(firewallSources(req.Proxy.AllowedClientCIDRs)) == 0 {
-		return nil, proxy.Permanentf("the firewall rule needs at least one IPv4 client CIDR: the proxy's network interface is IPv4 only")
+		return nil, proxy.Permanentf("spec.forProvider.proxy.allowedClientCIDRs holds no IPv4 CIDR, and the firewall rule the provider makes (spec.forProvider.firewall.manage) admits IPv4 clients only: the proxy's network interface is IPv4 only; add the clients' IPv4 ranges, or set firewall.manage: false and admit them with a rule of your own")
 	}
 	if err := validLabels(req.Labels); err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func firewallTarget(inst *computeapi.Instance, req proxy.Request) string {
 func (d *Driver) ensureFirewall(ctx context.Context, req proxy.Request, target string) (*OpRef, error) {
 	want := buildFirewall(d.cfg, req, target)
 	if len(want.GetSourceRanges()) == 0 {
-		return nil, proxy.Permanentf("the firewall rule needs at least one IPv4 client CIDR (a rule without source ranges would admit 0.0.0.0/0)")
+		return nil, proxy.Permanentf("spec.forProvider.proxy.allowedClientCIDRs holds no IPv4 CIDR for the firewall rule the provider makes (spec.forProvider.firewall.manage; a rule without source ranges would admit 0.0.0.0/0): add the clients' IPv4 ranges, or set firewall.manage: false and admit them with a rule of your own")
 	}
 	fw, err := d.api.GetFirewall(ctx, req.Name)
 	switch {

@@ -352,7 +352,7 @@ func TestFirewallNeverOpensToEveryone(t *testing.T) {
 	req := request("pt-v6only", "0c8f6a1e-1111-4e2a-9c3f-00000000000b")
 	req.Proxy.AllowedClientCIDRs = []string{"2001:db8::/32"}
 	req.Extension = gcp.Exposure{AddressType: gcp.AddressEphemeral, ManageFirewall: true}
-	if _, err := f.driver.Create(ctx, req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "at least one IPv4 client CIDR") {
+	if _, err := f.driver.Create(ctx, req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "allowedClientCIDRs holds no IPv4 CIDR") || !strings.Contains(err.Error(), "firewall.manage: false") {
 		t.Fatalf("Create = %v; want a Permanent error asking for an IPv4 client CIDR", err)
 	}
 	if _, err := f.driver.Update(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement}, req); err == nil {
