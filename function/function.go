@@ -225,6 +225,14 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		if ips, err := omr.Resource.GetStringArray("status.atProvider.egressIPs"); err == nil && len(ips) > 0 {
 			status["egressIPs"] = ips
 		}
+		// Whether the check stands behind the address: a team that sees
+		// only the composite must see a check that fails or disagrees.
+		if c := omr.Resource.GetCondition(spec.TypeEgressVerified); c.Reason != "" {
+			status["egressCheck"] = string(c.Reason)
+			if c.Status == corev1.ConditionFalse && c.Message != "" {
+				response.Warning(rsp, errors.Errorf("%s %s: the egress address: %s", plan.Kind, omr.Resource.GetName(), c.Message)).TargetCompositeAndClaim()
+			}
+		}
 	}
 	desired[name] = &resource.DesiredComposed{Resource: mr, Ready: ready}
 

@@ -248,6 +248,7 @@ status:
   conditions:
   - {type: Ready, status: "`+ready+`", reason: Available}
   - {type: Synced, status: "`+synced+`", reason: ReconcileError, message: "machineType: unknown key"}
+  - {type: EgressVerified, status: "False", reason: CheckFailed, message: "the egress check through the proxy with http://echo.example/ip failed: answered 502"}
 `),
 		ConnectionDetails: map[string][]byte{"url": []byte("http://u:p@10.1.2.3:3128"), "host": []byte("10.1.2.3"), "port": []byte("3128"), "username": []byte("u"), "password": []byte("p"),
 			"endpoint": []byte("10.1.2.3:3128"), "HTTP_PROXY": []byte("http://u:p@10.1.2.3:3128"), "no_proxy": []byte("localhost"), "egressIP": []byte("203.0.113.7"), "other": []byte("x")},
@@ -287,12 +288,21 @@ data: {url: `+b64("http://u:p@10.1.2.3:3128")+`, host: `+b64("10.1.2.3")+`, port
 	}
 	status := rsp.GetDesired().GetComposite().GetResource().AsMap()["status"]
 	wantStatus := map[string]any{"proxy": map[string]any{"class": "standard", "size": "small", "backend": "PodProxy", "endpoint": "10.1.2.3:3128", "state": "Running", "connectionSecret": "payments-proxy",
-		"egressIP": "203.0.113.7", "egressIPs": []any{"203.0.113.7", "203.0.113.8"}, "egressIPSource": "Verified", "egressIPVerifiedAt": "2026-12-03T14:00:00Z"}}
+		"egressIP": "203.0.113.7", "egressIPs": []any{"203.0.113.7", "203.0.113.8"}, "egressIPSource": "Verified", "egressIPVerifiedAt": "2026-12-03T14:00:00Z", "egressCheck": "CheckFailed"}}
 	if diff := cmp.Diff(wantStatus, status); diff != "" {
 		t.Errorf("composite status (-want +got):\n%s", diff)
 	}
 	if n := len(rsp.GetDesired().GetComposite().GetConnectionDetails()); n != 0 {
 		t.Errorf("a namespaced composite got %d connection details; it has no connection Secret", n)
+	}
+	// A failed egress check reaches the team that sees only the composite.
+	var warned bool
+	for _, r := range rsp.GetResults() {
+		warned = warned || r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && r.GetTarget() == fnv1.Target_TARGET_COMPOSITE_AND_CLAIM &&
+			strings.Contains(r.GetMessage(), "the egress address: the egress check through the proxy with http://echo.example/ip failed: answered 502")
+	}
+	if !warned {
+		t.Errorf("no warning for the composite carrying the failed egress check; results: %v", rsp.GetResults())
 	}
 }
 
