@@ -337,6 +337,12 @@ func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Req
 	}
 
 	fp := merge(merge(map[string]any{}, c.Parameters), sz.Parameters)
+	if bad := unknownFields(fp, parameters[c.Kind], ""); len(bad) > 0 {
+		return nil, p, errors.Errorf("class %q (size %q) parameters name what %s's spec.forProvider has not: %s; fix the Composition", p.Class, p.Size, c.Kind, strings.Join(bad, "; "))
+	}
+	if px, _ := fp["proxy"].(map[string]any); px != nil && px["tls"] != nil {
+		return nil, p, errors.Errorf("class %q (size %q) parameters set proxy.tls, which is the team's to ask for (spec.tlsSecretName), never a class's; fix the Composition", p.Class, p.Size)
+	}
 	proxy, _ := fp["proxy"].(map[string]any)
 	if proxy == nil {
 		proxy = map[string]any{}

@@ -408,3 +408,41 @@ func keysOf[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// A Composition's class parameters that the kind has no field for are
+// refused, naming them, rather than dropped by the API server in silence.
+func TestClassParametersAreChecked(t *testing.T) {
+	base := &ProxyClasses{DefaultClass: "dedicated", Classes: map[string]Class{}}
+	cases := map[string]struct {
+		class, size map[string]any
+		want        []string
+	}{
+		"TopLevelTypo": {class: map[string]any{"image": "debian-12", "machinetype": "small"}, want: []string{`class "dedicated" (size "small")`, "machinetype (the fields here:", "machineType"}},
+		"NestedTypo":   {class: map[string]any{"proxy": map[string]any{"allowedPort": []any{int64(443)}}}, want: []string{"proxy.allowedPort (the fields here:", "allowedPorts"}},
+		"InTheSize":    {size: map[string]any{"zone": "europe-west1-b"}, want: []string{"zone (the fields here:"}},
+		"ClassTLS":     {class: map[string]any{"proxy": map[string]any{"tls": map[string]any{"secretRef": map[string]any{"name": "x"}}}}, want: []string{"proxy.tls, which is the team's to ask for"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := *base
+			in.Classes = map[string]Class{"dedicated": {Kind: "KVMProxy", ProviderConfigRef: ProviderConfigRef{Kind: "ClusterProviderConfig", Name: "home-kvm"},
+				Parameters: tc.class, Sizes: map[string]Size{"small": {Parameters: tc.size}}}}
+			_, _, err := Compose(&in, "team-a", "p", "uid", "", Request{Size: "small", AllowedClientCIDRs: []string{"10.0.0.0/8"}})
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Compose = %v; want it to say %q", err, w)
+				}
+			}
+		})
+	}
+	// The shipped Compositions' classes are all sound.
+	for _, file := range []string{"composition-namespaced.yaml", "composition-legacy.yaml"} {
+		for _, class := range []string{"standard", "dedicated", "datacenter", "cloud"} {
+			for _, size := range []string{"small", "medium", "large"} {
+				if msg := fatal(run(t, &fnv1.RunFunctionRequest{Input: classes(t, file), Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, xr(class, size, "true"))}}})); msg != "" {
+					t.Errorf("%s, class %s, size %s: %s", file, class, size, msg)
+				}
+			}
+		}
+	}
+}
