@@ -61,7 +61,8 @@ func TestQuickstartIntegration(t *testing.T) {
 	// What another Kubernetes, Docker and Squid keep on a developer's
 	// machine, planted while no node runs: make run and its Ctrl-C leave
 	// it as it is.
-	lockCtx, lockCancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Other packages' node tests may hold the node for minutes each.
+	lockCtx, lockCancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer lockCancel()
 	unlock, err := controlplane.LockNode(lockCtx)
 	if err != nil {
@@ -178,7 +179,7 @@ func TestQuickstartIntegration(t *testing.T) {
 	}
 	// The node's containers, network namespaces, bridge, iptables rules
 	// and cgroups, looked for while no other node can run.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	release, err := controlplane.LockNode(ctx)
 	if err != nil {

@@ -51,7 +51,9 @@ func WriteCRDs(t testing.TB, doc string) string {
 // control-plane log is logged before it is removed.
 func ForTest(t testing.TB, o Options) *ControlPlane {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	// A cold build of the binaries, and with a node a wait for another
+	// package's node test to finish, come out of this budget.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if o.BinDir == "" {
 		d, err := BinDir(ctx, os.Stderr) // a cold build takes minutes: show its progress
