@@ -537,7 +537,12 @@ func (e *external[P]) foreign(cr Resource[P], inst proxy.Instance) error {
 	case inst.Mark.UID == own.UID:
 		// This resource's own instance, made under another installation
 		// ID: the config's installationID was set or changed since.
-		return errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: give the config back installationID %q (an installation ID does not move instances made before it was set)", inst.Name, inst.Mark.InstallationID, e.cfg.Name, own.InstallationID, inst.Mark.InstallationID)
+		fix := fmt.Sprintf("give the config back installationID %q", inst.Mark.InstallationID)
+		if e.cfg.Spec.InstallationID == "" {
+			// The provider's own ID (--installation-id, or its ConfigMap).
+			fix = fmt.Sprintf("run the provider with --installation-id=%s (or restore its ConfigMap), or set the config's installationID to it", inst.Mark.InstallationID)
+		}
+		return errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: %s (an installation ID does not move instances made before it)", inst.Name, inst.Mark.InstallationID, e.cfg.Name, own.InstallationID, fix)
 	case importing:
 		return errors.Errorf("instance %s belongs to another resource (UID %s, installation %q); refusing to import it: an instance the provider created is observed only through the resource it was created for", inst.Name, inst.Mark.UID, inst.Mark.InstallationID)
 	default:

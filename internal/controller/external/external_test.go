@@ -219,7 +219,16 @@ func TestObserve(t *testing.T) {
 				setupOurs(t, mem, e)
 				e.cfg.InstallationID = "prod-eu"
 			},
-			want: want{err: errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: give the config back installationID %q (an installation ID does not move instances made before it was set)", testName, "unit-install", "ClusterProviderConfig home", "prod-eu", "unit-install")},
+			want: want{err: errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: run the provider with --installation-id=%s (or restore its ConfigMap), or set the config's installationID to it (an installation ID does not move instances made before it)", testName, "unit-install", "ClusterProviderConfig home", "prod-eu", "unit-install")},
+		},
+		"OwnInstanceOfTheConfigsFormerInstallation": {
+			reason: "Where the config's own installationID changed, the message says to give it back.",
+			cr:     proxyResource(),
+			setup: func(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) {
+				setupOurs(t, mem, e)
+				e.cfg.InstallationID, e.cfg.Spec.InstallationID = "prod-eu", "prod-eu"
+			},
+			want: want{err: errors.Errorf("instance %s was made by this resource under installation %q, but %s now gives installation %q; refusing to manage it under another installation's mark: give the config back installationID %q (an installation ID does not move instances made before it)", testName, "unit-install", "ClusterProviderConfig home", "prod-eu", "unit-install")},
 		},
 		"TransientDriverError": {
 			reason: "A driver error says what failed and that it is retried.",
