@@ -53,9 +53,14 @@ func kvmProxy() *nsproxy.KVMProxy {
 
 func TestClientLeavesOutWhatTheServerHolds(t *testing.T) {
 	type step func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error
+	// One transition time for every write: metav1.Now() has whole
+	// seconds, so two writes of one message a second apart would differ.
+	at := metav1.NewTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
 	setStatus := func(msg string) step {
 		return func(ctx context.Context, c *Client, obj *nsproxy.KVMProxy) error {
-			obj.SetConditions(xpv2.Creating().WithMessage(msg))
+			cond := xpv2.Creating().WithMessage(msg)
+			cond.LastTransitionTime = at
+			obj.SetConditions(cond)
 			return c.Status().Update(ctx, obj)
 		}
 	}
