@@ -122,7 +122,7 @@ func egressCheckACLs(c *proxy.EgressCheck) []string {
 func ParseEcho(body []byte) (string, error) {
 	text := strings.TrimSpace(string(body))
 	if a, err := netip.ParseAddr(text); err == nil {
-		return a.Unmap().String(), nil
+		return source(a)
 	}
 	var v map[string]any
 	if json.Unmarshal(body, &v) == nil {
@@ -131,7 +131,7 @@ func ParseEcho(body []byte) (string, error) {
 				// httpbin's origin may list proxies: "a, b".
 				first, _, _ := strings.Cut(s, ",")
 				if a, err := netip.ParseAddr(strings.TrimSpace(first)); err == nil {
-					return a.Unmap().String(), nil
+					return source(a)
 				}
 			}
 		}
@@ -139,6 +139,17 @@ func ParseEcho(body []byte) (string, error) {
 	// Not quoted: what an endpoint a config names answers is not repeated
 	// in a condition (docs/security.md).
 	return "", fmt.Errorf("the echo endpoint's answer (%d bytes) is neither an address nor JSON with an address in ip or origin", len(body))
+}
+
+// source is a, unmapped, when it can be the source address of a
+// connection the echo endpoint saw: not unspecified, multicast or a
+// zone's link-local address, which no allow-list could use.
+func source(a netip.Addr) (string, error) {
+	a = a.Unmap()
+	if a.IsUnspecified() || a.IsMulticast() || a.Zone() != "" {
+		return "", fmt.Errorf("the echo endpoint answered %s, which cannot be the address a connection comes from", a.WithZone(""))
+	}
+	return a.String(), nil
 }
 
 // AskEgress sends the egress check through the proxy at proxyAddr: one GET

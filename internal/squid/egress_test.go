@@ -132,7 +132,7 @@ func TestParseEcho(t *testing.T) {
 			t.Errorf("ParseEcho(%q) = %q, %v; want %s", body, got, err, want)
 		}
 	}
-	for _, body := range []string{"<html>hello</html>", `{"ip":"not an address"}`, ""} {
+	for _, body := range []string{"<html>hello</html>", `{"ip":"not an address"}`, "", "0.0.0.0", `{"ip":"::"}`, "224.0.0.1", "fe80::1%eth0"} {
 		if got, err := ParseEcho([]byte(body)); err == nil || strings.Contains(err.Error(), "hello") {
 			t.Errorf("ParseEcho(%q) = %q, %v; want an error that does not quote the answer", body, got, err)
 		}
