@@ -71,8 +71,10 @@ print() {
   fi
 }
 if [ -z "$MODE" ] || [ "$MODE" = oci ]; then
-  if [ -s "$OUT" ] && [ -s "$BAD" ] && [ -s "$OCI.digest" ]; then
-    touch "$OUT" "$BAD" "$OCI" "$OCI.digest"
+  if [ -s "$OUT" ] && [ -s "$BAD" ] && [ -s "$OCI.digest" ] && [ -d "$OCI" ]; then
+    # Not the layout folder itself: a caller may be reading it outside the
+    # lock (make xpkg tars it), and tar fails on a folder that changes.
+    touch "$OUT" "$BAD" "$OCI.digest"
     log "cached: $OUT"
     if [ "${SQUID_IMAGE_STRICT:-}" = 1 ] && ! cmp -s "$LOCK" "$OCI.packages"; then
       die "the cached image's packages differ from $LOCK (SQUID_IMAGE_STRICT=1): run hack/squid-image.sh lock and commit it"
@@ -166,6 +168,10 @@ mv "$BAD.tmp" "$BAD"
 mv "$OUT.tmp" "$OUT"
 # Builds of other keys unused for a week go (other checkouts may still
 # use a recent one).
-find "$CACHE" -maxdepth 1 -name 'squid-image-*' -mtime +7 -exec rm -rf {} +
+find "$CACHE" -maxdepth 1 -type f -name 'squid-image-*' -mtime +7 -delete
+# A layout folder goes with its digest file, which is kept fresh instead.
+for d in "$CACHE"/squid-image-*.oci; do
+  if [ -d "$d" ] && [ ! -e "$d.digest" ]; then rm -rf "$d"; fi
+done
 log "built $OUT in $((SECONDS - t0)) s ($(du -h "$OUT" | cut -f1)), digest $(cat "$OCI.digest")"
 print >&3
