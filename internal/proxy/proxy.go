@@ -273,6 +273,11 @@ type Instance struct {
 	// controller layer sends the egress check through every one. Empty
 	// otherwise.
 	Replicas []Replica
+	// ServingReplicas is how many replicas serve when there are several
+	// but the egress check sees one at a time (behind a load balancer, or
+	// one pod's report): the addresses it finds may not be all of them.
+	// Zero otherwise.
+	ServingReplicas int
 	// EgressIPs are every egress address when the replicas leave from
 	// several, sorted, EgressIP the first; set by the controller layer's
 	// egress check.

@@ -169,7 +169,18 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 	if o.inst.State == proxy.StateRunning && o.inst.ProxyAddress == "" {
 		d.readReport(ctx, dep, &o.inst)
 	}
+	o.inst.ServingReplicas = seenOneAtATime(o.serving, o.inst.Replicas)
 	return o.inst, nil
+}
+
+// seenOneAtATime is how many pods serve when there are several and the
+// egress check does not go through each (replicas, the ones it does, is
+// empty: a load balancer picks one, or one pod reports); else 0.
+func seenOneAtATime(serving []*corev1.Pod, replicas []proxy.Replica) int {
+	if len(serving) > 1 && len(replicas) == 0 {
+		return len(serving)
+	}
+	return 0
 }
 
 // probeTarget is the address to check that the proxy answers on, or ""

@@ -256,3 +256,23 @@ func TestObserveReplicas(t *testing.T) {
 		t.Errorf("one replica: serving %v, replicas detail %q; want none", o.serving, o.inst.Details["replicas"])
 	}
 }
+
+// The egress check sees one of several replicas at a time unless the
+// provider reaches each pod.
+func TestSeenOneAtATime(t *testing.T) {
+	two := []*corev1.Pod{{}, {}}
+	for _, tc := range []struct {
+		serving  []*corev1.Pod
+		replicas []proxy.Replica
+		want     int
+	}{
+		{two, nil, 2},                     // a load balancer, or one pod's report
+		{two, []proxy.Replica{{}, {}}, 0}, // checked through each
+		{[]*corev1.Pod{{}}, nil, 0},       // one replica
+		{nil, nil, 0},                     // none serves
+	} {
+		if got := seenOneAtATime(tc.serving, tc.replicas); got != tc.want {
+			t.Errorf("%d serving, %d replicas reached: %d, want %d", len(tc.serving), len(tc.replicas), got, tc.want)
+		}
+	}
+}

@@ -182,6 +182,12 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		}
 	}
 	inst.EgressIP = o.EgressIP
+	if n := inst.ServingReplicas; n > 1 && (c.Reason == reasonEgressVerified || c.Reason == reasonEgressReported || c.Reason == reasonEgressChanged) {
+		// A Changed condition kept from before carries it already.
+		if note := fmt.Sprintf("; the proxy has %d replicas and the check sees one at a time (through its load balancer, or one pod's report): replicas on nodes that leave from other addresses are not in the list (docs/allow-listing.md)", n); !strings.HasSuffix(c.Message, note) {
+			c.Message += note
+		}
+	}
 	e.setEgressCondition(cr, c)
 }
 

@@ -90,6 +90,11 @@ func TestSetEgress(t *testing.T) {
 	natSame.EgressIP = natSame.BackendEgressIP
 	natFailed := failedInside
 	natFailed.EgressIP, natFailed.EgressSource, natFailed.BackendEgressIP = "203.0.113.9", proxy.EgressBackend, "203.0.113.9"
+	// Three replicas behind a load balancer: the check sees one.
+	balanced := running
+	balanced.ServingReplicas = 3
+	balancedMoved := moved
+	balancedMoved.ServingReplicas = 3
 
 	type step struct {
 		inst   proxy.Instance
@@ -120,6 +125,14 @@ func TestSetEgress(t *testing.T) {
 			wantEvents: []string{"Normal EgressIPVerified"}},
 		"CheckFails": {kind: egressKind(), steps: []step{{running, ""}},
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
+		"OneReplicaOfSeveralPerCheck": {kind: egressKind(), steps: []step{{balanced, "203.0.113.7"}, {balanced, "203.0.113.7"}},
+			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressVerified, wantStatus: corev1.ConditionTrue,
+			wantMsg:    []string{"the proxy has 3 replicas and the check sees one at a time"},
+			wantEvents: []string{"Normal EgressIPVerified"}},
+		"OneReplicaOfSeveralChangedSaysItOnce": {kind: egressKind(), steps: []step{{balanced, "203.0.113.7"}, {balancedMoved, "203.0.113.8"}, {balancedMoved, "203.0.113.8"}},
+			wantIP: "203.0.113.8", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
+			wantMsg:    []string{"the proxy has 3 replicas and the check sees one at a time"},
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
 		"ReportedFromInside": {kind: egressKind(), steps: []step{{remote, ""}},
 			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
 		"ReportedChangeAfterANewPodReports": {kind: egressKind(), steps: []step{{remote, ""}, {remoteNew, ""}, {remoteMoved, ""}},
@@ -195,8 +208,8 @@ func TestSetEgress(t *testing.T) {
 				t.Errorf("conditions %v; want no %s without a check", cr.Status.Conditions, spec.TypeEgressVerified)
 			}
 			for _, m := range tc.wantMsg {
-				if !strings.Contains(c.Message, m) {
-					t.Errorf("EgressVerified message %q; want it to say %q", c.Message, m)
+				if strings.Count(c.Message, m) != 1 {
+					t.Errorf("EgressVerified message %q; want it to say %q once", c.Message, m)
 				}
 			}
 			if strings.Contains(c.Message, "sentinel") {
