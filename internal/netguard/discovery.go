@@ -50,6 +50,9 @@ type Discovery struct {
 	// unknown, those that never have.
 	known   map[string]bool
 	unknown []string
+	// unreadable are the sources the last read was refused for good:
+	// their networks are unknown, not empty.
+	unreadable []string
 }
 
 // NewDiscovery returns the Discovery of the cluster reader reads, whose
@@ -174,7 +177,7 @@ func (d *Discovery) read(ctx context.Context) bool {
 	// A read refused for good gives nothing; one that failed on the way
 	// keeps what it gave last time.
 	settled := true
-	d.unknown = nil
+	d.unknown, d.unreadable = nil, nil
 	for _, src := range ReadCluster(ctx, d.Reader) {
 		switch {
 		case src.Err == nil:
@@ -183,6 +186,9 @@ func (d *Discovery) read(ctx context.Context) bool {
 		case src.Settled():
 			delete(d.last, src.Name)
 			d.known[src.Name] = true
+			if src.Unreadable() {
+				d.unreadable = append(d.unreadable, src.Name)
+			}
 		default:
 			settled = false
 		}
@@ -205,6 +211,26 @@ type Source struct {
 // older cluster without the kind): reading again soon would give the same.
 func (s Source) Settled() bool {
 	return s.Err == nil || kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err)
+}
+
+// Unreadable says the read was refused for good in a way that leaves the
+// source's networks unknown rather than empty: no rights, or a kind the
+// cluster does not serve (ServiceCIDRs before Kubernetes 1.33). A missing
+// kubernetes Service is an answer: there is none.
+func (s Source) Unreadable() bool {
+	if s.Err == nil || (s.Name == "service" && kerrors.IsNotFound(s.Err)) {
+		return false
+	}
+	return kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err)
+}
+
+// Unreadable implements Partial: the sources of the cluster's networks
+// the last read was refused for good (Source.Unreadable).
+func (d *Discovery) Unreadable(ctx context.Context) []string {
+	d.networks(ctx, true)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.unreadable)
 }
 
 // ReadCluster reads the networks a cluster says are its own, one Source

@@ -39,6 +39,14 @@ type Networks interface {
 	Networks(ctx context.Context) []netip.Prefix
 }
 
+// Partial is a Networks that can tell which of its sources it may not
+// read at all (no rights, a kind the cluster does not serve): their
+// networks are unknown for good, not empty.
+type Partial interface {
+	Networks
+	Unreadable(ctx context.Context) []string
+}
+
 // Options configure a Guard.
 type Options struct {
 	// Allowed are the ranges the platform team opens for tenants. An
@@ -46,7 +54,8 @@ type Options struct {
 	// address, which only an entry of that single address opens.
 	Allowed []netip.Prefix
 	// Denied are more ranges to refuse (cluster networks discovery cannot
-	// see).
+	// see). When some of the cluster's networks cannot be read (Partial)
+	// and Denied is empty, every private range is refused in their place.
 	Denied []netip.Prefix
 	// Cluster are the discovered cluster networks; nil: none.
 	Cluster Networks
@@ -134,6 +143,17 @@ var metadata = prefixes(
 	"fd20:ce::254/128",   // GCP over IPv6
 )
 
+// private are the ranges a cluster's own networks are drawn from: refused
+// in their place while those networks cannot be read and the platform
+// team has not named them (Options.Denied).
+var private = prefixes(
+	"10.0.0.0/8",
+	"172.16.0.0/12",
+	"192.168.0.0/16",
+	"100.64.0.0/10", // shared address space (CGNAT), used for pod networks
+	"fc00::/7",
+)
+
 func prefixes(s ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(s))
 	for i, p := range s {
@@ -159,6 +179,20 @@ const (
 	whyCluster = "an address of the provider's own cluster (its Service, pod or node networks, or its API server)"
 	whyDenied  = "an address the platform team denies to tenants"
 )
+
+// whyUnreadable says why a private address is refused while the
+// cluster's networks named cannot be read.
+func whyUnreadable(sources []string) string {
+	return "a private address, and the provider may not read its own cluster's networks (" + strings.Join(sources, ", ") +
+		") to tell them apart: the platform team can grant the reads (cluster/rbac/podproxy.yaml), name the cluster's networks with --tenant-endpoint-denied-cidrs, or allow a range with --tenant-endpoint-allowed-cidrs"
+}
+
+// known are the networks a check is made against: the cluster's, and
+// the sources of them that cannot be read.
+type known struct {
+	cluster    []netip.Prefix
+	unreadable []string
+}
 
 // embedded returns the IPv4 address an IPv6 address spells, and whether
 // it spells one: IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible
@@ -191,11 +225,11 @@ func (g *Guard) Check(ctx context.Context, a netip.Addr) error {
 	if g == nil {
 		return nil
 	}
-	cluster, err := g.clusterNetworks(ctx)
+	k, err := g.clusterNetworks(ctx)
 	if err != nil {
 		return err
 	}
-	if why := g.refuse(a, cluster); why != "" {
+	if why := g.refuse(a, k); why != "" {
 		return refused(a.String(), a.WithZone("").String()+" is "+why)
 	}
 	return nil
@@ -206,19 +240,26 @@ func (g *Guard) Check(ctx context.Context, a netip.Addr) error {
 // what it holds unless a denial inside it is more specific, so allowing
 // 10.0.0.0/8 does not open a cluster's 10.244.0.0/16, and a metadata
 // address (a /32 or /128 denial) opens only by naming it.
-func (g *Guard) refuse(a netip.Addr, cluster []netip.Prefix) string {
+func (g *Guard) refuse(a netip.Addr, k known) string {
 	a = a.WithZone("")
 	spellings := []netip.Addr{a.Unmap()}
 	if v4, ok := embedded(a); ok && v4 != spellings[0] {
 		spellings = append(spellings, v4)
 	}
+	denials := []struct {
+		ps  []netip.Prefix
+		why string
+	}{{metadata, whyLocal}, {never, whyLocal}, {k.cluster, whyCluster}, {g.denied, whyDenied}}
+	if len(k.unreadable) > 0 && len(g.denied) == 0 {
+		denials = append(denials, struct {
+			ps  []netip.Prefix
+			why string
+		}{private, whyUnreadable(k.unreadable)})
+	}
 	for _, s := range spellings {
 		allowed := longest(g.allowed, s)
 		why, bits := "", -1
-		for _, d := range []struct {
-			ps  []netip.Prefix
-			why string
-		}{{metadata, whyLocal}, {never, whyLocal}, {cluster, whyCluster}, {g.denied, whyDenied}} {
+		for _, d := range denials {
 			if b := longest(d.ps, s); b > bits {
 				why, bits = d.why, b
 			}
@@ -285,33 +326,37 @@ func (g *Guard) CheckHost(ctx context.Context, host string) ([]netip.Addr, error
 	if err != nil {
 		return nil, err
 	}
-	cluster, err := g.clusterNetworks(ctx)
+	k, err := g.clusterNetworks(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range addrs {
-		if why := g.refuse(a, cluster); why != "" {
+		if why := g.refuse(a, k); why != "" {
 			return nil, refused(host, "it resolves to "+why)
 		}
 	}
 	return addrs, nil
 }
 
-// clusterNetworks are the cluster's networks to refuse. While they are not
-// known yet (Complete), nothing can be checked against them: a Transient
-// error, naming no address.
-func (g *Guard) clusterNetworks(ctx context.Context) ([]netip.Prefix, error) {
+// clusterNetworks are the cluster's networks to refuse, and the sources
+// of them that cannot be read (Partial). While they are not known yet
+// (Complete), nothing can be checked against them: a Transient error,
+// naming no address.
+func (g *Guard) clusterNetworks(ctx context.Context) (known, error) {
+	var k known
 	if c, ok := g.cluster.(Complete); ok {
 		nets, err := c.Complete(ctx)
 		if err != nil {
-			return nil, proxy.Transientf("cannot check the address yet: %v", err)
+			return known{}, proxy.Transientf("cannot check the address yet: %v", err)
 		}
-		return nets, nil
+		k.cluster = nets
+	} else if g.cluster != nil {
+		k.cluster = g.cluster.Networks(ctx)
 	}
-	if g.cluster != nil {
-		return g.cluster.Networks(ctx), nil
+	if p, ok := g.cluster.(Partial); ok {
+		k.unreadable = p.Unreadable(ctx)
 	}
-	return nil, nil
+	return k, nil
 }
 
 // localName refuses the names that mean the host itself in every pod's
@@ -357,8 +402,28 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	if first == nil {
 		first = fmt.Errorf("%s resolves to no address", host)
 	}
-	return nil, first
+	return nil, withoutAddress(first, network, address)
 }
+
+// withoutAddress gives a failed dial of a name the name in place of the
+// address it resolved to: what a name resolves to is the provider's
+// resolver's answer, not the tenant's to learn. The error stays a
+// *net.OpError of the dial for its classification.
+func withoutAddress(err error, network, address string) error {
+	var oe *net.OpError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	c := *oe
+	c.Source, c.Addr = nil, named{network: network, address: address}
+	return &c
+}
+
+// named is a net.Addr that is the name a tenant wrote.
+type named struct{ network, address string }
+
+func (n named) Network() string { return n.network }
+func (n named) String() string  { return n.address }
 
 // control checks the address a socket is about to connect to.
 func (g *Guard) control(ctx context.Context) func(network, address string, _ syscall.RawConn) error {
@@ -397,11 +462,30 @@ func (g *Guard) CheckURL(ctx context.Context, u *url.URL) error {
 // CheckRedirect is an http.Client's CheckRedirect: every redirect's
 // target is checked (the dial checks it again), and at most 10 are
 // followed.
+// A refusal names the URL the tenant wrote, not the target: where a
+// redirect leads is what the endpoint answered.
 func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")
 	}
-	return g.CheckURL(req.Context(), req.URL)
+	err := g.CheckURL(req.Context(), req.URL)
+	if err == nil || len(via) == 0 {
+		return err
+	}
+	from := "a redirect from " + via[0].URL.Host
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return refused(from, "its target is not an http or https URL")
+	}
+	var re *RefusedError
+	if errors.As(err, &re) {
+		// The kind of address, without the address or name.
+		what := re.Why
+		if i := strings.Index(what, " is "); i >= 0 && !strings.HasPrefix(what, "it resolves to ") {
+			what = what[i+len(" is "):]
+		}
+		return refused(from, "its target is "+strings.TrimPrefix(what, "it resolves to "))
+	}
+	return proxy.Transientf("cannot check the target of %s", from)
 }
 
 // DialFunc is a transport's dial.
