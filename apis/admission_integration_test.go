@@ -258,6 +258,8 @@ func TestAdmissionIntegration(t *testing.T) {
 		// Common mistakes get a message saying what to write.
 		{"WildcardDestination", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"*.stripe.com"})}, []string{"spec.forProvider.proxy.allowedDestinations[0]", "a wildcard is written with a leading dot: .stripe.com"}},
 		{"ZoneIsARegion", nsGCP, []func(*unstructured.Unstructured){set("spec.forProvider.zone", "europe-west1")}, []string{"spec.forProvider.zone", "a region such as europe-west1 is not a zone"}},
+		{"ProxmoxURLWithUserInfo", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.url", "https://root%40pam:S3CRET@pve.example:8006")}, []string{"spec.proxmox.url", "no spaces, user info, query or fragment"}},
+		{"ProxmoxURLWithAQuery", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.url", "https://pve.example:8006?token=S3CRET")}, []string{"spec.proxmox.url", "no spaces, user info, query or fragment"}},
 		{"ProxmoxURLWithTheAPIPath", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.url", "https://pve.example:8006/api2/json")}, []string{"spec.proxmox.url", "without a path: the provider adds /api2/json"}},
 		{"HostAddressPortTooHigh", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.hosts", []any{map[string]any{"name": "beelink", "address": "10.0.0.5:99999", "user": "proxy", "bridge": "br0"}})}, []string{"spec.kvm.hosts[0].address", "the port must be 1 to 65535"}},
 		{"InstallationIDNotAName", cpcPods, []func(*unstructured.Unstructured){set("spec.installationID", "Prod EU")}, []string{"spec.installationID", "should match"}},

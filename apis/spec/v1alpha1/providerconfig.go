@@ -177,6 +177,15 @@ type KVMConfig struct {
 	// the catalogue's images.
 	// +optional
 	AllowImageURLs bool `json:"allowImageURLs,omitempty"`
+	// AllowTenantImageURLs lets namespaced proxies (a tenant's) that use
+	// this config as a ClusterProviderConfig name an image by URL, where
+	// allowImageURLs allows it. Default false: a tenant's image runs as
+	// root on a VM of the platform's, on the platform's network, like a
+	// tenant's cloud-init (allowTenantCloudInit). Cluster-scoped proxies,
+	// and a namespaced ProviderConfig's own proxies, follow allowImageURLs
+	// alone.
+	// +optional
+	AllowTenantImageURLs bool `json:"allowTenantImageURLs,omitempty"`
 	// AllowUserCloudInit lets proxies add their own cloudInit. Default
 	// true; set false so that the proxies of this config run exactly the
 	// provider's setup (a proxy's cloudInit is then refused with a
@@ -358,7 +367,7 @@ type ProxmoxConfig struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://')",message="must be https:// (the Proxmox VE API speaks TLS), such as https://pve.example:8006"
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('https://') || !self.substring(8).contains('/') || self.substring(8).indexOf('/') == self.substring(8).size() - 1",message="must be the base URL alone, such as https://pve.example:8006, without a path: the provider adds /api2/json"
-	// +kubebuilder:validation:XValidation:rule="!self.startsWith('https://') || self.matches('^https://[^/ ]+(:[0-9]{1,5})?/?$')",message="must be https://host or https://host:port, with no spaces or user info"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('https://') || self.matches('^https://[^/ @?#]+(:[0-9]{1,5})?/?$')",message="must be https://host or https://host:port, with no spaces, user info, query or fragment (the token goes in credentials.tokenSecretRef)"
 	URL string `json:"url"`
 	// Credentials for the API.
 	Credentials ProxmoxCredentials `json:"credentials"`

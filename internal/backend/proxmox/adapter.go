@@ -97,8 +97,9 @@ var _ API = (*Client)(nil)
 // private pool).
 func NewClient(baseURL string, creds CredentialsFunc, insecureSkipTLSVerify bool, timeout time.Duration, transports *Transports) (*Client, error) {
 	u, err := url.Parse(strings.TrimSuffix(baseURL, "/"))
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, proxy.Permanentf("proxmox.url %q is not an https://host[:port] URL", baseURL)
+	// Never quoted: user info or a query may carry a password or token.
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return nil, proxy.Permanentf("proxmox.url is not an https://host[:port] URL: it must have no path, user info, query or fragment (the token goes in credentials.tokenSecretRef)")
 	}
 	if timeout <= 0 {
 		timeout = 30 * time.Second

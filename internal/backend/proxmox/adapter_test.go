@@ -148,3 +148,27 @@ func TestTLSFailureIsPermanent(t *testing.T) {
 		}
 	})
 }
+
+// A proxmox.url with user info, a query, a fragment or a path is refused,
+// never quoted: what is there may be a password or a token.
+func TestNewClientRefusesWhatTheURLMustNotCarry(t *testing.T) {
+	creds := func(context.Context) (proxmox.Credentials, error) { return proxmox.Credentials{}, nil }
+	for _, u := range []string{
+		"https://root%40pam:SENTINEL@pve.example:8006",
+		"https://pve.example:8006?token=SENTINEL",
+		"https://pve.example:8006?",
+		"https://pve.example:8006#SENTINEL",
+		"https://pve.example:8006/SENTINEL",
+		"http://pve.example:8006",
+	} {
+		_, err := proxmox.NewClient(u, creds, false, 0, nil)
+		if err == nil || !proxy.IsPermanent(err) || strings.Contains(err.Error(), "SENTINEL") || !strings.Contains(err.Error(), "proxmox.url") {
+			t.Errorf("NewClient(%q) = %v; want a Permanent error naming proxmox.url, quoting nothing of it", u, err)
+		}
+	}
+	for _, u := range []string{"https://pve.example:8006", "https://pve.example:8006/", "https://[2001:db8::1]:8006"} {
+		if _, err := proxmox.NewClient(u, creds, false, 0, nil); err != nil {
+			t.Errorf("NewClient(%q) = %v; want nil", u, err)
+		}
+	}
+}

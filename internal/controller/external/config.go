@@ -80,7 +80,8 @@ func (c *Config) CheckTenancy() error {
 }
 
 // Allows returns why the config does not allow what req asks for, or nil:
-// an image by URL (unless the block's allowImageURLs) and the proxy's own
+// an image by URL (unless the block's allowImageURLs, and for a tenant's
+// proxy on a ClusterProviderConfig its allowTenantImageURLs) and the proxy's own
 // cloudInit (unless the block's allowUserCloudInit, true by default, and
 // for a tenant's proxy on a ClusterProviderConfig its
 // allowTenantCloudInit, false by default: the cloud-init would run as
@@ -90,10 +91,16 @@ func (c *Config) Allows(req proxy.Request) error {
 		return nil
 	}
 	b, _ := c.Backend.Block(&c.Spec)
-	if img, u := req.Placement.Image, b.ImagesByURL; u != nil && !u.Allowed && (strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")) {
+	if img, u := req.Placement.Image, b.ImagesByURL; u != nil && (strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")) {
 		keys := slices.Clone(u.Keys)
 		slices.Sort(keys)
-		return proxy.Permanentf("spec.forProvider.image: %s does not allow images by URL (its %s.allowImageURLs is false): name a key of its %s.images (%s)", c.Name, c.Backend.Name, c.Backend.Name, strings.Join(keys, ", "))
+		if !u.Allowed {
+			return proxy.Permanentf("spec.forProvider.image: %s does not allow images by URL (its %s.allowImageURLs is false): name a key of its %s.images (%s)", c.Name, c.Backend.Name, c.Backend.Name, strings.Join(keys, ", "))
+		}
+		if c.Tenant && !u.TenantAllowed {
+			// The image would run as root on the platform's network.
+			return proxy.Permanentf("spec.forProvider.image: %s does not allow the images by URL of namespaced proxies (its %s.allowTenantImageURLs is false, the default): it would run as root on a VM of the platform's; name a key of its %s.images (%s), use a ProviderConfig of this namespace, or ask the platform team to set %s.allowTenantImageURLs: true", c.Name, c.Backend.Name, c.Backend.Name, strings.Join(keys, ", "), c.Backend.Name)
+		}
 	}
 	if req.CloudInit != "" && b.AllowUserCloudInit != nil && !*b.AllowUserCloudInit {
 		// Never quote the cloudInit: it is secret.

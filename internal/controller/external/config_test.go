@@ -116,6 +116,12 @@ func TestConfigAllows(t *testing.T) {
 		"tenant's cloud-init allowed":           {tenant(cfg(Block{AllowTenantCloudInit: true})), proxy.Request{CloudInit: secretCloudInit}, ""},
 		"tenant's but allowUserCloudInit false": {tenant(cfg(Block{AllowTenantCloudInit: true, AllowUserCloudInit: ptr.To(false)})), proxy.Request{CloudInit: secretCloudInit}, "its kvm.allowUserCloudInit is false"},
 		"tenant without cloud-init":             {tenant(cfg(Block{})), proxy.Request{}, ""},
+		"tenant's URL image on a cluster config": {tenant(cfg(Block{ImagesByURL: urls(true)})), proxy.Request{Placement: proxy.Placement{Image: "https://tenant.example/evil.qcow2"}},
+			"spec.forProvider.image: ClusterProviderConfig home does not allow the images by URL of namespaced proxies (its kvm.allowTenantImageURLs is false, the default)"},
+		"tenant's URL image allowed": {tenant(cfg(Block{ImagesByURL: &ImagesByURL{Allowed: true, TenantAllowed: true}})), proxy.Request{Placement: proxy.Placement{Image: "https://tenant.example/i.qcow2"}}, ""},
+		"tenant's URL image without allowImageURLs": {tenant(cfg(Block{ImagesByURL: &ImagesByURL{TenantAllowed: true}})), proxy.Request{Placement: proxy.Placement{Image: "https://tenant.example/i.qcow2"}},
+			"its kvm.allowImageURLs is false"},
+		"tenant's catalogue image": {tenant(cfg(Block{ImagesByURL: urls(true)})), proxy.Request{Placement: proxy.Placement{Image: "debian-12"}}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.cfg.Allows(tc.req)

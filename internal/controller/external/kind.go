@@ -127,10 +127,14 @@ type Block struct {
 	Hosts map[string]string
 }
 
-// ImagesByURL is a block's allowImageURLs and its image catalogue's keys.
+// ImagesByURL is a block's allowImageURLs, its allowTenantImageURLs and
+// its image catalogue's keys.
 type ImagesByURL struct {
 	Allowed bool
-	Keys    []string
+	// TenantAllowed also lets a tenant's proxy on a ClusterProviderConfig
+	// name one.
+	TenantAllowed bool
+	Keys          []string
 }
 
 // Binding is a kind of any parameter type as the provider's Setup sees

@@ -60,7 +60,7 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 	b := external.Block{
 		AllowUserCloudInit:   k.AllowUserCloudInit,
 		AllowTenantCloudInit: k.AllowTenantCloudInit,
-		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, Keys: external.Keys(k.Images)},
+		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, TenantAllowed: k.AllowTenantImageURLs, Keys: external.Keys(k.Images)},
 		EgressCheck:          k.EgressCheck,
 		Hosts:                map[string]string{},
 	}
