@@ -40,8 +40,21 @@ fi
 cleanup() { if [ -n "$ADDED_POLICY" ]; then $SUDO rm -f "$POLICY"; fi; }
 trap cleanup EXIT
 
+# A squid this script installs is not started at boot either: the
+# package's postinst enables it (policy-rc.d only keeps it from starting
+# now), and a reboot would then run a system squid on :3128 on every
+# address. One the machine had before is left as it was.
+HAD_SQUID=
+[ -x /usr/sbin/squid ] && HAD_SQUID=1
+
 log "installing Debian's squid package"
-$SUDO apt-get update -qq
-$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl iproute2 >/dev/null
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl iproute2 >/dev/null
+
+if [ -z "$HAD_SQUID" ]; then
+  [ -e /etc/init.d/squid ] && { $SUDO update-rc.d squid disable >/dev/null 2>&1 || true; }
+  command -v deb-systemd-helper >/dev/null && { $SUDO env DPKG_MAINTSCRIPT_PACKAGE=squid deb-systemd-helper disable squid.service >/dev/null 2>&1 || true; }
+  log "squid's boot start disabled (the tests run their own)"
+fi
 
 log "installed: $(/usr/sbin/squid -v | head -n1)"

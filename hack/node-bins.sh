@@ -45,6 +45,13 @@ install_runtime() {
     apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2 || rc=$?
   remove_policy
   [ "$rc" -eq 0 ] || { log "apt-get install ${missing[*]} failed"; exit "$rc"; }
+  # Nor started at boot: the package's postinst enables its service
+  # (policy-rc.d only keeps it from starting now). Only for a containerd
+  # this script installed.
+  if [[ " ${missing[*]} " == *" containerd "* ]]; then
+    [ -e /etc/init.d/containerd ] && { update-rc.d containerd disable >/dev/null 2>&1 || true; }
+    command -v deb-systemd-helper >/dev/null && { DPKG_MAINTSCRIPT_PACKAGE=containerd deb-systemd-helper disable containerd.service >/dev/null 2>&1 || true; }
+  fi
 }
 POLICY=/usr/sbin/policy-rc.d
 ADDED_POLICY=

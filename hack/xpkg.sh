@@ -63,7 +63,8 @@ bash hack/check-crds.sh
 CLI=$(bash hack/crossplane-bins.sh cli)
 [ -d /usr/share/ca-certificates/mozilla ] || {
   log "installing Debian's ca-certificates (the runtime images' CA bundle)"
-  apt-get -o DPkg::Lock::Timeout=600 install -y ca-certificates >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq ca-certificates >/dev/null
 }
 
 mkdir -p "$OUT"

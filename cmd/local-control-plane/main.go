@@ -97,10 +97,11 @@ func run() int {
 	}
 	command := fs.Args()
 
-	// The first SIGINT or SIGTERM cancels shutdown (aborting a start under
-	// way); later ones go to again (kill the command at once).
+	// The first SIGINT, SIGTERM or SIGHUP (the terminal closed) cancels
+	// shutdown (aborting a start under way); later ones go to again (kill
+	// the command at once).
 	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	shutdown, requestShutdown := context.WithCancel(context.Background())
 	defer requestShutdown()
 	again := make(chan os.Signal, 1)

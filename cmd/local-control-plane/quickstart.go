@@ -324,7 +324,7 @@ func (q *quickstart) startRegistry() error {
 	}
 	q.registry, err = localcrossplane.StartRegistry("127.0.0.1:" + port)
 	if err != nil {
-		return fmt.Errorf("the local registry on 127.0.0.1:%s (XPKG_REPO=%s; choose another port with XPKG_REPO=localhost:PORT/egressproxy): %w", port, q.repo, err)
+		return fmt.Errorf("the local registry on 127.0.0.1:%s (XPKG_REPO=%s; choose another port with RUN_XPKG_REPO=127.0.0.1:PORT/egressproxy): %w", port, q.repo, err)
 	}
 	return nil
 }

@@ -45,9 +45,9 @@ func main() {
 		sdk.MTLSCertificates(*certs),
 		sdk.Insecure(*insecure),
 		sdk.MaxRecvMessageSize(*maxRecv * 1024 * 1024),
-	}
-	if *metrics != "" {
-		opts = append(opts, sdk.WithMetricsServer(*metrics))
+		// Always given: the SDK serves its default, :8080 on every
+		// address, unless told an address, and "" turns it off.
+		sdk.WithMetricsServer(*metrics),
 	}
 	if err := sdk.Serve(function.New(log), opts...); err != nil {
 		log.Info("function stopped", "error", err.Error())
