@@ -91,8 +91,13 @@ func (d *Driver) buildDeployment(req proxy.Request, files squid.Files, specHash 
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
-		VolumeMounts:             []corev1.VolumeMount{{Name: ReportContainerName, MountPath: ReportMountPath, ReadOnly: true}},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		VolumeMounts: []corev1.VolumeMount{{Name: ReportContainerName, MountPath: ReportMountPath, ReadOnly: true}},
+		// Not FallbackToLogsOnError: the log holds the echo endpoint's
+		// answer, which would become the termination message and then the
+		// proxy's Ready condition. The report is read from the log
+		// (readReport), never from the termination message; the script
+		// writes no termination file, so the message stays empty.
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 	})
 	return dep
 }

@@ -91,7 +91,7 @@ func (d *Driver) key(ref proxy.Ref) (types.NamespacedName, error) {
 func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (proxy.Instance, error) {
 	if dep.Labels[LabelManagedBy] != ManagedBy || dep.Labels[LabelUID] == "" {
 		// Not ours: its pods are not in the cache; report it as it is.
-		return observe(dep, nil, nil, d.cfg.templateHash()).inst, nil
+		return d.observe(dep, nil, nil).inst, nil
 	}
 	var pods []corev1.Pod
 	if dep.DeletionTimestamp == nil {
@@ -123,7 +123,7 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 			return proxy.Instance{}, fmt.Errorf("cannot get Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 	}
-	o := observe(dep, pods, svc, d.cfg.templateHash())
+	o := d.observe(dep, pods, svc)
 	if o.probe == "" && dep.DeletionTimestamp == nil && d.now().Sub(dep.CreationTimestamp.Time) > secretCheckAfter {
 		// No pod serves long after creation: a Secret that was never
 		// created (a crash right after the Deployment) or was deleted keeps

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -29,8 +30,8 @@ type observation struct {
 	serving []*corev1.Pod
 }
 
-// observe maps a proxy's Deployment, its pods and its Service (nil when it
-// has none) onto an Instance. templateHash is the Deployment template
+// observeFor maps a proxy's Deployment, its pods and its Service (nil when
+// it has none) onto an Instance. templateHash is the Deployment template
 // digest of the driver's current config.
 //
 //	Deployment being deleted                 Stopped, "being deleted"
@@ -48,7 +49,11 @@ type observation struct {
 // pod keeps serving and Progress says so. A proxy of several replicas is
 // Running while one serves (the first by name is probed); Progress and the
 // replicas detail say how many of them do.
-func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, templateHash string) observation {
+//
+// quiet is set for a tenant's cluster (a namespaced config's kubeconfig):
+// Progress then holds the cluster's reasons (ImagePullBackOff,
+// Unschedulable, an exit code), never its messages (see podProgress).
+func observeFor(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, templateHash string, quiet bool) observation {
 	inst := proxy.Instance{
 		ID:        instanceID(dep.Namespace, dep.Name),
 		Name:      dep.Name,
@@ -95,7 +100,7 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 				olds = append(olds, p)
 			}
 		case p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning:
-			if why := podProgress(p); why != "" {
+			if why := podProgress(p, quiet); why != "" {
 				waiting = append(waiting, why)
 			} else {
 				starting++
@@ -104,7 +109,11 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 			// Replaced by the ReplicaSet; nothing to report.
 		default: // Unknown (its node is gone) or a phase we do not know
 			stopped++
-			waiting = append(waiting, fmt.Sprintf("pod %s is in phase %q", p.Name, p.Status.Phase))
+			phase := string(p.Status.Phase)
+			if quiet && !reasonShape.MatchString(phase) {
+				phase = "not shown for a namespaced ProviderConfig"
+			}
+			waiting = append(waiting, fmt.Sprintf("pod %s is in phase %q", p.Name, phase))
 		}
 	}
 
@@ -170,12 +179,22 @@ func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, tem
 	switch {
 	case len(waiting) > 0:
 		inst.Progress = strings.Join(waiting, "; ")
-	case replicaFailure(dep) != "":
-		inst.Progress = replicaFailure(dep)
+	case replicaFailure(dep, quiet) != "":
+		inst.Progress = replicaFailure(dep, quiet)
 	default:
 		inst.Progress = startingProgress
 	}
 	return observation{inst: inst}
+}
+
+// observe is observeFor a platform's cluster: its messages are quoted.
+func observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, templateHash string) observation {
+	return observeFor(dep, pods, svc, templateHash, false)
+}
+
+// observe is observeFor d's cluster: a tenant's (d.quiet) is never quoted.
+func (d *Driver) observe(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service) observation {
+	return observeFor(dep, pods, svc, d.cfg.templateHash(), d.quiet)
 }
 
 // serving is a pod that can take traffic.
@@ -203,31 +222,60 @@ const startingProgress = ""
 // podProgress says why a pod is not serving yet when that is worth a
 // user's attention (it cannot be scheduled, its image cannot be pulled,
 // it keeps restarting); "" when it is on its way.
-func podProgress(p *corev1.Pod) string {
+//
+// For a tenant's cluster (quiet) it names the reasons and exit codes
+// only: a condition's or a container's message, and a termination message
+// (the tail of the container's log), are what that cluster answered and
+// are never quoted. The reporting container's termination message is
+// never quoted for any cluster: its log holds the answer of the echo
+// endpoint the proxy's egress check names.
+func podProgress(p *corev1.Pod, quiet bool) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return fmt.Sprintf("pod %s is not scheduled: %s", p.Name, strings.TrimSpace(c.Reason+" "+c.Message))
+			return fmt.Sprintf("pod %s is not scheduled: %s", p.Name, said(c.Reason, c.Message, quiet))
 		}
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
-			msg := fmt.Sprintf("pod %s: container %s is waiting: %s", p.Name, cs.Name, strings.TrimSpace(w.Reason+" "+w.Message))
+			msg := fmt.Sprintf("pod %s: container %s is waiting: %s", p.Name, cs.Name, said(w.Reason, w.Message, quiet))
 			// A crash loop says why in the last run's end: its exit code and
 			// message (the tail of its log, by the pod's
 			// FallbackToLogsOnError).
 			if t := cs.LastTerminationState.Terminated; t != nil {
-				msg += fmt.Sprintf("; last exit %d (%s)", t.ExitCode, t.Reason)
-				if m := lastLines(t.Message, 5, 512); m != "" {
+				msg += fmt.Sprintf("; last exit %d (%s)", t.ExitCode, reasonOf(t.Reason, quiet))
+				if m := lastLines(t.Message, 5, 512); m != "" && !quiet && cs.Name != ReportContainerName {
 					msg += ": " + m
 				}
 			}
 			return msg
 		}
 		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 && !cs.Ready {
-			return fmt.Sprintf("pod %s: container %s restarted %d times, last exit %d (%s)", p.Name, cs.Name, cs.RestartCount, t.ExitCode, t.Reason)
+			return fmt.Sprintf("pod %s: container %s restarted %d times, last exit %d (%s)", p.Name, cs.Name, cs.RestartCount, t.ExitCode, reasonOf(t.Reason, quiet))
 		}
 	}
 	return ""
+}
+
+// said is a cluster's reason and message, as it gave them; for a tenant's
+// cluster (quiet) the reason alone.
+func said(reason, message string, quiet bool) string {
+	if quiet {
+		return reasonOf(reason, quiet)
+	}
+	return strings.TrimSpace(reason + " " + message)
+}
+
+// reasonShape is what a Kubernetes reason looks like: one CamelCase word
+// (ImagePullBackOff, Unschedulable, OOMKilled, FailedCreate).
+var reasonShape = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,63}$`)
+
+// reasonOf is a cluster's reason; for a tenant's cluster (quiet) only one
+// shaped as a reason is: anything else stands in for a message.
+func reasonOf(reason string, quiet bool) string {
+	if quiet && reason != "" && !reasonShape.MatchString(reason) {
+		return "a reason not shown for a namespaced ProviderConfig"
+	}
+	return reason
 }
 
 // lastLines is the last n lines of s, on one line, at most max bytes (the
@@ -249,13 +297,21 @@ func lastLines(s string, n, max int) string {
 
 // replicaFailure is the Deployment's ReplicaFailure condition (a pod the
 // ReplicaSet could not create: a ResourceQuota, a LimitRange, an admission
-// webhook), or "".
-func replicaFailure(dep *appsv1.Deployment) string {
+// webhook), or "". For a tenant's cluster (quiet), its reason
+// (FailedCreate), never its message (an admission webhook's words).
+func replicaFailure(dep *appsv1.Deployment, quiet bool) string {
 	for _, c := range dep.Status.Conditions {
 		if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
-			msg := "cannot create the pod: " + c.Message
+			what := c.Message
+			if quiet {
+				what = reasonOf(c.Reason, quiet)
+			}
+			msg := "cannot create the pod"
 			if strings.Contains(c.Message, "exceeded quota") {
-				msg = "cannot create the pod (ResourceQuota): " + c.Message
+				msg += " (ResourceQuota)"
+			}
+			if what != "" {
+				msg += ": " + what
 			}
 			return msg
 		}

@@ -41,7 +41,11 @@ func TestClassify_table(t *testing.T) {
 		{"OperationInvalid", proxy.OpDelete, lverr(libvirt.ErrOperationInvalid, "x"), proxy.ClassTransient},
 		{"OtherLibvirt", proxy.OpGet, lverr(libvirt.ErrOperationTimeout, "busy"), proxy.ClassTransient},
 		{"WrappedLibvirt", proxy.OpGet, fmt.Errorf("looking up: %w", lverr(libvirt.ErrNoDomain, "x")), proxy.ClassNotFound},
-		{"SSHAuth", proxy.OpGet, errors.New("ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain"), proxy.ClassPermanent},
+		{"SSHAuth", proxy.OpGet, &authRefusedError{err: errors.New("ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain")}, proxy.ClassPermanent},
+		// The phrase alone, which a host can put into what the SSH library
+		// quotes, is not an authentication refusal.
+		{"SSHAuthPhraseOnly", proxy.OpGet, errors.New("ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain"), proxy.ClassTransient},
+		{"SSHAuthPhraseInAlgorithms", proxy.OpGet, errors.New("ssh: handshake failed: ssh: no common algorithm for key exchange; we offered: [curve25519-sha256], peer offered: [ssh: unable to authenticate x]"), proxy.ClassTransient},
 		{"HostKeyChanged", proxy.OpGet, fmt.Errorf("ssh: handshake failed: %w", &knownhosts.KeyError{Want: []knownhosts.KnownKey{{}}}), proxy.ClassPermanent},
 		{"HostKeyUnknown", proxy.OpGet, fmt.Errorf("ssh: handshake failed: %w", &knownhosts.KeyError{}), proxy.ClassPermanent},
 		{"SecretMissing", proxy.OpGet, fmt.Errorf("%w: Secret x does not exist", errCredentials), proxy.ClassTransient},

@@ -39,18 +39,43 @@ func isCode(err error, codes ...libvirt.ErrorNumber) bool {
 // landed): Transient, and CredentialsUnavailable in Check.
 var errCredentials = errors.New("credentials unavailable")
 
+// authRefusedError is the host refusing every authentication method the
+// client tried, as the dial's own record of the handshake shows it (see
+// authWatch), never as the error's text suggests it: a host can put any
+// phrase into what the SSH library quotes (its algorithm names, its
+// disconnect message).
+type authRefusedError struct {
+	// err is x/crypto/ssh's error, made of the client's own words (the
+	// methods it tried).
+	err error
+	// quiet is set for a tenant's host (a namespaced config): the message
+	// is a fixed text.
+	quiet bool
+}
+
+func (e *authRefusedError) Error() string {
+	if e.quiet {
+		return "the host refused the key"
+	}
+	return e.err.Error()
+}
+
+func (e *authRefusedError) Unwrap() error { return e.err }
+
 // isSSHAuth reports an SSH authentication or host-key refusal: only an
-// administrator can fix it, so it is never retried as if transient.
+// administrator can fix it, so it is never retried as if transient. Only
+// typed errors count, never an error's text.
 func isSSHAuth(err error) bool {
+	var ae *authRefusedError
+	if errors.As(err, &ae) {
+		return true
+	}
 	var ke *knownhosts.KeyError
 	if errors.As(err, &ke) {
 		return true
 	}
 	var re *knownhosts.RevokedError
-	if errors.As(err, &re) {
-		return true
-	}
-	return err != nil && strings.Contains(err.Error(), "ssh: unable to authenticate")
+	return errors.As(err, &re)
 }
 
 // classify gives err its class, once, where it comes from a backend call.

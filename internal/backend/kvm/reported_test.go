@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
 
@@ -28,14 +29,19 @@ import (
 // host reported, and never asks there; the proxy is not Ready. The same
 // address on a platform config's host is probed.
 func TestReportedAddressIsGuarded(t *testing.T) {
-	// Loopback allowed for the image server of the tests; 10.96.0.0/12
-	// stands for the discovered Service network.
-	tenant := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}})
+	// 10.96.0.0/12 stands for the discovered Service network. The image
+	// is on a public mirror, reached through a forward proxy (the image
+	// server): a tenant's download never connects to loopback.
+	tenant := netguard.New(netguard.Options{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}})
 	for _, reported := range []string{"168.63.129.16", "100.100.100.200", "10.96.0.1", "10.96.0.10"} {
 		for _, guard := range []*netguard.Guard{tenant, nil} {
 			name := fmt.Sprintf("tenant=%v/%s", guard != nil, reported)
 			t.Run(name, func(t *testing.T) {
-				e := newTestEnv(t, func(e *testEnv) { e.cfg.Guard = guard })
+				e := newTestEnv(t, func(e *testEnv) {
+					e.cfg.Guard = guard
+					e.cfg.Images["debian"] = Image{URL: mirrorURL, SHA256: e.images.sha()}
+				})
+				e.throughProxy(e.images.Listener.Addr().String())
 				var asked atomic.Int32
 				e.b.prober = &squid.Prober{Wait: time.Minute, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond,
 					Ask: func(ctx context.Context, addr string) (string, error) {
@@ -131,10 +137,40 @@ func kexServer(t *testing.T, name string) string {
 // address offers key exchange algorithms named with a sentinel, which
 // the SSH library quotes when the handshake fails. The health of a
 // namespaced config (the guarded dial) does not hold it; a platform
-// config's does.
+// config's does. Names holding the phrase of an authentication refusal
+// ("ssh: unable to authenticate") do not make the failure one: Unauthorized
+// is decided by what the client saw, not by the error's text.
 func TestTenantSSHServerIsNotQuoted(t *testing.T) {
 	const sentinel = "SENTINEL-kex-a11c"
-	addr := kexServer(t, sentinel)
+	b := NewBackend(Options{})
+	t.Cleanup(b.Close)
+	key, _ := sshMaterialForTest(t)
+	for _, name := range []string{sentinel, "ssh: unable to authenticate " + sentinel, "ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain " + sentinel} {
+		addr := kexServer(t, name)
+		for _, guard := range []*netguard.Guard{onlyAllowing(t, "127.0.0.0/8"), nil} {
+			d := b.Driver(Config{Name: testProvider, Guard: guard, Credentials: Credentials{Key: key, InsecureIgnoreHostKey: true},
+				Hosts: []Host{{Name: "h", Address: addr, User: "proxy"}}})
+			th := d.Check(context.Background()).Targets[0]
+			quoted := strings.Contains(fmt.Sprintf("%+v", th), sentinel)
+			t.Logf("name %q, guard %v: %s: %s", name, guard != nil, th.Reason, th.Message)
+			if th.Healthy || (guard != nil) == quoted {
+				t.Errorf("name %q, guard %v: Check = %+v; want unhealthy, quoting the server only for the platform's config", name, guard != nil, th)
+			}
+			if th.Reason == proxy.ReasonUnauthorized {
+				t.Errorf("name %q, guard %v: Check = %+v; a key exchange that failed is not an authentication refusal", name, guard != nil, th)
+			}
+		}
+	}
+}
+
+// TestTenantSSHAuthRefusalIsAFixedText: a host whose version and banner
+// carry the phrase of an authentication refusal and a sentinel, and which
+// refuses the key. Both configs see Unauthorized; a namespaced config's
+// health says only that the host refused the key; neither quotes the
+// sentinel.
+func TestTenantSSHAuthRefusalIsAFixedText(t *testing.T) {
+	const sentinel = "SENTINEL-banner-3e7d"
+	addr := refusingSSHServer(t, "ssh: unable to authenticate "+sentinel)
 	b := NewBackend(Options{})
 	t.Cleanup(b.Close)
 	key, _ := sshMaterialForTest(t)
@@ -142,12 +178,57 @@ func TestTenantSSHServerIsNotQuoted(t *testing.T) {
 		d := b.Driver(Config{Name: testProvider, Guard: guard, Credentials: Credentials{Key: key, InsecureIgnoreHostKey: true},
 			Hosts: []Host{{Name: "h", Address: addr, User: "proxy"}}})
 		th := d.Check(context.Background()).Targets[0]
-		quoted := strings.Contains(fmt.Sprintf("%+v", th), sentinel)
 		t.Logf("guard %v: %s: %s", guard != nil, th.Reason, th.Message)
-		if th.Healthy || (guard != nil) == quoted {
-			t.Errorf("guard %v: Check = %+v; want unhealthy, quoting the server only for the platform's config", guard != nil, th)
+		if th.Healthy || th.Reason != proxy.ReasonUnauthorized || strings.Contains(fmt.Sprintf("%+v", th), sentinel) {
+			t.Errorf("guard %v: Check = %+v; want Unauthorized, without the sentinel", guard != nil, th)
+		}
+		if want := "the host refused the key"; (guard != nil) != strings.Contains(th.Message, want) {
+			t.Errorf("guard %v: message %q; want %q only for the namespaced config", guard != nil, th.Message, want)
+		}
+		if guard == nil && !strings.Contains(th.Message, "unable to authenticate, attempted methods") {
+			t.Errorf("platform config: message %q; want the SSH library's error", th.Message)
 		}
 	}
+}
+
+// refusingSSHServer is an SSH server that names itself and greets with
+// say, then refuses every key.
+func refusingSSHServer(t *testing.T, say string) string {
+	t.Helper()
+	_, hk, _ := ed25519.GenerateKey(rand.Reader)
+	signer, err := ssh.NewSignerFromKey(hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{
+		ServerVersion:  "SSH-2.0-" + strings.ReplaceAll(say, " ", "_"),
+		BannerCallback: func(ssh.ConnMetadata) string { return say },
+		PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) {
+			return nil, fmt.Errorf("%s", say)
+		},
+	}
+	cfg.AddHostKey(signer)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if sc, _, _, err := ssh.NewServerConn(c, cfg); err == nil {
+					_ = sc.Close()
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 func sshMaterialForTest(t *testing.T) ([]byte, ssh.Signer) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -132,13 +134,61 @@ func (e *dialError) Unwrap() error { return e.err }
 // quiet is err without what a tenant's host said (t.Guard set): the
 // handshake's errors quote the server's algorithm lists and disconnect
 // message, a refused channel the server's reason, libvirtd its message.
-// An authentication or host-key refusal says nothing of the server's and
-// stays as it is.
+// A host-key refusal (knownhosts' own words) and an authentication refusal
+// (recorded by authWatch, shown as a fixed text) say nothing of the
+// server's and stay as they are.
 func (t Target) quiet(err error) error {
 	if t.Guard == nil || isSSHAuth(err) {
 		return err
 	}
 	return netguard.Quiet(err, "kvm.hosts[].address")
+}
+
+// authWatch follows one handshake from the client's side: whether the
+// host key was accepted, and which methods the client tried and the host
+// refused. It decides whether a failed handshake is an authentication
+// refusal; what the host sends never does.
+type authWatch struct {
+	mu       sync.Mutex
+	accepted bool
+	tried    []string
+}
+
+// watch hooks w into cfg: the host key callback records an accepted key,
+// the auth callback the methods tried so far (it picks nothing itself: the
+// methods of cfg.Auth follow as without it).
+func (w *authWatch) watch(cfg *ssh.ClientConfig) {
+	check := cfg.HostKeyCallback
+	cfg.HostKeyCallback = func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		if err := check(hostname, remote, key); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.accepted = true
+		w.mu.Unlock()
+		return nil
+	}
+	cfg.AuthCallback = func(ac *ssh.ClientAuthContext) (ssh.AuthMethod, error) {
+		w.mu.Lock()
+		w.tried = slices.Clone(ac.TriedMethods)
+		w.mu.Unlock()
+		return nil, nil
+	}
+}
+
+// refused reports whether err, from ssh.NewClientConn, is the host
+// refusing every method: the host key was accepted, the client tried its
+// methods, and err is exactly the error x/crypto/ssh (v0.55.0,
+// client.go and client_auth.go) builds from the methods it tried, which
+// holds nothing the host sent. A host quoting that phrase (in algorithm
+// names, a disconnect message) does not make an error of that shape.
+func (w *authWatch) refused(err error) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil || !w.accepted || len(w.tried) == 0 {
+		return false
+	}
+	return err.Error() == fmt.Sprintf("ssh: handshake failed: ssh: unable to authenticate, attempted methods %v, no supported methods remain", w.tried)
 }
 
 // sshDialer is the production dialer: TCP, SSH handshake, a
@@ -167,6 +217,8 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 	if err != nil {
 		return nil, &dialError{stageCredentials, err}
 	}
+	var watch authWatch
+	watch.watch(cfg)
 	netDial := d.netDial
 	switch {
 	case t.Guard != nil:
@@ -189,8 +241,15 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 	if err != nil {
 		stop()
 		_ = tcp.Close()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil && t.Guard != nil:
+			// netguard.Quiet lets a deadline through as it is: the
+			// handshake's error, which can quote the host, is left out.
+			err = fmt.Errorf("%w during the SSH handshake", ctx.Err())
+		case ctx.Err() != nil:
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		case watch.refused(err):
+			err = &authRefusedError{err: err, quiet: t.Guard != nil}
 		}
 		return nil, &dialError{stageSSH, t.quiet(err)}
 	}

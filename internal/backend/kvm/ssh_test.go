@@ -257,3 +257,36 @@ func TestSSH_hungCallIsAbandonedWithinItsBudget(t *testing.T) {
 		t.Fatalf("a call after the abandonment: %v", err)
 	}
 }
+
+// TestAuthWatch_refusedOnlyOnTheClientsOwnRecord: an authentication
+// refusal needs the host key accepted, the methods tried, and x/crypto's
+// error built from exactly those methods. The phrase elsewhere, as a host
+// can send it (a disconnect message, algorithm names), never counts.
+func TestAuthWatch_refusedOnlyOnTheClientsOwnRecord(t *testing.T) {
+	const exact = "ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain"
+	cases := []struct {
+		name     string
+		accepted bool
+		tried    []string
+		err      error
+		want     bool
+	}{
+		{"Refused", true, []string{"none", "publickey"}, errors.New(exact), true},
+		{"RefusedNoneOnly", true, []string{"none"}, errors.New("ssh: handshake failed: ssh: unable to authenticate, attempted methods [none], no supported methods remain"), true},
+		{"HostKeyNotAccepted", false, []string{"none", "publickey"}, errors.New(exact), false},
+		{"AuthNotReached", true, nil, errors.New(exact), false},
+		{"OtherMethods", true, []string{"none"}, errors.New(exact), false},
+		{"Disconnect", true, []string{"none", "publickey"}, errors.New("ssh: handshake failed: ssh: disconnect, reason 2: " + exact), false},
+		{"Suffix", true, []string{"none", "publickey"}, errors.New(exact + " SENTINEL"), false},
+		{"Algorithms", true, nil, errors.New(`ssh: handshake failed: ssh: no common algorithm for key exchange; we offered: ["curve25519-sha256"], peer offered: ["ssh: unable to authenticate SENTINEL"]`), false},
+		{"Nil", true, []string{"none", "publickey"}, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &authWatch{accepted: tc.accepted, tried: tc.tried}
+			if got := w.refused(tc.err); got != tc.want {
+				t.Errorf("refused(%v) with accepted %v, tried %v = %v; want %v", tc.err, tc.accepted, tc.tried, got, tc.want)
+			}
+		})
+	}
+}
