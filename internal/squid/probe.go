@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -116,11 +118,11 @@ func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr st
 	if ca != "" {
 		cfg, err := ClientTLS(ca)
 		if err != nil {
-			return "", err
+			return "", &plainError{err: err}
 		}
 		tc := tls.Client(c, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return "", fmt.Errorf("TLS with %s: %w", addr, err)
+			return "", &handshakeError{addr: addr, err: err}
 		}
 		c = tc
 	}
@@ -130,7 +132,7 @@ func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr st
 	r := bufio.NewReader(c)
 	status, err := r.ReadString('\n')
 	if err != nil || !strings.HasPrefix(status, "HTTP/") {
-		return "", fmt.Errorf("%s does not answer HTTP", addr)
+		return "", &plainError{err: fmt.Errorf("%s does not answer HTTP", addr)}
 	}
 	for range 64 {
 		line, err := r.ReadString('\n')
@@ -147,7 +149,47 @@ func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr st
 			return strings.TrimSpace(value[i+len(" from "):]), nil
 		}
 	}
-	return "", fmt.Errorf("%s answers HTTP, but not as Squid", addr)
+	return "", &plainError{err: fmt.Errorf("%s answers HTTP, but not as Squid", addr)}
+}
+
+// plainError is an error of the probe in its own words, quoting nothing
+// the endpoint answered: a failed dial (the guard's refusal, a lookup, a
+// connect), an answer that is not HTTP or not Squid's.
+type plainError struct{ err error }
+
+func (e *plainError) Error() string { return e.err.Error() }
+func (e *plainError) Unwrap() error { return e.err }
+
+// handshakeError is a TLS handshake with the proxy at addr that failed.
+type handshakeError struct {
+	addr string
+	err  error
+}
+
+func (e *handshakeError) Error() string { return fmt.Sprintf("TLS with %s: %v", e.addr, e.err) }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// quiet is err, an error of the probe of an address a tenant's backend
+// reported, saying nothing the endpoint answered: what answers there is
+// whatever the tenant's backend pointed the provider at (any host in a
+// range the platform team allows for tenants), and it chose its
+// certificate's names, its TLS alerts and its bytes. A certificate that
+// does not verify is said in fixed words; errors in the probe's own words
+// and timeouts are kept; anything else is unquoted, as the egress check's.
+func quiet(err error) error {
+	var ce *certError
+	var pe *plainError
+	var he *handshakeError
+	switch {
+	case errors.As(err, &ce):
+		return errors.New(certNotVerified)
+	case errors.Is(err, errNoCert), errors.As(err, &pe),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return err
+	case errors.As(err, &he):
+		return fmt.Errorf("TLS with %s failed (what it answered is not shown for a namespaced ProviderConfig)", he.addr)
+	}
+	return unquoted(err)
 }
 
 // Probe is what a Prober knows of a proxy.
@@ -158,7 +200,9 @@ type Probe struct {
 	Pending bool
 	// Message says, when not Serving, what was found ("no answer from
 	// 10.0.0.5:3128: connection refused", "... answers as egress-proxy,
-	// not as egress-proxy-<uid>"); empty while Pending.
+	// not as egress-proxy-<uid>"); empty while Pending. Of a probe with a
+	// guard (an address a tenant's backend reported) it quotes nothing
+	// that answered there: no certificate's names, no TLS alert, no bytes.
 	Message string
 	// Refused: the guard refused the address (Message says why); nothing
 	// was sent there.
@@ -227,7 +271,8 @@ type probeEntry struct {
 // nil, checks addr first and dials it (the config's netguard.Guard):
 // an address it refuses is never asked, whatever Ask is. ca, when set, is
 // the PEM CA of a proxy listening with TLS (proxy.Ref.ProxyCA): the probe
-// speaks TLS and verifies the proxy's certificate against it.
+// speaks TLS and verifies the proxy's certificate against it. With a
+// guard, the result's Message quotes nothing the address answered (quiet).
 func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca string) Probe {
 	caDigest := ""
 	if ca != "" {
@@ -304,7 +349,14 @@ func (p *Prober) probe(key string, e *probeEntry, guard Guard) {
 	defer cancel()
 	dial := p.Dial
 	if guard != nil {
-		dial = guard.DialContext
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := guard.DialContext(ctx, network, addr)
+			if err != nil {
+				// Said before anything was answered.
+				return nil, &plainError{err: err}
+			}
+			return c, nil
+		}
 	}
 	ask := p.Ask
 	if ask == nil {
@@ -317,6 +369,10 @@ func (p *Prober) probe(key string, e *probeEntry, guard Guard) {
 		got, err := ask(ctx, e.addr)
 		switch {
 		case err != nil:
+			if guard != nil {
+				// A tenant's backend reported the address.
+				err = quiet(err)
+			}
 			r.Message = fmt.Sprintf("no answer from Squid at %s: %v", e.addr, err)
 		case got != e.identity && identityPattern.MatchString(got):
 			r.Message = fmt.Sprintf("Squid at %s answers as %q, not as this resource's (%q): its configuration is another one", e.addr, got, e.identity)

@@ -2,7 +2,15 @@ package squid_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
 	"strings"
@@ -10,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -135,6 +144,8 @@ func TestProbeAndEgressCheckDoNotQuoteAnswers(t *testing.T) {
 		t.Errorf("probe of another resource's Squid = %+v; want its name, one of the provider's", got)
 	}
 
+	tlsProbesDoNotQuoteTheCertificate(t, p)
+
 	for name, answer := range map[string]string{
 		"status text":      "HTTP/1.1 502 " + sentinel + "\r\nContent-Length: 0\r\n\r\n",
 		"not HTTP":         "SSH-2.0-" + sentinel + "\r\n",
@@ -151,5 +162,72 @@ func TestProbeAndEgressCheckDoNotQuoteAnswers(t *testing.T) {
 				t.Errorf("%s, %s: AskEgress = %v; want an error that does not quote the answer", name, url, err)
 			}
 		}
+	}
+}
+
+// tlsProbesDoNotQuoteTheCertificate: a proxy listening with TLS whose
+// certificate does not verify against the proxy's CA names whatever
+// answers at the address (its subject, its names, its issuer: a host of
+// the tenant's choosing in a range allowed for tenants). The probe of a
+// tenant's reported address (a guard) says so in fixed words, quoting
+// none of them; the platform's (no guard) names the certificate, for its
+// operators. Nor is an answer that is not TLS quoted, or the certificate
+// in the egress check's error.
+func tlsProbesDoNotQuoteTheCertificate(t *testing.T, p *squid.Prober) {
+	t.Helper()
+	ctx := context.Background()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "vault." + sentinel + ".corp", Organization: []string{sentinel + " Inc"}},
+		DNSNames:     []string{"vault." + sentinel + ".corp", "db-primary." + sentinel + ".corp"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go squid.AnswerProbes(ln, squid.Identity(uid))
+	addr := ln.Addr().String()
+	own := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	other := testenv.NewCerts(t, "proxy.example").CA
+	tenant := netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}).Reported()
+
+	// The listener works: with its own certificate as the CA, Squid is found.
+	if got := p.Check(ctx, tenant, "tls-own-ca", addr, squid.Identity(uid), own); !got.Serving {
+		t.Fatalf("TLS probe with the certificate's own CA = %+v; want Serving", got)
+	}
+	got := p.Check(ctx, tenant, "tls-tenant", addr, squid.Identity(uid), other)
+	t.Logf("%s: %s", "tls-tenant", got.Message)
+	if got.Serving || strings.Contains(got.Message, sentinel) || !strings.Contains(got.Message, "does not verify against the proxy's CA") {
+		t.Errorf("tenant's TLS probe of a certificate named %s = %+v; want not Serving, saying it does not verify, quoting none of it", sentinel, got)
+	}
+	got = p.Check(ctx, nil, "tls-platform", addr, squid.Identity(uid), other)
+	t.Logf("%s: %s", "tls-platform", got.Message)
+	if got.Serving || !strings.Contains(got.Message, sentinel) || !strings.Contains(got.Message, "does not verify against its CA") {
+		t.Errorf("platform's TLS probe of a certificate named %s = %+v; want not Serving, naming the certificate", sentinel, got)
+	}
+
+	notTLS, _ := counted(t, func(c net.Conn) { _, _ = fmt.Fprint(c, "SSH-2.0-"+sentinel+"\r\n") })
+	got = p.Check(ctx, tenant, "tls-not-tls", notTLS, squid.Identity(uid), other)
+	t.Logf("%s: %s", "tls-not-tls", got.Message)
+	if got.Serving || strings.Contains(got.Message, sentinel) || !strings.Contains(got.Message, "TLS with "+notTLS) {
+		t.Errorf("tenant's TLS probe of a server that does not speak TLS = %+v; want not Serving, saying TLS failed, quoting nothing", got)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := squid.AskEgress(cctx, nil, addr, proxy.EgressCheck{URL: "http://echo.example/ip", Username: squid.CheckUsername, Password: "pw", ProxyCA: other}); err == nil || strings.Contains(err.Error(), sentinel) {
+		t.Errorf("AskEgress through a proxy whose certificate does not verify = %v; want an error that does not quote it", err)
 	}
 }

@@ -199,7 +199,7 @@ func ClientTLS(ca string) (*tls.Config, error) {
 		InsecureSkipVerify: true, //nolint:gosec // VerifyConnection verifies the chain.
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
-				return errors.New("the proxy sent no certificate")
+				return errNoCert
 			}
 			inter := x509.NewCertPool()
 			for _, c := range cs.PeerCertificates[1:] {
@@ -207,9 +207,32 @@ func ClientTLS(ca string) (*tls.Config, error) {
 			}
 			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 			if err != nil {
-				return fmt.Errorf("the proxy's certificate (%s) does not verify against its CA: %w", describeCert(cs.PeerCertificates[0]), err)
+				return &certError{cert: cs.PeerCertificates[0], err: err}
 			}
 			return nil
 		},
 	}, nil
 }
+
+// errNoCert is the error of a proxy that sent no certificate.
+var errNoCert = errors.New("the proxy sent no certificate")
+
+// certError is a proxy certificate that does not verify against the
+// proxy's CA. Its text names the certificate (describeCert) and quotes
+// x509's reason, which names the certificate's issuer or dates: for the
+// platform's configs, whose operators read it. The probe of an address a
+// tenant's backend reported says certNotVerified instead (quiet).
+type certError struct {
+	cert *x509.Certificate
+	err  error
+}
+
+func (e *certError) Error() string {
+	return fmt.Sprintf("the proxy's certificate (%s) does not verify against its CA: %v", describeCert(e.cert), e.err)
+}
+
+func (e *certError) Unwrap() error { return e.err }
+
+// certNotVerified is the text of a certError that quotes nothing the
+// certificate holds.
+const certNotVerified = "the proxy's certificate does not verify against the proxy's CA (what it holds is not shown for a namespaced ProviderConfig)"

@@ -108,7 +108,9 @@ func TestImage_tenantDownloadsNeverReachTheProvidersNetwork(t *testing.T) {
 
 // TestImage_tenantServersAnswersAreNotQuoted: what a tenant's image
 // server answers (a status text, a banner that is not HTTP) is not quoted
-// in the error; the platform's still is.
+// in the error; the platform's still is. The tenant's image is on a
+// public mirror (a download's guard never connects to the loopback test
+// servers), reached through a forward proxy answering for it.
 func TestImage_tenantServersAnswersAreNotQuoted(t *testing.T) {
 	status, _ := rawServer(t, "127.0.0.1:0", "HTTP/1.1 404 SENTINEL-internal-detail\r\nContent-Length: 0\r\n\r\n")
 	banner, _ := rawServer(t, "127.0.0.1:0", "SSH-2.0-SENTINEL_OpenSSH_9.6\r\n")
@@ -116,8 +118,9 @@ func TestImage_tenantServersAnswersAreNotQuoted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newTestEnv(t, func(e *testEnv) {
 				e.cfg.Guard = onlyAllowing(t, "127.0.0.0/8")
-				e.cfg.Images["debian"] = Image{URL: "http://" + addr + "/debian.qcow2"}
+				e.cfg.Images["debian"] = Image{URL: mirrorURL}
 			})
+			e.throughProxy(addr)
 			err := e.createError(e.request("web", "uid-1"))
 			if err == nil {
 				t.Fatal("Create succeeded")

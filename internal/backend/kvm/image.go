@@ -100,8 +100,13 @@ type limits struct {
 	reserve uint64
 }
 
-// tooLarge is the error of an image above the cap.
+// tooLarge is the error of an image above the cap. A tenant's (img.guard
+// set) does not say the size its server declared: what a tenant's
+// endpoint answers is not quoted back.
 func tooLarge(img resolvedImage, size, limit int64) error {
+	if img.guard != nil {
+		return proxy.Permanentf("image %s is larger than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), limit>>20)
+	}
 	return proxy.Permanentf("image %s is %d MiB, more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), size>>20, limit>>20)
 }
 
@@ -333,6 +338,11 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 		return classify(proxy.OpCreate, err)
 	}
 	if need := uint64(size) + lim.reserve; info.Available < need {
+		if img.guard != nil {
+			// Not the image's size: its server declared it.
+			return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
+				"storage pool %s on host %s has %d MiB available, less than image %s and the proxy need", pool.Name, t.Host.Name, info.Available>>20, img.label())}
+		}
 		return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
 			"storage pool %s on host %s has %d MiB available; image %s (%d MiB) and the proxy need %d MiB", pool.Name, t.Host.Name, info.Available>>20, img.label(), size>>20, need>>20)}
 	}
@@ -352,11 +362,19 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 		return classify(proxy.OpCreate, err)
 	}
 	if n := j.written.Load(); n != size {
+		if img.guard != nil {
+			return proxy.Transientf("image %s: the download ended before the size its server declared", img.label())
+		}
 		return proxy.Transientf("image %s: got %d of %d bytes", img.label(), n, size)
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
 	if img.SHA256 != "" && digest != img.SHA256 {
 		_ = deleteVolume(ctx, api, pool, img.volume())
+		if img.guard != nil {
+			// Not the digest of what was downloaded: a tenant's URL may
+			// name a file it must not learn anything of.
+			return proxy.Permanentf("image %s: its sha256 is not the one the config says (%s)", img.label(), img.SHA256)
+		}
 		return proxy.Permanentf("image %s: sha256 is %s, the config says %s", img.label(), digest, img.SHA256)
 	}
 	mx, err := volumeXML(img.marker(), 64, "raw", "", "")
@@ -457,8 +475,11 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 }
 
 // client is the HTTP client of downloads through guard: b.http for the
-// platform's images, and for a tenant's one that dials through the guard
-// and checks every redirect (kept per guard).
+// platform's images, and for a tenant's one that dials through
+// guard.ForContent() and checks every redirect with it, kept per guard
+// (the config's, so one client serves all its downloads). The image's
+// bytes go into a pool the tenant's proxies boot from: the ranges the
+// platform team allows for tenants' endpoints do not open a download.
 func (b *Backend) client(guard *netguard.Guard) *http.Client {
 	if guard == nil {
 		return b.http
@@ -469,7 +490,8 @@ func (b *Backend) client(guard *netguard.Guard) *http.Client {
 		return c
 	}
 	base, _ := b.http.Transport.(*http.Transport) // nil: the default
-	c := &http.Client{Transport: guard.Transport(base), CheckRedirect: guard.CheckRedirect, Timeout: b.http.Timeout}
+	content := guard.ForContent()
+	c := &http.Client{Transport: content.Transport(base), CheckRedirect: content.CheckRedirect, Timeout: b.http.Timeout}
 	if b.guarded == nil {
 		b.guarded = map[*netguard.Guard]*http.Client{}
 	}
