@@ -173,6 +173,12 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		}
 	}
 	if info.Available < need {
+		if p.image.guard != nil {
+			// The need holds the size the tenant's image server gave:
+			// what it answered is not quoted.
+			return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
+				"storage pool %s on host %s has %d MiB available, less than the image and the proxy's %d GB disk need", pool.Name, p.host.Name, info.Available>>20, d.cfg.DiskSizeGB)}
+		}
 		return proxy.Instance{}, &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
 			"storage pool %s on host %s has %d MiB available; this proxy needs %d MiB", pool.Name, p.host.Name, info.Available>>20, need>>20)}
 	}
