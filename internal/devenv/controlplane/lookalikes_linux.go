@@ -111,7 +111,9 @@ func plantLookalikes(t testing.TB) *lookalikes {
 			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", "-t", "filter", "-X", chain).Run() })
 			l.note("chain", chain)
 		}
-		jump := []string{from, "-j", chain}
+		// Marked as the test's: a sweep of a killed test's record deletes
+		// this rule, never another kubelet's identical one.
+		jump := []string{from, "-m", "comment", "--comment", lookalikeComment, "-j", chain}
 		if exec.Command("iptables", append([]string{"-t", "filter", "-C"}, jump...)...).Run() != nil {
 			if out, err := exec.Command("iptables", append([]string{"-t", "filter", "-A"}, jump...)...).CombinedOutput(); err != nil {
 				t.Fatalf("iptables -A %v: %v: %s", jump, err, out)
@@ -175,6 +177,22 @@ func lookalikesRecord(pid int) string { return lookalikesPrefix + strconv.Itoa(p
 
 const lookalikesPrefix = "/run/egressproxy-lookalikes."
 
+// lookalikeComment marks the iptables rules the test plants (-m comment).
+const lookalikeComment = "egressproxy-lookalike"
+
+// plantedJump returns a record's "jump" arguments when they name a rule
+// the test planted (its comment, lookalikeComment), so that deleting them
+// deletes that rule only. An older record's jump without the comment is
+// the same text as another kubelet's rule and is left alone.
+func plantedJump(args []string) ([]string, bool) {
+	for i := 0; i+3 < len(args); i++ {
+		if args[i] == "-m" && args[i+1] == "comment" && args[i+2] == "--comment" && args[i+3] == lookalikeComment {
+			return args, true
+		}
+	}
+	return nil, false
+}
+
 // note records one planted thing.
 func (l *lookalikes) note(fields ...string) {
 	fmt.Fprintln(l.record, strings.Join(fields, " "))
@@ -227,7 +245,9 @@ func sweepLookalikesOf(record string) error {
 				waitGone([]int{p}, 5*time.Second)
 			}
 		case "jump":
-			_ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, f[1:]...)...).Run()
+			if args, ok := plantedJump(f[1:]); ok {
+				_ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, args...)...).Run()
+			}
 		case "chain":
 			_ = exec.Command("iptables", "-t", "filter", "-X", f[1]).Run()
 		case "netns":

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -29,7 +31,7 @@ func iptablesCommands() []string {
 // its per-Service chains. kube-proxy offers no knob to rename them, and at
 // start and on --cleanup it removes those of another kube-proxy (and that
 // one's nftables table), so they are the node's only because prepareNode
-// refuses to start a node beside another kube-proxy (foreignKubeProxy).
+// refuses to start a node beside another kube-proxy (foreignKubernetes).
 var (
 	proxyChains        = []string{"KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-MARK-MASQ", "KUBE-FORWARD", "KUBE-PROXY-FIREWALL", "KUBE-PROXY-CANARY"}
 	proxyChainPrefixes = []string{"KUBE-SVC-", "KUBE-SVL-", "KUBE-SEP-", "KUBE-FW-", "KUBE-EXT-"}
@@ -114,11 +116,9 @@ func recordKeptChains() error {
 	return os.WriteFile(nodeKeepFile, []byte(b.String()), 0o600)
 }
 
-// foreignKubeProxy names a sign that another kube-proxy runs on this
-// machine (its chains, its nftables table, its process), or is "". Called
-// holding the node lock, after the sweep removed what an earlier node
-// left.
-func foreignKubeProxy() string {
+// foreignProxyChains names a kube-proxy chain of any iptables variant, or
+// is "".
+func foreignProxyChains() string {
 	for _, ipt := range iptablesCommands() {
 		for _, t := range nodeTables {
 			for _, c := range chainsOf(iptablesSave(ipt, t)) {
@@ -128,13 +128,33 @@ func foreignKubeProxy() string {
 			}
 		}
 	}
-	return runningKubeProxy()
+	return ""
+}
+
+// kubeProxyHosts are the names of the processes that run a kube-proxy
+// (and so own kube-proxy's fixed chains): kube-proxy itself (kubeadm,
+// kind, k0s and rke2 run it as such), and the distributions that run it
+// inside one binary of theirs: k3s (whose server and agent name
+// themselves k3s-server and k3s-agent), microk8s (kubelite), rke2 and k0s.
+var kubeProxyHosts = []string{"kube-proxy", "k3s", "k3s-server", "k3s-agent", "kubelite", "rke2", "k0s"}
+
+// kubeProxyProcess says whether a process whose comm is comm and whose
+// first argument is argv0 runs a kube-proxy of another Kubernetes (the
+// node's own is never running when this is asked: a killed node's died
+// with it, and stop asks once its own has exited).
+func kubeProxyProcess(comm, argv0 string) bool {
+	// k3s rewrites its command line ("/usr/local/bin/k3s server"): the
+	// first word's base name counts.
+	first, _, _ := strings.Cut(argv0, " ")
+	return slices.Contains(kubeProxyHosts, strings.TrimSpace(comm)) ||
+		first != "" && slices.Contains(kubeProxyHosts, filepath.Base(first))
 }
 
 // runningKubeProxy names a kube-proxy that runs on this machine (its
-// nftables table, its process), or is "": a killed node's kube-proxy
-// died with it, so one running is another Kubernetes', whose chains carry
-// the names a killed node's would.
+// nftables table, its process or a process of a distribution running one
+// inside, see kubeProxyHosts), or is "": a killed node's kube-proxy died
+// with it, so one running is another Kubernetes', whose chains carry the
+// names a killed node's would.
 func runningKubeProxy() string {
 	if _, err := exec.LookPath("nft"); err == nil {
 		for _, family := range []string{"ip", "ip6"} {
@@ -145,8 +165,17 @@ func runningKubeProxy() string {
 	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(b)) == "kube-proxy" {
-			return "a kube-proxy process (pid " + e.Name() + ")"
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if kubeProxyProcess(string(comm), argv0) {
+			return fmt.Sprintf("a %s process (pid %s)", strings.TrimSpace(string(comm)), e.Name())
 		}
 	}
 	return ""

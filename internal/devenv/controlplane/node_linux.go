@@ -139,9 +139,10 @@ const (
 	// node's.
 	sysctlsFile = "/run/egressproxy-node.sysctls"
 	// containerLogDir is where a kubelet links its containers' logs (a
-	// path it fixes); madeLogDirFile records that it was not there before
-	// the node's kubelet, which makes it, so that stop and the sweep
-	// remove it once empty.
+	// path it fixes); when the node's kubelet makes it, madeDirsFile
+	// records it, so that stop and the sweep remove it once empty.
+	// madeLogDirFile is where an earlier version recorded that alone
+	// (readMadeDirs still reads it).
 	containerLogDir = "/var/log/containers"
 	madeLogDirFile  = "/run/egressproxy-node.made-log-dir"
 	// bridgePrefix names the pod bridges (epxnode<N>); a sweep removes
@@ -166,6 +167,29 @@ var kernelTunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel
 // for a gateway bridge (isGateway), for the families of its addresses:
 // IPv4 only here. Pods need it while the node runs; stop puts it back.
 var forwardingSysctls = []string{"net/ipv4/ip_forward"}
+
+// sysctlsSet are the values the kubelet sets kernelTunables to
+// (KernelTunableModify in its container manager) and the CNI bridge
+// plugin forwardingSysctls to. A recorded value is put back only over
+// these: a setting holding anything else was changed since by someone
+// else, and stays as it is.
+var sysctlsSet = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+	"net/ipv4/ip_forward":       "1",
+}
+
+// sysctlToPutBack says whether the recorded value of key goes back over
+// the current one: only when they differ and the current one is what the
+// kubelet or the CNI plugin sets (sysctlsSet).
+func sysctlToPutBack(key, recorded, current string) bool {
+	set, ok := sysctlsSet[key]
+	return ok && current != recorded && current == set
+}
 
 // nodeBinDir finds the node binaries like BinDir finds the control plane's.
 func nodeBinDir(ctx context.Context, log io.Writer) (string, error) {
@@ -216,16 +240,22 @@ func (c *ControlPlane) prepareNode(ctx context.Context, o *NodeOptions, api *env
 			return nil, err
 		}
 	}
-	// Whatever is left now is a killed node's: this machine runs one node
-	// at a time.
+	// kube-proxy's chain names are fixed, and it removes another
+	// kube-proxy's rules when it starts and on --cleanup, and the kubelet
+	// removes every socket of the device plugin folder it fixes: beside
+	// another Kubernetes the node would break it. Looked for before the
+	// sweep, which removes kube-proxy's chains, and again after it, when
+	// whatever is left is another's.
+	if sign := foreignKubernetes(false); sign != "" {
+		return nil, foreignKubernetesError(sign)
+	}
+	// Whatever of the node's names is left now is a killed node's: this
+	// machine runs one node at a time.
 	if err := sweepNodes(c.log.writer("[node] ")); err != nil {
 		return nil, fmt.Errorf("removing what an earlier node left behind: %w", err)
 	}
-	// kube-proxy's chain names are fixed, and it removes another
-	// kube-proxy's rules when it starts and on --cleanup: beside one, the
-	// node would break the Services of the Kubernetes running here.
-	if sign := foreignKubeProxy(); sign != "" {
-		return nil, fmt.Errorf("another Kubernetes' kube-proxy runs on this machine (%s); the node's kube-proxy would take over its iptables chains, whose names kube-proxy fixes: stop that one first, or run without a node (NODE=0 for make run)", sign)
+	if sign := foreignKubernetes(true); sign != "" {
+		return nil, foreignKubernetesError(sign)
 	}
 	if err := recordKeptChains(); err != nil {
 		return nil, err
@@ -286,10 +316,10 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	if err := n.recordSysctls(); err != nil {
 		return err
 	}
-	if !fileExists(containerLogDir) {
-		if err := os.WriteFile(madeLogDirFile, nil, 0o600); err != nil {
-			return err
-		}
+	// Before containerd, the shims, CNI and the kubelet: the folders they
+	// make outside the node's folder are then removed even after a kill.
+	if err := recordMadeDirs(); err != nil {
+		return err
 	}
 	if err := n.bridgeUp(); err != nil {
 		return err
@@ -316,6 +346,15 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	n.ImportIn = time.Since(t1)
 	fmt.Fprintf(note, "containerd up in %.2fs, %d image(s) imported in %.2fs\n", t1.Sub(t0).Seconds(), len(o.Images)+1, n.ImportIn.Seconds())
 
+	// The kubelet removes every socket in its device plugin folder at
+	// start: only when nothing is there (prepareNode looked already; this
+	// is just before), and then what is there once it runs is its own.
+	if sign := foreignDevicePlugins(); sign != "" {
+		return foreignKubernetesError(sign)
+	}
+	if err := os.WriteFile(devicePluginsFile, nil, 0o600); err != nil {
+		return err
+	}
 	if err := n.startKubelet(); err != nil {
 		return err
 	}
@@ -336,6 +375,12 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	n.ReadyIn = time.Since(t0)
 	fmt.Fprintf(note, "node %s Ready in %.2fs (pods in %s on %s)\n", n.Name, time.Since(t0).Seconds(), n.PodCIDR, n.Bridge)
 	return nil
+}
+
+// foreignKubernetesError is prepareNode's and start's refusal to run
+// beside another Kubernetes.
+func foreignKubernetesError(sign string) error {
+	return fmt.Errorf("another Kubernetes runs or ran on this machine (%s); the node's kube-proxy would take over its iptables chains, whose names kube-proxy fixes, and the node's kubelet would remove its device plugins' sockets: stop that one first (and remove what it left), or run without a node (NODE=0 for make run)", sign)
 }
 
 func (n *Node) releaseLock() {
@@ -376,8 +421,9 @@ func sysctlsText(m map[string]string) string {
 }
 
 // restoreSysctls puts back the recorded values of keys (of all when none
-// is named) and leaves only the others in sysctlsFile, which it removes
-// once empty.
+// is named) where the kubelet's or the CNI plugin's value is still in
+// place (putBackSysctl), and leaves only the others in sysctlsFile, which
+// it removes once empty.
 func (n *Node) restoreSysctls(keys ...string) error {
 	if len(keys) == 0 {
 		keys = slices.Collect(maps.Keys(n.sysctls))
@@ -385,7 +431,7 @@ func (n *Node) restoreSysctls(keys ...string) error {
 	var errs []error
 	for _, k := range keys {
 		if v, ok := n.sysctls[k]; ok {
-			if err := setSysctl(k, v); err != nil {
+			if err := putBackSysctl(k, v); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -402,11 +448,16 @@ func (n *Node) restoreSysctls(keys ...string) error {
 	return errors.Join(errs...)
 }
 
-// setSysctl writes v to /proc/sys/k when it holds another value.
-func setSysctl(k, v string) error {
+// putBackSysctl writes the recorded value v to /proc/sys/k when
+// sysctlToPutBack says so; a setting changed since by someone else is
+// left as it is.
+func putBackSysctl(k, v string) error {
 	b, err := os.ReadFile("/proc/sys/" + k)
-	if err != nil || strings.TrimSpace(string(b)) == v {
+	if err != nil {
 		return err
+	}
+	if !sysctlToPutBack(k, v, strings.TrimSpace(string(b))) {
+		return nil
 	}
 	if err := os.WriteFile("/proc/sys/"+k, []byte(v+"\n"), 0o644); err != nil { //nolint:gosec // a kernel setting, as it was.
 		return fmt.Errorf("putting back %s = %s: %w", k, v, err)

@@ -49,8 +49,12 @@ func recordedNodeDir() string {
 // namespaces), the pod bridges (bridgePrefix), kube-proxy's iptables
 // chains and the rules jumping to them (only when a node ran: kube-proxy's
 // names are fixed, see proxyChains), its cgroups and the kubelet's links
-// to its logs (see nodeLogLinks); and it puts back the kernel settings
-// recorded in sysctlsFile. Call it holding the node lock.
+// to its logs (see nodeLogLinks), its kubelet's socket and checkpoint in
+// the kubelet's device plugin folder (see ownDevicePluginFiles), libcni's
+// cache of its network's results, and the folders outside its own that
+// it made (madeDirsFile) once they are empty; and it puts back the kernel
+// settings recorded in sysctlsFile where the kubelet's or the CNI
+// plugin's value is still in place. Call it holding the node lock.
 func sweepNodes(log io.Writer) error {
 	var errs []error
 	// Containers (and pause) live in the node's cgroup; shims are
@@ -77,6 +81,8 @@ func sweepNodes(log io.Writer) error {
 		}
 	}
 	if recordedNodeDir() != "" {
+		// The same look for a running kube-proxy as before a node starts
+		// (prepareNode), at stop too.
 		if sign := runningKubeProxy(); sign != "" {
 			// Started since the node was killed: the chains are its now.
 			errs = append(errs, fmt.Errorf("kube-proxy's chains are left as they are: another kube-proxy runs on this machine (%s)", sign))
@@ -100,6 +106,19 @@ func sweepNodes(log io.Writer) error {
 	if err := removeLogLinks(recordedNodeDir()); err != nil {
 		errs = append(errs, err)
 	}
+	// The kubelet is gone: its socket and checkpoint are left over.
+	if err := removeDevicePluginFiles(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range nodeCNIResults() {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	// Once their contents of the node's are gone.
+	if err := sweepMadeDirs(); err != nil {
+		errs = append(errs, err)
+	}
 	// Last: forwarding off only once no pod of the node is left.
 	if err := restoreRecordedSysctls(); err != nil {
 		errs = append(errs, err)
@@ -115,7 +134,9 @@ func sweepNodes(log io.Writer) error {
 // a node, mounts below a node folder, pod bridges, kube-proxy's iptables
 // chains (but those another component had before the node started), the
 // node's cgroups, the kubelet's links to its logs, kernel settings not put
-// back. Empty after a clean stop.
+// back, the kubelet's device plugin socket and checkpoint, libcni's cached
+// results of its network, empty folders it made outside its own. Empty
+// after a clean stop.
 func Leftovers() []string {
 	var out []string
 	if p := nodeCgroupPIDs(); len(p) > 0 {
@@ -145,6 +166,18 @@ func Leftovers() []string {
 	if l := nodeLogLinks(recordedNodeDir()); len(l) > 0 {
 		out = append(out, fmt.Sprintf("log links %v", l))
 	}
+	if own, _ := nodeDevicePluginFiles(); len(own) > 0 {
+		out = append(out, fmt.Sprintf("the kubelet's device plugin files %v", own))
+	}
+	if fileExists(devicePluginsFile) {
+		out = append(out, "the record of the kubelet's device plugin files "+devicePluginsFile)
+	}
+	if p := nodeCNIResults(); len(p) > 0 {
+		out = append(out, fmt.Sprintf("CNI results %v", p))
+	}
+	if d := emptyMadeDirs(); len(d) > 0 {
+		out = append(out, fmt.Sprintf("empty folders the node made %v", d))
+	}
 	if b, err := os.ReadFile(sysctlsFile); err == nil {
 		out = append(out, fmt.Sprintf("kernel settings to put back (%s) %q", sysctlsFile, strings.TrimSpace(string(b))))
 	}
@@ -153,7 +186,9 @@ func Leftovers() []string {
 
 // restoreRecordedSysctls puts back the kernel settings a node recorded in
 // sysctlsFile (only those a node changes: kernelTunables and
-// forwardingSysctls) and removes the record (and a half-written one).
+// forwardingSysctls, and only where the kubelet's or the CNI plugin's
+// value is still in place: putBackSysctl) and removes the record (and a
+// half-written one).
 func restoreRecordedSysctls() error {
 	_ = os.Remove(sysctlsFile + ".tmp")
 	b, err := os.ReadFile(sysctlsFile)
@@ -165,7 +200,7 @@ func restoreRecordedSysctls() error {
 	}
 	var errs []error
 	for k, v := range parseSysctls(b) {
-		if err := setSysctl(k, v); err != nil {
+		if err := putBackSysctl(k, v); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -229,22 +264,12 @@ func isNodePodLog(path string) bool {
 	return ok && strings.HasPrefix(rest, "node/kubelet/pod-logs/")
 }
 
-// removeLogLinks removes nodeLogLinks(dir), and containerLogDir when the
-// node made it (madeLogDirFile) and nothing else is in it now.
+// removeLogLinks removes nodeLogLinks(dir). containerLogDir itself goes
+// with the other folders the node made (sweepMadeDirs), once empty.
 func removeLogLinks(dir string) error {
 	var errs []error
 	for _, l := range nodeLogLinks(dir) {
 		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if fileExists(madeLogDirFile) {
-		if ents, err := os.ReadDir(containerLogDir); err == nil && len(ents) == 0 {
-			if err := os.Remove(containerLogDir); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := os.Remove(madeLogDirFile); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -5,13 +5,14 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
 // ruleComment starts the comment of every iptables rule a test inserts,
-// followed by the inserting process's PID: a rule of a process that is
-// gone (a test killed before its clean-up) is swept by the next.
+// followed by the inserting process's PID and start time ("PID:START",
+// START as field 22 of /proc/PID/stat): a rule of a process that is gone
+// (a test killed before its clean-up) is swept by the next, also when
+// another process has the PID since.
 const ruleComment = "egressproxy-test"
 
 // InsertRule inserts an iptables rule of the test's into table (filter,
@@ -22,7 +23,7 @@ const ruleComment = "egressproxy-test"
 func InsertRule(t testing.TB, table, what string, rule ...string) {
 	t.Helper()
 	sweepRules(table)
-	rule = append([]string{rule[0], "-m", "comment", "--comment", ruleComment + " " + strconv.Itoa(os.Getpid()) + " " + what}, rule[1:]...)
+	rule = append([]string{rule[0], "-m", "comment", "--comment", ruleComment + " " + ruleOwner(os.Getpid()) + " " + what}, rule[1:]...)
 	if out, err := exec.Command("iptables", append([]string{"-w", "-t", table, "-I"}, rule...)...).CombinedOutput(); err != nil {
 		t.Fatalf("iptables -t %s -I %v: %v: %s", table, rule, err, out)
 	}
@@ -30,7 +31,7 @@ func InsertRule(t testing.TB, table, what string, rule ...string) {
 }
 
 // sweepRules removes the rules of table whose comment names a test's
-// process that no longer runs.
+// process that no longer runs (ownerGone).
 func sweepRules(table string) {
 	out, err := exec.Command("iptables", "-w", "-t", table, "-S").Output()
 	if err != nil {
@@ -45,8 +46,7 @@ func sweepRules(table string) {
 		if len(f) == 0 {
 			continue
 		}
-		pid, err := strconv.Atoi(f[0])
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+		if !ownerGone(f[0], os.Getpid(), processStart) {
 			continue
 		}
 		// -S prints the rule as -A would take it; -D takes the same.
@@ -55,6 +55,52 @@ func sweepRules(table string) {
 			_ = exec.Command("iptables", append([]string{"-w", "-t", table, "-D"}, args...)...).Run()
 		}
 	}
+}
+
+// ruleOwner names the process pid in a rule's comment: "PID:START".
+func ruleOwner(pid int) string {
+	start, _ := processStart(pid)
+	return strconv.Itoa(pid) + ":" + start
+}
+
+// ownerGone says whether the process a rule's comment names (owner,
+// "PID:START", or "PID" alone as older tests wrote it) no longer runs:
+// its PID is free, or held by a process started at another time. self is
+// this process's PID (its rules are its own to remove); start reads a
+// running process's start time.
+func ownerGone(owner string, self int, start func(pid int) (string, bool)) bool {
+	p, st, withStart := strings.Cut(owner, ":")
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 || pid == self {
+		return false
+	}
+	running, ok := start(pid)
+	if !ok {
+		return true
+	}
+	return withStart && running != st
+}
+
+// processStart is the start time of a running process (field 22 of
+// /proc/PID/stat, clock ticks since boot), as internal/devenv/netnshost
+// records its namespaces' owners; false when there is no such process
+// (or only its zombie, which runs nothing).
+func processStart(pid int) (string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return "", false
+	}
+	return f[19], true
 }
 
 // splitRule splits a rule as iptables -S prints it into arguments, a
