@@ -59,12 +59,12 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 		}, nil
 	}
 	if ref.ID != "" || ref.Deleting {
-		left, err := d.leftovers(ctx, zone, name, ref.Mark, ref.Deleting)
+		left, mark, err := d.leftovers(ctx, zone, name, ref.Mark, ref.Deleting)
 		if err != nil {
 			return proxy.Instance{}, err
 		}
 		if left != "" {
-			return proxy.Instance{ID: ID(zone, name), Name: name, Mark: ref.Mark, State: proxy.StateStopped, Placement: ref.Placement, Progress: left}, nil
+			return proxy.Instance{ID: ID(zone, name), Name: name, Mark: mark, State: proxy.StateStopped, Placement: ref.Placement, Progress: left}, nil
 		}
 	}
 	return proxy.Instance{}, proxy.NotFoundf("instance %q not found in zone %s", name, zone)
@@ -112,35 +112,44 @@ func (d *Driver) follow(ctx context.Context, ops []OpRef) ([]OpRef, string, erro
 // Create cut short left before its instance appeared. It is read only
 // when the instance is gone and the resource had one or is being
 // deleted, so steady state never pays for it.
-func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Mark, deleting bool) (string, error) {
+func (d *Driver) leftovers(ctx context.Context, zone, name string, mark proxy.Mark, deleting bool) (string, proxy.Mark, error) {
 	deleting = deleting && mark.UID != ""
+	// What a leftover is reported with is the mark it carries: one made
+	// under another installation ID for this resource (its UID) is still
+	// its own to delete, under that mark.
+	own := func(m proxy.Mark) proxy.Mark {
+		if m.UID == "" {
+			return mark
+		}
+		return m
+	}
 	fw, err := d.api.GetFirewall(ctx, name)
 	switch {
 	case err == nil:
 		m, ok := firewallMark(fw)
 		if ok && fw.GetDisabled() && (mark.UID == "" || m.UID == mark.UID) {
-			return "deleting: firewall rule " + name + " remains", nil
+			return "deleting: firewall rule " + name + " remains", own(m), nil
 		}
-		if ok && deleting && ownedBy(m, mark) {
-			return "deleting: firewall rule " + name + ", made before the instance, remains", nil
+		if ok && deleting && m.UID == mark.UID {
+			return "deleting: firewall rule " + name + ", made before the instance, remains", own(m), nil
 		}
 	case !isNotFound(err):
-		return "", fmt.Errorf("reading firewall rule %q: %w", name, classify(err))
+		return "", proxy.Mark{}, fmt.Errorf("reading firewall rule %q: %w", name, classify(err))
 	}
 	a, err := d.api.GetAddress(ctx, regionOf(zone), name)
 	switch {
 	case err == nil:
 		l := a.GetLabels()
 		if l[LabelDeleting] == "true" && (mark.UID == "" || l[LabelUID] == mark.UID) {
-			return "deleting: releasing static address " + name, nil
+			return "deleting: releasing static address " + name, own(markOf(l)), nil
 		}
-		if deleting && l[LabelUID] != "" && ownedBy(markOf(l), mark) && l[LabelRetain] != "true" {
-			return "deleting: static address " + name + ", reserved before the instance, remains", nil
+		if deleting && l[LabelUID] != "" && l[LabelUID] == mark.UID && l[LabelRetain] != "true" {
+			return "deleting: static address " + name + ", reserved before the instance, remains", own(markOf(l)), nil
 		}
 	case !isNotFound(err):
-		return "", fmt.Errorf("reading address %q: %w", name, classify(err))
+		return "", proxy.Mark{}, fmt.Errorf("reading address %q: %w", name, classify(err))
 	}
-	return "", nil
+	return "", proxy.Mark{}, nil
 }
 
 // view maps an instance onto proxy.Instance; probe checks the proxy port

@@ -17,6 +17,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -73,11 +74,11 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	cfg, err := c.configs.Resolve(ctx, mg)
 	if err != nil {
-		return nil, deletingHint(mg, err)
+		return unconnected(ctx, cr, err)
 	}
 	b := c.kind.Backend
 	if cfg.Backend == nil || cfg.Backend.Name != b.Name {
-		return nil, errors.Errorf("%s holds a %s block, but a %s needs a config with a %s block: point spec.providerConfigRef at one", cfg.Name, cfg.BackendName(), c.kind.Name, b.Name)
+		return unconnected(ctx, cr, errors.Errorf("%s holds a %s block, but a %s needs a config with a %s block: point spec.providerConfigRef at one", cfg.Name, cfg.BackendName(), c.kind.Name, b.Name))
 	}
 	// What deletes the instance is protected before there is one: the
 	// config's Protector would do it within a second, a namespace deleted
@@ -93,11 +94,94 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	d, err := b.Connect(ctx, cfg)
 	if err != nil {
-		return nil, deletingHint(mg, errors.Wrapf(err, "cannot connect to the %s backend of %s", b.Name, cfg.Name))
+		return unconnected(ctx, cr, errors.Wrapf(err, "cannot connect to the %s backend of %s", b.Name, cfg.Name))
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	return &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}, nil
+	e := &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}
+	if meta.WasDeleted(mg) {
+		return deletingClient[P]{e}, nil
+	}
+	return e, nil
+}
+
+// unconnected is Connect's answer when it cannot build the driver of cr
+// (err: its config does not exist or cannot be read, holds another
+// backend's block, or its backend cannot be reached with it). A resource
+// being deleted that never made an instance (madeInstance) has nothing to
+// delete: it gets a client that finds no instance, so the runtime lets it
+// go by its usual path (the finalizer, and childrenFinalizer), instead of
+// holding it, and its namespace, for ever on a config that never worked
+// (a typo in spec.providerConfigRef, a credentials Secret that never
+// existed). Any other gets err, with deletingHint.
+func unconnected[P any](ctx context.Context, cr Resource[P], err error) (managed.ExternalClient, error) {
+	if !meta.WasDeleted(cr) || madeInstance(cr) {
+		return nil, deletingHint(cr, err)
+	}
+	// No event: a namespace being deleted refuses new ones.
+	if log, lerr := logr.FromContext(ctx); lerr == nil {
+		log.Info("letting go of a resource being deleted that never made an instance: its config cannot be used, and there is nothing to delete",
+			"namespace", cr.GetNamespace(), "name", cr.GetName(), "reason", err.Error())
+	}
+	return noInstance{}, nil
+}
+
+// madeInstance reports whether cr carries any sign that it made, or
+// observed, an instance: the annotations crossplane-runtime writes around
+// Create (-pending rarely reaches the API server alone, see package
+// writes; -succeeded or -failed follow every Create), or what an Observe
+// or a Create recorded (an ID, an operation in flight, a placement, a
+// state, an address, a Ready condition). A resource whose management
+// policies never let it create counts only the annotations: what it
+// observed was imported, and a Delete would leave that alone (foreign).
+func madeInstance[P any](cr Resource[P]) bool {
+	if !meta.GetExternalCreatePending(cr).IsZero() || !meta.GetExternalCreateSucceeded(cr).IsZero() || !meta.GetExternalCreateFailed(cr).IsZero() {
+		return true
+	}
+	if !creates(cr.GetManagementPolicies()) {
+		return false
+	}
+	o := cr.Observation()
+	return o.ID != "" || o.Operation != "" || o.Placement != nil || o.State != "" || o.IP != "" || o.CreatedAt != nil ||
+		cr.GetCondition(xpv2.TypeReady).Reason != ""
+}
+
+// noInstance is the external client of a resource being deleted that
+// never made an instance (unconnected): it finds none and does nothing.
+type noInstance struct{}
+
+func (noInstance) Observe(context.Context, resource.Managed) (managed.ExternalObservation, error) {
+	return managed.ExternalObservation{ResourceExists: false}, nil
+}
+
+func (noInstance) Create(context.Context, resource.Managed) (managed.ExternalCreation, error) {
+	return managed.ExternalCreation{}, nil
+}
+
+func (noInstance) Update(context.Context, resource.Managed) (managed.ExternalUpdate, error) {
+	return managed.ExternalUpdate{}, nil
+}
+
+func (noInstance) Delete(context.Context, resource.Managed) (managed.ExternalDelete, error) {
+	return managed.ExternalDelete{}, nil
+}
+
+func (noInstance) Disconnect(context.Context) error { return nil }
+
+// deletingClient is the external client of a resource being deleted: its
+// Observe's and Delete's errors say, as deletingHint does for Connect's,
+// that the resource (and so its namespace) stays until the instance is
+// deleted, and the ways out.
+type deletingClient[P any] struct{ *external[P] }
+
+func (c deletingClient[P]) Observe(ctx context.Context, mg resource.Managed) (managed.ExternalObservation, error) {
+	obs, err := c.external.Observe(ctx, mg)
+	return obs, backendHint(mg, err)
+}
+
+func (c deletingClient[P]) Delete(ctx context.Context, mg resource.Managed) (managed.ExternalDelete, error) {
+	d, err := c.external.Delete(ctx, mg)
+	return d, backendHint(mg, err)
 }
 
 // protectedSecrets reads a namespaced config's Secrets for the Connect of
@@ -160,10 +244,23 @@ func (c *connector[P]) track(ctx context.Context, mg resource.Managed) error {
 // it means: the instance cannot be deleted, the resource stays (retried
 // with backoff), and the ways out.
 func deletingHint(mg resource.Managed, err error) error {
-	if !meta.WasDeleted(mg) {
+	return stuckHint(mg, err, "restore its config and the Secrets the config reads")
+}
+
+// backendHint is deletingHint for an error of the backend (observing or
+// deleting the instance of a resource being deleted).
+func backendHint(mg resource.Managed, err error) error {
+	return stuckHint(mg, err, "it is retried with backoff until the backend answers (restore the backend, or its place in the config, if either is gone)")
+}
+
+// stuckHint wraps err, of a resource being deleted, with what it means
+// (the instance, and with it the resource, stays), what to do (fix), and
+// the way out that leaves the instance.
+func stuckHint(mg resource.Managed, err error, fix string) error {
+	if err == nil || !meta.WasDeleted(mg) {
 		return err
 	}
-	return errors.Wrapf(err, "cannot delete the instance of %s, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, remove the finalizer %s from this resource)", mg.GetName(), managed.FinalizerName)
+	return errors.Wrapf(err, "cannot delete the instance of %s, which stays until it can: %s (or, to leave the instance on the backend, remove the finalizer %s from this resource)", mg.GetName(), fix, managed.FinalizerName)
 }
 
 type external[P any] struct {
@@ -176,6 +273,11 @@ type external[P any] struct {
 	record    event.Recorder
 	hints     *retryHints
 	egress    *squid.EgressChecker
+	// deleteMark, set by observeDeleting, is the mark of the instance this
+	// reconcile found for the resource being deleted: its own UID's, under
+	// this or another installation ID. Delete names it, so that the
+	// driver's mark check passes for the instance found.
+	deleteMark *proxy.Mark
 }
 
 // span starts the one span of an external-client operation.
@@ -373,7 +475,11 @@ func (e *external[P]) Delete(ctx context.Context, mg resource.Managed) (d manage
 	defer func() { end(err) }()
 	cr := mg.(Resource[P]) //nolint:forcetypeassert // Connect checked the type.
 
-	if err := e.driver.Delete(ctx, e.deletionRef(cr)); err != nil {
+	r := e.deletionRef(cr)
+	if e.deleteMark != nil {
+		r.Mark = *e.deleteMark
+	}
+	if err := e.driver.Delete(ctx, r); err != nil {
 		return managed.ExternalDelete{}, e.describe(err, "cannot delete the instance")
 	}
 	return managed.ExternalDelete{}, nil
@@ -404,8 +510,19 @@ func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 // removed from the config) is handed to the driver's Delete at once, which
 // knows whether it can let go of it: otherwise the runtime, which only
 // deletes what Observe found, would retry the read forever.
+//
+// An instance carrying this resource's UID under another installation ID
+// (the config's installationID was set or changed, or the provider's, since
+// it was made) is this resource's own: it is deleted, under its own mark
+// (deleteMark; a driver that deletes in steps reports what is left under
+// the mark it carries), not left behind. Another resource's UID, or no mark, is never ours.
+//
+// Ready reads Deleting from the first look on, as the runtime sets it only
+// once a Delete was requested: a resource whose instance cannot be read
+// does not read Available while it holds its namespace.
 func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (managed.ExternalObservation, error) {
 	e.forgetEgress(cr)
+	cr.SetConditions(xpv2.Deleting().WithObservedGeneration(cr.GetGeneration()))
 	r := e.deletionRef(cr)
 	inst, err := e.driver.Get(ctx, r)
 	switch {
@@ -419,9 +536,21 @@ func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (mana
 	case err != nil:
 		return managed.ExternalObservation{}, e.describe(err, "cannot observe the instance being deleted")
 	}
-	if e.foreign(cr, inst) != nil {
+	own := proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}
+	switch {
+	case own.UID != "" && inst.Mark.UID == own.UID && inst.Mark != own:
+		// This resource's own instance, made under another installation.
+		m := inst.Mark
+		e.deleteMark = &m
+		if log, lerr := logr.FromContext(ctx); lerr == nil {
+			log.V(1).Info("deleting the resource's own instance, made under another installation ID", "instance", inst.Name, "installation", m.InstallationID, "now", own.InstallationID)
+		}
+	case e.foreign(cr, inst) != nil:
 		// Never ours: deleting the resource leaves the instance alone.
 		return managed.ExternalObservation{ResourceExists: false}, nil
+	case inst.Mark.UID == own.UID:
+		m := inst.Mark
+		e.deleteMark = &m
 	}
 	// ResourceUpToDate: nothing is updated on the way out.
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil

@@ -742,6 +742,9 @@ func TestConnect(t *testing.T) {
 				cr.SetProviderConfigReference(&xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home"})
 				if tc.deleting {
 					deleting(cr)
+					// One that made an instance: one that never did is let
+					// go without its config (connect_deleting_test.go).
+					cr.Status.AtProvider.ID = "memory/" + testName
 				}
 			})
 			ec, err := c.Connect(context.Background(), cr)

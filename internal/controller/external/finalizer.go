@@ -28,11 +28,21 @@ import (
 type childrenFinalizer struct {
 	resource.Finalizer
 	kube client.Client
+	// release is the kind's Release hook, or nil.
+	release func(ctx context.Context, kube client.Client, mg resource.Managed) error
 }
 
-// RemoveFinalizer implements resource.Finalizer.
+// RemoveFinalizer implements resource.Finalizer. First of all, the kind's
+// Release hook (Kind.Release), if any, undoes what would make the garbage
+// collector delete an instance the resource's deletion leaves; its error
+// keeps the finalizer.
 func (f childrenFinalizer) RemoveFinalizer(ctx context.Context, obj resource.Object) error {
 	if mg, ok := obj.(resource.Managed); ok && meta.WasDeleted(mg) {
+		if f.release != nil {
+			if err := f.release(ctx, f.kube, mg); err != nil {
+				return err
+			}
+		}
 		// At once, not one after the other: the resource goes only after
 		// them, and each is a round trip to the API server.
 		var wg sync.WaitGroup

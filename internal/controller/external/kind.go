@@ -58,6 +58,16 @@ type Kind[P any] struct {
 	// that the garbage collector removes it once the resource is gone
 	// for good). It is called after Request, for Create and Update.
 	Owned func(cfg *Config, mg resource.Managed, req *proxy.Request)
+	// Release, when set, undoes what Owned tied to a resource being
+	// deleted whose deletion leaves its instance (deletionPolicy Orphan,
+	// management policies without Delete), before its finalizer goes: the
+	// garbage collector would otherwise delete the instance the user asked
+	// to keep once the resource is gone. childrenFinalizer calls it for
+	// every resource of the kind being deleted (it returns nil at once for
+	// one whose deletion deletes its instance), with the managed
+	// reconcilers' client; an error keeps the finalizer, and the reconcile
+	// is retried.
+	Release func(ctx context.Context, kube client.Client, mg resource.Managed) error
 	// PublicListener, when set, says where the parameters put the proxy's
 	// listener on the internet ("an external address", "a LoadBalancer
 	// Service"), "" when they do not: auth without TLS there is a

@@ -196,7 +196,7 @@ func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connec
 	opts := []managed.ReconcilerOption{
 		managed.WithExternalConnector(c),
 		managed.WithInitializers(NameInitializer{Kube: sh.Client}),
-		managed.WithFinalizer(childrenFinalizer{Finalizer: resource.NewAPIFinalizer(sh.Client, managed.FinalizerName), kube: sh.Client}),
+		managed.WithFinalizer(childrenFinalizer{Finalizer: resource.NewAPIFinalizer(sh.Client, managed.FinalizerName), kube: sh.Client, release: c.kind.Release}),
 		managed.WithCriticalAnnotationUpdater(annotationUpdater{inner: managed.NewRetryingCriticalAnnotationUpdater(sh.Client)}),
 		// Names are derived from the resource, so a create interrupted by a
 		// crash is safe to resume.

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -103,6 +104,7 @@ func New(mgr ctrl.Manager, o Options) external.Kind[spec.PodProxyParameters] {
 		Proxy:   func(p *spec.PodProxyParameters) *spec.ProxySettings { return &p.Proxy },
 		Request: request,
 		Owned:   owned,
+		Release: b.release,
 		PublicListener: func(p *spec.PodProxyParameters) string {
 			if p.Service != nil && p.Service.Type == string(corev1.ServiceTypeLoadBalancer) {
 				return "a LoadBalancer Service (spec.forProvider.service.type)"
@@ -165,6 +167,65 @@ func owned(cfg *external.Config, mg resource.Managed, req *proxy.Request) {
 	e, _ := req.Extension.(kubernetes.Exposure)
 	e.Owner = &kubernetes.Owner{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: mg.GetName(), UID: string(mg.GetUID())}
 	req.Extension = e
+}
+
+// release removes the owner references naming mg from its Deployments in
+// this cluster when mg's deletion leaves its instance (deletionPolicy
+// Orphan, management policies without Delete), before mg's finalizer goes:
+// owned sets them only for a resource that deletes its instance, at Create
+// and Update, so a resource made with the default policies and changed to
+// Observe (which never updates) keeps it, and the garbage collector would
+// delete the Deployment, its pods, Secret and Service, the proxy the user
+// asked to keep, once mg is gone. The Deployments are those the cache
+// holds with mg's UID label. Where the provider may not do what PodProxies
+// need here (no RBAC to list Deployments), it never made one, and nothing
+// is read.
+func (b *binding) release(ctx context.Context, kube client.Client, mg resource.Managed) error {
+	if deletes(mg) || mg.GetUID() == "" || b.local == nil {
+		return nil
+	}
+	if b.access != nil {
+		var missing *missingError
+		if err := b.access.check(ctx); errors.As(err, &missing) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	return releaseDeployments(ctx, kube, mg)
+}
+
+// releaseDeployments removes the owner references carrying mg's UID from
+// the Deployments labelled with it, each with a merge patch that holds the
+// resourceVersion read (a Deployment changed since fails with a conflict,
+// and the reconcile retries with a fresh read). A Deployment being deleted,
+// or gone, is left as it is.
+func releaseDeployments(ctx context.Context, kube client.Client, mg resource.Managed) error {
+	uid := mg.GetUID()
+	l := &appsv1.DeploymentList{}
+	if err := kube.List(ctx, l, client.MatchingLabels{kubernetes.LabelManagedBy: kubernetes.ManagedBy, kubernetes.LabelUID: string(uid)}); err != nil {
+		if kerrors.IsForbidden(err) || apimeta.IsNoMatchError(err) {
+			return nil
+		}
+		return errors.Wrap(err, "cannot list the Deployments of this PodProxy, whose deletion leaves its proxy, to remove their owner reference to it")
+	}
+	for i := range l.Items {
+		dep := &l.Items[i]
+		refs := slices.DeleteFunc(slices.Clone(dep.OwnerReferences), func(r metav1.OwnerReference) bool { return r.UID == uid })
+		if len(refs) == len(dep.OwnerReferences) || dep.DeletionTimestamp != nil {
+			continue
+		}
+		if len(refs) == 0 {
+			refs = nil
+		}
+		orig := dep.DeepCopy()
+		dep.OwnerReferences = refs
+		err := kube.Patch(ctx, dep, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if err != nil && !kerrors.IsNotFound(err) {
+			return errors.Wrapf(err, "cannot remove the owner reference to this PodProxy from Deployment %s/%s: the garbage collector would delete the proxy its deletion leaves", dep.Namespace, dep.Name)
+		}
+	}
+	return nil
 }
 
 // deletes reports whether deleting mg deletes its instance: its
