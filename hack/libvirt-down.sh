@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Undoes hack/libvirt-up.sh for one caller: unregisters CALLER_PID, and
-# once no registered caller is alive, destroys the domains left on the
-# libvirtd it started, stops sshd, libvirtd and virtlogd by their PID
-# files (only those it started), removes the test network's bridge,
-# restores /dev/kvm's mode and removes the test user it created. The
-# storage pool's directory (the cached base images) stays.
+# once no registered caller is alive, destroys and undefines the domains
+# left whose disks are in the test pool, stops the transient test network
+# and pool libvirt-up.sh created, stops sshd, libvirtd and virtlogd by
+# their PID files (only those it started), restores /dev/kvm's mode and
+# removes the test user it created. The storage pool's directory (the
+# cached base images) stays. Nothing that does not carry the project's
+# names is touched: no other domain, network or pool.
 #
 #   hack/libvirt-down.sh [CALLER_PID]
 set -euo pipefail
@@ -20,7 +22,7 @@ log() { echo "libvirt-down: $*" >&2; }
 [ -d "$STATE" ] || exit 0
 exec 9>"$STATE/script.lock"
 # Daemons started below must not inherit fd 9, or they would hold the lock.
-flock -w 300 9 || { echo "libvirt: $STATE/lock held for 5 minutes" >&2; exit 1; }
+flock -w 300 9 || { log "$STATE/script.lock held for 5 minutes by another libvirt-up.sh or libvirt-down.sh"; exit 1; }
 
 # alive PIDFILE: the process the file names runs, and is the daemon the
 # file is named for (a PID left by a crash may since be another's).
@@ -76,31 +78,65 @@ remove_libvirt_chains() {
 }
 
 stop "$STATE/sshd.pid" sshd
-if [ -f "$STATE/owns-libvirtd" ] && alive "$STATE/libvirtd.pid"; then
-  # Guests outlive libvirtd: destroy the tests' that run on the daemon we
-  # started, those whose disks are in the test pool (another guest of this
-  # machine's libvirt configuration is not ours).
-  for d in $(virsh -c "$URI" list --name 2>/dev/null); do
+
+# A libvirtd answers: this script's or one that was running already.
+if virsh -c "$URI" version >/dev/null 2>&1; then
+  # Guests outlive libvirtd, and their definitions outlive a run killed
+  # before its Delete: the tests' domains, those whose disks are in the
+  # test pool's folder (the project's), are destroyed and undefined;
+  # another domain is not ours and stays as it is.
+  for d in $(virsh -c "$URI" list --all --name 2>/dev/null); do
     if grep -qF "$DATA/pool/" <<<"$(virsh -c "$URI" domblklist "$d" 2>/dev/null)"; then
       virsh -c "$URI" destroy "$d" >/dev/null 2>&1 && log "destroyed domain $d"
+      virsh -c "$URI" undefine --nvram "$d" >/dev/null 2>&1 && log "undefined domain $d"
     fi
   done
-  # The network and pool were defined by libvirt-up.sh into this
-  # machine's libvirt configuration: undefined again (the pool's folder,
-  # the cached base images, stays).
-  virsh -c "$URI" net-destroy "$NET" >/dev/null 2>&1 || true
-  virsh -c "$URI" net-undefine "$NET" >/dev/null 2>&1 || true
-  virsh -c "$URI" pool-destroy "$POOL" >/dev/null 2>&1 || true
-  virsh -c "$URI" pool-undefine "$POOL" >/dev/null 2>&1 || true
-  stop "$STATE/libvirtd.pid" libvirtd
-  rm -f "$STATE/owns-libvirtd"
-  if [ -f "$STATE/owns-libvirt-chains" ]; then
-    remove_libvirt_chains
-    rm -f "$STATE/owns-libvirt-chains"
+  # The tests' own transient NAT networks (egressproxy-nat-PID), left by a
+  # run killed before its clean-up: no test runs now. (An earlier version
+  # of the test defined them persistently: undefined.)
+  for n in $(virsh -c "$URI" net-list --all --name 2>/dev/null); do
+    case "$n" in
+      egressproxy-nat-*)
+        virsh -c "$URI" net-destroy "$n" >/dev/null 2>&1 && log "destroyed network $n"
+        virsh -c "$URI" net-undefine "$n" >/dev/null 2>&1 || true
+        ;;
+    esac
+  done
+  # The transient network and pool libvirt-up.sh created go with a
+  # destroy (the pool's folder, the cached base images, stays). The
+  # undefines are for the persistent definitions of an earlier version of
+  # libvirt-up.sh; both names are the project's.
+  if [ -f "$STATE/owns-net" ] || [ -f "$STATE/owns-libvirtd" ]; then
+    virsh -c "$URI" net-destroy "$NET" >/dev/null 2>&1 || true
+    virsh -c "$URI" net-undefine "$NET" >/dev/null 2>&1 || true
+  fi
+  if [ -f "$STATE/owns-pool" ] || [ -f "$STATE/owns-libvirtd" ]; then
+    virsh -c "$URI" pool-destroy "$POOL" >/dev/null 2>&1 || true
+    virsh -c "$URI" pool-undefine "$POOL" >/dev/null 2>&1 || true
   fi
 fi
+rm -f "$STATE/owns-net" "$STATE/owns-pool"
+
+if [ -f "$STATE/owns-libvirtd" ]; then
+  if alive "$STATE/libvirtd.pid"; then
+    stop "$STATE/libvirtd.pid" libvirtd
+    if [ -f "$STATE/owns-libvirt-chains" ]; then
+      remove_libvirt_chains
+    fi
+  else
+    # The libvirtd this script started is gone (killed, crashed): the
+    # marker is stale, and whatever libvirtd answers now is not ours. Its
+    # chains are this script's to remove only when no libvirtd runs.
+    log "the libvirtd this script started is gone; forgetting it"
+    if [ -f "$STATE/owns-libvirt-chains" ] && ! pgrep -x libvirtd >/dev/null; then
+      remove_libvirt_chains
+    fi
+  fi
+  rm -f "$STATE/owns-libvirtd" "$STATE/libvirtd.pid"
+fi
+rm -f "$STATE/owns-libvirt-chains"
 if [ -f "$STATE/owns-virtlogd" ]; then
-  stop "$STATE/virtlogd.pid" virtlogd
+  stop "$STATE/virtlogd.pid" virtlogd # stop removes a stale PID file too
   rm -f "$STATE/owns-virtlogd"
 fi
 if [ -f "$STATE/devkvm.orig" ] && [ -e /dev/kvm ]; then
@@ -109,7 +145,9 @@ if [ -f "$STATE/devkvm.orig" ] && [ -e /dev/kvm ]; then
   rm -f "$STATE/devkvm.orig"
   log "restored /dev/kvm to $owner $mode"
 fi
-if [ -f "$STATE/owns-user" ]; then
+# The user libvirt-up.sh created ($STATE/owns-user: an earlier version's
+# record); a user of that name it did not create stays.
+if [ -f "$DATA/owns-user" ] || [ -f "$STATE/owns-user" ]; then
   userdel egressproxy 2>/dev/null || true
-  rm -f "$STATE/owns-user"
+  rm -f "$DATA/owns-user" "$STATE/owns-user"
 fi

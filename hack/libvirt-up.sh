@@ -13,6 +13,16 @@
 # registered caller is alive. Host settings it changes (the /dev/kvm mode,
 # the test user) are restored by libvirt-down.sh.
 #
+# The network and the pool are transient (virsh net-create, pool-create-as):
+# nothing is written into /etc/libvirt, and they go with the libvirtd they
+# run on. The script refuses to start the machine's libvirtd itself while
+# /etc/libvirt holds autostart entries (domains, networks, pools): they are
+# not the project's, and starting the daemon would start them too.
+#
+# Packages it installs are recorded in $DATA/installed-packages; the boot
+# start their maintainer scripts enable (sysvinit links, systemd units) is
+# disabled again on every run, for those packages only.
+#
 # Prints KEY=VALUE lines on stdout for the tests; logs go to stderr.
 set -euo pipefail
 
@@ -35,7 +45,7 @@ die() { log "$*"; exit 1; }
 mkdir -p "$STATE" "$DATA"
 exec 9>"$STATE/script.lock"
 # Daemons started below must not inherit fd 9, or they would hold the lock.
-flock -w 300 9 || { echo "libvirt: $STATE/lock held for 5 minutes" >&2; exit 1; }
+flock -w 300 9 || die "$STATE/script.lock held for 5 minutes by another libvirt-up.sh or libvirt-down.sh"
 
 # alive PIDFILE: the process the file names runs, and is the daemon the
 # file is named for (a PID left by a crash may since be another's).
@@ -47,13 +57,41 @@ alive() {
 
 # --- packages ----------------------------------------------------------------
 PKGS="libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt-daemon-system libvirt-daemon-system-sysv qemu-system-x86 qemu-utils ovmf dnsmasq-base iptables openssh-server"
+# The packages this script newly installed (not those the machine had):
+# kept in $DATA, which outlives a reboot, unlike $STATE.
+INSTALLED=$DATA/installed-packages
+
+installed_pkgs() {
+  dpkg-query -W -f '${db:Status-Status} ${Package}\n' 2>/dev/null | awk '$1 == "installed" { print $2 }' | sort -u
+}
+
+# An install by an earlier version of this script, made before it kept
+# $INSTALLED, is known by apt's own history: the entries whose command
+# line is this script's, and the packages their Install line names (apt
+# lists only the packages it newly installed there, not upgrades).
+if [ ! -e "$INSTALLED" ]; then
+  for f in /var/log/apt/history.log /var/log/apt/history.log.*.gz; do
+    [ -e "$f" ] && zcat -f "$f"
+  done 2>/dev/null | awk -v cmd="Commandline: apt-get install -y -qq --no-install-recommends $PKGS" '
+    /^Start-Date:/ { ours = 0 }
+    $0 == cmd { ours = 1 }
+    ours && /^Install: / {
+      sub(/^Install: /, "")
+      n = split($0, entries, /\), /)
+      for (i = 1; i <= n; i++) { split(entries[i], name, ":"); print name[1] }
+    }' | sort -u >"$INSTALLED.new" || true
+  mv "$INSTALLED.new" "$INSTALLED"
+  if [ -s "$INSTALLED" ]; then
+    log "recorded $(wc -l <"$INSTALLED") packages an earlier run of this script installed (apt's history)"
+  fi
+fi
+
 need=
 for b in /usr/sbin/libvirtd /usr/sbin/virtlogd /usr/bin/virsh /usr/bin/qemu-system-x86_64 /usr/bin/qemu-img /usr/sbin/dnsmasq /usr/sbin/sshd /usr/sbin/iptables; do
   [ -x "$b" ] || need=1
 done
 if [ -n "$need" ]; then
   log "installing $PKGS"
-  export DEBIAN_FRONTEND=noninteractive
   # Keep package scripts from starting daemons: this script starts its own.
   # Only a policy-rc.d this script added goes, on any exit (a failure,
   # Ctrl-C): left behind, it would keep dpkg from starting any service.
@@ -67,12 +105,61 @@ if [ -n "$need" ]; then
     chmod 0755 "$POLICY"
   fi
   t0=$SECONDS
-  apt-get update -qq >&2
+  installed_pkgs >"$STATE/packages.before"
+  # The script runs as root (checked above), so no sudo: the environment
+  # reaches apt and dpkg as it is.
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   # shellcheck disable=SC2086
-  apt-get install -y -qq --no-install-recommends $PKGS >&2 || die "apt-get install failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >&2 || die "apt-get install failed"
   cleanup_policy
+  # What was not installed before is this script's.
+  installed_pkgs | comm -13 "$STATE/packages.before" - | cat - "$INSTALLED" | sort -u >"$INSTALLED.new"
+  mv "$INSTALLED.new" "$INSTALLED"
+  rm -f "$STATE/packages.before"
   log "packages installed in $((SECONDS - t0)) s"
 fi
+
+# The maintainer scripts of the packages this script installed enabled
+# their services for boot (policy-rc.d only keeps them from starting
+# during the install): sshd on :22, libvirtd, virtlogd, libvirt-guests
+# would run after a reboot. Their boot start is disabled, for those
+# packages only; a service of a package the machine had is left alone.
+disable_boot_start() {
+  local pkg f name unit
+  [ -s "$INSTALLED" ] || return 0
+  while read -r pkg; do
+    [ -n "$pkg" ] || continue
+    grep -qx installed <<<"$(dpkg-query -W -f '${db:Status-Status}\n' "$pkg" 2>/dev/null)" || continue
+    while read -r f; do
+      case "$f" in
+        /etc/init.d/*)
+          name=${f#/etc/init.d/}
+          if ls /etc/rc[2345].d/S[0-9][0-9]"$name" >/dev/null 2>&1; then
+            update-rc.d "$name" disable >/dev/null 2>&1 && log "disabled the boot start of $name (sysvinit; package $pkg, installed by this script)"
+          fi
+          ;;
+        /lib/systemd/system/*.service | /lib/systemd/system/*.socket | /usr/lib/systemd/system/*.service | /usr/lib/systemd/system/*.socket)
+          unit=${f##*/}
+          case "$unit" in *@*) continue ;; esac
+          command -v systemctl >/dev/null || continue
+          # is-enabled and disable work on the unit files without a
+          # running systemd as well.
+          if [ "$(systemctl is-enabled "$unit" 2>/dev/null)" = enabled ]; then
+            systemctl disable --quiet --no-reload "$unit" >/dev/null 2>&1 && log "disabled the boot start of $unit (systemd; package $pkg, installed by this script)"
+          fi
+          ;;
+      esac
+    done < <(dpkg -L "$pkg" 2>/dev/null)
+    # Debian's ssh init script and unit do not start sshd while this file
+    # exists; the sshd below is started by hand and does not read it.
+    if [ "$pkg" = openssh-server ] && [ ! -e /etc/ssh/sshd_not_to_be_run ]; then
+      echo "created by provider-egressproxy's hack/libvirt-up.sh, which installed openssh-server" >/etc/ssh/sshd_not_to_be_run
+      log "created /etc/ssh/sshd_not_to_be_run (openssh-server was installed by this script)"
+    fi
+  done <"$INSTALLED"
+  return 0
+}
+disable_boot_start
 
 # --- /dev/kvm ------------------------------------------------------------------
 # Without udev /dev/kvm is root:root 0600 and libvirt re-probes QEMU on many
@@ -93,6 +180,16 @@ auth_unix_ro = "none"
 auth_unix_rw = "none"
 CONF
 mkdir -p /var/run/libvirt
+# A marker whose daemon is gone (killed, crashed, a reboot) is stale: the
+# daemon that may answer now is someone else's, and libvirt-down.sh must
+# not treat it as this script's.
+if [ -f "$STATE/owns-virtlogd" ] && ! alive "$STATE/virtlogd.pid"; then
+  rm -f "$STATE/owns-virtlogd"
+fi
+if [ -f "$STATE/owns-libvirtd" ] && ! alive "$STATE/libvirtd.pid"; then
+  log "the libvirtd this script started earlier is gone; forgetting it"
+  rm -f "$STATE/owns-libvirtd"
+fi
 if ! alive "$STATE/virtlogd.pid"; then
   if pgrep -x virtlogd >/dev/null; then
     log "a virtlogd not started by this script is running; using it"
@@ -104,10 +201,22 @@ fi
 if ! alive "$STATE/libvirtd.pid"; then
   if [ -S "$SOCK" ] && virsh -c "$URI" version >/dev/null 2>&1; then
     log "a libvirtd not started by this script answers on $SOCK; using it"
+    # Its LIBVIRT_* chains are its own, whoever added them first.
+    rm -f "$STATE/owns-libvirt-chains"
   else
+    # The system libvirtd reads this machine's /etc/libvirt and starts
+    # every domain, network and pool marked autostart there: none of them
+    # is the project's (its own are transient), so it is not started.
+    autostart=$(find /etc/libvirt/qemu/autostart /etc/libvirt/qemu/networks/autostart /etc/libvirt/storage/autostart \
+      -maxdepth 1 -name '*.xml' 2>/dev/null | sort | tr '\n' ' ' || true)
+    if [ -n "$autostart" ]; then
+      die "refusing to start the system libvirtd: it would also start what this machine's /etc/libvirt marks autostart ($autostart), which is not this project's. Start libvirtd yourself (the tests then use it) or remove those autostart entries."
+    fi
     t0=$SECONDS
     # libvirtd adds its LIBVIRT_* chains and the jumps to them from the
     # built-in chains; when none were there, libvirt-down.sh removes them.
+    # (A marker kept from an earlier libvirtd of this script's, which died,
+    # stays: the chains it finds are that one's.)
     if ! { iptables-save; ip6tables-save; } 2>/dev/null | grep -q '^:LIBVIRT_'; then
       echo 1 >"$STATE/owns-libvirt-chains"
     fi
@@ -122,48 +231,78 @@ if ! alive "$STATE/libvirtd.pid"; then
   fi
 fi
 
-# --- network: isolated, DHCP, no forward ------------------------------------------
-# A libvirtd this script started (none was running) brings up the NAT
-# network "default" it defines on a first start: traffic must stay on this
-# machine, so that instance of it is stopped. Its definition and autostart
-# setting are the machine's and stay as they are, and a libvirtd that was
-# running already is not reconfigured at all.
+# --- network: isolated, DHCP, no forward, no DNS -------------------------------
+# Transient (net-create): nothing goes into /etc/libvirt, and it is gone
+# with the libvirtd it runs on. No other network is touched: a libvirtd
+# this script starts has no autostart entries to start (checked above)
+# but for libvirt's own first-start network, below.
+# DNS is off: the guests need none (the image carries Squid and the guest
+# agent, the seed is a NoCloud ISO, and every address they are asked to
+# reach is an IP), and libvirt's dnsmasq would forward their lookups to
+# this machine's resolvers.
+# (grep -q on a pipe would SIGPIPE virsh and, with pipefail, lie.)
+# A libvirtd this script started may still bring up the NAT network
+# "default" on its first start (libvirt's own first-start setup, not an
+# autostart entry): that instance, of a daemon of this script's, is
+# stopped, and traffic stays on this machine. Its definition stays, and
+# a libvirtd that was running already is not reconfigured at all.
 if [ -f "$STATE/owns-libvirtd" ] && grep -q '^Active:.*yes' <<<"$(virsh -c "$URI" net-info default 2>/dev/null)"; then
   virsh -c "$URI" net-destroy default >/dev/null 2>&1 || true
+  log "stopped network default, which the libvirtd this script started brought up"
 fi
-if ! virsh -c "$URI" net-info "$NET" >/dev/null 2>&1; then
+if grep -q '^Persistent:.*yes' <<<"$(virsh -c "$URI" net-info "$NET" 2>/dev/null)"; then
+  # Defined into /etc/libvirt by an earlier version of this script: the
+  # definition goes (a running network stays, transient).
+  virsh -c "$URI" net-undefine "$NET" >/dev/null
+  log "removed the persistent definition of network $NET (an earlier version of this script's)"
+fi
+if ! grep -q '^Active:.*yes' <<<"$(virsh -c "$URI" net-info "$NET" 2>/dev/null)"; then
   cat >"$STATE/net.xml" <<XML
 <network>
   <name>$NET</name>
   <bridge name='$BRIDGE' stp='on' delay='0'/>
+  <dns enable='no'/>
   <ip address='$NET_PREFIX.1' netmask='255.255.255.0'>
     <dhcp><range start='$NET_PREFIX.10' end='$NET_PREFIX.250'/></dhcp>
   </ip>
 </network>
 XML
-  virsh -c "$URI" net-define "$STATE/net.xml" >/dev/null
-fi
-# (grep -q on a pipe would SIGPIPE virsh and, with pipefail, lie.)
-if ! grep -q '^Active:.*yes' <<<"$(virsh -c "$URI" net-info "$NET")"; then
-  virsh -c "$URI" net-start "$NET" >/dev/null 9>&-
+  virsh -c "$URI" net-create "$STATE/net.xml" >/dev/null 9>&-
+  echo 1 >"$STATE/owns-net"
 fi
 
 # --- storage pool ------------------------------------------------------------------
+# Transient too (pool-create-as): the provider creates, uploads and
+# deletes volumes in it, which a transient pool serves as well.
 mkdir -p "$DATA/pool"
-if ! virsh -c "$URI" pool-info "$POOL" >/dev/null 2>&1; then
-  virsh -c "$URI" pool-define-as "$POOL" dir --target "$DATA/pool" >/dev/null
+if grep -q '^Persistent:.*yes' <<<"$(virsh -c "$URI" pool-info "$POOL" 2>/dev/null)"; then
+  virsh -c "$URI" pool-undefine "$POOL" >/dev/null
+  log "removed the persistent definition of pool $POOL (an earlier version of this script's)"
 fi
-if ! grep -q '^State:.*running' <<<"$(virsh -c "$URI" pool-info "$POOL")"; then
-  virsh -c "$URI" pool-start "$POOL" >/dev/null
+if ! grep -q '^State:.*running' <<<"$(virsh -c "$URI" pool-info "$POOL" 2>/dev/null)"; then
+  virsh -c "$URI" pool-create-as "$POOL" dir --target "$DATA/pool" >/dev/null
+  echo 1 >"$STATE/owns-pool"
 fi
 
 # --- ssh: a user in the libvirt group, a private sshd on loopback ---------------------
+# The user this script created is recorded in $DATA (it outlives a
+# reboot, as the user does); $STATE/owns-user is an earlier version's.
 if ! id "$SSH_USER" >/dev/null 2>&1; then
+  rm -f "$DATA/owns-user" "$STATE/owns-user"
   useradd --system --create-home --home-dir "$DATA/home" --shell /bin/sh --groups libvirt "$SSH_USER"
-  echo 1 >"$STATE/owns-user"
+  echo 1 >"$DATA/owns-user"
 fi
-# '*', not '!': with UsePAM no, sshd refuses a locked account.
-usermod -p '*' "$SSH_USER"
+if [ -f "$DATA/owns-user" ] || [ -f "$STATE/owns-user" ]; then
+  # '*', not '!': with UsePAM no, sshd refuses a locked account.
+  usermod -p '*' "$SSH_USER"
+else
+  # Someone else's user of that name is used as it is, never changed.
+  id -nG "$SSH_USER" | tr ' ' '\n' | grep -qx libvirt ||
+    die "user $SSH_USER exists, was not created by this script and is not in group libvirt; not changing it"
+  case "$(getent shadow "$SSH_USER" | cut -d: -f2)" in
+    '!'*) die "user $SSH_USER exists, was not created by this script and is locked (sshd refuses it); not changing it" ;;
+  esac
+fi
 [ -s "$STATE/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/ssh_host_ed25519_key"
 [ -s "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C egressproxy-test -f "$STATE/id_ed25519"
 cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"

@@ -3,7 +3,6 @@ package kvm_test
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,9 +56,11 @@ func TestIntegrationLibvirt_backgroundWorkInTheCreatesTrace(t *testing.T) {
 		MachineTypes: map[string]kvm.MachineType{"tiny": {VCPUs: 1, MemoryMiB: 256}},
 		Hosts:        []kvm.Host{h.KVMHost("local")},
 	}))
-	before := h.Volumes(t)
+	// The libvirtd is shared with concurrent runs (the packages of one make
+	// test, other clones): names and the installation are this run's own.
+	run := runSuffix()
 	request := func(name, image, uid string) proxy.Request {
-		return proxy.Request{Name: name, Mark: proxy.Mark{UID: uid, InstallationID: "integration"},
+		return proxy.Request{Name: name + "-" + run, Mark: proxy.Mark{UID: uid, InstallationID: "integration-" + run},
 			Placement: proxy.Placement{Location: "local", MachineType: "tiny", Image: image},
 			Proxy:     proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"192.168.213.0/24"}, AllowedPorts: []int32{443}}}
 	}
@@ -193,9 +194,11 @@ func TestIntegrationLibvirt_backgroundWorkInTheCreatesTrace(t *testing.T) {
 	if err := d.Delete(ctx, r); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	for _, v := range h.Volumes(t) {
-		if strings.HasPrefix(v, "egressproxy-base-") && !slices.Contains(before, v) {
-			h.Virsh(t, "vol-delete", "--pool", h.Values["POOL"], v)
-		}
+	// The base volumes of this run's image URLs (new each run: the
+	// server's port), and no other volume of the shared pool.
+	var vols []string
+	for key, im := range map[string]string{"empty": url, "missing": strings.TrimSuffix(url, "empty.qcow2") + "missing.qcow2"} {
+		vols = append(vols, baseVolumes(key, im, "", "qcow2")...)
 	}
+	deleteVolumes(t, h, vols...)
 }

@@ -73,16 +73,10 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	}))
 
 	// The image URL's port is new each run, and so is the base volume's
-	// name (it holds a digest of the URL): remove what this run adds to
-	// the pool, so runs do not pile up half-GiB bases.
-	before := h.Volumes(t)
-	t.Cleanup(func() {
-		for _, v := range h.Volumes(t) {
-			if !slices.Contains(before, v) {
-				h.Virsh(t, "vol-delete", "--pool", h.Values["POOL"], v)
-			}
-		}
-	})
+	// name (it holds a digest of the URL): remove this run's base, so runs
+	// do not pile up half-GiB bases. Only that one: the pool is shared with
+	// concurrent runs, whose volumes are theirs.
+	t.Cleanup(func() { deleteVolumes(t, h, baseVolumes("debian-12", imageURL, sum, "qcow2")...) })
 
 	t0 = time.Now()
 	// The KVMProxy controllers with the production binding (kvm.New, its
@@ -91,15 +85,18 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
 			return []external.Binding{kvm.New(mgr, kvm.Options{})}
 		},
-		InstallationID: "e2e", NotReadyPollInterval: 2 * time.Second, MaxConcurrentReconciles: 2,
+		InstallationID: runName("e2e"), NotReadyPollInterval: 2 * time.Second, MaxConcurrentReconciles: 2,
 		Health: pcontroller.HealthOptions{Timeout: 30 * time.Second},
 	})
 	kube := e.Kube
 	phase("control plane and controllers", t0)
 
 	ctx := context.Background()
+	// The namespace, and so the domain's name, is this run's own: another
+	// run's domain on the shared libvirtd never has it.
+	ns := runName("team-e2e")
 	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-e2e"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvm-ssh", Namespace: "crossplane-system"},
 			Data: map[string][]byte{"id_ed25519": h.Key, "known_hosts": h.KnownHosts}},
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "local-kvm"},
@@ -121,7 +118,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	}
 
 	p := &nsproxy.KVMProxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e", Namespace: "team-e2e"},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e", Namespace: ns},
 		Spec: nsproxy.KVMProxySpec{
 			ManagedResourceSpec: providerenv.ManagedSpec("local-kvm", "e2e-proxy"),
 			ForProvider: spec.KVMProxyParameters{
@@ -135,13 +132,9 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 			},
 		},
 	}
-	// A run killed before its Delete leaves its domain; its name is this
-	// run's too (names are deterministic), and the provider rightly refuses
-	// to adopt another resource's domain.
-	if stale := external.InstanceName(p); slices.Contains(h.Domains(t), stale) {
-		t.Logf("removing domain %s left by an earlier run", stale)
-		h.Purge(stale)
-	}
+	// A run killed before its Delete leaves its domain: removed when that
+	// run's process is gone (a live run's is left alone).
+	sweepDeadRuns(t, h, "e2e")
 	t0 = time.Now()
 	if err := kube.Create(ctx, p); err != nil {
 		t.Fatal(err)
@@ -169,7 +162,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 
 	t0 = time.Now()
 	conn := &corev1.Secret{}
-	if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-e2e", Name: "e2e-proxy"}, conn); err != nil {
+	if err := kube.Get(ctx, types.NamespacedName{Namespace: ns, Name: "e2e-proxy"}, conn); err != nil {
 		t.Fatal(err)
 	}
 	proxyURL, err := url.Parse(string(conn.Data["url"]))
@@ -184,7 +177,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 				"systemctl status squid --no-pager -l | tail -20; journalctl -b -u squid --no-pager | tail -30; tail -40 /var/log/cloud-init-output.log; ss -ltnp"))
 		}
 		if t.Failed() {
-			h.Purge(name)
+			h.Purge(name) // this run's domain, its overlay and seed only
 		}
 	})
 	testenv.WaitFor(t, "a request through the VM's squid", 2*time.Minute, func() (bool, string) {
@@ -231,7 +224,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the proxy to serve on the new port", 3*time.Minute, func() (bool, string) {
-		if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-e2e", Name: "e2e-proxy"}, conn); err != nil {
+		if err := kube.Get(ctx, types.NamespacedName{Namespace: ns, Name: "e2e-proxy"}, conn); err != nil {
 			return false, err.Error()
 		}
 		u, err := url.Parse(string(conn.Data["url"]))

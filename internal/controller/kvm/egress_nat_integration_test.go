@@ -34,10 +34,6 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
 )
 
-// natSubnet is the test's NAT network (libvirt's default network's kind,
-// on a subnet of its own).
-const natSubnet = "192.168.217"
-
 // TestIntegrationKVMProxyEgressBehindNAT is the egress check on a real
 // guest behind the host's NAT: a libvirt network of the test's own in
 // forward mode nat, whose only way out is the veth of a test host in a
@@ -71,56 +67,82 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	upstream := "http://" + upAddr.String() + "/"
 	echo := testenv.EchoURL(upstream)
 
-	// The NAT network: out through the upstream host's veth only.
+	// The NAT network: out through the upstream host's veth only. It is
+	// transient (net-create: nothing goes into /etc/libvirt, and a run
+	// killed before its clean-up leaves nothing a libvirtd restart, or
+	// hack/libvirt-down.sh, does not remove), on a /24 no route of this
+	// machine's uses yet, so concurrent runs each have their own.
 	netName := fmt.Sprintf("egressproxy-nat-%d", os.Getpid()%100000)
 	bridge := fmt.Sprintf("virbr-epn%d", os.Getpid()%100000)
-	xml := fmt.Sprintf(`<network>
+	dir := t.TempDir()
+	forward := readIPForward(t)
+	var natSubnet string
+	var tried []string
+	for attempt := 0; ; attempt++ {
+		natSubnet = freeSubnet(t, tried...)
+		// DNS off: the guest reaches the upstream by address, and libvirt's
+		// dnsmasq would forward its lookups to this machine's resolvers.
+		xml := fmt.Sprintf(`<network>
   <name>%s</name>
   <forward mode='nat' dev='%s'/>
   <bridge name='%s' stp='on' delay='0'/>
+  <dns enable='no'/>
   <ip address='%s.1' netmask='255.255.255.0'>
     <dhcp><range start='%s.10' end='%s.250'/></dhcp>
   </ip>
 </network>
 `, netName, upHost.Netns+"o", bridge, natSubnet, natSubnet, natSubnet)
-	xmlFile := filepath.Join(t.TempDir(), "net.xml")
-	if err := os.WriteFile(xmlFile, []byte(xml), 0o600); err != nil {
-		t.Fatal(err)
+		xmlFile := filepath.Join(dir, "net.xml")
+		if err := os.WriteFile(xmlFile, []byte(xml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("virsh", "-c", "qemu:///system", "net-create", xmlFile).CombinedOutput()
+		if err == nil {
+			break
+		}
+		// Another run took the subnet between the look at the routes and
+		// here: libvirt refuses a subnet in use; the next is tried.
+		if attempt >= 5 || !strings.Contains(string(out), "in use") {
+			t.Fatalf("virsh net-create %s on %s.0/24: %v: %s", netName, natSubnet, err, out)
+		}
+		t.Logf("subnet %s.0/24 taken meanwhile (%s); trying another", natSubnet, strings.TrimSpace(string(out)))
+		tried = append(tried, natSubnet)
 	}
-	forward, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	h.Virsh(t, "net-define", xmlFile)
+	t.Logf("NAT network %s on %s.0/24", netName, natSubnet)
+	// libvirt turns forwarding on for a NAT network: what this test set is
+	// the value after the start, where it differs from the one before.
+	set := readIPForward(t)
 	t.Cleanup(func() {
 		_ = exec.Command("virsh", "-c", "qemu:///system", "net-destroy", netName).Run()
-		_ = exec.Command("virsh", "-c", "qemu:///system", "net-undefine", netName).Run()
-		// libvirt turns forwarding on for a NAT network; a machine that
-		// had it off gets it off again.
-		if strings.TrimSpace(string(forward)) == "0" {
-			_ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o600)
-		}
+		restoreIPForward(t, forward, set)
 	})
-	h.Virsh(t, "net-start", netName)
 
-	before := h.Volumes(t)
+	// The volumes this run adds to the shared pool: its own base (the
+	// image URL's port is this run's) and the overlay and seed of its own
+	// domain, should its Delete not have run. No other volume.
+	var instance string // the domain's name, once the KVMProxy is made
 	t.Cleanup(func() {
-		for _, v := range h.Volumes(t) {
-			if !slices.Contains(before, v) {
-				h.Virsh(t, "vol-delete", "--pool", h.Values["POOL"], v)
-			}
+		vols := baseVolumes("debian-12", imageURL, sum, "qcow2")
+		if instance != "" && !slices.Contains(h.Domains(t), instance) {
+			vols = append(vols, instanceVolumes(instance)...)
 		}
+		deleteVolumes(t, h, vols...)
 	})
 
 	e := providerenv.Start(t, providerenv.Options{
 		Bindings: func(mgr ctrl.Manager, _ external.Options) []external.Binding {
 			return []external.Binding{kvm.New(mgr, kvm.Options{})}
 		},
-		InstallationID: "nat", NotReadyPollInterval: 2 * time.Second, PollInterval: 5 * time.Second, MaxConcurrentReconciles: 2,
+		InstallationID: runName("nat"), NotReadyPollInterval: 2 * time.Second, PollInterval: 5 * time.Second, MaxConcurrentReconciles: 2,
 		Health: pcontroller.HealthOptions{Timeout: 30 * time.Second},
 	})
 	kube := e.Kube
 	ctx := context.Background()
 	hostIP := natSubnet + ".1"
+	// The namespace, and so the domain's name, is this run's own.
+	ns := runName("team-nat")
 	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-nat"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvm-ssh", Namespace: "crossplane-system"},
 			Data: map[string][]byte{"id_ed25519": h.Key, "known_hosts": h.KnownHosts}},
 		&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "nat-kvm"},
@@ -143,7 +165,7 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 		}
 	}
 	p := &nsproxy.KVMProxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "nat", Namespace: "team-nat"},
+		ObjectMeta: metav1.ObjectMeta{Name: "nat", Namespace: ns},
 		Spec: nsproxy.KVMProxySpec{
 			ManagedResourceSpec: providerenv.ManagedSpec("nat-kvm", "nat-proxy"),
 			ForProvider: spec.KVMProxyParameters{Proxy: spec.ProxySettings{
@@ -153,9 +175,10 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 			}},
 		},
 	}
-	if stale := external.InstanceName(p); slices.Contains(h.Domains(t), stale) {
-		h.Purge(stale)
-	}
+	// What a killed run of this test left on the host (a live run's is
+	// left alone).
+	sweepDeadRuns(t, h, "nat")
+	instance = external.InstanceName(p)
 	t0 := time.Now()
 	if err := kube.Create(ctx, p); err != nil {
 		t.Fatal(err)
@@ -184,7 +207,7 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 
 	obs := p.Status.AtProvider
 	conn := &corev1.Secret{}
-	if err := kube.Get(ctx, types.NamespacedName{Namespace: "team-nat", Name: "nat-proxy"}, conn); err != nil {
+	if err := kube.Get(ctx, types.NamespacedName{Namespace: ns, Name: "nat-proxy"}, conn); err != nil {
 		t.Fatal(err)
 	}
 	r, err := testenv.TryGetThroughProxy(string(conn.Data["url"]), echo)
@@ -228,4 +251,39 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	})
 	phase("delete", t0)
 	phase("total", total)
+}
+
+// readIPForward is /proc/sys/net/ipv4/ip_forward's value.
+func readIPForward(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// restoreIPForward sets ip_forward back to before when this test changed
+// it (set, the value after its network's start, differs from before) and
+// it still holds the value the test set. It is left as it is while another
+// forwarding libvirt network is active: that one needs it.
+func restoreIPForward(t *testing.T, before, set string) {
+	t.Helper()
+	if before == set || readIPForward(t) != set {
+		return
+	}
+	out, err := exec.Command("virsh", "-c", "qemu:///system", "net-list", "--name").Output()
+	if err != nil {
+		return
+	}
+	for _, n := range strings.Fields(string(out)) {
+		x, err := exec.Command("virsh", "-c", "qemu:///system", "net-dumpxml", n).Output()
+		if err != nil || strings.Contains(string(x), "<forward mode='nat'") || strings.Contains(string(x), "<forward mode='route'") || strings.Contains(string(x), "<forward mode='open'") {
+			t.Logf("leaving ip_forward at %s: network %s forwards", set, n)
+			return
+		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte(before+"\n"), 0o600); err != nil {
+		t.Logf("restoring ip_forward to %s: %v", before, err)
+	}
 }

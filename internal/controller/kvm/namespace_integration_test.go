@@ -205,15 +205,11 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 	// loopback.
 	img := testenv.NewTestHost(t).Serve(t, ":0", http.FileServer(http.Dir(dir)))
 	imageURL := "http://" + img.String() + "/empty.qcow2"
-	before := h.Volumes(t)
-	t.Cleanup(func() {
-		// The base volume's name holds a digest of the URL, new each run.
-		for _, v := range h.Volumes(t) {
-			if !slices.Contains(before, v) && strings.HasPrefix(v, "egressproxy-base-empty-") {
-				h.Virsh(t, "vol-delete", "--pool", h.Values["POOL"], v)
-			}
-		}
-	})
+	// The base volume's name holds a digest of the URL, new each run: this
+	// run's base goes, and no other volume of the shared pool.
+	t.Cleanup(func() { deleteVolumes(t, h, baseVolumes("empty", imageURL, "", "qcow2")...) })
+	// What a killed run of this test left on the host.
+	sweepDeadRuns(t, h, "kvm-ns-real")
 
 	// The production driver; its Delete held until the test lets it go.
 	held := &gates{m: map[string]chan struct{}{}}
@@ -231,12 +227,13 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 			}
 			return []external.Binding{kind}
 		},
-		InstallationID: "kvm-ns-real", NotReadyPollInterval: time.Second, MaxConcurrentReconciles: 2,
+		InstallationID: runName("kvm-ns-real"), NotReadyPollInterval: time.Second, MaxConcurrentReconciles: 2,
 		Timeout: 3 * time.Minute,
 	})
 	for i, hold := range []bool{true, false} {
 		t.Run(fmt.Sprintf("Round%d", i+1), func(t *testing.T) {
-			ns := fmt.Sprintf("tenant-kvm-real-%d", i+1)
+			// This run's own namespace, so its domains' names are too.
+			ns := runName(fmt.Sprintf("tenant-kvm-real-%d", i+1))
 			e.Create(t,
 				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ssh-key", Namespace: ns}, Data: map[string][]byte{"id_ed25519": h.Key}},
@@ -274,13 +271,7 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 			}
 			var names []string
 			for _, p := range proxies {
-				// A run killed before its deletion leaves its domain; the
-				// provider rightly refuses to adopt another resource's.
 				name := external.InstanceName(p)
-				if slices.Contains(h.Domains(t), name) {
-					t.Logf("removing domain %s left by an earlier run", name)
-					h.Purge(name)
-				}
 				names = append(names, name)
 				if hold {
 					held.hold(name)
