@@ -45,14 +45,20 @@ type resolvedImage struct {
 // configured sha256 and the format, so that two configs using one key for
 // different images, or an edited entry, never share (or overwrite) a base
 // file that running overlays back onto.
-func (i resolvedImage) volume() string {
-	h := sha256.Sum256([]byte(i.URL + "\n" + i.SHA256 + "\n" + i.Format))
-	return fmt.Sprintf("egressproxy-base-%s-%s.%s", i.Key, hex.EncodeToString(h[:])[:12], i.Format)
-}
+func (i resolvedImage) volume() string { return BaseVolumes(i.Key, i.URL, i.SHA256, i.Format)[0] }
 
 // marker is the sidecar volume holding the digest of the verified upload,
 // written last: a base without it is incomplete.
-func (i resolvedImage) marker() string { return i.volume() + ".sha256" }
+func (i resolvedImage) marker() string { return BaseVolumes(i.Key, i.URL, i.SHA256, i.Format)[1] }
+
+// BaseVolumes are the names of the base volume of the catalogue entry key
+// (its URL, configured sha256 and format) and of its marker, as a host's
+// pool holds them: what a test deletes of its own, and no other.
+func BaseVolumes(key, url, sha256Hex, format string) []string {
+	h := sha256.Sum256([]byte(url + "\n" + strings.ToLower(sha256Hex) + "\n" + format))
+	v := fmt.Sprintf("egressproxy-base-%s-%s.%s", key, hex.EncodeToString(h[:])[:12], format)
+	return []string{v, v + ".sha256"}
+}
 
 // label names the image in progress messages.
 func (i resolvedImage) label() string {

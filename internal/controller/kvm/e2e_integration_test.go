@@ -28,6 +28,7 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	kvmbackend "github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
@@ -76,7 +77,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	// name (it holds a digest of the URL): remove this run's base, so runs
 	// do not pile up half-GiB bases. Only that one: the pool is shared with
 	// concurrent runs, whose volumes are theirs.
-	t.Cleanup(func() { deleteVolumes(t, h, baseVolumes("debian-12", imageURL, sum, "qcow2")...) })
+	t.Cleanup(func() { h.DeleteVolumes(t, kvmbackend.BaseVolumes("debian-12", imageURL, sum, "qcow2")...) })
 
 	t0 = time.Now()
 	// The KVMProxy controllers with the production binding (kvm.New, its

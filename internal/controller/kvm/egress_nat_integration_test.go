@@ -25,6 +25,7 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	kvmbackend "github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
@@ -122,11 +123,11 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	// domain, should its Delete not have run. No other volume.
 	var instance string // the domain's name, once the KVMProxy is made
 	t.Cleanup(func() {
-		vols := baseVolumes("debian-12", imageURL, sum, "qcow2")
+		vols := kvmbackend.BaseVolumes("debian-12", imageURL, sum, "qcow2")
 		if instance != "" && !slices.Contains(h.Domains(t), instance) {
 			vols = append(vols, instanceVolumes(instance)...)
 		}
-		deleteVolumes(t, h, vols...)
+		h.DeleteVolumes(t, vols...)
 	})
 
 	e := providerenv.Start(t, providerenv.Options{

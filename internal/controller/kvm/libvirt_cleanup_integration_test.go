@@ -2,7 +2,6 @@ package kvm_test
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -70,28 +69,6 @@ func sweepDeadRuns(t *testing.T, h *kvmtest.Host, base string) {
 func processRuns(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// baseVolumes are the names of the base image volume the driver downloads
-// for a catalogue entry, and its digest marker: resolvedImage.volume and
-// marker in internal/backend/kvm. The URL is this run's own (its port is
-// new each run), so the base is too.
-func baseVolumes(key, url, sha256Hex, format string) []string {
-	h := sha256.Sum256([]byte(url + "\n" + strings.ToLower(sha256Hex) + "\n" + format))
-	v := fmt.Sprintf("egressproxy-base-%s-%s.%s", key, hex.EncodeToString(h[:])[:12], format)
-	return []string{v, v + ".sha256"}
-}
-
-// deleteVolumes deletes those of names that are in the host's pool, and no
-// other volume: a concurrent run's volumes are never touched.
-func deleteVolumes(t *testing.T, h *kvmtest.Host, names ...string) {
-	t.Helper()
-	have := h.Volumes(t)
-	for _, v := range names {
-		if slices.Contains(have, v) {
-			h.Virsh(t, "vol-delete", "--pool", h.Values["POOL"], v)
-		}
-	}
 }
 
 // instanceVolumes are the overlay and NoCloud seed volumes of a domain.

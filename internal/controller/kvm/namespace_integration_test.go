@@ -26,6 +26,7 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	kvmbackend "github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kvm/kvmtest"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
@@ -207,7 +208,7 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 	imageURL := "http://" + img.String() + "/empty.qcow2"
 	// The base volume's name holds a digest of the URL, new each run: this
 	// run's base goes, and no other volume of the shared pool.
-	t.Cleanup(func() { deleteVolumes(t, h, baseVolumes("empty", imageURL, "", "qcow2")...) })
+	t.Cleanup(func() { h.DeleteVolumes(t, kvmbackend.BaseVolumes("empty", imageURL, "", "qcow2")...) })
 	// What a killed run of this test left on the host.
 	sweepDeadRuns(t, h, "kvm-ns-real")
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,18 @@ func (h *Host) Volumes(tb testing.TB) []string {
 		}
 	}
 	return out
+}
+
+// DeleteVolumes deletes those of names that are in the host's pool, and
+// no other volume: a concurrent run's volumes are never touched.
+func (h *Host) DeleteVolumes(tb testing.TB, names ...string) {
+	tb.Helper()
+	have := h.Volumes(tb)
+	for _, v := range names {
+		if slices.Contains(have, v) {
+			h.Virsh(tb, "vol-delete", "--pool", h.Values["POOL"], v)
+		}
+	}
 }
 
 // Domains lists every domain's name, running or not.
