@@ -18,31 +18,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
-
-func deletingScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // reconcilerManager is just enough of a manager for managed.NewReconciler.
 type reconcilerManager struct {
@@ -75,7 +62,7 @@ func podKind(connectErr error) Kind[spec.PodProxyParameters] {
 // connector. It returns whether mg is still there, and its Synced message.
 func reconcileDeleting[P any](t *testing.T, c *connector[P], gvk schema.GroupVersionKind, mg resource.Managed, configs ...client.Object) (bool, string) {
 	t.Helper()
-	s := deletingScheme(t)
+	s := testenv.Scheme(t)
 	meta.AddFinalizer(mg, managed.FinalizerName)
 	if len(mg.GetManagementPolicies()) == 0 {
 		// As the API server defaults them (none is paused to the runtime).
@@ -241,7 +228,7 @@ func deletingConnector(t *testing.T, mem proxy.Driver) *connector[spec.KVMProxyP
 	k.Backend.Connect = func(context.Context, *Config) (proxy.Driver, error) { return mem, nil }
 	kvmConfig := &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home"},
 		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}}}
-	kube := fake.NewClientBuilder().WithScheme(deletingScheme(t)).WithObjects(kvmConfig).Build()
+	kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithObjects(kvmConfig).Build()
 	return &connector[spec.KVMProxyParameters]{
 		kube:      kube,
 		kind:      k,
@@ -417,7 +404,7 @@ func TestFinalizerReleasesFirst(t *testing.T) {
 			meta.AddFinalizer(cr, managed.FinalizerName)
 			owner := []metav1.OwnerReference{meta.AsController(meta.TypedReferenceTo(cr, nsproxy.KVMProxyGroupVersionKind))}
 			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web-conn", OwnerReferences: owner}}
-			kube := fake.NewClientBuilder().WithScheme(deletingScheme(t)).WithObjects(cr, sec).Build()
+			kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithObjects(cr, sec).Build()
 			f := childrenFinalizer{Finalizer: resource.NewAPIFinalizer(kube, managed.FinalizerName), kube: kube, release: release}
 			err := f.RemoveFinalizer(context.Background(), cr)
 			if tc.err != nil {

@@ -11,33 +11,19 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/egressproxy/provider-egressproxy/apis"
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 )
 
 const releaseUID = "uid-pp-1"
-
-func releaseScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := apis.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // proxyDeployment is a Deployment of the proxy with UID uid, owned by
 // owners.
@@ -86,7 +72,7 @@ func TestReleaseKeepsTheDeploymentOfAProxyThatStays(t *testing.T) {
 			var patches []string
 			ours := proxyDeployment("px-web", releaseUID, otherOwner, podProxyOwner(releaseUID))
 			theirs := proxyDeployment("px-other", "uid-other", podProxyOwner("uid-other"))
-			kube := fake.NewClientBuilder().WithScheme(releaseScheme(t)).WithObjects(ours, theirs).
+			kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithObjects(ours, theirs).
 				WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 					b, _ := patch.Data(obj)
 					patches = append(patches, string(b))
@@ -126,7 +112,7 @@ func TestReleaseRemovesTheOnlyOwner(t *testing.T) {
 	cr := &nsproxy.PodProxy{ObjectMeta: metav1.ObjectMeta{Namespace: "proxies", Name: "web", UID: releaseUID, DeletionTimestamp: &now}}
 	cr.SetManagementPolicies(xpv2.ManagementPolicies{xpv2.ManagementActionObserve})
 	dep := proxyDeployment("px-web", releaseUID, podProxyOwner(releaseUID))
-	kube := fake.NewClientBuilder().WithScheme(releaseScheme(t)).WithObjects(dep).Build()
+	kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithObjects(dep).Build()
 	if err := releaseDeployments(context.Background(), kube, cr); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +155,7 @@ func TestReleaseErrors(t *testing.T) {
 				dep.Finalizers = []string{"foregroundDeletion"}
 			}
 			patched := false
-			kube := fake.NewClientBuilder().WithScheme(releaseScheme(t)).WithObjects(dep).
+			kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithObjects(dep).
 				WithInterceptorFuncs(interceptor.Funcs{
 					List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
 						if tc.list != nil {
@@ -204,7 +190,7 @@ var errConflict = errors.New("changed")
 // TestReleaseWithoutThisCluster: a binding that cannot reach this cluster
 // never made a Deployment here, and reads nothing.
 func TestReleaseWithoutThisCluster(t *testing.T) {
-	kube := fake.NewClientBuilder().WithScheme(releaseScheme(t)).WithInterceptorFuncs(interceptor.Funcs{
+	kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithInterceptorFuncs(interceptor.Funcs{
 		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
 			t.Error("listed Deployments without a cluster")
 			return nil
