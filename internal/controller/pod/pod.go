@@ -221,6 +221,9 @@ func releaseDeployments(ctx context.Context, kube client.Client, mg resource.Man
 		orig := dep.DeepCopy()
 		dep.OwnerReferences = refs
 		err := kube.Patch(ctx, dep, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if kerrors.IsForbidden(err) {
+			return errors.Errorf("cannot remove the owner reference to this PodProxy from Deployment %s/%s: the provider may not patch deployments.apps in %s (cluster/rbac/podproxy.yaml grants it), and without it the garbage collector would delete the proxy this deletion leaves", dep.Namespace, dep.Name, dep.Namespace)
+		}
 		if err != nil && !kerrors.IsNotFound(err) {
 			return errors.Wrapf(err, "cannot remove the owner reference to this PodProxy from Deployment %s/%s: the garbage collector would delete the proxy its deletion leaves", dep.Namespace, dep.Name)
 		}

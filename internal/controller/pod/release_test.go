@@ -129,7 +129,8 @@ func TestReleaseRemovesTheOnlyOwner(t *testing.T) {
 // read) is returned, so the reconcile retries with the finalizer kept; a
 // Deployment gone meanwhile, or a provider that may not list Deployments
 // (it never owned one), lets the finalizer go; a Deployment being deleted
-// is not patched.
+// is not patched; a refused patch keeps the finalizer and names the
+// permission.
 func TestReleaseErrors(t *testing.T) {
 	cr := deletedPodProxy(xpv2.ManagementPolicies{xpv2.ManagementActionObserve}, xpv2.DeletionDelete)
 	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
@@ -140,9 +141,13 @@ func TestReleaseErrors(t *testing.T) {
 		wantErr   func(error) bool
 		wantPatch bool
 	}{
-		"Conflict":  {patch: kerrors.NewConflict(gr, "px-web", errConflict), wantErr: kerrors.IsConflict, wantPatch: true},
-		"Gone":      {patch: kerrors.NewNotFound(gr, "px-web"), wantPatch: true},
-		"NoRBAC":    {list: kerrors.NewForbidden(gr, "", errConflict)},
+		"Conflict": {patch: kerrors.NewConflict(gr, "px-web", errConflict), wantErr: kerrors.IsConflict, wantPatch: true},
+		"Gone":     {patch: kerrors.NewNotFound(gr, "px-web"), wantPatch: true},
+		"NoRBAC":   {list: kerrors.NewForbidden(gr, "", errConflict)},
+		// The finalizer stays, and the message names the grant.
+		"NoPatch": {patch: kerrors.NewForbidden(gr, "px-web", errConflict), wantPatch: true, wantErr: func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "may not patch deployments.apps in proxies")
+		}},
 		"Deleting":  {deleting: true},
 		"ListFails": {list: kerrors.NewServiceUnavailable("busy"), wantErr: kerrors.IsServiceUnavailable},
 	}
