@@ -14,6 +14,7 @@ import (
 	"net/textproto"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -394,7 +395,9 @@ func generated(o Options) string {
 	// same keys.
 	b.WriteString("merge_how:\n  - name: list\n    settings: [append]\n  - name: dict\n    settings: [replace, recurse_list]\n")
 	if o.Hostname != "" {
-		fmt.Fprintf(&b, "hostname: %s\n", o.Hostname)
+		// Quoted: YAML would read a name such as "yes" or "017" as
+		// another type, and cloud-init would set no hostname.
+		fmt.Fprintf(&b, "hostname: %s\n", strconv.Quote(o.Hostname))
 	}
 	b.WriteString("write_files:\n")
 	writeFile(&b, stageDir+"/squid.conf", o.Squid.SquidConf)
@@ -482,9 +485,20 @@ func writeFileMode(b *strings.Builder, path, mode, content string) {
 }
 
 // MetaData is the NoCloud meta-data: the instance ID (a new one makes
-// cloud-init run again) and the hostname.
+// cloud-init run again) and the hostname, both quoted as strings (see
+// UserData's hostname); MetaValue reads them back.
 func MetaData(instanceID, hostname string) string {
-	return fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", instanceID, hostname)
+	return fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", strconv.Quote(instanceID), strconv.Quote(hostname))
+}
+
+// MetaValue is the value of a meta-data line's key as MetaData wrote
+// it: unquoted, or as earlier versions wrote it, bare.
+func MetaValue(v string) string {
+	v = strings.TrimSpace(v)
+	if u, err := strconv.Unquote(v); err == nil {
+		return u
+	}
+	return v
 }
 
 // SquidConfOf is the squid.conf the user-data UserData made installs, ""

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kdomanski/iso9660"
+	yaml11 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
@@ -215,7 +216,7 @@ func TestSeedISO(t *testing.T) {
 		b, _ := io.ReadAll(c.Reader())
 		got[c.Name()] = string(b)
 	}
-	if got["user-data"] != "#cloud-config\n" || got["meta-data"] != "instance-id: i-1\nlocal-hostname: p-1\n" {
+	if got["user-data"] != "#cloud-config\n" || got["meta-data"] != "instance-id: \"i-1\"\nlocal-hostname: \"p-1\"\n" {
 		t.Errorf("seed files = %q", got)
 	}
 }
@@ -483,4 +484,50 @@ func decode(t *testing.T, b64 string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestNamesStayStrings: cloud-init reads YAML 1.1, where a name a user
+// may set as the external name (yes, null, 017, 0x1f) is a bool, null or
+// number, and the guest would get no hostname; the generated cloud-config
+// and meta-data give every name as a string, and MetaValue reads back
+// what MetaData wrote and what earlier versions wrote bare.
+func TestNamesStayStrings(t *testing.T) {
+	for _, name := range []string{"yes", "no", "on", "off", "null", "true", "017", "0x1f", "0b101", "12345", "p-1"} {
+		t.Run(name, func(t *testing.T) {
+			ps := parts(t, must(UserData(Options{Squid: render(t, false), Hostname: name})))
+			var cfg map[string]any
+			if err := yaml11.Unmarshal([]byte(ps[len(ps)-1][1]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := cfg["hostname"].(string); !ok || got != name {
+				t.Errorf("user-data hostname %#v, want the string %q", cfg["hostname"], name)
+			}
+			md := MetaData(name, name)
+			var meta map[string]any
+			if err := yaml11.Unmarshal([]byte(md), &meta); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"instance-id", "local-hostname"} {
+				if got, ok := meta[k].(string); !ok || got != name {
+					t.Errorf("meta-data %s %#v, want the string %q", k, meta[k], name)
+				}
+			}
+			for _, line := range strings.Split(strings.TrimSpace(md), "\n") {
+				_, v, _ := strings.Cut(line, ": ")
+				if MetaValue(v) != name {
+					t.Errorf("MetaValue(%q) = %q, want %q", v, MetaValue(v), name)
+				}
+			}
+			if MetaValue(name) != name {
+				t.Errorf("MetaValue of a bare %q = %q", name, MetaValue(name))
+			}
+		})
+	}
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

@@ -195,7 +195,7 @@ func readSeed(ctx context.Context, api Libvirt, vol libvirt.StorageVol) (seedInf
 			line = strings.TrimSpace(line)
 			switch {
 			case strings.HasPrefix(line, "local-hostname: "):
-				si.hostname = strings.TrimPrefix(line, "local-hostname: ")
+				si.hostname = cloudinit.MetaValue(strings.TrimPrefix(line, "local-hostname: "))
 			case strings.HasPrefix(line, metaUID):
 				si.mark.UID = strings.TrimPrefix(line, metaUID)
 			case strings.HasPrefix(line, metaInstallation):

@@ -221,7 +221,7 @@ func TestSeedInstallsSquid(t *testing.T) {
 			if got := strings.Contains(vm.Seed.UserData, "qemu-guest-agent"); got != agent {
 				t.Errorf("user-data installs qemu-guest-agent: %v; want %v", got, agent)
 			}
-			if !strings.Contains(vm.Seed.MetaData, "instance-id: egressproxy-") {
+			if !strings.Contains(vm.Seed.MetaData, `instance-id: "egressproxy-`) {
 				t.Errorf("meta-data %q has no instance-id of the provider", vm.Seed.MetaData)
 			}
 			for k, want := range map[string]string{"cores": "1", "memory": "1024", "agent": "1", "onboot": "1"} {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/kdomanski/iso9660"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 )
 
 // Seed is what a guest reads from a NoCloud seed ISO at boot.
@@ -57,7 +59,7 @@ func readSeed(b []byte) (Seed, bool) {
 func (s Seed) InstanceID() string {
 	for _, l := range strings.Split(s.MetaData, "\n") {
 		if v, ok := strings.CutPrefix(l, "instance-id:"); ok {
-			return strings.TrimSpace(v)
+			return cloudinit.MetaValue(v)
 		}
 	}
 	return ""
