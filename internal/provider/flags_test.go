@@ -49,3 +49,16 @@ func errorsAs(err error, ee **exec.ExitError) bool {
 	*ee = e
 	return ok
 }
+
+// TestManagementPoliciesCannotBeTurnedOff: the flag exists for the
+// DeploymentRuntimeConfigs written for other providers, and false stops
+// the provider with a message naming it rather than being ignored.
+func TestManagementPoliciesCannotBeTurnedOff(t *testing.T) {
+	if err := checkOptions(runOptions{managementPolicies: true}); err != nil {
+		t.Errorf("checkOptions with management policies on: %v", err)
+	}
+	err := checkOptions(runOptions{managementPolicies: false})
+	if err == nil || !strings.Contains(err.Error(), "--enable-management-policies=false is not supported") {
+		t.Errorf("checkOptions with management policies off: %v; want a refusal naming the flag", err)
+	}
+}

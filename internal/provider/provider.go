@@ -112,6 +112,18 @@ func Main(h Hooks) {
 	}
 }
 
+// checkOptions refuses what the provider cannot do as asked.
+func checkOptions(o runOptions) error {
+	if !o.managementPolicies {
+		// With them off, crossplane-runtime refuses every resource whose
+		// policies are not the default, its deletion included, so a
+		// namespace holding one could never be deleted; and the provider's
+		// own steps (imports, releasing an instance) read them regardless.
+		return errors.New("--enable-management-policies=false is not supported: the provider always honours spec.managementPolicies; remove the flag (or ENABLE_MANAGEMENT_POLICIES), or set it to true")
+	}
+	return nil
+}
+
 type runOptions struct {
 	sync, poll, notReadyPoll      time.Duration
 	quotaRetry                    time.Duration
@@ -131,6 +143,9 @@ type runOptions struct {
 }
 
 func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
+	if err := checkOptions(o); err != nil {
+		return err
+	}
 	ctx := ctrl.SetupSignalHandler()
 
 	tracing, shutdown, err := telemetry.SetupTracing(ctx, version.Version)
