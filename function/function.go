@@ -21,10 +21,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
 
+	xpresource "github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/crossplane/function-sdk-go/errors"
 	"github.com/crossplane/function-sdk-go/logging"
@@ -34,6 +36,7 @@ import (
 	"github.com/crossplane/function-sdk-go/resource/composed"
 	"github.com/crossplane/function-sdk-go/response"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 )
@@ -105,6 +108,7 @@ type Request struct {
 	// AllowedDestinations is an optional domain allow-list.
 	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
 	// AllowedPorts are the CONNECT ports; the class's default otherwise.
+	// Never the proxy's own port.
 	AllowedPorts []int64 `json:"allowedPorts,omitempty"`
 	// Auth turns basic authentication on.
 	Auth bool `json:"auth,omitempty"`
@@ -117,7 +121,8 @@ type Request struct {
 	// TLSSecretName is read: never one the spec names.
 	ClaimNamespace string `json:"-"`
 	// ConnectionSecretName names a namespaced composite's connection
-	// Secret. Default: <composite name>-proxy.
+	// Secret. Default: <composite name>-proxy. Never TLSSecretName nor a
+	// name ending in BackendSecretSuffix; fixed once created (the XRD).
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
 }
 
@@ -131,15 +136,37 @@ type Function struct {
 // New returns the function, logging to log.
 func New(log logging.Logger) *Function { return &Function{log: log} }
 
+// The condition saying whether the function accepted the request, on the
+// composite and its claim.
+const (
+	// TypeRequestAccepted is True once the request composed, False with
+	// the reason it was refused.
+	TypeRequestAccepted = "RequestAccepted"
+	// ReasonAccepted: the request composed.
+	ReasonAccepted = "Accepted"
+	// ReasonRefused: the request, or the Composition, was refused; the
+	// message says why and what would be accepted.
+	ReasonRefused = "Refused"
+)
+
 // RunFunction composes the managed resource (and, for a namespaced
 // composite, its connection Secret) for one composite resource. Whatever
-// stops it is a Fatal result, on the composite and its claim, and nothing
-// new is composed.
+// stops it is a RequestAccepted=False condition and a Warning on the
+// composite and its claim, then a Fatal result, and nothing new is
+// composed.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
 	if err := f.compose(req, rsp); err != nil {
+		// Crossplane stops at a Fatal result before making it an event,
+		// and sets its error on the composite only; the conditions and
+		// results placed before it are what reach the claim.
+		response.ConditionFalse(rsp, TypeRequestAccepted, ReasonRefused).WithMessage(err.Error()).TargetCompositeAndClaim()
+		response.Warning(rsp, err).TargetCompositeAndClaim()
 		response.Fatal(rsp, err)
+		return rsp, nil
 	}
+	// True again once a refused request is fixed.
+	response.ConditionTrue(rsp, TypeRequestAccepted, ReasonAccepted).TargetCompositeAndClaim()
 	return rsp, nil
 }
 
@@ -246,7 +273,25 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		// The composed Secret appears once there is something to put in
 		// it: an empty Secret would only tell a client to retry.
 		if len(details[spec.ConnectionURL]) > 0 {
-			desired[ResourceSecret] = &resource.DesiredComposed{Resource: ConnectionSecret(oxr.Resource.GetNamespace(), plan.SecretName, details), Ready: resource.ReadyTrue}
+			s := ConnectionSecret(oxr.Resource.GetNamespace(), plan.SecretName, details)
+			if o, ok := observed[ResourceSecret]; ok {
+				// A Secret's type is immutable: one this composite made
+				// Opaque, in an earlier version, stays so.
+				if c := metav1.GetControllerOf(o.Resource); c != nil && c.UID == oxr.Resource.GetUID() {
+					if t, err := o.Resource.GetString("type"); err == nil && t != "" {
+						s.Object["type"] = t
+					}
+				}
+				// Crossplane goes on writing the Secret it made first.
+				// The XRD fixes the name; a composite renamed before it
+				// did is told, and its status names the Secret that
+				// exists.
+				if n := o.Resource.GetName(); n != "" && n != plan.SecretName {
+					response.Warning(rsp, errors.Errorf("spec.connectionSecretName %q is not the connection Secret's name, %s, which is fixed once created; create a new EgressProxy for another name", plan.SecretName, n)).TargetCompositeAndClaim()
+					plan.SecretName = n
+				}
+			}
+			desired[ResourceSecret] = &resource.DesiredComposed{Resource: s, Ready: resource.ReadyTrue}
 			status["connectionSecret"] = plan.SecretName
 		}
 	} else if len(details) > 0 {
@@ -254,6 +299,16 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 			dxr.ConnectionDetails = resource.ConnectionDetails{}
 		}
 		maps.Copy(dxr.ConnectionDetails, details)
+		// Crossplane writes the composite's Secret with a JSON merge
+		// patch, which never removes a key, and the claim's Secret copies
+		// it: a key the proxy no longer publishes (auth turned off, TLS
+		// removed, the egress address no longer known) is blanked, never
+		// left stale. An empty value reaches Crossplane as "", not null.
+		for _, k := range ConnectionKeys {
+			if _, ok := dxr.ConnectionDetails[k]; !ok {
+				dxr.ConnectionDetails[k] = []byte{}
+			}
+		}
 	}
 
 	if err := response.SetDesiredComposedResources(rsp, desired); err != nil {
@@ -299,6 +354,11 @@ type Plan struct {
 // names the managed resource's connection Secret in connNamespace).
 func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Request) (*composed.Unstructured, Plan, error) {
 	p := Plan{Class: r.Class, Size: r.Size, Namespaced: namespace != ""}
+	if len(in.Classes) == 0 {
+		// Not the team's mistake: a pipeline step without input (or with
+		// no classes) offers nothing to anyone.
+		return nil, p, errors.New("the Composition gives this function no ProxyClasses input naming classes (its pipeline step's input): no class can be offered until the platform team fixes the Composition")
+	}
 	if p.Class == "" {
 		p.Class = in.DefaultClass
 	}
@@ -358,6 +418,9 @@ func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Req
 		}
 		proxy["allowedPorts"] = ports
 	}
+	if err := checkPorts(p, proxy, len(r.AllowedPorts) > 0); err != nil {
+		return nil, p, err
+	}
 	if r.Auth {
 		auth, _ := proxy["auth"].(map[string]any)
 		if auth == nil {
@@ -401,6 +464,9 @@ func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Req
 		if p.SecretName == "" {
 			p.SecretName = name + SecretSuffix
 		}
+		if err := checkSecretName(p.SecretName, r); err != nil {
+			return nil, p, err
+		}
 	} else {
 		mr.SetAPIVersion(GroupCluster + "/" + Version)
 		specm["providerConfigRef"] = map[string]any{"name": pc.Name}
@@ -410,7 +476,79 @@ func Compose(in *ProxyClasses, namespace, name, uid, connNamespace string, r Req
 	return mr, p, nil
 }
 
-// ConnectionSecret is a namespaced composite's connection Secret.
+// DefaultProxyPort is the port a proxy listens on when its class sets no
+// proxy.port: the managed resources' default.
+const DefaultProxyPort = 3128
+
+// checkPorts refuses what the managed resource would refuse about the
+// ports of the merged proxy block: the proxy's own port as a destination
+// port (a tunnel there could loop back into the proxy), and a listening
+// port of 80 or 443. teamPorts says whether allowedPorts are the request's
+// (the team's to fix) or the class's (the platform team's).
+func checkPorts(p Plan, proxy map[string]any, teamPorts bool) error {
+	port := int64(DefaultProxyPort)
+	if v, ok := proxy["port"]; ok {
+		n, ok := integer(v)
+		if !ok || n < 1 || n > 65535 {
+			return errors.Errorf("class %q (size %q) parameters set proxy.port to %v, not a port from 1 to 65535; fix the Composition", p.Class, p.Size, v)
+		}
+		port = n
+	}
+	if port == 80 || port == 443 {
+		return errors.Errorf("class %q (size %q) parameters set proxy.port %d, a destination port (plain HTTP goes to 80 and 443); fix the Composition", p.Class, p.Size, port)
+	}
+	ports, _ := proxy["allowedPorts"].([]any)
+	for _, v := range ports {
+		if n, ok := integer(v); !ok || n != port {
+			continue
+		}
+		if teamPorts {
+			return errors.Errorf("spec.allowedPorts must not include %d, the port the proxy of class %q listens on: a tunnel to it could loop back into the proxy; accepted: up to 32 ports from 1 to 65535 other than %d, or none for 443", port, p.Class, port)
+		}
+		return errors.Errorf("class %q (size %q) parameters list the proxy's own port %d in proxy.allowedPorts; fix the Composition", p.Class, p.Size, port)
+	}
+	return nil
+}
+
+// integer is v as an integer, as JSON (float64) or Go (int64, int) gives
+// it.
+func integer(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case float64:
+		if n != math.Trunc(n) || math.Abs(n) > 1<<53 {
+			return 0, false
+		}
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// checkSecretName refuses a namespaced composite's connection Secret name
+// that is another Secret the proxy depends on: the composite would become
+// its controller, overwrite its keys and delete it with itself.
+func checkSecretName(name string, r Request) error {
+	field := "spec.connectionSecretName"
+	if r.ConnectionSecretName == "" {
+		field = "the default connection Secret name"
+	}
+	if strings.HasSuffix(name, BackendSecretSuffix) {
+		return errors.Errorf("%s %q ends in %q, which names the managed resources' own connection Secrets; choose a name that does not", field, name, BackendSecretSuffix)
+	}
+	if r.TLSSecretName != "" && name == r.TLSSecretName {
+		return errors.Errorf("%s %q is also spec.tlsSecretName, the proxy's certificate; the connection Secret needs a name of its own (spec.connectionSecretName)", field, name)
+	}
+	return nil
+}
+
+// ConnectionSecret is a namespaced composite's connection Secret, of the
+// type Crossplane gives connection Secrets: an existing Secret of another
+// type (immutable) is never taken over.
 func ConnectionSecret(namespace, name string, details resource.ConnectionDetails) *composed.Unstructured {
 	s := composed.New()
 	s.SetAPIVersion("v1")
@@ -422,7 +560,7 @@ func ConnectionSecret(namespace, name string, details resource.ConnectionDetails
 		// Unstructured Secrets carry data base64-encoded, as the API does.
 		data[k] = base64.StdEncoding.EncodeToString(v)
 	}
-	s.Object["type"] = string(corev1.SecretTypeOpaque)
+	s.Object["type"] = string(xpresource.SecretTypeConnection)
 	s.Object["data"] = data
 	return s
 }

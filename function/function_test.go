@@ -11,6 +11,7 @@ import (
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 )
@@ -214,6 +215,16 @@ spec: {class: standard}
 `, want: "spec.allowedClientCIDRs is required"},
 		"TLSOnALegacyCompositeWithoutAClaim": {xr: strings.Replace(legacyXR, "spec:\n", "spec:\n  tlsSecretName: x\n", 1), file: "composition-legacy.yaml",
 			want: "spec.tlsSecretName needs a claim"},
+		"TheProxysOwnPortAsADestinationPort": {xr: withSpec(xr("standard", "small", "false"), "allowedPorts: [443, 3128]"),
+			want: `spec.allowedPorts must not include 3128, the port the proxy of class "standard" listens on`},
+		"TheProxysOwnPortOnALegacyComposite": {xr: withSpec(legacyXR, "allowedPorts: [3128]"), file: "composition-legacy.yaml",
+			want: "spec.allowedPorts must not include 3128"},
+		"ConnectionSecretNamedLikeABackendSecret": {xr: withSpec(xr("standard", "small", "false"), "connectionSecretName: payments-backend"),
+			want: `spec.connectionSecretName "payments-backend" ends in "-backend"`},
+		"ConnectionSecretNamedLikeTheTLSSecret": {xr: withSpec(xr("standard", "small", "true"), "connectionSecretName: payments-tls", "tlsSecretName: payments-tls"),
+			want: `spec.connectionSecretName "payments-tls" is also spec.tlsSecretName`},
+		"DefaultConnectionSecretNameIsTheTLSSecret": {xr: withSpec(xr("standard", "small", "true"), "tlsSecretName: payments-proxy"),
+			want: `the default connection Secret name "payments-proxy" is also spec.tlsSecretName`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -230,6 +241,116 @@ spec: {class: standard}
 			}
 			if n := len(rsp.GetDesired().GetResources()); n != 0 {
 				t.Errorf("%d resources composed for a refused request", n)
+			}
+			refusedOnTheClaim(t, rsp, tc.want)
+		})
+	}
+}
+
+// withSpec adds lines to a composite's spec.
+func withSpec(xr string, lines ...string) string {
+	return strings.Replace(xr, "spec:\n", "spec:\n  "+strings.Join(lines, "\n  ")+"\n", 1)
+}
+
+// refusedOnTheClaim checks that a refusal saying want reaches a claim:
+// Crossplane stops at the Fatal result before making it an event, puts its
+// error on the composite only, and copies to the claim only conditions and
+// events aimed at it, placed before the Fatal.
+func refusedOnTheClaim(t *testing.T, rsp *fnv1.RunFunctionResponse, want string) {
+	t.Helper()
+	var cond *fnv1.Condition
+	for _, c := range rsp.GetConditions() {
+		if c.GetType() == TypeRequestAccepted {
+			cond = c
+		}
+	}
+	if cond.GetStatus() != fnv1.Status_STATUS_CONDITION_FALSE || cond.GetReason() != ReasonRefused ||
+		cond.GetTarget() != fnv1.Target_TARGET_COMPOSITE_AND_CLAIM || !strings.Contains(cond.GetMessage(), want) {
+		t.Errorf("condition %v; want %s=False, reason %s, on the composite and claim, saying %q", cond, TypeRequestAccepted, ReasonRefused, want)
+	}
+	warned := false
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			break
+		}
+		warned = warned || r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && r.GetTarget() == fnv1.Target_TARGET_COMPOSITE_AND_CLAIM && strings.Contains(r.GetMessage(), want)
+	}
+	if !warned {
+		t.Errorf("no Warning for the composite and claim saying %q before the Fatal result; results: %v", want, rsp.GetResults())
+	}
+}
+
+// A claim's owner sees why the request is refused (the classes offered),
+// and sees the condition turn True once the request is fixed.
+func TestRefusalReachesTheClaim(t *testing.T) {
+	claimed := strings.Replace(legacyXR, `uid: "5678"}`, `uid: "5678", labels: {crossplane.io/claim-name: orders, crossplane.io/claim-namespace: team-b}}`, 1)
+	rsp := run(t, &fnv1.RunFunctionRequest{
+		Input:    classes(t, "composition-legacy.yaml"),
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, strings.Replace(claimed, "class: standard", "class: premium", 1))}},
+	})
+	refusedOnTheClaim(t, rsp, `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`)
+
+	rsp = run(t, &fnv1.RunFunctionRequest{
+		Input:    classes(t, "composition-legacy.yaml"),
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, claimed)}},
+	})
+	if msg := fatal(rsp); msg != "" {
+		t.Fatal(msg)
+	}
+	want := &fnv1.Condition{Type: TypeRequestAccepted, Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: ReasonAccepted, Target: fnv1.Target_TARGET_COMPOSITE_AND_CLAIM.Enum()}
+	if len(rsp.GetConditions()) != 1 || !proto.Equal(want, rsp.GetConditions()[0]) {
+		t.Errorf("conditions %v; want only %v", rsp.GetConditions(), want)
+	}
+}
+
+// A Composition step without input is the platform team's to fix, and
+// says so rather than "classes offered: (none)".
+func TestNoInputIsThePlatformsError(t *testing.T) {
+	for name, in := range map[string]*structpb.Struct{"NoInput": nil, "NoClasses": obj(t, "{apiVersion: function.egressproxy.io/v1alpha1, kind: ProxyClasses}")} {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, &fnv1.RunFunctionRequest{Input: in, Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, xr("standard", "small", "false"))}}})
+			const want = "the Composition gives this function no ProxyClasses input naming classes"
+			if got := fatal(rsp); !strings.Contains(got, want) || strings.Contains(got, "(none)") {
+				t.Errorf("fatal result %q; want it to say %q", got, want)
+			}
+			refusedOnTheClaim(t, rsp, want)
+		})
+	}
+}
+
+// The proxy's own port is never a destination port, whoever lists it,
+// and a class cannot make the proxy listen on 80 or 443: what the
+// managed resource would refuse is refused here, naming whose it is.
+func TestPorts(t *testing.T) {
+	class := func(params map[string]any) *ProxyClasses {
+		return &ProxyClasses{DefaultClass: "standard", Classes: map[string]Class{"standard": {Kind: "PodProxy",
+			ProviderConfigRef: ProviderConfigRef{Name: "pods"}, Parameters: params, Sizes: map[string]Size{"small": {}}}}}
+	}
+	cases := map[string]struct {
+		params map[string]any // the class's
+		ports  []int64        // the request's
+		want   string         // the refusal; empty: accepted
+	}{
+		"DefaultPortRequested":       {ports: []int64{443, 3128}, want: "spec.allowedPorts must not include 3128"},
+		"ClassPortRequested":         {params: map[string]any{"proxy": map[string]any{"port": float64(8080)}}, ports: []int64{8080}, want: "spec.allowedPorts must not include 8080"},
+		"DefaultPortFreeOnAnother":   {params: map[string]any{"proxy": map[string]any{"port": float64(8080)}}, ports: []int64{3128, 8443}},
+		"OtherPorts":                 {ports: []int64{443, 8443}},
+		"ClassListsItsOwnPort":       {params: map[string]any{"proxy": map[string]any{"port": int64(8080), "allowedPorts": []any{int64(443), int64(8080)}}}, want: `class "standard" (size "small") parameters list the proxy's own port 8080`},
+		"TeamPortsReplaceTheClasses": {params: map[string]any{"proxy": map[string]any{"port": int64(8080), "allowedPorts": []any{int64(8080)}}}, ports: []int64{443}},
+		"ClassListensOn443":          {params: map[string]any{"proxy": map[string]any{"port": float64(443)}}, want: "parameters set proxy.port 443, a destination port"},
+		"ClassPortNotANumber":        {params: map[string]any{"proxy": map[string]any{"port": "http"}}, want: "parameters set proxy.port to http, not a port"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := Compose(class(tc.params), "team-a", "p", "uid", "", Request{AllowedClientCIDRs: []string{"10.0.0.0/16"}, AllowedPorts: tc.ports})
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("Compose = %v; want it accepted", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Compose = %v; want it to say %q", err, tc.want)
 			}
 		})
 	}
@@ -279,7 +400,7 @@ func TestNamespacedReadyAndConnectionSecret(t *testing.T) {
 apiVersion: v1
 kind: Secret
 metadata: {name: payments-proxy, namespace: team-a}
-type: Opaque
+type: connection.crossplane.io/v1alpha1
 data: {url: `+b64("http://u:p@10.1.2.3:3128")+`, host: `+b64("10.1.2.3")+`, port: `+b64("3128")+`, username: `+b64("u")+`, password: `+b64("p")+`,
   endpoint: `+b64("10.1.2.3:3128")+`, HTTP_PROXY: `+b64("http://u:p@10.1.2.3:3128")+`, no_proxy: `+b64("localhost")+`, egressIP: `+b64("203.0.113.7")+`}
 `)
@@ -324,8 +445,10 @@ func TestLegacyConnectionDetailsAndWarning(t *testing.T) {
 	for k, v := range rsp.GetDesired().GetComposite().GetConnectionDetails() {
 		got[k] = string(v)
 	}
+	// Every key the provider publishes and this proxy does not is blank.
 	want := map[string]string{"url": "http://u:p@10.1.2.3:3128", "host": "10.1.2.3", "port": "3128", "username": "u", "password": "p",
-		"endpoint": "10.1.2.3:3128", "HTTP_PROXY": "http://u:p@10.1.2.3:3128", "no_proxy": "localhost", "egressIP": "203.0.113.7"}
+		"endpoint": "10.1.2.3:3128", "HTTP_PROXY": "http://u:p@10.1.2.3:3128", "no_proxy": "localhost", "egressIP": "203.0.113.7",
+		"HTTPS_PROXY": "", "http_proxy": "", "https_proxy": "", "NO_PROXY": "", "egressIPs": "", "ca.crt": ""}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("composite connection details (-want +got):\n%s", diff)
 	}
@@ -444,5 +567,107 @@ func TestClassParametersAreChecked(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A legacy composite's connection details blank every key the proxy no
+// longer publishes: Crossplane merge-patches the composite's Secret (a
+// missing key stays as it was) and the claim's Secret copies it. The blank
+// values must survive the wire to Crossplane, where an empty value is
+// written as "".
+func TestLegacyBlanksKeysNoLongerPublished(t *testing.T) {
+	mr := observedMR(t, "True", "True")
+	for _, k := range []string{"username", "password", "egressIP"} { // auth off, the egress address unknown
+		delete(mr.ConnectionDetails, k)
+	}
+	rsp := run(t, &fnv1.RunFunctionRequest{
+		Input:    classes(t, "composition-legacy.yaml"),
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, legacyXR)}, Resources: map[string]*fnv1.Resource{"proxy-podproxy": mr}},
+	})
+	if msg := fatal(rsp); msg != "" {
+		t.Fatal(msg)
+	}
+	b, err := proto.Marshal(rsp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := &fnv1.RunFunctionResponse{}
+	if err := proto.Unmarshal(b, wire); err != nil {
+		t.Fatal(err)
+	}
+	got := wire.GetDesired().GetComposite().GetConnectionDetails()
+	for _, k := range ConnectionKeys {
+		v, ok := got[k]
+		if !ok {
+			t.Errorf("connection key %s missing: the claim's Secret would keep its old value", k)
+		}
+		if want := string(mr.ConnectionDetails[k]); string(v) != want {
+			t.Errorf("connection key %s = %q; want %q", k, v, want)
+		}
+	}
+	if _, ok := got["other"]; ok {
+		t.Error("a key the provider does not publish was passed on")
+	}
+
+	// Without connection details (the managed resource not there yet, or
+	// publishing nothing) the composite's Secret is left as it is.
+	rsp = run(t, &fnv1.RunFunctionRequest{Input: classes(t, "composition-legacy.yaml"), Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, legacyXR)}}})
+	if n := len(rsp.GetDesired().GetComposite().GetConnectionDetails()); n != 0 {
+		t.Errorf("%d connection details without a managed resource; want none", n)
+	}
+}
+
+// The composed connection Secret has Crossplane's connection Secret type,
+// so an existing Secret of another type (the type is immutable) is never
+// taken over; one an earlier version composed as Opaque stays Opaque; and
+// a name changed after creation (before the XRD fixed it) is reported,
+// while the status names the Secret Crossplane goes on writing.
+func TestNamespacedConnectionSecretTypeAndName(t *testing.T) {
+	observed := func(name, typ, controller string) map[string]*fnv1.Resource {
+		return map[string]*fnv1.Resource{
+			"proxy-podproxy": observedMR(t, "True", "True"),
+			ResourceSecret: {Resource: obj(t, "{apiVersion: v1, kind: Secret, type: "+typ+", metadata: {name: "+name+", namespace: team-a, "+
+				"ownerReferences: [{apiVersion: platform.egressproxy.io/v1alpha1, kind: EgressProxy, name: payments, uid: '"+controller+"', controller: true}]}}")},
+		}
+	}
+	cases := map[string]struct {
+		xr       string
+		observed map[string]*fnv1.Resource
+		typ      string
+		secret   string // status.proxy.connectionSecret
+		warning  string
+	}{
+		"New": {xr: xr("standard", "small", "true"), observed: map[string]*fnv1.Resource{"proxy-podproxy": observedMR(t, "True", "True")},
+			typ: "connection.crossplane.io/v1alpha1", secret: "payments-proxy"},
+		"ComposedOpaqueBefore": {xr: xr("standard", "small", "true"), observed: observed("payments-proxy", "Opaque", "1234"), typ: "Opaque", secret: "payments-proxy"},
+		"SomeoneElsesOpaque": {xr: xr("standard", "small", "true"), observed: observed("payments-proxy", "Opaque", "9999"),
+			typ: "connection.crossplane.io/v1alpha1", secret: "payments-proxy"},
+		"Renamed": {xr: withSpec(xr("standard", "small", "true"), "connectionSecretName: app-proxy"), observed: observed("payments-proxy", "connection.crossplane.io/v1alpha1", "1234"),
+			typ: "connection.crossplane.io/v1alpha1", secret: "payments-proxy", warning: `spec.connectionSecretName "app-proxy" is not the connection Secret's name, payments-proxy`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, &fnv1.RunFunctionRequest{
+				Input:    classes(t, "composition-namespaced.yaml"),
+				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: obj(t, tc.xr)}, Resources: tc.observed},
+			})
+			if msg := fatal(rsp); msg != "" {
+				t.Fatal(msg)
+			}
+			if typ := rsp.GetDesired().GetResources()[ResourceSecret].GetResource().AsMap()["type"]; typ != tc.typ {
+				t.Errorf("Secret type %v; want %s", typ, tc.typ)
+			}
+			st, _ := rsp.GetDesired().GetComposite().GetResource().AsMap()["status"].(map[string]any)
+			if p, _ := st["proxy"].(map[string]any); p["connectionSecret"] != tc.secret {
+				t.Errorf("status.proxy.connectionSecret %v; want %s", p["connectionSecret"], tc.secret)
+			}
+			warned := false
+			for _, r := range rsp.GetResults() {
+				warned = warned || r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && tc.warning != "" && strings.Contains(r.GetMessage(), tc.warning) && r.GetTarget() == fnv1.Target_TARGET_COMPOSITE_AND_CLAIM
+			}
+			if warned != (tc.warning != "") {
+				t.Errorf("warned %v; want a warning saying %q; results %v", warned, tc.warning, rsp.GetResults())
+			}
+		})
 	}
 }

@@ -329,6 +329,28 @@ func TestCompositionsIntegration(t *testing.T) {
 		e.deleteAndWait(t, xr, 0)
 	})
 
+	// A claim's user reads the claim, not the cluster-scoped composite:
+	// the refusal comes there as a condition.
+	t.Run("UnknownClassReachesTheClaim", func(t *testing.T) {
+		t.Parallel()
+		claim := newObject(gvkClaim, "team-b", "premium", map[string]any{
+			"class":                      "premium",
+			"allowedClientCIDRs":         []any{"10.0.0.0/8"},
+			"writeConnectionSecretToRef": map[string]any{"name": "premium-proxy"},
+		})
+		e.create(t, claim)
+		want := `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`
+		testenv.WaitFor(t, "EgressProxyClaim premium RequestAccepted=False naming the classes", 60*time.Second, func() (bool, string) {
+			got, err := e.tryGet(gvkClaim, "team-b", "premium")
+			if err != nil {
+				return false, err.Error()
+			}
+			st, msg := localcrossplane.Condition(got, "RequestAccepted")
+			return st == "False" && strings.Contains(msg, want), localcrossplane.Conditions(got)
+		})
+		e.deleteAndWait(t, claim, 0)
+	})
+
 	t.Run("Claim", func(t *testing.T) {
 		t.Parallel()
 		claim := newObject(gvkClaim, "team-b", "orders", map[string]any{
