@@ -179,6 +179,14 @@ func setupScope[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P], c *co
 		WithOptions(o.ForControllerRuntime()).
 		WithEventFilter(desiredStateChanged()).
 		For(forObj)
+	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
+	if _, err := mgr.GetScheme().New(listGVK); err != nil {
+		return err
+	}
+	b = watchConfigs(mgr, b, forObj, func() client.ObjectList {
+		l, _ := mgr.GetScheme().New(listGVK)
+		return l.(client.ObjectList) //nolint:forcetypeassert // Every registered list kind is a list.
+	})
 	if k.Watches != nil {
 		// The kind's list, for the watches to list into.
 		l, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))

@@ -254,3 +254,12 @@ func TestStatusPatchCarriesEmptyFields(t *testing.T) {
 		t.Errorf("status patch: -want, +got:\n%s", diff)
 	}
 }
+
+// TestTheProxiesWatchTheHealthyCondition: the proxy controllers queue a
+// config's failing resources when this package's condition turns True,
+// under a name of their own (they cannot import this package).
+func TestTheProxiesWatchTheHealthyCondition(t *testing.T) {
+	if external.TypeConfigHealthy != TypeHealthy {
+		t.Errorf("the proxies watch %q, the check sets %q", external.TypeConfigHealthy, TypeHealthy)
+	}
+}
