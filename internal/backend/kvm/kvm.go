@@ -306,7 +306,7 @@ func (d *Driver) host(name string) (Host, error) {
 }
 
 func (d *Driver) target(h Host) Target {
-	return Target{Host: h, Creds: d.cfg.Credentials, Guard: d.cfg.Guard}
+	return Target{Host: h, Creds: d.cfg.Credentials, Guard: d.cfg.Guard, Config: d.cfg.Name}
 }
 
 // conn returns the pooled connection to h.
