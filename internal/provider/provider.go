@@ -43,6 +43,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/kubernetes"
+	kvmbackend "github.com/egressproxy/provider-egressproxy/internal/backend/kvm"
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
@@ -92,9 +93,15 @@ func Main(h Hooks) {
 		tenantAllowed      = flag.String("tenant-endpoint-allowed-cidrs", "", "Comma-separated CIDRs (or addresses) a namespaced ProviderConfig's endpoints may be in although the provider refuses them to tenants by default (loopback, link-local, the cluster's own networks): its API URL, kubeconfig server, KVM hosts, key file URLs, image URLs. A cloud metadata address opens only when named exactly; a discovered cluster network only by a range inside it. Only the platform team, which sets the provider's flags, can set it (docs/security.md).")
 		tenantDenied       = flag.String("tenant-endpoint-denied-cidrs", "", "Comma-separated CIDRs a namespaced ProviderConfig's endpoints may never be in, besides the defaults and the discovered cluster networks: the cluster networks discovery cannot read (a pod network the nodes do not state, a node network) or any range of the platform's.")
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
+		kvmImageSpool      = flag.Int64("kvm-image-spool-mib", kvmbackend.DefaultMaxSpoolBytes>>20, "MiB that KVM images served without a Content-Length may hold at once in the provider's temporary directory, across every ProviderConfig and host; a download that would go past it fails with a Quota error and is retried. Only the platform's catalogue images are spooled: a tenant's image needs a Content-Length. 0 spools nothing.")
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
 	)
 	parseFlags()
+	if *kvmImageSpool <= 0 {
+		kvmbackend.SetMaxSpoolBytes(-1)
+	} else {
+		kvmbackend.SetMaxSpoolBytes(*kvmImageSpool << 20)
+	}
 
 	zl := NewLogger(*verbosity, *debug, *logFormat, os.Stderr)
 	ctrl.SetLogger(zl)

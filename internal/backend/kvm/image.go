@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -399,8 +398,9 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 }
 
 // download opens img's URL. Without a Content-Length (a chunked mirror)
-// the body is spooled to a temporary file first, since the volume's size
-// must be declared before the upload; memory stays constant either way.
+// the body of a platform's image is spooled to a temporary file first,
+// since the volume's size must be declared before the upload; memory
+// stays constant either way. A tenant's image needs a Content-Length.
 func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, maxBytes int64) (body io.ReadCloser, size int64, err error) {
 	u, _ := url.Parse(img.URL)
 	host := ""
@@ -449,17 +449,33 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		_ = resp.Body.Close()
 		return nil, 0, tooLarge(img, resp.ContentLength, maxBytes)
 	}
-	if resp.ContentLength > 0 {
+	switch {
+	case resp.ContentLength > 0:
 		return resp.Body, resp.ContentLength, nil
+	case resp.ContentLength == 0:
+		_ = resp.Body.Close()
+		return nil, 0, proxy.Permanentf("image %s: the server sent an empty body", img.label())
+	case img.guard != nil:
+		// A tenant chooses the server: spooling its image would let it
+		// take the provider's disk (and the spool budget every config
+		// shares) for as long as its server keeps streaming.
+		_ = resp.Body.Close()
+		return nil, 0, proxy.Permanentf("image %s: its server sends no Content-Length, and the image of a namespaced ProviderConfig or of a proxy's image URL is downloaded only with one: serve it with a Content-Length", img.label())
 	}
-	defer func() { _ = resp.Body.Close() }()
-	f, err := os.CreateTemp("", "kvm-image-*")
+	return spoolBody(resp.Body, img, j, maxBytes)
+}
+
+// spoolBody copies the body of an image without a Content-Length into an
+// unlinked temporary file, within the process's spool budget
+// (imageSpool), and returns the file, rewound, and its size.
+func spoolBody(body io.ReadCloser, img resolvedImage, j *imageJob, maxBytes int64) (io.ReadCloser, int64, error) {
+	defer func() { _ = body.Close() }()
+	f, err := imageSpool.create()
 	if err != nil {
 		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
 	}
-	_ = os.Remove(f.Name()) // unlinked: gone when closed, whatever happens
 	// The spool stops one byte past the cap: disk use is bounded too.
-	n, err := io.Copy(f, &countingReader{r: io.LimitReader(resp.Body, maxBytes+1), n: &j.written})
+	n, err := io.Copy(f, &countingReader{r: io.LimitReader(body, maxBytes+1), n: &j.written})
 	j.written.Store(0)
 	if err == nil && n > maxBytes {
 		_ = f.Close()
@@ -467,7 +483,7 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 	}
 	if err != nil {
 		_ = f.Close()
-		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
+		return nil, 0, spoolError(img, err)
 	}
 	if n == 0 {
 		_ = f.Close()
@@ -478,6 +494,20 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
 	}
 	return f, n, nil
+}
+
+// spoolError classifies a failed spool copy: the budget's refusals name
+// it and what would be accepted.
+func spoolError(img resolvedImage, err error) error {
+	limit, _ := imageSpool.budget()
+	switch {
+	case errors.Is(err, errSpoolBusy):
+		return &proxy.Error{Class: proxy.ClassQuota, Reason: "SpoolFull", Err: fmt.Errorf(
+			"image %s: its server sends no Content-Length, and the provider's spool space for such images (%d MiB, shared by every config and host) is in use by other downloads: retry later, or serve the image with a Content-Length", img.label(), limit>>20)}
+	case errors.Is(err, errSpoolTooLarge):
+		return proxy.Permanentf("image %s: its server sends no Content-Length, and it is larger than the %d MiB the provider spools for such images: serve it with a Content-Length", img.label(), limit>>20)
+	}
+	return proxy.Transientf("image %s: spooling: %v", img.label(), err)
 }
 
 // client is the HTTP client of downloads through guard: b.http for the
