@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
 // identityPrefix starts the visible_hostname of every rendered config.
@@ -29,6 +31,23 @@ func Identity(uid string) string {
 		return identityPrefix
 	}
 	return identityPrefix + "-" + strings.ToLower(uid)
+}
+
+// AnySquid is the identity a Check expects of an instance without the
+// provider's ownership mark, which only an Observe-only import reads (the
+// provider adopts no unmarked instance otherwise): its Squid runs a
+// configuration the provider did not render, and calls itself what its
+// owner chose, so any Squid's answer serves. No visible_hostname is "*".
+const AnySquid = "*"
+
+// Expected is the identity a Check of the instance marked m expects: its
+// resource's (Identity of m.UID), or AnySquid for an unmarked instance.
+// A marked instance's check is never loosened.
+func Expected(m proxy.Mark) string {
+	if m == (proxy.Mark{}) {
+		return AnySquid
+	}
+	return Identity(m.UID)
 }
 
 // IdentityOf is the visible_hostname of a squid.conf, "" when it has none:
@@ -87,8 +106,13 @@ func (e *ReportedRefusedError) Unwrap() error { return e.Err }
 
 // identityPattern is what a visible_hostname of the provider's looks
 // like; another name is not quoted (an answer is quoted only when it is
-// one of the provider's own names).
+// one of the provider's own names, or an unmarked instance's Answer
+// within shownName).
 var identityPattern = regexp.MustCompile(`^` + identityPrefix + `(-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$`)
+
+// shownName is a name another Squid answered with that a Probe's Answer may
+// quote: a plain host name, bounded, with nothing a sentence is made of.
+var shownName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // Ask connects to addr and sends a request Squid answers itself (an
 // invalid URL gets an error page, never forwarded: no traffic leaves the
@@ -207,10 +231,33 @@ type Probe struct {
 	// Refused: the guard refused the address (Message says why); nothing
 	// was sent there.
 	Refused bool
+	// Answer says, of a Check of AnySquid that found Squid serving, what
+	// the Squid answered as: `answered as "<name>"` when the name is one
+	// of the provider's, or a plain host name of at most 63 characters and
+	// the probe has no guard (a platform's config); otherwise that it
+	// answered, the name not shown (with a guard the probe quotes nothing
+	// the address answered). Empty for any other Check.
+	Answer string
 }
 
-// Prober tells whether Squid with a resource's own configuration answers
-// at an address, for a backend's Get. It is the one readiness check of
+// DetailAnswer is the proxy.Instance Details key under which a driver
+// reports the Answer of an unmarked instance's probe (NoteAnswer).
+const DetailAnswer = "squidAnswer"
+
+// NoteAnswer records pr.Answer, when there is one, in inst's Details.
+func NoteAnswer(inst *proxy.Instance, pr Probe) {
+	if pr.Answer == "" {
+		return
+	}
+	if inst.Details == nil {
+		inst.Details = map[string]string{}
+	}
+	inst.Details[DetailAnswer] = pr.Answer
+}
+
+// Prober tells whether Squid with a resource's own configuration (for an
+// unmarked instance, any Squid: AnySquid) answers at an address, for a
+// backend's Get. It is the one readiness check of
 // every backend, built to stay cheap with a thousand proxies:
 //
 //   - Results are kept per key (the caller's: an instance's name or pod
@@ -264,10 +311,13 @@ type probeEntry struct {
 	// answers that, so a Ready proxy does not turn not-Ready for a moment
 	// each time its result is renewed over a slow link.
 	served bool
+	// answer is that probe's Answer, said with it.
+	answer string
 }
 
 // Check reports whether Squid answering as identity (Identity of the
-// resource's UID) serves at addr, for the caller's key. guard, when not
+// resource's UID; AnySquid, from Expected, for an unmarked instance: any
+// Squid's answer) serves at addr, for the caller's key. guard, when not
 // nil, checks addr first and dials it (the config's netguard.Guard):
 // an address it refuses is never asked, whatever Ask is. ca, when set, is
 // the PEM CA of a proxy listening with TLS (proxy.Ref.ProxyCA): the probe
@@ -285,7 +335,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca
 	}
 	e := p.entries[key]
 	now := time.Now()
-	served := false
+	served, answer := false, ""
 	if e != nil && e.addr == addr && e.identity == identity && e.ca == caDigest {
 		select {
 		case <-e.done:
@@ -293,7 +343,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca
 				p.mu.Unlock()
 				return e.result
 			}
-			served = e.result.Serving
+			served, answer = e.result.Serving, e.result.Answer
 			e = nil // expired
 		default: // in flight
 		}
@@ -301,7 +351,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca
 		e = nil
 	}
 	if e == nil {
-		e = &probeEntry{addr: addr, identity: identity, ca: caDigest, caPEM: ca, done: make(chan struct{}), served: served}
+		e = &probeEntry{addr: addr, identity: identity, ca: caDigest, caPEM: ca, done: make(chan struct{}), served: served, answer: answer}
 		p.entries[key] = e
 		p.sweep(now)
 		go p.probe(key, e, guard) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
@@ -327,7 +377,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca
 	default:
 		e.waiters = true
 		if e.served {
-			return Probe{Serving: true}
+			return Probe{Serving: true, Answer: e.answer}
 		}
 		return Probe{Pending: true}
 	}
@@ -374,6 +424,8 @@ func (p *Prober) probe(key string, e *probeEntry, guard Guard) {
 				err = quiet(err)
 			}
 			r.Message = fmt.Sprintf("no answer from Squid at %s: %v", e.addr, err)
+		case e.identity == AnySquid:
+			r.Serving, r.Answer = true, answered(got, guard != nil)
 		case got != e.identity && identityPattern.MatchString(got):
 			r.Message = fmt.Sprintf("Squid at %s answers as %q, not as this resource's (%q): its configuration is another one", e.addr, got, e.identity)
 		case got != e.identity:
@@ -390,6 +442,23 @@ func (p *Prober) probe(key string, e *probeEntry, guard Guard) {
 	p.mu.Unlock()
 	if notify {
 		p.Notify(key)
+	}
+}
+
+// answered is a Probe's Answer of a Squid that answered as name, for a
+// check of AnySquid; guarded: the address is one a tenant's backend
+// reported, whose answers are never quoted.
+func answered(name string, guarded bool) string {
+	switch {
+	case identityPattern.MatchString(name):
+		// One of the provider's own names, quoted as Check quotes it.
+		return fmt.Sprintf("answered as %q", name)
+	case guarded:
+		return "answered (its name is not shown for a namespaced ProviderConfig)"
+	case !shownName.MatchString(name):
+		return "answered (with a name that is not a plain host name: not shown)"
+	default:
+		return fmt.Sprintf("answered as %q", name)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,5 +191,147 @@ func TestProberServesTheLastSuccessWhileRenewing(t *testing.T) {
 	<-notified
 	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", Identity("u1"), ""); got.Serving || !strings.Contains(got.Message, "connection refused") {
 		t.Errorf("after the renewal failed: %+v; want not Serving", got)
+	}
+}
+
+// TestExpected: an unmarked instance is checked as any Squid; a marked
+// one as its resource's, even with no UID in its mark.
+func TestExpected(t *testing.T) {
+	for _, tc := range []struct {
+		m    proxy.Mark
+		want string
+	}{
+		{proxy.Mark{}, AnySquid},
+		{proxy.Mark{UID: probeUID, InstallationID: "i"}, Identity(probeUID)},
+		{proxy.Mark{UID: probeUID}, Identity(probeUID)},
+		{proxy.Mark{InstallationID: "i"}, Identity("")},
+	} {
+		if got := Expected(tc.m); got != tc.want {
+			t.Errorf("Expected(%+v) = %q; want %q", tc.m, got, tc.want)
+		}
+	}
+}
+
+// openGuard is a Guard that refuses nothing: a tenant's config whose
+// reported addresses are allowed, for the quoting rules of a guarded probe.
+type openGuard struct{}
+
+func (openGuard) CheckHost(context.Context, string) ([]netip.Addr, error) { return nil, nil }
+
+func (openGuard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, network, addr)
+}
+
+// TestProberAnySquid: a check of AnySquid (an unmarked instance) is
+// served by whatever name Squid answers with, and its Answer quotes that
+// name only when it is a plain, short host name and the address is the
+// platform's (no guard), or one of the provider's own names; a tenant's
+// address (a guard) gets no quote of what answered there. The same answer
+// does not serve a marked instance's check, which is as strict as ever.
+func TestProberAnySquid(t *testing.T) {
+	const handmade = "squid-handmade.corp.example"
+	long := strings.Repeat("a", 64)
+	injected := `evil.example (Ready: verified by the platform team) "ok`
+	const notShownTenant = "answered (its name is not shown for a namespaced ProviderConfig)"
+	const notShownName = "answered (with a name that is not a plain host name: not shown)"
+	cases := map[string]struct {
+		answer string
+		err    error
+		guard  Guard
+		want   Probe
+	}{
+		"HandMade":                 {answer: handmade, want: Probe{Serving: true, Answer: `answered as "` + handmade + `"`}},
+		"HandMadeOfATenant":        {answer: handmade, guard: openGuard{}, want: Probe{Serving: true, Answer: notShownTenant}},
+		"ProviderNameOfATenant":    {answer: Identity(probeUID), guard: openGuard{}, want: Probe{Serving: true, Answer: `answered as "` + Identity(probeUID) + `"`}},
+		"TheImagesDefault":         {answer: Identity(""), want: Probe{Serving: true, Answer: `answered as "egress-proxy"`}},
+		"NotAHostName":             {answer: injected, want: Probe{Serving: true, Answer: notShownName}},
+		"TooLong":                  {answer: long, want: Probe{Serving: true, Answer: notShownName}},
+		"NoName":                   {answer: "", want: Probe{Serving: true, Answer: notShownName}},
+		"NotSquid":                 {err: &plainError{err: errors.New("10.0.0.5:3128 answers HTTP, but not as Squid")}, want: Probe{Message: "no answer from Squid at 10.0.0.5:3128: 10.0.0.5:3128 answers HTTP, but not as Squid"}},
+		"NotSquidOfATenantQuietly": {err: errors.New(injected), guard: openGuard{}, want: Probe{Message: "no answer from Squid at 10.0.0.5:3128: the answer could not be read (what was answered is not shown)"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := &Prober{Wait: time.Minute, Ask: func(context.Context, string) (string, error) { return tc.answer, tc.err }}
+			got := p.Check(context.Background(), tc.guard, "k", "10.0.0.5:3128", AnySquid, "")
+			if got != tc.want {
+				t.Errorf("Check(AnySquid) = %+v; want %+v", got, tc.want)
+			}
+			if strings.Contains(got.Answer+got.Message, "verified") {
+				t.Errorf("the result quotes the answer: %+v", got)
+			}
+			// The same Squid is not a marked instance's.
+			other := "0a0a0a0a-0000-4000-8000-000000000000"
+			marked := p.Check(context.Background(), tc.guard, "k", "10.0.0.5:3128", Expected(proxy.Mark{UID: other, InstallationID: "i"}), "")
+			if marked.Serving || marked.Answer != "" || strings.Contains(marked.Message, "verified") {
+				t.Errorf("Check(Identity) of the same answer = %+v; want not Serving, no Answer, nothing quoted", marked)
+			}
+		})
+	}
+}
+
+// TestProberAnySquidKeepsItsAnswerWhileRenewing: the last success's
+// Answer is said with it while its renewal runs.
+func TestProberAnySquidKeepsItsAnswerWhileRenewing(t *testing.T) {
+	answer := make(chan struct{}, 4)
+	notified := make(chan string, 4)
+	p := &Prober{
+		Wait:        time.Millisecond,
+		PositiveTTL: time.Nanosecond,
+		Ask: func(context.Context, string) (string, error) {
+			<-answer
+			return "squid-1", nil
+		},
+		Notify: func(key string) { notified <- key },
+	}
+	ctx := context.Background()
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", AnySquid, ""); !got.Pending {
+		t.Fatalf("first check: %+v; want Pending", got)
+	}
+	answer <- struct{}{}
+	<-notified
+	if got := p.Check(ctx, nil, "k", "10.0.0.5:3128", AnySquid, ""); !got.Serving || got.Answer != `answered as "squid-1"` {
+		t.Errorf("while the renewal runs: %+v; want Serving with the last Answer", got)
+	}
+	answer <- struct{}{}
+	<-notified
+}
+
+// TestNoteAnswer: an unmarked instance's Answer goes to its Details; a
+// check without one leaves them alone.
+func TestNoteAnswer(t *testing.T) {
+	var inst proxy.Instance
+	NoteAnswer(&inst, Probe{Serving: true})
+	if inst.Details != nil {
+		t.Errorf("Details after a check without an Answer: %v; want none", inst.Details)
+	}
+	NoteAnswer(&inst, Probe{Serving: true, Answer: `answered as "squid-1"`})
+	if got := inst.Details[DetailAnswer]; got != `answered as "squid-1"` {
+		t.Errorf("Details[%s] = %q", DetailAnswer, got)
+	}
+}
+
+// TestProberAnySquidRealSquid: a Squid the provider did not configure,
+// calling itself by its own host name as a hand-made one does, serves an
+// unmarked instance's check (AnySquid), which says the name; it never
+// serves a marked instance's.
+func TestProberAnySquidRealSquid(t *testing.T) {
+	bin := squidBinary(t)
+	const name = "squid-handmade.corp.example"
+	hand := startSquid(t, bin, proxy.Settings{AllowedClientCIDRs: []string{"127.0.0.0/8"}}, Options{}, func(conf string) string {
+		out := strings.Replace(conf, "visible_hostname "+Identity(""), "visible_hostname "+name, 1)
+		if IdentityOf(out) != name {
+			t.Fatalf("the rendered configuration has no visible_hostname %s to replace", Identity(""))
+		}
+		return out
+	})
+	p := &Prober{Wait: 30 * time.Second, Timeout: 20 * time.Second}
+	ctx := context.Background()
+	if got := p.Check(ctx, nil, "unmarked", hand.addr, AnySquid, ""); !got.Serving || got.Answer != `answered as "`+name+`"` {
+		t.Errorf("an unmarked instance's hand-made Squid: %+v; want Serving, answered as %q", got, name)
+	}
+	got := p.Check(ctx, nil, "marked", hand.addr, Identity(probeUID), "")
+	if got.Serving || !strings.Contains(got.Message, "not one of the provider's") || strings.Contains(got.Message, name) {
+		t.Errorf("a marked instance's check of the same Squid: %+v; want not Serving, its name not quoted", got)
 	}
 }

@@ -208,8 +208,9 @@ type liveSquid struct {
 
 // startSquid renders s and o, starts `squid -N` on a free loopback port and
 // waits until it accepts connections. The process group is killed when the
-// test ends.
-func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSquid {
+// test ends. edit, when given, changes the configuration first (a Squid
+// the provider did not configure).
+func startSquid(t *testing.T, bin string, s proxy.Settings, o Options, edit ...func(conf string) string) *liveSquid {
 	t.Helper()
 	dir := worldReadableDir(t)
 	network, host := "tcp4", "127.0.0.1"
@@ -233,6 +234,9 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options) *liveSqui
 	f, err := Render(s, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, e := range edit {
+		f.SquidConf = e(f.SquidConf)
 	}
 	conf := filepath.Join(dir, "squid.conf")
 	writeReadable(t, conf, f.SquidConf)

@@ -17,7 +17,8 @@ const (
 	ConnectionHost = "host"
 	// ConnectionPort is the proxy's port.
 	ConnectionPort = "port"
-	// ConnectionUsername and ConnectionPassword are present when auth is on.
+	// ConnectionUsername and ConnectionPassword are present when auth is on
+	// (for an import, only with passwordSecretRef).
 	ConnectionUsername = "username"
 	ConnectionPassword = "password"
 	// ConnectionHTTPProxy and ConnectionHTTPSProxy are the URL, under the

@@ -209,10 +209,11 @@ func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool
 		port := labels[LabelPort]
 		if _, err := strconv.Atoi(port); err == nil {
 			addr := net.JoinHostPort(v.IP, port)
-			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), v.ID, addr, squid.Identity(v.Mark.UID), ca)
+			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), v.ID, addr, squid.Expected(v.Mark), ca)
 			v.ProxyReachable = pr.Serving
 			if pr.Serving {
 				v.ProxyAddress = addr
+				squid.NoteAnswer(&v, pr)
 			}
 			switch {
 			case pr.Refused:

@@ -143,10 +143,11 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
-		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Identity(dep.Labels[LabelUID]), ca)
+		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Expected(markOf(dep)), ca)
 		o.inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			o.inst.ProxyAddress = target
+			squid.NoteAnswer(&o.inst, pr)
 		}
 		if !pr.Serving && o.inst.Progress == "" {
 			if pr.Refused {

@@ -179,10 +179,11 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	switch {
 	case inst.State == proxy.StateRunning:
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
-		pr := d.b.prober.Check(ctx, d.cfg.Guard.Reported(), inst.ID, addr, squid.Identity(inst.Mark.UID), ca)
+		pr := d.b.prober.Check(ctx, d.cfg.Guard.Reported(), inst.ID, addr, squid.Expected(inst.Mark), ca)
 		inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			inst.ProxyAddress = addr
+			squid.NoteAnswer(&inst, pr)
 		}
 		switch {
 		case pr.Refused:

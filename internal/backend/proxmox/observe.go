@@ -376,10 +376,11 @@ func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, 
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.cfg.URL+"/"+inst.ID, addr, squid.Identity(inst.Mark.UID), ca)
+	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.cfg.URL+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
 	inst.ProxyReachable = pr.Serving
 	if pr.Serving {
 		inst.ProxyAddress = addr
+		squid.NoteAnswer(&inst, pr)
 	}
 	switch {
 	case pr.Refused:

@@ -334,8 +334,21 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 	return managed.ExternalObservation{
 		ResourceExists:    true,
 		ResourceUpToDate:  inst.SpecHash == "" || inst.SpecHash == proxy.Hash(req),
-		ConnectionDetails: e.unpublished(ctx, cr, connectionDetails(inst, req, e.cfg.Spec.NoProxy)),
+		ConnectionDetails: e.unpublished(ctx, cr, connectionDetails(inst, withoutGeneratedPassword(req, inst, e.kind.Proxy(cr.Parameters())), e.cfg.Spec.NoProxy)),
 	}, nil
+}
+
+// withoutGeneratedPassword is req without its password when inst is an
+// import (no mark: made by hand) and the password is one the provider
+// generated, which that instance never had: such a resource publishes
+// credentials only from passwordSecretRef. The resource's own instance
+// keeps the password it was made with, also under Observe.
+func withoutGeneratedPassword(req proxy.Request, inst proxy.Instance, ps *spec.ProxySettings) proxy.Request {
+	if inst.Mark != (proxy.Mark{}) || (ps.Auth != nil && ps.Auth.PasswordSecretRef != nil) {
+		return req
+	}
+	req.Proxy.Auth.Password = ""
+	return req
 }
 
 // answerWindow is how long after its creation an instance with an address
@@ -770,6 +783,8 @@ func (e *external[P]) setReadiness(cr resource.Managed, inst proxy.Instance) {
 func setReadiness(cr resource.Managed, inst proxy.Instance) {
 	var c xpv2.Condition
 	switch {
+	case inst.State == proxy.StateRunning && inst.IP != "" && inst.ProxyReachable && inst.Mark == (proxy.Mark{}):
+		c = xpv2.Available().WithMessage(imported(inst))
 	case inst.State == proxy.StateRunning && inst.IP != "" && inst.ProxyReachable:
 		c = xpv2.Available()
 	case inst.State == proxy.StateRunning && inst.IP != "":
@@ -784,6 +799,18 @@ func setReadiness(cr resource.Managed, inst proxy.Instance) {
 	cr.SetConditions(c.WithObservedGeneration(cr.GetGeneration()))
 }
 
+// imported is the Ready message of an unmarked instance that serves: one
+// an Observe-only resource imported (foreign refuses it to any other),
+// whose Squid was checked as any Squid (squid.AnySquid), not as this
+// resource's, with what it answered as when the driver reports it.
+func imported(inst proxy.Instance) string {
+	msg := fmt.Sprintf("instance %s is not the provider's (it carries no ownership mark; imported Observe-only, so any Squid answering counts)", inst.Name)
+	if a := inst.Details[squid.DetailAnswer]; a != "" {
+		msg += ": its Squid " + a
+	}
+	return msg
+}
+
 func withProgress(msg, progress string) string {
 	if progress == "" {
 		return msg
@@ -793,6 +820,9 @@ func withProgress(msg, progress string) string {
 
 // connectionDetails are published once the address is known: every key of
 // spec.ConnectionKeys that applies. noProxy is the config's spec.noProxy.
+// With auth on, username and password (and the URLs' credentials) are
+// published only with a password: for an import, passwordSecretRef's
+// alone.
 func connectionDetails(inst proxy.Instance, req proxy.Request, noProxy []string) managed.ConnectionDetails {
 	if inst.IP == "" {
 		return nil
@@ -812,7 +842,10 @@ func connectionDetails(inst proxy.Instance, req proxy.Request, noProxy []string)
 		u.Scheme = "https"
 		d[spec.ConnectionCA] = []byte(t.CA)
 	}
-	if req.Proxy.Auth.Enabled {
+	// Credentials only with a password: an import without
+	// passwordSecretRef has none (withoutGeneratedPassword), and
+	// publishes no username either.
+	if req.Proxy.Auth.Enabled && req.Proxy.Auth.Password != "" {
 		u.User = url.UserPassword(req.Proxy.Auth.Username, req.Proxy.Auth.Password)
 		d[spec.ConnectionUsername] = []byte(req.Proxy.Auth.Username)
 		d[spec.ConnectionPassword] = []byte(req.Proxy.Auth.Password)

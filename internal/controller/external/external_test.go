@@ -28,6 +28,7 @@ import (
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
+	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry/otlptest"
 )
@@ -197,10 +198,14 @@ func TestObserve(t *testing.T) {
 			want:   want{err: errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", testName)},
 		},
 		"UnmarkedImport": {
-			reason: "An Observe-only resource may import an unmarked instance.",
+			reason: "An Observe-only resource may import an unmarked instance; Ready says it is not the provider's.",
 			cr:     proxyResource(observeOnlyPolicy),
 			setup:  setupForeign,
-			want:   running(true),
+			want: func() want {
+				w := running(true)
+				w.ready = xpv2.Available().WithMessage("instance px-1 is not the provider's (it carries no ownership mark; imported Observe-only, so any Squid answering counts)").WithObservedGeneration(3)
+				return w
+			}(),
 		},
 		"AnotherResourcesImport": {
 			reason: "An Observe-only resource never imports an instance made for another resource.",
@@ -593,7 +598,9 @@ func TestSetReadiness(t *testing.T) {
 		inst proxy.Instance
 		want xpv2.Condition
 	}{
-		"Answers":             {inst: proxy.Instance{Name: "p", State: proxy.StateRunning, IP: "10.0.0.1", ProxyReachable: true}, want: xpv2.Available()},
+		"Answers": {inst: proxy.Instance{Name: "p", Mark: proxy.Mark{UID: testUID}, State: proxy.StateRunning, IP: "10.0.0.1", ProxyReachable: true}, want: xpv2.Available()},
+		"AnswersUnmarked": {inst: proxy.Instance{Name: "p", State: proxy.StateRunning, IP: "10.0.0.1", ProxyReachable: true, Details: map[string]string{squid.DetailAnswer: `answered as "squid-1"`}},
+			want: xpv2.Available().WithMessage(`instance p is not the provider's (it carries no ownership mark; imported Observe-only, so any Squid answering counts): its Squid answered as "squid-1"`)},
 		"RunningNotAnswering": {inst: proxy.Instance{Name: "p", State: proxy.StateRunning, IP: "10.0.0.1"}, want: xpv2.Creating().WithMessage("instance p is running at 10.0.0.1; waiting for the proxy to answer")},
 		"RunningNoAddress":    {inst: proxy.Instance{Name: "p", State: proxy.StateRunning}, want: xpv2.Creating()},
 		"ProvisioningQuiet":   {inst: proxy.Instance{Name: "p", State: proxy.StateProvisioning}, want: xpv2.Creating()},
