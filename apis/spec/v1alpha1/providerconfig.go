@@ -88,6 +88,11 @@ type OrphanStatus struct {
 	LastSweepTime *metav1.Time `json:"lastSweepTime,omitempty"`
 	// Count of orphans found by the last sweep (after any deletions).
 	Count int32 `json:"count"`
+	// Released is how many of the instances (or pieces of one) the last
+	// sweep listed were left on purpose by their resource (status.released):
+	// not orphans, never deleted.
+	// +optional
+	Released int32 `json:"released,omitempty"`
 	// Instances are the orphans found, at most 20 (oldest first).
 	// +optional
 	// +listType=atomic
@@ -741,6 +746,44 @@ type ProviderConfigStatus struct {
 	// installation's mark whose managed resource no longer exists.
 	// +optional
 	Orphans *OrphanStatus `json:"orphans,omitempty"`
+	// Released records the instances this config's managed resources left
+	// on purpose when they were deleted (deletionPolicy Orphan, management
+	// policies without Delete): the orphan sweep never calls them orphans,
+	// so never deletes them.
+	// +optional
+	Released *ReleasedStatus `json:"released,omitempty"`
+}
+
+// MaxReleased is how many released instances a config records.
+const MaxReleased = 512
+
+// ReleasedStatus is the record of the instances left on purpose by the
+// managed resources of a config. The provider adds an entry as a
+// resource's finalizer goes, and the orphan sweep removes it once no
+// instance carries the UID any more (it was deleted by hand).
+type ReleasedStatus struct {
+	// Instances are the UIDs of the managed resources whose deletion left
+	// their instance, at most 512.
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	// +kubebuilder:validation:MaxItems=512
+	Instances []ReleasedInstance `json:"instances,omitempty"`
+	// UnrecordedTime is, when set, the last time a release could not be
+	// recorded (the list was full). The sweep then deletes no orphan
+	// created before it (with a margin for clock skew): any of them may be
+	// the one left on purpose. It goes once no such orphan remains.
+	// +optional
+	UnrecordedTime *metav1.Time `json:"unrecordedTime,omitempty"`
+}
+
+// ReleasedInstance is one instance left on purpose.
+type ReleasedInstance struct {
+	// UID of the managed resource, which the instance's mark names.
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+	// ReleasedAt is when the resource's finalizer went.
+	ReleasedAt metav1.Time `json:"releasedAt"`
 }
 
 // TargetHealth is the health of one backend target (a host, a node, a

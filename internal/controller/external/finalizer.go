@@ -3,6 +3,7 @@ package external
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
@@ -34,12 +35,19 @@ type childrenFinalizer struct {
 
 // RemoveFinalizer implements resource.Finalizer. First of all, the kind's
 // Release hook (Kind.Release), if any, undoes what would make the garbage
-// collector delete an instance the resource's deletion leaves; its error
-// keeps the finalizer.
+// collector delete an instance the resource's deletion leaves; then, for
+// such a resource, the config it uses records the release
+// (status.released), so that the orphan sweep leaves the instance alone.
+// An error of either keeps the finalizer, and the reconcile is retried.
 func (f childrenFinalizer) RemoveFinalizer(ctx context.Context, obj resource.Object) error {
 	if mg, ok := obj.(resource.Managed); ok && meta.WasDeleted(mg) {
 		if f.release != nil {
 			if err := f.release(ctx, f.kube, mg); err != nil {
+				return err
+			}
+		}
+		if !Deletes(mg) {
+			if err := recordRelease(ctx, f.kube, mg, time.Now()); err != nil {
 				return err
 			}
 		}

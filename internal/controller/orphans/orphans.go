@@ -5,7 +5,12 @@
 // backend. By default they are reported (status.orphans, an event, the
 // egressproxy_orphans metric); a config that sets orphans.policy Delete has
 // those older than orphans.minAge deleted. Instances of another
-// installation and unmarked ones are never listed, so never touched.
+// installation and unmarked ones are never listed, so never touched; nor
+// are those their resource left on purpose (deletionPolicy Orphan,
+// management policies without Delete), which the config records in
+// status.released as the resource's finalizer goes: they are counted apart
+// (status.orphans.released), and their entry goes once no instance carries
+// the UID any more.
 package orphans
 
 import (
@@ -46,6 +51,7 @@ const (
 	ReasonHostDeparted  event.Reason = "HostLeftConfig"
 	ReasonTidied        event.Reason = "UnusedImageDeleted"
 	ReasonCannotTidy    event.Reason = "CannotDeleteUnusedImage"
+	ReasonWithheld      event.Reason = "OrphanDeletionWithheld"
 	maxListed                        = 20
 	defaultMinAge                    = time.Hour
 	defaultWorkers                   = 2
@@ -53,7 +59,34 @@ const (
 	// youngest is the age below which an instance is never called an
 	// orphan: the resource that made it may not be in the cache yet.
 	youngest = 2 * time.Minute
+	// settled is how long a release stays recorded, or unrecorded, before
+	// the sweep may forget it for want of an instance: an instance whose
+	// create was still under way when its resource went may not be listed
+	// at once.
+	settled = time.Hour
+	// clockSkew is the margin by which an instance created after a release
+	// went unrecorded (backend clock against the provider's) is still
+	// taken for one created before it.
+	clockSkew = 10 * time.Minute
 )
+
+// result is what one sweep found.
+type result struct {
+	// found are the orphans left (oldest first), deleted those deleted,
+	// listed every instance of this installation.
+	found, deleted, listed []proxy.Instance
+	// released counts the instances (or pieces of one) listed that their
+	// resource left on purpose.
+	released int
+	// withheld are the orphans Delete would have removed but for a release
+	// that went unrecorded at unrecorded.
+	withheld   []proxy.Instance
+	unrecorded time.Time
+	// record is the config as read for its status.released, and keep what
+	// of status.released stays: nil when nothing changes.
+	record config
+	keep   *spec.ReleasedStatus
+}
 
 // config is the part of the three config kinds the sweeper needs.
 type config interface {
@@ -131,12 +164,20 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	found, deleted, listed, err := s.sweep(sctx, pc, cfg, backend)
+	res, err := s.sweep(sctx, pc, cfg, backend)
 	if err != nil {
 		// Nothing is reported as an orphan when the sweep cannot tell.
 		s.Log.Info("cannot sweep for orphans", "config", cfg.Name, "error", err.Error())
 		s.Events.Event(pc, event.Warning(ReasonCannotSweep, err))
 		return next, nil
+	}
+	found, deleted, listed := res.found, res.deleted, res.listed
+	if res.keep != nil {
+		// Another write since the read (a release recorded) fails with a
+		// conflict: the next sweep tries again.
+		if err := s.prune(ctx, res.record, res.keep); err != nil {
+			s.Log.Debug("cannot prune status.released", "config", cfg.Name, "error", err.Error())
+		}
 	}
 	telemetry.Orphans.WithLabelValues(backend, label).Set(float64(len(found)))
 	prev := int32(-1)
@@ -150,7 +191,7 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 			hosts, departed, left = hostsOf(before, b.Hosts, listed, s.clock())
 		}
 	}
-	if err := s.writeStatus(ctx, pc, found, hosts, departed); err != nil {
+	if err := s.writeStatus(ctx, pc, found, res.released, hosts, departed); err != nil {
 		return reconcile.Result{}, err
 	}
 	for _, h := range left {
@@ -170,34 +211,63 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		}
 		s.Events.Event(pc, event.Normal(ReasonOrphanDeleted, fmt.Sprintf("deleted orphan %s (managed resource UID %s no longer exists)", what, d.Mark.UID)))
 	}
+	if len(res.withheld) > 0 {
+		s.Events.Event(pc, event.Warning(ReasonWithheld, errors.Errorf(
+			"%d orphan(s) not deleted: %s; a resource's release of its instance could not be recorded (status.released was full) at %s, and any of them may be the instance it left on purpose; delete those no one keeps by hand (the sweep clears status.released.unrecordedTime once none as old remains)",
+			len(res.withheld), names(res.withheld), res.unrecorded.UTC().Format(time.RFC3339))))
+	}
 	return next, nil
 }
 
 // sweep lists the backend's instances with this installation's mark and
 // returns those whose managed resource is gone (after deleting what the
-// policy allows), oldest first.
-func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, backend string) (found, deleted, instances []proxy.Instance, err error) {
+// policy allows), oldest first. An instance its resource left on purpose
+// (its UID in status.released) is no orphan.
+func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, backend string) (res result, err error) {
 	if cfg.Backend == nil {
-		return nil, nil, nil, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
+		return res, errors.Errorf("%s holds no backend block this provider knows", cfg.Name)
 	}
 	// Before any credential is read, as the health check: a namespaced
 	// config never sweeps with the provider's own identity or a setting
 	// only a cluster-scoped config may make.
 	if err := cfg.CheckTenancy(); err != nil {
-		return nil, nil, nil, err
+		return res, err
 	}
 	uids, err := s.liveUIDs(ctx, backend)
 	if err != nil {
-		return nil, nil, nil, err
+		return res, err
+	}
+	// Read after the resources: a resource records its release before its
+	// finalizer goes, so one missing from the list above has its release
+	// in this read unless the configs' watch runs behind the resources' by
+	// more than that round trip.
+	rec := s.newConfig()
+	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(pc), rec); err != nil {
+		return res, errors.Wrap(err, "cannot read the config's status.released")
+	}
+	res.record = rec
+	var released *spec.ReleasedStatus
+	if st, ok := statusOf(rec); ok && st.Released != nil {
+		released = st.Released
+	}
+	releasedUIDs := map[string]bool{}
+	if released != nil {
+		for _, r := range released.Instances {
+			releasedUIDs[r.UID] = true
+		}
+		if t := released.UnrecordedTime; t != nil {
+			res.unrecorded = t.Time
+		}
 	}
 	d, err := cfg.Backend.Connect(ctx, cfg)
 	if err != nil {
-		return nil, nil, nil, errors.Wrap(err, "cannot connect to the backend")
+		return res, errors.Wrap(err, "cannot connect to the backend")
 	}
-	instances, err = d.List(ctx, cfg.InstallationID)
+	instances, err := d.List(ctx, cfg.InstallationID)
 	if err != nil {
-		return nil, nil, nil, errors.Wrap(err, "cannot list the backend's instances")
+		return res, errors.Wrap(err, "cannot list the backend's instances")
 	}
+	res.listed = instances
 	now := s.clock()
 	policy, minAge := spec.OrphanPolicyReport, defaultMinAge
 	if o := cfg.Spec.Orphans; o != nil {
@@ -208,21 +278,35 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			minAge = o.MinAge.Duration
 		}
 	}
+	// mayBeUnrecorded tells whether inst may be the instance of a release
+	// that went unrecorded: created (by its backend's clock) before it.
+	mayBeUnrecorded := func(inst proxy.Instance) bool {
+		return !res.unrecorded.IsZero() && (inst.CreatedAt.IsZero() || !inst.CreatedAt.After(res.unrecorded.Add(clockSkew)))
+	}
+	carried := map[string]bool{}
+	unrecordedLeft := false
 	for _, inst := range instances {
 		if inst.Mark == (proxy.Mark{}) && len(inst.Leftovers) > 0 {
 			// Pieces marked in part (a UID prefix): reported while no
 			// resource's UID has the prefix, never deleted.
-			if p := inst.Details[proxy.DetailUIDPrefix]; p != "" && !hasPrefix(uids, p) && !tooYoung(inst, now) {
-				found = append(found, inst)
+			if p := inst.Details[proxy.DetailUIDPrefix]; p != "" && !hasPrefix(uids, p) && !hasPrefix(releasedUIDs, p) && !tooYoung(inst, now) {
+				res.found = append(res.found, inst)
 			}
 			continue
 		}
 		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID || uids[inst.Mark.UID] {
 			continue
 		}
+		if releasedUIDs[inst.Mark.UID] {
+			carried[inst.Mark.UID] = true
+			res.released++
+			continue
+		}
+		unrecorded := mayBeUnrecorded(inst)
+		unrecordedLeft = unrecordedLeft || unrecorded
 		if inst.CreatedAt.IsZero() {
 			// Of unknown age: reported, never deleted.
-			found = append(found, inst)
+			res.found = append(res.found, inst)
 			continue
 		}
 		age := now.Sub(inst.CreatedAt)
@@ -232,18 +316,26 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			continue
 		}
 		if policy == spec.OrphanPolicyDelete && age >= minAge {
+			if unrecorded {
+				res.withheld = append(res.withheld, inst)
+				res.found = append(res.found, inst)
+				continue
+			}
 			ref := proxy.Ref{ID: inst.ID, Name: inst.Name, Mark: inst.Mark, Placement: inst.Placement, Live: true}
 			if err := d.Delete(ctx, ref); err != nil {
 				s.Events.Event(pc, event.Warning(ReasonCannotDelete, errors.Wrapf(err, "cannot delete orphan %s", inst.ID)))
-				found = append(found, inst)
+				res.found = append(res.found, inst)
 				continue
 			}
-			deleted = append(deleted, inst)
+			res.deleted = append(res.deleted, inst)
 			continue
 		}
-		found = append(found, inst)
+		res.found = append(res.found, inst)
 	}
-	slices.SortFunc(found, func(a, b proxy.Instance) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(res.found, func(a, b proxy.Instance) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	if released != nil {
+		res.keep = pruned(released, carried, unrecordedLeft, now)
+	}
 	if t, ok := d.(proxy.Tidier); ok {
 		// Shared pieces no instance uses (KVM base images), under the
 		// backend's own retention, whatever the orphan policy.
@@ -255,7 +347,46 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			s.Events.Event(pc, event.Warning(ReasonCannotTidy, errors.Wrap(err, "cannot tidy the backend")))
 		}
 	}
-	return found, deleted, instances, nil
+	return res, nil
+}
+
+// pruned returns what stays of the record r, or nil when nothing goes:
+// the entries whose UID an instance still carries (carried) or released
+// within settled, and unrecordedTime while an orphan that may be its
+// instance is left (unrecordedLeft) or it is within settled.
+func pruned(r *spec.ReleasedStatus, carried map[string]bool, unrecordedLeft bool, now time.Time) *spec.ReleasedStatus {
+	keep := &spec.ReleasedStatus{UnrecordedTime: r.UnrecordedTime}
+	for _, e := range r.Instances {
+		if carried[e.UID] || now.Sub(e.ReleasedAt.Time) < settled {
+			keep.Instances = append(keep.Instances, e)
+		}
+	}
+	if t := r.UnrecordedTime; t != nil && !unrecordedLeft && now.Sub(t.Time) >= settled {
+		keep.UnrecordedTime = nil
+	}
+	if len(keep.Instances) == len(r.Instances) && keep.UnrecordedTime == r.UnrecordedTime {
+		return nil
+	}
+	return keep
+}
+
+// prune writes keep as the config's status.released, holding the
+// resourceVersion the sweep read it at: a release recorded since fails the
+// write with a conflict instead of being lost.
+func (s *Sweeper) prune(ctx context.Context, pc config, keep *spec.ReleasedStatus) error {
+	st, ok := statusOf(pc)
+	if !ok {
+		return nil
+	}
+	orig, ok := pc.DeepCopyObject().(config)
+	if !ok {
+		return errors.Errorf("cannot copy %T", pc)
+	}
+	st.Released = keep
+	if len(keep.Instances) == 0 && keep.UnrecordedTime == nil {
+		st.Released = nil
+	}
+	return errors.Wrap(client.IgnoreNotFound(s.Kube.Status().Patch(ctx, pc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))), "cannot write status.released")
 }
 
 // hasPrefix tells whether a UID in uids, without its dashes, starts with
@@ -315,9 +446,9 @@ func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]bool
 // writeStatus records the sweep in status.orphans with a merge patch of
 // the status subresource (only that field: the health and usage
 // controllers write the rest).
-func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Instance, hosts, departed []spec.OrphanHost) error {
+func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Instance, released int, hosts, departed []spec.OrphanHost) error {
 	now := metav1.NewTime(s.clock())
-	st := spec.OrphanStatus{LastSweepTime: &now, Count: int32(len(found)), Hosts: hosts, DepartedHosts: departed} //nolint:gosec // Far fewer than 2^31 instances.
+	st := spec.OrphanStatus{LastSweepTime: &now, Count: int32(len(found)), Released: int32(released), Hosts: hosts, DepartedHosts: departed} //nolint:gosec // Far fewer than 2^31 instances.
 	for _, inst := range found {
 		if len(st.Instances) == maxListed {
 			break
@@ -342,7 +473,7 @@ func (s *Sweeper) writeStatus(ctx context.Context, pc config, found []proxy.Inst
 	}
 	// A merge patch keeps what it does not name: an emptied list is
 	// removed explicitly.
-	for _, k := range []string{"instances", "hosts", "departedHosts"} {
+	for _, k := range []string{"instances", "released", "hosts", "departedHosts"} {
 		if _, ok := fields[k]; !ok {
 			fields[k] = nil
 		}

@@ -451,3 +451,187 @@ func TestSweepDoesNotConnectWithAConfigTenantsMayNotWrite(t *testing.T) {
 		})
 	}
 }
+
+// release records uid in status.released of the config "home", released
+// at at; unrecorded, when not zero, sets unrecordedTime.
+func (st *setup) release(t *testing.T, at, unrecorded time.Time, uids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	pc := &nsv1alpha1.ClusterProviderConfig{}
+	if err := st.kube.Get(ctx, types.NamespacedName{Name: "home"}, pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Status.Released = &spec.ReleasedStatus{}
+	for _, uid := range uids {
+		pc.Status.Released.Instances = append(pc.Status.Released.Instances, spec.ReleasedInstance{UID: uid, ReleasedAt: metav1.NewTime(at)})
+	}
+	if !unrecorded.IsZero() {
+		u := metav1.NewTime(unrecorded)
+		pc.Status.Released.UnrecordedTime = &u
+	}
+	if err := st.kube.Status().Update(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (st *setup) released(t *testing.T) *spec.ReleasedStatus {
+	t.Helper()
+	pc := &nsv1alpha1.ClusterProviderConfig{}
+	if err := st.kube.Get(context.Background(), types.NamespacedName{Name: "home"}, pc); err != nil {
+		t.Fatal(err)
+	}
+	return pc.Status.Released
+}
+
+func (st *setup) remove(t *testing.T, name string) {
+	t.Helper()
+	for _, i := range st.backend.Instances() {
+		if i.Name == name {
+			st.backend.Remove(i.ID)
+			return
+		}
+	}
+	t.Fatalf("no instance %s", name)
+}
+
+// An instance whose resource was deleted with deletionPolicy Orphan or
+// management policies without Delete is recorded in status.released: the
+// sweep never deletes it, under policy Delete, nor calls it an orphan; it
+// counts it in status.orphans.released. An orphan no one released is still
+// deleted. Once the released instance is deleted by hand, its entry goes.
+func TestSweepNeverDeletesReleasedInstances(t *testing.T) {
+	st := newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+	req := st.backend.Request("gone-unreleased", "uid-gone-3")
+	req.Mark.InstallationID = installation
+	if _, err := st.backend.Create(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	now := st.sweeper.clock()
+	// Released long ago (its instance is older still), and a release just
+	// made whose instance is not listed yet.
+	st.release(t, now.Add(-2*time.Hour), time.Time{}, "uid-gone-1")
+	rel := st.released(t)
+	rel.Instances = append(rel.Instances, spec.ReleasedInstance{UID: "uid-creating", ReleasedAt: metav1.NewTime(now.Add(-time.Minute))})
+	st.setReleased(t, rel)
+
+	got := st.sweep(t)
+	left := strings.Join(st.names(), " ")
+	if !strings.Contains(left, "gone-3h") {
+		t.Fatalf("the sweep deleted the instance its resource left on purpose (backend holds %s)", left)
+	}
+	if strings.Contains(left, "gone-unreleased") {
+		t.Errorf("the sweep kept an orphan no one released (backend holds %s)", left)
+	}
+	if got == nil || got.Count != 0 || got.Released != 1 || len(got.Instances) != 0 {
+		t.Errorf("status.orphans = %+v, want no orphan and one released instance", got)
+	}
+	if v := testutil.ToFloat64(telemetry.Orphans.WithLabelValues("kvm", "ClusterProviderConfig/home")); v != 0 {
+		t.Errorf("egressproxy_orphans = %v, want 0", v)
+	}
+	if diff := cmp.Diff([]string{"uid-gone-1", "uid-creating"}, releasedUIDs(st.released(t))); diff != "" {
+		t.Errorf("status.released while the instance stands (-want +got):\n%s", diff)
+	}
+	for _, r := range st.events.reasons() {
+		if r == string(ReasonOrphansFound) {
+			t.Errorf("events %v: a released instance was reported as an orphan", st.events.reasons())
+		}
+	}
+
+	// Deleted by hand: its entry goes; the recent one stays until an
+	// hour has passed.
+	st.remove(t, "gone-3h")
+	got = st.sweep(t)
+	if got.Released != 0 || got.Count != 0 {
+		t.Errorf("status.orphans = %+v, want nothing released or orphaned", got)
+	}
+	if diff := cmp.Diff([]string{"uid-creating"}, releasedUIDs(st.released(t))); diff != "" {
+		t.Errorf("status.released once the instance is gone (-want +got):\n%s", diff)
+	}
+	st.sweeper.now = func() time.Time { return now.Add(time.Hour) }
+	st.sweep(t)
+	if r := st.released(t); r != nil {
+		t.Errorf("status.released = %+v, want none once no instance carries its UIDs", r)
+	}
+}
+
+// Past its bound, a release is not listed but sets unrecordedTime: the
+// sweep then deletes no orphan created before it (it may be the one left
+// on purpose), reports it and says why; an orphan created later is still
+// deleted. unrecordedTime goes once no orphan as old remains.
+func TestSweepWithholdsDeletionWhenAReleaseWentUnrecorded(t *testing.T) {
+	st := newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+	now := st.sweeper.clock()
+	created := now.Add(-3 * time.Hour)
+	// Before the orphan was created (more than the clock skew margin): it
+	// cannot be the unrecorded release's instance.
+	st.release(t, now, created.Add(-time.Hour), "uid-other")
+	st.sweep(t)
+	if strings.Contains(strings.Join(st.names(), " "), "gone-3h") {
+		t.Error("an orphan created after the unrecorded release was not deleted")
+	}
+
+	st = newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+	st.release(t, now, created.Add(time.Minute), "uid-other")
+	got := st.sweep(t)
+	if !strings.Contains(strings.Join(st.names(), " "), "gone-3h") {
+		t.Fatal("the sweep deleted an orphan created before a release went unrecorded")
+	}
+	if diff := cmp.Diff([]string{"gone-3h=uid-gone-1"}, orphanNames(got)); diff != "" {
+		t.Errorf("orphans (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(strings.Join(st.events.reasons(), " "), string(ReasonWithheld)) {
+		t.Errorf("events %v, want %s", st.events.reasons(), ReasonWithheld)
+	}
+	if r := st.released(t); r == nil || r.UnrecordedTime == nil {
+		t.Fatalf("status.released = %+v, want unrecordedTime kept while the orphan stands", r)
+	}
+	st.remove(t, "gone-3h")
+	st.sweep(t)
+	if r := st.released(t); r == nil || r.UnrecordedTime != nil {
+		t.Errorf("status.released = %+v, want unrecordedTime cleared and the recent entry kept", r)
+	}
+}
+
+// A release recorded between the sweep's read of status.released and its
+// pruning is never lost: the pruning holds the version it read.
+func TestSweepPruningKeepsAReleaseRecordedMeanwhile(t *testing.T) {
+	st := newSetup(t, nil, bothScopes)
+	now := st.sweeper.clock()
+	st.release(t, now.Add(-2*time.Hour), time.Time{}, "uid-deleted-by-hand")
+	inner := st.sweeper.Configs.Backends[0].Connect
+	st.sweeper.Configs.Backends[0].Connect = func(ctx context.Context, c *external.Config) (proxy.Driver, error) {
+		// A resource's finalizer records its release while the sweep
+		// lists the backend.
+		r := st.released(t)
+		r.Instances = append(r.Instances, spec.ReleasedInstance{UID: "uid-gone-1", ReleasedAt: metav1.NewTime(now)})
+		st.setReleased(t, r)
+		return inner(ctx, c)
+	}
+	st.sweep(t)
+	if diff := cmp.Diff([]string{"uid-deleted-by-hand", "uid-gone-1"}, releasedUIDs(st.released(t))); diff != "" {
+		t.Errorf("status.released (-want +got):\n%s", diff)
+	}
+}
+
+func (st *setup) setReleased(t *testing.T, r *spec.ReleasedStatus) {
+	t.Helper()
+	pc := &nsv1alpha1.ClusterProviderConfig{}
+	if err := st.kube.Get(context.Background(), types.NamespacedName{Name: "home"}, pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Status.Released = r
+	if err := st.kube.Status().Update(context.Background(), pc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func releasedUIDs(r *spec.ReleasedStatus) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range r.Instances {
+		out = append(out, e.UID)
+	}
+	return out
+}

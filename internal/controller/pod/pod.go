@@ -149,7 +149,7 @@ func request(_ *external.Config, p *spec.PodProxyParameters, req *proxy.Request)
 // deletionPolicy Orphan or management policies without Delete).
 func owned(cfg *external.Config, mg resource.Managed, req *proxy.Request) {
 	k := cfg.Spec.Kubernetes
-	if k == nil || k.Credentials.Source != xpv2.CredentialsSourceInjectedIdentity || !deletes(mg) {
+	if k == nil || k.Credentials.Source != xpv2.CredentialsSourceInjectedIdentity || !external.Deletes(mg) {
 		return
 	}
 	var gvk schema.GroupVersionKind
@@ -181,7 +181,7 @@ func owned(cfg *external.Config, mg resource.Managed, req *proxy.Request) {
 // need here (no RBAC to list Deployments), it never made one, and nothing
 // is read.
 func (b *binding) release(ctx context.Context, kube client.Client, mg resource.Managed) error {
-	if deletes(mg) || mg.GetUID() == "" || b.local == nil {
+	if external.Deletes(mg) || mg.GetUID() == "" || b.local == nil {
 		return nil
 	}
 	if b.access != nil {
@@ -229,20 +229,6 @@ func releaseDeployments(ctx context.Context, kube client.Client, mg resource.Man
 		}
 	}
 	return nil
-}
-
-// deletes reports whether deleting mg deletes its instance: its
-// management policies allow Delete (none means all), and its deletion
-// policy, where it has one, is not Orphan.
-func deletes(mg resource.Managed) bool {
-	p := mg.GetManagementPolicies()
-	if len(p) > 0 && !slices.Contains(p, xpv2.ManagementActionAll) && !slices.Contains(p, xpv2.ManagementActionDelete) {
-		return false
-	}
-	if l, ok := mg.(interface{ GetDeletionPolicy() xpv2.DeletionPolicy }); ok && l.GetDeletionPolicy() == xpv2.DeletionOrphan {
-		return false
-	}
-	return true
 }
 
 // connect builds the driver of one config: this cluster through the
