@@ -314,15 +314,7 @@ func TestCompositionsIntegration(t *testing.T) {
 			"allowedClientCIDRs": []any{"10.0.0.0/8"},
 		})
 		e.create(t, xr)
-		want := `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`
-		testenv.WaitFor(t, "EgressProxy premium Synced=False naming the classes", 30*time.Second, func() (bool, string) {
-			got, err := e.tryGet(gvkXR, "team-a", "premium")
-			if err != nil {
-				return false, err.Error()
-			}
-			st, msg := localcrossplane.Condition(got, "Synced")
-			return st == "False" && strings.Contains(msg, want), localcrossplane.Conditions(got)
-		})
+		e.conditionFalse(t, xr, "Synced", unknownClass, 30*time.Second)
 		if _, err := e.tryGet(gvkPodNS, "team-a", "premium"); !kerrors.IsNotFound(err) {
 			t.Errorf("a PodProxy for a refused request: %v", err)
 		}
@@ -339,15 +331,7 @@ func TestCompositionsIntegration(t *testing.T) {
 			"writeConnectionSecretToRef": map[string]any{"name": "premium-proxy"},
 		})
 		e.create(t, claim)
-		want := `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`
-		testenv.WaitFor(t, "EgressProxyClaim premium RequestAccepted=False naming the classes", 60*time.Second, func() (bool, string) {
-			got, err := e.tryGet(gvkClaim, "team-b", "premium")
-			if err != nil {
-				return false, err.Error()
-			}
-			st, msg := localcrossplane.Condition(got, "RequestAccepted")
-			return st == "False" && strings.Contains(msg, want), localcrossplane.Conditions(got)
-		})
+		e.conditionFalse(t, claim, "RequestAccepted", unknownClass, 60*time.Second)
 		e.deleteAndWait(t, claim, 0)
 	})
 
@@ -484,6 +468,24 @@ func (e *env) ready(t testing.TB, u *unstructured.Unstructured, timeout time.Dur
 // deleteAndWait deletes u, no sooner than minAge after its creation (see
 // internal/controller/pod's deleteAndWait: the provider's creation grace
 // period), and waits until it is gone.
+// unknownClass is the function's refusal of class premium.
+const unknownClass = `class "premium" is not offered; classes offered: cloud, datacenter, dedicated, standard`
+
+// conditionFalse waits for u's condition cond to be False with a message
+// holding want.
+func (e *env) conditionFalse(t testing.TB, u *unstructured.Unstructured, cond, want string, timeout time.Duration) {
+	t.Helper()
+	gvk := u.GroupVersionKind()
+	testenv.WaitFor(t, fmt.Sprintf("%s %s %s=False with %q", gvk.Kind, u.GetName(), cond, want), timeout, func() (bool, string) {
+		got, err := e.tryGet(gvk, u.GetNamespace(), u.GetName())
+		if err != nil {
+			return false, err.Error()
+		}
+		st, msg := localcrossplane.Condition(got, cond)
+		return st == "False" && strings.Contains(msg, want), localcrossplane.Conditions(got)
+	})
+}
+
 func (e *env) deleteAndWait(t testing.TB, u *unstructured.Unstructured, minAge time.Duration) {
 	t.Helper()
 	if wait := time.Until(u.GetCreationTimestamp().Add(minAge)); wait > 0 {
