@@ -59,6 +59,9 @@ type connector[P any] struct {
 	protect func(context.Context, *namespacedv1alpha1.ProviderConfig) error
 	// egress sends the egress checks of the kind's proxies.
 	egress *squid.EgressChecker
+	// stalls keeps a config whose backend stops answering from holding
+	// the kind's workers; nil lets every call through.
+	stalls *stallGuard
 }
 
 // Connect tracks the config's usage, resolves the config, checks that it
@@ -98,7 +101,7 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	e := &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: telemetry.Instrument(b.Name, d), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}
+	e := &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: c.stalls.wrap(cfg.Name, telemetry.Instrument(b.Name, d)), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}
 	if meta.WasDeleted(mg) {
 		return deletingClient[P]{e}, nil
 	}
@@ -895,6 +898,8 @@ func describe(err error, what string, wait time.Duration) error {
 		return errors.Wrapf(err, "%s (out of quota or capacity on the backend; will retry in %s)", what, wait)
 	case class == proxy.ClassQuota:
 		return errors.Wrapf(err, "%s (out of quota or capacity on the backend)", what)
+	case wait > 0 && stalledRefusal(err):
+		return errors.Wrapf(err, "%s (%s, will retry in %s)", what, class, wait)
 	case wait > 0:
 		return errors.Wrapf(err, "%s (%s, will retry in %s, as the backend asked)", what, class, wait)
 	default:
