@@ -261,6 +261,10 @@ type Egress struct {
 	// Error says why the latest check failed (no secret in it); empty
 	// when it succeeded or none finished yet.
 	Error string
+	// Moved is true while no check through this instance and proxy
+	// address has succeeded, and the checker's last success was through
+	// another: an address published from it is not this proxy's.
+	Moved bool
 }
 
 // EgressChecker runs egress checks in the background, one at a time per
@@ -314,8 +318,8 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	if en != nil {
 		select {
 		case <-en.done:
-			// Kept until the next check answers: a new address is
-			// reported as a change of the last one seen.
+			// Kept until the next check of the same instance answers:
+			// a failed check says nothing of the address.
 			prev = en.result
 			ttl := interval
 			if en.result.Error != "" {
@@ -327,6 +331,11 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 		}
 	}
 	if start {
+		if en != nil && (en.instance != instance || en.addr != proxyAddr) {
+			// Another instance, or the proxy elsewhere: what was seen
+			// through the last one says nothing of this one's address.
+			prev = Egress{Moved: en.result.IP != "" || en.result.Moved}
+		}
 		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, ca: c.ProxyCA, done: make(chan struct{}), result: prev}
 		e.entries[key] = en
 		go e.run(en, c, guard) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.

@@ -178,6 +178,19 @@ func TestEgressChecker(t *testing.T) {
 	if got.IP != "203.0.113.9" || got.Error == "" || strings.Contains(got.Error, check.Password) {
 		t.Errorf("failed re-check = %+v; want the last address, an error, no password", got)
 	}
+	// A failed check of another instance, or of the proxy elsewhere,
+	// keeps nothing of the last one's address, and says it moved.
+	if got := c.Check(ctx, nil, "uid", "i3", "10.0.0.6:3128", check, time.Hour); got.IP != "" || got.Error == "" || !got.Moved {
+		t.Errorf("failed check of a recreated instance = %+v; want no address, an error, Moved", got)
+	}
+	if got := c.Check(ctx, nil, "uid", "i3", "10.0.0.7:3128", check, 0); got.IP != "" || !got.Moved {
+		t.Errorf("failed check at yet another address = %+v; want no address, still Moved", got)
+	}
+	fail.Store(false)
+	if got := c.Check(ctx, nil, "uid", "i3", "10.0.0.8:3128", check, 0); got.IP != "203.0.113.9" || got.Moved {
+		t.Errorf("check after the failures = %+v; want the address, no longer Moved", got)
+	}
+	fail.Store(true)
 	c.Forget("uid")
 	if got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "" {
 		t.Errorf("Check after Forget = %+v; want nothing known", got)

@@ -75,10 +75,26 @@ type egressBefore struct {
 	ip, source string
 	ips        []string
 	at         *metav1.Time
+	// id and created are the instance status described.
+	id      string
+	created *metav1.Time
 }
 
 func egressOf(o *spec.ProxyObservation) egressBefore {
-	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt}
+	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, id: o.ID, created: o.CreatedAt}
+}
+
+// sameInstance reports whether status described inst: an address checked
+// through another instance (a recreated VM, a replaced Deployment) says
+// nothing of this one's.
+func (b egressBefore) sameInstance(inst proxy.Instance) bool {
+	if b.id != inst.ID {
+		return false
+	}
+	if b.created == nil || inst.CreatedAt.IsZero() {
+		return b.created == nil && inst.CreatedAt.IsZero()
+	}
+	return b.created.Time.Equal(inst.CreatedAt.Truncate(time.Second)) || b.created.Time.Equal(inst.CreatedAt)
 }
 
 // addresses are the egress addresses status held: egressIPs, or egressIP
@@ -139,15 +155,22 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	ready := inst.State == proxy.StateRunning && inst.ProxyReachable
 	// Whatever says nothing new of the egress address (a probe that failed
 	// once, a rollout, a check pending or failed) leaves the one last
-	// verified, so that the next check tells whether it changed.
+	// verified, so that the next check tells whether it changed; unless it
+	// was verified of another instance, or the backend's own figure says
+	// the address is another now (an ephemeral address after a restart).
+	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
 	keep := func() {
-		if before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported {
+		if checked && before.sameInstance(*inst) && (backendIP == "" || slices.Contains(before.addresses(), backendIP)) {
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
 			inst.EgressIP = o.EgressIP
 		}
 	}
 	var c xpv2.Condition
 	switch {
+	case !ready && checked && !before.sameInstance(*inst):
+		// A recreated instance booting: the address checked was the
+		// last one's.
+		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "a new instance replaced the one whose egress address was checked; its own is checked once its proxy answers")
 	case !ready:
 		keep()
 		return
@@ -165,15 +188,19 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		keep()
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressNoPath, "the provider cannot reach the proxy to send the egress check through it, and the backend reports no check from inside the instance")
 	default:
-		// A recreated or updated instance is checked at once.
-		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + inst.SpecHash
+		// A recreated or updated instance is checked at once, and so is
+		// one whose address the backend says changed (an ephemeral
+		// address after a restart).
+		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + inst.SpecHash + "/" + backendIP
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
 		switch {
 		case r.IP == "" && r.Error == "":
 			keep()
 			c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "checking the egress address through the proxy with "+check.URL)
 		case r.IP == "":
-			keep()
+			if !r.Moved {
+				keep()
+			}
 			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", check.URL, r.Error))
 		default:
 			at := metav1.NewTime(r.At)
@@ -217,6 +244,7 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 	var merged squid.Egress
 	var ips []string
 	for i, r := range results {
+		merged.Moved = merged.Moved || r.Moved
 		if r.Error != "" && merged.Error == "" {
 			merged.Error = fmt.Sprintf("through replica %s: %s", replicas[i].Name, r.Error)
 		}
@@ -230,7 +258,7 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 		}
 	}
 	if len(ips) < len(results) {
-		return squid.Egress{Error: merged.Error}, nil
+		return squid.Egress{Error: merged.Error, Moved: merged.Moved}, nil
 	}
 	slices.Sort(ips)
 	ips = slices.Compact(ips)

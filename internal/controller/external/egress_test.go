@@ -96,6 +96,15 @@ func TestSetEgress(t *testing.T) {
 	balancedMoved := moved
 	balancedMoved.ServingReplicas = 3
 
+	// The same proxy recreated: another instance at the same name.
+	recreated := running
+	recreated.CreatedAt = time.Date(2026, 12, 6, 1, 2, 3, 0, time.UTC)
+	recreatedBooting := recreated
+	recreatedBooting.ProxyReachable, recreatedBooting.ProxyAddress = false, ""
+	// A GCP instance whose ephemeral address changed at a restart.
+	reservedMoved := reserved
+	reservedMoved.EgressIP, reservedMoved.BackendEgressIP = "203.0.113.10", "203.0.113.10"
+
 	type step struct {
 		inst   proxy.Instance
 		answer string // the echo's answer; "" fails the check
@@ -123,6 +132,25 @@ func TestSetEgress(t *testing.T) {
 		"AProbeThatFailsOnceKeepsTheAddress": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {blip, ""}},
 			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressVerified, wantStatus: corev1.ConditionTrue,
 			wantEvents: []string{"Normal EgressIPVerified"}},
+		"AMovedPodsFailedCheckKeepsNoAddress": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {moved, ""}},
+			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"ARecreatedInstancesFailedCheckKeepsNoAddress": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {recreated, ""}},
+			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"ARecreatedInstanceBootingKeepsNoAddress": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {recreatedBooting, ""}},
+			wantCond: reasonEgressPending, wantStatus: corev1.ConditionUnknown,
+			wantMsg:    []string{"a new instance replaced the one whose egress address was checked"},
+			wantEvents: []string{"Normal EgressIPVerified"}},
+		"ARecreatedInstanceIsVerifiedAgain": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {recreatedBooting, ""}, {recreated, "203.0.113.7"}},
+			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressVerified, wantStatus: corev1.ConditionTrue,
+			wantEvents: []string{"Normal EgressIPVerified", "Normal EgressIPVerified"}},
+		"TheBackendsFigureMovedAndTheCheckFails": {kind: egressKind(), steps: []step{{reserved, "203.0.113.9"}, {reservedMoved, ""}},
+			wantIP: "203.0.113.10", wantSource: spec.EgressIPBackend, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"TheBackendsFigureMovedIsCheckedAtOnce": {kind: egressKind(), steps: []step{{reserved, "203.0.113.9"}, {reservedMoved, "203.0.113.10"}},
+			wantIP: "203.0.113.10", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
 		"CheckFails": {kind: egressKind(), steps: []step{{running, ""}},
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
 		"OneReplicaOfSeveralPerCheck": {kind: egressKind(), steps: []step{{balanced, "203.0.113.7"}, {balanced, "203.0.113.7"}},
