@@ -816,13 +816,18 @@ type TargetHealth struct {
 // address the endpoint saw (status.atProvider.egressIP, the connection
 // Secret's egressIP).
 type EgressCheck struct {
-	// URL of the echo endpoint, http:// or https:// with a host and an
-	// optional port and path, no query, no user info. Over http the proxy
+	// URL of the echo endpoint, http:// or https:// with a host (a name,
+	// an IPv4 address, or an IPv6 address in brackets), an optional port
+	// (1 to 65535) and an optional path (% only in escapes of two hex
+	// digits, such as %2F), no query, no user info. Over http the proxy
 	// admits the check credential for this exact URL; over https (a
 	// CONNECT tunnel, whose path the proxy cannot see) for this host and
 	// port.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^https?://(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?)(:[0-9]{1,5})?(/[-a-zA-Z0-9._~/%]*)?$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/]*:[0-9]{1,5}(/.*)?$') || (int(self.split('/')[2].substring(self.split('/')[2].lastIndexOf(':') + 1)) >= 1 && int(self.split('/')[2].substring(self.split('/')[2].lastIndexOf(':') + 1)) <= 65535)",message="egressCheck.url's port must be 1 to 65535, such as http://echo.example:8080/ip; without a port, 80 for http and 443 for https"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('%([0-9a-fA-F]?$|[0-9a-fA-F]?[^0-9a-fA-F])')",message="egressCheck.url may hold % only as an escape of two hex digits, such as %2F"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[[][^]]*[]]') || (isIP(self.substring(self.indexOf('[') + 1, self.indexOf(']')).lowerAscii().replace('ffff', 'fffe')) && ip(self.substring(self.indexOf('[') + 1, self.indexOf(']')).lowerAscii().replace('ffff', 'fffe')).family() == 6)",message="egressCheck.url's host in brackets must be an IPv6 address, such as https://[2001:db8::1]/ip; an IPv4 address or a name goes without brackets"
 	URL string `json:"url"`
 	// Interval between checks of a proxy that stays Ready; a changed
 	// instance (another address, node or spec) is checked at once. Default
