@@ -19,14 +19,21 @@ import (
 const (
 	// ReasonNamespaceMissing: the config's namespace does not exist.
 	ReasonNamespaceMissing = "NamespaceMissing"
+	// ReasonInvalidConfig: a value of the config's kubernetes block that
+	// goes into every proxy's pod template would be refused by the API
+	// server (resources, nodeSelector, tolerations, affinity,
+	// imagePullSecrets): no proxy could be created or updated.
+	ReasonInvalidConfig = "InvalidConfig"
 )
 
 // CheckTarget names the one target Check reports.
 const CheckTarget = "apiserver"
 
-// Check implements proxy.Driver: it reads the config's namespace, lists at
-// most one labelled pod there and reads the API server's version, all from
-// the API server itself, never from a cache; then asks the API server
+// Check implements proxy.Driver: it checks the values of the config that
+// go into every proxy's pod template (validate), then reads the config's
+// namespace, lists at most one labelled pod there and reads the API
+// server's version, all from the API server itself, never from a cache;
+// then asks the API server
 // whether the config's identity holds every other permission the driver
 // uses (Permissions), so that a config that could not create a
 // Deployment reads unhealthy, naming what is missing, before any proxy
@@ -39,6 +46,10 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(proxy.ReasonTimeout, err)
+	}
+	// The config's own values first: no request tells more.
+	if err := d.cfg.validate(); err != nil {
+		return fail(ReasonInvalidConfig, err)
 	}
 	if d.version != nil {
 		v, err := d.version(ctx)

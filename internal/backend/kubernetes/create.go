@@ -40,6 +40,9 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err := checkRequest(req); err != nil {
 		return proxy.Instance{}, err
 	}
+	if err := d.cfg.validate(); err != nil {
+		return proxy.Instance{}, err
+	}
 	nets, err := d.clusterNetworks(ctx)
 	if err != nil {
 		return proxy.Instance{}, err
@@ -99,9 +102,9 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return d.complete(ctx, existing, req, files, nets, true)
 	case kerrors.IsNotFound(err):
 		// The only thing a create can miss is the namespace.
-		return proxy.Instance{}, proxy.Permanentf("namespace %q does not exist in the target cluster: create it, or set spec.kubernetes.namespace of %s to one that does", dep.Namespace, d.provider)
+		return proxy.Instance{}, plainly(proxy.ClassPermanent, "namespace %q does not exist in the target cluster: create it, or set spec.kubernetes.namespace of %s to one that does", dep.Namespace, d.provider)
 	default:
-		return proxy.Instance{}, fmt.Errorf("cannot create Deployment %s/%s: %w", dep.Namespace, dep.Name, err)
+		return proxy.Instance{}, &deploymentWriteError{verb: "create", key: key, err: err}
 	}
 }
 
@@ -383,7 +386,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	next.Spec = desired.Spec
 	next.Status = appsv1.DeploymentStatus{}
 	if err := d.client.Update(ctx, next, client.FieldOwner(FieldOwner)); err != nil {
-		return proxy.Instance{}, fmt.Errorf("cannot update Deployment %s/%s: %w", dep.Namespace, dep.Name, err)
+		return proxy.Instance{}, &deploymentWriteError{verb: "update", key: client.ObjectKeyFromObject(dep), err: err}
 	}
 	d.logger(ctx).V(1).Info("updated Deployment", "namespace", dep.Namespace, "name", dep.Name, "specHash", want, "configHash", configHash)
 	return d.view(ctx, next, req.Proxy.ProxyCA())
@@ -458,15 +461,15 @@ func (d *Driver) ensureDisruptionBudget(ctx context.Context, dep *appsv1.Deploym
 func checkRequest(req proxy.Request) error {
 	switch {
 	case !validName.MatchString(req.Name):
-		return proxy.Permanentf("invalid instance name %q: want a DNS label of at most 63 characters starting with a letter", req.Name)
+		return plainly(proxy.ClassPermanent, "invalid instance name %q: want a DNS label of at most 63 characters starting with a letter", req.Name)
 	case req.Mark.UID == "" || req.Mark.InstallationID == "":
-		return proxy.Permanentf("request for %q carries no complete ownership mark", req.Name)
+		return plainly(proxy.ClassPermanent, "request for %q carries no complete ownership mark", req.Name)
 	case !labelValue.MatchString(req.Mark.UID) || !labelValue.MatchString(req.Mark.InstallationID):
-		return proxy.Permanentf("the ownership mark of %q is not valid as label values", req.Name)
+		return plainly(proxy.ClassPermanent, "the ownership mark of %q is not valid as label values", req.Name)
 	case req.Proxy.Port < 1 || req.Proxy.Port > 65535:
-		return proxy.Permanentf("port %d is out of range", req.Proxy.Port)
+		return plainly(proxy.ClassPermanent, "port %d is out of range", req.Proxy.Port)
 	case replicas(req) > MaxReplicas:
-		return proxy.Permanentf("spec.forProvider.replicas %d is out of range: want 1 to %d", replicas(req), MaxReplicas)
+		return plainly(proxy.ClassPermanent, "spec.forProvider.replicas %d is out of range: want 1 to %d", replicas(req), MaxReplicas)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -78,22 +79,57 @@ func hasCause(status kerrors.APIStatus, t metav1.CauseType) bool {
 // it cannot decode in the message), keeping its status code and reason,
 // and the error itself for classify; and what a connection that failed
 // after an answer said (netguard.Quiet).
+//
+// A refused value of the config (validate) is the provider's own words and
+// passes as it is. A 422 Invalid answer to a write of a proxy's Deployment
+// names the fields of the config that feed it (the provider's own paths,
+// not the server's words).
 func quietStatus(err error) error {
 	var status kerrors.APIStatus
 	if err == nil || !errors.As(err, &status) {
+		if ce := (*ownWords)(nil); errors.As(err, &ce) {
+			return err
+		}
 		return netguard.Quiet(err, "the kubeconfig's server")
 	}
-	return &quietError{err: err, code: status.Status().Code, reason: string(status.Status().Reason)}
+	q := &quietError{err: err, code: status.Status().Code, reason: string(status.Status().Reason)}
+	var dw *deploymentWriteError
+	if kerrors.IsInvalid(err) && errors.As(err, &dw) {
+		q.hint = fmt.Sprintf(" to the %s of Deployment %s, whose pods take the config's values as they are: %s", dw.verb, dw.key, deploymentConfigHint)
+	}
+	return q
 }
+
+// deploymentConfigHint names the fields of the config's kubernetes block
+// that go into a proxy's pod template as they are: the ones to look at
+// when the server refuses the Deployment (422 Invalid).
+const deploymentConfigHint = "check spec.kubernetes.resources, nodeSelector, tolerations, affinity and imagePullSecrets"
 
 type quietError struct {
 	err    error
 	code   int32
 	reason string
+	// hint says where to look, in the provider's own words.
+	hint string
 }
 
 func (e *quietError) Error() string {
-	return fmt.Sprintf("the kubeconfig's server answered %d %s (its message is not shown for a namespaced ProviderConfig)", e.code, e.reason)
+	return fmt.Sprintf("the kubeconfig's server answered %d %s (its message is not shown for a namespaced ProviderConfig)%s", e.code, e.reason, e.hint)
 }
 
 func (e *quietError) Unwrap() error { return e.err }
+
+// deploymentWriteError is a failed create or update of a proxy's
+// Deployment. It reads "cannot <verb> Deployment <ns>/<name>: <err>", and
+// lets quietStatus tell a refused Deployment from other refused writes.
+type deploymentWriteError struct {
+	verb string
+	key  types.NamespacedName
+	err  error
+}
+
+func (e *deploymentWriteError) Error() string {
+	return fmt.Sprintf("cannot %s Deployment %s: %v", e.verb, e.key, e.err)
+}
+
+func (e *deploymentWriteError) Unwrap() error { return e.err }

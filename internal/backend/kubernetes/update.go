@@ -15,6 +15,10 @@ func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 }
 
 func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
+	// Before any request: the Deployment's write would be refused.
+	if err := d.cfg.validate(); err != nil {
+		return proxy.Instance{}, err
+	}
 	dep, err := d.deployment(ctx, ref)
 	if err != nil {
 		return proxy.Instance{}, err
