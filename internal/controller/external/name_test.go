@@ -61,8 +61,8 @@ func TestPick(t *testing.T) {
 	}{
 		"Given":            {"b", "", []string{"a", "b"}, "b", ""},
 		"OnlyOneIsDefault": {"", "", []string{"a"}, "a", ""},
-		"SeveralNeedAKey":  {"", "", []string{"b", "a"}, "", "spec.forProvider.host is required: ClusterProviderConfig home has several (a, b)"},
-		"UnknownKey":       {"c", "", []string{"b", "a"}, "", `spec.forProvider.host: "c" is not in ClusterProviderConfig home: want one of a, b`},
+		"SeveralNeedAKey":  {"", "", []string{"b", "a"}, "", "spec.forProvider.host is required: ClusterProviderConfig home has several (a, b) (the field cannot be added to this resource: delete it and create it again with one of those; no instance was made)"},
+		"UnknownKey":       {"c", "", []string{"b", "a"}, "", `spec.forProvider.host: "c" is not in ClusterProviderConfig home: want one of a, b (the field cannot be changed on this resource: delete it and create it again with one of those; no instance was made)`},
 		"EmptyCatalogue":   {"", "", nil, "", "spec.forProvider.host: ClusterProviderConfig home has none to choose from"},
 		// A proxy made when the config had one key keeps it when the
 		// config gains another.

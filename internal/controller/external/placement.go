@@ -30,13 +30,23 @@ func Pick(field, key, recorded string, keys []string, cfg *Config) (string, erro
 		case 0:
 			return "", errors.Errorf("%s: %s has none to choose from", field, cfg.Name)
 		default:
-			return "", errors.Errorf("%s is required: %s has several (%s)", field, cfg.Name, strings.Join(sorted, ", "))
+			return "", errors.Errorf("%s is required: %s has several (%s)%s", field, cfg.Name, strings.Join(sorted, ", "), fixedOnceSet(recorded, "added to"))
 		}
 	}
 	if !slices.Contains(sorted, key) {
-		return "", errors.Errorf("%s: %q is not in %s: want one of %s", field, key, cfg.Name, strings.Join(sorted, ", "))
+		return "", errors.Errorf("%s: %q is not in %s: want one of %s%s", field, key, cfg.Name, strings.Join(sorted, ", "), fixedOnceSet(recorded, "changed on"))
 	}
 	return key, nil
+}
+
+// fixedOnceSet is the way out of Pick's refusal for a resource that made
+// no instance with a key (recorded empty): admission keeps the placement
+// fields as they were created, so the fix is a new resource.
+func fixedOnceSet(recorded, verb string) string {
+	if recorded != "" {
+		return ""
+	}
+	return " (the field cannot be " + verb + " this resource: delete it and create it again with one of those; no instance was made)"
 }
 
 // Recorded is the placement status records for an instance (o, with the
