@@ -175,15 +175,10 @@ func ReportedAt(at, now time.Time) time.Time {
 	return at
 }
 
-// MaxReportAge is how old a guest's report may be and still stand for the
-// probe: its timer reports hourly, so two runs missed (the timer stopped,
-// a full disk) end what the guest's word says of its Squid.
-const MaxReportAge = 3 * time.Hour
-
 // GuestReport reads a guest's report line (a file or attribute its own
 // check wrote), its time bounded by now. ok says the line is valid, not
 // older than created (a minute's slack for the guest's clock and its
-// whole seconds) nor than MaxReportAge, and answered by the guest's own Squid with an HTTP
+// whole seconds) and answered by the guest's own Squid with an HTTP
 // status, the echo's 200 or not: Squid answered inside the guest. r then
 // holds the address, or why the check failed. err says why a line was not
 // valid (nothing of it quoted).
@@ -193,7 +188,7 @@ func GuestReport(line []byte, created, now time.Time) (r Report, ok bool, err er
 		return Report{}, false, err
 	}
 	r.At = ReportedAt(r.At, now)
-	if r.Status == 0 || (!created.IsZero() && r.At.Before(created.Add(-time.Minute))) || now.Sub(r.At) > MaxReportAge {
+	if r.Status == 0 || (!created.IsZero() && r.At.Before(created.Add(-time.Minute))) {
 		return Report{}, false, nil
 	}
 	return r, true, nil
