@@ -101,7 +101,7 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 	}
 	secrets := c.secrets
 	secrets.Namespace = cr.GetNamespace()
-	e := &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: c.stalls.wrap(cfg.Name, telemetry.Instrument(b.Name, d)), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}
+	e := &external[P]{kube: c.kube, kind: c.kind, cfg: cfg, driver: c.stalls.wrap(stallKey(cfg, cr.GetNamespace()), telemetry.Instrument(b.Name, d)), secrets: secrets, passwords: c.passwords, record: c.record, hints: c.hints, egress: c.egress}
 	if meta.WasDeleted(mg) {
 		return deletingClient[P]{e}, nil
 	}
@@ -898,8 +898,6 @@ func describe(err error, what string, wait time.Duration) error {
 		return errors.Wrapf(err, "%s (out of quota or capacity on the backend; will retry in %s)", what, wait)
 	case class == proxy.ClassQuota:
 		return errors.Wrapf(err, "%s (out of quota or capacity on the backend)", what)
-	case wait > 0 && stalledRefusal(err):
-		return errors.Wrapf(err, "%s (%s, will retry in %s)", what, class, wait)
 	case wait > 0:
 		return errors.Wrapf(err, "%s (%s, will retry in %s, as the backend asked)", what, class, wait)
 	default:

@@ -139,7 +139,7 @@ func Setup[P any](mgr ctrl.Manager, o Options, sh *Shared, k Kind[P]) error {
 		hints:     newRetryHints(o.QuotaRetryInterval),
 		protect:   (&config.Protector{Kube: mgr.GetClient(), Secrets: mgr.GetAPIReader()}).Ensure,
 		egress:    &squid.EgressChecker{},
-		stalls:    newStallGuard(o.MaxConcurrentReconciles),
+		stalls:    newStallGuard(),
 	}
 	for _, gvk := range k.GVKs {
 		if o.Gate != nil {

@@ -40,161 +40,107 @@ func (c *clock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func guardAt(workers int) (*stallGuard, *clock) {
+func guardAt() (*stallGuard, *clock) {
 	c := &clock{t: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)}
-	g := newStallGuard(workers)
+	g := newStallGuard()
 	g.now = c.now
 	return g, c
 }
 
-// enterAll enters n calls of config, failing the test on a refusal.
-func enterAll(t *testing.T, g *stallGuard, config string, n int) []func() {
+// enterAll enters n calls of key, failing the test on a refusal.
+func enterAll(t *testing.T, g *stallGuard, key string, n int) []func() {
 	t.Helper()
 	var done []func()
 	for range n {
-		d, err := g.enter(context.Background(), config)
+		d, err := g.enter(key)
 		if err != nil {
-			t.Fatalf("enter %s: %v", config, err)
+			t.Fatalf("enter %s: %v", key, err)
 		}
 		done = append(done, d)
 	}
 	return done
 }
 
-// enterAsync enters a call of config in a goroutine: its result arrives
-// on the channel.
-func enterAsync(g *stallGuard, config string) <-chan error {
-	res := make(chan error, 1)
-	go func() {
-		done, err := g.enter(context.Background(), config)
-		if done != nil {
-			done()
-		}
-		res <- err
-	}()
-	return res
-}
-
-func TestStallGuardQuickCallsWaitForASlot(t *testing.T) {
-	g, _ := guardAt(10)
-	done := enterAll(t, g, "ProviderConfig team-a/pve", 5)
-	res := enterAsync(g, "ProviderConfig team-a/pve")
-	select {
-	case err := <-res:
-		t.Fatalf("a sixth call of a config with five quick calls in flight went on (err %v): it should wait for a slot", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	done[0]()
-	select {
-	case err := <-res:
-		if err != nil {
-			t.Fatalf("the waiting call was refused once a slot was free: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting call did not go on when a call ended")
-	}
-	for _, d := range done[1:] {
+func endAll(done []func()) {
+	for _, d := range done {
 		d()
 	}
+}
+
+func TestStallGuardNeverHoldsQuickCalls(t *testing.T) {
+	g, c := guardAt()
+	// However many, while none has run 5s.
+	done := enterAll(t, g, "ProviderConfig team-a/pve", 50)
+	c.add(defaultStallAfter - time.Millisecond)
+	endAll(done)
+	endAll(enterAll(t, g, "ProviderConfig team-a/pve", 50))
 	if len(g.configs) != 0 {
-		t.Errorf("the guard keeps %d configs after their calls ended quickly, want none", len(g.configs))
+		t.Errorf("the guard keeps %d keys after their calls ended quickly, want none", len(g.configs))
 	}
 }
 
 func TestStallGuardRefusesAtOnceWhileACallStalls(t *testing.T) {
-	g, c := guardAt(10)
+	g, c := guardAt()
 	const slow = "ProviderConfig team-a/pve"
 	done := enterAll(t, g, slow, 2)
 	c.add(defaultStallAfter)
-	start := time.Now()
-	_, err := g.enter(context.Background(), slow)
+	_, err := g.enter(slow)
 	if err == nil {
-		t.Fatal("a third call of a config whose calls have run 10s went on")
+		t.Fatal("a third call of a config whose calls have run 5s went on")
 	}
-	if waited := time.Since(start); waited > time.Second {
-		t.Errorf("the refusal took %s: it should come at once, holding no worker", waited)
-	}
-	for _, want := range []string{slow + ": ", "not answering in time", "a call has run 10s or longer", "2 calls in flight"} {
+	for _, want := range []string{slow + ": ", "not answering in time", "a call has run 5s or longer", "2 calls in flight"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not say %q", err, want)
 		}
 	}
-	if !proxy.IsTransient(err) || proxy.RetryAfterOf(err) != 10*time.Second || !stalledRefusal(err) {
-		t.Errorf("the refusal is %s with RetryAfter %s, want Transient, 10s and the guard's reason", proxy.ClassOf(err), proxy.RetryAfterOf(err))
+	if !proxy.IsTransient(err) || proxy.RetryAfterOf(err) != 0 {
+		t.Errorf("the refusal is %s with RetryAfter %s, want Transient and the resource's own backoff", proxy.ClassOf(err), proxy.RetryAfterOf(err))
 	}
 
-	// Another config goes on, to its own limit.
-	for _, d := range enterAll(t, g, "ProviderConfig team-b/pve", 5) {
-		d()
-	}
+	// Another key goes on.
+	endAll(enterAll(t, g, "ProviderConfig team-b/pve", 10))
 
-	// One of the two ends: a stalled config may still have two in flight.
+	// One of the two ends, stalled: a stalled config may still have two
+	// in flight, no more.
 	done[0]()
 	more := enterAll(t, g, slow, 1)
-	if _, err := g.enter(context.Background(), slow); err == nil {
+	if _, err := g.enter(slow); err == nil {
 		t.Error("a stalled config had three calls in flight")
 	}
 	done[1]()
 	more[0]()
 
-	// Suspect for 30s after a call ended stalled, then quick again.
+	// Suspect for 2m after a call ended stalled, then quick again.
 	c.add(defaultCoolDown - time.Second)
 	two := enterAll(t, g, slow, 2)
-	if _, err := g.enter(context.Background(), slow); err == nil || !strings.Contains(err.Error(), "a call ended after 10s or longer within the last 30s") {
-		t.Errorf("within 30s of a stalled call, a third call got %v, want the refusal naming the stall", err)
+	if _, err := g.enter(slow); err == nil || !strings.Contains(err.Error(), "a call ended after 5s or longer within the last 2m0s") {
+		t.Errorf("within 2m of a stalled call, a third call got %v, want the refusal naming the stall", err)
 	}
-	for _, d := range two {
-		d()
-	}
+	endAll(two)
 	c.add(time.Second)
-	for _, d := range enterAll(t, g, slow, 5) {
-		d()
-	}
+	endAll(enterAll(t, g, slow, 10))
 	if len(g.configs) != 0 {
-		t.Errorf("the guard keeps %d configs once their stall is 30s old and nothing is in flight, want none", len(g.configs))
+		t.Errorf("the guard keeps %d keys once their stall is 2m old and nothing is in flight, want none", len(g.configs))
 	}
 }
 
-func TestStallGuardWaiterRefusedWhenTheCallsStall(t *testing.T) {
-	g, c := guardAt(4)
-	const slow = "ProviderConfig team-a/pve"
-	done := enterAll(t, g, slow, 2)
-	c.add(defaultStallAfter - 50*time.Millisecond)
-	res := enterAsync(g, slow)
-	c.add(50 * time.Millisecond)
-	select {
-	case err := <-res:
-		if err == nil || !stalledRefusal(err) {
-			t.Errorf("a call waiting for a slot while the calls stalled got %v, want the refusal", err)
+func TestStallKey(t *testing.T) {
+	platform := &Config{Name: "ClusterProviderConfig home"}
+	tenant := &Config{Name: "ProviderConfig team-a/pve", Namespaced: true}
+	for _, tc := range []struct {
+		cfg       *Config
+		namespace string
+		want      string
+	}{
+		{tenant, "team-a", "ProviderConfig team-a/pve"},
+		// What one tenant's proxies make slow on the platform's config
+		// holds back that tenant only.
+		{platform, "team-a", "ClusterProviderConfig home for namespace team-a"},
+		{platform, "", "ClusterProviderConfig home"},
+	} {
+		if got := stallKey(tc.cfg, tc.namespace); got != tc.want {
+			t.Errorf("stallKey(%s, %q) = %q, want %q", tc.cfg.Name, tc.namespace, got, tc.want)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a call waiting for a slot was not refused when the calls in flight stalled")
-	}
-	for _, d := range done {
-		d()
-	}
-}
-
-func TestStallGuardWaiterStopsWithItsContext(t *testing.T) {
-	g, _ := guardAt(4)
-	done := enterAll(t, g, "ProviderConfig pve", 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	res := make(chan error, 1)
-	go func() {
-		_, err := g.enter(ctx, "ProviderConfig pve")
-		res <- err
-	}()
-	cancel()
-	select {
-	case err := <-res:
-		if err == nil || !errors.Is(err, context.Canceled) || !proxy.IsTransient(err) {
-			t.Errorf("a waiting call whose context ended got %v, want a Transient error wrapping context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a waiting call did not stop with its context")
-	}
-	for _, d := range done {
-		d()
 	}
 }
 
@@ -218,13 +164,12 @@ func (d *hangingDriver) Get(ctx context.Context, _ proxy.Ref) (proxy.Instance, e
 	return proxy.Instance{}, proxy.Transientf("%v", ctx.Err())
 }
 
-// TestSilentBackendLeavesTheWorkersToOthers: ten workers reconcile the
-// proxies of a tenant whose backend never answers; at most half of them
-// wait on it, and once its calls have stalled, the rest get a refusal
-// naming the config at once, while another config's proxies are
-// observed as usual.
+// TestSilentBackendLeavesTheWorkersToOthers: a tenant whose backend
+// never answers; once two of its calls have run 5s, each further
+// reconcile of its proxies ends at once with a refusal naming the config,
+// holding no worker, while another tenant's proxies are observed as
+// usual.
 func TestSilentBackendLeavesTheWorkersToOthers(t *testing.T) {
-	const workers = 10
 	hang := &hangingDriver{Memory: proxytest.NewMemory("memory", "proxytest-installation")}
 	mem := proxytest.NewMemory("memory", "proxytest-installation")
 	k := testKind(nil)
@@ -243,7 +188,7 @@ func TestSilentBackendLeavesTheWorkersToOthers(t *testing.T) {
 		pc.Spec.KVM = &spec.KVMConfig{}
 		return nil
 	}
-	g, clk := guardAt(workers)
+	g, clk := guardAt()
 	c := &connector[spec.KVMProxyParameters]{
 		kind:      k,
 		configs:   ConfigReader{Kube: &test.MockClient{MockGet: get}, Backends: []Backend{k.Backend}},
@@ -268,38 +213,31 @@ func TestSilentBackendLeavesTheWorkersToOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
-	for i := range workers {
+	for i := range 2 {
 		wg.Go(func() { _ = observe(ctx, "team-a", "silent", i) })
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for hang.inFlight.Load() < workers/2 && time.Now().Before(deadline) {
+	for hang.inFlight.Load() < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if got := hang.most.Load(); got != workers/2 {
-		t.Errorf("%d of %d workers waited on the silent backend at once, want %d", got, workers, workers/2)
-	}
-
-	// Another tenant's proxy is observed while the silent one's wait.
-	if err := observe(context.Background(), "team-b", "working", 0); err != nil {
-		t.Errorf("another config's proxy could not be observed while one config's backend was silent: %v", err)
-	}
-
-	// Once the calls have stalled, what a further reconcile of the
-	// silent tenant's proxies says, at once.
 	clk.add(defaultStallAfter)
-	err := observe(context.Background(), "team-a", "silent", 99)
-	for _, want := range []string{"cannot observe the instance", "ProviderConfig team-a/silent: its backend is not answering in time", "(Transient, will retry in 10s)"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("a reconcile of a proxy on the stalled config got %v, want it to say %q", err, want)
+
+	for i := 2; i < 10; i++ {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := observe(rctx, "team-a", "silent", i)
+		rcancel()
+		for _, want := range []string{"cannot observe the instance", "ProviderConfig team-a/silent: its backend is not answering in time", "(Transient, will retry)"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("reconcile %d of a proxy on the stalled config got %v, want at once a refusal saying %q", i, err, want)
+			}
 		}
 	}
-	if err != nil && strings.Contains(err.Error(), "as the backend asked") {
-		t.Errorf("the refusal %q says the backend asked for the wait: the provider did", err)
+	if err := observe(context.Background(), "team-b", "working", 0); err != nil {
+		t.Errorf("another tenant's proxy could not be observed while one config's backend was silent: %v", err)
 	}
 	cancel()
 	wg.Wait()
-	if got := hang.most.Load(); got != workers/2 {
-		t.Errorf("%d calls reached the silent backend at once, want at most %d", got, workers/2)
+	if got := hang.most.Load(); got != 2 {
+		t.Errorf("%d calls reached the silent backend at once, want 2", got)
 	}
 }
