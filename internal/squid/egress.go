@@ -301,8 +301,10 @@ type egressEntry struct {
 
 // Check returns key's latest egress result for a proxy at proxyAddr, and
 // starts a check when none is known for that instance (any string that
-// changes when the instance does), address and URL, or the latest is
-// older than interval.
+// changes when the instance does: its identity before a '#', its version
+// after), address and URL, or the latest is older than interval. A failed
+// check keeps the address last seen only through the same identity and
+// address (Moved otherwise).
 //
 // guard, when not nil, checks proxyAddr (an address the backend reported)
 // and dials it (the config's netguard.Guard); a refused address is never
@@ -331,7 +333,7 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 		}
 	}
 	if start {
-		if en != nil && (en.instance != instance || en.addr != proxyAddr) {
+		if en != nil && (identity(en.instance) != identity(instance) || en.addr != proxyAddr) {
 			// Another instance, or the proxy elsewhere: what was seen
 			// through the last one says nothing of this one's address.
 			prev = Egress{Moved: en.result.IP != "" || en.result.Moved}
@@ -356,6 +358,14 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return en.result
+}
+
+// identity is the part of an instance string that names the instance
+// itself: before its first '#'; what follows is its version (an update in
+// place), checked at once but no move.
+func identity(instance string) string {
+	id, _, _ := strings.Cut(instance, "#")
+	return id
 }
 
 // Forget drops key (a proxy that is gone).

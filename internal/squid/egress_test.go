@@ -178,6 +178,11 @@ func TestEgressChecker(t *testing.T) {
 	if got.IP != "203.0.113.9" || got.Error == "" || strings.Contains(got.Error, check.Password) {
 		t.Errorf("failed re-check = %+v; want the last address, an error, no password", got)
 	}
+	// An update in place (a new version of the same instance) is checked
+	// at once; its failure keeps the address.
+	if got := c.Check(ctx, nil, "uid", "i2#v2", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.9" || got.Moved || got.Error == "" {
+		t.Errorf("failed check of an instance updated in place = %+v; want the last address kept, not Moved", got)
+	}
 	// A failed check of another instance, or of the proxy elsewhere,
 	// keeps nothing of the last one's address, and says it moved.
 	if got := c.Check(ctx, nil, "uid", "i3", "10.0.0.6:3128", check, time.Hour); got.IP != "" || got.Error == "" || !got.Moved {

@@ -156,11 +156,11 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	// Whatever says nothing new of the egress address (a probe that failed
 	// once, a rollout, a check pending or failed) leaves the one last
 	// verified, so that the next check tells whether it changed; unless it
-	// was verified of another instance, or the backend's own figure says
-	// the address is another now (an ephemeral address after a restart).
+	// was verified of another instance. (A check that failed after the
+	// backend's own figure changed keeps nothing either: squid's Moved.)
 	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
 	keep := func() {
-		if checked && before.sameInstance(*inst) && (backendIP == "" || slices.Contains(before.addresses(), backendIP)) {
+		if checked && before.sameInstance(*inst) {
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
 			inst.EgressIP = o.EgressIP
 		}
@@ -191,7 +191,9 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// A recreated or updated instance is checked at once, and so is
 		// one whose address the backend says changed (an ephemeral
 		// address after a restart).
-		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + inst.SpecHash + "/" + backendIP
+		// Before the '#': the instance and its address, whose change is a
+		// move (squid.EgressChecker.Check).
+		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + backendIP + "#" + inst.SpecHash
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
 		switch {
 		case r.IP == "" && r.Error == "":

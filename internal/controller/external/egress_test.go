@@ -105,6 +105,15 @@ func TestSetEgress(t *testing.T) {
 	reservedMoved := reserved
 	reservedMoved.EgressIP, reservedMoved.BackendEgressIP = "203.0.113.10", "203.0.113.10"
 
+	// The same instance updated in place.
+	updated := running
+	updated.SpecHash = "v2"
+	// The backend's figure differs from what the echo sees, for good (a
+	// NAT in front of the instance).
+	natBehind := reserved
+	natBlip := natBehind
+	natBlip.ProxyReachable, natBlip.ProxyAddress = false, ""
+
 	type step struct {
 		inst   proxy.Instance
 		answer string // the echo's answer; "" fails the check
@@ -151,6 +160,14 @@ func TestSetEgress(t *testing.T) {
 		"TheBackendsFigureMovedIsCheckedAtOnce": {kind: egressKind(), steps: []step{{reserved, "203.0.113.9"}, {reservedMoved, "203.0.113.10"}},
 			wantIP: "203.0.113.10", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
 			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
+		"AnUpdateInPlaceWhoseCheckFailsKeepsTheAddress": {kind: egressKind(), steps: []step{{running, "203.0.113.7"}, {updated, ""}},
+			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		// A probe that fails once while the echo and the backend disagree
+		// keeps what the echo saw: no flapping to the backend's figure.
+		"DiffersThenAProbeFailsKeepsTheCheckedAddress": {kind: egressKind(), steps: []step{{natBehind, "203.0.113.7"}, {natBlip, ""}},
+			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressDiffers, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Warning EgressIPDiffers"}},
 		"CheckFails": {kind: egressKind(), steps: []step{{running, ""}},
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
 		"OneReplicaOfSeveralPerCheck": {kind: egressKind(), steps: []step{{balanced, "203.0.113.7"}, {balanced, "203.0.113.7"}},
