@@ -153,7 +153,7 @@ func request(cfg *external.Config, p *spec.GCPProxyParameters, req *proxy.Reques
 	case zone == "":
 		return errors.Errorf("spec.forProvider.zone is required: %s lists no zones to default to", cfg.Name)
 	case len(g.Zones) > 0:
-		if _, err := external.Pick("spec.forProvider.zone", zone, "", g.Zones, cfg); err != nil {
+		if _, err := external.Pick("spec.forProvider.zone", zone, req.Placement.Location, g.Zones, cfg); err != nil {
 			return err
 		}
 	}
