@@ -157,38 +157,30 @@ type guardedDriver struct {
 	key string
 }
 
-func (d *guardedDriver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+// call runs f as one call of d's key, unless the guard refuses it.
+func call[T any](d *guardedDriver, f func() (T, error)) (T, error) {
 	done, err := d.g.enter(d.key)
 	if err != nil {
-		return proxy.Instance{}, err
+		var zero T
+		return zero, err
 	}
 	defer done()
-	return d.Driver.Create(ctx, req)
+	return f()
+}
+
+func (d *guardedDriver) Create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
+	return call(d, func() (proxy.Instance, error) { return d.Driver.Create(ctx, req) })
 }
 
 func (d *guardedDriver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
-	done, err := d.g.enter(d.key)
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	defer done()
-	return d.Driver.Get(ctx, ref)
+	return call(d, func() (proxy.Instance, error) { return d.Driver.Get(ctx, ref) })
 }
 
 func (d *guardedDriver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
-	done, err := d.g.enter(d.key)
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	defer done()
-	return d.Driver.Update(ctx, ref, req)
+	return call(d, func() (proxy.Instance, error) { return d.Driver.Update(ctx, ref, req) })
 }
 
 func (d *guardedDriver) Delete(ctx context.Context, ref proxy.Ref) error {
-	done, err := d.g.enter(d.key)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return d.Driver.Delete(ctx, ref)
+	_, err := call(d, func() (struct{}, error) { return struct{}{}, d.Driver.Delete(ctx, ref) })
+	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
@@ -22,28 +23,10 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
 
-// clock is a settable time for the stall guard's ages.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func guardAt() (*stallGuard, *clock) {
-	c := &clock{t: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)}
+func guardAt() (*stallGuard, *testingclock.FakeClock) {
+	c := testingclock.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
 	g := newStallGuard()
-	g.now = c.now
+	g.now = c.Now
 	return g, c
 }
 
@@ -71,7 +54,7 @@ func TestStallGuardNeverHoldsQuickCalls(t *testing.T) {
 	g, c := guardAt()
 	// However many, while none has run 5s.
 	done := enterAll(t, g, "ProviderConfig team-a/pve", 50)
-	c.add(defaultStallAfter - time.Millisecond)
+	c.Step(defaultStallAfter - time.Millisecond)
 	endAll(done)
 	endAll(enterAll(t, g, "ProviderConfig team-a/pve", 50))
 	if len(g.configs) != 0 {
@@ -83,7 +66,7 @@ func TestStallGuardRefusesAtOnceWhileACallStalls(t *testing.T) {
 	g, c := guardAt()
 	const slow = "ProviderConfig team-a/pve"
 	done := enterAll(t, g, slow, 2)
-	c.add(defaultStallAfter)
+	c.Step(defaultStallAfter)
 	_, err := g.enter(slow)
 	if err == nil {
 		t.Fatal("a third call of a config whose calls have run 5s went on")
@@ -111,13 +94,13 @@ func TestStallGuardRefusesAtOnceWhileACallStalls(t *testing.T) {
 	more[0]()
 
 	// Suspect for 2m after a call ended stalled, then quick again.
-	c.add(defaultCoolDown - time.Second)
+	c.Step(defaultCoolDown - time.Second)
 	two := enterAll(t, g, slow, 2)
 	if _, err := g.enter(slow); err == nil || !strings.Contains(err.Error(), "a call ended after 5s or longer within the last 2m0s") {
 		t.Errorf("within 2m of a stalled call, a third call got %v, want the refusal naming the stall", err)
 	}
 	endAll(two)
-	c.add(time.Second)
+	c.Step(time.Second)
 	endAll(enterAll(t, g, slow, 10))
 	if len(g.configs) != 0 {
 		t.Errorf("the guard keeps %d keys once their stall is 2m old and nothing is in flight, want none", len(g.configs))
@@ -220,7 +203,7 @@ func TestSilentBackendLeavesTheWorkersToOthers(t *testing.T) {
 	for hang.inFlight.Load() < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	clk.add(defaultStallAfter)
+	clk.Step(defaultStallAfter)
 
 	for i := 2; i < 10; i++ {
 		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
