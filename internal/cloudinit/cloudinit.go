@@ -160,18 +160,23 @@ const (
 
 // reportScript is the guest's check: squid.ReportScript until the echo
 // answers (5 minutes at most: Squid may still be starting), its line kept
-// in ReportPath and, with attribute, put to the guest attribute.
+// in ReportPath and, with attribute, put to the guest attribute. Run
+// once by systemd's timer; with --every SECONDS it repeats itself, for
+// OpenRC, which has no timers.
 func reportScript(port int32, attribute bool) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/bash\n# Written by provider-egressproxy: the egress check from inside the\n# instance, through its own Squid (docs/allow-listing.md).\ncheck() {\n")
 	b.WriteString(squid.ReportScript)
-	fmt.Fprintf(&b, "}\nfor i in $(seq 60); do\n  line=$(check %s %d 127.0.0.1) && break\n  sleep 5\ndone\n", reportRequestPath, port)
-	// Turned off meanwhile (EgressCheckStop): nothing is left to be read.
+	// Turned off meanwhile (EgressCheckStop): it ends, and nothing is left
+	// to be read.
+	fmt.Fprintf(&b, "}\nonce() {\nfor i in $(seq 60); do\n  [ -f %[1]s ] || exit 0\n  line=$(check %[1]s %[2]d 127.0.0.1) && break\n  sleep 5\ndone\n", reportRequestPath, port)
 	fmt.Fprintf(&b, "[ -f %s ] || exit 0\n", reportRequestPath)
 	fmt.Fprintf(&b, "printf '%%s\\n' \"$line\" > %[1]s.new && chmod 0644 %[1]s.new && mv -f %[1]s.new %[1]s\n", ReportPath)
 	if attribute {
 		fmt.Fprintf(&b, "curl -sf -m 10 -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$line\" http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/%s >/dev/null || true\n", GuestAttributeKey)
 	}
+	// The sleep in the background, so that a stop ends it at once.
+	b.WriteString("}\nif [ \"${1:-}\" = --every ]; then\n  trap 'kill ${!:-} 2>/dev/null; exit 0' TERM\n  while :; do once; sleep \"$2\" & wait $!; done\nfi\nonce\n")
 	return b.String()
 }
 

@@ -444,7 +444,8 @@ func TestUserDataEgressReport(t *testing.T) {
 			}
 		}
 		want := map[string]string{reportRequestPath: "0600", reportScriptPath: "0755",
-			"/etc/systemd/system/egressproxy-egress-check.service": "0644", "/etc/systemd/system/egressproxy-egress-check.timer": "0644"}
+			"/etc/systemd/system/egressproxy-egress-check.service": "0644", "/etc/systemd/system/egressproxy-egress-check.timer": "0644",
+			openRCStagedPath: "0644"}
 		for p, mode := range want {
 			if files[p] != mode {
 				t.Errorf("%s written with mode %q; want %q", p, files[p], mode)

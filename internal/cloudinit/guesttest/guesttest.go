@@ -23,12 +23,15 @@ import (
 )
 
 // dirs are the guest folders the provider's scripts write in.
-var dirs = []string{"/etc/squid", "/var/lib/egressproxy", "/var/lib/cloud", "/usr/local/lib/egressproxy", "/etc/systemd/system", "/usr/lib/squid"}
+var dirs = []string{"/etc/squid", "/var/lib/egressproxy", "/var/lib/cloud", "/usr/local/lib/egressproxy", "/etc/systemd/system", "/usr/lib/squid",
+	"/etc/init.d", "/etc/runlevels/default"}
 
-// hostTools are the commands the scripts use that run as they are; the
-// rest (install, which sets owners, systemctl, ip, getent, squid,
-// qemu-ga) are stand-ins, and anything else is not found.
-var hostTools = []string{"sh", "rm", "cp", "mv", "chmod", "mkdir", "ln", "dirname", "awk", "sort", "cat", "seq", "sleep"}
+// hostTools are the commands the scripts use that run as they are (the
+// egress check's among them); the rest (install, which sets owners,
+// systemctl, ip, getent, squid, qemu-ga) are stand-ins, and anything else
+// is not found.
+var hostTools = []string{"sh", "bash", "rm", "cp", "mv", "chmod", "mkdir", "ln", "dirname", "awk", "sort", "cat", "seq", "sleep",
+	"timeout", "head", "tr", "date"}
 
 // Guest is a VM's disk under a temporary root, with Squid, the guest
 // agent and Squid's auth helper installed.
@@ -76,6 +79,50 @@ func New(t testing.TB) *Guest {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// OpenRC makes the guest an Alpine one: OpenRC rather than systemd
+// (rc-update keeps the default runlevel's links as OpenRC does, and both
+// commands fail on a service without its script in /etc/init.d), apk, and
+// no bash until apk adds it. RCCalls lists what was asked of them.
+func (g *Guest) OpenRC() {
+	g.t.Helper()
+	for _, tool := range []string{"systemctl", "bash"} {
+		if err := os.Remove(filepath.Join(g.bin, tool)); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	log, initd, runlevel := filepath.Join(g.bin, ".rc-calls"), g.Path("/etc/init.d"), g.Path("/etc/runlevels/default")
+	g.Tool("apk", `echo "apk $*" >> `+log+`; for p; do [ "$p" = bash ] && ln -sf `+bash+` `+g.bin+`/bash; done; exit 0`)
+	g.Tool("rc-update", `echo "rc-update $*" >> `+log+`; [ -x `+initd+`/"$2" ] || { echo " * rc-update: service '$2' does not exist" >&2; exit 1; }
+case "$1" in add) [ -e `+runlevel+`/"$2" ] && { echo " * rc-update: $2 already installed in runlevel 'default'; skipping" >&2; exit 0; }; ln -s `+initd+`/"$2" `+runlevel+`/"$2";;
+del) rm `+runlevel+`/"$2";; *) exit 1;; esac`)
+	g.Tool("rc-service", `echo "rc-service $*" >> `+log+`; [ -x `+initd+`/"$1" ] || { echo " * rc-service: service '$1' does not exist" >&2; exit 1; }`)
+	// As their packages install them.
+	for _, svc := range []string{"squid", "qemu-guest-agent"} {
+		g.WriteFile("/etc/init.d/"+svc, "#!/sbin/openrc-run\n")
+		if err := os.Chmod(g.Path("/etc/init.d/"+svc), 0o755); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+}
+
+// RCCalls are the apk, rc-update and rc-service commands an OpenRC guest
+// was asked to run, in order.
+func (g *Guest) RCCalls() []string {
+	g.t.Helper()
+	b, err := os.ReadFile(filepath.Join(g.bin, ".rc-calls"))
+	if err != nil && !os.IsNotExist(err) {
+		g.t.Fatal(err)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
 // SquidGroup makes the guest one of a family whose Squid runs in group
@@ -169,15 +216,22 @@ func (g *Guest) Files() map[string]string {
 // test with its output when it fails.
 func (g *Guest) Exec(argv ...string) {
 	g.t.Helper()
+	cmd := g.Command(argv...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		g.t.Fatalf("guest: %s failed: %v\n%s", filepath.Base(argv[0]), err, out)
+	}
+}
+
+// Command is argv to be run in the guest as Exec runs it, for a test
+// that starts it and lets it go on (a service).
+func (g *Guest) Command(argv ...string) *exec.Cmd {
 	args := make([]string, len(argv)-1)
 	for i, a := range argv[1:] {
 		args[i] = g.Path(a)
 	}
 	cmd := exec.Command(filepath.Join(g.bin, filepath.Base(argv[0])), args...)
 	cmd.Env = []string{"PATH=" + g.bin, "HOME=" + g.root}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		g.t.Fatalf("guest: %s failed: %v\n%s", filepath.Base(argv[0]), err, out)
-	}
+	return cmd
 }
 
 // Boot runs user-data as cloud-init does when it runs (a first boot, or a
