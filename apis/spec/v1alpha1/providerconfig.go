@@ -40,6 +40,17 @@ type ProviderConfigSpec struct {
 	// +optional
 	Orphans *OrphanPolicy `json:"orphans,omitempty"`
 
+	// AllowTenantImports lets namespaced proxies (a tenant's) that use this
+	// config as a ClusterProviderConfig import an instance made by hand (one
+	// without the provider's mark) with spec.managementPolicies:
+	// ["Observe"]: they then read its state and address, and its Squid is
+	// probed. Default false: an external name would otherwise read any
+	// instance of the platform's on this config's backend. An instance made
+	// for another resource is never imported. Cluster-scoped proxies, and a
+	// namespaced ProviderConfig's own proxies, import without it.
+	// +optional
+	AllowTenantImports bool `json:"allowTenantImports,omitempty"`
+
 	// KVM runs proxies as libvirt domains on hosts reached over SSH.
 	// +optional
 	KVM *KVMConfig `json:"kvm,omitempty"`

@@ -668,15 +668,22 @@ func (e *external[P]) settings(ctx context.Context, cr Resource[P], ps *spec.Pro
 // mark or another resource's. An Observe-only resource may import an
 // unmarked instance (made by hand), never one the provider made for
 // another resource: that one is read only through its own resource, so an
-// external name cannot be used to read another team's proxy.
+// external name cannot be used to read another team's proxy. A tenant on
+// the platform's config imports only where the config allows it: the
+// platform's hand-made instances are not the tenant's to read.
 func (e *external[P]) foreign(cr Resource[P], inst proxy.Instance) error {
 	own := proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}
 	importing := observeOnly(cr.GetManagementPolicies())
+	tenantImport := !e.cfg.Tenant || e.cfg.Spec.AllowTenantImports
 	switch {
 	case inst.Mark == own:
 		return nil
-	case inst.Mark == (proxy.Mark{}) && importing:
+	case inst.Mark == (proxy.Mark{}) && importing && tenantImport:
 		return nil
+	case inst.Mark == (proxy.Mark{}) && importing:
+		return errors.Errorf("instance %s was not created by provider-egressproxy (it carries no ownership mark), and %s does not let namespaced resources import such instances (its allowTenantImports is false, the default); refusing to import it: use a ProviderConfig of this namespace, or ask the platform team to set allowTenantImports: true", inst.Name, e.cfg.Name)
+	case inst.Mark == (proxy.Mark{}) && !tenantImport:
+		return errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: choose another external name", inst.Name)
 	case inst.Mark == (proxy.Mark{}):
 		return errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: remove or rename it on the backend, or import it with spec.managementPolicies: [\"Observe\"]", inst.Name)
 	case inst.Mark.UID == own.UID:

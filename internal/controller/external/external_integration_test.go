@@ -72,6 +72,8 @@ func start(t *testing.T) *env {
 					k.AllowTenantCloudInit = true
 					return k
 				}()}}},
+			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home-kvm-tenant-imports"},
+				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{AllowTenantImports: true, KVM: kvmBlock()}}},
 			&nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 				Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
 					Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity}}}}},
@@ -399,7 +401,9 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 		}
 		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse, "refusing to adopt it")
 
-		t.Run("ButCanBeImportedObserveOnly", func(t *testing.T) {
+		// A tenant imports the platform's hand-made instances only where
+		// the platform's config allows it.
+		t.Run("ButCanBeImportedObserveOnlyWhereTheConfigAllows", func(t *testing.T) {
 			imp := nsProxy("team-b", "import", func(p *nsproxy.KVMProxy) {
 				p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve}
 				meta.SetExternalName(p, name)
@@ -407,8 +411,22 @@ func TestExternalIntegrationLifecycle(t *testing.T) {
 			if err := e.Kube.Create(ctx, imp); err != nil {
 				t.Fatal(err)
 			}
-			e.WaitForCondition(t, imp, xpv2.TypeReady, corev1.ConditionTrue, "")
-			e.WaitForCondition(t, imp, xpv2.TypeSynced, corev1.ConditionTrue, "")
+			e.WaitForCondition(t, imp, xpv2.TypeSynced, corev1.ConditionFalse, "its allowTenantImports is false")
+			_ = e.Kube.Get(ctx, client.ObjectKeyFromObject(imp), imp)
+			if a := imp.Status.AtProvider; a.IP != "" || a.ID != "" {
+				t.Errorf("the refused import reports the instance in its status: %+v", a)
+			}
+
+			allowed := nsProxy("team-b", "import-allowed", func(p *nsproxy.KVMProxy) {
+				p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve}
+				p.Spec.ProviderConfigReference.Name = "home-kvm-tenant-imports"
+				meta.SetExternalName(p, name)
+			})
+			if err := e.Kube.Create(ctx, allowed); err != nil {
+				t.Fatal(err)
+			}
+			e.WaitForCondition(t, allowed, xpv2.TypeReady, corev1.ConditionTrue, "")
+			e.WaitForCondition(t, allowed, xpv2.TypeSynced, corev1.ConditionTrue, "")
 		})
 	})
 

@@ -118,6 +118,16 @@ func setupForeign(t *testing.T, mem *proxytest.Memory, _ *external[spec.KVMProxy
 	}
 }
 
+// foreignOnTenantConfig is setupForeign for a namespaced resource on a
+// ClusterProviderConfig, which allows tenant imports or not.
+func foreignOnTenantConfig(allowImports bool) func(*testing.T, *proxytest.Memory, *external[spec.KVMProxyParameters]) {
+	return func(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) {
+		t.Helper()
+		setupForeign(t, mem, e)
+		e.cfg.Tenant, e.cfg.Spec.AllowTenantImports = true, allowImports
+	}
+}
+
 // ours creates testName in mem, as this resource's, and lets it settle.
 func ours(t *testing.T, mem *proxytest.Memory, e *external[spec.KVMProxyParameters]) proxy.Request {
 	t.Helper()
@@ -151,6 +161,13 @@ func TestObserve(t *testing.T) {
 			ready: xpv2.Available().WithObservedGeneration(3),
 			state: string(proxy.StateRunning),
 		}
+	}
+	// An import of an unmarked instance, Ready saying it is not the
+	// provider's.
+	imported := func() want {
+		w := running(true)
+		w.ready = xpv2.Available().WithMessage("instance px-1 is not the provider's (it carries no ownership mark; imported Observe-only, so any Squid answering counts)").WithObservedGeneration(3)
+		return w
 	}
 	cases := map[string]struct {
 		reason string
@@ -201,11 +218,25 @@ func TestObserve(t *testing.T) {
 			reason: "An Observe-only resource may import an unmarked instance; Ready says it is not the provider's.",
 			cr:     proxyResource(observeOnlyPolicy),
 			setup:  setupForeign,
-			want: func() want {
-				w := running(true)
-				w.ready = xpv2.Available().WithMessage("instance px-1 is not the provider's (it carries no ownership mark; imported Observe-only, so any Squid answering counts)").WithObservedGeneration(3)
-				return w
-			}(),
+			want:   imported(),
+		},
+		"TenantImportRefused": {
+			reason: "A namespaced resource on the platform's config never reads the platform's hand-made instances by their name.",
+			cr:     proxyResource(observeOnlyPolicy),
+			setup:  foreignOnTenantConfig(false),
+			want:   want{err: errors.Errorf("instance %s was not created by provider-egressproxy (it carries no ownership mark), and ClusterProviderConfig home does not let namespaced resources import such instances (its allowTenantImports is false, the default); refusing to import it: use a ProviderConfig of this namespace, or ask the platform team to set allowTenantImports: true", testName)},
+		},
+		"TenantImportAllowed": {
+			reason: "The platform's config may let tenants import hand-made instances.",
+			cr:     proxyResource(observeOnlyPolicy),
+			setup:  foreignOnTenantConfig(true),
+			want:   imported(),
+		},
+		"TenantUnmarked": {
+			reason: "A tenant on the platform's config is not told to import what it may not.",
+			cr:     proxyResource(),
+			setup:  foreignOnTenantConfig(false),
+			want:   want{err: errors.Errorf("instance %s exists but was not created by provider-egressproxy (it carries no ownership mark); refusing to adopt it: choose another external name", testName)},
 		},
 		"AnotherResourcesImport": {
 			reason: "An Observe-only resource never imports an instance made for another resource.",
