@@ -595,8 +595,14 @@ func Version(s string) string {
 // net/http quotes the first bytes of a response it cannot read (an SSH
 // banner, a service that is not HTTP), TLS errors a certificate's names.
 // What a tenant's endpoint answers is never quoted back to the tenant.
+//
+// A refusal comes without the URL net/http names around it: after a
+// redirect, that is the target the endpoint chose.
 func Quiet(err error, field string) error {
-	if err == nil || IsRefused(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if IsRefused(err) {
+		return withoutURL(err)
+	}
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	var oe *net.OpError
@@ -606,6 +612,25 @@ func Quiet(err error, field string) error {
 	}
 	return &quietError{err: err, field: field}
 }
+
+// withoutURL is err without the URL of the *url.Error in its chain (the
+// request's, or a redirect's target), its chain kept for errors.As.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return &urlFreeError{err: err, named: fmt.Sprintf("%s %q: ", ue.Op, ue.URL)}
+}
+
+type urlFreeError struct {
+	err   error
+	named string
+}
+
+func (e *urlFreeError) Error() string { return strings.Replace(e.err.Error(), e.named, "", 1) }
+
+func (e *urlFreeError) Unwrap() error { return e.err }
 
 type quietError struct {
 	err   error

@@ -3,6 +3,7 @@ package netguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -168,6 +169,11 @@ func TestRefusedRedirectQuotesNotItsTarget(t *testing.T) {
 			}
 			if err := ue.Err; strings.Contains(err.Error(), "SENTINEL") || !strings.Contains(err.Error(), "a redirect from "+strings.TrimPrefix(srv.URL, "http://")) {
 				t.Errorf("GET redirected to %s = %v; want a refusal naming the redirect's origin, quoting nothing of its target", target, err)
+			}
+			// Quiet does it for a caller that does not.
+			q := Quiet(fmt.Errorf("cannot read: %w", err), "the URL")
+			if strings.Contains(q.Error(), "SENTINEL") || IsRefused(ue.Err) && (!IsRefused(q) || !strings.HasPrefix(q.Error(), "cannot read: ")) {
+				t.Errorf("Quiet(GET redirected to %s) = %v; want the refusal, its context kept, quoting nothing of the target", target, q)
 			}
 		})
 	}

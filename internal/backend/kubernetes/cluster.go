@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -97,10 +98,18 @@ func (cl *Cluster) IndexPods(ctx context.Context, fi client.FieldIndexer) error 
 }
 
 // NewCluster is the Cluster of a rest config: c (which may read from a
-// cache) and live (nil when c reads directly). Set DialPods on the result
-// for the cluster the provider runs in.
-func NewCluster(cfg *rest.Config, c client.Client, live client.Reader) (*Cluster, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+// cache) and live (nil when c reads directly). Its version and pod-log
+// reads go through hc, c's HTTP client (nil: one of cfg's own), so they
+// share its connections and its redirect check. Set DialPods on the
+// result for the cluster the provider runs in.
+func NewCluster(cfg *rest.Config, hc *http.Client, c client.Client, live client.Reader) (*Cluster, error) {
+	if hc == nil {
+		var err error
+		if hc, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, err
+		}
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +161,7 @@ func NewLocalCluster(cfg *rest.Config, scheme *runtime.Scheme, reader client.Rea
 	if err != nil {
 		return nil, err
 	}
-	cl, err := NewCluster(cfg, c, live)
+	cl, err := NewCluster(cfg, hc, c, live)
 	if err != nil {
 		return nil, err
 	}
@@ -309,11 +318,15 @@ func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster,
 	if err != nil {
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}
+	if guard != nil {
+		// A tenant's redirect: its target checked, and never named.
+		hc.CheckRedirect = guard.CheckRedirect
+	}
 	c, err := client.New(cfg, client.Options{Scheme: r.Scheme, HTTPClient: hc})
 	if err != nil {
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}
-	cl, err := NewCluster(cfg, c, nil)
+	cl, err := NewCluster(cfg, hc, c, nil)
 	if err != nil {
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}

@@ -293,6 +293,28 @@ func TestTenantKubeconfigProxyIsGuarded(t *testing.T) {
 	}
 }
 
+// TestTenantClusterRedirectIsNotNamed: a tenant's API server that
+// redirects to a name the guard refuses is not followed, and neither a
+// read nor the health check names the target.
+func TestTenantClusterRedirectIsNotNamed(t *testing.T) {
+	srv := httptest.NewTLSServer(http.RedirectHandler("https://sentinel-target.localhost:8443/x", http.StatusFound))
+	defer srv.Close()
+	kc := []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: abc}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", srv.URL))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	cl, err := (&Remote{Scheme: scheme}).Cluster(kc, netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil)
+	if _, err := d.Get(context.Background(), proxy.Ref{Name: "p"}); !netguard.IsRefused(err) || strings.Contains(strings.ToLower(err.Error()), "sentinel") {
+		t.Errorf("Get through a redirect = %v, want a refusal that names no target", err)
+	}
+	if msg := fmt.Sprint(d.Check(context.Background()).Targets); strings.Contains(strings.ToLower(msg), "sentinel") || !strings.Contains(msg, "a redirect from") {
+		t.Errorf("Check through a redirect = %s, want a refusal of a redirect that names no target", msg)
+	}
+}
+
 // TestKubeconfigErrorsDoNotQuoteIt: kubeconfigs that fail to parse or to
 // validate where the failing text is a credential. The refusal says what
 // is wrong and quotes none of it.

@@ -91,7 +91,7 @@ func (e *env) deleteByMarkTests(t *testing.T) {
 		kcfg := kubernetes.Config{Namespace: ns, NetworkPolicy: true}
 		cluster := func() (*kubernetes.Cluster, *collections) {
 			counted := &collections{Client: c}
-			cl, err := kubernetes.NewCluster(&cfg, counted, nil)
+			cl, err := kubernetes.NewCluster(&cfg, nil, counted, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

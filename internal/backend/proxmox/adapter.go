@@ -268,7 +268,12 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	if c.wire != nil {
 		rt = telemetry.Wire("proxmox", c.wire, tr)
 	}
-	resp, err := (&http.Client{Transport: rt}).Do(req)
+	hc := &http.Client{Transport: rt}
+	if c.guard != nil {
+		// A tenant's redirect: its target checked, and never named.
+		hc.CheckRedirect = c.guard.CheckRedirect
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return transportError(r, err, c.guard != nil)
 	}

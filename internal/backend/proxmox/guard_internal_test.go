@@ -90,3 +90,31 @@ func TestTransportsUseTheEnvironmentsProxy(t *testing.T) {
 		t.Errorf("the tenant's transport dialled loopback: %v", err)
 	}
 }
+
+// TestTenantRedirectIsNotNamed: a tenant's API that redirects to a name
+// the guard refuses is not followed, and the refusal names neither the
+// target nor its host: where a redirect leads is what the endpoint
+// answered.
+func TestTenantRedirectIsNotNamed(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Redirect(w, r, "https://sentinel-target.localhost:8443/x", http.StatusFound)
+	}))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	c, err := NewClient(srv.URL, func(context.Context) (Credentials, error) {
+		return Credentials{Token: "root@pam!t=00000000-0000-0000-0000-000000000000", CA: ca}, nil
+	}, false, 0, &Transports{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.guard = netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	_, err = c.Version(context.Background())
+	if !netguard.IsRefused(err) || strings.Contains(strings.ToLower(err.Error()), "sentinel") || !strings.Contains(err.Error(), "a redirect from") {
+		t.Errorf("Version through a redirect = %v, want a refusal of a redirect that names no target", err)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the API was asked %d times, want 1", n)
+	}
+}
