@@ -274,11 +274,6 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 			return errors.Wrap(err, "cannot set up the safe-start gate")
 		}
 	}
-	jitter := o.jitter
-	if jitter > o.notReadyPoll/4 {
-		// The jitter applies to both intervals; keep fast polls fast.
-		jitter = o.notReadyPoll / 4
-	}
 	// The cluster's networks are read from the API server (nodes,
 	// ServiceCIDRs, the kubernetes Service and its endpoints), as far as
 	// the provider's RBAC lets it.
@@ -290,7 +285,7 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		NotReadyPollInterval: o.notReadyPoll,
 		QuotaRetryInterval:   o.quotaRetry,
 		Events:               pcontroller.EventBroadcaster(mo),
-		PollJitter:           jitter,
+		PollJitter:           o.jitter,
 		AllWrites:            o.allWrites,
 		// Every endpoint a namespaced ProviderConfig names is dialled
 		// through this guard, which refuses the cluster's networks.

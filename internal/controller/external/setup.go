@@ -244,13 +244,15 @@ func reconcilerOptions[P any](mgr ctrl.Manager, o Options, sh *Shared, c *connec
 
 // PollHook polls a resource that is not Ready, or whose egress check is
 // still out, every notReady, and a Ready one at the configured poll
-// interval; both with up to jitter either way so that resources created
+// interval; both with up to jitter either way (at most a quarter of the
+// interval, so that fast polls stay fast) so that resources created
 // together do not poll together.
 func PollHook(notReady, jitter time.Duration) managed.PollIntervalHook {
 	return func(mg resource.Managed, interval time.Duration) time.Duration {
 		if (mg.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue || mg.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified)).Reason == reasonEgressPending) && notReady > 0 {
 			interval = notReady
 		}
+		jitter := min(jitter, interval/4)
 		if jitter <= 0 {
 			return interval
 		}
