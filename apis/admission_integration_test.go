@@ -375,6 +375,7 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"NarrowClientsWithoutAuth", nsPod, []func(*unstructured.Unstructured){unset("spec.forProvider.proxy.auth"), set("spec.forProvider.proxy.allowedClientCIDRs", []any{"10.0.0.0/8", "2001:db8::/32"})}},
 		{"OpenPrivateDestinations", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinationCIDRs", []any{"10.20.0.0/16", "192.168.1.10/32", "fd12:3456::/32", "100.64.0.0/10"})}},
 		{"NamespacedConfigWithKubeconfigSecret", nsPC, nil},
+		{"DestinationsWithUnderscores", nsPod, []func(*unstructured.Unstructured){set("spec.forProvider.proxy.allowedDestinations", []any{"my_host.corp.example", "_dmarc.example.com", ".my_zone.example"})}},
 		{"GCPPrivateEndpoint", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://compute-myendpoint.p.googleapis.com")}},
 		{"ProxmoxURLWithATrailingSlash", cpcPVE, []func(*unstructured.Unstructured){set("spec.proxmox.url", "https://pve.example:8006/")}},
 		{"HostAddressIPv6", cpcKVM, []func(*unstructured.Unstructured){set("spec.kvm.hosts", []any{map[string]any{"name": "beelink", "address": "[fd00::5]:22", "user": "proxy", "bridge": "br0"}})}},

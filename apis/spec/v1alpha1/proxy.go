@@ -66,12 +66,13 @@ type ProxySettings struct {
 
 	// AllowedDestinations, when set, is a domain allow-list: "api.github.com"
 	// matches that host, ".stripe.com" the domain and its subdomains.
-	// Everything else is refused. Names only: an IP address (in any
+	// Labels take letters, digits, '-' and '_'. Everything else is
+	// refused. Names only: an IP address (in any
 	// spelling: 10.0.0.1, 127.1, 2130706433, 0x7f000001) is refused.
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^\.?([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	// +kubebuilder:validation:items:Pattern=`^\.?([a-zA-Z0-9_]([-a-zA-Z0-9_]*[a-zA-Z0-9_])?\.)*[a-zA-Z0-9_]([-a-zA-Z0-9_]*[a-zA-Z0-9_])?$`
 	// +kubebuilder:validation:items:XValidation:rule="!self.startsWith('*')",message="a wildcard is written with a leading dot: .stripe.com matches stripe.com and every subdomain of it"
 	// +kubebuilder:validation:items:XValidation:rule="!self.lowerAscii().matches('(^|[.])([0-9]+|0x[0-9a-f]*)$')",message="must be a domain name, not an IP address in any spelling (a numeric last label, as in 10.0.0.1, 127.1, 2130706433 or 0x7f000001, is an address); open private address ranges with allowedDestinationCIDRs"
 	// +listType=set
