@@ -821,7 +821,7 @@ type TargetHealth struct {
 // EgressCheck names an echo endpoint: a URL that answers a GET with the
 // caller's address, as plain text (an address and nothing else, as
 // https://api.ipify.org does) or as JSON with the address in "ip" or
-// "origin" (https://api.ipify.org?format=json, httpbin's /ip). The
+// "origin" (httpbin's /ip; a URL takes no query). The
 // provider sends one request through each Ready proxy, with a credential
 // of its own that the proxy accepts for this URL alone, and publishes the
 // address the endpoint saw (status.atProvider.egressIP, the connection
