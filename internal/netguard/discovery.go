@@ -2,6 +2,7 @@ package netguard
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"net/url"
@@ -210,19 +211,26 @@ type Source struct {
 // Settled says the read answered or was refused for good (no rights, an
 // older cluster without the kind): reading again soon would give the same.
 func (s Source) Settled() bool {
-	return s.Err == nil || kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err)
+	return s.Err == nil || kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err) || errors.Is(s.Err, errPodNetworkUnstated)
 }
 
 // Unreadable says the read was refused for good in a way that leaves the
-// source's networks unknown rather than empty: no rights, or a kind the
-// cluster does not serve (ServiceCIDRs before Kubernetes 1.33). A missing
-// kubernetes Service is an answer: there is none.
+// source's networks unknown rather than empty: no rights, a kind the
+// cluster does not serve (ServiceCIDRs before Kubernetes 1.33), or a pod
+// network the nodes do not state. A missing kubernetes Service is an
+// answer: there is none.
 func (s Source) Unreadable() bool {
 	if s.Err == nil || (s.Name == "service" && kerrors.IsNotFound(s.Err)) {
 		return false
 	}
-	return kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err)
+	return kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err) || errors.Is(s.Err, errPodNetworkUnstated)
 }
+
+// errPodNetworkUnstated is the "pod network" source of a cluster with a
+// node that states no pod range: its CNI assigns pod addresses by itself
+// (Calico's IPAM, Cilium's cluster pool, a cloud's VPC addresses), so the
+// pod network is unknown, not empty.
+var errPodNetworkUnstated = errors.New("a node states no pod range (spec.podCIDRs)")
 
 // Unreadable implements Partial: the sources of the cluster's networks
 // the last read was refused for good (Source.Unreadable).
@@ -236,7 +244,8 @@ func (d *Discovery) Unreadable(ctx context.Context) []string {
 // ReadCluster reads the networks a cluster says are its own, one Source
 // each: the kubernetes Service's cluster IPs ("service"), the API server's
 // endpoint addresses ("endpoints"), the ServiceCIDRs ("servicecidrs"), and
-// every node's pod ranges and internal and external addresses ("nodes").
+// every node's pod ranges and internal and external addresses ("nodes"),
+// with "pod network" unreadable where a node states no pod range.
 // Four requests through r. The lists are answered from the API server's
 // watch cache (resourceVersion 0), not read from etcd: they repeat every
 // TTL, and a big cluster's nodes are a large read.
@@ -266,7 +275,9 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	nodes := &corev1.NodeList{}
 	err = r.List(ctx, nodes, fromWatchCache())
 	var ns []string
+	unstated := false
 	for _, n := range nodes.Items {
+		unstated = unstated || len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == ""
 		ns = append(ns, n.Spec.PodCIDRs...)
 		if n.Spec.PodCIDR != "" {
 			ns = append(ns, n.Spec.PodCIDR)
@@ -277,7 +288,11 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 			}
 		}
 	}
-	return append(out, Source{Name: "nodes", Err: err, Prefixes: parse(ns)})
+	out = append(out, Source{Name: "nodes", Err: err, Prefixes: parse(ns)})
+	if err == nil && unstated {
+		out = append(out, Source{Name: "pod network", Err: errPodNetworkUnstated})
+	}
+	return out
 }
 
 // fromWatchCache has a list answered from the API server's watch cache.

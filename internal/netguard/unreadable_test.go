@@ -9,13 +9,16 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -176,5 +179,56 @@ func TestRefusedRedirectQuotesNotItsTarget(t *testing.T) {
 				t.Errorf("Quiet(GET redirected to %s) = %v; want the refusal, its context kept, quoting nothing of the target", target, q)
 			}
 		})
+	}
+}
+
+// A cluster whose CNI assigns pod addresses itself (no node states a pod
+// range, as with Calico's IPAM) has a pod network the provider cannot
+// tell: every private range is refused for tenants, saying so, until the
+// platform team names it (Denied) or opens a range; once every node
+// states its range, only the cluster's networks are refused.
+func TestUnstatedPodNetworkIsUnreadable(t *testing.T) {
+	ctx := context.Background()
+	var reads atomic.Int32
+	var fail atomic.Bool
+	node := func(name, podCIDR string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.5." + name[len(name)-1:]}}}}
+		if podCIDR != "" {
+			n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDR, []string{podCIDR}
+		}
+		return n
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", ClusterIPs: []string{"10.96.0.1"}}}
+	cidr := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}}}
+
+	d := &Discovery{Reader: countingClient(t, &reads, &fail, svc, cidr, node("n1", "10.244.1.0/24"), node("n2", ""))}
+	if got := d.Unreadable(ctx); !slices.Equal(got, []string{"pod network"}) {
+		t.Fatalf("Unreadable with a node that states no pod range = %v; want [pod network]", got)
+	}
+	err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("10.8.3.4"))
+	if !IsRefused(err) || !strings.Contains(err.Error(), "pod network") || !strings.Contains(err.Error(), "--tenant-endpoint-denied-cidrs") {
+		t.Errorf("Check of a private address while the pod network is unstated = %v; want a refusal naming it and the way out", err)
+	}
+	if err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("198.51.100.7")); err != nil {
+		t.Errorf("Check of a public address = %v; want nil", err)
+	}
+	named := New(Options{Cluster: d, Denied: []netip.Prefix{netip.MustParsePrefix("10.8.0.0/16")}})
+	if err := named.Check(ctx, netip.MustParseAddr("10.8.3.4")); !IsRefused(err) {
+		t.Errorf("Check inside the pod network the platform named = %v; want a refusal", err)
+	}
+	if err := named.Check(ctx, netip.MustParseAddr("172.20.0.9")); err != nil {
+		t.Errorf("Check outside it, the pod network named = %v; want nil", err)
+	}
+
+	stated := &Discovery{Reader: countingClient(t, &reads, &fail, svc, cidr, node("n1", "10.244.1.0/24"), node("n2", "10.244.2.0/24"))}
+	if got := stated.Unreadable(ctx); len(got) != 0 {
+		t.Errorf("Unreadable when every node states its pod range = %v; want none", got)
+	}
+	g := New(Options{Cluster: stated})
+	if err := g.Check(ctx, netip.MustParseAddr("10.244.2.7")); !IsRefused(err) {
+		t.Errorf("Check of a pod address = %v; want a refusal", err)
+	}
+	if err := g.Check(ctx, netip.MustParseAddr("10.8.3.4")); err != nil {
+		t.Errorf("Check of a private address outside the cluster's networks = %v; want nil", err)
 	}
 }
