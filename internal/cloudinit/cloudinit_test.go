@@ -190,34 +190,43 @@ func TestUserDataRejectsUnknownUserDataWithoutQuotingIt(t *testing.T) {
 	}
 }
 
+// TestSeedISO: the seed holds user-data and meta-data as given, and the
+// config's vendor-data byte for byte when it has one (none otherwise).
 func TestSeedISO(t *testing.T) {
-	iso, err := SeedISO("#cloud-config\n", MetaData("i-1", "p-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := iso9660.OpenImage(bytes.NewReader(iso))
-	if err != nil {
-		t.Fatal(err)
-	}
-	label, err := img.Label()
-	if err != nil || label != SeedLabel {
-		t.Errorf("label %q (%v), want %q", label, err, SeedLabel)
-	}
-	root, err := img.RootDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	children, err := root.GetChildren()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, c := range children {
-		b, _ := io.ReadAll(c.Reader())
-		got[c.Name()] = string(b)
-	}
-	if got["user-data"] != "#cloud-config\n" || got["meta-data"] != "instance-id: \"i-1\"\nlocal-hostname: \"p-1\"\n" {
-		t.Errorf("seed files = %q", got)
+	const vendor = "#!/bin/sh\necho platform > /etc/motd\n"
+	for _, vd := range []string{"", vendor} {
+		iso, err := SeedISO("#cloud-config\n", MetaData("i-1", "p-1"), vd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := iso9660.OpenImage(bytes.NewReader(iso))
+		if err != nil {
+			t.Fatal(err)
+		}
+		label, err := img.Label()
+		if err != nil || label != SeedLabel {
+			t.Errorf("label %q (%v), want %q", label, err, SeedLabel)
+		}
+		root, err := img.RootDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		children, err := root.GetChildren()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, c := range children {
+			b, _ := io.ReadAll(c.Reader())
+			got[c.Name()] = string(b)
+		}
+		want := map[string]string{"user-data": "#cloud-config\n", "meta-data": "instance-id: \"i-1\"\nlocal-hostname: \"p-1\"\n"}
+		if vd != "" {
+			want["vendor-data"] = vd
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("seed files with vendor-data %q: -want, +got:\n%s", vd, diff)
+		}
 	}
 }
 

@@ -188,6 +188,16 @@ type KVMConfig struct {
 	// +optional
 	// +kubebuilder:default=true
 	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
+	// VendorData is the platform's own cloud-init for every proxy of this
+	// config: the seed's vendor-data file, as it is (a #cloud-config
+	// document, a script starting with #!, or MIME multipart). cloud-init
+	// applies it under the user-data, so a cloud-config key the user-data
+	// sets too (runcmd and write_files: the provider's setup always sets
+	// them) is dropped by its merge: run commands with a script. Read by
+	// instances created after it is set; never logged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	VendorData string `json:"vendorData,omitempty"`
 	// AllowImageURLs lets a KVMProxy name its image by an http(s) URL
 	// instead of a key of images. Off by default: then proxies run only
 	// the catalogue's images.

@@ -112,7 +112,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		"diskSizeGB", d.cfg.DiskSizeGB, "image", p.image.Key, "imageSource", p.image.label(), "imageFormat", p.image.Format, "firmware", p.image.Firmware,
 		"sha256Configured", p.image.SHA256 != "", "pool", p.host.pool(), "bridge", p.host.Bridge, "network", p.host.Network, "domainType", orDefault(p.host.DomainType, "kvm"),
 		"port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs, "allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "",
-		"cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData))
+		"cloudInitBytes", len(req.CloudInit), "userDataBytes", len(p.userData), "vendorDataBytes", len(d.cfg.VendorData))
 	unlock, err := d.b.names.lock(ctx, p.key())
 	if err != nil {
 		return proxy.Instance{}, err
@@ -389,7 +389,7 @@ func (d *Driver) claimSeed(ctx context.Context, api Libvirt, pool libvirt.Storag
 // writeSeed rebuilds the NoCloud seed and uploads it, in place of old
 // (claimSeed) when there is one.
 func (d *Driver) writeSeed(ctx context.Context, api Libvirt, pool libvirt.StoragePool, p *plan, old *libvirt.StorageVol) (libvirt.StorageVol, error) {
-	iso, err := cloudinit.SeedISO(p.userData, p.metaData)
+	iso, err := cloudinit.SeedISO(p.userData, p.metaData, d.cfg.VendorData)
 	if err != nil {
 		return libvirt.StorageVol{}, err
 	}

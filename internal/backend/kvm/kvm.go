@@ -45,6 +45,9 @@ type Config struct {
 	// InstallGuestAgent installs qemu-guest-agent at first boot when the
 	// image lacks it.
 	InstallGuestAgent bool
+	// VendorData is the seed's vendor-data, "" for none; secret: never
+	// logged.
+	VendorData string
 	// Images by catalogue key.
 	Images map[string]Image
 	// MachineTypes by catalogue key.

@@ -20,6 +20,17 @@ import (
 // seedUserData is the user-data of the seed ISO in volume name.
 func (e *testEnv) seedUserData(name string) string {
 	e.t.Helper()
+	ud, ok := e.seedFile(name, "user-data")
+	if !ok {
+		e.t.Fatalf("seed %s has no user-data", name)
+	}
+	return ud
+}
+
+// seedFile is the file of the seed ISO in volume name; ok is false when
+// it has none.
+func (e *testEnv) seedFile(name, file string) (content string, ok bool) {
+	e.t.Helper()
 	e.host.mu.Lock()
 	iso := bytes.Clone(e.host.pools["default"].vols[name].content)
 	e.host.mu.Unlock()
@@ -36,13 +47,12 @@ func (e *testEnv) seedUserData(name string) string {
 		e.t.Fatal(err)
 	}
 	for _, c := range children {
-		if c.Name() == "user-data" {
+		if c.Name() == file {
 			b, _ := io.ReadAll(c.Reader())
-			return string(b)
+			return string(b), true
 		}
 	}
-	e.t.Fatalf("seed %s has no user-data", name)
-	return ""
+	return "", false
 }
 
 // TestTLSInTheSeedAndThroughTheAgent: a proxy with TLS boots from a seed

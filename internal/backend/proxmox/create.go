@@ -580,7 +580,7 @@ func (d *Driver) seed(req proxy.Request, vmid int) ([]byte, error) {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}
 	md := cloudinit.MetaData(fmt.Sprintf("egressproxy-%d-%s-%x", vmid, proxy.Hash(req), d.now().UnixNano()), req.Name)
-	iso, err := cloudinit.SeedISO(ud, md)
+	iso, err := cloudinit.SeedISO(ud, md, "")
 	if err != nil {
 		return nil, err
 	}

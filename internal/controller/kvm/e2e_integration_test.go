@@ -39,6 +39,13 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m, kvmtest.Down) }
 
+// vendorData is the e2e config's vendorData: a script that leaves
+// vendorDataMarker on the guest.
+const (
+	vendorDataMarker = "/var/lib/egressproxy-vendor-data"
+	vendorData       = "#!/bin/sh\necho 'vendor-data ran' > " + vendorDataMarker + "\n"
+)
+
 // TestIntegrationKVMProxyEndToEnd is the real path: a Debian guest image
 // built by hack/guest-image.sh and served over HTTP on loopback as the
 // image URL, a real libvirtd (TCG) behind a real sshd set up by
@@ -106,7 +113,9 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 					SSHKeySecretRef:     spec.SecretKeySelector{Namespace: "crossplane-system", Name: "kvm-ssh", Key: "id_ed25519"},
 					KnownHostsSecretRef: &spec.SecretKeySelector{Namespace: "crossplane-system", Name: "kvm-ssh", Key: "known_hosts"},
 				},
-				DiskSizeGB:   3,
+				DiskSizeGB: 3,
+				// The platform's own setup, beside the provider's.
+				VendorData:   vendorData,
 				Images:       map[string]spec.KVMImage{"debian-12": {URL: imageURL, SHA256: sum, Format: "qcow2", Firmware: "bios"}},
 				MachineTypes: map[string]spec.KVMMachineType{"small": {VCPUs: 2, MemoryMiB: 768}},
 				Hosts: []spec.KVMHost{{Name: "local", Address: h.Values["SSH_ADDRESS"], User: h.Values["SSH_USER"],
@@ -212,6 +221,11 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 		return strings.Contains(out, "status: done"), out
 	})
 	phase("cloud-init done", t0)
+	// The config's vendorData ran on the guest, and the provider's setup
+	// with it.
+	if out := h.GuestExec(t, name, "cat "+vendorDataMarker); strings.TrimSpace(out) != "vendor-data ran" {
+		t.Errorf("the config's vendorData did not run on the guest: %s holds %q", vendorDataMarker, out)
+	}
 
 	// The proxy block changes in place: the guest agent writes Squid's new
 	// config and reloads it; the connection Secret follows.

@@ -103,6 +103,7 @@ func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (
 		Credentials:       creds,
 		DiskSizeGB:        k.DiskSizeGB,
 		InstallGuestAgent: k.InstallGuestAgent == nil || *k.InstallGuestAgent,
+		VendorData:        k.VendorData,
 		Images:            map[string]kvmbackend.Image{},
 		MachineTypes:      map[string]kvmbackend.MachineType{},
 		Guard:             cfg.Guard,
