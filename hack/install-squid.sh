@@ -9,8 +9,10 @@
 # The tests start their own squids in the foreground with generated
 # configs, ports and PID files, and need nothing from a system squid:
 # while installing, a policy-rc.d (exit 101) keeps the package's postinst
-# from starting one. A squid the machine already had, running or not, is
-# left as it is.
+# from starting one (hack/lib-apt.sh: added under a machine-wide lock,
+# marked as the project's, removed after; one the machine had is used as
+# it is and never removed). A squid the machine already had, running or
+# not, is left as it is.
 set -euo pipefail
 
 log() { echo "install-squid: $*" >&2; }
@@ -20,25 +22,14 @@ if [ -x /usr/sbin/squid ] && command -v curl >/dev/null && command -v ip >/dev/n
   exit 0
 fi
 
-SUDO=
+# apt, the policy-rc.d and its lock need root: the rest runs through sudo.
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { log "need root or sudo to run apt-get"; exit 1; }
-  SUDO=sudo
+  exec sudo bash "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")" "$@"
 fi
 
-export DEBIAN_FRONTEND=noninteractive
-# policy-rc.d exit 101 tells invoke-rc.d not to start services, so the
-# postinst cannot start a system squid in the first place. Only add one if
-# none exists, and only remove the one we added.
-POLICY=/usr/sbin/policy-rc.d
-ADDED_POLICY=
-if [ ! -e "$POLICY" ]; then
-  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
-  $SUDO chmod 0755 "$POLICY"
-  ADDED_POLICY=1
-fi
-cleanup() { if [ -n "$ADDED_POLICY" ]; then $SUDO rm -f "$POLICY"; fi; }
-trap cleanup EXIT
+# shellcheck source=hack/lib-apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib-apt.sh"
 
 # A squid this script installs is not started at boot either: the
 # package's postinst enables it (policy-rc.d only keeps it from starting
@@ -48,12 +39,15 @@ HAD_SQUID=
 [ -x /usr/sbin/squid ] && HAD_SQUID=1
 
 log "installing Debian's squid package"
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl iproute2 >/dev/null
+apt_install_squid() {
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends squid curl iproute2 >/dev/null
+}
+apt_no_start apt_install_squid || { log "apt-get failed"; exit 1; }
 
 if [ -z "$HAD_SQUID" ]; then
-  [ -e /etc/init.d/squid ] && { $SUDO update-rc.d squid disable >/dev/null 2>&1 || true; }
-  command -v deb-systemd-helper >/dev/null && { $SUDO env DPKG_MAINTSCRIPT_PACKAGE=squid deb-systemd-helper disable squid.service >/dev/null 2>&1 || true; }
+  [ -e /etc/init.d/squid ] && { update-rc.d squid disable >/dev/null 2>&1 || true; }
+  command -v deb-systemd-helper >/dev/null && { DPKG_MAINTSCRIPT_PACKAGE=squid deb-systemd-helper disable squid.service >/dev/null 2>&1 || true; }
   log "squid's boot start disabled (the tests run their own)"
 fi
 

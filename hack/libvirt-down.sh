@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Undoes hack/libvirt-up.sh for one caller: unregisters CALLER_PID, and
 # once no registered caller is alive, destroys and undefines the domains
-# left whose disks are in the test pool, stops the transient test network
-# and pool libvirt-up.sh created, stops sshd, libvirtd and virtlogd by
-# their PID files (only those it started), restores /dev/kvm's mode and
+# left whose disks are under $DATA (and removes their QEMU logs), the
+# tests' pools under $DATA/pools (and unmounts and removes what is mounted
+# there), stops the transient test network and pool libvirt-up.sh
+# created, stops sshd, libvirtd and virtlogd by their PID files (only
+# those it started), restores /dev/kvm's mode and net.ipv4.ip_forward and
 # removes the test user it created. The storage pool's directory (the
 # cached base images) stays. Nothing that does not carry the project's
-# names is touched: no other domain, network or pool.
+# names or paths is touched: no other domain, network, pool or mount.
 #
 #   hack/libvirt-down.sh [CALLER_PID]
 set -euo pipefail
@@ -79,17 +81,68 @@ remove_libvirt_chains() {
 
 stop "$STATE/sshd.pid" sshd
 
-# A libvirtd answers: this script's or one that was running already.
-if virsh -c "$URI" version >/dev/null 2>&1; then
+# under PATH: PATH is below $DATA/ (the project's folder).
+under() { case "$1" in "$DATA"/?*) return 0 ;; esac; return 1; }
+
+# disks_under_data DOMAIN: a disk of DOMAIN is a file below $DATA/.
+disks_under_data() {
+  local src
+  while read -r _ src; do
+    under "$src" && return 0
+  done < <(virsh -c "$URI" domblklist "$1" 2>/dev/null | tail -n +3)
+  return 1
+}
+
+# pool_target POOL: the target path of POOL.
+pool_target() {
+  virsh -c "$URI" pool-dumpxml "$1" 2>/dev/null |
+    awk '/<target>/ { t = 1 } t && /<path>/ { sub(/.*<path>/, ""); sub(/<\/path>.*/, ""); print; exit }'
+}
+
+# forwarding_networks: the active networks that forward (nat, route,
+# open: those libvirt turns net.ipv4.ip_forward on for).
+forwarding_networks() {
+  local n
+  for n in $(virsh -c "$URI" net-list --name 2>/dev/null); do
+    if grep -q '<forward' <<<"$(virsh -c "$URI" net-dumpxml "$n" 2>/dev/null)"; then echo "$n"; fi
+  done
+}
+
+# Whether a libvirt daemon runs is told by its process, never by
+# connecting: on a host with systemd a connection would start the
+# machine's daemon through its socket unit.
+forwarding=
+if { alive "$STATE/libvirtd.pid" || pgrep -x libvirtd >/dev/null || pgrep -x virtqemud >/dev/null; } &&
+  virsh -c "$URI" version >/dev/null 2>&1; then
   # Guests outlive libvirtd, and their definitions outlive a run killed
-  # before its Delete: the tests' domains, those whose disks are in the
-  # test pool's folder (the project's), are destroyed and undefined;
-  # another domain is not ours and stays as it is.
+  # before its Delete: the tests' domains, those with a disk below $DATA
+  # (the test pool's folder, the tests' own pools in $DATA/pools: the
+  # project's), are destroyed and undefined, and the QEMU log libvirt
+  # keeps after an undefine goes with them; another domain is not ours
+  # and stays as it is.
   for d in $(virsh -c "$URI" list --all --name 2>/dev/null); do
-    if grep -qF "$DATA/pool/" <<<"$(virsh -c "$URI" domblklist "$d" 2>/dev/null)"; then
+    if disks_under_data "$d"; then
       virsh -c "$URI" destroy "$d" >/dev/null 2>&1 && log "destroyed domain $d"
       virsh -c "$URI" undefine --nvram "$d" >/dev/null 2>&1 && log "undefined domain $d"
+      # Gone (a transient one goes with its destroy): its log goes too.
+      if ! virsh -c "$URI" domuuid "$d" >/dev/null 2>&1; then
+        case "$d" in
+          */* | .*) ;;
+          *) rm -f "/var/log/libvirt/qemu/$d.log" "/var/log/libvirt/qemu/$d.log".[0-9]* ;;
+        esac
+      fi
     fi
+  done
+  # The tests' own pools (egp-hf-small, egp-tidy-pool, ...) are on
+  # mounts in $DATA/pools: a run killed before its clean-up leaves them.
+  for p in $(virsh -c "$URI" pool-list --all --name 2>/dev/null); do
+    target=$(pool_target "$p")
+    case "$target" in
+      "$DATA"/pools/?*)
+        virsh -c "$URI" pool-destroy "$p" >/dev/null 2>&1 && log "destroyed pool $p ($target)"
+        virsh -c "$URI" pool-undefine "$p" >/dev/null 2>&1 || true
+        ;;
+    esac
   done
   # The tests' own transient NAT networks (egressproxy-nat-PID), left by a
   # run killed before its clean-up: no test runs now. (An earlier version
@@ -114,8 +167,23 @@ if virsh -c "$URI" version >/dev/null 2>&1; then
     virsh -c "$URI" pool-destroy "$POOL" >/dev/null 2>&1 || true
     virsh -c "$URI" pool-undefine "$POOL" >/dev/null 2>&1 || true
   fi
+  forwarding=$(forwarding_networks | tr '\n' ' ')
 fi
 rm -f "$STATE/owns-net" "$STATE/owns-pool"
+
+# The tests' mounts in $DATA/pools (tmpfs of their small pools), deepest
+# first, and the folders they were on; nothing outside $DATA/pools.
+if [ -d "$DATA/pools" ]; then
+  while read -r mp; do
+    if umount "$mp" 2>/dev/null; then
+      log "unmounted $mp"
+    else
+      log "could not unmount $mp (busy?); left"
+    fi
+  done < <(awk '{ print $5 }' /proc/self/mountinfo | while read -r m; do printf '%b\n' "$m"; done |
+    while read -r m; do case "$m" in "$DATA"/pools/?*) echo "$m" ;; esac; done | sort -ru)
+  find "$DATA/pools" -xdev -mindepth 1 -depth -type d -empty -delete 2>/dev/null || true
+fi
 
 if [ -f "$STATE/owns-libvirtd" ]; then
   if alive "$STATE/libvirtd.pid"; then
@@ -135,6 +203,31 @@ if [ -f "$STATE/owns-libvirtd" ]; then
   rm -f "$STATE/owns-libvirtd" "$STATE/libvirtd.pid"
 fi
 rm -f "$STATE/owns-libvirt-chains"
+
+# net.ipv4.ip_forward, which libvirt turned on for a NAT network, goes
+# back to the 0 libvirt-up.sh found, unless something still needs it: a
+# forwarding network of the machine's libvirtd (forwarding is theirs then:
+# the record goes), one of the project's that could not be stopped, or
+# the controlplane node's pods (its record in /run/egressproxy-node.sysctls
+# puts it back itself): the record then stays for the next run.
+if [ -f "$STATE/ip_forward.orig" ]; then
+  orig=$(cat "$STATE/ip_forward.orig" 2>/dev/null || true)
+  now=$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null || true)
+  ours=$(tr ' ' '\n' <<<"$forwarding" | grep -E '^(egressproxy-nat-.*|egressproxy-test)$' || true)
+  if [ "$orig" != 0 ] || [ "$now" != 1 ]; then
+    rm -f "$STATE/ip_forward.orig"
+  elif [ -n "$ours" ]; then
+    log "net.ipv4.ip_forward left on: the project's network(s) $(echo "$ours" | tr '\n' ' ')still run"
+  elif grep -q '^net/ipv4/ip_forward ' /run/egressproxy-node.sysctls 2>/dev/null; then
+    log "net.ipv4.ip_forward left on: the controlplane node needs it and puts it back itself"
+  elif [ -n "${forwarding// /}" ]; then
+    log "net.ipv4.ip_forward left on: this machine's libvirt network(s) ${forwarding% } need it"
+    rm -f "$STATE/ip_forward.orig"
+  else
+    echo 0 >/proc/sys/net/ipv4/ip_forward && log "net.ipv4.ip_forward put back to 0"
+    rm -f "$STATE/ip_forward.orig"
+  fi
+fi
 if [ -f "$STATE/owns-virtlogd" ]; then
   stop "$STATE/virtlogd.pid" virtlogd # stop removes a stale PID file too
   rm -f "$STATE/owns-virtlogd"
@@ -150,4 +243,11 @@ fi
 if [ -f "$DATA/owns-user" ] || [ -f "$STATE/owns-user" ]; then
   userdel egressproxy 2>/dev/null || true
   rm -f "$DATA/owns-user" "$STATE/owns-user"
+fi
+# /etc/ssh/sshd_not_to_be_run as an earlier version of libvirt-up.sh wrote
+# it (its one line); one with anything else in it is the machine's.
+if [ -f /etc/ssh/sshd_not_to_be_run ] &&
+  [ "$(cat /etc/ssh/sshd_not_to_be_run 2>/dev/null)" = "created by provider-egressproxy's hack/libvirt-up.sh, which installed openssh-server" ]; then
+  rm -f /etc/ssh/sshd_not_to_be_run
+  log "removed /etc/ssh/sshd_not_to_be_run, which an earlier libvirt-up.sh wrote"
 fi

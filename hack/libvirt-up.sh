@@ -11,13 +11,20 @@
 # Idempotent and shared: every caller registers its PID; hack/libvirt-down.sh
 # unregisters it and stops what this script started (by PID files) once no
 # registered caller is alive. Host settings it changes (the /dev/kvm mode,
-# the test user) are restored by libvirt-down.sh.
+# the test user, net.ipv4.ip_forward, which libvirt turns on for a NAT
+# network: its value before is kept in $STATE/ip_forward.orig) are
+# restored by libvirt-down.sh.
 #
 # The network and the pool are transient (virsh net-create, pool-create-as):
 # nothing is written into /etc/libvirt, and they go with the libvirtd they
-# run on. The script refuses to start the machine's libvirtd itself while
+# run on. A libvirtd (or virtqemud) already running is used as it is;
+# whether one runs is told by its process (pgrep), never by connecting,
+# which on a host with systemd would start the machine's daemon through
+# its socket unit. The script refuses to start libvirtd itself while
 # /etc/libvirt holds autostart entries (domains, networks, pools): they are
-# not the project's, and starting the daemon would start them too.
+# not the project's, and starting the daemon would start them too; and
+# while systemd listens on libvirt's sockets for a daemon that does not
+# run: the script's daemon would take the sockets over.
 #
 # Packages it installs are recorded in $DATA/installed-packages; the boot
 # start their maintainer scripts enable (sysvinit links, systemd units) is
@@ -43,6 +50,8 @@ die() { log "$*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and starts libvirtd)"
 
 mkdir -p "$STATE" "$DATA"
+# shellcheck source=hack/lib-apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib-apt.sh"
 exec 9>"$STATE/script.lock"
 # Daemons started below must not inherit fd 9, or they would hold the lock.
 flock -w 300 9 || die "$STATE/script.lock held for 5 minutes by another libvirt-up.sh or libvirt-down.sh"
@@ -92,28 +101,24 @@ for b in /usr/sbin/libvirtd /usr/sbin/virtlogd /usr/bin/virsh /usr/bin/qemu-syst
 done
 if [ -n "$need" ]; then
   log "installing $PKGS"
-  # Keep package scripts from starting daemons: this script starts its own.
-  # Only a policy-rc.d this script added goes, on any exit (a failure,
-  # Ctrl-C): left behind, it would keep dpkg from starting any service.
-  POLICY=/usr/sbin/policy-rc.d
-  ADDED_POLICY=
-  cleanup_policy() { if [ -n "$ADDED_POLICY" ]; then rm -f "$POLICY"; ADDED_POLICY=; fi; }
-  trap cleanup_policy EXIT
-  if [ ! -e "$POLICY" ]; then
-    ADDED_POLICY=1
-    printf '#!/bin/sh\nexit 101\n' >"$POLICY"
-    chmod 0755 "$POLICY"
-  fi
+  # Package scripts start no daemon (this script starts its own): a
+  # policy-rc.d (exit 101) is in place meanwhile (hack/lib-apt.sh: under a
+  # machine-wide lock, marked as the project's, removed after or by the
+  # next run if this one is killed; the machine's own is kept as it is).
+  # The lock also keeps another of the project's installs out of the
+  # before/after snapshots: what they differ by is this script's.
   t0=$SECONDS
-  installed_pkgs >"$STATE/packages.before"
   # The script runs as root (checked above), so no sudo: the environment
   # reaches apt and dpkg as it is.
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >&2 || die "apt-get install failed"
-  cleanup_policy
+  # shellcheck disable=SC2086 # $PKGS: words
+  apt_libvirt() {
+    installed_pkgs >"$STATE/packages.before" &&
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >&2 &&
+      installed_pkgs | comm -13 "$STATE/packages.before" - | cat - "$INSTALLED" | sort -u >"$INSTALLED.new"
+  }
+  apt_no_start apt_libvirt || die "apt-get install failed"
   # What was not installed before is this script's.
-  installed_pkgs | comm -13 "$STATE/packages.before" - | cat - "$INSTALLED" | sort -u >"$INSTALLED.new"
   mv "$INSTALLED.new" "$INSTALLED"
   rm -f "$STATE/packages.before"
   log "packages installed in $((SECONDS - t0)) s"
@@ -150,12 +155,9 @@ disable_boot_start() {
           ;;
       esac
     done < <(dpkg -L "$pkg" 2>/dev/null)
-    # Debian's ssh init script and unit do not start sshd while this file
-    # exists; the sshd below is started by hand and does not read it.
-    if [ "$pkg" = openssh-server ] && [ ! -e /etc/ssh/sshd_not_to_be_run ]; then
-      echo "created by provider-egressproxy's hack/libvirt-up.sh, which installed openssh-server" >/etc/ssh/sshd_not_to_be_run
-      log "created /etc/ssh/sshd_not_to_be_run (openssh-server was installed by this script)"
-    fi
+    # (No /etc/ssh/sshd_not_to_be_run: the boot start of ssh is disabled
+    # above, and that file would outlive the project; libvirt-down.sh
+    # removes one an earlier version of this script wrote.)
   done <"$INSTALLED"
   return 0
 }
@@ -190,28 +192,77 @@ if [ -f "$STATE/owns-libvirtd" ] && ! alive "$STATE/libvirtd.pid"; then
   log "the libvirtd this script started earlier is gone; forgetting it"
   rm -f "$STATE/owns-libvirtd"
 fi
+
+# listening SOCKET: a process listens on the Unix socket SOCKET. Read from
+# /proc/net/unix: no connection is made, which would start a daemon
+# through a systemd socket unit.
+listening() {
+  awk -v p="$1" '
+    function norm(x) { sub(/^\/var\/run\//, "/run/", x); return x }
+    $4 == "00010000" && norm($NF) == norm(p) { found = 1 }
+    END { exit !found }' /proc/net/unix 2>/dev/null
+}
+# activatable SOCKET DAEMON: someone (systemd's socket unit) listens on
+# SOCKET while no DAEMON runs: a connection would start the machine's
+# DAEMON, and a DAEMON of this script's would take the socket over.
+activatable() { listening "$1" && ! pgrep -x "$2" >/dev/null; }
+
+# Who serves qemu:///system, told by processes alone: this script's
+# libvirtd, the machine's (libvirtd or the modular virtqemud), or none,
+# and then this script starts its own. No virsh call before this.
+if alive "$STATE/libvirtd.pid"; then
+  libvirt=ours
+elif pgrep -x libvirtd >/dev/null || pgrep -x virtqemud >/dev/null; then
+  libvirt=machine
+else
+  libvirt=start
+  # The system libvirtd reads this machine's /etc/libvirt and starts
+  # every domain, network and pool marked autostart there: none of them
+  # is the project's (its own are transient), so it is not started.
+  autostart=$(find /etc/libvirt/qemu/autostart /etc/libvirt/qemu/networks/autostart /etc/libvirt/storage/autostart \
+    -maxdepth 1 -name '*.xml' 2>/dev/null | sort | tr '\n' ' ' || true)
+  if [ -n "$autostart" ]; then
+    die "refusing to start the system libvirtd: it would also start what this machine's /etc/libvirt marks autostart ($autostart), which is not this project's. Start libvirtd yourself (the tests then use it) or remove those autostart entries."
+  fi
+  for sd in libvirt-sock:libvirtd virtqemud-sock:virtqemud virtlogd-sock:virtlogd; do
+    if activatable "/run/libvirt/${sd%%:*}" "${sd#*:}"; then
+      die "refusing to start libvirtd: /run/libvirt/${sd%%:*} is listened on (a systemd socket unit of this machine's ${sd#*:}) and no ${sd#*:} runs; connecting would start the machine's daemon, and one of this script's would take its socket. Start it yourself (systemctl start ${sd#*:}; the tests then use it) or stop that socket unit."
+    fi
+  done
+fi
+
+# net.ipv4.ip_forward before anything of this project's can change it,
+# once nothing above refused to go on: libvirt turns it on when it starts
+# a NAT network (the tests' egressproxy-nat-*, libvirt's first-start
+# "default"), and never off.
+# Kept once (a value kept by a killed run is the machine's, the one now
+# may be libvirt's); libvirt-down.sh puts it back and removes the file.
+if [ ! -e "$STATE/ip_forward.orig" ] && [ -r /proc/sys/net/ipv4/ip_forward ]; then
+  cat /proc/sys/net/ipv4/ip_forward >"$STATE/ip_forward.orig.new"
+  mv "$STATE/ip_forward.orig.new" "$STATE/ip_forward.orig"
+fi
+
 if ! alive "$STATE/virtlogd.pid"; then
   if pgrep -x virtlogd >/dev/null; then
     log "a virtlogd not started by this script is running; using it"
+  elif activatable /run/libvirt/virtlogd-sock virtlogd; then
+    # Only with the machine's libvirtd (refused above otherwise): its
+    # virtlogd is its own business.
+    log "virtlogd is socket-activated on this machine; not starting one"
   else
     virtlogd -d -p "$STATE/virtlogd.pid" 9>&-
     echo 1 >"$STATE/owns-virtlogd"
   fi
 fi
-if ! alive "$STATE/libvirtd.pid"; then
-  if [ -S "$SOCK" ] && virsh -c "$URI" version >/dev/null 2>&1; then
-    log "a libvirtd not started by this script answers on $SOCK; using it"
+case $libvirt in
+  machine)
+    virsh -c "$URI" version >/dev/null 2>&1 || die "a libvirtd or virtqemud not started by this script runs but does not answer on $URI"
+    [ -S "$SOCK" ] || die "the libvirt daemon of this machine's that runs serves no $SOCK, which the provider reaches through sshd"
+    log "a libvirtd not started by this script runs; using it"
     # Its LIBVIRT_* chains are its own, whoever added them first.
     rm -f "$STATE/owns-libvirt-chains"
-  else
-    # The system libvirtd reads this machine's /etc/libvirt and starts
-    # every domain, network and pool marked autostart there: none of them
-    # is the project's (its own are transient), so it is not started.
-    autostart=$(find /etc/libvirt/qemu/autostart /etc/libvirt/qemu/networks/autostart /etc/libvirt/storage/autostart \
-      -maxdepth 1 -name '*.xml' 2>/dev/null | sort | tr '\n' ' ' || true)
-    if [ -n "$autostart" ]; then
-      die "refusing to start the system libvirtd: it would also start what this machine's /etc/libvirt marks autostart ($autostart), which is not this project's. Start libvirtd yourself (the tests then use it) or remove those autostart entries."
-    fi
+    ;;
+  start)
     t0=$SECONDS
     # libvirtd adds its LIBVIRT_* chains and the jumps to them from the
     # built-in chains; when none were there, libvirt-down.sh removes them.
@@ -228,8 +279,8 @@ if ! alive "$STATE/libvirtd.pid"; then
     done
     virsh -c "$URI" version >/dev/null 2>&1 || die "libvirtd did not answer on $SOCK"
     log "libvirtd up in $((SECONDS - t0)) s"
-  fi
-fi
+    ;;
+esac
 
 # --- network: isolated, DHCP, no forward, no DNS -------------------------------
 # Transient (net-create): nothing goes into /etc/libvirt, and it is gone
@@ -275,6 +326,9 @@ fi
 # Transient too (pool-create-as): the provider creates, uploads and
 # deletes volumes in it, which a transient pool serves as well.
 mkdir -p "$DATA/pool"
+# The tests' own pools (on mounts of their own) go in $DATA/pools/NAME
+# (POOLS_DIR below): libvirt-down.sh removes what a killed run left there.
+mkdir -p "$DATA/pools"
 if grep -q '^Persistent:.*yes' <<<"$(virsh -c "$URI" pool-info "$POOL" 2>/dev/null)"; then
   virsh -c "$URI" pool-undefine "$POOL" >/dev/null
   log "removed the persistent definition of pool $POOL (an earlier version of this script's)"
@@ -350,6 +404,7 @@ SSH_KNOWN_HOSTS=$STATE/known_hosts
 SOCKET=$SOCK
 POOL=$POOL
 POOL_DIR=$DATA/pool
+POOLS_DIR=$DATA/pools
 NETWORK=$NET
 BRIDGE=$BRIDGE
 HOST_IP=$NET_PREFIX.1

@@ -30,20 +30,12 @@ install_runtime() {
   export DEBIAN_FRONTEND=noninteractive
   # The node runs its own containerd, on its own socket and folders: the
   # package's service is not started (policy-rc.d exit 101 tells
-  # invoke-rc.d and deb-systemd-invoke so). A policy-rc.d already there is
-  # the machine's own and stays as it is; nothing running is stopped. The
-  # one added goes on any exit (a failure, Ctrl-C): left behind, it would
-  # keep dpkg from starting any service.
-  trap remove_policy EXIT
-  if [ ! -e "$POLICY" ]; then
-    ADDED_POLICY=1
-    printf '#!/bin/sh\nexit 101\n' >"$POLICY"
-    chmod 0755 "$POLICY"
-  fi
+  # invoke-rc.d and deb-systemd-invoke so; hack/lib-apt.sh adds it under a
+  # machine-wide lock, marked as the project's, and removes it after, or
+  # at the next run if this one is killed). A policy-rc.d already there is
+  # the machine's own and stays as it is; nothing running is stopped.
   local rc=0
-  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2 || rc=$?
-  remove_policy
+  apt_no_start apt_runtime "${missing[@]}" || rc=$?
   [ "$rc" -eq 0 ] || { log "apt-get install ${missing[*]} failed"; exit "$rc"; }
   # Nor started at boot: the package's postinst enables its service
   # (policy-rc.d only keeps it from starting now). Only for a containerd
@@ -53,9 +45,12 @@ install_runtime() {
     command -v deb-systemd-helper >/dev/null && { DPKG_MAINTSCRIPT_PACKAGE=containerd deb-systemd-helper disable containerd.service >/dev/null 2>&1 || true; }
   fi
 }
-POLICY=/usr/sbin/policy-rc.d
-ADDED_POLICY=
-remove_policy() { if [ -n "$ADDED_POLICY" ]; then rm -f "$POLICY"; ADDED_POLICY=; fi; }
+apt_runtime() {
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" >&2
+}
+# shellcheck source=hack/lib-apt.sh
+source "$HACK/lib-apt.sh"
 
 # The Kubernetes commands this script builds (hack/k8s-build.sh).
 CMDS=(kubelet kube-proxy kube-scheduler)
