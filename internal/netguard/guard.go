@@ -596,21 +596,39 @@ func Version(s string) string {
 // banner, a service that is not HTTP), TLS errors a certificate's names.
 // What a tenant's endpoint answers is never quoted back to the tenant.
 //
-// A refusal comes without the URL net/http names around it: after a
-// redirect, that is the target the endpoint chose.
+// Either comes without the URL net/http names around it: after a
+// redirect, that is the target the endpoint chose (a client that follows
+// a tenant's redirects uses AfterRedirect for what failed after one).
 func Quiet(err error, field string) error {
-	if IsRefused(err) {
-		return withoutURL(err)
-	}
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if err == nil {
+		return nil
 	}
 	var oe *net.OpError
 	var de *net.DNSError
-	if (errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &de) {
-		return err
+	if IsRefused(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &de) {
+		return withoutURL(err)
 	}
 	return &quietError{err: err, field: field}
+}
+
+// NoRedirects is an http.Client's CheckRedirect for a tenant's API
+// endpoint, which has no reason to redirect: none is followed, so nothing
+// connects to where it led and no error names it.
+func (g *Guard) NoRedirects(_ *http.Request, via []*http.Request) error {
+	return refused("a redirect from "+via[0].URL.Host, "an API endpoint's redirects are not followed")
+}
+
+// AfterRedirect is err, the failure of a request that a tenant's endpoint
+// redirected, without a word of where the redirect led (a dial error
+// names its host): only that the request failed after a redirect from
+// origin, unwrapping to err for classification. A refusal passes as
+// Quiet passes it.
+func AfterRedirect(err error, origin string) error {
+	if err == nil || IsRefused(err) {
+		return Quiet(err, "")
+	}
+	return &quietError{err: err, field: "a redirect from " + origin, what: "failed after the redirect; where it led is not shown for a namespaced ProviderConfig"}
 }
 
 // withoutURL is err without the URL of the *url.Error in its chain (the
@@ -635,9 +653,14 @@ func (e *urlFreeError) Unwrap() error { return e.err }
 type quietError struct {
 	err   error
 	field string
+	// what replaces the default words after the field.
+	what string
 }
 
 func (e *quietError) Error() string {
+	if e.what != "" {
+		return "the connection to " + e.field + " " + e.what
+	}
 	return "the connection to " + e.field + " failed after it answered; what it answered is not shown for a namespaced ProviderConfig"
 }
 

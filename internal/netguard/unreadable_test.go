@@ -232,3 +232,34 @@ func TestUnstatedPodNetworkIsUnreadable(t *testing.T) {
 		t.Errorf("Check of a private address outside the cluster's networks = %v; want nil", err)
 	}
 }
+
+// Quiet takes the URL net/http names out of every error it passes (a
+// refusal, a failed dial or lookup, a timeout): after a redirect it is
+// the target the endpoint chose. An API endpoint's redirect is refused
+// before anything connects to where it leads, naming only its origin.
+func TestQuietNamesNoURL(t *testing.T) {
+	const target = "https://sentinel.example/x?token=SENTINEL"
+	for name, cause := range map[string]error{
+		"Dial":    &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")},
+		"Lookup":  &net.DNSError{Err: "no such host", Name: "db.corp.example"},
+		"Timeout": context.DeadlineExceeded,
+		"Refused": refused("a redirect from api.example", "its target is a loopback address"),
+	} {
+		q := Quiet(&url.Error{Op: "Get", URL: target, Err: cause}, "the URL")
+		if strings.Contains(strings.ToLower(q.Error()), "sentinel") || !errors.Is(q, cause) {
+			t.Errorf("%s: Quiet = %q; want no URL, unwrapping to its cause", name, q)
+		}
+	}
+
+	srv := httptest.NewServer(http.RedirectHandler("http://sentinel.example/x", http.StatusFound))
+	defer srv.Close()
+	g := New(Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Resolver: resolver{}})
+	c := &http.Client{Transport: g.Transport(&http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return nil, nil }}), CheckRedirect: g.NoRedirects}
+	resp, err := c.Get(srv.URL + "/api")
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	if q := Quiet(err, "the URL"); !IsRefused(q) || strings.Contains(strings.ToLower(q.Error()), "sentinel") || !strings.Contains(q.Error(), "a redirect from "+strings.TrimPrefix(srv.URL, "http://")) {
+		t.Errorf("GET of an API that redirects = %v; want a refusal naming the redirect's origin alone", q)
+	}
+}

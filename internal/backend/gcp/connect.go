@@ -78,7 +78,9 @@ func GuardedClientOptions(c Credentials, base *http.Transport) ([]option.ClientO
 		return nil, err
 	}
 	tr := c.Guard.Transport(base)
-	hc := &http.Client{Transport: tr, CheckRedirect: c.Guard.CheckRedirect}
+	// Google's endpoints do not redirect: a key's token_uri that does is
+	// not followed.
+	hc := &http.Client{Transport: tr, CheckRedirect: c.Guard.NoRedirects}
 	creds, err := credentials.NewCredentialsFromJSON(credentials.ServiceAccount, c.Key, &credentials.DetectOptions{Scopes: []string{scope}, Client: hc})
 	if err != nil {
 		return nil, proxy.Permanentf("the service-account key cannot be used")
@@ -88,6 +90,7 @@ func GuardedClientOptions(c Credentials, base *http.Transport) ([]option.ClientO
 		if err != nil {
 			return nil, proxy.Permanentf("cannot build the impersonation client: %s", truncate(err.Error(), 200))
 		}
+		ic.CheckRedirect = c.Guard.NoRedirects
 		if creds, err = impersonate.NewCredentials(&impersonate.CredentialsOptions{TargetPrincipal: c.Impersonate, Scopes: []string{scope}, Delegates: c.Delegates, Credentials: creds, Client: ic}); err != nil {
 			return nil, proxy.Permanentf("cannot impersonate %s: %s", c.Impersonate, truncate(err.Error(), 200))
 		}
@@ -96,6 +99,7 @@ func GuardedClientOptions(c Credentials, base *http.Transport) ([]option.ClientO
 	if err != nil {
 		return nil, proxy.Permanentf("cannot build the client: %s", truncate(err.Error(), 200))
 	}
+	client.CheckRedirect = c.Guard.NoRedirects
 	return []option.ClientOption{option.WithHTTPClient(client)}, nil
 }
 

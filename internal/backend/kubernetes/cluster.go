@@ -319,8 +319,9 @@ func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster,
 		return nil, proxy.Permanentf("cannot build a client from the kubeconfig: %s", redacted(kubeconfig, err))
 	}
 	if guard != nil {
-		// A tenant's redirect: its target checked, and never named.
-		hc.CheckRedirect = guard.CheckRedirect
+		// An API server does not redirect: a tenant's that does is not
+		// followed, so nothing connects to where it led.
+		hc.CheckRedirect = guard.NoRedirects
 	}
 	c, err := client.New(cfg, client.Options{Scheme: r.Scheme, HTTPClient: hc})
 	if err != nil {

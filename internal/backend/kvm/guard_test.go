@@ -2,10 +2,13 @@ package kvm
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -137,5 +140,34 @@ func TestImage_tenantServersAnswersAreNotQuoted(t *testing.T) {
 	e := newTestEnv(t, func(e *testEnv) { e.cfg.Images["debian"] = Image{URL: "http://" + status + "/debian.qcow2"} })
 	if err := e.createError(e.request("web", "uid-1")); err == nil || !strings.Contains(err.Error(), "SENTINEL-internal-detail") {
 		t.Errorf("Create on a platform config = %v, want the server's status text", err)
+	}
+}
+
+// TestImage_failedRedirectNamesNotItsTarget: a tenant's download that
+// fails after its server redirected it (a dial to where it led refused,
+// a lookup that failed, a timeout) says it failed after a redirect from
+// that server and nothing of where the redirect led, and is retried; one
+// that fails without a redirect names its own URL's failure as before.
+func TestImage_failedRedirectNamesNotItsTarget(t *testing.T) {
+	asked, _ := url.Parse("http://mirror.example:8080/debian.qcow2")
+	target := "http://sentinel-target.example:1/SENTINEL-path?sig=SENTINEL"
+	for name, cause := range map[string]error{
+		"DialRefused": &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(198, 51, 100, 9), Port: 1}, Err: errors.New("connect: connection refused")},
+		"Lookup":      &net.DNSError{Err: "no such host", Name: "sentinel-target.example", IsNotFound: true},
+		"Timeout":     context.DeadlineExceeded,
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := quietDownloadError(&url.Error{Op: "Get", URL: target, Err: cause}, asked)
+			if msg := err.Error(); strings.Contains(msg, "SENTINEL") || strings.Contains(msg, "sentinel") || strings.Contains(msg, "198.51.100.9") || !strings.Contains(msg, "a redirect from mirror.example:8080") {
+				t.Errorf("quietDownloadError = %q, want a failure after a redirect from the tenant's server, naming nothing of its target", msg)
+			}
+			if !errors.Is(err, cause) {
+				t.Errorf("quietDownloadError = %v does not unwrap to its cause", err)
+			}
+		})
+	}
+	own := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 10), Port: 8080}, Err: errors.New("connect: connection refused")}
+	if err := quietDownloadError(&url.Error{Op: "Get", URL: asked.String(), Err: own}, asked); strings.Contains(err.Error(), "redirect") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("quietDownloadError of the URL's own dial = %q, want its dial error", err)
 	}
 }

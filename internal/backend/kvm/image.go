@@ -422,9 +422,10 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 	}
 	resp, err := b.client(img.guard).Do(req)
 	if err != nil {
-		err = withoutURL(err)
 		if img.guard != nil {
-			err = netguard.Quiet(err, "the image URL")
+			err = quietDownloadError(err, req.URL)
+		} else {
+			err = withoutURL(err)
 		}
 		if netguard.IsRefused(err) {
 			return nil, 0, proxy.Permanentf("image %s: %w", img.label(), err)
@@ -550,6 +551,24 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // withoutURL drops the URL net/http puts into its errors: its query (a
 // presigned URL's signature) or user info are credentials, and the error
 // ends up in conditions. label() names the image instead.
+// quietDownloadError is the failure err of a tenant's download of asked,
+// as netguard.Quiet has it, and, where the server had redirected it, as
+// netguard.AfterRedirect has it: nothing of where the redirect led (a
+// dial error names its host).
+func quietDownloadError(err error, asked *url.URL) error {
+	redirected := false
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		// net/http names the URL it last asked: a redirect's target.
+		last, perr := url.Parse(ue.URL)
+		redirected = perr != nil || last.Host != asked.Host || last.Path != asked.Path || last.RawQuery != asked.RawQuery
+	}
+	err = withoutURL(err)
+	if redirected {
+		return netguard.AfterRedirect(err, asked.Host)
+	}
+	return netguard.Quiet(err, "the image URL")
+}
+
 func withoutURL(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {

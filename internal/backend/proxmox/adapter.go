@@ -270,8 +270,9 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	}
 	hc := &http.Client{Transport: rt}
 	if c.guard != nil {
-		// A tenant's redirect: its target checked, and never named.
-		hc.CheckRedirect = c.guard.CheckRedirect
+		// Proxmox does not redirect: a tenant's API that does is not
+		// followed, so nothing connects to where it led.
+		hc.CheckRedirect = c.guard.NoRedirects
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
