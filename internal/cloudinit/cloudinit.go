@@ -169,7 +169,7 @@ func reportScript(port int32, attribute bool) string {
 	b.WriteString(squid.ReportScript)
 	// Turned off meanwhile (EgressCheckStop): it ends, and nothing is left
 	// to be read.
-	fmt.Fprintf(&b, "}\nonce() {\nfor i in $(seq 60); do\n  [ -f %[1]s ] || exit 0\n  line=$(check %[1]s %[2]d 127.0.0.1) && break\n  sleep 5\ndone\n", reportRequestPath, port)
+	fmt.Fprintf(&b, "}\nonce() {\nfor i in $(seq 60); do\n  [ -f %[1]s ] || exit 0\n  line=$(check %[1]s %[2]d 127.0.0.1) && break\n  sleep 5 & wait $!\ndone\n", reportRequestPath, port)
 	fmt.Fprintf(&b, "[ -f %s ] || exit 0\n", reportRequestPath)
 	fmt.Fprintf(&b, "printf '%%s\\n' \"$line\" > %[1]s.new && chmod 0644 %[1]s.new && mv -f %[1]s.new %[1]s\n", ReportPath)
 	if attribute {

@@ -54,6 +54,8 @@ command=` + reportScriptPath + `
 command_args="--every 3600"
 command_background=true
 pidfile=/run/` + openRCService + `.pid
+# A check in flight ends within its 15 s timeout before the stop is seen.
+retry="SIGTERM/20/SIGKILL/5"
 
 depend() {
 	need net

@@ -70,7 +70,8 @@ func TestEgressCheckOnOpenRC(t *testing.T) {
 // TestEgressCheckRepeats runs the check as the OpenRC service runs it,
 // against a stand-in for the instance's Squid: it reports at once, again
 // at each interval (the echo's answer changes between), ends by itself
-// once its request is removed (turned off), and at once on a stop.
+// once its request is removed (turned off), and at once on a stop, also
+// while it retries a Squid that does not answer.
 func TestEgressCheckRepeats(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Fatalf("the check needs bash: %v", err)
@@ -172,4 +173,13 @@ func TestEgressCheckRepeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	ends(done, 5*time.Second, "after a stop (SIGTERM)")
+
+	// Squid gone: the check retries every 5 s, and a stop ends that too.
+	_ = srv.Close()
+	c, done = run("3600")
+	time.Sleep(time.Second)
+	if err := c.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ends(done, 3*time.Second, "after a stop (SIGTERM) while it retries")
 }
