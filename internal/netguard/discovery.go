@@ -178,6 +178,7 @@ func (d *Discovery) read(ctx context.Context) bool {
 	// A read refused for good gives nothing; one that failed on the way
 	// keeps what it gave last time.
 	settled := true
+	before := d.unreadable
 	d.unknown, d.unreadable = nil, nil
 	for _, src := range ReadCluster(ctx, d.Reader) {
 		switch {
@@ -192,6 +193,13 @@ func (d *Discovery) read(ctx context.Context) bool {
 			}
 		default:
 			settled = false
+			// Unknown stays unknown until a read says otherwise: a
+			// failed read of the nodes tells nothing of the pod network.
+			for _, name := range []string{src.Name, podNetworkOf(src.Name)} {
+				if name != "" && slices.Contains(before, name) {
+					d.unreadable = append(d.unreadable, name)
+				}
+			}
 		}
 		if !d.known[src.Name] {
 			d.unknown = append(d.unknown, src.Name)
@@ -224,6 +232,18 @@ func (s Source) Unreadable() bool {
 		return false
 	}
 	return kerrors.IsForbidden(s.Err) || kerrors.IsNotFound(s.Err) || apimeta.IsNoMatchError(s.Err) || errors.Is(s.Err, errPodNetworkUnstated)
+}
+
+// podNetworkSource names the pod network where a node states no pod range.
+const podNetworkSource = "pod network"
+
+// podNetworkOf is the source a read of source name also tells of: the
+// nodes tell of the pod network.
+func podNetworkOf(name string) string {
+	if name == "nodes" {
+		return podNetworkSource
+	}
+	return ""
 }
 
 // errPodNetworkUnstated is the "pod network" source of a cluster with a
@@ -290,7 +310,7 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	}
 	out = append(out, Source{Name: "nodes", Err: err, Prefixes: parse(ns)})
 	if err == nil && unstated {
-		out = append(out, Source{Name: "pod network", Err: errPodNetworkUnstated})
+		out = append(out, Source{Name: podNetworkSource, Err: errPodNetworkUnstated})
 	}
 	return out
 }

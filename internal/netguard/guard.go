@@ -183,8 +183,25 @@ const (
 // whyUnreadable says why a private address is refused while the
 // cluster's networks named cannot be read.
 func whyUnreadable(sources []string) string {
-	return "a private address, and the provider may not read its own cluster's networks (" + strings.Join(sources, ", ") +
-		") to tell them apart: the platform team can grant the reads (cluster/rbac/podproxy.yaml), name the cluster's networks with --tenant-endpoint-denied-cidrs, or allow a range with --tenant-endpoint-allowed-cidrs"
+	var unread []string
+	unstated := false
+	for _, s := range sources {
+		if s == podNetworkSource {
+			unstated = true
+			continue
+		}
+		unread = append(unread, s)
+	}
+	why := "a private address, and the provider may not read its own cluster's networks (" + strings.Join(unread, ", ") + ")"
+	ways := "the platform team can grant the reads (cluster/rbac/podproxy.yaml), name the cluster's networks with --tenant-endpoint-denied-cidrs, or allow a range with --tenant-endpoint-allowed-cidrs"
+	switch {
+	case unstated && len(unread) == 0:
+		why = "a private address, and a node of the provider's own cluster states no pod range (spec.podCIDRs), so its pod network is unknown"
+		ways = "the platform team can name the pod network with --tenant-endpoint-denied-cidrs, or allow a range with --tenant-endpoint-allowed-cidrs"
+	case unstated:
+		why += " nor its pod network (a node states no spec.podCIDRs)"
+	}
+	return why + " to tell them apart: " + ways
 }
 
 // known are the networks a check is made against: the cluster's, and

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -201,12 +202,21 @@ func TestUnstatedPodNetworkIsUnreadable(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", ClusterIPs: []string{"10.96.0.1"}}}
 	cidr := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}}}
 
-	d := &Discovery{Reader: countingClient(t, &reads, &fail, svc, cidr, node("n1", "10.244.1.0/24"), node("n2", ""))}
+	d := &Discovery{Reader: countingClient(t, &reads, &fail, svc, cidr, node("n1", "10.244.1.0/24"), node("n2", "")), TTL: time.Nanosecond, Retry: time.Nanosecond}
 	if got := d.Unreadable(ctx); !slices.Equal(got, []string{"pod network"}) {
 		t.Fatalf("Unreadable with a node that states no pod range = %v; want [pod network]", got)
 	}
+	// A read that fails on the way tells nothing new: still unknown.
+	fail.Store(true)
+	if got := d.Unreadable(ctx); !slices.Equal(got, []string{"pod network"}) {
+		t.Errorf("Unreadable after a failed read = %v; want [pod network] still", got)
+	}
+	if err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("10.8.3.4")); !IsRefused(err) {
+		t.Errorf("Check of a private address after a failed read = %v; want a refusal still", err)
+	}
+	fail.Store(false)
 	err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("10.8.3.4"))
-	if !IsRefused(err) || !strings.Contains(err.Error(), "pod network") || !strings.Contains(err.Error(), "--tenant-endpoint-denied-cidrs") {
+	if !IsRefused(err) || !strings.Contains(err.Error(), "pod network") || !strings.Contains(err.Error(), "--tenant-endpoint-denied-cidrs") || strings.Contains(err.Error(), "rbac") {
 		t.Errorf("Check of a private address while the pod network is unstated = %v; want a refusal naming it and the way out", err)
 	}
 	if err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("198.51.100.7")); err != nil {
