@@ -324,6 +324,13 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 		return managed.ExternalObservation{}, e.describe(err, "cannot observe the instance")
 	}
 	if foreign := e.foreign(cr, inst); foreign != nil {
+		if inst.Mark == (proxy.Mark{}) {
+			// Never the resource's own: what an import published of it
+			// before it was refused (allowTenantImports turned off) goes.
+			*status = spec.ProxyObservation{}
+			e.forgetEgress(cr)
+			cr.SetConditions(xpv2.Unavailable())
+		}
 		return managed.ExternalObservation{}, foreign
 	}
 	before := egressOf(status)

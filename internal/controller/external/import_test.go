@@ -187,3 +187,31 @@ func TestObserveOnlyPublishesNoGeneratedPassword(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedImportForgetsWhatItPublished: a tenant's import the
+// platform's config allowed shows the instance; once the config no
+// longer allows it, the next Observe refuses it and the status holds
+// nothing of the instance, and Ready is no longer True.
+func TestRefusedImportForgetsWhatItPublished(t *testing.T) {
+	mem := proxytest.NewMemory("memory", "proxytest-installation")
+	e := newExternal(testKind(nil), mem, nil)
+	foreignOnTenantConfig(true)(t, mem, e)
+	cr := proxyResource(observeOnlyPolicy)
+	if _, err := e.Observe(context.Background(), cr); err != nil {
+		t.Fatalf("Observe of an allowed import: %v", err)
+	}
+	if cr.Status.AtProvider.IP == "" || cr.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
+		t.Fatalf("the allowed import shows %+v, Ready %v; want its instance, Ready", cr.Status.AtProvider, cr.GetCondition(xpv2.TypeReady).Status)
+	}
+
+	e.cfg.Spec.AllowTenantImports = false
+	if _, err := e.Observe(context.Background(), cr); err == nil || !strings.Contains(err.Error(), "allowTenantImports is false") {
+		t.Fatalf("Observe once imports are not allowed = %v; want the refusal", err)
+	}
+	if a := cr.Status.AtProvider; a.IP != "" || a.ID != "" || a.State != "" || a.EgressIP != "" {
+		t.Errorf("the refused import still shows %+v", a)
+	}
+	if got := cr.GetCondition(xpv2.TypeReady); got.Status == corev1.ConditionTrue {
+		t.Errorf("the refused import is still Ready: %+v", got)
+	}
+}
