@@ -402,7 +402,9 @@ func TestIntegrationLibvirtFaults_manyVolumeReadsOnOneConnection(t *testing.T) {
 }
 
 // smallPool is a directory pool of its own on a tmpfs of size MiB, for
-// a full pool that the test can grow.
+// a full pool that the test can grow: transient, in the libvirt host's
+// data folder (kvmtest.Host.TmpfsPool), so that a killed run leaves
+// nothing the next run or hack/libvirt-down.sh does not remove.
 type smallPool struct {
 	t    *testing.T
 	h    *kvmtest.Host
@@ -412,20 +414,7 @@ type smallPool struct {
 
 func newSmallPool(t *testing.T, h *kvmtest.Host, name string, sizeMiB int) *smallPool {
 	t.Helper()
-	p := &smallPool{t: t, h: h, name: name, dir: t.TempDir()}
-	// qemu runs as its own user and must reach the disks.
-	openToAll(t, p.dir)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.Itoa(sizeMiB)+"M,mode=0711", "egp-hf-small", p.dir).CombinedOutput(); err != nil {
-		kvmtest.Unavailable(t, "a tmpfs for a small pool", fmt.Errorf("mount: %w: %s", err, out))
-	}
-	t.Cleanup(func() {
-		_ = exec.Command("virsh", "-c", "qemu:///system", "pool-destroy", name).Run()
-		_ = exec.Command("virsh", "-c", "qemu:///system", "pool-undefine", name).Run()
-		_ = exec.Command("umount", p.dir).Run()
-	})
-	h.Virsh(t, "pool-define-as", name, "dir", "--target", p.dir)
-	h.Virsh(t, "pool-start", name)
-	return p
+	return &smallPool{t: t, h: h, name: name, dir: h.TmpfsPool(t, name, sizeMiB)}
 }
 
 // grow makes the filesystem larger, behind libvirt's back.

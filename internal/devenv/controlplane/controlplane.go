@@ -314,19 +314,67 @@ func writeOwnerPID(dir string) error {
 // owner was killed before Stop: their processes died with it (parent-death
 // signal), but the folder, with etcd's preallocated 64 MB WAL, stayed. A
 // folder is left alone while any process named in its PID files (owner
-// included) runs, and for 5 minutes after it was created.
+// included) runs, and for 5 minutes after it was created. A killed node's
+// folder (see Node) is left alone too while the node's record
+// (nodeRecordFile) points into it or anything is mounted below it: its
+// containers may still run, their root filesystems and volumes (bind
+// mounts of other folders) are mounted there, and its containerd's state
+// names the shims' sockets the next node's sweep removes. That sweep
+// unmounts them and records its own folder instead; the next pruneStale
+// removes the folder.
 func pruneStale() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	pruneStaleIn(os.TempDir(), nodeRecordFile, "/proc/self/mountinfo")
+}
+
+// nodeRecordFile is where a node records its folder: nodeDirFile, named
+// here too since this file builds on every system (none has it but
+// Linux).
+const nodeRecordFile = "/run/egressproxy-node.dir"
+
+func pruneStaleIn(tmp, nodeRecord, mountinfo string) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, tempPrefix+"*"))
+	var node string
+	if b, err := os.ReadFile(nodeRecord); err == nil {
+		node = filepath.Clean(strings.TrimSpace(string(b)))
+	}
+	mounts := mountPoints(mountinfo)
 	for _, d := range dirs {
 		fi, err := os.Stat(d)
 		if err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < 5*time.Minute {
 			continue
 		}
-		if anyRunning(d) {
+		// Mount points are listed with symbolic links resolved.
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			continue
+		}
+		if anyRunning(d) || node != "." && (within(node, d) || within(node, real)) || slices.ContainsFunc(mounts, func(m string) bool { return within(m, real) }) {
 			continue
 		}
 		_ = os.RemoveAll(d)
 	}
+}
+
+// within says whether path is dir or below it.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// mountPoints are the mount points mountinfo (/proc/self/mountinfo)
+// lists, or none when it cannot be read.
+func mountPoints(mountinfo string) []string {
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return nil
+	}
+	unescape := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 5 {
+			out = append(out, unescape.Replace(f[4]))
+		}
+	}
+	return out
 }
 
 func anyRunning(dir string) bool {

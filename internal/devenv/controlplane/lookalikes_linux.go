@@ -95,7 +95,7 @@ func plantLookalikes(t testing.TB) *lookalikes {
 		t.Fatalf("planting a foreign kubepods cgroup: %v", err)
 	}
 	l.cgroupDir = dir
-	l.cgroupProc = startSleep(t, "sleep")
+	l.cgroupProc = l.startSleep(t, "sleep")
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(l.cgroupProc.Process.Pid)), 0o644); err != nil {
 		t.Fatalf("moving a sleep into %s: %v", dir, err)
 	}
@@ -145,12 +145,21 @@ func plantLookalikes(t testing.TB) *lookalikes {
 			l.cleanups = append(l.cleanups, func() { _ = os.Remove(filepath.Dir(l.socket)) })
 			l.note("dir", filepath.Dir(l.socket))
 		}
+		// Noted before it exists, and again with its inode once it does:
+		// a test killed in between leaves a line the sweep can act on, and
+		// the inode tells the planted socket from one a containerd started
+		// since has made there (plantedSocketGone).
+		l.note("socket", l.socket)
 		ln, err := net.Listen("unix", l.socket)
 		if err != nil {
 			t.Fatalf("standing in for a containerd on %s: %v", l.socket, err)
 		}
 		l.listener = ln
-		l.note("socket", l.socket)
+		dev, ino, ok := socketInode(l.socket)
+		if !ok {
+			t.Fatalf("reading the inode of the planted socket %s", l.socket)
+		}
+		l.note("socket", l.socket, strconv.FormatUint(dev, 10), strconv.FormatUint(ino, 10))
 		go func() {
 			for {
 				c, err := ln.Accept()
@@ -160,13 +169,9 @@ func plantLookalikes(t testing.TB) *lookalikes {
 				_ = c.Close()
 			}
 		}()
-		l.services = append(l.services, startSleep(t, "containerd"))
+		l.services = append(l.services, l.startSleep(t, "containerd"))
 	}
-	l.services = append(l.services, startSleep(t, "containerd-shim-runc-v2"), startSleep(t, "squid"))
-	for _, s := range append(l.services, l.cgroupProc) {
-		st, _ := procStartTime(s.Process.Pid)
-		l.note("proc", strconv.Itoa(s.Process.Pid), strconv.FormatUint(st, 10))
-	}
+	l.services = append(l.services, l.startSleep(t, "containerd-shim-runc-v2"), l.startSleep(t, "squid"))
 	return l
 }
 
@@ -230,6 +235,15 @@ func sweepLookalikesOf(record string) error {
 			return nil
 		}
 	}
+	// A socket whose inode was noted is removed by that line alone: the
+	// line noted before it was made speaks for a socket that may not be
+	// the test's.
+	withInode := map[string]bool{}
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "socket" {
+			withInode[f[1]] = true
+		}
+	}
 	// In reverse: jumps before their chains, cgroups' processes before
 	// the cgroups, the deepest cgroup first.
 	for i := len(lines) - 1; i >= 1; i-- {
@@ -253,7 +267,12 @@ func sweepLookalikesOf(record string) error {
 		case "netns":
 			_ = exec.Command("ip", "netns", "delete", f[1]).Run()
 		case "socket":
-			_ = os.Remove(f[1])
+			if len(f) != 4 && withInode[f[1]] {
+				continue
+			}
+			if removable(f[1], f[2:]) {
+				_ = os.Remove(f[1])
+			}
 		case "dir", "cgroup":
 			_ = syscall.Rmdir(f[1])
 		}
@@ -261,9 +280,49 @@ func sweepLookalikesOf(record string) error {
 	return os.Remove(record)
 }
 
+// removable says whether the socket a record line names (path, then the
+// device and inode noted when it was planted, if they were) is still the
+// one planted: a socket nobody listens on (a dial fails) and, when the
+// inode was noted, that very inode. A containerd started since a test was
+// killed has made its own socket there, listening; one stopped since has
+// left its own, of another inode. Neither is removed. Without a noted
+// inode (a test killed as it planted the socket, or a record of an earlier
+// version) a socket nobody listens on is taken for the test's.
+func removable(path string, inode []string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return false
+	}
+	if len(inode) == 2 {
+		dev, ino, ok := socketInode(path)
+		if !ok || strconv.FormatUint(dev, 10) != inode[0] || strconv.FormatUint(ino, 10) != inode[1] {
+			return false
+		}
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		_ = c.Close()
+		return false
+	}
+	return true
+}
+
+// socketInode is the device and inode of the socket at path.
+func socketInode(path string) (dev, ino uint64, ok bool) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return 0, 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return uint64(st.Dev), st.Ino, true //nolint:unconvert // Dev is not uint64 on every Linux architecture.
+}
+
 // startSleep starts a sleep whose command line names it argv0: a process
-// standing in for another's.
-func startSleep(t testing.TB, argv0 string) *exec.Cmd {
+// standing in for another's, noted at once (a test killed right after
+// leaves no process the record does not name).
+func (l *lookalikes) startSleep(t testing.TB, argv0 string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sleep", "3600")
 	cmd.Args[0] = argv0
@@ -271,6 +330,8 @@ func startSleep(t testing.TB, argv0 string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait() }()
+	st, _ := procStartTime(cmd.Process.Pid)
+	l.note("proc", strconv.Itoa(cmd.Process.Pid), strconv.FormatUint(st, 10))
 	return cmd
 }
 

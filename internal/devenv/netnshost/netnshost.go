@@ -116,9 +116,14 @@ func New(extra ...netip.Addr) (*Host, error) {
 			return nil, fmt.Errorf("address %s for a test host is on a network this machine routes (%s): choose another", a, r)
 		}
 	}
-	// Slots are /30s of Net; a free one is claimed by creating its
-	// namespace, which fails when it exists (another test, another
-	// process, or a leftover of a killed run).
+	// Slots are /30s of Net. A slot is taken only where this machine
+	// routes neither of its addresses (a VPN's or a proxy's fake-IP TUN
+	// routes 198.18.0.0/15, and the connected route of the pair would
+	// take that traffic), and claimed by its record (claim, which fails
+	// when another's is there) before its namespace is made, so that a
+	// process killed in between leaves a namespace the next sweep finds.
+	// Making the namespace fails when it exists (a namespace of that name
+	// with no record, not this package's to touch).
 	sweepLeftovers()
 	slots := uint32(1) << (32 - Net.Bits() - 2)
 	base := binary.BigEndian.Uint32(Net.Addr().AsSlice())
@@ -129,24 +134,32 @@ func New(extra ...netip.Addr) (*Host, error) {
 		_, _ = rand.Read(r[:])
 		slot := binary.BigEndian.Uint32(r[:]) % slots
 		name := fmt.Sprintf("epx%05x", slot)
+		addr := func(n uint32) netip.Addr {
+			var b [4]byte
+			binary.BigEndian.PutUint32(b[:], base+slot*4+n)
+			return netip.AddrFrom4(b)
+		}
+		if r := routedSlot(addr(1), addr(2)); r != "" {
+			lastErr = fmt.Errorf("this machine routes %s/30 already (%s)", addr(0), r)
+			continue
+		}
+		if err := claim(name); err != nil {
+			lastErr = err
+			if errors.Is(err, os.ErrExist) {
+				continue
+			}
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		out, err := exec.Command("ip", "netns", "add", name).CombinedOutput() //nolint:gosec // a name made here.
 		if err != nil {
+			_ = os.Remove(filepath.Join(ownersDir, name))
 			lastErr = fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
 			if strings.Contains(string(out), "File exists") {
 				continue
 			}
 			break
 		}
-		addr := func(n uint32) netip.Addr {
-			var b [4]byte
-			binary.BigEndian.PutUint32(b[:], base+slot*4+n)
-			return netip.AddrFrom4(b)
-		}
 		h = &Host{Addr: addr(2), Gateway: addr(1), Netns: name, nsFile: "/run/netns/" + name}
-		if err := claim(name); err != nil {
-			_ = h.Close()
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
 		break
 	}
 	if h == nil {
@@ -216,7 +229,9 @@ func remove(name string) error {
 // /run is a tmpfs: the records go with a reboot, as the namespaces do.
 var ownersDir = "/run/egressproxy-netns"
 
-// claim records this process as the owner of the namespace name.
+// claim records this process as the owner of the namespace name, before
+// the namespace is made. It fails (os.ErrExist) when a record of that
+// name is there: another process's, which may be making it now.
 func claim(name string) error {
 	if err := os.MkdirAll(ownersDir, 0o700); err != nil {
 		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
@@ -225,15 +240,40 @@ func claim(name string) error {
 	if err != nil {
 		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
 	}
-	if err := os.WriteFile(filepath.Join(ownersDir, name), []byte(id), 0o600); err != nil {
+	f, err := os.OpenFile(filepath.Join(ownersDir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600) //nolint:gosec // The project's own record, named after its namespace.
+	if err != nil {
+		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
+	}
+	_, err = f.WriteString(id)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(filepath.Join(ownersDir, name))
 		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
 	}
 	return nil
 }
 
+// slotRouteOf is routeOf, for routedSlot (a test's stand-in replaces it).
+var slotRouteOf = routeOf
+
+// routedSlot is a route of this machine, other than a default one, that
+// covers one of addrs (a slot's two addresses), or "".
+func routedSlot(addrs ...netip.Addr) string {
+	for _, a := range addrs {
+		if r := slotRouteOf(a); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
 // sweepLeftovers removes the namespaces whose recorded owner no longer
-// runs. A namespace with no record is never touched: its maker may be
-// between creating it and recording itself, or not this package.
+// runs, and their records (a record is written before its namespace is
+// made: one whose namespace is missing is removed alone). A namespace
+// with no record is never touched: it is not this package's (or of a
+// version that recorded its namespaces after making them).
 func sweepLeftovers() {
 	entries, err := os.ReadDir(ownersDir)
 	if err != nil {
