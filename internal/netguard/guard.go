@@ -624,7 +624,7 @@ func Quiet(err error, field string) error {
 	var de *net.DNSError
 	if IsRefused(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		(errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &de) {
-		return withoutURL(err)
+		return WithoutURL(err)
 	}
 	return &quietError{err: err, field: field}
 }
@@ -648,9 +648,10 @@ func AfterRedirect(err error, origin string) error {
 	return &quietError{err: err, field: "a redirect from " + origin, what: "failed after the redirect; where it led is not shown for a namespaced ProviderConfig"}
 }
 
-// withoutURL is err without the URL of the *url.Error in its chain (the
-// request's, or a redirect's target), its chain kept for errors.As.
-func withoutURL(err error) error {
+// WithoutURL is err without the URL net/http names in its errors (the
+// *url.Error in its chain: the request's, or a redirect's target, whose
+// query or user info may be credentials), its chain kept for errors.As.
+func WithoutURL(err error) error {
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err

@@ -425,7 +425,9 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		if img.guard != nil {
 			err = quietDownloadError(err, req.URL)
 		} else {
-			err = withoutURL(err)
+			// Its query (a presigned URL's signature) or user info are
+			// credentials: label() names the image instead.
+			err = netguard.WithoutURL(err)
 		}
 		if netguard.IsRefused(err) {
 			return nil, 0, proxy.Permanentf("image %s: %w", img.label(), err)
@@ -548,9 +550,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// withoutURL drops the URL net/http puts into its errors: its query (a
-// presigned URL's signature) or user info are credentials, and the error
-// ends up in conditions. label() names the image instead.
 // quietDownloadError is the failure err of a tenant's download of asked,
 // as netguard.Quiet has it, and, where the server had redirected it, as
 // netguard.AfterRedirect has it: nothing of where the redirect led (a
@@ -562,19 +561,10 @@ func quietDownloadError(err error, asked *url.URL) error {
 		last, perr := url.Parse(ue.URL)
 		redirected = perr != nil || last.Host != asked.Host || last.Path != asked.Path || last.RawQuery != asked.RawQuery
 	}
-	err = withoutURL(err)
 	if redirected {
 		return netguard.AfterRedirect(err, asked.Host)
 	}
 	return netguard.Quiet(err, "the image URL")
-}
-
-func withoutURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 // exactReader passes on exactly left bytes of r and fails when r has
