@@ -184,7 +184,7 @@ func destinationACLs(s proxy.Settings, o Options) (acls, rules []string) {
 		"# Destinations never reached, checked after name resolution: the proxy",
 		"# host, link-local, cloud metadata services, multicast and reserved",
 		"# space, and what the backend adds (a cluster's own networks).")
-	acls = append(acls, aclLines("never_dst", compact(never))...)
+	acls = append(acls, aclLines("never_dst", "dst", compact(never))...)
 	rules = append(rules,
 		"# Never: the proxy's own host, link-local and metadata (which hand out",
 		"# the machine's credentials), the backend's own networks.",
@@ -196,12 +196,12 @@ func destinationACLs(s proxy.Settings, o Options) (acls, rules []string) {
 	// address, and the unopened one could be reached.
 	if denied := compact(subtract(private, opened)); len(denied) > 0 {
 		acls = append(acls, "# Private ranges, less what allowedDestinationCIDRs opens.")
-		acls = append(acls, aclLines("private_dst", denied)...)
+		acls = append(acls, aclLines("private_dst", "dst", denied)...)
 		rules = append(rules, "http_access deny private_dst")
 	}
 	if len(opened) > 0 {
 		acls = append(acls, "# What allowedDestinationCIDRs opens, for the reader: in no rule (see above).")
-		acls = append(acls, aclLines("opened_dst", compact(opened))...)
+		acls = append(acls, aclLines("opened_dst", "dst", compact(opened))...)
 	}
 	return acls, rules
 }
@@ -251,10 +251,13 @@ func halves(p netip.Prefix) (lo, hi netip.Prefix) {
 // parse error).
 const maxLine = 2000
 
-// aclLines writes the dst ACL name over as many lines as its values need
-// to keep each within maxLine; Squid adds up the lines of one ACL.
-func aclLines(name string, values []string) []string {
-	head := "acl " + name + " dst"
+// aclLines writes the ACL name of type typ (with its flags, such as
+// "dstdomain -n") over as many lines as its values need to keep each
+// within maxLine; Squid adds up the lines of one ACL. A value list on one
+// line could otherwise run past Squid's line buffer, whose rest Squid
+// reads as a directive of its own.
+func aclLines(name, typ string, values []string) []string {
+	head := "acl " + name + " " + typ
 	var out []string
 	line := head
 	for _, v := range values {

@@ -120,6 +120,7 @@ func TestSquidParsesEveryVariant(t *testing.T) {
 		"opened and denied":      {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"127.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.20.0.0/16", "10.20.1.0/24", "fd12::/16", "192.168.1.1/32"}}, o: Options{ListenAddress: "127.0.0.1", DeniedDestinationCIDRs: []string{"10.96.0.0/12", "10.96.0.1", "10.244.0.0/16", "fd00:10:96::/112", "192.0.2.7"}, HostsFile: "/etc/hosts", DNSNameservers: []string{"127.0.0.53", "::1"}}},
 		"everything at once":     {s: proxy.Settings{Port: 65535, AllowedClientCIDRs: []string{"0.0.0.0/0", "::/0"}, AllowedPorts: []int32{1, 65534}, AllowedDestinations: []string{"xn--bcher-kva.example", "_srv.example.net"}, AllowedDestinationCIDRs: []string{"10.0.0.0/8", "fc00::/7"}, Auth: auth}, o: Options{ShutdownLifetime: time.Minute}},
 		"username with specials": {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, Auth: proxy.Auth{Enabled: true, Username: "Mixed.Case-user_1@corp", Password: "x"}}},
+		"longest lists":          {s: longestLists()},
 		"addresses opened":       {s: proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinationCIDRs: []string{"fdff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/128", "fc00::1/128", "10.255.255.254/32", "64:ff9b::c0a8:ffff/128", "2002:ac1f:ffff::/48"}}},
 	} {
 		t.Run(name, func(t *testing.T) {

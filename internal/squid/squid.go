@@ -272,14 +272,14 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		"forwarded_for delete",
 		"")
 
-	w("# Who may use the proxy: only these clients.",
-		"acl clients src "+strings.Join(clientCIDRs(s.AllowedClientCIDRs), " "),
-		"",
+	w("# Who may use the proxy: only these clients.")
+	w(aclLines("clients", "src", clientCIDRs(s.AllowedClientCIDRs))...)
+	w("",
 		"# CONNECT (tunnels, HTTPS) only to these ports; other requests to",
-		"# these and the plain HTTP ports.",
-		"acl SSL_ports port "+joinPorts(connectPorts(s.AllowedPorts)),
-		"acl Safe_ports port "+joinPorts(safePorts(s.AllowedPorts)),
-		"# The proxy's own port: a request there would loop back into it.",
+		"# these and the plain HTTP ports.")
+	w(aclLines("SSL_ports", "port", portStrings(connectPorts(s.AllowedPorts)))...)
+	w(aclLines("Safe_ports", "port", portStrings(safePorts(s.AllowedPorts)))...)
+	w("# The proxy's own port: a request there would loop back into it.",
 		"acl own_port port "+strconv.Itoa(int(s.Port)),
 		"")
 	dstACLs, dstRules := destinationACLs(s, o)
@@ -293,8 +293,8 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	if len(dests) > 0 {
 		w("",
 			"# Destination allow-list. -n: never match an IP-address URL by",
-			"# its reverse DNS, which whoever owns the address controls.",
-			"acl dest dstdomain -n "+strings.Join(dests, " "))
+			"# its reverse DNS, which whoever owns the address controls.")
+		w(aclLines("dest", "dstdomain -n", dests)...)
 	}
 	check := s.EgressCheck
 	if s.Auth.Enabled || check != nil {
@@ -367,6 +367,13 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	}
 	w("http_access deny all")
 
+	// Squid reads a longer line as two, the rest as a directive of its
+	// own: whatever a value list holds must never get that far.
+	for l := range strings.Lines(b.String()) {
+		if len(l) > maxLine+1 {
+			return Files{}, proxy.Permanentf("squid.conf would hold a line of %d bytes, over Squid's limit of %d (it begins %.60q): shorten the list it comes from", len(l)-1, maxLine, l)
+		}
+	}
 	f := Files{SquidConf: b.String()}
 	if s.TLS != nil {
 		f.TLSCert, f.TLSKey = s.TLS.Cert, s.TLS.Key
@@ -530,12 +537,12 @@ func sortedPorts(ports []int32) []int32 {
 	return slices.Compact(out)
 }
 
-func joinPorts(ports []int32) string {
+func portStrings(ports []int32) []string {
 	s := make([]string, len(ports))
 	for i, p := range ports {
 		s[i] = strconv.Itoa(int(p))
 	}
-	return strings.Join(s, " ")
+	return s
 }
 
 // destinations returns the allow-list as Squid's dstdomain needs it:
