@@ -175,13 +175,19 @@ func TestDeletionIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse,
-			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, remove the finalizer finalizer.managedresource.crossplane.io from this resource): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
+			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then releases the instance): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
 		if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Fatalf("instance %s is gone without its config", name)
 		}
-		// The way out the condition names.
-		e.Update(t, p, func() { p.Finalizers = nil })
+		// The way out the condition names: the deletion releases the
+		// instance, which stays.
+		e.Update(t, p, func() {
+			p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionCreate, xpv2.ManagementActionUpdate, xpv2.ManagementActionLateInitialize}
+		})
 		e.WaitGone(t, p)
+		if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
+			t.Errorf("instance %s is gone; the management policies without Delete should have left it", name)
+		}
 	})
 
 	t.Run("CreateCutShortLeavesNothing", func(t *testing.T) {
