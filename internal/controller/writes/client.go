@@ -373,15 +373,24 @@ func (c *Client) catchUp(ctx context.Context, key client.ObjectKey, obj client.O
 }
 
 // Create implements client.Writer; an empty connection Secret is not
-// created.
+// created, and one created carries the label the watch selects.
 func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	if c.secrets != nil && c.secrets.empty(obj) {
 		return nil
 	}
-	if err := c.Client.Create(ctx, obj, opts...); err != nil {
+	_, conn := isConnectionSecret(obj)
+	conn = conn && c.secrets != nil
+	if conn {
+		markOwn(obj)
+	}
+	err := c.Client.Create(ctx, obj, opts...)
+	if conn && kerrors.IsAlreadyExists(err) {
+		err = adopt(ctx, c.Client, obj, c.ConnectionKeys, err)
+	}
+	if err != nil {
 		return err
 	}
-	if _, ok := isConnectionSecret(obj); ok && c.secrets != nil {
+	if conn {
 		c.secrets.noteCreated(obj)
 	}
 	return nil
@@ -394,7 +403,11 @@ func (c *Client) Patch(ctx context.Context, obj client.Object, patch client.Patc
 	if c.secrets != nil && (c.secrets.emptyPatch(obj, patch) || c.secrets.heldPatch(ctx, obj, patch)) {
 		return nil
 	}
-	return c.Client.Patch(ctx, obj, withoutStaleKeys(obj, patch, c.ConnectionKeys), opts...)
+	patch = withoutStaleKeys(obj, patch, c.ConnectionKeys)
+	if c.secrets != nil {
+		patch = labelled(obj, patch)
+	}
+	return c.Client.Patch(ctx, obj, patch, opts...)
 }
 
 // Update implements client.Writer; an update changing nothing but the

@@ -9,11 +9,13 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
@@ -294,6 +296,97 @@ func TestClientIntegration(t *testing.T) {
 		}
 		if string(got.Data["k"]) != "v" || len(got.Data) != 1 {
 			t.Errorf("another's Secret was changed: %q", got.Data)
+		}
+	})
+	ref := metav1.NewControllerRef(obj, nsproxy.KVMProxyGroupVersionKind)
+	t.Run("OthersConnectionSecretsAreNotWatched", func(t *testing.T) {
+		// Another provider's, then this one's: the watch delivers them in
+		// that order, so once it holds the second it has passed the first.
+		others := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "db-conn"}, Type: resource.SecretTypeConnection, Data: map[string][]byte{"password": []byte("another provider's")}}
+		if err := plain.Create(ctx, others); err != nil {
+			t.Fatal(err)
+		}
+		mine := obj.DeepCopy()
+		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "after-conn"}
+		if _, err := pub.PublishConnection(ctx, mine, details); err != nil {
+			t.Fatal(err)
+		}
+		after := client.ObjectKey{Namespace: "team-a", Name: "after-conn"}
+		deadline := time.Now().Add(10 * time.Second)
+		for secrets.Get(ctx, after, &corev1.Secret{}) != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the connection Secret cache does not hold the Secret published")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := secrets.Get(ctx, client.ObjectKeyFromObject(others), &corev1.Secret{}); !kerrors.IsNotFound(err) {
+			t.Errorf("the connection Secret cache holds another provider's Secret (Get = %v); want NotFound", err)
+		}
+		got := &corev1.Secret{}
+		if err := plain.Get(ctx, after, got); err != nil || got.Labels[writes.LabelManagedBy] != writes.ManagedBy {
+			t.Errorf("the published Secret's labels %v (%v), want %s=%s", got.Labels, err, writes.LabelManagedBy, writes.ManagedBy)
+		}
+	})
+	t.Run("UnlabelledOwnSecretIsTakenOver", func(t *testing.T) {
+		// As an older provider, or one under --all-writes, wrote it: no
+		// label, a key the details no longer hold, and a key of another.
+		old := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "old-conn", OwnerReferences: []metav1.OwnerReference{*ref}},
+			Type:       resource.SecretTypeConnection,
+			Data:       map[string][]byte{"url": []byte("http://10.0.0.9:3128"), "password": []byte("old"), "note": []byte("someone else's")},
+		}
+		if err := plain.Create(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		sc.ConnectionKeys = []string{"url", "host", "port", "password"}
+		defer func() { sc.ConnectionKeys = nil }()
+		mine := obj.DeepCopy()
+		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "old-conn"}
+		if _, err := pub.PublishConnection(ctx, mine, details); err != nil {
+			t.Fatalf("publishing over its own unlabelled Secret: %v", err)
+		}
+		got := &corev1.Secret{}
+		if err := plain.Get(ctx, client.ObjectKeyFromObject(old), got); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"url": "http://10.0.0.1:3128", "host": "10.0.0.1", "port": "3128", "note": "someone else's"}
+		if len(got.Data) != len(want) || got.Labels[writes.LabelManagedBy] != writes.ManagedBy {
+			t.Errorf("the Secret holds %q, labels %v; want %v and the label", got.Data, got.Labels, want)
+		}
+		for k, v := range want {
+			if string(got.Data[k]) != v {
+				t.Errorf("the Secret's %s is %q, want %q", k, got.Data[k], v)
+			}
+		}
+		// Held by the watch from now on.
+		deadline := time.Now().Add(10 * time.Second)
+		for secrets.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Secret{}) != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the connection Secret cache does not hold the Secret taken over")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("UnlabelledSecretOfAnotherIsRefused", func(t *testing.T) {
+		theirs := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "their-conn", OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.org/v1", Kind: "Other", Name: "x", UID: "another-uid", Controller: ptr.To(true)}}},
+			Type:       resource.SecretTypeConnection,
+			Data:       map[string][]byte{"password": []byte("theirs")},
+		}
+		if err := plain.Create(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		mine := obj.DeepCopy()
+		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "their-conn"}
+		if _, err := pub.PublishConnection(ctx, mine, details); err == nil {
+			t.Error("publishing over another resource's connection Secret succeeded; want an error")
+		}
+		got := &corev1.Secret{}
+		if err := plain.Get(ctx, client.ObjectKeyFromObject(theirs), got); err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Data["password"]) != "theirs" || len(got.Data) != 1 || got.Labels[writes.LabelManagedBy] != "" {
+			t.Errorf("another resource's Secret was changed: %q, labels %v", got.Data, got.Labels)
 		}
 	})
 }

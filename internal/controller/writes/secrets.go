@@ -17,6 +17,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -24,20 +25,30 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ConnectionSecretCache is a cache of the cluster's connection Secrets
-// (type connection.crossplane.io/v1alpha1), without managed fields and
-// without their data: a cached Secret holds only the digest of its data
-// (DataDigest), which is all the Client needs to tell whether the server
-// already holds some details. So the provider keeps no copy of every
-// proxy's credentials in memory, and a connection Secret costs a digest
-// rather than a dozen values, whatever the number of proxies. The
-// manager's own cache holds no Secrets at all.
+// The label the Client gives the connection Secrets it writes, by which
+// the connection Secret cache watches this provider's alone.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "provider-egressproxy"
+)
+
+// ConnectionSecretCache is a cache of the connection Secrets (type
+// connection.crossplane.io/v1alpha1) this provider wrote (LabelManagedBy),
+// without managed fields and without their data: a cached Secret holds
+// only the digest of its data (DataDigest), which is all the Client needs
+// to tell whether the server already holds some details. So the provider
+// keeps no copy of every proxy's credentials in memory, a connection
+// Secret costs a digest rather than a dozen values, whatever the number
+// of proxies, and the connection Secrets of other providers and
+// composites never reach it. The manager's own cache holds no Secrets at
+// all.
 func ConnectionSecretCache(cfg *rest.Config, s *runtime.Scheme) (cache.Cache, error) {
 	strip := cache.TransformStripManagedFields()
 	return cache.New(cfg, cache.Options{
 		Scheme: s,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {
+				Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy}),
 				Field: fields.OneTermEqualSelector("type", string(resource.SecretTypeConnection)),
 				Transform: func(o any) (any, error) {
 					o, err := strip(o)
@@ -205,6 +216,87 @@ func (cs *connectionSecrets) heldPatch(ctx context.Context, obj client.Object, p
 	}
 	wc, cc := metav1.GetControllerOf(want), metav1.GetControllerOf(cur)
 	return wc != nil && cc != nil && wc.UID == cc.UID && HeldData(cur, want.Data)
+}
+
+// markOwn gives obj, a connection Secret about to be created, the label
+// by which the watch holds it.
+func markOwn(obj client.Object) {
+	if obj.GetLabels()[LabelManagedBy] == ManagedBy {
+		return
+	}
+	l := maps.Clone(obj.GetLabels())
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[LabelManagedBy] = ManagedBy
+	obj.SetLabels(l)
+}
+
+// labelled is patch, a merge patch of the connection Secret obj, that
+// also gives it the label by which the watch holds it.
+func labelled(obj client.Object, patch client.Patch) client.Patch {
+	if _, ok := isConnectionSecret(obj); !ok || patch.Type() != types.MergePatchType {
+		return patch
+	}
+	b, err := patch.Data(obj)
+	if err != nil {
+		return patch
+	}
+	var p map[string]any
+	if err := json.Unmarshal(b, &p); err != nil {
+		return patch
+	}
+	md, _ := p["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		p["metadata"] = md
+	}
+	ls, _ := md["labels"].(map[string]any)
+	if ls == nil {
+		ls = map[string]any{}
+		md["labels"] = ls
+	}
+	ls[LabelManagedBy] = ManagedBy
+	out, err := json.Marshal(p)
+	if err != nil {
+		return patch
+	}
+	return client.RawPatch(types.MergePatchType, out)
+}
+
+// adopt writes the data of obj, a connection Secret whose create found
+// one of its name, into that one, with the label, when the same resource
+// controls it: one this provider wrote before it labelled its own (or
+// under --all-writes), which the watch does not hold. Of the keys there,
+// those of keys (the provider's own) that obj leaves out go, as in a
+// patch (withoutStaleKeys). Otherwise it returns exists, the create's
+// error.
+func adopt(ctx context.Context, live client.Client, obj client.Object, keys []string, exists error) error {
+	want, ok := isConnectionSecret(obj)
+	cur := &corev1.Secret{}
+	if !ok || live.Get(ctx, client.ObjectKeyFromObject(obj), cur) != nil {
+		return exists
+	}
+	wc, cc := metav1.GetControllerOf(want), metav1.GetControllerOf(cur)
+	if wc == nil || cc == nil || wc.UID != cc.UID || cur.Type != resource.SecretTypeConnection {
+		return exists
+	}
+	orig := cur.DeepCopy()
+	markOwn(cur)
+	data := maps.Clone(cur.Data)
+	if data == nil {
+		data = map[string][]byte{}
+	}
+	for _, k := range keys {
+		delete(data, k)
+	}
+	maps.Copy(data, want.Data)
+	cur.Data = data
+	if err := live.Patch(ctx, cur, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	cur.DeepCopyInto(want)
+	return nil
 }
 
 func (cs *connectionSecrets) noteCreated(obj client.Object) {
