@@ -22,7 +22,27 @@ import (
 // leaves out set to null, when it is a merge patch of a connection Secret
 // with data; otherwise patch itself.
 func withoutStaleKeys(obj client.Object, patch client.Patch, keys []string) client.Patch {
-	if _, ok := isConnectionSecret(obj); !ok || len(keys) == 0 || patch.Type() != types.MergePatchType {
+	if _, ok := isConnectionSecret(obj); !ok || len(keys) == 0 {
+		return patch
+	}
+	return editMerge(obj, patch, func(p map[string]any) bool {
+		data, ok := p["data"].(map[string]any)
+		if !ok || len(data) == 0 {
+			return false
+		}
+		for _, k := range keys {
+			if _, held := data[k]; !held {
+				data[k] = nil
+			}
+		}
+		return true
+	})
+}
+
+// editMerge is patch, a JSON merge patch of obj, as edit changes it; patch
+// itself when it is another kind of patch or edit changes nothing.
+func editMerge(obj client.Object, patch client.Patch, edit func(p map[string]any) (changed bool)) client.Patch {
+	if patch.Type() != types.MergePatchType {
 		return patch
 	}
 	b, err := patch.Data(obj)
@@ -30,17 +50,8 @@ func withoutStaleKeys(obj client.Object, patch client.Patch, keys []string) clie
 		return patch
 	}
 	var p map[string]any
-	if err := json.Unmarshal(b, &p); err != nil {
+	if err := json.Unmarshal(b, &p); err != nil || !edit(p) {
 		return patch
-	}
-	data, ok := p["data"].(map[string]any)
-	if !ok || len(data) == 0 {
-		return patch
-	}
-	for _, k := range keys {
-		if _, held := data[k]; !held {
-			data[k] = nil
-		}
 	}
 	out, err := json.Marshal(p)
 	if err != nil {

@@ -235,33 +235,23 @@ func markOwn(obj client.Object) {
 // labelled is patch, a merge patch of the connection Secret obj, that
 // also gives it the label by which the watch holds it.
 func labelled(obj client.Object, patch client.Patch) client.Patch {
-	if _, ok := isConnectionSecret(obj); !ok || patch.Type() != types.MergePatchType {
+	if _, ok := isConnectionSecret(obj); !ok {
 		return patch
 	}
-	b, err := patch.Data(obj)
-	if err != nil {
-		return patch
-	}
-	var p map[string]any
-	if err := json.Unmarshal(b, &p); err != nil {
-		return patch
-	}
-	md, _ := p["metadata"].(map[string]any)
-	if md == nil {
-		md = map[string]any{}
-		p["metadata"] = md
-	}
-	ls, _ := md["labels"].(map[string]any)
-	if ls == nil {
-		ls = map[string]any{}
-		md["labels"] = ls
-	}
-	ls[LabelManagedBy] = ManagedBy
-	out, err := json.Marshal(p)
-	if err != nil {
-		return patch
-	}
-	return client.RawPatch(types.MergePatchType, out)
+	return editMerge(obj, patch, func(p map[string]any) bool {
+		md, _ := p["metadata"].(map[string]any)
+		if md == nil {
+			md = map[string]any{}
+			p["metadata"] = md
+		}
+		ls, _ := md["labels"].(map[string]any)
+		if ls == nil {
+			ls = map[string]any{}
+			md["labels"] = ls
+		}
+		ls[LabelManagedBy] = ManagedBy
+		return true
+	})
 }
 
 // adopt writes the data of obj, a connection Secret whose create found
