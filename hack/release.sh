@@ -7,6 +7,7 @@
 #                                            and function >=VERSION, admitting
 #                                            no pre-release
 #   podproxy.yaml                            the PodProxy grant for XPKG_REPO
+#   tenant.yaml                              the application teams' roles
 #   squid-egressproxy-VERSION.oci.tar        the Squid image the provider runs
 #                                            by default (linux/amd64), which
 #                                            must hold the packages of
@@ -60,7 +61,7 @@ last=$(git tag --merged HEAD --list 'v*' --sort=-v:refname 2>/dev/null |
 } >"$OUT/CHANGELOG-$VERSION.md"
 
 # Only VERSION's files: OUT_DIR may hold other builds too.
-(cd "$OUT" && rm -f SHA256SUMS && sha256sum -- ./*-"$VERSION".xpkg ./*-"$VERSION"-*.xpkg ./squid-egressproxy-"$VERSION".oci.tar podproxy.yaml ./*-"$VERSION"-*.cdx.json "CHANGELOG-$VERSION.md" |
+(cd "$OUT" && rm -f SHA256SUMS && sha256sum -- ./*-"$VERSION".xpkg ./*-"$VERSION"-*.xpkg ./squid-egressproxy-"$VERSION".oci.tar podproxy.yaml tenant.yaml ./*-"$VERSION"-*.cdx.json "CHANGELOG-$VERSION.md" |
   sed 's# \./# #' >SHA256SUMS)
 log "$VERSION in $OUT:"
 (cd "$OUT" && ls -l) >&2

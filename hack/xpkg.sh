@@ -13,6 +13,8 @@
 #
 #   podproxy.yaml                             cluster/rbac/podproxy.yaml, its
 #                                             ImageConfig matching XPKG_REPO
+#   tenant.yaml                               cluster/rbac/tenant.yaml: the
+#                                             application teams' roles
 #
 #   squid-egressproxy-VERSION.oci.tar         the Squid image PodProxy runs by
 #                                             default (hack/squid-image.sh), an
@@ -182,6 +184,9 @@ sed "s#^\(      prefix: \)127.0.0.1:5000/egressproxy/provider-egressproxy\$#\1$X
 grep -q "^      prefix: $XPKG_REPO/provider-egressproxy\$" "$OUT/podproxy.yaml" ||
   { log "cluster/rbac/podproxy.yaml: the ImageConfig no longer matches 127.0.0.1:5000/egressproxy/provider-egressproxy for make xpkg to replace"; exit 1; }
 files+=("$OUT/podproxy.yaml")
+# The application teams' roles (cluster/rbac/tenant.yaml), as they are.
+cp cluster/rbac/tenant.yaml "$OUT/tenant.yaml"
+files+=("$OUT/tenant.yaml")
 
 for p in "${files[@]}"; do
   printf '%s\t%s bytes\n' "$p" "$(stat -c %s "$p")"
