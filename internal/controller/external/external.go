@@ -332,7 +332,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 			// before it was refused (allowTenantImports turned off) goes.
 			*status = spec.ProxyObservation{}
 			e.forgetEgress(cr)
-			cr.SetConditions(xpv2.Unavailable())
+			cr.SetConditions(xpv2.Unavailable().WithObservedGeneration(cr.GetGeneration()))
 		}
 		return managed.ExternalObservation{}, foreign
 	}

@@ -211,7 +211,7 @@ func TestRefusedImportForgetsWhatItPublished(t *testing.T) {
 	if a := cr.Status.AtProvider; a.IP != "" || a.ID != "" || a.State != "" || a.EgressIP != "" {
 		t.Errorf("the refused import still shows %+v", a)
 	}
-	if got := cr.GetCondition(xpv2.TypeReady); got.Status == corev1.ConditionTrue {
-		t.Errorf("the refused import is still Ready: %+v", got)
+	if got := cr.GetCondition(xpv2.TypeReady); got.Status == corev1.ConditionTrue || got.ObservedGeneration != cr.GetGeneration() {
+		t.Errorf("the refused import's Ready: %+v; want not True, of generation %d", got, cr.GetGeneration())
 	}
 }
