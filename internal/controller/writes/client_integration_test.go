@@ -3,6 +3,7 @@ package writes_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -367,6 +368,27 @@ func TestClientIntegration(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+	t.Run("UnlabelledSecretWithoutOwnerIsTaken", func(t *testing.T) {
+		// A connection Secret left without its owner (its resource deleted
+		// with --cascade=orphan): crossplane-runtime takes one, and so does
+		// this client, labelled or not.
+		left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "left-conn"}, Type: resource.SecretTypeConnection, Data: map[string][]byte{"url": []byte("http://10.0.0.9:3128")}}
+		if err := plain.Create(ctx, left); err != nil {
+			t.Fatal(err)
+		}
+		mine := obj.DeepCopy()
+		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "left-conn"}
+		if _, err := pub.PublishConnection(ctx, mine, details); err != nil {
+			t.Fatalf("publishing over a connection Secret without an owner: %v", err)
+		}
+		got := &corev1.Secret{}
+		if err := plain.Get(ctx, client.ObjectKeyFromObject(left), got); err != nil {
+			t.Fatal(err)
+		}
+		if c := metav1.GetControllerOf(got); c == nil || c.UID != obj.GetUID() || string(got.Data["url"]) != "http://10.0.0.1:3128" || got.Labels[writes.LabelManagedBy] != writes.ManagedBy {
+			t.Errorf("the Secret's controller %v, data %q, labels %v; want this resource, the details and the label", c, got.Data, got.Labels)
+		}
+	})
 	t.Run("UnlabelledSecretOfAnotherIsRefused", func(t *testing.T) {
 		theirs := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "their-conn", OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.org/v1", Kind: "Other", Name: "x", UID: "another-uid", Controller: ptr.To(true)}}},
@@ -378,8 +400,8 @@ func TestClientIntegration(t *testing.T) {
 		}
 		mine := obj.DeepCopy()
 		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "their-conn"}
-		if _, err := pub.PublishConnection(ctx, mine, details); err == nil {
-			t.Error("publishing over another resource's connection Secret succeeded; want an error")
+		if _, err := pub.PublishConnection(ctx, mine, details); err == nil || !strings.Contains(err.Error(), "existing secret is not controlled by UID") {
+			t.Errorf("publishing over another resource's connection Secret = %v; want crossplane-runtime's refusal", err)
 		}
 		got := &corev1.Secret{}
 		if err := plain.Get(ctx, client.ObjectKeyFromObject(theirs), got); err != nil {

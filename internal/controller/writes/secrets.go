@@ -255,24 +255,32 @@ func labelled(obj client.Object, patch client.Patch) client.Patch {
 }
 
 // adopt writes the data of obj, a connection Secret whose create found
-// one of its name, into that one, with the label, when the same resource
-// controls it: one this provider wrote before it labelled its own (or
-// under --all-writes), which the watch does not hold. Of the keys there,
-// those of keys (the provider's own) that obj leaves out go, as in a
-// patch (withoutStaleKeys). Otherwise it returns exists, the create's
-// error.
+// one of its name, into that one, with the label, when crossplane-runtime
+// would have written it (ConnectionSecretMustBeControllableBy: controlled
+// by the same resource, or a connection Secret without a controller, which
+// it then takes): one this provider wrote before it labelled its own (or
+// under --all-writes), or one left without its owner, which the watch
+// does not hold. Of the keys there, those of keys (the provider's own)
+// that obj leaves out go, as in a patch (withoutStaleKeys). Otherwise it
+// returns the runtime's refusal, or exists, the create's error.
 func adopt(ctx context.Context, live client.Client, obj client.Object, keys []string, exists error) error {
 	want, ok := isConnectionSecret(obj)
 	cur := &corev1.Secret{}
 	if !ok || live.Get(ctx, client.ObjectKeyFromObject(obj), cur) != nil {
 		return exists
 	}
-	wc, cc := metav1.GetControllerOf(want), metav1.GetControllerOf(cur)
-	if wc == nil || cc == nil || wc.UID != cc.UID || cur.Type != resource.SecretTypeConnection {
+	wc := metav1.GetControllerOf(want)
+	if wc == nil {
 		return exists
+	}
+	if err := resource.ConnectionSecretMustBeControllableBy(wc.UID)(ctx, cur, want); err != nil {
+		return err
 	}
 	orig := cur.DeepCopy()
 	markOwn(cur)
+	if metav1.GetControllerOf(cur) == nil {
+		cur.OwnerReferences = want.OwnerReferences
+	}
 	data := maps.Clone(cur.Data)
 	if data == nil {
 		data = map[string][]byte{}
