@@ -130,7 +130,7 @@ func TestRenderRefusesAnOverlongLine(t *testing.T) {
 	s := validSettings()
 	o := Options{UID: "u1", AccessLog: "stdio:/" + strings.Repeat("x", maxLine)}
 	_, err := Render(s, o)
-	if err == nil || !strings.Contains(err.Error(), "over Squid's limit of 2000") || proxy.ClassOf(err) != proxy.ClassPermanent {
+	if err == nil || !strings.Contains(err.Error(), "over the provider's limit of 2000") || proxy.ClassOf(err) != proxy.ClassPermanent {
 		t.Fatalf("Render with a %d-byte access_log = %v; want a Permanent refusal naming the limit", maxLine, err)
 	}
 }
