@@ -51,6 +51,19 @@ type ProviderConfigSpec struct {
 	// +optional
 	AllowTenantImports bool `json:"allowTenantImports,omitempty"`
 
+	// AllowTenantRelease lets namespaced proxies (a tenant's) that use this
+	// config as a ClusterProviderConfig keep their instance when deleted
+	// with management policies without Delete: the release is recorded
+	// (status.released) and the orphan sweep never touches the instance.
+	// Default false: such an instance is left to this config's orphan
+	// sweep (reported in status.orphans, deleted under orphans.policy
+	// Delete), so that a tenant cannot keep instances on the platform's
+	// backend outside its namespace, nor fill status.released.
+	// Cluster-scoped proxies, and a namespaced ProviderConfig's own
+	// proxies, release without it.
+	// +optional
+	AllowTenantRelease bool `json:"allowTenantRelease,omitempty"`
+
 	// KVM runs proxies as libvirt domains on hosts reached over SSH.
 	// +optional
 	KVM *KVMConfig `json:"kvm,omitempty"`

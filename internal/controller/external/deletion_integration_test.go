@@ -175,7 +175,7 @@ func TestDeletionIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse,
-			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then releases the instance): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
+			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then leaves the instance): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
 		if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Fatalf("instance %s is gone without its config", name)
 		}
@@ -187,6 +187,55 @@ func TestDeletionIntegration(t *testing.T) {
 		e.WaitGone(t, p)
 		if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Errorf("instance %s is gone; the management policies without Delete should have left it", name)
+		}
+	})
+
+	t.Run("TenantReleaseOnPlatformConfig", func(t *testing.T) {
+		// A tenant's proxy on the platform's config, deleted with
+		// management policies without Delete: its instance stays, and is
+		// recorded as released only where the config allows it; otherwise
+		// it is the platform's orphan sweep's to report or delete.
+		released := func() []string {
+			pc := &nsv1alpha1.ClusterProviderConfig{}
+			if err := e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
+				t.Fatal(err)
+			}
+			var uids []string
+			if r := pc.Status.Released; r != nil {
+				for _, i := range r.Instances {
+					uids = append(uids, i.UID)
+				}
+			}
+			return uids
+		}
+		setAllow := func(allow bool) {
+			pc := &nsv1alpha1.ClusterProviderConfig{}
+			if err := e.Kube.Get(ctx, types.NamespacedName{Name: "home-kvm"}, pc); err != nil {
+				t.Fatal(err)
+			}
+			pc.Spec.AllowTenantRelease = allow
+			if err := e.Kube.Update(ctx, pc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer setAllow(false)
+		for _, allow := range []bool{false, true} {
+			setAllow(allow)
+			p := nsProxy("team-b", fmt.Sprintf("released-%v", allow))
+			ready(t, p)
+			name := p.GetAnnotations()["crossplane.io/external-name"]
+			defer e.mem.Remove(proxytest.MemoryIDPrefix + name)
+			uid := string(p.GetUID())
+			e.Update(t, p, func() {
+				p.Spec.ManagementPolicies = xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionCreate, xpv2.ManagementActionUpdate, xpv2.ManagementActionLateInitialize}
+			})
+			e.Delete(t, p)
+			if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
+				t.Errorf("allowTenantRelease %v: instance %s is gone; the policies without Delete leave it", allow, name)
+			}
+			if got := slices.Contains(released(), uid); got != allow {
+				t.Errorf("allowTenantRelease %v: the release recorded in status.released: %v", allow, got)
+			}
 		}
 	})
 

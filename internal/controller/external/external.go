@@ -266,7 +266,7 @@ func stuckHint(mg resource.Managed, err error, fix string) error {
 	if err == nil || !meta.WasDeleted(mg) {
 		return err
 	}
-	return errors.Wrapf(err, `cannot delete the instance of %s, which stays until it can: %s (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then releases the instance)`, mg.GetName(), fix)
+	return errors.Wrapf(err, `cannot delete the instance of %s, which stays until it can: %s (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then leaves the instance)`, mg.GetName(), fix)
 }
 
 type external[P any] struct {

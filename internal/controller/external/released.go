@@ -68,7 +68,8 @@ func referencedConfig(mg resource.Managed) configStatus {
 
 // recordRelease records, in status.released of the config mg uses, that
 // mg's deletion leaves its instance, so that the orphan sweep never deletes
-// it. It reads and writes only the API server: a backend out of reach or a
+// it; for a namespaced resource on a ClusterProviderConfig only when the
+// config allows it (allowTenantRelease). It reads and writes only the API server: a backend out of reach or a
 // config the backend refuses does not stop a resource from going. Without
 // the config (gone, or a kind not installed) there is no sweep of it and
 // nothing to record. The write holds the resourceVersion read: a config
@@ -87,6 +88,11 @@ func recordRelease(ctx context.Context, kube client.Client, mg resource.Managed,
 			return nil
 		}
 		return errors.Wrapf(err, "cannot read %s to record that this resource's deletion leaves its instance", configName(pc))
+	}
+	if c, ok := pc.(*namespacedv1alpha1.ClusterProviderConfig); ok && mg.GetNamespace() != "" && !c.Spec.AllowTenantRelease {
+		// A tenant's instance on the platform's backend: left to the
+		// platform's orphan sweep, unrecorded.
+		return nil
 	}
 	st := pc.ConfigStatus()
 	if st.Released != nil && slices.ContainsFunc(st.Released.Instances, func(r spec.ReleasedInstance) bool { return r.UID == uid }) {

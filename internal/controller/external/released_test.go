@@ -87,13 +87,22 @@ func deletingCluster(cr *clusterproxy.KVMProxy) {
 // instance (deletionPolicy Orphan, management policies without Delete) has
 // its UID recorded in status.released of the config it names, of each of
 // the three kinds, before its finalizer goes; one whose deletion deletes
-// its instance records nothing. Without the config there is nothing to
+// its instance records nothing, nor a tenant's on a ClusterProviderConfig
+// that does not allow it (allowTenantRelease), whose instance goes to that
+// config's orphan sweep. Without the config there is nothing to
 // record and the finalizer goes; a config changed since it was read fails
 // the write with a conflict, returned so that the reconcile retries, and
 // the finalizer stays.
 func TestRemoveFinalizerRecordsRelease(t *testing.T) {
 	ctx := context.Background()
+	// The platform's config, letting its tenants release (most cases), or
+	// not, the default.
 	cpc := func() *namespacedv1alpha1.ClusterProviderConfig {
+		pc := &namespacedv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home"}}
+		pc.Spec.AllowTenantRelease = true
+		return pc
+	}
+	strict := func() *namespacedv1alpha1.ClusterProviderConfig {
 		return &namespacedv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home"}}
 	}
 	npc := func() *namespacedv1alpha1.ProviderConfig {
@@ -135,6 +144,22 @@ func TestRemoveFinalizerRecordsRelease(t *testing.T) {
 			mg:      proxyResource(deleting, observeOnlyPolicy, withConfig("ClusterProviderConfig", "home")),
 			configs: []client.Object{cpc(), npc()},
 			want:    want{uids: map[string][]string{"home": {testUID}}, finalizerGone: true},
+		},
+		// A tenant's instance on the platform's backend goes to its orphan
+		// sweep: nothing recorded, and the resource goes all the same.
+		"TenantWithoutDeleteOnPlatformConfigRecordsNothing": {
+			mg:      proxyResource(deleting, withPolicies(xpv2.ManagementActionObserve, xpv2.ManagementActionCreate, xpv2.ManagementActionUpdate), withConfig("ClusterProviderConfig", "home")),
+			configs: []client.Object{strict(), npc()},
+			want:    want{finalizerGone: true},
+		},
+		"TenantOnAFullPlatformConfigSetsNoUnrecordedTime": {
+			mg: proxyResource(deleting, observeOnlyPolicy, withConfig("ClusterProviderConfig", "home")),
+			configs: []client.Object{func() client.Object {
+				pc := full()
+				pc.Spec.AllowTenantRelease = false
+				return pc
+			}()},
+			want: want{finalizerGone: true},
 		},
 		"WithoutDeleteOnNamespacedProviderConfig": {
 			mg:      proxyResource(deleting, withPolicies(xpv2.ManagementActionObserve, xpv2.ManagementActionCreate, xpv2.ManagementActionUpdate), withConfig("ProviderConfig", "own")),
@@ -241,6 +266,7 @@ func TestRemoveFinalizerRecordsRelease(t *testing.T) {
 func TestRecordReleaseRoundsUp(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 700_000_000, time.UTC)
 	pc := &namespacedv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "home"}}
+	pc.Spec.AllowTenantRelease = true
 	kube := fake.NewClientBuilder().WithScheme(testenv.Scheme(t)).WithObjects(pc).WithStatusSubresource(pc).Build()
 	mg := proxyResource(deleting, observeOnlyPolicy, withConfig("ClusterProviderConfig", "home"))
 	if err := recordRelease(context.Background(), kube, mg, now); err != nil {
