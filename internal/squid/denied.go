@@ -246,10 +246,11 @@ func halves(p netip.Prefix) (lo, hi netip.Prefix) {
 	return netip.PrefixFrom(p.Addr(), p.Bits()+1), netip.PrefixFrom(a, p.Bits()+1)
 }
 
-// maxLine keeps a squid.conf line under Squid's CONFIG_LINE_LIMIT (2048
-// bytes), beyond which Squid's behaviour is undefined (and much beyond, a
-// parse error).
-const maxLine = 2000
+// maxLine keeps a squid.conf line whole as Squid reads it: with fgets of
+// BUFSIZ bytes, 8192 under glibc but 1024 under musl (an Alpine guest's or
+// image's Squid), the rest of a longer line being read as a directive of
+// its own.
+const maxLine = 1000
 
 // aclLines writes the ACL name of type typ (with its flags, such as
 // "dstdomain -n") over as many lines as its values need to keep each

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,8 @@ func checkEgressCheck(s proxy.Settings, c *proxy.EgressCheck) fieldErrors {
 	var errs fieldErrors
 	if _, msg := parseCheckURL(c.URL); msg != "" {
 		errs = append(errs, &FieldError{Field: "egressCheck.url", Detail: fmt.Sprintf("%q %s", c.URL, msg)})
+	} else if n := len(slices.MaxFunc(egressCheckACLs(c), func(a, b string) int { return len(a) - len(b) })); n > maxLine {
+		errs = append(errs, &FieldError{Field: "egressCheck.url", Detail: fmt.Sprintf("is too long: escaped for Squid it takes %d bytes of a squid.conf line, over the %d Squid reads whole; use a shorter URL, with fewer characters such as . ? + ( ) that a pattern escapes", n, maxLine)})
 	}
 	if msg := checkUsername(c.Username); msg != "" {
 		errs = append(errs, &FieldError{Field: "egressCheck.username", Detail: msg})

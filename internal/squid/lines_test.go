@@ -28,11 +28,11 @@ func longestLists() proxy.Settings {
 }
 
 // splitAttack is an allow-list whose entries, each one admission takes,
-// would put "http_access allow clients" at the start of a line Squid
-// reads on its own, were the allow-list written on one line: the padding
-// ends exactly at Squid's line buffer.
-func splitAttack() proxy.Settings {
-	const head, buf = "acl dest dstdomain -n ", 8191
+// would put "http_access allow clients" at the start of a line a Squid
+// reading buf bytes a line reads on its own, were the allow-list written
+// on one line: the padding ends exactly at buf.
+func splitAttack(buf int) proxy.Settings {
+	const head = "acl dest dstdomain -n "
 	label := strings.Repeat("a", 60)
 	var dests []string
 	n := len(head)
@@ -87,7 +87,11 @@ func TestLongListsStayWithinSquidLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, s := range map[string]proxy.Settings{"longest lists": longestLists(), "a split of the allow-list": splitAttack()} {
+	for name, s := range map[string]proxy.Settings{
+		"longest lists":                     longestLists(),
+		"a split of the allow-list (glibc)": splitAttack(8191),
+		"a split of the allow-list (musl)":  splitAttack(1023),
+	} {
 		t.Run(name, func(t *testing.T) {
 			if err := Validate(s); err != nil {
 				t.Fatalf("the settings are valid, but: %v", err)
@@ -101,15 +105,18 @@ func TestLongListsStayWithinSquidLines(t *testing.T) {
 					t.Errorf("a line of %d bytes, over %d: %.80s…", len(l), maxLine, l)
 				}
 			}
-			// Squid 5 and 6 read with an 8192-byte buffer.
-			var rules []string
-			for _, l := range asSquidReads(f.SquidConf, 8191) {
-				if strings.HasPrefix(l, "http_access ") {
-					rules = append(rules, l)
+			// Squid reads with fgets of BUFSIZ: 8192 bytes under glibc,
+			// 1024 under musl.
+			for _, buf := range []int{8191, 1023} {
+				var rules []string
+				for _, l := range asSquidReads(f.SquidConf, buf) {
+					if strings.HasPrefix(l, "http_access ") {
+						rules = append(rules, l)
+					}
 				}
-			}
-			if w := lines(want.SquidConf, "http_access "); !slices.Equal(rules, w) {
-				t.Errorf("Squid reads the rules\n%s\nwant\n%s", strings.Join(rules, "\n"), strings.Join(w, "\n"))
+				if w := lines(want.SquidConf, "http_access "); !slices.Equal(rules, w) {
+					t.Errorf("a Squid reading %d bytes a line reads the rules\n%s\nwant\n%s", buf+1, strings.Join(rules, "\n"), strings.Join(w, "\n"))
+				}
 			}
 			if got, w := aclValues(f.SquidConf, "dest", "dstdomain -n"), destinations(s.AllowedDestinations); !slices.Equal(got, w) {
 				t.Errorf("the allow-list holds %d entries, want %d", len(got), len(w))
@@ -130,7 +137,24 @@ func TestRenderRefusesAnOverlongLine(t *testing.T) {
 	s := validSettings()
 	o := Options{UID: "u1", AccessLog: "stdio:/" + strings.Repeat("x", maxLine)}
 	_, err := Render(s, o)
-	if err == nil || !strings.Contains(err.Error(), "over the provider's limit of 2000") || proxy.ClassOf(err) != proxy.ClassPermanent {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("over the provider's limit of %d", maxLine)) || proxy.ClassOf(err) != proxy.ClassPermanent {
 		t.Fatalf("Render with a %d-byte access_log = %v; want a Permanent refusal naming the limit", maxLine, err)
+	}
+}
+
+// TestLongEgressCheckURLIsRefusedByName: an echo URL that admission
+// takes (512 characters) but that, escaped as a pattern, would not fit a
+// squid.conf line is refused naming egressCheck.url, before anything is
+// rendered.
+func TestLongEgressCheckURLIsRefusedByName(t *testing.T) {
+	s := validSettings()
+	s.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/" + strings.Repeat(".", 490), Username: CheckUsername, Password: "check-password-0123456789"}
+	err := Validate(s)
+	if err == nil || !strings.Contains(err.Error(), "egressCheck.url") || !strings.Contains(err.Error(), "is too long") {
+		t.Fatalf("Validate with a %d-character echo URL of dots = %v; want egressCheck.url named as too long", len(s.EgressCheck.URL), err)
+	}
+	s.EgressCheck.URL = "http://echo.example/" + strings.Repeat("a", 490)
+	if err := Validate(s); err != nil {
+		t.Errorf("Validate with a %d-character echo URL that needs no escapes: %v", len(s.EgressCheck.URL), err)
 	}
 }

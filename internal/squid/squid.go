@@ -367,11 +367,11 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 	}
 	w("http_access deny all")
 
-	// Squid reads a line of more than 8191 bytes as two, the rest as a
-	// directive of its own: no line gets near, whatever a list holds.
+	// Squid reads a longer line as two (maxLine), the rest as a directive
+	// of its own: no line gets there, whatever a list holds.
 	for l := range strings.Lines(b.String()) {
 		if len(l) > maxLine+1 {
-			return Files{}, proxy.Permanentf("squid.conf would hold a line of %d bytes, over the provider's limit of %d (Squid would read the rest of a line over 8191 bytes as a directive of its own); it begins %.60q: shorten the value it comes from", len(l)-1, maxLine, l)
+			return Files{}, proxy.Permanentf("squid.conf would hold a line of %d bytes, over the provider's limit of %d (a Squid built on musl reads the rest of a line over 1023 bytes as a directive of its own, one on glibc over 8191); it begins %.60q: shorten the value it comes from", len(l)-1, maxLine, l)
 		}
 	}
 	f := Files{SquidConf: b.String()}
