@@ -389,6 +389,28 @@ func TestClientIntegration(t *testing.T) {
 			t.Errorf("the Secret's controller %v, data %q, labels %v; want this resource, the details and the label", c, got.Data, got.Labels)
 		}
 	})
+	t.Run("OpaqueSecretOfTheSameResourceIsLeft", func(t *testing.T) {
+		// A legacy (Opaque) connection Secret of the same resource: its
+		// type cannot change, so it is not written into.
+		legacy := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "legacy-conn", OwnerReferences: []metav1.OwnerReference{*ref}},
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{"a": []byte("b")},
+		}
+		if err := plain.Create(ctx, legacy); err != nil {
+			t.Fatal(err)
+		}
+		mine := obj.DeepCopy()
+		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "legacy-conn"}
+		_, _ = pub.PublishConnection(ctx, mine, details)
+		got := &corev1.Secret{}
+		if err := plain.Get(ctx, client.ObjectKeyFromObject(legacy), got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Data) != 1 || string(got.Data["a"]) != "b" || got.Labels[writes.LabelManagedBy] != "" {
+			t.Errorf("the Opaque Secret was written into: %q, labels %v", got.Data, got.Labels)
+		}
+	})
 	t.Run("UnlabelledSecretOfAnotherIsRefused", func(t *testing.T) {
 		theirs := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "their-conn", OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.org/v1", Kind: "Other", Name: "x", UID: "another-uid", Controller: ptr.To(true)}}},

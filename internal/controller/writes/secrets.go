@@ -276,6 +276,11 @@ func adopt(ctx context.Context, live client.Client, obj client.Object, keys []st
 	if err := resource.ConnectionSecretMustBeControllableBy(wc.UID)(ctx, cur, want); err != nil {
 		return err
 	}
+	if cur.Type != resource.SecretTypeConnection {
+		// A legacy Secret of the resource's: the runtime's patch would
+		// change its type, which the API server refuses.
+		return exists
+	}
 	orig := cur.DeepCopy()
 	markOwn(cur)
 	if metav1.GetControllerOf(cur) == nil {
