@@ -783,7 +783,9 @@ type ProviderConfigStatus struct {
 	// Released records the instances this config's managed resources left
 	// on purpose when they were deleted (deletionPolicy Orphan, management
 	// policies without Delete): the orphan sweep never calls them orphans,
-	// so never deletes them.
+	// so never deletes them. A namespaced resource's on a
+	// ClusterProviderConfig is recorded, and honoured, only while the config
+	// sets allowTenantRelease.
 	// +optional
 	Released *ReleasedStatus `json:"released,omitempty"`
 }
@@ -818,6 +820,12 @@ type ReleasedInstance struct {
 	UID string `json:"uid"`
 	// ReleasedAt is when the resource's finalizer went.
 	ReleasedAt metav1.Time `json:"releasedAt"`
+	// Namespace of the resource, for a namespaced resource on a
+	// ClusterProviderConfig (a tenant's): the sweep honours such an entry
+	// only while the config sets allowTenantRelease.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // TargetHealth is the health of one backend target (a host, a node, a

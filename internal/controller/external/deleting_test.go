@@ -332,7 +332,7 @@ func TestDeletingOwnInstanceOfAnotherInstallation(t *testing.T) {
 // being deleted says that the instance (and the resource) stays, and the
 // ways out; Ready reads Deleting meanwhile.
 func TestDeletingErrorsSayTheWayOut(t *testing.T) {
-	const hint = "cannot delete the instance of web, which stays until it can: it is retried with backoff until the backend answers (restore the backend, or its place in the config, if either is gone) (or, to leave the instance on the backend, set this resource's spec.managementPolicies to [\"Observe\", \"Create\", \"Update\", \"LateInitialize\"]: its deletion then leaves the instance): "
+	const hint = "cannot delete the instance of web, which stays until it can: it is retried with backoff until the backend answers (restore the backend, or its place in the config, if either is gone) (or, to leave the instance on the backend, set this resource's spec.managementPolicies to [\"Observe\", \"Create\", \"Update\", \"LateInitialize\"]: its deletion then lets the instance go without deleting it, to the config's orphan sweep where a ClusterProviderConfig does not allowTenantRelease): "
 	mem := proxytest.NewMemory("memory", testInstallation)
 	c := deletingConnector(t, mem)
 	cr := deletingProxy()

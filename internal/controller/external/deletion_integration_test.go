@@ -175,7 +175,7 @@ func TestDeletionIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.WaitForCondition(t, p, xpv2.TypeSynced, corev1.ConditionFalse,
-			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then leaves the instance): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
+			`cannot delete the instance of config-gone, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then lets the instance go without deleting it, to the config's orphan sweep where a ClusterProviderConfig does not allowTenantRelease): ProviderConfig "going-kvm" in namespace "team-b" does not exist`)
 		if !slices.ContainsFunc(e.mem.Instances(), func(i proxy.Instance) bool { return i.Name == name }) {
 			t.Fatalf("instance %s is gone without its config", name)
 		}

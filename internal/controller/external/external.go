@@ -259,14 +259,14 @@ func backendHint(mg resource.Managed, err error) error {
 // stuckHint wraps err, of a resource being deleted, with what it means
 // (the instance, and with it the resource, stays), what to do (fix), and
 // the way out that leaves the instance: management policies without
-// Delete, whose deletion releases the instance without the config or the
-// backend (a finalizer removed by hand releases nothing, and a PodProxy's
-// Deployment would go with its owner).
+// Delete, whose deletion lets the instance go without the config or the
+// backend (a finalizer removed by hand records no release, and a
+// PodProxy's Deployment would go with its owner).
 func stuckHint(mg resource.Managed, err error, fix string) error {
 	if err == nil || !meta.WasDeleted(mg) {
 		return err
 	}
-	return errors.Wrapf(err, `cannot delete the instance of %s, which stays until it can: %s (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then leaves the instance)`, mg.GetName(), fix)
+	return errors.Wrapf(err, `cannot delete the instance of %s, which stays until it can: %s (or, to leave the instance on the backend, set this resource's spec.managementPolicies to ["Observe", "Create", "Update", "LateInitialize"]: its deletion then lets the instance go without deleting it, to the config's orphan sweep where a ClusterProviderConfig does not allowTenantRelease)`, mg.GetName(), fix)
 }
 
 type external[P any] struct {

@@ -752,7 +752,7 @@ func TestConnect(t *testing.T) {
 			get:      test.NewMockGetFn(kerrors.NewNotFound(schema.GroupResource{}, "home")),
 			deleting: true,
 			wantErr: errors.Wrap(errors.New(`ClusterProviderConfig "home" does not exist`),
-				"cannot delete the instance of web, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to [\"Observe\", \"Create\", \"Update\", \"LateInitialize\"]: its deletion then leaves the instance)"),
+				"cannot delete the instance of web, which stays until it can: restore its config and the Secrets the config reads (or, to leave the instance on the backend, set this resource's spec.managementPolicies to [\"Observe\", \"Create\", \"Update\", \"LateInitialize\"]: its deletion then lets the instance go without deleting it, to the config's orphan sweep where a ClusterProviderConfig does not allowTenantRelease)"),
 		},
 	}
 	for name, tc := range cases {

@@ -37,7 +37,9 @@ type childrenFinalizer struct {
 // Release hook (Kind.Release), if any, undoes what would make the garbage
 // collector delete an instance the resource's deletion leaves; then, for
 // such a resource, the config it uses records the release
-// (status.released), so that the orphan sweep leaves the instance alone.
+// (status.released), so that the orphan sweep leaves the instance alone
+// (a tenant's on a ClusterProviderConfig only where allowTenantRelease:
+// recordRelease).
 // An error of either keeps the finalizer, and the reconcile is retried.
 func (f childrenFinalizer) RemoveFinalizer(ctx context.Context, obj resource.Object) error {
 	if mg, ok := obj.(resource.Managed); ok && meta.WasDeleted(mg) {

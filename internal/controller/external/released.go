@@ -89,10 +89,15 @@ func recordRelease(ctx context.Context, kube client.Client, mg resource.Managed,
 		}
 		return errors.Wrapf(err, "cannot read %s to record that this resource's deletion leaves its instance", configName(pc))
 	}
-	if c, ok := pc.(*namespacedv1alpha1.ClusterProviderConfig); ok && mg.GetNamespace() != "" && !c.Spec.AllowTenantRelease {
-		// A tenant's instance on the platform's backend: left to the
-		// platform's orphan sweep, unrecorded.
-		return nil
+	var tenant string
+	if c, ok := pc.(*namespacedv1alpha1.ClusterProviderConfig); ok && mg.GetNamespace() != "" {
+		if !c.Spec.AllowTenantRelease {
+			// A tenant's instance on the platform's backend: left to the
+			// platform's orphan sweep, unrecorded.
+			return nil
+		}
+		// Named, so that the sweep honours it only while still allowed.
+		tenant = mg.GetNamespace()
 	}
 	st := pc.ConfigStatus()
 	if st.Released != nil && slices.ContainsFunc(st.Released.Instances, func(r spec.ReleasedInstance) bool { return r.UID == uid }) {
@@ -110,7 +115,7 @@ func recordRelease(ctx context.Context, kube client.Client, mg resource.Managed,
 	// before it.
 	at := metav1.NewTime(now.Truncate(time.Second).Add(time.Second))
 	if len(st.Released.Instances) < spec.MaxReleased {
-		st.Released.Instances = append(st.Released.Instances, spec.ReleasedInstance{UID: uid, ReleasedAt: at})
+		st.Released.Instances = append(st.Released.Instances, spec.ReleasedInstance{UID: uid, ReleasedAt: at, Namespace: tenant})
 	} else {
 		st.Released.UnrecordedTime = &at
 	}

@@ -277,5 +277,7 @@ func TestRecordReleaseRoundsUp(t *testing.T) {
 	}
 	if r := pc.Status.Released; r == nil || len(r.Instances) != 1 || r.Instances[0].ReleasedAt.Time.Before(now) {
 		t.Errorf("status.released = %+v, want one entry at or after %s", r, now)
+	} else if r.Instances[0].Namespace != mg.GetNamespace() {
+		t.Errorf("a tenant's release on the platform's config records namespace %q, want %q", r.Instances[0].Namespace, mg.GetNamespace())
 	}
 }

@@ -10,7 +10,9 @@
 // management policies without Delete), which the config records in
 // status.released as the resource's finalizer goes: they are counted apart
 // (status.orphans.released), and their entry goes once no instance carries
-// the UID any more.
+// the UID any more. A tenant's release on a ClusterProviderConfig (its
+// entry names the namespace) counts only while the config sets
+// allowTenantRelease; otherwise its instance is an orphan.
 package orphans
 
 import (
@@ -253,6 +255,11 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 	releasedUIDs := map[string]bool{}
 	if released != nil {
 		for _, r := range released.Instances {
+			// A tenant's release, recorded while the platform allowed
+			// it, counts only while it still does.
+			if r.Namespace != "" && !cfg.Spec.AllowTenantRelease {
+				continue
+			}
 			releasedUIDs[r.UID] = true
 		}
 		if t := released.UnrecordedTime; t != nil {

@@ -554,6 +554,36 @@ func TestSweepNeverDeletesReleasedInstances(t *testing.T) {
 	}
 }
 
+// A tenant's release on the platform's config (its namespace recorded)
+// keeps its instance only while the config allows tenants' releases: once
+// allowTenantRelease is off, the instance is an orphan like any other,
+// deleted under policy Delete.
+func TestSweepHonoursATenantReleaseOnlyWhileAllowed(t *testing.T) {
+	st := newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+	now := st.sweeper.clock()
+	st.setReleased(t, &spec.ReleasedStatus{Instances: []spec.ReleasedInstance{{UID: "uid-gone-1", ReleasedAt: metav1.NewTime(now.Add(-2 * time.Hour)), Namespace: "team-b"}}})
+	allow := func(v bool) {
+		pc := &nsv1alpha1.ClusterProviderConfig{}
+		if err := st.kube.Get(context.Background(), types.NamespacedName{Name: "home"}, pc); err != nil {
+			t.Fatal(err)
+		}
+		pc.Spec.AllowTenantRelease = v
+		if err := st.kube.Update(context.Background(), pc); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	allow(true)
+	if got := st.sweep(t); got == nil || got.Released != 1 || !strings.Contains(strings.Join(st.names(), " "), "gone-3h") {
+		t.Fatalf("allowed: status.orphans %+v, backend %v; want the tenant's release kept", got, st.names())
+	}
+	allow(false)
+	st.sweep(t)
+	if left := strings.Join(st.names(), " "); strings.Contains(left, "gone-3h") {
+		t.Errorf("no longer allowed: the sweep kept the tenant's released instance (backend holds %s)", left)
+	}
+}
+
 // Past its bound, a release is not listed but sets unrecordedTime: the
 // sweep then deletes no orphan created before it (it may be the one left
 // on purpose), reports it and says why; an orphan created later is still
