@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	configctl "github.com/egressproxy/provider-egressproxy/internal/controller/config"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
@@ -252,12 +253,21 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 	if st, ok := statusOf(rec); ok && st.Released != nil {
 		released = st.Released
 	}
+	// The switch from the same read as the record, which a release after
+	// it was turned on may already be in.
+	allowTenants := cfg.Spec.AllowTenantRelease
+	if c, ok := rec.(*nsv1alpha1.ClusterProviderConfig); ok {
+		allowTenants = c.Spec.AllowTenantRelease
+	}
 	releasedUIDs := map[string]bool{}
+	// A tenant's release, recorded while the platform allowed it, counts
+	// only while it still does; its entry is kept while its instance
+	// stands, so that it counts again if the switch is turned back on.
+	disallowed := map[string]bool{}
 	if released != nil {
 		for _, r := range released.Instances {
-			// A tenant's release, recorded while the platform allowed
-			// it, counts only while it still does.
-			if r.Namespace != "" && !cfg.Spec.AllowTenantRelease {
+			if r.Namespace != "" && !allowTenants {
+				disallowed[r.UID] = true
 				continue
 			}
 			releasedUIDs[r.UID] = true
@@ -308,6 +318,9 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			carried[inst.Mark.UID] = true
 			res.released++
 			continue
+		}
+		if disallowed[inst.Mark.UID] {
+			carried[inst.Mark.UID] = true
 		}
 		unrecorded := mayBeUnrecorded(inst)
 		unrecordedLeft = unrecordedLeft || unrecorded

@@ -577,10 +577,41 @@ func TestSweepHonoursATenantReleaseOnlyWhileAllowed(t *testing.T) {
 	if got := st.sweep(t); got == nil || got.Released != 1 || !strings.Contains(strings.Join(st.names(), " "), "gone-3h") {
 		t.Fatalf("allowed: status.orphans %+v, backend %v; want the tenant's release kept", got, st.names())
 	}
+	// Under Report: an orphan, reported, and its entry kept while the
+	// instance stands, so that allowing again restores it.
+	pc := &nsv1alpha1.ClusterProviderConfig{}
+	if err := st.kube.Get(context.Background(), types.NamespacedName{Name: "home"}, pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Spec.Orphans = &spec.OrphanPolicy{Policy: spec.OrphanPolicyReport}
+	pc.Spec.AllowTenantRelease = false
+	if err := st.kube.Update(context.Background(), pc); err != nil {
+		t.Fatal(err)
+	}
+	got := st.sweep(t)
+	if got == nil || got.Released != 0 || !slices.ContainsFunc(got.Instances, func(o spec.OrphanInstance) bool { return strings.Contains(o.Name, "gone-3h") }) {
+		t.Errorf("no longer allowed, policy Report: status.orphans %+v; want the tenant's instance reported as an orphan", got)
+	}
+	if diff := cmp.Diff([]string{"uid-gone-1"}, releasedUIDs(st.released(t))); diff != "" {
+		t.Errorf("status.released while the instance stands (-want +got):\n%s", diff)
+	}
+	allow(true)
+	if got := st.sweep(t); got == nil || got.Released != 1 {
+		t.Errorf("allowed again: status.orphans %+v; want the tenant's release counted again", got)
+	}
+
 	allow(false)
+	pc = &nsv1alpha1.ClusterProviderConfig{}
+	if err := st.kube.Get(context.Background(), types.NamespacedName{Name: "home"}, pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Spec.Orphans = &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: time.Hour}}
+	if err := st.kube.Update(context.Background(), pc); err != nil {
+		t.Fatal(err)
+	}
 	st.sweep(t)
 	if left := strings.Join(st.names(), " "); strings.Contains(left, "gone-3h") {
-		t.Errorf("no longer allowed: the sweep kept the tenant's released instance (backend holds %s)", left)
+		t.Errorf("no longer allowed, policy Delete: the sweep kept the tenant's released instance (backend holds %s)", left)
 	}
 }
 
