@@ -157,4 +157,9 @@ func TestLongEgressCheckURLIsRefusedByName(t *testing.T) {
 	if err := Validate(s); err != nil {
 		t.Errorf("Validate with a %d-character echo URL that needs no escapes: %v", len(s.EgressCheck.URL), err)
 	}
+	// The longest admission takes (480), escaped as much as it can be.
+	s.EgressCheck.URL = "http://echo.example/" + strings.Repeat(".", 460)
+	if err := Validate(s); err != nil {
+		t.Errorf("Validate with the longest echo URL admission takes, all dots: %v", err)
+	}
 }

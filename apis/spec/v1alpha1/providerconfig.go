@@ -864,8 +864,9 @@ type EgressCheck struct {
 	// digits, such as %2F), no query, no user info. Over http the proxy
 	// admits the check credential for this exact URL; over https (a
 	// CONNECT tunnel, whose path the proxy cannot see) for this host and
-	// port.
-	// +kubebuilder:validation:MaxLength=512
+	// port. At most 480 characters: escaped as a pattern, it must fit one
+	// squid.conf line.
+	// +kubebuilder:validation:MaxLength=480
 	// +kubebuilder:validation:Pattern=`^https?://(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?)(:[0-9]{1,5})?(/[-a-zA-Z0-9._~/%]*)?$`
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/]*:[0-9]{1,5}(/.*)?$') || (int(self.split('/')[2].substring(self.split('/')[2].lastIndexOf(':') + 1)) >= 1 && int(self.split('/')[2].substring(self.split('/')[2].lastIndexOf(':') + 1)) <= 65535)",message="egressCheck.url's port must be 1 to 65535, such as http://echo.example:8080/ip; without a port, 80 for http and 443 for https"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('%([0-9a-fA-F]?$|[0-9a-fA-F]?[^0-9a-fA-F])')",message="egressCheck.url may hold % only as an escape of two hex digits, such as %2F"
