@@ -402,7 +402,9 @@ func TestClientIntegration(t *testing.T) {
 		}
 		mine := obj.DeepCopy()
 		mine.Spec.WriteConnectionSecretToReference = &xpv2.LocalSecretReference{Name: "legacy-conn"}
-		_, _ = pub.PublishConnection(ctx, mine, details)
+		if _, err := pub.PublishConnection(ctx, mine, details); !kerrors.IsAlreadyExists(err) || !strings.Contains(err.Error(), "cannot change to") {
+			t.Errorf("publishing over its own Opaque Secret = %v; want the create's AlreadyExists, saying the type cannot change", err)
+		}
 		got := &corev1.Secret{}
 		if err := plain.Get(ctx, client.ObjectKeyFromObject(legacy), got); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -279,7 +280,7 @@ func adopt(ctx context.Context, live client.Client, obj client.Object, keys []st
 	if cur.Type != resource.SecretTypeConnection {
 		// A legacy Secret of the resource's: the runtime's patch would
 		// change its type, which the API server refuses.
-		return exists
+		return errors.Wrapf(exists, "connection Secret %s is of type %q, which cannot change to %q: delete it, and it is written anew", client.ObjectKeyFromObject(cur), cur.Type, resource.SecretTypeConnection)
 	}
 	orig := cur.DeepCopy()
 	markOwn(cur)
