@@ -105,7 +105,7 @@ func TestInstallIntegration(t *testing.T) {
 	xpt.Script(t, root, []string{"VERSION=v0.3.0", "XPKG_REPO=" + repo, "ALLOW_DIRTY=1", "SQUID_IMAGE_STRICT=0"}, "release.sh", pkgs)
 	t.Logf("make xpkg of v0.2.0 and make release of v0.3.0: %.1fs", time.Since(t0).Seconds())
 	t.Run("ReleaseArtefacts", func(t *testing.T) {
-		releaseArtefacts(t, pkgs, "v0.3.0", repo)
+		releaseArtefacts(t, root, pkgs, "v0.3.0", repo)
 	})
 	// The Squid image first, as make xpkg-push does: the provider names it
 	// by digest as its default image.

@@ -1,6 +1,7 @@
 package install_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -13,9 +14,9 @@ import (
 // releaseArtefacts checks what make release (hack/release.sh) wrote for
 // version into dir besides the packages: SHA256SUMS that sha256sum -c
 // accepts and that covers every artefact, a CycloneDX SBOM of the provider
-// per architecture naming the modules it is built from, and the CHANGELOG
-// entry.
-func releaseArtefacts(t *testing.T, dir, version, repo string) {
+// per architecture naming the modules it is built from, the application
+// teams' roles as root's cluster/rbac holds them, and the CHANGELOG entry.
+func releaseArtefacts(t *testing.T, root, dir, version, repo string) {
 	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func releaseArtefacts(t *testing.T, dir, version, repo string) {
 			listed = append(listed, f[1])
 		}
 	}
-	want := []string{"CHANGELOG-" + version + ".md", "configuration-egressproxy-" + version + ".xpkg", "podproxy.yaml", "squid-egressproxy-" + version + ".oci.tar"}
+	want := []string{"CHANGELOG-" + version + ".md", "configuration-egressproxy-" + version + ".xpkg", "podproxy.yaml", "tenant.yaml", "squid-egressproxy-" + version + ".oci.tar"}
 	for _, arch := range []string{"amd64", "arm64"} {
 		want = append(want, "function-egressproxy-"+version+"-"+arch+".xpkg", "provider-egressproxy-"+version+"-"+arch+".cdx.json", "provider-egressproxy-"+version+"-"+arch+".xpkg")
 	}
@@ -69,6 +70,15 @@ func releaseArtefacts(t *testing.T, dir, version, repo string) {
 			t.Errorf("SBOM %s: format %q, component %s %s, %d components (%v...); want CycloneDX of the provider %s naming crossplane-runtime and client-go",
 				arch, bom.BOMFormat, bom.Metadata.Component.Name, bom.Metadata.Component.Version, len(names), names[:min(5, len(names))], version)
 		}
+	}
+
+	// The application teams' roles, as the repository holds them.
+	shipped, err := os.ReadFile(filepath.Join(dir, "tenant.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err := os.ReadFile(filepath.Join(root, "cluster", "rbac", "tenant.yaml")); err != nil || !bytes.Equal(shipped, src) {
+		t.Errorf("tenant.yaml of the release differs from cluster/rbac/tenant.yaml (%v)", err)
 	}
 
 	cl, err := os.ReadFile(filepath.Join(dir, "CHANGELOG-"+version+".md"))
