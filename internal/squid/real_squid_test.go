@@ -223,12 +223,24 @@ func startSquid(t *testing.T, bin string, s proxy.Settings, o Options, edit ...f
 	} else {
 		o.ListenAddress = host
 	}
-	l, err := net.Listen(network, net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
+	// A free port, and with TLS the next one too: the plain loopback
+	// listener of a TLS proxy (ReportPort).
+	for attempt := 0; ; attempt++ {
+		l, err := net.Listen(network, net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Port = int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert,gosec // A TCP listener's port fits.
+		next, err := net.Listen(network, net.JoinHostPort(host, strconv.Itoa(int(s.Port)+1)))
+		_ = l.Close()
+		if err == nil {
+			_ = next.Close()
+			break
+		}
+		if s.TLS == nil || attempt == 20 {
+			break
+		}
 	}
-	s.Port = int32(l.Addr().(*net.TCPAddr).Port) //nolint:forcetypeassert // A TCP listener. //nolint:gosec // a port fits.
-	_ = l.Close()
 
 	o.HtpasswdPath = filepath.Join(dir, "htpasswd")
 	o.TLSCertPath, o.TLSKeyPath = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
