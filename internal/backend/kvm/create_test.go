@@ -304,24 +304,18 @@ func TestImage_failures(t *testing.T) {
 // waitBackgroundDone waits until every pending create has finished,
 // failed ones included.
 func (e *testEnv) waitBackgroundDone() {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		e.b.mu.Lock()
-		busy := false
-		for _, pe := range e.b.pending {
-			select {
-			case <-pe.done:
-			default:
-				busy = true
-			}
-		}
-		e.b.mu.Unlock()
-		if !busy {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	// Every background create's goroutine, to its end: a finished create
+	// leaves the pending map before its span ends.
+	done := make(chan struct{})
+	go func() {
+		e.b.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("background work did not finish")
 	}
-	e.t.Fatal("background work did not finish")
 }
 
 // TestImage_withoutContentLength: a chunked mirror is spooled to disk and
