@@ -300,6 +300,17 @@ func TestClientIntegration(t *testing.T) {
 		}
 	})
 	ref := metav1.NewControllerRef(obj, nsproxy.KVMProxyGroupVersionKind)
+	// waitHeld waits until the connection Secret cache holds key.
+	waitHeld := func(t *testing.T, key client.ObjectKey) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for secrets.Get(ctx, key, &corev1.Secret{}) != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the connection Secret cache does not hold %s", key)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	t.Run("OthersConnectionSecretsAreNotWatched", func(t *testing.T) {
 		// Another provider's, then this one's: the watch delivers them in
 		// that order, so once it holds the second it has passed the first.
@@ -313,13 +324,7 @@ func TestClientIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := client.ObjectKey{Namespace: "team-a", Name: "after-conn"}
-		deadline := time.Now().Add(10 * time.Second)
-		for secrets.Get(ctx, after, &corev1.Secret{}) != nil {
-			if time.Now().After(deadline) {
-				t.Fatal("the connection Secret cache does not hold the Secret published")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitHeld(t, after)
 		if err := secrets.Get(ctx, client.ObjectKeyFromObject(others), &corev1.Secret{}); !kerrors.IsNotFound(err) {
 			t.Errorf("the connection Secret cache holds another provider's Secret (Get = %v); want NotFound", err)
 		}
@@ -360,13 +365,7 @@ func TestClientIntegration(t *testing.T) {
 			}
 		}
 		// Held by the watch from now on.
-		deadline := time.Now().Add(10 * time.Second)
-		for secrets.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Secret{}) != nil {
-			if time.Now().After(deadline) {
-				t.Fatal("the connection Secret cache does not hold the Secret taken over")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitHeld(t, client.ObjectKeyFromObject(old))
 	})
 	t.Run("UnlabelledSecretWithoutOwnerIsTaken", func(t *testing.T) {
 		// A connection Secret left without its owner (its resource deleted
