@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/procid"
 )
 
 // Net is where hosts stand: 198.18.0.0/15, reserved for benchmarking (RFC
@@ -236,7 +238,7 @@ func claim(name string) error {
 	if err := os.MkdirAll(ownersDir, 0o700); err != nil {
 		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
 	}
-	id, err := processID(os.Getpid())
+	id, err := procid.Self()
 	if err != nil {
 		return fmt.Errorf("recording the owner of namespace %s: %w", name, err)
 	}
@@ -286,9 +288,9 @@ func sweepLeftovers() {
 		}
 		var pid int
 		if _, err := fmt.Sscanf(string(rec), "%d", &pid); err != nil {
-			continue
+			continue // being written, or not a record of this package's
 		}
-		if id, err := processID(pid); err == nil && id == string(rec) {
+		if procid.Running(string(rec)) {
 			continue // its owner still runs
 		}
 		if _, err := os.Stat("/run/netns/" + e.Name()); errors.Is(err, os.ErrNotExist) {
@@ -297,25 +299,6 @@ func sweepLeftovers() {
 		}
 		_ = remove(e.Name())
 	}
-}
-
-// processID names a running process by its pid and start time (field 22
-// of /proc/PID/stat), which a later process reusing the pid does not share.
-func processID(pid int) (string, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 20 {
-		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
-	}
-	return fmt.Sprintf("%d %s", pid, fields[19]), nil
 }
 
 // v6 is an address of the veth pair's IPv6 link net, derived from the
