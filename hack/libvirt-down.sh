@@ -99,6 +99,22 @@ pool_target() {
     awk '/<target>/ { t = 1 } t && /<path>/ { sub(/.*<path>/, ""); sub(/<\/path>.*/, ""); print; exit }'
 }
 
+# forwarding_held: whether a running process holds net.ipv4.ip_forward
+# in the project's record (internal/devenv/forwarding): a file per hold,
+# "pid start-time", the start time field 22 of /proc/PID/stat.
+FORWARDING_DIR=/run/egressproxy-forwarding
+forwarding_held() {
+  local f pid start now
+  for f in "$FORWARDING_DIR"/holders/*; do
+    [ -f "$f" ] || continue
+    read -r pid start <"$f" 2>/dev/null || continue
+    [ -r "/proc/$pid/stat" ] || continue
+    now=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)
+    [ -n "$now" ] && [ "$now" = "$start" ] && return 0
+  done
+  return 1
+}
+
 # forwarding_networks: the active networks that forward (nat, route,
 # open: those libvirt turns net.ipv4.ip_forward on for).
 forwarding_networks() {
@@ -207,10 +223,14 @@ rm -f "$STATE/owns-libvirt-chains"
 # net.ipv4.ip_forward, which libvirt turned on for a NAT network, goes
 # back to the 0 libvirt-up.sh found, unless something still needs it: a
 # forwarding network of the machine's libvirtd (forwarding is theirs then:
-# the record goes), one of the project's that could not be stopped, or
-# the controlplane node's pods (its record in /run/egressproxy-node.sysctls
-# puts it back itself): the record then stays for the next run.
+# the record goes), one of the project's that could not be stopped, or a
+# running part of the project that holds it (a controlplane node's pods,
+# a test's NAT network: package forwarding, whose last holder puts it
+# back itself): the record then stays for the next run.
 if [ -f "$STATE/ip_forward.orig" ]; then
+  # Under the holds' lock: no part of the project takes forwarding
+  # between the look at the holds and the write.
+  mkdir -p -m 700 "$FORWARDING_DIR" && exec 8>>"$FORWARDING_DIR/lock" && flock 8
   orig=$(cat "$STATE/ip_forward.orig" 2>/dev/null || true)
   now=$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null || true)
   ours=$(tr ' ' '\n' <<<"$forwarding" | grep -E '^(egressproxy-nat-.*|egressproxy-test)$' || true)
@@ -218,6 +238,8 @@ if [ -f "$STATE/ip_forward.orig" ]; then
     rm -f "$STATE/ip_forward.orig"
   elif [ -n "$ours" ]; then
     log "net.ipv4.ip_forward left on: the project's network(s) $(echo "$ours" | tr '\n' ' ')still run"
+  elif forwarding_held; then
+    log "net.ipv4.ip_forward left on: a running part of the project holds it ($FORWARDING_DIR) and puts it back itself"
   elif grep -q '^net/ipv4/ip_forward ' /run/egressproxy-node.sysctls 2>/dev/null; then
     log "net.ipv4.ip_forward left on: the controlplane node needs it and puts it back itself"
   elif [ -n "${forwarding// /}" ]; then
@@ -227,6 +249,7 @@ if [ -f "$STATE/ip_forward.orig" ]; then
     echo 0 >/proc/sys/net/ipv4/ip_forward && log "net.ipv4.ip_forward put back to 0"
     rm -f "$STATE/ip_forward.orig"
   fi
+  exec 8>&-
 fi
 if [ -f "$STATE/owns-virtlogd" ]; then
   stop "$STATE/virtlogd.pid" virtlogd # stop removes a stale PID file too

@@ -30,6 +30,7 @@ import (
 	pcontroller "github.com/egressproxy/provider-egressproxy/internal/controller"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/external"
 	"github.com/egressproxy/provider-egressproxy/internal/controller/kvm"
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/forwarding"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/netnshost"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
@@ -76,7 +77,13 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	netName := fmt.Sprintf("egressproxy-nat-%d", os.Getpid()%100000)
 	bridge := fmt.Sprintf("virbr-epn%d", os.Getpid()%100000)
 	dir := t.TempDir()
-	forward := readIPForward(t)
+	// libvirt turns forwarding on for a NAT network and never off: the
+	// test holds it, with whatever else of the project needs it now (a
+	// node's pods in another test), and the last of them puts it back.
+	fwd, err := forwarding.Take("kvm-nat")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var natSubnet string
 	var tried []string
 	for attempt := 0; ; attempt++ {
@@ -110,12 +117,11 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 		tried = append(tried, natSubnet)
 	}
 	t.Logf("NAT network %s on %s.0/24", netName, natSubnet)
-	// libvirt turns forwarding on for a NAT network: what this test set is
-	// the value after the start, where it differs from the one before.
-	set := readIPForward(t)
 	t.Cleanup(func() {
 		_ = exec.Command("virsh", "-c", "qemu:///system", "net-destroy", netName).Run()
-		restoreIPForward(t, forward, set)
+		if err := fwd.Release(anotherNetworkForwards(t)); err != nil {
+			t.Errorf("letting go of ip_forward: %v", err)
+		}
 	})
 
 	// The volumes this run adds to the shared pool: its own base (the
@@ -254,37 +260,21 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	phase("total", total)
 }
 
-// readIPForward is /proc/sys/net/ipv4/ip_forward's value.
-func readIPForward(t *testing.T) string {
+// anotherNetworkForwards reports whether a libvirt network that forwards
+// (nat, route, open: libvirt turned forwarding on for it) is active: the
+// machine's own then needs forwarding left on.
+func anotherNetworkForwards(t *testing.T) bool {
 	t.Helper()
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// restoreIPForward sets ip_forward back to before when this test changed
-// it (set, the value after its network's start, differs from before) and
-// it still holds the value the test set. It is left as it is while another
-// forwarding libvirt network is active: that one needs it.
-func restoreIPForward(t *testing.T, before, set string) {
-	t.Helper()
-	if before == set || readIPForward(t) != set {
-		return
-	}
 	out, err := exec.Command("virsh", "-c", "qemu:///system", "net-list", "--name").Output()
 	if err != nil {
-		return
+		return true
 	}
 	for _, n := range strings.Fields(string(out)) {
 		x, err := exec.Command("virsh", "-c", "qemu:///system", "net-dumpxml", n).Output()
 		if err != nil || strings.Contains(string(x), "<forward mode='nat'") || strings.Contains(string(x), "<forward mode='route'") || strings.Contains(string(x), "<forward mode='open'") {
-			t.Logf("leaving ip_forward at %s: network %s forwards", set, n)
-			return
+			t.Logf("leaving ip_forward on: network %s forwards", n)
+			return true
 		}
 	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte(before+"\n"), 0o600); err != nil {
-		t.Logf("restoring ip_forward to %s: %v", before, err)
-	}
+	return false
 }

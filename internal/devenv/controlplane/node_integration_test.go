@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/forwarding"
 )
 
 // machineState is what of this machine a node touches: iptables rules
@@ -97,7 +99,17 @@ func TestNodeIntegration(t *testing.T) {
 	// Under the machine's node lock: another test's node may run until
 	// then.
 	var before machineState
-	locked := func() { before = snapshot(t) }
+	// Another part of the project needs forwarding from before the node
+	// starts (a test's libvirt NAT network, in another test binary) and
+	// lets go of it while the node runs, below.
+	var other *forwarding.Hold
+	locked := func() {
+		before = snapshot(t)
+		var err error
+		if other, err = forwarding.Take("other"); err != nil {
+			t.Error(err)
+		}
+	}
 
 	start := time.Now()
 	log := &strings.Builder{}
@@ -182,6 +194,14 @@ func TestNodeIntegration(t *testing.T) {
 	// requests, so a certificate it does not trust fails this.
 	if _, err := cs.CoreV1().Pods("default").GetLogs("p", &corev1.PodLogOptions{}).DoRaw(ctx); err != nil {
 		t.Errorf("pod logs through the API server (its kubelet client certificate): %v", err)
+	}
+
+	// The other part lets go of forwarding: the node's pods keep it.
+	if err := other.Release(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := readSysctls(forwardingSysctls)["net/ipv4/ip_forward"]; got != "1" {
+		t.Errorf("ip_forward %s with the node up, after another part let go of it; want 1: the node's pods need it", got)
 	}
 
 	// Stopped with the pod still there: the stop removes it too. The

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/forwarding"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/pki"
 )
 
@@ -114,6 +115,7 @@ type Node struct {
 	registryCAs map[string][]byte
 	procs       []*nodeProc
 	sysctls     map[string]string
+	forward     *forwarding.Hold
 	pki         string
 	ports       struct{ kubelet, kubeletHealthz, proxyHealthz, proxyMetrics int }
 }
@@ -165,7 +167,10 @@ var kernelTunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel
 
 // forwardingSysctls are what the CNI bridge plugin turns on machine-wide
 // for a gateway bridge (isGateway), for the families of its addresses:
-// IPv4 only here. Pods need it while the node runs; stop puts it back.
+// IPv4 only here. Pods need it while the node runs: the node holds it
+// (package forwarding, shared with the project's other parts that need
+// it at the same time), and an earlier version's record of it is still
+// put back by the sweep.
 var forwardingSysctls = []string{"net/ipv4/ip_forward"}
 
 // sysctlsSet are the values the kubelet sets kernelTunables to
@@ -316,6 +321,11 @@ func (n *Node) start(ctx context.Context, o *NodeOptions) error {
 	if err := n.recordSysctls(); err != nil {
 		return err
 	}
+	fwd, err := forwarding.Take("node")
+	if err != nil {
+		return err
+	}
+	n.forward = fwd
 	// Before containerd, the shims, CNI and the kubelet: the folders they
 	// make outside the node's folder are then removed even after a kill.
 	if err := recordMadeDirs(); err != nil {
@@ -389,11 +399,11 @@ func (n *Node) releaseLock() {
 	}
 }
 
-// recordSysctls reads the machine's kernelTunables and forwardingSysctls
-// and records them in sysctlsFile.
+// recordSysctls reads the machine's kernelTunables and records them in
+// sysctlsFile.
 func (n *Node) recordSysctls() error {
 	n.sysctls = map[string]string{}
-	for _, k := range slices.Concat(kernelTunables, forwardingSysctls) {
+	for _, k := range kernelTunables {
 		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
 			n.sysctls[k] = strings.TrimSpace(string(b))
 		}
@@ -584,6 +594,10 @@ func (n *Node) stop() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := n.forward.Release(false); err != nil {
+		errs = append(errs, err)
+	}
+	n.forward = nil
 	if err := removeLogLinks(n.Dir); err != nil {
 		errs = append(errs, err)
 	}

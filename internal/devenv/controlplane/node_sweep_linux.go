@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/forwarding"
 )
 
 // sweep removes what this node made that a clean stop would have removed
@@ -119,8 +121,13 @@ func sweepNodes(log io.Writer) error {
 	if err := sweepMadeDirs(); err != nil {
 		errs = append(errs, err)
 	}
-	// Last: forwarding off only once no pod of the node is left.
+	// Last: forwarding off only once no pod of the node is left, and
+	// only when no other part of the project holds it (a killed node's
+	// hold counts for nothing).
 	if err := restoreRecordedSysctls(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := forwarding.Sweep(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -185,10 +192,10 @@ func Leftovers() []string {
 }
 
 // restoreRecordedSysctls puts back the kernel settings a node recorded in
-// sysctlsFile (only those a node changes: kernelTunables and
-// forwardingSysctls, and only where the kubelet's or the CNI plugin's
-// value is still in place: putBackSysctl) and removes the record (and a
-// half-written one).
+// sysctlsFile (only those a node changes: kernelTunables, and the
+// forwardingSysctls of an earlier version's record, and only where the
+// kubelet's or the CNI plugin's value is still in place: putBackSysctl)
+// and removes the record (and a half-written one).
 func restoreRecordedSysctls() error {
 	_ = os.Remove(sysctlsFile + ".tmp")
 	b, err := os.ReadFile(sysctlsFile)
