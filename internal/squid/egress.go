@@ -268,13 +268,26 @@ type Egress struct {
 	// address has succeeded, and the checker's last success was through
 	// another: an address published from it is not this proxy's.
 	Moved bool
+	// Next is when the next check of the same instance is due; zero while
+	// one is in flight.
+	Next time.Time
 }
+
+// IdleConnectionGap is the least time between two checks through one
+// proxy. Squid keeps an idle connection to a server for the next request
+// to it for a minute (server_idle_pconn_timeout, which squid.conf leaves
+// at its default), on a clock of whole seconds checked about once a
+// second: a check sooner than this after the last one can be sent over
+// the last one's connection, and sees the address that connection was
+// opened from, not the one a new connection leaves from now (a NAT
+// gateway or node address changed in between).
+const IdleConnectionGap = 65 * time.Second
 
 // EgressChecker runs egress checks in the background, one at a time per
 // key, and keeps each key's latest result: a check is sent when a key is
 // new, when its instance, proxy address or URL changes (a recreated or
 // updated instance, another node), and then every interval (a failure
-// again after RetryInterval).
+// again after RetryInterval), never sooner than IdleConnectionGap.
 // Check never waits longer than Wait, so no reconcile is held by a slow
 // echo endpoint; the result is there for a later Check. Safe for
 // concurrent use; the zero value uses the defaults.
@@ -289,6 +302,8 @@ type EgressChecker struct {
 	Wait time.Duration
 	// RetryInterval is how soon a failed check is tried again; default 1m.
 	RetryInterval time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
 
 	mu      sync.Mutex
 	entries map[string]*egressEntry
@@ -326,11 +341,7 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 			// Kept until the next check of the same instance answers:
 			// a failed check says nothing of the address.
 			prev = en.result
-			ttl := interval
-			if en.result.Error != "" {
-				ttl = e.retry()
-			}
-			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA || time.Since(en.finished) >= ttl
+			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA || !e.now().Before(e.next(en, interval))
 		default: // in flight
 			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA
 		}
@@ -360,7 +371,29 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return en.result
+	r := en.result
+	select {
+	case <-en.done:
+		r.Next = e.next(en, interval)
+	default:
+	}
+	return r
+}
+
+// next is when the check after en's finished one is due.
+func (e *EgressChecker) next(en *egressEntry, interval time.Duration) time.Time {
+	ttl := interval
+	if en.result.Error != "" {
+		ttl = e.retry()
+	}
+	return en.finished.Add(max(ttl, IdleConnectionGap))
+}
+
+func (e *EgressChecker) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
 }
 
 // identity is the part of an instance string that names the instance
@@ -402,7 +435,7 @@ func (e *EgressChecker) run(en *egressEntry, c proxy.EgressCheck, guard Guard) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	en.finished = time.Now()
+	en.finished = e.now()
 	if err != nil {
 		// Keep the address last seen: a failed check says nothing of it.
 		en.result.Error = strings.ReplaceAll(err.Error(), c.Password, "[redacted]")

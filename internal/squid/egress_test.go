@@ -144,13 +144,15 @@ func TestEgressChecker(t *testing.T) {
 	answer := atomic.Value{}
 	answer.Store("203.0.113.7")
 	fail := atomic.Bool{}
+	var elapsed atomic.Int64
+	start := time.Now()
 	c := &EgressChecker{Wait: time.Second, RetryInterval: time.Hour, Ask: func(_ context.Context, addr string, ch proxy.EgressCheck) (string, error) {
 		calls.Add(1)
 		if fail.Load() {
 			return "", errors.New("refused with " + ch.Password)
 		}
 		return answer.Load().(string), nil //nolint:forcetypeassert // a string.
-	}}
+	}, Now: func() time.Time { return start.Add(time.Duration(elapsed.Load())) }}
 	check := proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "sentinel-check-password"}
 	ctx := t.Context()
 
@@ -174,7 +176,8 @@ func TestEgressChecker(t *testing.T) {
 	// The interval passed: checked again; a failure keeps the address last
 	// seen, and says why without the password.
 	fail.Store(true)
-	got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, 0)
+	elapsed.Add(int64(time.Hour))
+	got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, time.Hour)
 	if got.IP != "203.0.113.9" || got.Error == "" || strings.Contains(got.Error, check.Password) {
 		t.Errorf("failed re-check = %+v; want the last address, an error, no password", got)
 	}
@@ -199,5 +202,44 @@ func TestEgressChecker(t *testing.T) {
 	c.Forget("uid")
 	if got := c.Check(ctx, nil, "uid", "i2", "10.0.0.6:3128", check, time.Hour); got.IP != "" {
 		t.Errorf("Check after Forget = %+v; want nothing known", got)
+	}
+}
+
+// TestEgressCheckerLeavesSquidsIdleConnectionToExpire: however short the
+// interval, a check is not sent until Squid has dropped its idle
+// connection to the echo endpoint from the last one, so that each check
+// sees the address a new connection leaves from; Next says when.
+func TestEgressCheckerLeavesSquidsIdleConnectionToExpire(t *testing.T) {
+	var calls atomic.Int32
+	fail := atomic.Bool{}
+	var elapsed atomic.Int64
+	start := time.Now()
+	c := &EgressChecker{Wait: time.Second, RetryInterval: time.Second, Ask: func(context.Context, string, proxy.EgressCheck) (string, error) {
+		calls.Add(1)
+		if fail.Load() {
+			return "", errors.New("no answer")
+		}
+		return "203.0.113.7", nil
+	}, Now: func() time.Time { return start.Add(time.Duration(elapsed.Load())) }}
+	check := proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "p"}
+	ctx := t.Context()
+	at := func(d time.Duration) Egress {
+		elapsed.Store(int64(d))
+		return c.Check(ctx, nil, "uid", "i1", "10.0.0.5:3128", check, time.Minute)
+	}
+	if got := at(0); got.IP == "" || !got.Next.Equal(start.Add(IdleConnectionGap)) {
+		t.Fatalf("first check = %+v; want an address, the next due %v after it", got, IdleConnectionGap)
+	}
+	// A minute and a bit later, with a minute's interval: Squid may still
+	// hold the last check's connection.
+	if at(62 * time.Second); calls.Load() != 1 {
+		t.Errorf("a check 62s after the last, with a 1m interval: %d sent; want none yet", calls.Load()-1)
+	}
+	fail.Store(true)
+	if got := at(IdleConnectionGap); calls.Load() != 2 || got.Error == "" || !got.Next.Equal(start.Add(2*IdleConnectionGap)) {
+		t.Errorf("at the gap: %d checks, %+v; want the second, failed, its retry due a gap later (not RetryInterval's 1s)", calls.Load(), got)
+	}
+	if at(IdleConnectionGap + 2*time.Second); calls.Load() != 2 {
+		t.Errorf("a retry 2s after a failure: %d checks; want it held back to the gap", calls.Load())
 	}
 }

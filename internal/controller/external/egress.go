@@ -195,6 +195,12 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// move (squid.EgressChecker.Check).
 		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + backendIP + "#" + inst.SpecHash
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
+		if due := time.Until(r.Next); !r.Next.IsZero() && due <= minEgressInterval {
+			// Due before the poll after next: looked at when it is, not up
+			// to a poll late (checks are at least squid.IdleConnectionGap
+			// apart, a little longer than the shortest interval and poll).
+			e.hints.noteSoon(cr, max(due, time.Second))
+		}
 		switch {
 		case r.IP == "" && r.Error == "":
 			keep()
@@ -246,6 +252,9 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 	var merged squid.Egress
 	var ips []string
 	for i, r := range results {
+		if !r.Next.IsZero() && (merged.Next.IsZero() || r.Next.Before(merged.Next)) {
+			merged.Next = r.Next
+		}
 		merged.Moved = merged.Moved || r.Moved
 		if r.Error != "" && merged.Error == "" {
 			merged.Error = fmt.Sprintf("through replica %s: %s", replicas[i].Name, r.Error)
@@ -260,7 +269,7 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 		}
 	}
 	if len(ips) < len(results) {
-		return squid.Egress{Error: merged.Error, Moved: merged.Moved}, nil
+		return squid.Egress{Error: merged.Error, Moved: merged.Moved, Next: merged.Next}, nil
 	}
 	slices.Sort(ips)
 	ips = slices.Compact(ips)

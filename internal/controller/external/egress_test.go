@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	clusterproxy "github.com/egressproxy/provider-egressproxy/apis/cluster/proxy/v1alpha1"
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
@@ -335,5 +337,59 @@ func TestRemoveCondition(t *testing.T) {
 		if c := cr.GetCondition(xpv2.TypeReady); c.Reason != xpv2.ReasonAvailable {
 			t.Errorf("%T: Ready %s; want it kept", cr, c.Reason)
 		}
+	}
+}
+
+// TestAnEgressCheckDueSoonIsLookedAtWhenDue: checks are at least
+// squid.IdleConnectionGap apart, a little longer than the shortest
+// interval and poll; a reconcile after which the next check is due within
+// a minute asks to be looked at again when it is, so that a 1m interval
+// is not stretched to two polls. A check due later leaves the poll as it is.
+func TestAnEgressCheckDueSoonIsLookedAtWhenDue(t *testing.T) {
+	running := proxy.Instance{Name: testName, State: proxy.StateRunning, IP: "10.0.0.5", ProxyReachable: true, ProxyAddress: "10.0.0.5:3128"}
+	for _, tc := range []struct {
+		name string
+		ago  time.Duration // how long ago, by the checker's clock, its check finished
+		want time.Duration // the soon noted; 0 for none
+	}{
+		{"JustChecked", 0, 0},
+		{"DueInFourSeconds", squid.IdleConnectionGap - 4*time.Second, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := egressKind()
+			k.Backend.Block = func(s *spec.ProviderConfigSpec) (Block, bool) {
+				return Block{EgressCheck: &spec.EgressCheck{URL: testEchoURL, Interval: &metav1.Duration{Duration: time.Minute}}}, s.KVM != nil
+			}
+			e := newExternal(k, nil, nil)
+			e.hints = newRetryHints(0)
+			e.egress = &squid.EgressChecker{Ask: func(context.Context, string, proxy.EgressCheck) (string, error) { return "203.0.113.7", nil },
+				Now: func() time.Time { return time.Now().Add(-tc.ago) }}
+			cr := proxyResource()
+			req, err := e.request(context.Background(), cr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := running
+			setObservation(cr.Observation(), inst, req, nil)
+			e.setEgress(context.Background(), cr, &inst, req, egressOf(cr.Observation()))
+			if cr.Status.AtProvider.EgressIP != "203.0.113.7" {
+				t.Fatalf("egressIP %q; want the check's address", cr.Status.AtProvider.EgressIP)
+			}
+			got, ok := e.hints.takeSoon(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()})
+			if tc.want == 0 && ok {
+				t.Errorf("looked at again in %v; want the poll (the next check is %v away)", got, squid.IdleConnectionGap)
+			}
+			if tc.want != 0 && (!ok || got > tc.want || got < tc.want-time.Second) {
+				t.Errorf("looked at again in %v (noted %v); want about %v, when the next check is due", got, ok, tc.want)
+			}
+		})
+	}
+	// The shortest of a reconcile's notes counts, whichever came first.
+	h := newRetryHints(0)
+	mg := proxyResource()
+	h.noteSoon(mg, 4*time.Second)
+	h.noteSoon(mg, 10*time.Second)
+	if d, _ := h.takeSoon(types.NamespacedName{Namespace: mg.GetNamespace(), Name: mg.GetName()}); d != 4*time.Second {
+		t.Errorf("two notes, 4s then 10s: looked at again in %v; want 4s", d)
 	}
 }

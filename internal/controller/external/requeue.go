@@ -69,14 +69,18 @@ func (h *retryHints) note(mg resource.Managed, err error) {
 // noteSoon records that mg should be looked at again within d, sooner
 // than its poll: its instance has an address and its proxy does not
 // answer yet (a guest finishing its boot), so the moment it answers is
-// seen within d rather than at the next not-Ready poll.
+// seen within d rather than at the next not-Ready poll; or its egress
+// check is due. The shortest of a reconcile's notes counts.
 func (h *retryHints) noteSoon(mg resource.Managed, d time.Duration) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.soon[types.NamespacedName{Namespace: mg.GetNamespace(), Name: mg.GetName()}] = d
+	key := types.NamespacedName{Namespace: mg.GetNamespace(), Name: mg.GetName()}
+	if was, ok := h.soon[key]; !ok || d < was {
+		h.soon[key] = d
+	}
 }
 
 // take returns and forgets what was noted for key.
