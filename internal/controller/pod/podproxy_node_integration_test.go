@@ -83,10 +83,30 @@ func startNode(t *testing.T) *nodeEnv {
 		if t.Failed() {
 			out, _ := exec.Command(n.Ctr()[0], append(n.Ctr()[1:], "containers", "list")...).CombinedOutput()
 			t.Logf("containerd's containers:\n%s", out)
+			logPodTails(t, n)
 		}
 	})
 	// The test's requests to pods leave from the bridge's own address.
 	return &nodeEnv{env: e, node: n, image: img, clients: n.PodCIDR.String()}
+}
+
+// logPodTails logs the end of every container log the node's kubelet
+// still holds: Squid's access and cache logs, which say whether a request
+// that went unanswered reached it and what it did with it.
+func logPodTails(t *testing.T, n *controlplane.Node) {
+	t.Helper()
+	_ = filepath.WalkDir(filepath.Join(n.Dir, "kubelet", "pod-logs"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return nil //nolint:nilerr // a log that went meanwhile is skipped.
+		}
+		b, err := os.ReadFile(path) //nolint:gosec // the node's own folder.
+		if err != nil {
+			return nil //nolint:nilerr // as above.
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		t.Logf("%s, its last lines:\n%s", strings.TrimPrefix(path, n.Dir+"/"), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		return nil
+	})
 }
 
 // pod is the proxy's serving pod, by the status' pod detail.
