@@ -223,10 +223,10 @@ rm -f "$STATE/owns-libvirt-chains"
 # net.ipv4.ip_forward, which libvirt turned on for a NAT network, goes
 # back to the 0 libvirt-up.sh found, unless something still needs it: a
 # forwarding network of the machine's libvirtd (forwarding is theirs then:
-# the record goes), one of the project's that could not be stopped, or a
-# running part of the project that holds it (a controlplane node's pods,
-# a test's NAT network: package forwarding, whose last holder puts it
-# back itself): the record then stays for the next run.
+# the record goes), one of the project's that could not be stopped (the
+# record stays for the next run), or a running part of the project that
+# holds it (a controlplane node's pods, a test's NAT network: package
+# forwarding, whose last hold puts back the value handed to it here).
 if [ -f "$STATE/ip_forward.orig" ]; then
   # Under the holds' lock: no part of the project takes forwarding
   # between the look at the holds and the write.
@@ -239,7 +239,15 @@ if [ -f "$STATE/ip_forward.orig" ]; then
   elif [ -n "$ours" ]; then
     log "net.ipv4.ip_forward left on: the project's network(s) $(echo "$ours" | tr '\n' ' ')still run"
   elif forwarding_held; then
-    log "net.ipv4.ip_forward left on: a running part of the project holds it ($FORWARDING_DIR) and puts it back itself"
+    # The holds' record of the machine's value may be the 1 libvirt had
+    # set by the time the first hold was taken: the value found here
+    # before goes there (on, while a network of the machine's forwards),
+    # for the last hold to put back.
+    was=$orig
+    [ -z "${forwarding// /}" ] || was=1
+    printf '%s\n' "$was" >"$FORWARDING_DIR/before.tmp" && mv "$FORWARDING_DIR/before.tmp" "$FORWARDING_DIR/before"
+    rm -f "$STATE/ip_forward.orig"
+    log "net.ipv4.ip_forward left on: a running part of the project holds it ($FORWARDING_DIR); the last to let go puts back $was"
   elif grep -q '^net/ipv4/ip_forward ' /run/egressproxy-node.sysctls 2>/dev/null; then
     log "net.ipv4.ip_forward left on: the controlplane node needs it and puts it back itself"
   elif [ -n "${forwarding// /}" ]; then

@@ -84,6 +84,12 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// After the network's destroy below (clean-ups run last first).
+	t.Cleanup(func() {
+		if err := fwd.Release(anotherNetworkForwards(t)); err != nil {
+			t.Errorf("letting go of ip_forward: %v", err)
+		}
+	})
 	var natSubnet string
 	var tried []string
 	for attempt := 0; ; attempt++ {
@@ -117,12 +123,7 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 		tried = append(tried, natSubnet)
 	}
 	t.Logf("NAT network %s on %s.0/24", netName, natSubnet)
-	t.Cleanup(func() {
-		_ = exec.Command("virsh", "-c", "qemu:///system", "net-destroy", netName).Run()
-		if err := fwd.Release(anotherNetworkForwards(t)); err != nil {
-			t.Errorf("letting go of ip_forward: %v", err)
-		}
-	})
+	t.Cleanup(func() { _ = exec.Command("virsh", "-c", "qemu:///system", "net-destroy", netName).Run() })
 
 	// The volumes this run adds to the shared pool: its own base (the
 	// image URL's port is this run's) and the overlay and seed of its own

@@ -122,7 +122,7 @@ func sweepNodes(log io.Writer) error {
 		errs = append(errs, err)
 	}
 	// Last: forwarding off only once no pod of the node is left, and
-	// only when no other part of the project holds it (a killed node's
+	// only when no running part of the project holds it (a killed node's
 	// hold counts for nothing).
 	if err := restoreRecordedSysctls(); err != nil {
 		errs = append(errs, err)
@@ -207,6 +207,9 @@ func restoreRecordedSysctls() error {
 	}
 	var errs []error
 	for k, v := range parseSysctls(b) {
+		if slices.Contains(forwardingSysctls, k) && forwarding.Held() {
+			continue // held by a running part now; its last puts it back
+		}
 		if err := putBackSysctl(k, v); err != nil {
 			errs = append(errs, err)
 		}

@@ -75,9 +75,10 @@ func Take(purpose string) (*Hold, error) {
 }
 
 // Release drops the hold. When it was the last one, the machine's value
-// goes back, unless leaveOn (something outside the project, such as a
-// libvirt network of the machine's, needs forwarding now) or someone
-// turned forwarding off since.
+// goes back, unless someone turned forwarding off since. leaveOn says
+// that something outside the project (a libvirt network of the
+// machine's) needs forwarding now: the value to put back becomes on, for
+// whichever hold is the last.
 func (h *Hold) Release(leaveOn bool) error {
 	if h == nil {
 		return nil
@@ -90,10 +91,15 @@ func (h *Hold) Release(leaveOn bool) error {
 	if err := os.Remove(h.file); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	if leaveOn {
+		if err := writeFile(filepath.Join(Dir, "before"), "1"); err != nil {
+			return err
+		}
+	}
 	if sweep() > 0 {
 		return nil
 	}
-	return restore(leaveOn)
+	return restore()
 }
 
 // Sweep drops the holds of processes that are gone and, when none is
@@ -107,7 +113,7 @@ func Sweep() error {
 	if sweep() > 0 {
 		return nil
 	}
-	return restore(false)
+	return restore()
 }
 
 // Held reports whether a running process holds forwarding.
@@ -159,7 +165,7 @@ func sweep() int {
 
 // restore puts the recorded value back over forwarding still on, and
 // removes the record.
-func restore(leaveOn bool) error {
+func restore() error {
 	rec := filepath.Join(Dir, "before")
 	before, err := read(rec)
 	if errors.Is(err, os.ErrNotExist) {
@@ -172,7 +178,7 @@ func restore(leaveOn bool) error {
 	if err != nil {
 		return err
 	}
-	if !leaveOn && before == "0" && cur == "1" {
+	if before == "0" && cur == "1" {
 		if err := os.WriteFile(sysctl, []byte(before+"\n"), 0o644); err != nil { //nolint:gosec // a kernel setting, as it was.
 			return fmt.Errorf("putting back net.ipv4.ip_forward = %s: %w", before, err)
 		}

@@ -99,6 +99,23 @@ func TestWhatItFoundStays(t *testing.T) {
 	}
 }
 
+// TestLeftOnForTheMachineByAHoldThatWasNotLast: a release that says the
+// machine's own network needs forwarding, while another hold stays, is
+// not lost: the last one leaves forwarding on.
+func TestLeftOnForTheMachineByAHoldThatWasNotLast(t *testing.T) {
+	standIn(t, "0")
+	node, nat := take(t, "node"), take(t, "kvm-nat")
+	if err := nat.Release(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Release(false); err != nil {
+		t.Fatal(err)
+	}
+	if value(t) != "1" {
+		t.Errorf("ip_forward %s; want 1: a network of the machine's needs it", value(t))
+	}
+}
+
 // TestAKilledHolderCountsForNothing: a hold whose process is gone (a
 // killed test) neither keeps forwarding on for ever nor loses the
 // machine's value: the next Take keeps the value it recorded, and a Sweep
