@@ -300,7 +300,8 @@ type EgressChecker struct {
 	Timeout time.Duration
 	// Wait is how long Check waits for a check it started; default 2 s.
 	Wait time.Duration
-	// RetryInterval is how soon a failed check is tried again; default 1m.
+	// RetryInterval is how soon a failed check is tried again; default 1m
+	// (and never sooner than IdleConnectionGap).
 	RetryInterval time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -335,19 +336,23 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	en := e.entries[key]
 	var prev Egress
 	start := en == nil
+	// Another instance, or the proxy elsewhere, is checked at once; any
+	// other change (an update in place, another URL or CA) goes through
+	// the same Squid, and waits out the gap too.
+	moved := en != nil && (identity(en.instance) != identity(instance) || en.addr != proxyAddr)
 	if en != nil {
 		select {
 		case <-en.done:
 			// Kept until the next check of the same instance answers:
 			// a failed check says nothing of the address.
 			prev = en.result
-			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA || !e.now().Before(e.next(en, interval))
+			start = moved || !e.now().Before(e.due(en, instance, c, interval))
 		default: // in flight
-			start = en.instance != instance || en.addr != proxyAddr || en.url != c.URL || en.ca != c.ProxyCA
+			start = moved
 		}
 	}
 	if start {
-		if en != nil && (identity(en.instance) != identity(instance) || en.addr != proxyAddr) {
+		if moved {
 			// Another instance, or the proxy elsewhere: what was seen
 			// through the last one says nothing of this one's address.
 			prev = Egress{Moved: en.result.IP != "" || en.result.Moved}
@@ -374,17 +379,22 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	r := en.result
 	select {
 	case <-en.done:
-		r.Next = e.next(en, interval)
+		r.Next = e.due(en, instance, c, interval)
 	default:
 	}
 	return r
 }
 
-// next is when the check after en's finished one is due.
-func (e *EgressChecker) next(en *egressEntry, interval time.Duration) time.Time {
+// due is when the check after en's finished one is: after interval (a
+// failure's RetryInterval), or when instance, URL or CA changed since, as
+// soon as IdleConnectionGap allows.
+func (e *EgressChecker) due(en *egressEntry, instance string, c proxy.EgressCheck, interval time.Duration) time.Time {
 	ttl := interval
 	if en.result.Error != "" {
 		ttl = e.retry()
+	}
+	if en.instance != instance || en.url != c.URL || en.ca != c.ProxyCA {
+		ttl = 0
 	}
 	return en.finished.Add(max(ttl, IdleConnectionGap))
 }

@@ -182,9 +182,15 @@ func TestEgressChecker(t *testing.T) {
 		t.Errorf("failed re-check = %+v; want the last address, an error, no password", got)
 	}
 	// An update in place (a new version of the same instance) is checked
-	// at once; its failure keeps the address.
-	if got := c.Check(ctx, nil, "uid", "i2#v2", "10.0.0.6:3128", check, time.Hour); got.IP != "203.0.113.9" || got.Moved || got.Error == "" {
-		t.Errorf("failed check of an instance updated in place = %+v; want the last address kept, not Moved", got)
+	// as soon as Squid's idle connection from the last check is gone, not
+	// after the interval; its failure keeps the address.
+	n := calls.Load()
+	if got := c.Check(ctx, nil, "uid", "i2#v2", "10.0.0.6:3128", check, time.Hour); calls.Load() != n || !got.Next.Equal(start.Add(time.Hour+IdleConnectionGap)) {
+		t.Errorf("an update in place right after a check: %d checks sent, next due %v; want none yet, due %v after the last", calls.Load()-n, got.Next, IdleConnectionGap)
+	}
+	elapsed.Add(int64(IdleConnectionGap))
+	if got := c.Check(ctx, nil, "uid", "i2#v2", "10.0.0.6:3128", check, time.Hour); calls.Load() != n+1 || got.IP != "203.0.113.9" || got.Moved || got.Error == "" {
+		t.Errorf("failed check of an instance updated in place = %+v after %d checks; want it sent, the last address kept, not Moved", got, calls.Load()-n)
 	}
 	// A failed check of another instance, or of the proxy elsewhere,
 	// keeps nothing of the last one's address, and says it moved.

@@ -874,7 +874,7 @@ type EgressCheck struct {
 	URL string `json:"url"`
 	// Interval between checks of a proxy that stays Ready; a changed
 	// instance (another address, node or spec) is checked at once. Default
-	// 1h; at least 1m. Two checks through one proxy are at least 65s
+	// 1h; at least 1m. Two checks through the same proxy are at least 65s
 	// apart: Squid keeps an idle connection to the echo endpoint for a
 	// minute, and a check over it would see the address it was opened from.
 	// +optional

@@ -219,15 +219,22 @@ func TestSetEgress(t *testing.T) {
 			e := newExternal(tc.kind, nil, nil)
 			e.record = r
 			var answer string
+			// Each step a reconcile after the one before, once Squid's idle
+			// connection from its check is gone.
+			var elapsed time.Duration
+			start := time.Now()
 			e.egress = &squid.EgressChecker{Ask: func(_ context.Context, _ string, c proxy.EgressCheck) (string, error) {
 				if answer == "" {
 					return "", errors.New("refused")
 				}
 				return answer, nil
-			}}
+			}, Now: func() time.Time { return start.Add(elapsed) }}
 			cr := proxyResource()
 			var inst proxy.Instance
 			for i, s := range tc.steps {
+				if i > 0 {
+					elapsed += squid.IdleConnectionGap
+				}
 				answer, inst = s.answer, s.inst
 				if tc.lastNoCheck && i == len(tc.steps)-1 {
 					e.kind = testKind(nil)

@@ -116,7 +116,9 @@ func (r retryAfter) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	res, err := r.inner.Reconcile(ctx, req)
 	soon, hasSoon := r.hints.takeSoon(req.NamespacedName)
 	d, ok := r.hints.take(req.NamespacedName)
-	if !ok && hasSoon && err == nil && !res.Requeue && (res.RequeueAfter == 0 || res.RequeueAfter > soon) { //nolint:staticcheck // The runtime returns Requeue.
+	// Only ever sooner than the runtime's own requeue: a result without
+	// one (the resource gone) stays without.
+	if !ok && hasSoon && err == nil && !res.Requeue && res.RequeueAfter > soon { //nolint:staticcheck // The runtime returns Requeue.
 		return reconcile.Result{RequeueAfter: soon}, nil
 	}
 	if !ok || err != nil {

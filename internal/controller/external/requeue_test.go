@@ -117,6 +117,7 @@ func TestAnInstanceWaitingForItsProxyIsLookedAtSoon(t *testing.T) {
 		{"NotWaiting", false, poll, poll},
 		{"RuntimeRequeuesAtOnce", true, runtimeRequeue, runtimeRequeue},
 		{"SoonerAlready", true, reconcile.Result{RequeueAfter: 100 * time.Millisecond}, reconcile.Result{RequeueAfter: 100 * time.Millisecond}},
+		{"NoRequeueStaysWithout", true, reconcile.Result{}, reconcile.Result{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
