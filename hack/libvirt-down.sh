@@ -66,13 +66,13 @@ remove_libvirt_chains() {
     for t in filter nat mangle; do
       while read -r _ chain rest; do
         # shellcheck disable=SC2086 # a jump rule is plain words
-        "$ipt" -t "$t" -D "$chain" $rest 2>/dev/null || true
+        "$ipt" -w -t "$t" -D "$chain" $rest 2>/dev/null || true
       done < <("$ipt-save" -t "$t" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j LIBVIRT_[A-Z]+$' | grep -v '^-A LIBVIRT_')
       for c in $("$ipt-save" -t "$t" 2>/dev/null | sed -n 's/^:\(LIBVIRT_[A-Z]*\) .*/\1/p'); do
-        "$ipt" -t "$t" -F "$c" 2>/dev/null || true
+        "$ipt" -w -t "$t" -F "$c" 2>/dev/null || true
       done
       for c in $("$ipt-save" -t "$t" 2>/dev/null | sed -n 's/^:\(LIBVIRT_[A-Z]*\) .*/\1/p'); do
-        "$ipt" -t "$t" -X "$c" 2>/dev/null || true
+        "$ipt" -w -t "$t" -X "$c" 2>/dev/null || true
       done
     done
   done

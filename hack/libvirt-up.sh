@@ -113,8 +113,8 @@ if [ -n "$need" ]; then
   # shellcheck disable=SC2086 # $PKGS: words
   apt_libvirt() {
     installed_pkgs >"$STATE/packages.before" &&
-      DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $PKGS >&2 &&
       installed_pkgs | comm -13 "$STATE/packages.before" - | cat - "$INSTALLED" | sort -u >"$INSTALLED.new"
   }
   apt_no_start apt_libvirt || die "apt-get install failed"

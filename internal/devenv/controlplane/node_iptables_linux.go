@@ -239,18 +239,20 @@ func sweepChains(ipt string, kept map[string]bool) error {
 			case len(f) > 1 && f[0] == "-A" && !own.has(t, f[1]) && (own.jumpsTo(t, l, f) || strings.Contains(l, bridgePrefix)):
 				// iptables-save quotes comments; iptables -D wants them
 				// unquoted, one argument each.
-				args := append([]string{"-t", t, "-D"}, splitRule(l[len("-A "):])...)
+				// -w: wait for the xtables lock (iptables-legacy) that
+				// another process here (libvirtd, a test) may hold.
+				args := append([]string{"-w", "-t", t, "-D"}, splitRule(l[len("-A "):])...)
 				if out, err := exec.Command(ipt, args...).CombinedOutput(); err != nil {
 					errs = append(errs, fmt.Errorf("%s %s: %w: %s", ipt, strings.Join(args, " "), err, out))
 				}
 			}
 		}
 		for _, c := range chains {
-			_ = exec.Command(ipt, "-t", t, "-F", c).Run()
+			_ = exec.Command(ipt, "-w", "-t", t, "-F", c).Run()
 		}
 		for _, c := range chains {
-			if out, err := exec.Command(ipt, "-t", t, "-X", c).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", ipt, t, c, err, out))
+			if out, err := exec.Command(ipt, "-w", "-t", t, "-X", c).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("%s -w -t %s -X %s: %w: %s", ipt, t, c, err, out))
 			}
 		}
 	}

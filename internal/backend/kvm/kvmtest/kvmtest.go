@@ -142,7 +142,12 @@ func up() (*Host, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("hack/libvirt-up.sh: %w\n%s", err, stderr.String())
+		// It may have started daemons and changed the machine before it
+		// failed, and registers its caller only at its end: down takes
+		// back what it started unless another caller still uses it.
+		down := exec.Command("bash", filepath.Join(root, "hack", "libvirt-down.sh"), strconv.Itoa(os.Getpid()))
+		out, _ := down.CombinedOutput()
+		return nil, fmt.Errorf("hack/libvirt-up.sh: %w\n%s\nhack/libvirt-down.sh after it:\n%s", err, stderr.String(), out)
 	}
 	upped = true
 	fmt.Fprintf(os.Stderr, "kvmtest: libvirt host up in %.1fs\n%s", time.Since(start).Seconds(), stderr.String())
