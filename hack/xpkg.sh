@@ -115,7 +115,7 @@ mkdir -p "$WORK/provider/crds"
 cp package/crossplane.yaml "$WORK/provider/"
 "$WORK/mrds" -o "$WORK/provider/crds" package/crds/*.yaml
 cp -r package/configuration "$WORK/configuration"
-sed -i "s#^\(    - \(provider\|function\): \)127.0.0.1:5000/egressproxy/#\1$XPKG_REPO/#" "$WORK/configuration/crossplane.yaml"
+sed -i "s#^\(      package: \)127.0.0.1:5000/egressproxy/#\1$XPKG_REPO/#" "$WORK/configuration/crossplane.yaml"
 # A release (no pre-release in VERSION) depends on the provider and the
 # function of at least its own version, and admits no pre-release of them:
 # a semver constraint without a pre-release matches none. Builds between

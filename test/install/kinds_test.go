@@ -215,7 +215,9 @@ spec:
   crossplane:
     version: ">=v2.0.0-0"
   dependsOn:
-    - provider: `+missing+`
+    - apiVersion: pkg.crossplane.io/v1
+      kind: Provider
+      package: `+missing+`
       version: ">=v1.0.0"
 `), 0o600); err != nil {
 		t.Fatal(err)

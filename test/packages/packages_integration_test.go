@@ -274,15 +274,12 @@ func TestPackagesIntegration(t *testing.T) {
 		var got []string
 		for _, d := range deps {
 			m, _ := d.(map[string]any)
-			for _, k := range []string{"provider", "function"} {
-				if v, ok := m[k]; ok {
-					got = append(got, fmt.Sprintf("%s %v %v", k, v, m["version"]))
-				}
-			}
+			got = append(got, fmt.Sprintf("%v %v %v %v", m["apiVersion"], m["kind"], m["package"], m["version"]))
 		}
 		// The registry make xpkg is told, and a constraint that admits the
-		// pre-releases built between tags.
-		wantDeps := []string{"provider " + repo + "/provider-egressproxy >=v0.2.0-0", "function " + repo + "/function-egressproxy >=v0.2.0-0"}
+		// pre-releases built between tags; apiVersion, kind and package,
+		// not the provider: and function: keys Crossplane deprecates.
+		wantDeps := []string{"pkg.crossplane.io/v1 Provider " + repo + "/provider-egressproxy >=v0.2.0-0", "pkg.crossplane.io/v1 Function " + repo + "/function-egressproxy >=v0.2.0-0"}
 		if strings.Join(got, "; ") != strings.Join(wantDeps, "; ") {
 			t.Errorf("dependsOn = %v; want %v", got, wantDeps)
 		}
@@ -485,11 +482,7 @@ func TestReleaseConfigurationIntegration(t *testing.T) {
 	var got []string
 	for _, d := range deps {
 		m, _ := d.(map[string]any)
-		name, ok := m["provider"]
-		if !ok {
-			name = m["function"]
-		}
-		got = append(got, fmt.Sprintf("%v %v", name, m["version"]))
+		got = append(got, fmt.Sprintf("%v %v", m["package"], m["version"]))
 	}
 	want := []string{repo + "/provider-egressproxy >=v0.3.0", repo + "/function-egressproxy >=v0.3.0"}
 	if !slices.Equal(got, want) {
