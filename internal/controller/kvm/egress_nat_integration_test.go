@@ -261,9 +261,11 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	phase("total", total)
 }
 
-// anotherNetworkForwards reports whether a libvirt network that forwards
-// (nat, route, open: libvirt turned forwarding on for it) is active: the
-// machine's own then needs forwarding left on.
+// anotherNetworkForwards reports whether a libvirt network of the
+// machine's that forwards (nat, route, open: libvirt turned forwarding on
+// for it) is active: it then needs forwarding left on. The project's own
+// (another run's egressproxy-nat-*, which holds forwarding itself, and the
+// isolated egressproxy-test) do not count.
 func anotherNetworkForwards(t *testing.T) bool {
 	t.Helper()
 	out, err := exec.Command("virsh", "-c", "qemu:///system", "net-list", "--name").Output()
@@ -271,6 +273,9 @@ func anotherNetworkForwards(t *testing.T) bool {
 		return true
 	}
 	for _, n := range strings.Fields(string(out)) {
+		if strings.HasPrefix(n, "egressproxy-nat-") || n == "egressproxy-test" {
+			continue
+		}
 		x, err := exec.Command("virsh", "-c", "qemu:///system", "net-dumpxml", n).Output()
 		if err != nil || strings.Contains(string(x), "<forward mode='nat'") || strings.Contains(string(x), "<forward mode='route'") || strings.Contains(string(x), "<forward mode='open'") {
 			t.Logf("leaving ip_forward on: network %s forwards", n)

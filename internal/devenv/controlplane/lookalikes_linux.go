@@ -105,21 +105,21 @@ func plantLookalikes(t testing.TB) *lookalikes {
 	for _, c := range [][2]string{{kubeletChains[0], "INPUT"}, {"CNI-FORWARD", "FORWARD"}} {
 		chain, from := c[0], c[1]
 		if !slices.Contains(chainsOf(iptablesSave("iptables", "filter")), chain) {
-			if out, err := exec.Command("iptables", "-t", "filter", "-N", chain).CombinedOutput(); err != nil {
+			if out, err := exec.Command("iptables", "-w", "-t", "filter", "-N", chain).CombinedOutput(); err != nil {
 				t.Fatalf("iptables -N %s: %v: %s", chain, err, out)
 			}
-			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", "-t", "filter", "-X", chain).Run() })
+			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", "-w", "-t", "filter", "-X", chain).Run() })
 			l.note("chain", chain)
 		}
 		// Marked as the test's: a sweep of a killed test's record deletes
 		// this rule, never another kubelet's identical one.
 		jump := []string{from, "-m", "comment", "--comment", lookalikeComment, "-j", chain}
-		if exec.Command("iptables", append([]string{"-t", "filter", "-C"}, jump...)...).Run() != nil {
-			if out, err := exec.Command("iptables", append([]string{"-t", "filter", "-A"}, jump...)...).CombinedOutput(); err != nil {
+		if exec.Command("iptables", append([]string{"-w", "-t", "filter", "-C"}, jump...)...).Run() != nil {
+			if out, err := exec.Command("iptables", append([]string{"-w", "-t", "filter", "-A"}, jump...)...).CombinedOutput(); err != nil {
 				t.Fatalf("iptables -A %v: %v: %s", jump, err, out)
 			}
 			// Before the chain's -X, registered above.
-			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, jump...)...).Run() })
+			l.cleanups = append(l.cleanups, func() { _ = exec.Command("iptables", append([]string{"-w", "-t", "filter", "-D"}, jump...)...).Run() })
 			l.note(append([]string{"jump"}, jump...)...)
 		}
 		l.chains = append(l.chains, [3]string{"iptables", "filter", chain})
@@ -260,10 +260,10 @@ func sweepLookalikesOf(record string) error {
 			}
 		case "jump":
 			if args, ok := plantedJump(f[1:]); ok {
-				_ = exec.Command("iptables", append([]string{"-t", "filter", "-D"}, args...)...).Run()
+				_ = exec.Command("iptables", append([]string{"-w", "-t", "filter", "-D"}, args...)...).Run()
 			}
 		case "chain":
-			_ = exec.Command("iptables", "-t", "filter", "-X", f[1]).Run()
+			_ = exec.Command("iptables", "-w", "-t", "filter", "-X", f[1]).Run()
 		case "netns":
 			_ = exec.Command("ip", "netns", "delete", f[1]).Run()
 		case "socket":
@@ -353,7 +353,7 @@ func (l *lookalikes) check() []string {
 		}
 	}
 	for _, j := range l.jumps {
-		if out, err := exec.Command("iptables", append([]string{"-t", "filter", "-C"}, j...)...).CombinedOutput(); err != nil {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-t", "filter", "-C"}, j...)...).CombinedOutput(); err != nil {
 			gone = append(gone, fmt.Sprintf("iptables rule %v: %s", j, strings.TrimSpace(string(out))))
 		}
 	}

@@ -106,14 +106,12 @@ func TestNodeIntegration(t *testing.T) {
 	locked := func() {
 		before = snapshot(t)
 		// Held by a part of another test binary already (the KVM NAT
-		// test): the machine's own value is the one its first holder
-		// recorded, which the last to let go puts back.
-		if forwarding.Held() {
-			if b, err := os.ReadFile(filepath.Join(forwarding.Dir, "before")); err == nil {
-				before.forwarding["net/ipv4/ip_forward"] = strings.TrimSpace(string(b))
-			}
+		// test): the machine's own value is the one the holds put back.
+		_, machine, _, err := forwarding.State()
+		if err != nil {
+			t.Error(err)
 		}
-		var err error
+		before.forwarding["net/ipv4/ip_forward"] = machine
 		if other, err = forwarding.Take("other"); err != nil {
 			t.Error(err)
 		}
@@ -228,7 +226,13 @@ func TestNodeIntegration(t *testing.T) {
 		t.Errorf("left behind: %v", left)
 	}
 	after := snapshot(t)
-	stillHeld := forwarding.Held()
+	// Forwarding at one moment with whether a part of another test binary
+	// still holds it: the snapshot's own read may be older than that.
+	now, _, stillHeld, err := forwarding.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after.forwarding["net/ipv4/ip_forward"] = now
 	for what, pair := range map[string][2]string{
 		"iptables": {before.iptables, after.iptables}, "network namespaces": {before.netns, after.netns},
 		"links": {before.links, after.links}, "mounts": {before.mounts, after.mounts},

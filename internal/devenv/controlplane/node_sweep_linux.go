@@ -207,8 +207,12 @@ func restoreRecordedSysctls() error {
 	}
 	var errs []error
 	for k, v := range parseSysctls(b) {
-		if slices.Contains(forwardingSysctls, k) && forwarding.Held() {
-			continue // held by a running part now; its last puts it back
+		if slices.Contains(forwardingSysctls, k) {
+			// Through the holds: a running part may need it now.
+			if err := forwarding.PutBack(v); err != nil {
+				errs = append(errs, err)
+			}
+			continue
 		}
 		if err := putBackSysctl(k, v); err != nil {
 			errs = append(errs, err)

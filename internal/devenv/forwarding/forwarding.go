@@ -118,12 +118,55 @@ func Sweep() error {
 
 // Held reports whether a running process holds forwarding.
 func Held() bool {
+	_, _, held, err := State()
+	return err == nil && held
+}
+
+// State reads, at one moment, forwarding now, the machine's own value
+// (the one the holds will put back while any is held; now otherwise), and
+// whether a running process holds it.
+func State() (now, machine string, held bool, err error) {
 	unlock, err := lock()
 	if err != nil {
-		return false
+		return "", "", false, err
 	}
 	defer unlock()
-	return sweep() > 0
+	held = sweep() > 0
+	if now, err = read(sysctl); err != nil {
+		return "", "", false, err
+	}
+	machine = now
+	if held {
+		if b, err := read(filepath.Join(Dir, "before")); err == nil {
+			machine = b
+		}
+	}
+	return now, machine, held, nil
+}
+
+// PutBack puts back value, the machine's own as something outside the
+// holds recorded it (an earlier version's record): over forwarding still
+// on when nothing holds it; while something does, as the value the last
+// hold puts back.
+func PutBack(value string) error {
+	unlock, err := lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if sweep() > 0 {
+		return writeFile(filepath.Join(Dir, "before"), value)
+	}
+	cur, err := read(sysctl)
+	if err != nil {
+		return err
+	}
+	if value == "0" && cur == "1" {
+		if err := os.WriteFile(sysctl, []byte("0\n"), 0o644); err != nil { //nolint:gosec // a kernel setting, as it was.
+			return fmt.Errorf("putting back net.ipv4.ip_forward = 0: %w", err)
+		}
+	}
+	return nil
 }
 
 // lock takes the machine-wide lock of Dir; the returned func lets go.

@@ -148,3 +148,33 @@ func TestAKilledHolderCountsForNothing(t *testing.T) {
 		t.Errorf("ip_forward %s after a sweep of a killed holder; want 0", value(t))
 	}
 }
+
+// TestPutBackHandsTheValueToTheHolds: a value recorded outside the holds
+// (an earlier version's node record) goes back at once when nothing holds
+// forwarding, and otherwise becomes the one the last hold puts back.
+func TestPutBackHandsTheValueToTheHolds(t *testing.T) {
+	standIn(t, "1")
+	if err := PutBack("0"); err != nil {
+		t.Fatal(err)
+	}
+	if value(t) != "0" {
+		t.Errorf("ip_forward %s after PutBack(0) with no hold; want 0", value(t))
+	}
+	set(t, "1") // turned on by what recorded 0, before the hold below
+	h := take(t, "node")
+	if now, machine, held, err := State(); err != nil || now != "1" || machine != "1" || !held {
+		t.Fatalf("State() = %s, %s, %v, %v; want 1, 1 (what the hold found), held", now, machine, held, err)
+	}
+	if err := PutBack("0"); err != nil {
+		t.Fatal(err)
+	}
+	if now, machine, _, _ := State(); now != "1" || machine != "0" {
+		t.Errorf("State() after PutBack(0) while held = %s, %s; want on now, the machine's 0 to put back", now, machine)
+	}
+	if err := h.Release(false); err != nil {
+		t.Fatal(err)
+	}
+	if value(t) != "0" {
+		t.Errorf("ip_forward %s after the last hold let go; want the machine's 0", value(t))
+	}
+}
