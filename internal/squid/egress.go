@@ -408,7 +408,7 @@ func (e *EgressChecker) now() time.Time {
 
 // identity is the part of an instance string that names the instance
 // itself: before its first '#'; what follows is its version (an update in
-// place), checked at once but no move.
+// place), checked as soon as IdleConnectionGap allows, and no move.
 func identity(instance string) string {
 	id, _, _ := strings.Cut(instance, "#")
 	return id

@@ -872,11 +872,13 @@ type EgressCheck struct {
 	// +kubebuilder:validation:XValidation:rule="!self.matches('%([0-9a-fA-F]?$|[0-9a-fA-F]?[^0-9a-fA-F])')",message="egressCheck.url may hold % only as an escape of two hex digits, such as %2F"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[[][^]]*[]]') || (isIP(self.substring(self.indexOf('[') + 1, self.indexOf(']')).lowerAscii().replace('ffff', 'fffe')) && ip(self.substring(self.indexOf('[') + 1, self.indexOf(']')).lowerAscii().replace('ffff', 'fffe')).family() == 6)",message="egressCheck.url's host in brackets must be an IPv6 address, such as https://[2001:db8::1]/ip; an IPv4 address or a name goes without brackets"
 	URL string `json:"url"`
-	// Interval between checks of a proxy that stays Ready; a changed
-	// instance (another address, node or spec) is checked at once. Default
-	// 1h; at least 1m. Two checks through the same proxy are at least 65s
-	// apart: Squid keeps an idle connection to the echo endpoint for a
-	// minute, and a check over it would see the address it was opened from.
+	// Interval between checks of a proxy that stays Ready; another
+	// instance or address (a new pod, another node, a recreated VM) is
+	// checked at once, a spec changed in place as soon as the gap allows.
+	// Default 1h; at least 1m. Two checks through the same proxy are at
+	// least 65s apart: Squid keeps an idle connection to the echo endpoint
+	// for a minute, and a check over it would see the address it was
+	// opened from.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32

@@ -188,18 +188,18 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		keep()
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressNoPath, "the provider cannot reach the proxy to send the egress check through it, and the backend reports no check from inside the instance")
 	default:
-		// A recreated or updated instance is checked at once, and so is
-		// one whose address the backend says changed (an ephemeral
-		// address after a restart).
+		// A recreated instance is checked at once, and so is one whose
+		// address the backend says changed (an ephemeral address after a
+		// restart, which restarts its Squid too); one updated in place
+		// as soon as squid.IdleConnectionGap allows.
 		// Before the '#': the instance and its address, whose change is a
 		// move (squid.EgressChecker.Check).
 		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + backendIP + "#" + inst.SpecHash
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
-		if due := time.Until(r.Next); !r.Next.IsZero() && due <= minEgressInterval {
-			// Due before the poll after next: looked at when it is, not up
-			// to a poll late (checks are at least squid.IdleConnectionGap
-			// apart, a little longer than the shortest interval and poll).
-			e.hints.noteSoon(cr, max(due, time.Second))
+		if !r.Next.IsZero() {
+			// Looked at when the next check is due, not up to a poll late:
+			// the hint counts only when sooner than the poll (retryAfter).
+			e.hints.noteSoon(cr, max(time.Until(r.Next), time.Second))
 		}
 		switch {
 		case r.IP == "" && r.Error == "":
