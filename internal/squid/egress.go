@@ -285,9 +285,11 @@ const IdleConnectionGap = 65 * time.Second
 
 // EgressChecker runs egress checks in the background, one at a time per
 // key, and keeps each key's latest result: a check is sent when a key is
-// new, when its instance, proxy address or URL changes (a recreated or
-// updated instance, another node), and then every interval (a failure
-// again after RetryInterval), never sooner than IdleConnectionGap.
+// new, at once when its instance or proxy address changes (a recreated
+// instance, another node), then every interval (a failure again after
+// RetryInterval); through the same instance and address never sooner
+// than IdleConnectionGap after the last, even when its version, URL or
+// CA changed.
 // Check never waits longer than Wait, so no reconcile is held by a slow
 // echo endpoint; the result is there for a later Check. Safe for
 // concurrent use; the zero value uses the defaults.
