@@ -3,11 +3,12 @@
 package controlplane
 
 import (
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/procid"
 )
 
 // sysProcAttr puts a child in its own process group (so a Ctrl-C meant for
@@ -33,25 +34,15 @@ func pdeathsigExec() []string {
 	return []string{p, "--pdeathsig", "KILL", "--"}
 }
 
-// procStartTime returns the start time of pid (field 22 of /proc/PID/stat,
-// in clock ticks since boot) and whether the process exists and is not a
-// zombie. Together with the PID it names one process, even if the PID is
-// reused later.
+// procStartTime returns the start time of pid (procid.StartTime, as a
+// number) and whether the process exists and is not a zombie. Together
+// with the PID it names one process, even if the PID is reused later.
 func procStartTime(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	s, ok := procid.StartTime(pid)
+	if !ok {
 		return 0, false
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false
-	}
-	st, err := strconv.ParseUint(f[19], 10, 64)
+	st, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
 		return 0, false
 	}

@@ -10,23 +10,34 @@ import (
 	"strings"
 )
 
-// Of names the process pid by its pid and start time (field 22 of
-// /proc/PID/stat), which a later process reusing the pid does not share.
-func Of(pid int) (string, error) {
+// StartTime is the start time of pid (field 22 of /proc/PID/stat, in
+// clock ticks since boot), which a later process reusing the pid does not
+// share; false when there is no such process, or only its zombie, which
+// runs nothing.
+func StartTime(pid int) (string, bool) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return "", err
+		return "", false
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := strings.LastIndexByte(string(stat), ')')
 	if i < 0 {
-		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
+		return "", false
 	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 20 {
-		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return "", false
 	}
-	return fmt.Sprintf("%d %s", pid, fields[19]), nil
+	return f[19], true
+}
+
+// Of names the running process pid by its pid and start time.
+func Of(pid int) (string, error) {
+	st, ok := StartTime(pid)
+	if !ok {
+		return "", fmt.Errorf("no running process %d", pid)
+	}
+	return fmt.Sprintf("%d %s", pid, st), nil
 }
 
 // Self is Of(os.Getpid()).

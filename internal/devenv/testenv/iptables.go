@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/procid"
 )
 
 // ruleComment starts the comment of every iptables rule a test inserts,
@@ -81,27 +83,9 @@ func ownerGone(owner string, self int, start func(pid int) (string, bool)) bool 
 	return withStart && running != st
 }
 
-// processStart is the start time of a running process (field 22 of
-// /proc/PID/stat, clock ticks since boot), as internal/devenv/netnshost
-// records its namespaces' owners; false when there is no such process
-// (or only its zombie, which runs nothing).
-func processStart(pid int) (string, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", false
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return "", false
-	}
-	return f[19], true
-}
+// processStart is the start time of a running process, as
+// internal/devenv/netnshost records its namespaces' owners (procid).
+func processStart(pid int) (string, bool) { return procid.StartTime(pid) }
 
 // splitRule splits a rule as iptables -S prints it into arguments, a
 // quoted comment as one.
