@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -170,6 +171,15 @@ func TestTenantRolesIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		return sar.Status.Allowed
+	}
+	// The RBAC authorizer sees new bindings through its informers, a
+	// moment after their creation: wait until both roles are in its view.
+	deadline := time.Now().Add(30 * time.Second)
+	for !can("alice", "create", "proxy.m.egressproxy.io", "podproxies", "team-a") || !can("bob", "get", "m.egressproxy.io", "providerconfigs", "team-a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the RoleBindings are not in the authorizer's view after 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for _, c := range []struct {
 		user, verb, group, resource, ns string
