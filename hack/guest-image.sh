@@ -38,9 +38,15 @@ for b in /usr/bin/mmdebstrap /usr/bin/qemu-img /usr/sbin/sfdisk /usr/bin/grub-mk
 done
 if [ -n "$need" ]; then
   log "installing the image tools"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends mmdebstrap qemu-utils fdisk grub-pc-bin grub-common e2fsprogs >&2
+  # Under the project's apt lock and waiting for dpkg's: on a fresh
+  # machine the other test packages install theirs at the same time.
+  # shellcheck source=hack/lib-apt.sh
+  source "$(dirname "$SELF")/lib-apt.sh"
+  apt_image_tools() {
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends mmdebstrap qemu-utils fdisk grub-pc-bin grub-common e2fsprogs >&2
+  }
+  apt_no_start apt_image_tools || die "apt-get failed"
 fi
 
 WORK=$(mktemp -d /var/tmp/egressproxy-guest.XXXXXX)

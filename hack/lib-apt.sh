@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by hack/libvirt-up.sh, hack/node-bins.sh and hack/install-squid.sh
+# Sourced by hack/libvirt-up.sh, hack/node-bins.sh, hack/install-squid.sh,
+# hack/guest-image.sh, hack/squid-image.sh and hack/xpkg.sh
 # (as root, strict mode on):
 #
 #   apt_no_start CMD [ARG...]

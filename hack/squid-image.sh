@@ -88,9 +88,14 @@ exec 3>&1 1>&2
 
 if [ ! -e /usr/bin/mmdebstrap ]; then
   log "installing mmdebstrap"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends mmdebstrap >&2
+  # Under the project's apt lock, as the other install scripts.
+  # shellcheck source=hack/lib-apt.sh
+  source "$ROOT/hack/lib-apt.sh"
+  apt_mmdebstrap() {
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends mmdebstrap >&2
+  }
+  apt_no_start apt_mmdebstrap || die "apt-get failed"
 fi
 
 WORK=$(mktemp -d /var/tmp/egressproxy-squid.XXXXXX)

@@ -65,8 +65,13 @@ bash hack/check-crds.sh
 CLI=$(bash hack/crossplane-bins.sh cli)
 [ -d /usr/share/ca-certificates/mozilla ] || {
   log "installing Debian's ca-certificates (the runtime images' CA bundle)"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq &&
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq ca-certificates >/dev/null
+  # shellcheck source=hack/lib-apt.sh
+  source hack/lib-apt.sh
+  apt_ca_certificates() {
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq ca-certificates >/dev/null
+  }
+  apt_no_start apt_ca_certificates || { log "apt-get failed"; exit 1; }
 }
 
 mkdir -p "$OUT"
