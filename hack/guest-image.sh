@@ -4,7 +4,8 @@
 # qemu-guest-agent and squid already installed (the test's guest has no
 # network beyond the host, so nothing can be installed at boot), BIOS GRUB,
 # NoCloud as the only datasource. The result is cached outside the repo,
-# keyed by this script's content, so it is built once:
+# keyed by this script's content, so it is built once (and the image of
+# the script's previous content removed):
 #
 #   hack/guest-image.sh    prints the path of the qcow2 image
 #
@@ -99,4 +100,9 @@ dd if="$WORK/core.img" of="$WORK/disk.raw" bs=512 seek=1 conv=notrunc status=non
 qemu-img convert -f raw -O qcow2 "$WORK/disk.raw" "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 log "built $OUT in $((SECONDS - t0)) s ($(du -h "$OUT" | cut -f1))"
+# An image of another version of this script is half a gigabyte no one
+# needs any more (a test that has it open keeps reading it).
+for old in "$CACHE"/guest-bookworm-*.qcow2; do
+  [ "$old" = "$OUT" ] || [ ! -e "$old" ] || { rm -f "$old"; log "removed $old (another version of this script)"; }
+done
 echo "$OUT" >&3
