@@ -100,7 +100,7 @@ func writeReadable(t *testing.T, path, content string) {
 // warnings (which mean Squid silently changed the ACL) are caught too.
 func TestSquidParsesEveryVariant(t *testing.T) {
 	bin := squidBinary(t)
-	auth := proxy.Auth{Enabled: true, Username: "alice", Password: "secret"}
+	auth := proxy.Auth{Enabled: true, Username: "alice", Password: "a-long-enough-secret"}
 	for name, tc := range map[string]struct {
 		s proxy.Settings
 		o Options

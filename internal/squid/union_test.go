@@ -75,7 +75,7 @@ func TestValidateClientUnion(t *testing.T) {
 			if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "allowedClientCIDRs: together admit") || !strings.Contains(err.Error(), "auth.enabled: true") {
 				t.Errorf("Validate(%v) = %v, want a permanent error naming allowedClientCIDRs, the limit and auth", cidrs, err)
 			}
-			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p"}
+			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "a-long-enough-password"}
 			if err := Validate(s); err != nil {
 				t.Errorf("with auth: Validate(%v) = %v, want nil", cidrs, err)
 			}

@@ -68,8 +68,11 @@ func (es fieldErrors) Unwrap() []error {
 const (
 	maxUsernameLen = 128
 	maxPasswordLen = 1024
-	maxDomainLen   = 253
-	maxLabelLen    = 63
+	// minOpenPasswordLen is the least password of a proxy whose clients
+	// are broader than a proxy without auth may serve.
+	minOpenPasswordLen = 16
+	maxDomainLen       = 253
+	maxLabelLen        = 63
 )
 
 // v4Mapped is the IPv4-mapped IPv6 range. Squid stores every address as
@@ -148,6 +151,10 @@ func Validate(s proxy.Settings) error {
 			// The password comes from the Secret the resource names (or is
 			// generated), so the user fixes it there.
 			add("auth.passwordSecretRef", "%s", msg)
+		} else if len(s.Auth.Password) < minOpenPasswordLen && broaderThanWithoutAuth(s.AllowedClientCIDRs) {
+			// Only the password stands between such a proxy and everyone
+			// its clients' ranges hold: Squid does not slow guessing down.
+			add("auth.passwordSecretRef", "the password is shorter than %d bytes, and the clients' ranges are broader than a proxy without auth may serve (a /8 of IPv4, a /32 of IPv6), so only the password keeps the proxy from being open: use a longer one, or leave passwordSecretRef out for a generated one", minOpenPasswordLen)
 		}
 	}
 	if c := s.EgressCheck; c != nil {
@@ -292,6 +299,20 @@ func checkUsername(u string) string {
 		return "must not contain whitespace or control characters"
 	}
 	return ""
+}
+
+// broaderThanWithoutAuth reports whether the client ranges (each sound)
+// are more than a proxy without auth may serve.
+func broaderThanWithoutAuth(cidrs []string) bool {
+	for _, c := range cidrs {
+		if checkCIDR(c) != "" {
+			return false
+		}
+		if checkOpen(c) != "" {
+			return true
+		}
+	}
+	return checkOpenUnion(cidrs) != ""
 }
 
 // checkPassword returns what is wrong with the password, or "". It never

@@ -32,11 +32,11 @@ func TestValidateAccepts(t *testing.T) {
 		"IPv6 CIDR":  func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"fd00::/33", "2001:db8::1/128"} },
 		"0.0.0.0/0 with auth": func(s *proxy.Settings) {
 			s.AllowedClientCIDRs = []string{"0.0.0.0/0"}
-			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p"}
+			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "a-long-enough-password"}
 		},
 		"::/0 with auth": func(s *proxy.Settings) {
 			s.AllowedClientCIDRs = []string{"::/0"}
-			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "p"}
+			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "a-long-enough-password"}
 		},
 		"/8 and /32 without auth": func(s *proxy.Settings) { s.AllowedClientCIDRs = []string{"11.0.0.0/8", "2001:db8::/32"} },
 		"private destination CIDRs": func(s *proxy.Settings) {
@@ -49,7 +49,12 @@ func TestValidateAccepts(t *testing.T) {
 		"domains": func(s *proxy.Settings) {
 			s.AllowedDestinations = []string{"example.com", ".example.org", "localhost", "a-b.c_d.xn--bcher-kva.example", "EXAMPLE.NET"}
 		},
-		"auth":                      withAuth("Alice", "p a:s%s wörd"),
+		"auth":                            withAuth("Alice", "p a:s%s wörd"),
+		"short password within the limit": withAuth("a", "p"),
+		"16-byte password for everyone": func(s *proxy.Settings) {
+			s.AllowedClientCIDRs = []string{"0.0.0.0/0", "::/0"}
+			s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "sixteen-bytes-pw"}
+		},
 		"auth as required":          withAuth("required", "pw"),
 		"auth with dashes and dots": withAuth("a-b.c-_REQUIRED", "pw"),
 		"auth off ignores the pair": func(s *proxy.Settings) { s.Auth = proxy.Auth{Username: "a:b"} },
@@ -219,6 +224,20 @@ func TestValidateRejects(t *testing.T) {
 			want: []string{"egressCheck.username: must not be REQUIRED…"},
 		},
 		"password with newline": {mod: withAuth("a", "p\nw"), want: []string{"auth.passwordSecretRef: the password must not contain control characters (a trailing newline, say)"}},
+		"short password for every IPv4 client": {
+			mod: func(s *proxy.Settings) {
+				s.AllowedClientCIDRs = []string{"0.0.0.0/0"}
+				s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "fifteen-bytes!!"}
+			},
+			want: []string{"auth.passwordSecretRef: the password is shorter than 16 bytes, and the clients' ranges are broader than a proxy without auth may serve…"},
+		},
+		"short password for two /8s together": {
+			mod: func(s *proxy.Settings) {
+				s.AllowedClientCIDRs = []string{"10.0.0.0/8", "11.0.0.0/8"}
+				s.Auth = proxy.Auth{Enabled: true, Username: "a", Password: "a"}
+			},
+			want: []string{"auth.passwordSecretRef: the password is shorter than 16 bytes…"},
+		},
 		"everything at once": {
 			mod: func(s *proxy.Settings) {
 				*s = proxy.Settings{AllowedPorts: []int32{0}, AllowedDestinations: []string{"*"}, Auth: proxy.Auth{Enabled: true}}
