@@ -25,6 +25,19 @@ func egressReport(req proxy.Request) *cloudinit.EgressReport {
 	return cloudinit.ReportOf(req.Proxy, true)
 }
 
+// reportsCheck says the instance's metadata md applies a check whose
+// report Get may read: guest attributes on and the check's request in
+// metadata (or, from an instance made before metadata carried it, in its
+// user-data). An attribute left from a check since turned off is never
+// read.
+func reportsCheck(md map[string]string) bool {
+	if md[MetadataGuestAttributes] != "TRUE" {
+		return false
+	}
+	return md[egressCheckKey(cloudinit.EgressCheckFiles(&cloudinit.EgressReport{})[0].Path)] != "" ||
+		cloudinit.EgressRequestOf(md[MetadataUserData]) != ""
+}
+
 // readReport fills v from the guest's report of its egress check: a
 // valid line from this instance's life (not older than its creation,
 // give or take a minute of the guest's clock) that Squid answered inside

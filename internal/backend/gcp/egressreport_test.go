@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv/providerenv"
@@ -149,4 +150,87 @@ func fixtureMetadataItem(f *fixture, name, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestTurnedOffCheckLeavesNoReportStanding: a guest the provider cannot
+// reach reported its check; once the config names no check, the update
+// turns guest attributes off and Get no longer reads the old report, so a
+// silent Squid reads unreachable (Ready does not rest on a stale word).
+func TestTurnedOffCheckLeavesNoReportStanding(t *testing.T) {
+	f := newFixture(t)
+	f.srv.SetSquidDown(true)
+	ctx := context.Background()
+	req := request("turned-off", "uid-turned-off")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/ip", Username: squid.CheckUsername, Password: "check-pw"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	f.srv.SetGuestAttribute(testZone+"/"+req.Name, cloudinit.GuestAttributeKey, squid.ReportMarker+" "+fmt.Sprint(time.Now().Unix())+" 200 203.0.113.3")
+	got, err := f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ProxyReachable || got.EgressSource != proxy.EgressReported {
+		t.Fatalf("Get with the check = reachable %v, egress %q %q; want reachable on the guest's report", got.ProxyReachable, got.EgressIP, got.EgressSource)
+	}
+
+	req.Proxy.EgressCheck = nil
+	if _, err := f.driver.Update(ctx, ref, req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	if v := fixtureMetadataItem(f, req.Name, gcp.MetadataGuestAttributes); v != "" {
+		t.Errorf("instance metadata %s = %q after the check was turned off; want none", gcp.MetadataGuestAttributes, v)
+	}
+	got, err = f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ProxyReachable || got.EgressSource == proxy.EgressReported {
+		t.Errorf("Get without a check = reachable %v, egress %q %q; want unreachable, nothing reported", got.ProxyReachable, got.EgressIP, got.EgressSource)
+	}
+}
+
+// TestReportOfACheckTurnedOffIsNotRead: an instance left with guest
+// attributes on after its check was turned off (as an update of an older
+// provider left it) still has its guest's last report; Get does not read
+// it: the metadata names no check.
+func TestReportOfACheckTurnedOffIsNotRead(t *testing.T) {
+	f := newFixture(t)
+	f.srv.SetSquidDown(true)
+	ctx := context.Background()
+	req := request("left-on", "uid-left-on")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/ip", Username: squid.CheckUsername, Password: "check-pw"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	req.Proxy.EgressCheck = nil
+	if _, err := f.driver.Update(ctx, ref, req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	in, err := f.opts.API.GetInstance(ctx, testZone, req.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, on := gcp.MetadataGuestAttributes, "TRUE"
+	in.Metadata.Items = append(in.Metadata.Items, &computeapi.Items{Key: &key, Value: &on})
+	if _, err := f.opts.API.UpdateInstance(ctx, testZone, in, "NO_EFFECT"); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	f.srv.SetGuestAttribute(testZone+"/"+req.Name, cloudinit.GuestAttributeKey, squid.ReportMarker+" "+fmt.Sprint(time.Now().Unix())+" 200 203.0.113.3")
+	got, err := f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ProxyReachable || got.EgressSource == proxy.EgressReported {
+		t.Errorf("Get without a check = reachable %v, egress %q %q; want unreachable, nothing reported", got.ProxyReachable, got.EgressIP, got.EgressSource)
+	}
 }

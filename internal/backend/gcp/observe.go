@@ -220,7 +220,7 @@ func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool
 				v.Progress = pr.Message
 			case !pr.Serving && !pr.Pending:
 				v.Progress = "waiting for Squid to answer: " + pr.Message
-				if metadataMap(inst.GetMetadata())[MetadataGuestAttributes] == "TRUE" {
+				if reportsCheck(metadataMap(inst.GetMetadata())) {
 					// Unreached (a firewall admitting only the
 					// clients): the guest's own check stands for it.
 					d.readReport(ctx, zone, inst.GetName(), &v)

@@ -77,9 +77,11 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	for _, f := range cloudinit.EgressCheckFiles(&cloudinit.EgressReport{}) {
 		guestFiles = append(guestFiles, egressCheckKey(f.Path))
 	}
-	for _, k := range guestFiles {
+	for _, k := range append(guestFiles, MetadataGuestAttributes) {
 		if _, on := want[k]; !on {
-			// Turned off: the credential does not stay behind in metadata.
+			// Turned off: the credential does not stay behind in metadata,
+			// nor the guest's leave to report (Get reads its report while
+			// that is on).
 			delete(md, k)
 		}
 	}
