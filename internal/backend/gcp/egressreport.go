@@ -2,6 +2,7 @@ package gcp
 
 import (
 	"context"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -25,6 +26,12 @@ func egressReport(req proxy.Request) *cloudinit.EgressReport {
 	return cloudinit.ReportOf(req.Proxy, true)
 }
 
+// startSlack is how much earlier than the VM's last start a report may
+// say it was made: its whole seconds and the guest's clock. A line of the
+// settings before predates the stop too, which takes longer (the guest
+// shuts down, Squid waits for its clients).
+const startSlack = 5 * time.Second
+
 // reportsCheck says the instance's metadata md applies a check whose
 // report Get may read: guest attributes on and the check's request in
 // metadata (or, from an instance made before metadata carried it, in its
@@ -45,9 +52,15 @@ func reportsCheck(md map[string]string) bool {
 // the proxy count as reachable, and carries the address (Reported; the
 // external address stays in BackendEgressIP, for the controller to
 // compare) or why the check failed. Anything else (no attribute yet,
-// guest attributes off, a malformed line, Squid not answering) leaves v
-// as it is. The guest's word is read strictly and never quoted.
-func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Instance) {
+// guest attributes off, a malformed line, Squid not answering, a line
+// from before the VM's last start) leaves v as it is. The guest's word is
+// read strictly and never quoted.
+//
+// started is the instance's lastStartTimestamp. An update that changes
+// the check restarts the VM, and the guest attribute outlives the
+// restart: a line from before the start was made with the settings
+// before.
+func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Instance, started string) {
 	ga, err := d.api.GetGuestAttribute(ctx, zone, name, cloudinit.GuestAttributeKey)
 	if err != nil {
 		return
@@ -57,6 +70,10 @@ func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Ins
 		d.log(ctx).V(1).Info("the guest's egress check report is not valid", "zone", zone, "name", name, "error", err.Error())
 	}
 	if !ok {
+		return
+	}
+	if t, err := time.Parse(time.RFC3339Nano, started); err == nil && r.At.Before(t.Add(-startSlack)) {
+		d.log(ctx).V(1).Info("the guest's egress check report predates the VM's last start", "zone", zone, "name", name)
 		return
 	}
 	v.ProxyReachable, v.Progress = true, ""

@@ -234,3 +234,47 @@ func TestReportOfACheckTurnedOffIsNotRead(t *testing.T) {
 		t.Errorf("Get without a check = reachable %v, egress %q %q; want unreachable, nothing reported", got.ProxyReachable, got.EgressIP, got.EgressSource)
 	}
 }
+
+// TestReportFromBeforeTheRestartIsNotRead: a changed echo URL restarts
+// the VM with the new check; the guest's attribute outlives the restart,
+// and the line it holds, made with the old URL, no longer counts. The
+// first line of the new boot does.
+func TestReportFromBeforeTheRestartIsNotRead(t *testing.T) {
+	f := newFixture(t)
+	f.srv.SetSquidDown(true)
+	ctx := context.Background()
+	req := request("new-echo", "uid-new-echo")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-one.example/ip", Username: squid.CheckUsername, Password: "check-pw"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	key := testZone + "/" + req.Name
+	f.srv.Age(key, time.Hour)
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	report := func(at time.Time) string {
+		return squid.ReportMarker + " " + fmt.Sprint(at.Unix()) + " 200 203.0.113.3"
+	}
+	f.srv.SetGuestAttribute(key, cloudinit.GuestAttributeKey, report(time.Now().Add(-10*time.Minute)))
+	if got, err := f.driver.Get(ctx, ref); err != nil || got.EgressSource != proxy.EgressReported {
+		t.Fatalf("Get with the first check = %v, egress %q; want Reported", err, got.EgressSource)
+	}
+
+	req.Proxy.EgressCheck.URL = "http://echo-two.example/ip"
+	if _, err := f.driver.Update(ctx, ref, req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	got, err := f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ProxyReachable || got.EgressSource == proxy.EgressReported {
+		t.Errorf("Get after the echo URL changed = reachable %v, egress %q %q; want the old report not read", got.ProxyReachable, got.EgressIP, got.EgressSource)
+	}
+	f.srv.SetGuestAttribute(key, cloudinit.GuestAttributeKey, report(time.Now()))
+	if got, err := f.driver.Get(ctx, ref); err != nil || !got.ProxyReachable || got.EgressSource != proxy.EgressReported {
+		t.Errorf("Get after the new boot's report = %v, reachable %v, egress %q; want Reported", err, got.ProxyReachable, got.EgressSource)
+	}
+}

@@ -223,7 +223,7 @@ func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool
 				if reportsCheck(metadataMap(inst.GetMetadata())) {
 					// Unreached (a firewall admitting only the
 					// clients): the guest's own check stands for it.
-					d.readReport(ctx, zone, inst.GetName(), &v)
+					d.readReport(ctx, zone, inst.GetName(), &v, inst.GetLastStartTimestamp())
 				}
 			}
 		}

@@ -50,6 +50,14 @@ func (x *Instance) GetCreationTimestamp() string {
 	return *x.CreationTimestamp
 }
 
+// GetLastStartTimestamp is x.LastStartTimestamp, or its zero value when it is not set.
+func (x *Instance) GetLastStartTimestamp() string {
+	if x == nil || x.LastStartTimestamp == nil {
+		return ""
+	}
+	return *x.LastStartTimestamp
+}
+
 // GetFingerprint is x.Fingerprint, or its zero value when it is not set.
 func (x *Instance) GetFingerprint() string {
 	if x == nil || x.Fingerprint == nil {

@@ -21,18 +21,19 @@ const OperationDone = "DONE"
 // when encoded: instances.update replaces the instance with its body,
 // so a member left out would be reset.
 type Instance struct {
-	Name              *string             `json:"name,omitempty"`
-	Description       *string             `json:"description,omitempty"`
-	MachineType       *string             `json:"machineType,omitempty"`
-	Zone              *string             `json:"zone,omitempty"`
-	Status            *string             `json:"status,omitempty"`
-	CreationTimestamp *string             `json:"creationTimestamp,omitempty"`
-	Fingerprint       *string             `json:"fingerprint,omitempty"`
-	Labels            map[string]string   `json:"labels,omitempty"`
-	Metadata          *Metadata           `json:"metadata,omitempty"`
-	NetworkInterfaces []*NetworkInterface `json:"networkInterfaces,omitempty"`
-	Disks             []*AttachedDisk     `json:"disks,omitempty"`
-	Tags              *Tags               `json:"tags,omitempty"`
+	Name               *string             `json:"name,omitempty"`
+	Description        *string             `json:"description,omitempty"`
+	MachineType        *string             `json:"machineType,omitempty"`
+	Zone               *string             `json:"zone,omitempty"`
+	Status             *string             `json:"status,omitempty"`
+	CreationTimestamp  *string             `json:"creationTimestamp,omitempty"`
+	LastStartTimestamp *string             `json:"lastStartTimestamp,omitempty"`
+	Fingerprint        *string             `json:"fingerprint,omitempty"`
+	Labels             map[string]string   `json:"labels,omitempty"`
+	Metadata           *Metadata           `json:"metadata,omitempty"`
+	NetworkInterfaces  []*NetworkInterface `json:"networkInterfaces,omitempty"`
+	Disks              []*AttachedDisk     `json:"disks,omitempty"`
+	Tags               *Tags               `json:"tags,omitempty"`
 
 	rest members
 }

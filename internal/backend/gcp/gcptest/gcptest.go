@@ -584,6 +584,24 @@ func (s *Server) admits(name, from string) bool {
 	return false
 }
 
+// Age moves the named instance's (zone/name) creation and last start d
+// into the past, as if it had run that long.
+func (s *Server) Age(instance string, d time.Duration) {
+	s.do(func() {
+		in, ok := s.instances[instance]
+		if !ok {
+			return
+		}
+		for _, k := range []string{"creationTimestamp", "lastStartTimestamp"} {
+			if v, _ := in.body[k].(string); v != "" {
+				if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+					in.body[k] = stamp(t.Add(-d))
+				}
+			}
+		}
+	})
+}
+
 // SetSquidDown makes every instance's Squid silent (down) or answer again.
 func (s *Server) SetSquidDown(down bool) {
 	s.do(func() { s.squidDown = down })
