@@ -130,6 +130,11 @@ func redactHeaders(h http.Header) map[string]string {
 	return out
 }
 
+// guestText are the fields whose text a guest chose, quoted nowhere
+// (docs/allow-listing.md): a file the Proxmox guest agent read (content)
+// and a Compute Engine guest attribute's value (variableValue).
+var guestText = map[string]bool{"content": true, "variableValue": true}
+
 // secretKey reports whether a field, query parameter or form value named
 // k holds a secret.
 func secretKey(k string) bool {
@@ -199,15 +204,14 @@ func redactBody(contentType string, b []byte, size int64) string {
 }
 
 // redactJSON redacts the secret fields of v, the value of every
-// key/value pair (Compute Engine's metadata items, where cloud-init is)
-// and every content field (a file the Proxmox guest agent read: only the
-// guest chose what it says).
+// key/value pair (Compute Engine's metadata items, where cloud-init is,
+// and guest attribute entries) and what a guest wrote (guestText).
 func redactJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		_, pair := x["key"].(string)
 		for k, e := range x {
-			if secretKey(k) || (pair && k == "value") || k == "content" {
+			if secretKey(k) || (pair && k == "value") || guestText[k] {
 				x[k] = Redacted
 				continue
 			}

@@ -84,3 +84,20 @@ func TestWire(t *testing.T) {
 		}
 	}
 }
+
+// TestWireHidesWhatAGuestWrote: what a guest wrote (its egress check's
+// report, which holds what the echo endpoint answered) is not in the
+// wire log, in any of the answers that carry it.
+func TestWireHidesWhatAGuestWrote(t *testing.T) {
+	const text = "sentinel-guest-text"
+	for name, body := range map[string]string{
+		"getGuestAttributes":       `{"kind":"compute#guestAttributes","variableKey":"egressproxy/egress-check","variableValue":"egressproxy-egress-check 1700000000 200 ` + text + `"}`,
+		"getGuestAttributes query": `{"kind":"compute#guestAttributes","queryPath":"egressproxy/","queryValue":{"items":[{"namespace":"egressproxy","key":"egress-check","value":"` + text + `"}]}}`,
+		"agent/file-read":          `{"data":{"content":"` + text + `","bytes-read":19}}`,
+	} {
+		got := redactBody("application/json; charset=UTF-8", []byte(body), int64(len(body)))
+		if strings.Contains(got, text) || !strings.Contains(got, Redacted) {
+			t.Errorf("%s: the wire log shows %s; want the guest's text redacted", name, got)
+		}
+	}
+}
