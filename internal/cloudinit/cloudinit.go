@@ -156,6 +156,8 @@ const (
 	// GuestAttributeKey is the guest attribute (namespace/key) of a GCP
 	// guest's egress check.
 	GuestAttributeKey = "egressproxy/egress-check"
+	// GuestAttributeURL is where a GCP guest puts (and deletes) it.
+	GuestAttributeURL = "http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/" + GuestAttributeKey
 )
 
 // reportScript is the guest's check: squid.ReportScript until the echo
@@ -173,7 +175,7 @@ func reportScript(port int32, attribute bool) string {
 	fmt.Fprintf(&b, "[ -f %s ] || exit 0\n", reportRequestPath)
 	fmt.Fprintf(&b, "printf '%%s\\n' \"$line\" > %[1]s.new && chmod 0644 %[1]s.new && mv -f %[1]s.new %[1]s\n", ReportPath)
 	if attribute {
-		fmt.Fprintf(&b, "curl -sf -m 10 -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$line\" http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/%s >/dev/null || true\n", GuestAttributeKey)
+		fmt.Fprintf(&b, "curl -sf -m 10 -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$line\" %s >/dev/null || true\n", GuestAttributeURL)
 	}
 	// The sleep in the background, so that a stop ends it at once.
 	b.WriteString("}\nif [ \"${1:-}\" = --every ]; then\n  trap 'kill ${!:-} 2>/dev/null; exit 0' TERM\n  while :; do once; sleep \"$2\" & wait $!; done\nfi\nonce\n")

@@ -148,9 +148,16 @@ func egressCheckScript() string {
 		staged = append(staged, st)
 	}
 	return "if " + strings.Join(get, " && ") + "; then\n  " + strings.Join(install, "\n  ") +
-		"\n  " + cloudinit.EgressCheckStart +
-		"\nelif absent " + egressCheckKey(files[0].Path) + "; then\n  " + cloudinit.EgressCheckStop + "\nfi\nrm -f " + strings.Join(staged, " ")
+		"\n  " + dropReport + "\n  " + cloudinit.EgressCheckStart +
+		"\nelif absent " + egressCheckKey(files[0].Path) + "; then\n  " + cloudinit.EgressCheckStop + "\n  " + dropReport +
+		"\nfi\nrm -f " + strings.Join(staged, " ")
 }
+
+// dropReport deletes the guest attribute of the last report at boot, as
+// EgressCheckStart and EgressCheckStop remove its file: it was made with
+// the settings before. It never fails: with guest attributes turned off
+// the metadata server may refuse, and Get reads none then.
+var dropReport = "curl -sf -m 10 -X DELETE -H 'Metadata-Flavor: Google' " + cloudinit.GuestAttributeURL + " >/dev/null 2>&1 || true"
 
 // spec is a request resolved against the config: everything an instance
 // is built from.

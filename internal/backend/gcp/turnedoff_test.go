@@ -35,8 +35,16 @@ func metadataItems(body map[string]any) map[string]string {
 // environment does at boot, with the metadata server answering from body.
 func restart(t *testing.T, g *guesttest.Guest, body map[string]any) {
 	t.Helper()
+	restartWith(t, g, body, "", "-c")
+}
+
+// restartWith is restart with the shell's flags (-c, or -ec as
+// cloud-init's runcmd), and pre run first by every curl the script runs.
+func restartWith(t *testing.T, g *guesttest.Guest, body map[string]any, pre, flags string) {
+	t.Helper()
 	dir := t.TempDir()
-	g.Tool("curl", `for a; do u=$a; done; f="`+dir+`/${u##*/}"
+	g.Tool("curl", pre+`
+for a; do u=$a; done; f="`+dir+`/${u##*/}"
 case "$*" in *http_code*) if [ -f "$f" ]; then printf 200; else printf 404; fi; exit 0;; esac
 [ -f "$f" ] && cat "$f"`)
 	for k, v := range metadataItems(body) {
@@ -47,7 +55,7 @@ case "$*" in *http_code*) if [ -f "$f" ]; then printf 200; else printf 404; fi; 
 			t.Fatal(err)
 		}
 	}
-	g.Exec("sh", "-c", metadataItem(body, gcp.MetadataStartupScript))
+	g.Exec("sh", flags, metadataItem(body, gcp.MetadataStartupScript))
 }
 
 // created creates req's instance with f's driver and lets its operations
@@ -243,6 +251,52 @@ func TestEgressCheckFollowsTheSettings(t *testing.T) {
 	restart(t, g, body)
 	for p, content := range g.Files() {
 		if strings.Contains(p, "egress-check") || strings.Contains(content, "Proxy-Authorization") {
+			t.Errorf("%s stays on the guest after the check was turned off", p)
+		}
+	}
+}
+
+// TestGuestDeletesItsReportAttribute: at a boot that installs the check,
+// and at one that finds it turned off, the startup script deletes the
+// guest attribute of the last report (made with the settings before),
+// before the new check can put its own; a metadata server refusing the
+// delete fails nothing, even under sh -e.
+func TestGuestDeletesItsReportAttribute(t *testing.T) {
+	f := newFixture(t)
+	req := request("pt-drop", "0c8f6a1e-4444-4e2a-9c3f-00000000000f")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo.example/ip", Username: "egressproxy-check", Password: "check-pw"}
+	inst, body := created(t, f, req)
+	g := guesttest.New(t)
+	g.Boot(metadataItem(body, gcp.MetadataUserData))
+	log := t.TempDir() + "/curl.log"
+	// The delete is logged and refused (403, as with guest attributes off).
+	pre := `case "$*" in *"-X DELETE"*) for a; do u=$a; done; echo "DELETE $u" >> ` + log + `; exit 22;; esac
+case "$*" in *guest-attributes*) echo "PUT" >> ` + log + `;; esac`
+	g.Tool("systemctl", `case "$*" in *"start --no-block"*) echo "CHECK" >> `+log+`;; esac; exit 0`)
+	deletes := func(when string) string {
+		t.Helper()
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatalf("%s: no curl: %v", when, err)
+		}
+		if err := os.Remove(log); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+
+	restartWith(t, g, body, pre, "-ec")
+	if got, want := deletes("with the check"), "DELETE "+cloudinit.GuestAttributeURL+"\nCHECK"; got != want {
+		t.Errorf("a boot with the check ran:\n%s\nwant:\n%s", got, want)
+	}
+	req.Proxy.EgressCheck = nil
+	body = updated(t, f, inst, req)
+	restartWith(t, g, body, pre, "-ec")
+	if got, want := deletes("without the check"), "DELETE "+cloudinit.GuestAttributeURL; got != want {
+		t.Errorf("a boot without the check ran:\n%s\nwant:\n%s", got, want)
+	}
+	for p := range g.Files() {
+		if strings.Contains(p, "egress-check") {
 			t.Errorf("%s stays on the guest after the check was turned off", p)
 		}
 	}
