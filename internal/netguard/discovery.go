@@ -81,7 +81,13 @@ func (d *Discovery) Cluster() Networks { return clusterOnly{d} }
 
 type clusterOnly struct{ d *Discovery }
 
+var _ Partial = clusterOnly{}
+
 func (c clusterOnly) Networks(ctx context.Context) []netip.Prefix { return c.d.networks(ctx, false) }
+
+// Unreadable implements Partial: what cannot be read of the cluster is
+// as unknown to its proxies as to the guard.
+func (c clusterOnly) Unreadable(ctx context.Context) []string { return c.d.Unreadable(ctx) }
 
 // Complete implements Complete.
 func (c clusterOnly) Complete(ctx context.Context) ([]netip.Prefix, error) {
@@ -153,16 +159,7 @@ func (d *Discovery) networks(ctx context.Context, static bool) []netip.Prefix {
 func (d *Discovery) read(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var static []netip.Prefix
-	if u, err := url.Parse(d.APIServer); err == nil && u.Hostname() != "" {
-		if a, err := netip.ParseAddr(u.Hostname()); err == nil {
-			static = append(static, single(a))
-		} else if addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname()); err == nil {
-			for _, a := range addrs {
-				static = append(static, single(a))
-			}
-		}
-	}
+	static, _ := ServerAddresses(ctx, net.DefaultResolver, d.APIServer)
 	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" {
 		if a, err := netip.ParseAddr(h); err == nil {
 			static = append(static, single(a))
@@ -206,6 +203,34 @@ func (d *Discovery) read(ctx context.Context) bool {
 		}
 	}
 	return settled
+}
+
+// ServerAddresses are the addresses of an API server's URL (a
+// kubeconfig's server, rest.Config.Host, with or without a scheme): its
+// host when that is an address, else what r resolves it to.
+func ServerAddresses(ctx context.Context, r Resolver, server string) ([]netip.Prefix, error) {
+	if !strings.Contains(server, "://") {
+		server = "https://" + server
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+	if u.Hostname() == "" {
+		return nil, errors.New("the API server's URL names no host")
+	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		return []netip.Prefix{single(a)}, nil
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", u.Hostname())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Prefix, len(addrs))
+	for i, a := range addrs {
+		out[i] = single(a)
+	}
+	return out, nil
 }
 
 // Source is what one read of a cluster's networks gave: Prefixes when Err
