@@ -43,7 +43,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if err := d.cfg.validate(); err != nil {
 		return proxy.Instance{}, err
 	}
-	nets, err := d.clusterNetworks(ctx)
+	nets, err := d.deniedNetworks(ctx, req)
 	if err != nil {
 		return proxy.Instance{}, err
 	}

@@ -38,6 +38,7 @@ package kubernetes
 import (
 	"context"
 	"maps"
+	"net"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -123,6 +124,8 @@ type Driver struct {
 	dialPods bool
 	podLog   PodLogFunc
 	networks netguard.Networks
+	// resolver resolves the API server's name (serverNetworks).
+	resolver netguard.Resolver
 	log      *logr.Logger
 	now      func() time.Time
 	// gone, when set, are the Deployments the cache's watch saw deleted.
@@ -151,6 +154,7 @@ func New(o Options) *Driver {
 		dialPods: o.DialPods,
 		podLog:   o.PodLog,
 		networks: o.Networks,
+		resolver: net.DefaultResolver,
 		log:      o.Log,
 		now:      o.Now,
 		refused:  &refused{},

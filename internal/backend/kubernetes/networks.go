@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,21 +21,26 @@ import (
 
 // clusterNetworks are the target cluster's own networks, which a PodProxy
 // never reaches (its resource cannot open them): the config's
-// ClusterNetworks, the kubernetes Service's cluster IPs, the API server's
-// endpoint addresses, the cluster's ServiceCIDRs, its pod network as the
-// nodes' podCIDRs say it and the nodes' own addresses (their kubelets,
-// host-network pods and NodePorts). What discovery cannot read (no
-// rights, an older cluster, a network plugin that assigns pod addresses
-// itself and leaves podCIDRs empty) is left to the config and to the
-// private ranges every proxy denies anyway. Adjacent ranges are merged (a
-// node's /24s become the /16 they fill), so squid.conf stays short on a
-// big cluster. Until every source has answered once it is an
-// UnknownError, and nothing is written: a network left out of squid.conf
-// would stay out until the proxy is next updated.
-func (d *Driver) clusterNetworks(ctx context.Context) ([]string, error) {
-	discovered, err := d.discoveredNetworks(ctx)
+// ClusterNetworks, the API server the driver was given (serverNetworks),
+// the kubernetes Service's cluster IPs, the API server's endpoint
+// addresses, the cluster's ServiceCIDRs, its pod network as the nodes'
+// podCIDRs say it and the nodes' own addresses (their kubelets,
+// host-network pods and NodePorts). unknown names the sources that cannot
+// be read (no rights, an older cluster, a network plugin that assigns pod
+// addresses itself and leaves podCIDRs empty, a server name that does not
+// resolve): their networks are unknown, not empty (deniedNetworks).
+// Adjacent ranges are merged (a node's /24s become the /16 they fill), so
+// squid.conf stays short on a big cluster. Until every source has
+// answered once it is an UnknownError, and nothing is written: a network
+// left out of squid.conf would stay out until the proxy is next updated.
+func (d *Driver) clusterNetworks(ctx context.Context) (nets, unknown []string, err error) {
+	discovered, unknown, err := d.discoveredNetworks(ctx)
 	if err != nil {
-		return nil, proxy.Transientf("%v", err)
+		return nil, nil, proxy.Transientf("%v", err)
+	}
+	server, ok := d.serverNetworks(ctx)
+	if !ok {
+		unknown = append(unknown, apiServerSource)
 	}
 	var out []netip.Prefix
 	for _, c := range d.cfg.ClusterNetworks {
@@ -44,12 +50,102 @@ func (d *Driver) clusterNetworks(ctx context.Context) ([]string, error) {
 			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 		}
 	}
-	out = joinPrefixes(append(out, discovered...))
-	s := make([]string, len(out))
+	out = joinPrefixes(slices.Concat(out, discovered, server))
+	nets = make([]string, len(out))
 	for i, p := range out {
-		s[i] = p.String()
+		nets[i] = p.String()
 	}
-	return s, nil
+	return nets, unknown, nil
+}
+
+// deniedNetworks are the cluster's networks a proxy of req denies. While
+// some of them are unknown, the private ranges req opens may hold them (a
+// pod network in 10.0.0.0/8), so such a request is refused, naming what
+// cannot be read and how to fix it, unless the config names the cluster's
+// networks (ClusterNetworks stands in for what cannot be read). A proxy
+// that opens no private range denies them all and is written.
+func (d *Driver) deniedNetworks(ctx context.Context, req proxy.Request) ([]string, error) {
+	nets, unknown, err := d.clusterNetworks(ctx)
+	if err != nil || len(unknown) == 0 || len(req.Proxy.AllowedDestinationCIDRs) == 0 || len(d.cfg.ClusterNetworks) > 0 {
+		return nets, err
+	}
+	return nil, plainly(proxy.ClassPermanent, "spec.forProvider.proxy.allowedDestinationCIDRs opens %s, where the target cluster's own networks may lie, and they are not all known: %s. "+
+		"A PodProxy never reaches them, so it opens no private range until they are: grant the reads (cluster/rbac/podproxy.yaml), or name the cluster's pod, Service and node networks in spec.kubernetes.clusterNetworks",
+		strings.Join(req.Proxy.AllowedDestinationCIDRs, ", "), whyUnknown(unknown))
+}
+
+// apiServerSource is the source of the API server's address when its name
+// does not resolve.
+const apiServerSource = "API server"
+
+// reads are the grants each source of the cluster's networks needs.
+var reads = map[string]string{
+	"service":      "get the Service default/kubernetes",
+	"endpoints":    "list endpointslices (discovery.k8s.io) in default",
+	"servicecidrs": "list servicecidrs (networking.k8s.io; a cluster before Kubernetes 1.33 has none)",
+	"nodes":        "list nodes",
+}
+
+// whyUnknown says why the sources named are unknown, in the provider's own
+// words.
+func whyUnknown(unknown []string) string {
+	var grants, why []string
+	for _, s := range unknown {
+		switch s {
+		case apiServerSource:
+			why = append(why, "the API server's name does not resolve here")
+		case "pod network":
+			why = append(why, "a node states no pod range (spec.podCIDRs: its network plugin assigns pod addresses itself)")
+		default:
+			if g, ok := reads[s]; ok {
+				grants = append(grants, g)
+			} else {
+				why = append(why, s+" cannot be read")
+			}
+		}
+	}
+	if len(grants) > 0 {
+		why = append([]string{"the provider may not " + strings.Join(grants, ", ")}, why...)
+	}
+	return strings.Join(why, "; ")
+}
+
+// serverNetworks are the addresses of the API server the driver was given
+// (a kubeconfig's server; in the cluster, the kubernetes Service's
+// address): on a managed cluster it is a load balancer the kubernetes
+// Service's endpoints do not name. A name is resolved once per
+// networksTTL, or a second after a lookup failed; while it does not
+// resolve, the last answer stands, and without one ok is false.
+func (d *Driver) serverNetworks(ctx context.Context) (_ []netip.Prefix, ok bool) {
+	if d.host == "" {
+		return nil, true
+	}
+	discovered.mu.Lock()
+	s, seen := discovered.servers[d.host]
+	discovered.mu.Unlock()
+	if seen && (time.Since(s.at) < networksTTL && !s.failed || time.Since(s.at) < time.Second) {
+		return s.nets, s.ok
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	nets, err := netguard.ServerAddresses(ctx, d.resolver, d.host)
+	if err != nil {
+		s.at, s.failed = time.Now(), true
+	} else {
+		s = serverAddresses{at: time.Now(), nets: nets, ok: true}
+	}
+	discovered.mu.Lock()
+	discovered.servers[d.host] = s
+	discovered.mu.Unlock()
+	return s.nets, s.ok
+}
+
+// serverAddresses are what the last lookup of an API server's name gave.
+type serverAddresses struct {
+	at   time.Time
+	nets []netip.Prefix
+	// ok: a lookup answered once; failed: the last one did not.
+	ok, failed bool
 }
 
 // joinPrefixes sorts ps and drops every prefix another covers, then joins the
@@ -104,23 +200,33 @@ var discovered = struct {
 	mu     sync.Mutex
 	m      map[string]discoveredNetworks
 	flight map[string]chan struct{}
-}{m: map[string]discoveredNetworks{}, flight: map[string]chan struct{}{}}
+	// servers are the API servers' addresses (serverNetworks).
+	servers map[string]serverAddresses
+}{m: map[string]discoveredNetworks{}, flight: map[string]chan struct{}{}, servers: map[string]serverAddresses{}}
 
 type discoveredNetworks struct {
 	at   time.Time
 	nets []netip.Prefix
+	// unreadable are the sources refused for good whose networks are
+	// unknown, not empty (netguard.Source.Unreadable).
+	unreadable []string
 }
 
 // discoveredNetworks are the networks the cluster says are its own
-// (netguard.ReadCluster): from the Cluster's Networks where another part
-// of the provider already discovers them, else read here, or reused when
-// read within networksTTL.
-func (d *Driver) discoveredNetworks(ctx context.Context) ([]netip.Prefix, error) {
-	if c, ok := d.networks.(netguard.Complete); ok {
-		return c.Complete(ctx)
-	}
+// (netguard.ReadCluster), and the sources of them that cannot be read:
+// from the Cluster's Networks where another part of the provider already
+// discovers them, else read here, or reused when read within networksTTL.
+func (d *Driver) discoveredNetworks(ctx context.Context) (nets []netip.Prefix, unreadable []string, err error) {
 	if d.networks != nil {
-		return d.networks.Networks(ctx), nil
+		if c, ok := d.networks.(netguard.Complete); ok {
+			nets, err = c.Complete(ctx)
+		} else {
+			nets = d.networks.Networks(ctx)
+		}
+		if p, ok := d.networks.(netguard.Partial); ok && err == nil {
+			unreadable = p.Unreadable(ctx)
+		}
+		return nets, unreadable, err
 	}
 	key := d.host
 	if key == "" {
@@ -132,7 +238,7 @@ func (d *Driver) discoveredNetworks(ctx context.Context) ([]netip.Prefix, error)
 		c, ok := discovered.m[key]
 		if ok && time.Since(c.at) < networksTTL {
 			discovered.mu.Unlock()
-			return c.nets, nil
+			return c.nets, c.unreadable, nil
 		}
 		ch, busy := discovered.flight[key]
 		if !busy || waited {
@@ -165,12 +271,15 @@ func (d *Driver) discoveredNetworks(ctx context.Context) ([]netip.Prefix, error)
 // readNetworks reads the cluster's networks and keeps them under key when
 // every read settled. A read that failed on the way gives what it read
 // with what was kept last time, or an UnknownError when nothing was.
-func (d *Driver) readNetworks(ctx context.Context, key string) ([]netip.Prefix, error) {
+func (d *Driver) readNetworks(ctx context.Context, key string) ([]netip.Prefix, []string, error) {
 	var nets []netip.Prefix
-	var failed []string
+	var failed, unreadable []string
 	for _, src := range netguard.ReadCluster(ctx, d.live) {
 		nets = append(nets, src.Prefixes...)
-		if !src.Settled() {
+		switch {
+		case src.Unreadable():
+			unreadable = append(unreadable, src.Name)
+		case !src.Settled():
 			failed = append(failed, src.Name)
 		}
 	}
@@ -180,14 +289,15 @@ func (d *Driver) readNetworks(ctx context.Context, key string) ([]netip.Prefix, 
 	// rights, an older cluster): a read that failed on the way must not
 	// leave a network out of the proxies created for the whole TTL.
 	if len(failed) == 0 {
-		discovered.m[key] = discoveredNetworks{at: time.Now(), nets: nets}
-		return nets, nil
+		discovered.m[key] = discoveredNetworks{at: time.Now(), nets: nets, unreadable: unreadable}
+		return nets, unreadable, nil
 	}
 	last, ok := discovered.m[key]
 	if !ok {
-		return nil, &netguard.UnknownError{Sources: failed}
+		return nil, nil, &netguard.UnknownError{Sources: failed}
 	}
-	return append(slices.Clone(last.nets), nets...), nil
+	// What could not be read last time is no better known now.
+	return append(slices.Clone(last.nets), nets...), compactStrings(slices.Concat(last.unreadable, unreadable)), nil
 }
 
 // buildNetworkPolicy says below Squid what Squid denies, where the cluster

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,10 +13,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -77,7 +83,7 @@ func TestClusterNetworksAreReused(t *testing.T) {
 	failing.fail.Store(true)
 	d := New(Options{Provider: "t", Client: c, Live: failing, Host: "https://flaky.example:6443"})
 	for range 2 {
-		if got, err := d.clusterNetworks(ctx); !proxy.IsTransient(err) || !strings.Contains(fmt.Sprint(err), "not known yet: no answer from its service, endpoints, servicecidrs, nodes") || strings.Contains(fmt.Sprint(err), "reset") {
+		if got, _, err := d.clusterNetworks(ctx); !proxy.IsTransient(err) || !strings.Contains(fmt.Sprint(err), "not known yet: no answer from its service, endpoints, servicecidrs, nodes") || strings.Contains(fmt.Sprint(err), "reset") {
 			t.Errorf("clusterNetworks after failed reads = %v, %v; want a Transient error naming the sources, not quoting them", got, err)
 		}
 	}
@@ -89,7 +95,7 @@ func TestClusterNetworksAreReused(t *testing.T) {
 	d = New(Options{Provider: "t", Client: c, Live: live, Host: "https://api.example:6443", Config: Config{ClusterNetworks: []string{"192.0.2.0/24"}}})
 	want := []string{"10.96.0.0/12", "192.0.2.0/24"} // 10.96.0.1 is inside the first
 	for range 5 {
-		if got, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, want) {
+		if got, _, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, want) {
 			t.Fatalf("clusterNetworks = %v, %v; want %v", got, err, want)
 		}
 	}
@@ -110,7 +116,7 @@ func TestClusterNetworksAreReadOnceByConcurrentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], _ = d.clusterNetworks(context.Background())
+			got[i], _, _ = d.clusterNetworks(context.Background())
 		}()
 	}
 	wg.Wait()
@@ -155,7 +161,7 @@ func TestClusterNetworksHoldThePodNetworkAndTheNodes(t *testing.T) {
 	)
 	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://pods.example:6443", Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
 	want := []string{"10.244.0.0/22", "100.96.0.0/11", "192.168.7.4/32", "203.0.113.9/32", "fd00:7::4/128", "fd00:10:244::/63"}
-	if got, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) {
+	if got, _, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) {
 		t.Errorf("clusterNetworks = %v, %v; want %v", got, err, want)
 	}
 }
@@ -180,7 +186,7 @@ func TestClusterNetworksFromTheProvidersDiscovery(t *testing.T) {
 	nets := &staticNetworks{nets: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.168.7.4/32")}}
 	d := New(Options{Provider: "t", Client: c, Live: live, Host: "https://own.example:6443", Networks: nets, Config: Config{ClusterNetworks: []string{"100.96.0.0/11"}}})
 	want := []string{"10.244.0.0/16", "100.96.0.0/11", "192.168.7.4/32"}
-	if got, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) {
+	if got, _, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) {
 		t.Errorf("clusterNetworks = %v, %v; want %v", got, err, want)
 	}
 	if n := live.reads.Load(); n != 0 {
@@ -345,7 +351,7 @@ func TestClusterNetworksKeepWhatWasKnown(t *testing.T) {
 	r := &countingReader{Reader: c}
 	d := New(Options{Provider: "t", Client: c, Live: r, Host: "https://known.example:6443"})
 	ctx := context.Background()
-	if _, err := d.clusterNetworks(ctx); err != nil {
+	if _, _, err := d.clusterNetworks(ctx); err != nil {
 		t.Fatal(err)
 	}
 	discovered.mu.Lock()
@@ -354,7 +360,7 @@ func TestClusterNetworksKeepWhatWasKnown(t *testing.T) {
 	discovered.m[d.host] = e
 	discovered.mu.Unlock()
 	r.fail.Store(true)
-	if got, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, []string{"10.96.0.0/12"}) {
+	if got, _, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, []string{"10.96.0.0/12"}) {
 		t.Errorf("clusterNetworks after the TTL with reads failing = %v, %v; want what was known", got, err)
 	}
 }
@@ -368,12 +374,194 @@ func TestClusterNetworksWaitForTheProvidersDiscovery(t *testing.T) {
 	disc := &netguard.Discovery{Reader: r, Retry: time.Millisecond}
 	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://own.example:6443", Networks: disc.Cluster()})
 	ctx := context.Background()
-	if _, err := d.clusterNetworks(ctx); !proxy.IsTransient(err) || !strings.Contains(err.Error(), "not known yet") {
+	if _, _, err := d.clusterNetworks(ctx); !proxy.IsTransient(err) || !strings.Contains(err.Error(), "not known yet") {
 		t.Errorf("clusterNetworks before discovery answered = %v; want a Transient error", err)
 	}
 	r.fail.Store(false)
 	time.Sleep(5 * time.Millisecond)
-	if got, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, []string{"10.96.0.0/12"}) {
+	if got, _, err := d.clusterNetworks(ctx); err != nil || !slices.Equal(got, []string{"10.96.0.0/12"}) {
 		t.Errorf("clusterNetworks once discovery answered = %v, %v; want the ServiceCIDR", got, err)
+	}
+}
+
+// forbidding is c where the reads of the cluster's networks are refused
+// (403): the provider's identity there lacks the discovery grants.
+func forbidding(c client.Reader) client.Reader { return forbiddingReader{c} }
+
+type forbiddingReader struct{ client.Reader }
+
+func (r forbiddingReader) Get(ctx context.Context, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+	if _, ok := o.(*corev1.Service); ok && key.Namespace == "default" {
+		return kerrors.NewForbidden(schema.GroupResource{Resource: "services"}, key.Name, errors.New("RBAC"))
+	}
+	return r.Reader.Get(ctx, key, o, opts...)
+}
+
+func (r forbiddingReader) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	switch l.(type) {
+	case *discoveryv1.EndpointSliceList, *networkingv1.ServiceCIDRList, *corev1.NodeList:
+		return kerrors.NewForbidden(schema.GroupResource{Resource: fmt.Sprintf("%T", l)}, "", errors.New("RBAC"))
+	}
+	return r.Reader.List(ctx, l, opts...)
+}
+
+// fixedResolver resolves every name to its addresses, or fails without any.
+type fixedResolver []netip.Addr
+
+func (r fixedResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if len(r) == 0 {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return r, nil
+}
+
+// written are the squid.conf ACLs (by name) and the NetworkPolicy's
+// ipBlocks (CIDR to excepts) a Create wrote.
+func written(t *testing.T, c client.Reader, req proxy.Request) (acl, excepts map[string][]string) {
+	t.Helper()
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "egress", Name: req.Name}
+	sec, np := &corev1.Secret{}, &networkingv1.NetworkPolicy{}
+	if err := c.Get(ctx, key, sec); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, np); err != nil {
+		t.Fatal(err)
+	}
+	acl, excepts = map[string][]string{}, map[string][]string{}
+	for l := range strings.Lines(string(sec.Data[KeySquidConf])) {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == "acl" && f[2] == "dst" {
+			acl[f[1]] = append(acl[f[1]], f[3:]...)
+		}
+	}
+	for _, r := range np.Spec.Egress {
+		for _, p := range r.To {
+			excepts[p.IPBlock.CIDR] = p.IPBlock.Except
+		}
+	}
+	return acl, excepts
+}
+
+// A target cluster the provider may not read, or whose nodes state no pod
+// range, has networks that are unknown, not empty: a proxy that opens a
+// private range is refused (it could reach the API server, Services and
+// pods inside it through both fences), naming what cannot be read and the
+// way out; one that opens nothing is written with every private range and
+// the kubeconfig's server denied; a config that names the cluster's
+// networks stands in for what cannot be read.
+func TestUnknownClusterNetworksOpenNoPrivateRange(t *testing.T) {
+	ctx := context.Background()
+	opened := func() proxy.Request {
+		req := testRequest()
+		req.Proxy.AllowedDestinationCIDRs = []string{"10.0.0.0/8"}
+		return req
+	}
+	kubernetesService := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.1"}}}
+	calico := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}}}}
+	for _, tc := range []struct {
+		name string
+		live func(c client.Reader) client.Reader
+		objs []client.Object
+		host string
+		want []string // in the refusal
+	}{
+		{name: "no discovery grants", live: forbidding, host: "https://203.0.113.10:6443",
+			want: []string{"opens 10.0.0.0/8", "may not get the Service default/kubernetes", "list endpointslices", "list servicecidrs", "list nodes", "cluster/rbac/podproxy.yaml", "spec.kubernetes.clusterNetworks"}},
+		{name: "nodes state no pod range", objs: []client.Object{kubernetesService, serviceCIDR("10.96.0.0/12"), calico}, live: func(c client.Reader) client.Reader { return c }, host: "https://203.0.113.11:6443",
+			want: []string{"a node states no pod range (spec.podCIDRs", "spec.kubernetes.clusterNetworks"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newDriver := func(cfg Config) (*Driver, client.Client) {
+				var objs []client.Object
+				for _, o := range tc.objs {
+					objs = append(objs, o.DeepCopyObject().(client.Object)) //nolint:forcetypeassert // a copy of one.
+				}
+				c := fakeCluster(t, objs...)
+				cfg.Namespace, cfg.NetworkPolicy = "egress", true
+				d := New(Options{Provider: "t", Config: cfg, Client: c, Live: tc.live(c), Host: tc.host})
+				d.taken = &taken{}
+				discovered.mu.Lock()
+				delete(discovered.m, tc.host)
+				discovered.mu.Unlock()
+				return d, c
+			}
+			d, c := newDriver(Config{})
+			_, err := d.Create(ctx, opened())
+			if !proxy.IsPermanent(err) {
+				t.Fatalf("Create of a proxy opening 10.0.0.0/8 = %v; want Permanent", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Create = %q; want it to say %q", err, w)
+				}
+			}
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "egress", Name: opened().Name}, &appsv1.Deployment{}); !kerrors.IsNotFound(err) {
+				t.Errorf("the refused proxy's Deployment: %v; want none", err)
+			}
+
+			// Opening nothing: written, every private range and the
+			// kubeconfig's server denied by both fences.
+			if _, err := d.Create(ctx, testRequest()); err != nil {
+				t.Fatalf("Create of a proxy that opens nothing = %v", err)
+			}
+			server := strings.TrimSuffix(strings.TrimPrefix(tc.host, "https://"), ":6443") + "/32"
+			acl, excepts := written(t, c, testRequest())
+			if !slices.Contains(acl["never_dst"], server) || !slices.Contains(acl["private_dst"], "10.0.0.0/8") {
+				t.Errorf("squid.conf never_dst %v, private_dst %v; want %s and 10.0.0.0/8", acl["never_dst"], acl["private_dst"], server)
+			}
+			if ex := excepts["0.0.0.0/0"]; !slices.Contains(ex, server) || !slices.Contains(ex, "10.0.0.0/8") {
+				t.Errorf("NetworkPolicy 0.0.0.0/0 excepts %v; want %s and 10.0.0.0/8", ex, server)
+			}
+			if _, ok := excepts["10.0.0.0/8"]; ok {
+				t.Errorf("NetworkPolicy opens 10.0.0.0/8 for a proxy that opens nothing")
+			}
+
+			// The config names the cluster's networks: they stand in.
+			d, c = newDriver(Config{ClusterNetworks: []string{"10.96.0.0/12", "10.244.0.0/16"}})
+			if _, err := d.Create(ctx, opened()); err != nil {
+				t.Fatalf("Create with the networks named in the config = %v", err)
+			}
+			acl, excepts = written(t, c, opened())
+			if !slices.Contains(acl["never_dst"], "10.244.0.0/16") || !slices.Contains(excepts["10.0.0.0/8"], "10.244.0.0/16") {
+				t.Errorf("squid.conf never_dst %v, NetworkPolicy 10.0.0.0/8 excepts %v; want the named pod network in both", acl["never_dst"], excepts["10.0.0.0/8"])
+			}
+		})
+	}
+}
+
+// Where the provider's own discovery serves the cluster's networks
+// (netguard.Discovery.Cluster), what it may not read is unknown to the
+// proxies too.
+func TestUnknownNetworksOfTheProvidersDiscovery(t *testing.T) {
+	disc := &netguard.Discovery{Reader: forbidding(fakeCluster(t))}
+	d := New(Options{Provider: "t", Client: fakeCluster(t), Networks: disc.Cluster()})
+	req := testRequest()
+	req.Proxy.AllowedDestinationCIDRs = []string{"172.16.0.0/12"}
+	if _, err := d.deniedNetworks(context.Background(), req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "list nodes") {
+		t.Errorf("deniedNetworks of a proxy opening 172.16.0.0/12 = %v; want Permanent, naming the reads", err)
+	}
+	if _, err := d.deniedNetworks(context.Background(), testRequest()); err != nil {
+		t.Errorf("deniedNetworks of a proxy opening nothing = %v; want the networks", err)
+	}
+}
+
+// The kubeconfig's server is denied by every address its name resolves
+// to (on a managed cluster, not one the kubernetes Service's endpoints
+// name); a name that does not resolve leaves it unknown.
+func TestTheKubeconfigServerIsDenied(t *testing.T) {
+	c := fakeCluster(t, serviceCIDR("10.96.0.0/12"))
+	d := New(Options{Provider: "t", Client: c, Live: c, Host: "https://api.managed.example:443"})
+	d.resolver = fixedResolver{netip.MustParseAddr("198.51.100.20"), netip.MustParseAddr("::ffff:10.0.9.9"), netip.MustParseAddr("2001:db8::20")}
+	want := []string{"10.0.9.9/32", "10.96.0.0/12", "198.51.100.20/32", "2001:db8::20/128"}
+	if got, unknown, err := d.clusterNetworks(context.Background()); err != nil || !slices.Equal(got, want) || len(unknown) > 0 {
+		t.Errorf("clusterNetworks = %v, %v, %v; want %v, all known", got, unknown, err, want)
+	}
+
+	d = New(Options{Provider: "t", Client: c, Live: c, Host: "https://api.unresolved.example:443"})
+	d.resolver = fixedResolver{}
+	req := testRequest()
+	req.Proxy.AllowedDestinationCIDRs = []string{"192.168.0.0/16"}
+	if _, err := d.deniedNetworks(context.Background(), req); !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "the API server's name does not resolve here") {
+		t.Errorf("deniedNetworks with the server's name unresolved = %v; want Permanent, saying so", err)
 	}
 }

@@ -30,7 +30,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		return proxy.Instance{}, proxy.Transientf("Deployment %s/%s is being deleted", dep.Namespace, dep.Name)
 	}
 	req.Name = dep.Name // the objects are named after the Deployment
-	nets, err := d.clusterNetworks(ctx)
+	nets, err := d.deniedNetworks(ctx, req)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
