@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -317,6 +318,15 @@ func rewritten(existing, want client.Object) (client.Object, error) {
 		next.Spec.Ports = ports
 		next.Spec.ExternalTrafficPolicy = w.Spec.ExternalTrafficPolicy
 		next.Spec.LoadBalancerSourceRanges = w.Spec.LoadBalancerSourceRanges
+		if w.Spec.IPFamilyPolicy != nil {
+			if len(w.Spec.IPFamilies) > 0 && len(next.Spec.IPFamilies) > 0 && next.Spec.IPFamilies[0] != w.Spec.IPFamilies[0] {
+				return nil, &familyMoved{svc: next, want: w.Spec.IPFamilies[0]}
+			}
+			next.Spec.IPFamilyPolicy = w.Spec.IPFamilyPolicy
+			if len(w.Spec.IPFamilies) > 0 {
+				next.Spec.IPFamilies = w.Spec.IPFamilies
+			}
+		}
 		if w.Spec.Type == corev1.ServiceTypeClusterIP {
 			next.Spec.AllocateLoadBalancerNodePorts = nil
 			next.Spec.HealthCheckNodePort = 0
@@ -324,6 +334,17 @@ func rewritten(existing, want client.Object) (client.Object, error) {
 		return next, nil
 	}
 	return nil, proxy.Permanentf("cannot write a %T", want)
+}
+
+// familyMoved is a Service whose first IP family is not the one wanted:
+// the API server never changes it in place.
+type familyMoved struct {
+	svc  *corev1.Service
+	want corev1.IPFamily
+}
+
+func (e *familyMoved) Error() string {
+	return fmt.Sprintf("Service %s/%s serves %s first, not %s", e.svc.Namespace, e.svc.Name, e.svc.Spec.IPFamilies[0], e.want)
 }
 
 // kindOf names obj's kind for messages.
@@ -417,7 +438,27 @@ func (d *Driver) ensureService(ctx context.Context, dep *appsv1.Deployment, req 
 		}
 		return nil
 	case string(corev1.ServiceTypeClusterIP), string(corev1.ServiceTypeLoadBalancer):
-		if err := d.writeChild(ctx, dep, req.Mark, buildService(dep, req), &corev1.Service{}, fresh); err != nil {
+		svc := buildService(dep, req)
+		err := d.writeChild(ctx, dep, req.Mark, svc, &corev1.Service{}, fresh)
+		var moved *familyMoved
+		switch {
+		case errors.As(err, &moved):
+			// A Service's first family never changes, and its address of
+			// the other family would admit every client of that family.
+			if moved.svc.DeletionTimestamp == nil {
+				if err := d.client.Delete(ctx, moved.svc, client.Preconditions{UID: &moved.svc.UID}); err != nil && !kerrors.IsNotFound(err) {
+					return fmt.Errorf("cannot delete Service %s/%s to make it again in %s: %w", dep.Namespace, dep.Name, moved.want, err)
+				}
+			}
+			return plainly(proxy.ClassTransient, "Service %s/%s serves %s first, and spec.forProvider.proxy.allowedClientCIDRs has ranges of %s only: it is deleted and made again in %s once gone (its load balancer's address changes)",
+				dep.Namespace, dep.Name, moved.svc.Spec.IPFamilies[0], moved.want, moved.want)
+		case kerrors.IsInvalid(err) && len(svc.Spec.IPFamilies) == 1:
+			msg := fmt.Sprintf("the target cluster refused Service %s/%s, most likely for its IP family: it is asked for in %s only, the family of every range of spec.forProvider.proxy.allowedClientCIDRs, since a load balancer address of a family without ranges would admit every client of that family; add the clients' ranges of the cluster's family", dep.Namespace, dep.Name, svc.Spec.IPFamilies[0])
+			if !d.quiet {
+				msg += " (" + err.Error() + ")"
+			}
+			return plainly(proxy.ClassPermanent, "%s", msg)
+		case err != nil:
 			return fmt.Errorf("cannot write Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 		return nil

@@ -13,8 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -182,5 +186,84 @@ func TestCreateTakesOverItsOwnLeftoverChild(t *testing.T) {
 	}
 	if d.taken.has(client.ObjectKeyFromObject(leftover)) {
 		t.Errorf("a Create that succeeded left its name among the refused")
+	}
+}
+
+// A LoadBalancer Service has addresses of its clients' families only:
+// kube-proxy applies to an address only the source ranges of its family,
+// and a family without ranges admits every source. Clients of one family
+// ask for it alone (an IPv4 default would admit every IPv4 source to a
+// proxy of IPv6 clients); clients of both leave the family to the
+// cluster, single-stack or dual. A Service of another first family is
+// made again; a cluster that refuses the family gets a condition saying
+// why.
+func TestLoadBalancerServesTheClientsFamiliesOnly(t *testing.T) {
+	ctx := context.Background()
+	var invalid bool
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	fc := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Service); ok && invalid {
+				return kerrors.NewInvalid(schema.GroupKind{Kind: "Service"}, obj.GetName(), field.ErrorList{field.Invalid(field.NewPath("spec", "ipFamilies").Index(0), "IPv6", "not configured on this cluster")})
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	d := New(Options{Provider: "t", Config: Config{Namespace: "egress"}, Client: fc, Live: fc})
+	d.taken = &taken{}
+	req := testRequest()
+	req.Extension = Exposure{ServiceType: "LoadBalancer"}
+	svc := func() *corev1.Service {
+		t.Helper()
+		s := &corev1.Service{}
+		if err := fc.Get(ctx, types.NamespacedName{Namespace: "egress", Name: req.Name}, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	inst, err := d.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark}
+	if s := svc(); !slices.Equal(s.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) || ptr.Deref(s.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("Service of IPv4 clients: ipFamilies %v, policy %v; want [IPv4] SingleStack", s.Spec.IPFamilies, ptr.Deref(s.Spec.IPFamilyPolicy, ""))
+	}
+
+	req.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8", "2001:db8:1234::/48"}
+	if _, err := d.Update(ctx, ref, req); err != nil {
+		t.Fatal(err)
+	}
+	if s := svc(); !slices.Equal(s.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) || ptr.Deref(s.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyPreferDualStack {
+		t.Errorf("Service of clients of both families: ipFamilies %v, policy %v; want the cluster's, PreferDualStack", s.Spec.IPFamilies, ptr.Deref(s.Spec.IPFamilyPolicy, ""))
+	}
+
+	// IPv6 clients only: the IPv4 Service goes, and comes back in IPv6.
+	req.Proxy.AllowedClientCIDRs = []string{"2001:db8:1234::/48"}
+	_, err = d.Update(ctx, ref, req)
+	if !proxy.IsTransient(err) || !strings.Contains(err.Error(), "serves IPv4 first") || !strings.Contains(err.Error(), "made again in IPv6") {
+		t.Errorf("Update to IPv6 clients of an IPv4 Service = %v; want Transient, saying it is made again", err)
+	}
+	if err := fc.Get(ctx, types.NamespacedName{Namespace: "egress", Name: req.Name}, &corev1.Service{}); !kerrors.IsNotFound(err) {
+		t.Errorf("the IPv4 Service of IPv6 clients: %v; want it deleted", err)
+	}
+	if _, err := d.Update(ctx, ref, req); err != nil {
+		t.Fatal(err)
+	}
+	if s := svc(); !slices.Equal(s.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv6Protocol}) || !slices.Equal(s.Spec.LoadBalancerSourceRanges, []string{"2001:db8:1234::/48"}) {
+		t.Errorf("Service of IPv6 clients: ipFamilies %v, ranges %v; want [IPv6], the clients' range", s.Spec.IPFamilies, s.Spec.LoadBalancerSourceRanges)
+	}
+
+	// A cluster without IPv6 Services refuses it: a condition says why.
+	if err := fc.Delete(ctx, svc()); err != nil {
+		t.Fatal(err)
+	}
+	invalid = true
+	_, err = d.Update(ctx, ref, req)
+	if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "in IPv6 only") || !strings.Contains(err.Error(), "add the clients' ranges of the cluster's family") {
+		t.Errorf("Update on a cluster refusing IPv6 Services = %v; want Permanent, naming the family", err)
 	}
 }

@@ -533,8 +533,33 @@ func buildService(dep *appsv1.Deployment, req proxy.Request) *corev1.Service {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		// Defence in depth: the cloud's firewall admits the same clients.
 		svc.Spec.LoadBalancerSourceRanges = sourceRanges(req.Proxy.AllowedClientCIDRs)
+		// kube-proxy applies to each address only the ranges of its
+		// family, and none admit every source: the Service has addresses
+		// of the clients' families only. One family is asked for as it is
+		// (a cluster without it refuses the Service); with both, the
+		// cluster's own, one or two, each holding ranges.
+		switch fams := families(svc.Spec.LoadBalancerSourceRanges); len(fams) {
+		case 1:
+			svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = ptr.To(corev1.IPFamilyPolicySingleStack), fams
+		case 2:
+			svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+		}
 	}
 	return svc
+}
+
+// families are the IP families of cidrs, IPv4 first.
+func families(cidrs []string) []corev1.IPFamily {
+	var out []corev1.IPFamily
+	for _, f := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+		if slices.ContainsFunc(cidrs, func(c string) bool {
+			p, err := netip.ParsePrefix(c)
+			return err == nil && p.Addr().Is4() == (f == corev1.IPv4Protocol)
+		}) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // sourceRanges are the CIDRs in the form the API accepts (masked, IPv4 as
