@@ -69,9 +69,14 @@ func (d *Driver) deniedNetworks(ctx context.Context, req proxy.Request) ([]strin
 	if err != nil || len(unknown) == 0 || len(req.Proxy.AllowedDestinationCIDRs) == 0 || len(d.cfg.ClusterNetworks) > 0 {
 		return nets, err
 	}
+	why, grants := whyUnknown(unknown)
+	ways := "name the cluster's pod, Service and node networks in spec.kubernetes.clusterNetworks"
+	if grants {
+		ways = "grant the reads (cluster/rbac/podproxy.yaml), or " + ways
+	}
 	return nil, plainly(proxy.ClassPermanent, "spec.forProvider.proxy.allowedDestinationCIDRs opens %s, where the target cluster's own networks may lie, and they are not all known: %s. "+
-		"A PodProxy never reaches them, so it opens no private range until they are: grant the reads (cluster/rbac/podproxy.yaml), or name the cluster's pod, Service and node networks in spec.kubernetes.clusterNetworks",
-		strings.Join(req.Proxy.AllowedDestinationCIDRs, ", "), whyUnknown(unknown))
+		"A PodProxy never reaches them, so it opens no private range until they are: %s",
+		strings.Join(req.Proxy.AllowedDestinationCIDRs, ", "), why, ways)
 }
 
 // apiServerSource is the source of the API server's address when its name
@@ -87,8 +92,8 @@ var reads = map[string]string{
 }
 
 // whyUnknown says why the sources named are unknown, in the provider's own
-// words.
-func whyUnknown(unknown []string) string {
+// words, and whether a grant would make some known.
+func whyUnknown(unknown []string) (_ string, grant bool) {
 	var grants, why []string
 	for _, s := range unknown {
 		switch s {
@@ -107,7 +112,7 @@ func whyUnknown(unknown []string) string {
 	if len(grants) > 0 {
 		why = append([]string{"the provider may not " + strings.Join(grants, ", ")}, why...)
 	}
-	return strings.Join(why, "; ")
+	return strings.Join(why, "; "), len(grants) > 0
 }
 
 // serverNetworks are the addresses of the API server the driver was given

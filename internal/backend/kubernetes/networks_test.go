@@ -468,7 +468,7 @@ func TestUnknownClusterNetworksOpenNoPrivateRange(t *testing.T) {
 		{name: "no discovery grants", live: forbidding, host: "https://203.0.113.10:6443",
 			want: []string{"opens 10.0.0.0/8", "may not get the Service default/kubernetes", "list endpointslices", "list servicecidrs", "list nodes", "cluster/rbac/podproxy.yaml", "spec.kubernetes.clusterNetworks"}},
 		{name: "nodes state no pod range", objs: []client.Object{kubernetesService, serviceCIDR("10.96.0.0/12"), calico}, live: func(c client.Reader) client.Reader { return c }, host: "https://203.0.113.11:6443",
-			want: []string{"a node states no pod range (spec.podCIDRs", "spec.kubernetes.clusterNetworks"}},
+			want: []string{"a node states no pod range (spec.podCIDRs", "until they are: name the cluster's pod, Service and node networks in spec.kubernetes.clusterNetworks"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			newDriver := func(cfg Config) (*Driver, client.Client) {
