@@ -31,7 +31,7 @@ func guardAt() (*stallGuard, *testingclock.FakeClock) {
 }
 
 // enterAll enters n calls of key, failing the test on a refusal.
-func enterAll(t *testing.T, g *stallGuard, key string, n int) []func() {
+func enterAll(t *testing.T, g *stallGuard, key guardKey, n int) []func() {
 	t.Helper()
 	var done []func()
 	for range n {
@@ -53,10 +53,11 @@ func endAll(done []func()) {
 func TestStallGuardNeverHoldsQuickCalls(t *testing.T) {
 	g, c := guardAt()
 	// However many, while none has run 5s.
-	done := enterAll(t, g, "ProviderConfig team-a/pve", 50)
+	pve := guardKey{key: "ProviderConfig team-a/pve"}
+	done := enterAll(t, g, pve, 50)
 	c.Step(defaultStallAfter - time.Millisecond)
 	endAll(done)
-	endAll(enterAll(t, g, "ProviderConfig team-a/pve", 50))
+	endAll(enterAll(t, g, pve, 50))
 	if len(g.configs) != 0 {
 		t.Errorf("the guard keeps %d keys after their calls ended quickly, want none", len(g.configs))
 	}
@@ -64,14 +65,14 @@ func TestStallGuardNeverHoldsQuickCalls(t *testing.T) {
 
 func TestStallGuardRefusesAtOnceWhileACallStalls(t *testing.T) {
 	g, c := guardAt()
-	const slow = "ProviderConfig team-a/pve"
+	slow := guardKey{key: "ProviderConfig team-a/pve"}
 	done := enterAll(t, g, slow, 2)
 	c.Step(defaultStallAfter)
 	_, err := g.enter(slow)
 	if err == nil {
 		t.Fatal("a third call of a config whose calls have run 5s went on")
 	}
-	for _, want := range []string{slow + ": ", "not answering in time", "a call has run 5s or longer", "2 calls in flight"} {
+	for _, want := range []string{slow.key + ": ", "not answering in time", "a call has run 5s or longer", "2 calls in flight"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not say %q", err, want)
 		}
@@ -81,7 +82,7 @@ func TestStallGuardRefusesAtOnceWhileACallStalls(t *testing.T) {
 	}
 
 	// Another key goes on.
-	endAll(enterAll(t, g, "ProviderConfig team-b/pve", 10))
+	endAll(enterAll(t, g, guardKey{key: "ProviderConfig team-b/pve"}, 10))
 
 	// One of the two ends, stalled: a stalled config may still have two
 	// in flight, no more.
@@ -113,16 +114,17 @@ func TestStallKey(t *testing.T) {
 	for _, tc := range []struct {
 		cfg       *Config
 		namespace string
-		want      string
+		want      guardKey
 	}{
-		{tenant, "team-a", "ProviderConfig team-a/pve"},
+		// A tenant's configs share its namespace's allowance too.
+		{tenant, "team-a", guardKey{key: "ProviderConfig team-a/pve", group: "namespace team-a", namespace: "team-a"}},
 		// What one tenant's proxies make slow on the platform's config
 		// holds back that tenant only.
-		{platform, "team-a", "ClusterProviderConfig home for namespace team-a"},
-		{platform, "", "ClusterProviderConfig home"},
+		{platform, "team-a", guardKey{key: "ClusterProviderConfig home for namespace team-a", namespace: "team-a"}},
+		{platform, "", guardKey{key: "ClusterProviderConfig home"}},
 	} {
 		if got := stallKey(tc.cfg, tc.namespace); got != tc.want {
-			t.Errorf("stallKey(%s, %q) = %q, want %q", tc.cfg.Name, tc.namespace, got, tc.want)
+			t.Errorf("stallKey(%s, %q) = %+v, want %+v", tc.cfg.Name, tc.namespace, got, tc.want)
 		}
 	}
 }
@@ -222,5 +224,81 @@ func TestSilentBackendLeavesTheWorkersToOthers(t *testing.T) {
 	wg.Wait()
 	if got := hang.most.Load(); got != 2 {
 		t.Errorf("%d calls reached the silent backend at once, want 2", got)
+	}
+}
+
+// TestStallGuardHoldsANamespaceNotEachConfig: a tenant's five configs
+// naming one silent server share one allowance (a sixth made for it too),
+// while another tenant, the platform's config and the tenant's config that
+// answers go on.
+func TestStallGuardHoldsANamespaceNotEachConfig(t *testing.T) {
+	g, c := guardAt()
+	tenant := func(name string) guardKey {
+		return stallKey(&Config{Name: "ProviderConfig team-a/" + name, Namespaced: true}, "team-a")
+	}
+	working := tenant("working")
+	endAll(enterAll(t, g, working, 1))
+	var stalled []func()
+	for i := range 5 {
+		stalled = append(stalled, enterAll(t, g, tenant(fmt.Sprint("pve-", i)), 2)...)
+	}
+	c.Step(defaultStallAfter)
+
+	for i := range 5 {
+		if _, err := g.enter(tenant(fmt.Sprint("pve-", i))); err == nil {
+			t.Errorf("a third call of stalled config pve-%d went on", i)
+		}
+	}
+	// A config made for the same server counts with them.
+	_, err := g.enter(tenant("pve-5"))
+	want := "ProviderConfig team-a/pve-5: the backends of the configs in namespace team-a are not answering in time (a call has run 5s or longer; 10 calls in flight)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a call of a new config of the stalled namespace got %v, want a refusal saying %q", err, want)
+	}
+	endAll(enterAll(t, g, stallKey(&Config{Name: "ProviderConfig team-b/pve", Namespaced: true}, "team-b"), 3))
+	endAll(enterAll(t, g, stallKey(&Config{Name: "ClusterProviderConfig home"}, "team-a"), 3))
+	endAll(enterAll(t, g, working, 3))
+
+	// Their calls end, stalled: the namespace keeps two in flight, not two
+	// per config.
+	endAll(stalled)
+	inFlight := 0
+	for range 3 {
+		for i := range 6 {
+			if done, err := g.enter(tenant(fmt.Sprint("pve-", i))); err == nil {
+				defer done()
+				inFlight++
+			}
+		}
+	}
+	if inFlight != stalledInFlight {
+		t.Errorf("namespace team-a's stalled configs got %d calls in flight, want %d", inFlight, stalledInFlight)
+	}
+	endAll(enterAll(t, g, working, 3))
+}
+
+// tenantDriver records the tenant of its last Get.
+type tenantDriver struct {
+	proxy.Driver
+	tenant string
+}
+
+func (d *tenantDriver) Get(ctx context.Context, _ proxy.Ref) (proxy.Instance, error) {
+	d.tenant = proxy.TenantOf(ctx)
+	return proxy.Instance{}, nil
+}
+
+// TestGuardedDriverCarriesTheNamespace: the drivers see whose call it is,
+// on the platform's config too.
+func TestGuardedDriverCarriesTheNamespace(t *testing.T) {
+	g, _ := guardAt()
+	for _, cfg := range []*Config{{Name: "ClusterProviderConfig home"}, {Name: "ProviderConfig team-a/pve", Namespaced: true}} {
+		d := &tenantDriver{}
+		if _, err := g.wrap(stallKey(cfg, "team-a"), d).Get(context.Background(), proxy.Ref{}); err != nil {
+			t.Fatal(err)
+		}
+		if d.tenant != "team-a" {
+			t.Errorf("a call through %s carried tenant %q, want team-a", cfg.Name, d.tenant)
+		}
 	}
 }
