@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -82,6 +83,9 @@ type Reconciler struct {
 	newConfig func() config
 	status    func(config) *spec.ProviderConfigStatus
 	recorded  *transitions
+	// stalls keeps one namespace's silent configs from holding every
+	// worker: while their checks stall they get a quarter of them.
+	stalls *external.CheckGuard
 }
 
 // transitions remembers the last change recorded of each config's
@@ -138,6 +142,7 @@ func Setup(mgr ctrl.Manager, r Reconciler, log logging.Logger, gvks ...schema.Gr
 		if workers <= 0 {
 			workers = DefaultWorkers
 		}
+		rr.stalls = external.NewCheckGuard(workers/4, clock.RealClock{})
 		if err := configctl.SetupPeriodic(mgr, "health/"+strings.ToLower(gvk.GroupKind().String()), rr.newConfig(), workers, &rr); err != nil {
 			return errors.Wrapf(err, "cannot set up the health controller of %s", gvk.Kind)
 		}
@@ -171,11 +176,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Log.Info("WARNING: "+insecure.Message, "config", cfg.Name)
 	}
 
+	end, err := r.stalls.Enter(cfg, pc.GetNamespace())
+	if err != nil {
+		// Checked once one of the namespace's stalled checks ends; the
+		// status keeps the last check's outcome and time meanwhile.
+		r.Log.Debug("config check deferred", "config", cfg.Name, "error", err.Error())
+		return reconcile.Result{RequeueAfter: jitter(r.Timeout)}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	ctx, span := telemetry.Tracer().Start(ctx, "egressproxy.CheckConfig", trace.WithAttributes(
 		attribute.String("egressproxy.provider_config", cfg.Name), attribute.String("egressproxy.backend", backend)))
 	h := r.check(ctx, cfg)
+	end()
 	if !h.Healthy() {
 		span.SetStatus(codes.Error, "unhealthy")
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -261,5 +262,58 @@ func TestStatusPatchCarriesEmptyFields(t *testing.T) {
 func TestTheProxiesWatchTheHealthyCondition(t *testing.T) {
 	if external.TypeConfigHealthy != TypeHealthy {
 		t.Errorf("the proxies watch %q, the check sets %q", external.TypeConfigHealthy, TypeHealthy)
+	}
+}
+
+// TestStalledNamespaceLeavesTheCheckWorkers: while two checks of a
+// tenant's configs stall, the tenant's other configs wait their turn,
+// holding no worker, and another tenant's config is checked.
+func TestStalledNamespaceLeavesTheCheckWorkers(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+	var written []string
+	kube := &test.MockClient{
+		MockGet: func(_ context.Context, key client.ObjectKey, obj client.Object) error {
+			pc := obj.(*nsv1alpha1.ProviderConfig) //nolint:forcetypeassert // The reconciler reads its kind.
+			pc.Namespace, pc.Name = key.Namespace, key.Name
+			pc.Spec.KVM = &spec.KVMConfig{}
+			return nil
+		},
+		MockStatusPatch: func(_ context.Context, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			written = append(written, obj.GetNamespace()+"/"+obj.GetName())
+			return nil
+		},
+	}
+	r := &Reconciler{
+		Kube:      kube,
+		Configs:   external.ConfigReader{Kube: kube, InstallationID: "inst", Backends: []external.Backend{kvmBackend(proxytest.NewMemory("memory", "inst"), nil, "")}},
+		Interval:  time.Minute,
+		Timeout:   30 * time.Second,
+		Log:       logging.NewNopLogger(),
+		Events:    &events{},
+		kind:      "ProviderConfig",
+		newConfig: func() config { return &nsv1alpha1.ProviderConfig{} },
+		status:    statusOf,
+		stalls:    external.NewCheckGuard(DefaultWorkers/4, clk),
+	}
+	for _, name := range []string{"silent-1", "silent-2"} {
+		end, err := r.stalls.Enter(&external.Config{Name: "ProviderConfig team-a/" + name, Namespaced: true}, "team-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer end()
+	}
+	clk.Step(5 * time.Second)
+
+	for _, nn := range []types.NamespacedName{{Namespace: "team-a", Name: "pve"}, {Namespace: "team-b", Name: "pve"}} {
+		got, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: nn})
+		if err != nil {
+			t.Fatalf("check of %s: %v", nn, err)
+		}
+		if nn.Namespace == "team-a" && (got.RequeueAfter < 27*time.Second || got.RequeueAfter > 33*time.Second) {
+			t.Errorf("the deferred check of %s requeues after %s, want about the 30s check timeout", nn, got.RequeueAfter)
+		}
+	}
+	if diff := cmp.Diff([]string{"team-b/pve"}, written); diff != "" {
+		t.Errorf("configs checked while team-a's checks stall: -want, +got:\n%s", diff)
 	}
 }

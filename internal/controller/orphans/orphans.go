@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -119,6 +120,9 @@ type Sweeper struct {
 	kind      string
 	newConfig func() config
 	now       func() time.Time
+	// stalls keeps one namespace's silent configs from holding every
+	// sweep worker: while their sweeps stall they get a quarter of them.
+	stalls *external.CheckGuard
 }
 
 // Setup registers a sweeper for each config kind in gvks. A zero Interval
@@ -140,6 +144,7 @@ func Setup(mgr ctrl.Manager, s Sweeper, gvks ...schema.GroupVersionKind) error {
 		if workers <= 0 {
 			workers = defaultWorkers
 		}
+		ss.stalls = external.NewCheckGuard(workers/4, clock.RealClock{})
 		// A new config is swept at once, then every Interval.
 		if err := configctl.SetupPeriodic(mgr, name, ss.newConfig(), workers, &ss); err != nil {
 			return errors.Wrapf(err, "cannot set up the orphan sweep of %s", gvk.Kind)
@@ -165,9 +170,16 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if timeout <= 0 {
 		timeout = defaultSweepTimeout
 	}
+	end, err := s.stalls.Enter(cfg, pc.GetNamespace())
+	if err != nil {
+		// Swept once one of the namespace's stalled sweeps ends.
+		s.Log.Debug("orphan sweep deferred", "config", cfg.Name, "error", err.Error())
+		return reconcile.Result{RequeueAfter: jitter(timeout)}, nil
+	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := s.sweep(sctx, pc, cfg, backend)
+	end()
 	if err != nil {
 		// Nothing is reported as an orphan when the sweep cannot tell.
 		s.Log.Info("cannot sweep for orphans", "config", cfg.Name, "error", err.Error())
