@@ -115,44 +115,6 @@ func tooLarge(img resolvedImage, size, limit int64) error {
 	return proxy.Permanentf("image %s is %d MiB, more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), size>>20, limit>>20)
 }
 
-// slots bounds concurrent work per key (a host): acquire waits while
-// limit are running.
-type slots struct {
-	mu      sync.Mutex
-	running map[string]int
-	changed chan struct{}
-}
-
-func newSlots() *slots { return &slots{running: map[string]int{}, changed: make(chan struct{})} }
-
-func (s *slots) acquire(ctx context.Context, key string, limit int) error {
-	for {
-		s.mu.Lock()
-		if s.running[key] < limit {
-			s.running[key]++
-			s.mu.Unlock()
-			return nil
-		}
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func (s *slots) release(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running[key]--; s.running[key] <= 0 {
-		delete(s.running, key) // nothing kept for a host without downloads
-	}
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 func newImageCache() *imageCache {
 	return &imageCache{failedTTL: 30 * time.Second, jobs: map[string]*imageJob{}}
 }
@@ -302,13 +264,14 @@ func (b *Backend) backgroundFetch(ctx context.Context, t Target, img resolvedIma
 func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j *imageJob, lim limits) (err error) {
 	// One tenant's images cannot take every download of a host: wait for
 	// a slot (outside the upload budget, which starts with the download).
+	owner := downloadOwner(ctx, img)
 	j.queued.Store(true)
-	err = b.downloads.acquire(ctx, t.endpoint(), lim.perHost)
+	err = b.downloads.acquire(ctx, t.endpoint(), owner, lim.perHost)
 	j.queued.Store(false)
 	if err != nil {
 		return proxy.Transientf("image %s: %v", img.label(), err)
 	}
-	defer b.downloads.release(t.endpoint())
+	defer b.downloads.release(t.endpoint(), owner)
 	ctx, cancel := context.WithTimeout(withBudget(ctx, b.budgets.ImageUpload), b.budgets.ImageUpload)
 	defer cancel()
 	c, err := b.pool.fresh(ctx, t)
