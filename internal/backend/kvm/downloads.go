@@ -2,8 +2,11 @@ package kvm
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -146,4 +149,63 @@ func (s *slots) forget(key string, h *hostSlots) {
 	if h.running <= 0 && len(h.waiting) == 0 {
 		delete(s.hosts, key)
 	}
+}
+
+// errImageIdle is the cause of a download cut off by its idleWatch.
+var errImageIdle = errors.New("the image server sent nothing in time")
+
+// idleWatch cancels a download whose server sends nothing for idle while
+// the download waits on it (the headers, the next bytes); time spent on
+// the host's side (a slow pool) does not count.
+type idleWatch struct {
+	idle   time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+}
+
+// newIdleWatch returns the context of the download's request, and its
+// watch.
+func newIdleWatch(ctx context.Context, idle time.Duration) (context.Context, *idleWatch) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &idleWatch{idle: idle, ctx: ctx, cancel: cancel}
+	w.timer = time.AfterFunc(idle, func() { cancel(errImageIdle) })
+	w.timer.Stop()
+	return ctx, w
+}
+
+// wait starts a wait on the server; got ends it.
+func (w *idleWatch) wait() { w.timer.Reset(w.idle) }
+func (w *idleWatch) got()  { w.timer.Stop() }
+
+// stop ends the watch and its context.
+func (w *idleWatch) stop() {
+	w.timer.Stop()
+	w.cancel(nil)
+}
+
+// err is the error of img's download when the watch cut it off, nil
+// otherwise. It names the image as label does: never the URL's query or
+// user info.
+func (w *idleWatch) err(img resolvedImage) error {
+	if !errors.Is(context.Cause(w.ctx), errImageIdle) {
+		return nil
+	}
+	return proxy.Transientf("image %s: its server sent nothing for %s, so the download was stopped (a silent download would hold one of the host's download slots); is the server up and sending?", img.label(), w.idle)
+}
+
+// reader is body with every read watched.
+func (w *idleWatch) reader(body io.ReadCloser) io.ReadCloser {
+	return &watchedBody{ReadCloser: body, w: w}
+}
+
+type watchedBody struct {
+	io.ReadCloser
+	w *idleWatch
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.w.wait()
+	defer b.w.got()
+	return b.ReadCloser.Read(p)
 }

@@ -118,3 +118,29 @@ func TestSlowTenantImagesLeaveTheHostsSlotsToOthers(t *testing.T) {
 		t.Errorf("tenant A's slow server got %d downloads at once, want 1 (its share of the host's 2)", n)
 	}
 }
+
+// TestSilentImageServerFreesItsSlot: a server that sends part of an image
+// and then nothing: the download stops after the idle budget, with an
+// error naming the image and nothing of its URL's user info or query.
+func TestSilentImageServerFreesItsSlot(t *testing.T) {
+	const sig = "S3NT1NEL-sig-31c9"
+	e := newTestEnv(t, func(e *testEnv) {
+		e.cfg.Images["debian"] = Image{URL: strings.Replace(e.images.URL, "http://", "http://user:"+sig+"@", 1) + "/debian.qcow2?sig=" + sig, SHA256: e.images.sha()}
+	})
+	e.b.budgets.ImageIdle = 200 * time.Millisecond
+	release := e.images.holdBodies()
+	defer release()
+	inst := e.mustCreate(e.request("web", "uid-1"))
+	err := e.waitFailure(ref(inst))
+	if !proxy.IsTransient(err) || !strings.Contains(err.Error(), "image debian: its server sent nothing for 200ms, so the download was stopped") {
+		t.Errorf("the silent download failed with %v (%s), want a Transient error naming the image and the idle budget", err, proxy.ClassOf(err))
+	}
+	if strings.Contains(err.Error(), sig) {
+		t.Errorf("the error %q quotes the URL's user info or query", err)
+	}
+	e.b.downloads.mu.Lock()
+	defer e.b.downloads.mu.Unlock()
+	if len(e.b.downloads.hosts) != 0 {
+		t.Error("the stopped download still holds its slot")
+	}
+}

@@ -293,7 +293,11 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 		}
 	}
 
-	body, size, err := b.download(ctx, img, j, lim.maxBytes)
+	// Only the download's request is cut off by a silent server: the
+	// libvirt calls keep their own budgets.
+	wctx, watch := newIdleWatch(ctx, b.budgets.ImageIdle)
+	defer watch.stop()
+	body, size, err := b.download(wctx, img, j, lim.maxBytes, watch)
 	if err != nil {
 		return err
 	}
@@ -327,6 +331,9 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	// Exactly size bytes go up; a body that streams more fails.
 	cr := &countingReader{r: io.TeeReader(&exactReader{r: body, left: size, what: img.label()}, h), n: &j.written}
 	if err := api.StorageVolUpload(ctx, vol, cr, uint64(size)); err != nil {
+		if idle := watch.err(img); idle != nil {
+			return idle
+		}
 		return classify(proxy.OpCreate, err)
 	}
 	if n := j.written.Load(); n != size {
@@ -364,7 +371,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 // the body of a platform's image is spooled to a temporary file first,
 // since the volume's size must be declared before the upload; memory
 // stays constant either way. A tenant's image needs a Content-Length.
-func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, maxBytes int64) (body io.ReadCloser, size int64, err error) {
+func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, maxBytes int64, watch *idleWatch) (body io.ReadCloser, size int64, err error) {
 	u, _ := url.Parse(img.URL)
 	host := ""
 	if u != nil {
@@ -383,8 +390,13 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 	if err != nil {
 		return nil, 0, proxy.Permanentf("image %s: the URL does not parse", img.label())
 	}
+	watch.wait()
 	resp, err := b.client(img.guard).Do(req)
+	watch.got()
 	if err != nil {
+		if idle := watch.err(img); idle != nil {
+			return nil, 0, idle
+		}
 		if img.guard != nil {
 			err = quietDownloadError(err, req.URL)
 		} else {
@@ -397,6 +409,7 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		}
 		return nil, 0, proxy.Transientf("image %s: %w", img.label(), err)
 	}
+	resp.Body = watch.reader(resp.Body)
 	status := resp.Status
 	if img.guard != nil {
 		// The reason phrase is the server's to write.
@@ -428,7 +441,11 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		_ = resp.Body.Close()
 		return nil, 0, proxy.Permanentf("image %s: its server sends no Content-Length, and the image of a namespaced ProviderConfig or of a proxy's image URL is downloaded only with one: serve it with a Content-Length", img.label())
 	}
-	return spoolBody(resp.Body, img, j, maxBytes)
+	body, size, err = spoolBody(resp.Body, img, j, maxBytes)
+	if idle := watch.err(img); err != nil && idle != nil {
+		return nil, 0, idle
+	}
+	return body, size, err
 }
 
 // spoolBody copies the body of an image without a Content-Length into an

@@ -23,6 +23,11 @@ type Budgets struct {
 	SeedUpload time.Duration
 	// ImageUpload bounds downloading and uploading one base image.
 	ImageUpload time.Duration
+	// ImageIdle stops an image download whose server sends nothing for
+	// this long while the provider waits on it (for the headers or the
+	// next bytes), so that it does not hold a download slot of its host
+	// for all of ImageUpload.
+	ImageIdle time.Duration
 	// Linger is how long a retired connection (one on which a call was
 	// abandoned) stays open for the calls still running on it.
 	Linger time.Duration
@@ -38,6 +43,7 @@ var DefaultBudgets = Budgets{
 	DomainCreate: 90 * time.Second,
 	SeedUpload:   60 * time.Second,
 	ImageUpload:  20 * time.Minute,
+	ImageIdle:    time.Minute,
 	Linger:       2 * time.Minute,
 	Keepalive:    15 * time.Second,
 }
@@ -54,6 +60,7 @@ func (b Budgets) withDefaults() Budgets {
 	set(&b.DomainCreate, d.DomainCreate)
 	set(&b.SeedUpload, d.SeedUpload)
 	set(&b.ImageUpload, d.ImageUpload)
+	set(&b.ImageIdle, d.ImageIdle)
 	set(&b.Linger, d.Linger)
 	set(&b.Keepalive, d.Keepalive)
 	return b
