@@ -96,6 +96,26 @@ func MissingOnCreate(err error) error {
 		Err: fmt.Errorf("something the proxy needs does not exist: %w", cause)}
 }
 
+// ReasonUnresolved is the Reason of an error saying that a Ref without an
+// ID names no place the driver can look in (no location, or one its
+// config lacks): nothing of the instance can be found, or deleted, by it.
+const ReasonUnresolved = "Unresolved"
+
+// Unresolvedf is a Permanent error with ReasonUnresolved. A driver's Get
+// and Delete return it, for a Ref without an ID, only when they cannot
+// look anywhere: the controller lets go of a resource being deleted that
+// never made an instance on it (a spec naming a key the config lacks).
+func Unresolvedf(format string, args ...any) error {
+	return &Error{Class: ClassPermanent, Reason: ReasonUnresolved, Err: fmt.Errorf(format, args...)}
+}
+
+// IsUnresolved reports whether err is Unresolvedf's (the first *Error in
+// its chain is Permanent with ReasonUnresolved).
+func IsUnresolved(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Class == ClassPermanent && pe.Reason == ReasonUnresolved
+}
+
 // Errorf builds a classified error from a format string.
 func Errorf(class Class, format string, args ...any) error {
 	return &Error{Class: class, Err: fmt.Errorf(format, args...)}

@@ -109,6 +109,26 @@ func TestMissingOnCreateIsPermanent(t *testing.T) {
 	}
 }
 
+// TestUnresolvedSurvivesWithContext: the driver's wrapping keeps what the
+// controller reads; no other error reads as Unresolved.
+func TestUnresolvedSurvivesWithContext(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		Unresolvedf("no zone"),
+		WithContext(Unresolvedf("no zone"), "gcp", "get"),
+		WithContext(fmt.Errorf("resolving: %w", Unresolvedf("no zone")), "gcp", "delete"),
+	} {
+		if !IsUnresolved(err) || !IsPermanent(err) {
+			t.Errorf("IsUnresolved(%q) = %v, class %s; want true, Permanent", err, IsUnresolved(err), ClassOf(err))
+		}
+	}
+	for _, err := range []error{nil, Permanentf("bad"), NotFoundf("gone"), errors.New("plain"), &Error{Class: ClassTransient, Reason: ReasonUnresolved}} {
+		if IsUnresolved(err) {
+			t.Errorf("IsUnresolved(%v) = true; want false", err)
+		}
+	}
+}
+
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for v, want := range map[string]time.Duration{

@@ -260,7 +260,8 @@ func parseID(id string) (zone, name string, ok bool) {
 
 // resolve returns the zone and name a Ref points at: its ID when it has
 // one (a malformed one is Permanent, never resolved by name), else its
-// name in its placement.
+// name in its placement; without a zone there is nowhere to look
+// (Unresolved).
 func (d *Driver) resolve(ref proxy.Ref) (string, string, error) {
 	if ref.ID != "" {
 		zone, name, ok := parseID(ref.ID)
@@ -273,7 +274,7 @@ func (d *Driver) resolve(ref proxy.Ref) (string, string, error) {
 		return "", "", proxy.Permanentf("reference has no ID and an invalid instance name %q", ref.Name)
 	}
 	if !zoneRE.MatchString(ref.Placement.Location) {
-		return "", "", proxy.Permanentf("reference has no ID and no valid zone (%q)", ref.Placement.Location)
+		return "", "", proxy.Unresolvedf("reference has no ID and no valid zone (%q)", ref.Placement.Location)
 	}
 	return ref.Placement.Location, ref.Name, nil
 }

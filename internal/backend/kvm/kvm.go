@@ -291,6 +291,7 @@ func (d *Driver) wrap(err error, op string) error {
 var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // host returns the configured host named name; empty means the only one.
+// Without one there is nowhere to look (Unresolved).
 func (d *Driver) host(name string) (Host, error) {
 	if name == "" && len(d.cfg.Hosts) == 1 {
 		return d.cfg.Hosts[0], nil
@@ -303,9 +304,9 @@ func (d *Driver) host(name string) (Host, error) {
 		names = append(names, h.Name)
 	}
 	if name == "" {
-		return Host{}, proxy.Permanentf("placement: a host is required: the config has several (%s)", strings.Join(names, ", "))
+		return Host{}, proxy.Unresolvedf("placement: a host is required: the config has several (%s)", strings.Join(names, ", "))
 	}
-	return Host{}, proxy.Permanentf("placement: host %q is not in the config's kvm.hosts (%s)", name, strings.Join(names, ", "))
+	return Host{}, proxy.Unresolvedf("placement: host %q is not in the config's kvm.hosts (%s)", name, strings.Join(names, ", "))
 }
 
 func (d *Driver) target(h Host) Target {

@@ -53,6 +53,7 @@ func checks() []check {
 		{"GetAfterDeleteIsNotFound", checkGetAfterDelete},
 		{"DeleteTwiceSucceeds", checkDeleteTwice},
 		{"DeleteOfNeverCreatedSucceeds", checkDeleteNeverCreated},
+		{"UnplacedRefIsNotFoundOrUnresolved", checkUnplacedRef},
 		{"MalformedIDsArePermanent", checkMalformedIDs},
 		{"UnknownBackendStateReadsAsStopped", checkUnknownState},
 		{"RunningRequiresAddress", checkRunningRequiresAddress},
@@ -153,6 +154,25 @@ func checkDeleteNeverCreated(e *env) {
 	r := nameRef(e.f.Request(nameNever, uidA))
 	if err := e.f.Driver.Delete(e.ctx, r); err != nil {
 		e.t.Errorf("Delete(%s) of a never-created instance = %s; want nil", describeRef(r), describe(err))
+	}
+}
+
+// UnplacedRefIsNotFoundOrUnresolved: a Ref without an ID whose placement
+// names no location, or one the driver lacks, as the controller sends for
+// a resource being deleted whose spec the config cannot resolve (a typo
+// in a key), finds nothing (Get NotFound, Delete nil), or says that it
+// cannot look (proxy.Unresolvedf), never any other error: the controller
+// lets go of such a resource that never made an instance only on those.
+func checkUnplacedRef(e *env) {
+	req := e.f.Request(nameNever, uidA)
+	for _, location := range []string{"", "pt-no-such-place"} {
+		r := proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: proxy.Placement{Location: location}, Live: true, Deleting: true}
+		if _, err := e.get(r); !proxy.IsNotFound(err) && !proxy.IsUnresolved(err) {
+			e.t.Errorf("Get(%s) in location %q = %s; want NotFound or Unresolved", describeRef(r), location, describe(err))
+		}
+		if err := e.f.Driver.Delete(e.ctx, r); err != nil && !proxy.IsUnresolved(err) {
+			e.t.Errorf("Delete(%s) in location %q = %s; want nil or Unresolved", describeRef(r), location, describe(err))
+		}
 	}
 }
 

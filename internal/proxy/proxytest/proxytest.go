@@ -138,6 +138,7 @@ type check struct {
 //	GetAfterDeleteIsNotFound
 //	DeleteTwiceSucceeds
 //	DeleteOfNeverCreatedSucceeds
+//	UnplacedRefIsNotFoundOrUnresolved
 //	MalformedIDsArePermanent                          (MalformedIDs)
 //	UnknownBackendStateReadsAsStopped                 (SetUnknownState)
 //	RunningRequiresAddress

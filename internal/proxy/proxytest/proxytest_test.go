@@ -348,6 +348,31 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			want: []string{"BusyBackendIsTransientNeverNotFound"},
 		},
 		{
+			name: "Get and Delete of a Ref without a location say a plain Permanent",
+			wrap: func(m *Memory) proxy.Driver {
+				unplaced := func(ref proxy.Ref) error {
+					if ref.ID == "" && ref.Placement.Location == "" {
+						return proxy.WithContext(proxy.Permanentf("no location"), m.Provider(), OpGet)
+					}
+					return nil
+				}
+				return &hooked{Memory: m,
+					get: func(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+						if err := unplaced(ref); err != nil {
+							return proxy.Instance{}, err
+						}
+						return m.Get(ctx, ref)
+					},
+					del: func(ctx context.Context, ref proxy.Ref) error {
+						if err := unplaced(ref); err != nil {
+							return err
+						}
+						return m.Delete(ctx, ref)
+					}}
+			},
+			want: []string{"UnplacedRefIsNotFoundOrUnresolved"},
+		},
+		{
 			name: "List swallows a busy backend and returns nothing",
 			wrap: func(m *Memory) proxy.Driver {
 				return &hooked{Memory: m, list: func(ctx context.Context, id string) ([]proxy.Instance, error) {
@@ -577,7 +602,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					return m.Delete(ctx, ref)
 				}}
 			},
-			want: []string{"DeleteOfNeverCreatedSucceeds", "DeleteTwiceSucceeds", "GetDuringDeleteIsNeverNotFound", "ListReportsWhatACutShortCreateLeft"},
+			want: []string{"DeleteOfNeverCreatedSucceeds", "DeleteTwiceSucceeds", "GetDuringDeleteIsNeverNotFound", "ListReportsWhatACutShortCreateLeft", "UnplacedRefIsNotFoundOrUnresolved"},
 		},
 		{
 			name: "a malformed ID falls back to the name",
