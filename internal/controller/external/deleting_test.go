@@ -2,6 +2,7 @@ package external
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/api/option"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,8 @@ import (
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	gcpbackend "github.com/egressproxy/provider-egressproxy/internal/backend/gcp"
+	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/gcptest"
 	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
@@ -137,6 +141,8 @@ func TestDeletingWithoutAnInstanceLetsGo(t *testing.T) {
 		"BackendCannotConnectWithID":     {mods: []func(*nsproxy.KVMProxy){withID}, configs: []client.Object{kvmConfig}, connect: connectFails, wantStays: true},
 		"NoCreatePolicyObservedAnImport": {mods: []func(*nsproxy.KVMProxy){noCreate, withID}},
 		"NoCreatePolicyCreatedBefore":    {mods: []func(*nsproxy.KVMProxy){noCreate, succeeded}, wantStays: true},
+		// An earlier look (observeDeleting) set Deleting, then the config went.
+		"MissingConfigAfterALook": {mods: []func(*nsproxy.KVMProxy){func(cr *nsproxy.KVMProxy) { cr.SetConditions(xpv2.Deleting()) }}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -205,6 +211,7 @@ func TestMadeInstance(t *testing.T) {
 	}{
 		"Nothing":       {mod: func(*nsproxy.KVMProxy) {}},
 		"SyncedOnly":    {mod: func(cr *nsproxy.KVMProxy) { cr.SetConditions(xpv2.ReconcileError(errors.New("boom"))) }},
+		"DeletingOnly":  {mod: func(cr *nsproxy.KVMProxy) { cr.SetConditions(xpv2.Deleting()) }},
 		"Pending":       {mod: pending, want: true},
 		"ReadyObserved": {mod: ready, want: true},
 		"State":         {mod: func(cr *nsproxy.KVMProxy) { cr.Status.AtProvider.State = "running" }, want: true},
@@ -328,6 +335,32 @@ func TestDeletingOwnInstanceOfAnotherInstallation(t *testing.T) {
 	}
 }
 
+// TestDeletingRecordsTheInstanceFound: an instance a resource being
+// deleted finds by name (a create cut short before anything was
+// recorded) is recorded by its ID, a sign that keeps the resource until
+// it is deleted, whatever happens to the config meanwhile.
+func TestDeletingRecordsTheInstanceFound(t *testing.T) {
+	mem := proxytest.NewMemory("memory", testInstallation)
+	req := mem.Request(testName, testUID)
+	req.Mark = proxy.Mark{UID: testUID, InstallationID: testInstallation}
+	if _, err := mem.Create(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	c := deletingConnector(t, mem)
+	cr := deletingProxy()
+	cr.Status.AtProvider.ID = ""
+	ec, err := c.Connect(context.Background(), cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := ec.Observe(context.Background(), cr); err != nil || !obs.ResourceExists {
+		t.Fatalf("Observe: %+v, %v; want the instance", obs, err)
+	}
+	if got := cr.Status.AtProvider.ID; got != "memory/"+testName || !madeInstance[spec.KVMProxyParameters](cr) {
+		t.Errorf("status.atProvider.id %q (madeInstance %v); want memory/%s recorded", got, madeInstance[spec.KVMProxyParameters](cr), testName)
+	}
+}
+
 // TestDeletingErrorsSayTheWayOut: an Observe or Delete error of a resource
 // being deleted says that the instance (and the resource) stays, and the
 // ways out; Ready reads Deleting meanwhile.
@@ -422,6 +455,122 @@ func TestFinalizerReleasesFirst(t *testing.T) {
 			}
 			if calls != tc.wantCalls {
 				t.Errorf("Release called %d times, want %d", calls, tc.wantCalls)
+			}
+		})
+	}
+}
+
+// gcpKind is a GCPProxy kind resolving as internal/controller/gcp's
+// request does (zone first, then the catalogue keys) on the real GCP
+// driver over srv, with one zone and one key of each catalogue.
+func gcpKind(t *testing.T, srv *gcptest.Server) Kind[spec.GCPProxyParameters] {
+	t.Helper()
+	api, err := gcpbackend.NewSDK(context.Background(), srv.Project, option.WithEndpoint(srv.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	d := gcpbackend.New(gcpbackend.Options{Provider: "ClusterProviderConfig gcp", API: api, Config: gcpbackend.Config{Project: srv.Project,
+		Zones: []string{"europe-west1-b"}, MachineTypes: map[string]string{"small": "e2-small"}, Images: map[string]string{"debian": "x"}}})
+	return Kind[spec.GCPProxyParameters]{
+		Name:     "GCPProxy",
+		Location: func(p *spec.Placement) *string { return &p.Zone },
+		Proxy:    func(p *spec.GCPProxyParameters) *spec.ProxySettings { return &p.Proxy },
+		Request: func(cfg *Config, p *spec.GCPProxyParameters, req *proxy.Request) error {
+			g := cfg.Spec.GCP
+			zone := p.Zone
+			if zone == "" {
+				zone = g.Zones[0]
+			}
+			if _, err := Pick("spec.forProvider.zone", zone, req.Placement.Location, g.Zones, cfg); err != nil {
+				return err
+			}
+			req.Placement.Location = zone
+			var err error
+			if req.Placement.MachineType, err = Pick("spec.forProvider.machineType", p.MachineType, req.Placement.MachineType, Keys(g.MachineTypes), cfg); err != nil {
+				return err
+			}
+			req.Placement.Image, err = Pick("spec.forProvider.image", p.Image, req.Placement.Image, Keys(g.Images), cfg)
+			return err
+		},
+		Backend: Backend{Name: "gcp", Block: func(s *spec.ProviderConfigSpec) (Block, bool) { return Block{}, s.GCP != nil },
+			Connect: func(context.Context, *Config) (proxy.Driver, error) { return d, nil }},
+	}
+}
+
+// TestDeletingInvalidSpecLetsGo: a GCPProxy whose spec names a key, zone
+// or image the config lacks (admission cannot see the catalogues) never
+// made an instance; deleting it, as its namespace's deletion does, lets it
+// go through the real managed reconciler and the real GCP driver. An
+// instance of its name and mark (a create cut short before its
+// annotation) is found in the zone the spec resolved and deleted first.
+// One that carries a sign of an instance and whose spec leaves the
+// driver nowhere to look stays, saying that waiting will not help.
+func TestDeletingInvalidSpecLetsGo(t *testing.T) {
+	const name = "team-a-web-1234abcd"
+	cfg := &nsv1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "gcp"},
+		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{InstallationID: testInstallation, GCP: &spec.GCPConfig{
+			Zones: []string{"europe-west1-b"}, MachineTypes: map[string]spec.GCPMachineType{"small": {}}, Images: map[string]spec.GCPImage{"debian": {}}}}}}
+	machineType := func(v string) func(*nsproxy.GCPProxy) {
+		return func(cr *nsproxy.GCPProxy) { cr.Spec.ForProvider.MachineType = v }
+	}
+	image := func(v string) func(*nsproxy.GCPProxy) {
+		return func(cr *nsproxy.GCPProxy) { cr.Spec.ForProvider.Image = v }
+	}
+	zone := func(v string) func(*nsproxy.GCPProxy) {
+		return func(cr *nsproxy.GCPProxy) { cr.Spec.ForProvider.Zone = v }
+	}
+	succeeded := func(cr *nsproxy.GCPProxy) { meta.SetExternalCreateSucceeded(cr, time.Now()) }
+	pending := func(cr *nsproxy.GCPProxy) { meta.SetExternalCreatePending(cr, time.Now()) }
+	withID := func(cr *nsproxy.GCPProxy) { cr.Status.AtProvider.ID = "zones/europe-west1-c/instances/" + name }
+	for tcName, tc := range map[string]struct {
+		mods         []func(*nsproxy.GCPProxy)
+		instance     bool
+		wantStays    bool
+		wantDeletion bool
+	}{
+		"ValidSpec":                   {},
+		"UnknownMachineType":          {mods: []func(*nsproxy.GCPProxy){machineType("smal")}},
+		"UnknownImage":                {mods: []func(*nsproxy.GCPProxy){image("debain")}},
+		"UnknownZone":                 {mods: []func(*nsproxy.GCPProxy){zone("europe-west1-c")}},
+		"UnknownMachineTypeInstance":  {mods: []func(*nsproxy.GCPProxy){machineType("smal")}, instance: true, wantDeletion: true},
+		"UnknownZoneCreateSucceeded":  {mods: []func(*nsproxy.GCPProxy){zone("europe-west1-c"), succeeded}, wantStays: true},
+		"UnknownZoneCreatePending":    {mods: []func(*nsproxy.GCPProxy){zone("europe-west1-c"), pending}, wantStays: true},
+		"UnknownZoneWithIDIsLookedUp": {mods: []func(*nsproxy.GCPProxy){zone("europe-west1-c"), withID}},
+	} {
+		t.Run(tcName, func(t *testing.T) {
+			srv := gcptest.New(t, "p")
+			if tc.instance {
+				srv.PutInstance("europe-west1-b", name, map[string]string{gcpbackend.LabelUID: testUID, gcpbackend.LabelInstallation: testInstallation})
+			}
+			c := &connector[spec.GCPProxyParameters]{kind: gcpKind(t, srv)}
+			now := metav1.Now()
+			cr := &nsproxy.GCPProxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: testUID, DeletionTimestamp: &now}}
+			meta.SetExternalName(cr, name)
+			cr.SetProviderConfigReference(&xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "gcp"})
+			cr.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.0.0.0/8"}
+			for _, m := range tc.mods {
+				m(cr)
+			}
+			var stays bool
+			var synced string
+			for range 3 {
+				if stays, synced = reconcileDeleting(t, c, nsproxy.GCPProxyGroupVersionKind, cr.DeepCopy(), cfg.DeepCopy()); !stays {
+					break
+				}
+				srv.SettleAll()
+			}
+			if stays != tc.wantStays {
+				t.Fatalf("resource still there: %v, want %v (Synced: %q)", stays, tc.wantStays, synced)
+			}
+			if stays && (!strings.Contains(synced, "this cannot succeed until what the error names changes") || !strings.Contains(synced, "no valid zone")) {
+				t.Errorf("Synced %q; want it to say that the Delete cannot succeed as things are, and why", synced)
+			}
+			deleted := slices.ContainsFunc(srv.Requests(), func(r string) bool {
+				return strings.HasPrefix(r, "DELETE zones/europe-west1-b/instances/"+name+"?")
+			})
+			if deleted != tc.wantDeletion {
+				t.Errorf("instance %s deleted: %v, want %v (requests %q)", name, deleted, tc.wantDeletion, srv.Requests())
 			}
 		})
 	}

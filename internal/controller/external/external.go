@@ -137,6 +137,8 @@ func unconnected[P any](ctx context.Context, cr Resource[P], err error) (managed
 // state, an address, a Ready condition). A resource whose management
 // policies never let it create counts only the annotations: what it
 // observed was imported, and a Delete would leave that alone (foreign).
+// Ready Deleting is no sign: observeDeleting sets it before it looks (and
+// records the ID of an instance it finds).
 func madeInstance[P any](cr Resource[P]) bool {
 	if !meta.GetExternalCreatePending(cr).IsZero() || !meta.GetExternalCreateSucceeded(cr).IsZero() || !meta.GetExternalCreateFailed(cr).IsZero() {
 		return true
@@ -145,8 +147,18 @@ func madeInstance[P any](cr Resource[P]) bool {
 		return false
 	}
 	o := cr.Observation()
+	ready := cr.GetCondition(xpv2.TypeReady).Reason
 	return o.ID != "" || o.Operation != "" || o.Placement != nil || o.State != "" || o.IP != "" || o.CreatedAt != nil ||
-		cr.GetCondition(xpv2.TypeReady).Reason != ""
+		(ready != "" && ready != xpv2.ReasonDeleting)
+}
+
+// neverMade reports whether cr, being deleted with Ref r, can hold no
+// instance: r carries no ID and cr no sign of one (madeInstance). A crash
+// between the driver's Create and the annotations after it leaves no sign
+// (the writes client drops -pending), but that create resolved the spec,
+// so only a config changed since leaves the driver nowhere to look.
+func neverMade[P any](cr Resource[P], r proxy.Ref) bool {
+	return r.ID == "" && !madeInstance(cr)
 }
 
 // noInstance is the external client of a resource being deleted that
@@ -251,8 +263,12 @@ func deletingHint(mg resource.Managed, err error) error {
 }
 
 // backendHint is deletingHint for an error of the backend (observing or
-// deleting the instance of a resource being deleted).
+// deleting the instance of a resource being deleted). A Permanent one
+// does not go away by waiting: it says so.
 func backendHint(mg resource.Managed, err error) error {
+	if proxy.IsPermanent(err) {
+		return stuckHint(mg, err, "this cannot succeed until what the error names changes, in the config or on the backend (it is retried with backoff meanwhile)")
+	}
 	return stuckHint(mg, err, "it is retried with backoff until the backend answers (restore the backend, or its place in the config, if either is gone)")
 }
 
@@ -515,17 +531,31 @@ func (e *external[P]) Disconnect(context.Context) error { return nil }
 
 // deletionRef is the least a resource being deleted needs to find its
 // instance: the external name, the mark and the ID it recorded, plus the
-// placement when the config can still resolve it. It reads no Secret (the
-// password Secret may be gone first, as in a namespace teardown) and does
-// not fail on a catalogue key, host, node or zone the config no longer has:
-// drivers find an instance by its ID.
+// placement. It reads no Secret (the password Secret may be gone first, as
+// in a namespace teardown) and does not fail on a catalogue key, host,
+// node or zone the config lacks (a typo, or one removed since): then the
+// placement is what the kind resolved before failing (kinds resolve the
+// location first), the rest as recorded, so that a driver can still look
+// for the instance by name where it stands; drivers prefer the ID.
 func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 	req := proxy.Request{Name: meta.GetExternalName(cr), Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}}
-	req.Placement = Recorded(cr.Observation(), e.kind.Location)
+	recorded := Recorded(cr.Observation(), e.kind.Location)
+	req.Placement = recorded
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
-		req.Placement = proxy.Placement{}
+		req.Placement = orRecorded(req.Placement, recorded)
 	}
 	return ref(cr, req, cr.Observation())
+}
+
+// orRecorded is p with each field Request left empty (it failed on it, or
+// before it) taken from recorded.
+func orRecorded(p, recorded proxy.Placement) proxy.Placement {
+	for _, f := range []struct{ got, rec *string }{{&p.Location, &recorded.Location}, {&p.MachineType, &recorded.MachineType}, {&p.Image, &recorded.Image}} {
+		if *f.got == "" {
+			*f.got = *f.rec
+		}
+	}
+	return p
 }
 
 // observeDeleting observes a resource being deleted with deletionRef. An
@@ -535,7 +565,11 @@ func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 // One the driver cannot read for good (a Permanent error, such as a host
 // removed from the config) is handed to the driver's Delete at once, which
 // knows whether it can let go of it: otherwise the runtime, which only
-// deletes what Observe found, would retry the read forever.
+// deletes what Observe found, would retry the read forever. When that
+// Delete cannot even look (Unresolved: no ID, and a spec naming a zone or
+// host the config lacks), a resource that never made an instance
+// (neverMade) is let go, as unconnected lets go of one whose config
+// cannot be used: a typo would otherwise hold its namespace for ever.
 //
 // An instance carrying this resource's UID under another installation ID
 // (the config's installationID was set or changed, or the provider's, since
@@ -555,7 +589,15 @@ func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (mana
 	case proxy.IsNotFound(err):
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case proxy.IsPermanent(err):
-		if derr := e.driver.Delete(ctx, r); derr != nil {
+		derr := e.driver.Delete(ctx, r)
+		switch {
+		case derr == nil:
+		case proxy.IsUnresolved(derr) && neverMade(cr, r):
+			if log, lerr := logr.FromContext(ctx); lerr == nil {
+				log.Info("letting go of a resource being deleted that never made an instance: its spec names no place to look for one",
+					"namespace", cr.GetNamespace(), "name", cr.GetName(), "reason", derr.Error())
+			}
+		default:
 			return managed.ExternalObservation{}, e.describe(derr, fmt.Sprintf("cannot delete the instance (it cannot be read either: %v)", err))
 		}
 		return managed.ExternalObservation{ResourceExists: false}, nil
@@ -577,6 +619,11 @@ func (e *external[P]) observeDeleting(ctx context.Context, cr Resource[P]) (mana
 	case inst.Mark.UID == own.UID:
 		m := inst.Mark
 		e.deleteMark = &m
+	}
+	if o := cr.Observation(); o.ID == "" && inst.ID != "" {
+		// Found by name: from now on by its ID, and a sign (madeInstance)
+		// that keeps the resource should its zone or host leave the config.
+		o.ID = inst.ID
 	}
 	// ResourceUpToDate: nothing is updated on the way out.
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
