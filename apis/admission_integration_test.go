@@ -336,6 +336,20 @@ func TestAdmissionIntegration(t *testing.T) {
 	} {
 		cases = append(cases, rejection{c.name, nsKVM, []func(*unstructured.Unstructured){set("spec.forProvider.image", c.url)}, []string{"spec.forProvider.image", "not loopback"}})
 	}
+	// Sets crossplane-runtime does not support: the reconciler would stop
+	// on them before anything, the resource's deletion included.
+	for _, c := range []struct {
+		name string
+		base example
+		set  []any
+	}{
+		{"PoliciesCreateDelete", nsKVM, []any{"Create", "Delete"}},
+		{"PoliciesObserveUpdateDelete", clPod, []any{"Observe", "Update", "Delete"}},
+		{"PoliciesObserveDeleteLateInitialize", nsGCP, []any{"Observe", "Delete", "LateInitialize"}},
+		{"PoliciesAllAndObserve", nsPod, []any{"*", "Observe"}},
+	} {
+		cases = append(cases, rejection{"Unsupported" + c.name, c.base, []func(*unstructured.Unstructured){set("spec.managementPolicies", c.set)}, []string{"spec.managementPolicies", "a set crossplane-runtime supports"}})
+	}
 	// create sends the example base, renamed name and changed by mutate.
 	create := func(t *testing.T, base example, name string, mutate []func(*unstructured.Unstructured)) error {
 		t.Helper()
@@ -389,6 +403,10 @@ func TestAdmissionIntegration(t *testing.T) {
 		{"EgressCheckURLIPv4MappedIPv6", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.egressCheck", map[string]any{"url": "http://[::ffff:203.0.113.7]/ip"})}},
 		{"EgressCheckURLIPv4MappedIPv6Hex", cpcPods, []func(*unstructured.Unstructured){set("spec.kubernetes.egressCheck", map[string]any{"url": "http://[::FFFF:cb00:7107]/ip"})}},
 		{"GCPEndpointAddressAndPort", cpcGCP, []func(*unstructured.Unstructured){set("spec.gcp.endpoint", "https://127.0.0.1:8443/")}},
+		{"PoliciesPaused", nsKVM, []func(*unstructured.Unstructured){set("spec.managementPolicies", []any{})}},
+		{"PoliciesObserveOnly", nsGCP, []func(*unstructured.Unstructured){set("spec.managementPolicies", []any{"Observe"})}},
+		{"PoliciesWithoutDelete", clPod, []func(*unstructured.Unstructured){set("spec.managementPolicies", []any{"Observe", "Create", "Update", "LateInitialize"})}},
+		{"PoliciesObserveDelete", nsPod, []func(*unstructured.Unstructured){set("spec.managementPolicies", []any{"Observe", "Delete"})}},
 	}
 	for _, tc := range accepts {
 		t.Run("Accepts"+tc.name, func(t *testing.T) {

@@ -173,6 +173,24 @@ func (k kind) IsProxy() bool  { return k.Role == proxy }
 func (k kind) IsConfig() bool { return k.Role == config }
 func (k kind) IsUsage() bool  { return k.Role == usage }
 
+// managementPoliciesRule admits only the management policy sets
+// crossplane-runtime v2 supports (its defaultSupportedManagementPolicies,
+// compared as sets): it refuses any other before the reconciler, and with
+// it the resource's deletion, stops on it for good. Without Create, Delete
+// goes only alone with Observe.
+var managementPoliciesRule = rule{
+	// Ternaries rather than one disjunction: the estimated cost of a rule
+	// counts one branch of each, and the list has no maxItems.
+	Rule: "!has(self.managementPolicies) || ('*' in self.managementPolicies ? self.managementPolicies.all(p, p == '*') : " +
+		"'Observe' in self.managementPolicies ? 'Create' in self.managementPolicies || " +
+		"!('Delete' in self.managementPolicies && ('Update' in self.managementPolicies || 'LateInitialize' in self.managementPolicies)) : " +
+		"size(self.managementPolicies) == 0)",
+	Message: "managementPolicies must be a set crossplane-runtime supports, or the resource is neither reconciled nor deleted: " +
+		"[*]; [] (paused); Observe with Create and any of Update, Delete, LateInitialize; " +
+		"or Observe alone, with Delete, with Update, with LateInitialize, or with Update and LateInitialize",
+	FieldPath: ".managementPolicies",
+}
+
 // SpecRules are the validation rules on the kind's spec: a cluster-scoped
 // kind's Secret refs name their namespace, a namespaced kind's do not (its
 // Secrets are read from its own namespace).
@@ -197,7 +215,7 @@ func (k kind) SpecRules() []rule {
 			}
 			rules = append(rules, r)
 		}
-		return rules
+		return append(rules, managementPoliciesRule)
 	}
 	rules := append([]rule{}, k.Rules...)
 	for _, s := range secretRefs {
