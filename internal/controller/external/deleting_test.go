@@ -2,6 +2,8 @@ package external
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -122,6 +124,11 @@ func TestDeletingWithoutAnInstanceLetsGo(t *testing.T) {
 		cr.SetManagementPolicies(xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionDelete})
 	}
 	connectFails := errors.New(`spec.kvm.credentials.secretRef: Secret "team-a/ssh" not found`)
+	connectBusy := errors.Wrap(kerrors.NewServiceUnavailable("etcd is busy"), `spec.kvm.credentials.secretRef: cannot get Secret team-a/ssh`)
+	deletedLongAgo := func(cr *nsproxy.KVMProxy) {
+		t := metav1.NewTime(time.Now().Add(-connectGrace - time.Minute))
+		cr.SetDeletionTimestamp(&t)
+	}
 
 	cases := map[string]struct {
 		mods      []func(*nsproxy.KVMProxy)
@@ -141,6 +148,10 @@ func TestDeletingWithoutAnInstanceLetsGo(t *testing.T) {
 		"BackendCannotConnectWithID":     {mods: []func(*nsproxy.KVMProxy){withID}, configs: []client.Object{kvmConfig}, connect: connectFails, wantStays: true},
 		"NoCreatePolicyObservedAnImport": {mods: []func(*nsproxy.KVMProxy){noCreate, withID}},
 		"NoCreatePolicyCreatedBefore":    {mods: []func(*nsproxy.KVMProxy){noCreate, succeeded}, wantStays: true},
+		// A Connect error that may pass is waited out for a while: a crash
+		// may have lost the annotations of a create.
+		"BackendBusy":               {configs: []client.Object{kvmConfig}, connect: connectBusy, wantStays: true},
+		"BackendBusyDeletedLongAgo": {mods: []func(*nsproxy.KVMProxy){deletedLongAgo}, configs: []client.Object{kvmConfig}, connect: connectBusy},
 		// An earlier look (observeDeleting) set Deleting, then the config went.
 		"MissingConfigAfterALook": {mods: []func(*nsproxy.KVMProxy){func(cr *nsproxy.KVMProxy) { cr.SetConditions(xpv2.Deleting()) }}},
 	}
@@ -163,6 +174,34 @@ func TestDeletingWithoutAnInstanceLetsGo(t *testing.T) {
 			}
 			if stays && !strings.Contains(synced, "cannot delete the instance of web, which stays until it can") {
 				t.Errorf("Synced message %q; want the way-out hint", synced)
+			}
+		})
+	}
+}
+
+// TestTransientConnect: which Connect errors a resource without a sign
+// of an instance waits out before it is let go.
+func TestTransientConnect(t *testing.T) {
+	gr := schema.GroupResource{Resource: "secrets"}
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"SecretGone":        {err: errors.New(`spec.kvm.credentials.secretRef: Secret team-a/ssh does not exist`)},
+		"ConfigGone":        {err: errors.Wrap(kerrors.NewNotFound(gr, "home"), "cannot get ClusterProviderConfig home")},
+		"Forbidden":         {err: kerrors.NewForbidden(gr, "ssh", errors.New("no"))},
+		"PermanentBackend":  {err: proxy.Permanentf("key does not parse")},
+		"NoSuchHost":        {err: &url.Error{Op: "Post", URL: "https://k8s.example", Err: &net.DNSError{Err: "no such host", Name: "k8s.example", IsNotFound: true}}},
+		"APIServerBusy":     {err: errors.Wrap(kerrors.NewServiceUnavailable("busy"), "cannot get Secret"), want: true},
+		"APIServerTimeout":  {err: kerrors.NewTimeoutError("slow", 1), want: true},
+		"Throttled":         {err: kerrors.NewTooManyRequests("slow down", 1), want: true},
+		"Deadline":          {err: errors.Wrap(context.DeadlineExceeded, "SelfSubjectAccessReview"), want: true},
+		"ConnectionRefused": {err: &url.Error{Op: "Post", URL: "https://k8s.example", Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}}, want: true},
+		"TransientBackend":  {err: proxy.Transientf("busy"), want: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := transientConnect(tc.err); got != tc.want {
+				t.Errorf("transientConnect(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
 	}

@@ -116,10 +116,17 @@ func (c *connector[P]) Connect(ctx context.Context, mg resource.Managed) (manage
 // go by its usual path (the finalizer, and childrenFinalizer), instead of
 // holding it, and its namespace, for ever on a config that never worked
 // (a typo in spec.providerConfigRef, a credentials Secret that never
-// existed). Any other gets err, with deletingHint.
+// existed). Any other gets err, with deletingHint. So does one whose
+// err may pass (transientConnect) for connectGrace after its deletion: a
+// create whose annotations a crash lost leaves no sign, and its instance
+// is deleted once the backend answers; a backend that stays away does not
+// hold the namespace for ever.
 func unconnected[P any](ctx context.Context, cr Resource[P], err error) (managed.ExternalClient, error) {
 	if !meta.WasDeleted(cr) || madeInstance(cr) {
 		return nil, deletingHint(cr, err)
+	}
+	if since := time.Since(cr.GetDeletionTimestamp().Time); transientConnect(err) && since < connectGrace {
+		return nil, deletingHint(cr, errors.Wrapf(err, "retried for %s after the deletion (%s so far), then the resource, which shows no sign of an instance, is let go", connectGrace, since.Round(time.Second)))
 	}
 	// No event: a namespace being deleted refuses new ones.
 	if log, lerr := logr.FromContext(ctx); lerr == nil {
@@ -127,6 +134,33 @@ func unconnected[P any](ctx context.Context, cr Resource[P], err error) (managed
 			"namespace", cr.GetNamespace(), "name", cr.GetName(), "reason", err.Error())
 	}
 	return noInstance{}, nil
+}
+
+// connectGrace is how long after its deletion a resource without a sign
+// of an instance waits for a Connect error that may pass.
+const connectGrace = 10 * time.Minute
+
+// transientConnect reports whether a Connect error may pass by itself: an
+// API server or backend that is busy, times out or cannot be reached.
+// A config or Secret that is gone, invalid or refused does not.
+func transientConnect(err error) bool {
+	var dns *net.DNSError
+	var ne net.Error
+	var pe *proxy.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return true
+	case kerrors.IsServerTimeout(err), kerrors.IsTimeout(err), kerrors.IsTooManyRequests(err), kerrors.IsInternalError(err),
+		kerrors.IsServiceUnavailable(err), kerrors.IsUnexpectedServerError(err):
+		return true
+	case errors.As(err, &dns):
+		return !dns.IsNotFound
+	case errors.As(err, &ne):
+		return true
+	case errors.As(err, &pe):
+		return pe.Class == proxy.ClassTransient || pe.Class == proxy.ClassQuota
+	}
+	return false
 }
 
 // madeInstance reports whether cr carries any sign that it made, or
