@@ -313,6 +313,10 @@ type probeEntry struct {
 	served bool
 	// answer is that probe's Answer, said with it.
 	answer string
+	// guard the probe dialled with: its result answers no caller whose
+	// guard differs (a tenant's backend reporting a platform proxy's
+	// address).
+	guard Guard
 }
 
 // Check reports whether Squid answering as identity (Identity of the
@@ -336,7 +340,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca
 	e := p.entries[key]
 	now := time.Now()
 	served, answer := false, ""
-	if e != nil && e.addr == addr && e.identity == identity && e.ca == caDigest {
+	if e != nil && e.addr == addr && e.identity == identity && e.ca == caDigest && e.guard == guard {
 		select {
 		case <-e.done:
 			if now.Sub(e.at) < p.ttl(e.result.Serving) {
@@ -351,7 +355,7 @@ func (p *Prober) Check(ctx context.Context, guard Guard, key, addr, identity, ca
 		e = nil
 	}
 	if e == nil {
-		e = &probeEntry{addr: addr, identity: identity, ca: caDigest, caPEM: ca, done: make(chan struct{}), served: served, answer: answer}
+		e = &probeEntry{addr: addr, identity: identity, ca: caDigest, caPEM: ca, done: make(chan struct{}), served: served, answer: answer, guard: guard}
 		p.entries[key] = e
 		p.sweep(now)
 		go p.probe(key, e, guard) //nolint:gosec // The probe outlives the request that started it: later checks share its result.
