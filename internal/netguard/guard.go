@@ -341,7 +341,7 @@ func (g *Guard) CheckHost(ctx context.Context, host string) ([]netip.Addr, error
 	}
 	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
-		return nil, err
+		return nil, unresolved(host, err)
 	}
 	k, err := g.clusterNetworks(ctx)
 	if err != nil {
@@ -622,12 +622,46 @@ func Quiet(err error, field string) error {
 	}
 	var oe *net.OpError
 	var de *net.DNSError
+	var ue *UnresolvedError
+	if errors.As(err, &de) && !errors.As(err, &ue) {
+		return unresolved(de.Name, err)
+	}
 	if IsRefused(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		(errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &de) {
+		(errors.As(err, &oe) && oe.Op == "dial") || de != nil {
 		return WithoutURL(err)
 	}
 	return &quietError{err: err, field: field}
 }
+
+// UnresolvedError is a failed lookup of a name, in words that do not name
+// the provider's DNS server (a *net.DNSError names it: in a pod, the
+// cluster DNS Service's address). It unwraps to the lookup's error, so
+// errors.As still finds the *net.DNSError and its IsNotFound and IsTimeout.
+type UnresolvedError struct {
+	Host string
+	Err  error
+}
+
+// unresolved is err, the failure of host's lookup, as an UnresolvedError.
+func unresolved(host string, err error) error {
+	return &UnresolvedError{Host: host, Err: err}
+}
+
+func (e *UnresolvedError) Error() string {
+	msg := "cannot resolve " + e.Host
+	var de *net.DNSError
+	switch {
+	case errors.As(e.Err, &de) && de.IsNotFound:
+		return msg + ": no such host"
+	case errors.As(e.Err, &de) && de.IsTimeout, errors.Is(e.Err, context.DeadlineExceeded):
+		return msg + ": the lookup timed out"
+	case errors.Is(e.Err, context.Canceled):
+		return msg + ": the lookup was cancelled"
+	}
+	return msg + ": the lookup failed"
+}
+
+func (e *UnresolvedError) Unwrap() error { return e.Err }
 
 // NoRedirects is an http.Client's CheckRedirect for a tenant's API
 // endpoint, which has no reason to redirect: none is followed, so nothing
