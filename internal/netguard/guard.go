@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -53,10 +55,19 @@ type Options struct {
 	// address inside one is never refused, except a cloud metadata
 	// address, which only an entry of that single address opens.
 	Allowed []netip.Prefix
-	// Denied are more ranges to refuse (cluster networks discovery cannot
-	// see). When some of the cluster's networks cannot be read (Partial)
-	// and Denied is empty, every private range is refused in their place.
+	// Denied are more ranges to refuse. They stand in for no cluster
+	// network discovery cannot read.
 	Denied []netip.Prefix
+	// ServiceCIDRs and PodCIDRs are the cluster's Service and pod networks
+	// as the platform team names them: refused, and each stands in for
+	// the sources of its network discovery cannot read (ServiceCIDRs for
+	// "service" and "servicecidrs", PodCIDRs for "pod network"). While a
+	// source is unreadable (Partial) and nothing stands in for it, every
+	// private range is refused in its place.
+	ServiceCIDRs, PodCIDRs []netip.Prefix
+	// Log is told once each time the set of unreadable sources nothing
+	// stands in for changes.
+	Log logr.Logger
 	// Cluster are the discovered cluster networks; nil: none.
 	Cluster Networks
 	// Resolver resolves names; net.DefaultResolver when nil.
@@ -68,11 +79,41 @@ type Options struct {
 // Guard refuses connections to addresses a tenant must not make the
 // provider reach. Safe for concurrent use.
 type Guard struct {
-	allowed  []netip.Prefix
-	denied   []netip.Prefix
+	allowed []netip.Prefix
+	denied  []netip.Prefix
+	// named are the networks the platform team names (Options.ServiceCIDRs,
+	// PodCIDRs); standsIn, the unreadable sources they stand in for.
+	named    []netip.Prefix
+	standsIn map[string]bool
 	cluster  Networks
 	resolver Resolver
 	timeout  time.Duration
+	warn     *warning
+}
+
+// warning logs the unreadable sources once per change.
+type warning struct {
+	log  logr.Logger
+	mu   sync.Mutex
+	last string
+}
+
+func (w *warning) note(uncovered []string) {
+	if w == nil {
+		return
+	}
+	key := strings.Join(uncovered, ", ")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key == w.last {
+		return
+	}
+	w.last = key
+	if key == "" {
+		w.log.Info("the cluster's networks are known again: tenants' endpoints in private ranges outside them are allowed")
+		return
+	}
+	w.log.Info("the cluster's networks cannot all be read: every private range is refused for tenants' endpoints until they can be or are named", "unknown", uncovered, "why", whyUnreadable(uncovered))
 }
 
 // Resolver resolves a name to its addresses (*net.Resolver is one).
@@ -82,12 +123,21 @@ type Resolver interface {
 
 // New returns a Guard.
 func New(o Options) *Guard {
-	g := &Guard{cluster: o.Cluster, resolver: o.Resolver, timeout: o.Timeout}
+	g := &Guard{cluster: o.Cluster, resolver: o.Resolver, timeout: o.Timeout, standsIn: map[string]bool{}, warn: &warning{log: o.Log}}
 	for _, p := range o.Allowed {
 		g.allowed = append(g.allowed, canonical(p))
 	}
 	for _, p := range o.Denied {
 		g.denied = append(g.denied, canonical(p))
+	}
+	for _, p := range append(slices.Clone(o.ServiceCIDRs), o.PodCIDRs...) {
+		g.named = append(g.named, canonical(p))
+	}
+	if len(o.ServiceCIDRs) > 0 {
+		g.standsIn["service"], g.standsIn["servicecidrs"] = true, true
+	}
+	if len(o.PodCIDRs) > 0 {
+		g.standsIn[podNetworkSource] = true
 	}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
@@ -145,7 +195,7 @@ var metadata = prefixes(
 
 // private are the ranges a cluster's own networks are drawn from: refused
 // in their place while those networks cannot be read and the platform
-// team has not named them (Options.Denied).
+// team has not named them (Options.ServiceCIDRs, PodCIDRs).
 var private = prefixes(
 	"10.0.0.0/8",
 	"172.16.0.0/12",
@@ -181,31 +231,46 @@ const (
 )
 
 // whyUnreadable says why a private address is refused while the
-// cluster's networks named cannot be read.
+// cluster's networks named cannot be read, and the ways out.
 func whyUnreadable(sources []string) string {
 	var unread []string
-	unstated := false
+	unstated, service, nodes := false, false, false
 	for _, s := range sources {
-		if s == podNetworkSource {
+		switch s {
+		case podNetworkSource:
 			unstated = true
 			continue
+		case "service", "servicecidrs":
+			service = true
+		case "nodes":
+			nodes = true
 		}
 		unread = append(unread, s)
 	}
 	why := "a private address, and the provider may not read its own cluster's networks (" + strings.Join(unread, ", ") + ")"
-	ways := "the platform team can grant the reads (cluster/rbac/podproxy.yaml), name the cluster's networks with --tenant-endpoint-denied-cidrs, or allow a range with --tenant-endpoint-allowed-cidrs"
+	var ways []string
 	switch {
 	case unstated && len(unread) == 0:
 		why = "a private address, and a node of the provider's own cluster states no pod range (spec.podCIDRs), so its pod network is unknown"
-		ways = "the platform team can name the pod network with --tenant-endpoint-denied-cidrs, or allow a range with --tenant-endpoint-allowed-cidrs"
 	case unstated:
 		why += " nor its pod network (a node states no spec.podCIDRs)"
 	}
-	return why + " to tell them apart: " + ways
+	if len(unread) > 0 {
+		ways = append(ways, "grant the reads (cluster/rbac/podproxy.yaml)")
+	}
+	if service {
+		ways = append(ways, "name the Service network with --tenant-endpoint-service-cidrs")
+	}
+	if unstated || nodes {
+		ways = append(ways, "name the pod network with --tenant-endpoint-pod-cidrs")
+	}
+	ways = append(ways, "allow a range with --tenant-endpoint-allowed-cidrs")
+	last := len(ways) - 1
+	return why + " to tell them apart: the platform team can " + strings.Join(ways[:last], ", ") + ", or " + ways[last]
 }
 
 // known are the networks a check is made against: the cluster's, and
-// the sources of them that cannot be read.
+// the sources of them that cannot be read and nothing stands in for.
 type known struct {
 	cluster    []netip.Prefix
 	unreadable []string
@@ -266,8 +331,8 @@ func (g *Guard) refuse(a netip.Addr, k known) string {
 	denials := []struct {
 		ps  []netip.Prefix
 		why string
-	}{{metadata, whyLocal}, {never, whyLocal}, {k.cluster, whyCluster}, {g.denied, whyDenied}}
-	if len(k.unreadable) > 0 && len(g.denied) == 0 {
+	}{{metadata, whyLocal}, {never, whyLocal}, {k.cluster, whyCluster}, {g.named, whyCluster}, {g.denied, whyDenied}}
+	if len(k.unreadable) > 0 {
 		denials = append(denials, struct {
 			ps  []netip.Prefix
 			why string
@@ -371,7 +436,12 @@ func (g *Guard) clusterNetworks(ctx context.Context) (known, error) {
 		k.cluster = g.cluster.Networks(ctx)
 	}
 	if p, ok := g.cluster.(Partial); ok {
-		k.unreadable = p.Unreadable(ctx)
+		for _, s := range p.Unreadable(ctx) {
+			if !g.standsIn[s] {
+				k.unreadable = append(k.unreadable, s)
+			}
+		}
+		g.warn.note(k.unreadable)
 	}
 	return k, nil
 }

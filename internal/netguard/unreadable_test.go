@@ -57,7 +57,8 @@ func refusingClient(t *testing.T, err func(what string) error) client.Reader {
 // provider installed with Crossplane's grant alone): then it refuses every
 // private range, saying which reads it lacks and the three ways out; a
 // public address still passes, an allowed range opens, and ranges the
-// platform team names (Denied) stand in for what it cannot read.
+// platform team denies stand in for no read: the reads it lacks stay
+// unknown.
 func TestUnreadableClusterNetworksRefusePrivateRanges(t *testing.T) {
 	ctx := context.Background()
 	forbidden := func(what string) error {
@@ -71,7 +72,7 @@ func TestUnreadableClusterNetworksRefusePrivateRanges(t *testing.T) {
 			t.Errorf("Check(%s) while the cluster's networks are unreadable = %v; want a refusal", a, err)
 			continue
 		}
-		for _, want := range []string{"may not read", "endpoints", "nodes", "servicecidrs", "cluster/rbac/podproxy.yaml", "--tenant-endpoint-denied-cidrs", "--tenant-endpoint-allowed-cidrs"} {
+		for _, want := range []string{"may not read", "endpoints", "nodes", "servicecidrs", "cluster/rbac/podproxy.yaml", "--tenant-endpoint-service-cidrs", "--tenant-endpoint-pod-cidrs", "--tenant-endpoint-allowed-cidrs"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("Check(%s) = %q; want it to say %q", a, err, want)
 			}
@@ -91,8 +92,12 @@ func TestUnreadableClusterNetworksRefusePrivateRanges(t *testing.T) {
 	if err := named.Check(ctx, netip.MustParseAddr("10.96.12.34")); !IsRefused(err) || strings.Contains(err.Error(), "may not read") {
 		t.Errorf("Check of a named denied range = %v; want the platform's denial", err)
 	}
-	if err := named.Check(ctx, netip.MustParseAddr("192.168.1.10")); err != nil {
-		t.Errorf("Check of a private address the platform did not deny, with Denied set = %v; want nil", err)
+	if err := named.Check(ctx, netip.MustParseAddr("192.168.1.10")); !IsRefused(err) || !strings.Contains(err.Error(), "may not read") {
+		t.Errorf("Check of a private address the platform did not deny, with Denied set = %v; want a refusal: the reads are still missing", err)
+	}
+	both := New(Options{Cluster: d, ServiceCIDRs: mustPrefixes(t, "10.96.0.0/12"), PodCIDRs: mustPrefixes(t, "10.244.0.0/16")})
+	if err := both.Check(ctx, netip.MustParseAddr("192.168.1.10")); !IsRefused(err) || !strings.Contains(err.Error(), "endpoints, nodes") {
+		t.Errorf("Check of a private address with the Service and pod networks named, the nodes and endpoints unread = %v; want a refusal naming those", err)
 	}
 }
 
@@ -186,7 +191,7 @@ func TestRefusedRedirectQuotesNotItsTarget(t *testing.T) {
 // A cluster whose CNI assigns pod addresses itself (no node states a pod
 // range, as with Calico's IPAM) has a pod network the provider cannot
 // tell: every private range is refused for tenants, saying so, until the
-// platform team names it (Denied) or opens a range; once every node
+// platform team names it (PodCIDRs) or opens a range; once every node
 // states its range, only the cluster's networks are refused.
 func TestUnstatedPodNetworkIsUnreadable(t *testing.T) {
 	ctx := context.Background()
@@ -216,13 +221,16 @@ func TestUnstatedPodNetworkIsUnreadable(t *testing.T) {
 	}
 	fail.Store(false)
 	err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("10.8.3.4"))
-	if !IsRefused(err) || !strings.Contains(err.Error(), "pod network") || !strings.Contains(err.Error(), "--tenant-endpoint-denied-cidrs") || strings.Contains(err.Error(), "rbac") {
+	if !IsRefused(err) || !strings.Contains(err.Error(), "pod network") || !strings.Contains(err.Error(), "--tenant-endpoint-pod-cidrs") || strings.Contains(err.Error(), "rbac") {
 		t.Errorf("Check of a private address while the pod network is unstated = %v; want a refusal naming it and the way out", err)
 	}
 	if err := New(Options{Cluster: d}).Check(ctx, netip.MustParseAddr("198.51.100.7")); err != nil {
 		t.Errorf("Check of a public address = %v; want nil", err)
 	}
-	named := New(Options{Cluster: d, Denied: []netip.Prefix{netip.MustParsePrefix("10.8.0.0/16")}})
+	if err := New(Options{Cluster: d, Denied: mustPrefixes(t, "10.8.0.0/16")}).Check(ctx, netip.MustParseAddr("172.20.0.9")); !IsRefused(err) {
+		t.Errorf("Check with a range denied, the pod network not named = %v; want a refusal", err)
+	}
+	named := New(Options{Cluster: d, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.8.0.0/16")}})
 	if err := named.Check(ctx, netip.MustParseAddr("10.8.3.4")); !IsRefused(err) {
 		t.Errorf("Check inside the pod network the platform named = %v; want a refusal", err)
 	}

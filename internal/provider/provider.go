@@ -91,7 +91,9 @@ func Main(h Hooks) {
 		orphanInterval     = flag.Duration("orphan-sweep-interval", 10*time.Minute, "How often each ProviderConfig's backend is listed for instances with this installation's mark whose managed resource is gone (reported, deleted only where the config's spec.orphans.policy says Delete); 0 turns the sweep off.")
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
 		tenantAllowed      = flag.String("tenant-endpoint-allowed-cidrs", "", "Comma-separated CIDRs (or addresses) a namespaced ProviderConfig's endpoints may be in although the provider refuses them to tenants by default (loopback, link-local, the cluster's own networks): its API URL, kubeconfig server, KVM hosts, key file URLs, image URLs. A cloud metadata address opens only when named exactly; a discovered cluster network only by a range inside it. Only the platform team, which sets the provider's flags, can set it (docs/security.md).")
-		tenantDenied       = flag.String("tenant-endpoint-denied-cidrs", "", "Comma-separated CIDRs a namespaced ProviderConfig's endpoints may never be in, besides the defaults and the discovered cluster networks: the cluster networks discovery cannot read (a pod network the nodes do not state, a node network) or any range of the platform's. Set, it stands in for every network discovery cannot read or no node states: without it, those leave every private range refused for tenants.")
+		tenantDenied       = flag.String("tenant-endpoint-denied-cidrs", "", "Comma-separated CIDRs a namespaced ProviderConfig's endpoints may never be in, besides the defaults and the discovered cluster networks: a node network discovery cannot read, or any range of the platform's. It stands in for no cluster network discovery cannot read: name those with --tenant-endpoint-service-cidrs and --tenant-endpoint-pod-cidrs.")
+		tenantServiceCIDRs = flag.String("tenant-endpoint-service-cidrs", "", "Comma-separated CIDRs of the cluster's Service network, refused for tenants' endpoints. Set, it stands in for the kubernetes Service and the ServiceCIDRs where discovery cannot read them (a cluster before Kubernetes 1.33 serves no ServiceCIDRs): while one is unread and this is not set, every private range is refused for tenants.")
+		tenantPodCIDRs     = flag.String("tenant-endpoint-pod-cidrs", "", "Comma-separated CIDRs of the cluster's pod network, refused for tenants' endpoints. Set, it stands in for the pod network where no node states it (spec.podCIDRs: Calico's IPAM, Cilium's cluster pool, a cloud's VPC addresses): while it is unknown and this is not set, every private range is refused for tenants.")
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
 		kvmImageSpool      = flag.Int64("kvm-image-spool-mib", kvmbackend.DefaultMaxSpoolBytes>>20, "MiB that KVM images served without a Content-Length may hold at once in the provider's temporary directory, across every ProviderConfig and host; a download that would go past it fails with a Quota error and is retried. Only the platform's catalogue images are spooled: a tenant's image needs a Content-Length. 0 spools nothing.")
 		allWrites          = flag.Bool("all-writes", false, "Send every write crossplane-runtime makes, and read connection Secrets from the API server: turns off the client that leaves out writes the API server already holds (a way to rule it out when debugging).")
@@ -112,7 +114,7 @@ func Main(h Hooks) {
 		leaderElection: *leaderElection, changeLogs: *enableChangeLogs, changeLogsSocket: *changeLogsSocket, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout, orphanInterval: *orphanInterval,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
-		tenantAllowed: *tenantAllowed, tenantDenied: *tenantDenied,
+		tenantAllowed: *tenantAllowed, tenantDenied: *tenantDenied, tenantServiceCIDRs: *tenantServiceCIDRs, tenantPodCIDRs: *tenantPodCIDRs,
 	}, h); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
 		os.Exit(1)
@@ -147,6 +149,8 @@ type runOptions struct {
 	managementPolicies, safeStart bool
 	allWrites                     bool
 	tenantAllowed, tenantDenied   string
+	tenantServiceCIDRs            string
+	tenantPodCIDRs                string
 }
 
 func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
@@ -170,6 +174,14 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		return err
 	}
 	denied, err := netguard.ParseCIDRs("--tenant-endpoint-denied-cidrs", strings.Split(o.tenantDenied, ","))
+	if err != nil {
+		return err
+	}
+	serviceCIDRs, err := netguard.ParseCIDRs("--tenant-endpoint-service-cidrs", strings.Split(o.tenantServiceCIDRs, ","))
+	if err != nil {
+		return err
+	}
+	podCIDRs, err := netguard.ParseCIDRs("--tenant-endpoint-pod-cidrs", strings.Split(o.tenantPodCIDRs, ","))
 	if err != nil {
 		return err
 	}
@@ -289,7 +301,8 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		AllWrites:            o.allWrites,
 		// Every endpoint a namespaced ProviderConfig names is dialled
 		// through this guard, which refuses the cluster's networks.
-		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, Cluster: discovery}),
+		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, ServiceCIDRs: serviceCIDRs, PodCIDRs: podCIDRs,
+			Cluster: discovery, Log: ctrl.Log.WithName("provider-egressproxy").WithName("netguard")}),
 		// The PodProxies in this cluster deny what the cluster says of
 		// its networks from the same reads.
 		ClusterNetworks: discovery.Cluster(),
