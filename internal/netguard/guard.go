@@ -65,6 +65,10 @@ type Options struct {
 	// source is unreadable (Partial) and nothing stands in for it, every
 	// private range is refused in its place.
 	ServiceCIDRs, PodCIDRs []netip.Prefix
+	// ContentAllowed are the ranges the platform team opens for tenants'
+	// downloads (ForContent), a private mirror's: a content guard refuses
+	// every address that is not public unless one of these holds it.
+	ContentAllowed []netip.Prefix
 	// Log is told once each time the set of unreadable sources nothing
 	// stands in for changes.
 	Log logr.Logger
@@ -89,6 +93,11 @@ type Guard struct {
 	resolver Resolver
 	timeout  time.Duration
 	warn     *warning
+	// content: the guard of downloads whose bytes reach a tenant, which
+	// refuses every address that is not public; contentAllowed are what
+	// it allows (Options.ContentAllowed).
+	content        bool
+	contentAllowed []netip.Prefix
 }
 
 // warning logs the unreadable sources once per change.
@@ -129,6 +138,9 @@ func New(o Options) *Guard {
 	}
 	for _, p := range o.Denied {
 		g.denied = append(g.denied, canonical(p))
+	}
+	for _, p := range o.ContentAllowed {
+		g.contentAllowed = append(g.contentAllowed, canonical(p))
 	}
 	for _, p := range append(slices.Clone(o.ServiceCIDRs), o.PodCIDRs...) {
 		g.named = append(g.named, canonical(p))
@@ -204,6 +216,32 @@ var private = prefixes(
 	"fc00::/7",
 )
 
+// special are the IPv4 ranges that are not public (IANA's special-purpose
+// registry, those not globally reachable) beyond never's and private's:
+// a tenant's download reads none of them.
+var special = prefixes(
+	"192.0.0.0/24",    // IETF protocol assignments
+	"192.0.2.0/24",    // documentation
+	"192.88.99.0/24",  // 6to4 relay anycast, deprecated
+	"198.18.0.0/15",   // benchmarking
+	"198.51.100.0/24", // documentation
+	"203.0.113.0/24",  // documentation
+)
+
+// notGlobal6 are the IPv6 addresses outside global unicast (2000::/3),
+// and its special-purpose ranges: an IPv6 address that spells no IPv4
+// address is public only outside them.
+var notGlobal6 = prefixes(
+	"::/3", "4000::/2", "8000::/1",
+	"2001::/23",     // IETF protocol assignments (Teredo, ORCHID...)
+	"2001:db8::/32", // documentation
+	"3fff::/20",     // documentation
+)
+
+// nonPublic4 are the IPv4 addresses a content guard refuses (with never's
+// and notGlobal6): the private and special ranges.
+var nonPublic4 = append(prefixes("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"), special...)
+
 func prefixes(s ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(s))
 	for i, p := range s {
@@ -228,6 +266,7 @@ const (
 	whyLocal   = "a loopback, unspecified, link-local, metadata, multicast or reserved address"
 	whyCluster = "an address of the provider's own cluster (its Service, pod or node networks, or its API server)"
 	whyDenied  = "an address the platform team denies to tenants"
+	whyContent = "not a public address (private, shared, documentation, benchmarking or another special-purpose range), and a tenant's download reads only public addresses: the platform team can allow a private mirror's range with --tenant-content-allowed-cidrs"
 )
 
 // whyUnreadable says why a private address is refused while the
@@ -341,6 +380,15 @@ func (g *Guard) refuse(a netip.Addr, k known) string {
 	for _, s := range spellings {
 		allowed := longest(g.allowed, s)
 		why, bits := "", -1
+		if g.content {
+			// An IPv6 address that spells an IPv4 one is judged by it.
+			switch {
+			case s.Is4():
+				why, bits = whyContent, longest(nonPublic4, s)
+			case len(spellings) == 1:
+				why, bits = whyContent, longest(notGlobal6, s)
+			}
+		}
 		for _, d := range denials {
 			if b := longest(d.ps, s); b > bits {
 				why, bits = d.why, b

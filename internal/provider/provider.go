@@ -92,6 +92,7 @@ func Main(h Hooks) {
 		enableMgmtPolicies = flag.Bool("enable-management-policies", true, "Honour spec.managementPolicies (Observe-only imports and the like).")
 		tenantAllowed      = flag.String("tenant-endpoint-allowed-cidrs", "", "Comma-separated CIDRs (or addresses) a namespaced ProviderConfig's endpoints may be in although the provider refuses them to tenants by default (loopback, link-local, the cluster's own networks): its API URL, kubeconfig server, KVM hosts, key file URLs, image URLs. A cloud metadata address opens only when named exactly; a discovered cluster network only by a range inside it. Only the platform team, which sets the provider's flags, can set it (docs/security.md).")
 		tenantDenied       = flag.String("tenant-endpoint-denied-cidrs", "", "Comma-separated CIDRs a namespaced ProviderConfig's endpoints may never be in, besides the defaults and the discovered cluster networks: a node network discovery cannot read, or any range of the platform's. It stands in for no cluster network discovery cannot read: name those with --tenant-endpoint-service-cidrs and --tenant-endpoint-pod-cidrs.")
+		tenantContent      = flag.String("tenant-content-allowed-cidrs", "", "Comma-separated CIDRs (or addresses) tenants' downloads may read from although they are not public: an image a namespaced ProviderConfig or a proxy names by URL, whose bytes land where the tenant reads them, is fetched only from public addresses otherwise (a private mirror's range goes here). A discovered cluster network opens only by a range inside it; --tenant-endpoint-allowed-cidrs opens no download (docs/security.md).")
 		tenantServiceCIDRs = flag.String("tenant-endpoint-service-cidrs", "", "Comma-separated CIDRs of the cluster's Service network, refused for tenants' endpoints. Set, it stands in for the kubernetes Service and the ServiceCIDRs where discovery cannot read them (a cluster before Kubernetes 1.33 serves no ServiceCIDRs): while one is unread and this is not set, every private range is refused for tenants.")
 		tenantPodCIDRs     = flag.String("tenant-endpoint-pod-cidrs", "", "Comma-separated CIDRs of the cluster's pod network, refused for tenants' endpoints. Set, it stands in for the pod network where no node states it (spec.podCIDRs: Calico's IPAM, Cilium's cluster pool, a cloud's VPC addresses): while it is unknown and this is not set, every private range is refused for tenants.")
 		safeStart          = flag.Bool("safe-start", true, "Start each kind's controller only once its CRD is established (Crossplane v2 safe start: kinds can be activated later).")
@@ -114,7 +115,7 @@ func Main(h Hooks) {
 		leaderElection: *leaderElection, changeLogs: *enableChangeLogs, changeLogsSocket: *changeLogsSocket, namespace: *namespace, installationID: *installationID,
 		metricsAddr: *metricsAddr, probeAddr: *probeAddr, pprofAddr: *pprofAddr, healthInterval: *healthInterval, healthTimeout: *healthTimeout, orphanInterval: *orphanInterval,
 		managementPolicies: *enableMgmtPolicies, safeStart: *safeStart, allWrites: *allWrites,
-		tenantAllowed: *tenantAllowed, tenantDenied: *tenantDenied, tenantServiceCIDRs: *tenantServiceCIDRs, tenantPodCIDRs: *tenantPodCIDRs,
+		tenantAllowed: *tenantAllowed, tenantDenied: *tenantDenied, tenantServiceCIDRs: *tenantServiceCIDRs, tenantPodCIDRs: *tenantPodCIDRs, tenantContent: *tenantContent,
 	}, h); err != nil {
 		log.Info("provider stopped with an error", "error", err.Error())
 		os.Exit(1)
@@ -151,6 +152,7 @@ type runOptions struct {
 	tenantAllowed, tenantDenied   string
 	tenantServiceCIDRs            string
 	tenantPodCIDRs                string
+	tenantContent                 string
 }
 
 func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
@@ -182,6 +184,10 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		return err
 	}
 	podCIDRs, err := netguard.ParseCIDRs("--tenant-endpoint-pod-cidrs", strings.Split(o.tenantPodCIDRs, ","))
+	if err != nil {
+		return err
+	}
+	content, err := netguard.ParseCIDRs("--tenant-content-allowed-cidrs", strings.Split(o.tenantContent, ","))
 	if err != nil {
 		return err
 	}
@@ -301,7 +307,7 @@ func run(start time.Time, log logging.Logger, o runOptions, h Hooks) error {
 		AllWrites:            o.allWrites,
 		// Every endpoint a namespaced ProviderConfig names is dialled
 		// through this guard, which refuses the cluster's networks.
-		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, ServiceCIDRs: serviceCIDRs, PodCIDRs: podCIDRs,
+		TenantGuard: netguard.New(netguard.Options{Allowed: allowed, Denied: denied, ServiceCIDRs: serviceCIDRs, PodCIDRs: podCIDRs, ContentAllowed: content,
 			Cluster: discovery, Log: ctrl.Log.WithName("provider-egressproxy").WithName("netguard")}),
 		// The PodProxies in this cluster deny what the cluster says of
 		// its networks from the same reads.

@@ -50,7 +50,7 @@ func onlyAllowing(t *testing.T, cidrs ...string) *netguard.Guard {
 	for _, c := range cidrs {
 		ps = append(ps, netip.MustParsePrefix(c))
 	}
-	return netguard.New(netguard.Options{Allowed: ps})
+	return netguard.New(netguard.Options{Allowed: ps, ContentAllowed: []netip.Prefix{mirrorRange}})
 }
 
 // TestImage_tenantDownloadsNeverReachTheProvidersNetwork: a namespaced

@@ -14,9 +14,13 @@ import (
 )
 
 // mirrorURL is a tenant's image on a public mirror: an address of
-// TEST-NET-3 that a tenant's download guard lets through, never dialled,
-// since the downloads reach it through the forward proxy of throughProxy.
+// TEST-NET-3, which the tenant guards of these tests allow for content
+// (mirrorRange) so that it stands for a public one, never dialled, since
+// the downloads reach it through the forward proxy of throughProxy.
 const mirrorURL = "http://203.0.113.10/debian.qcow2"
+
+// mirrorRange is mirrorURL's range, open for tenants' downloads.
+var mirrorRange = netip.MustParsePrefix("203.0.113.0/24")
 
 // throughProxy sends e's image downloads to a forward proxy at addr (the
 // platform team's choice, dialled without the guard once the URL was

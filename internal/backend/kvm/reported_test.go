@@ -32,7 +32,7 @@ func TestReportedAddressIsGuarded(t *testing.T) {
 	// 10.96.0.0/12 stands for the discovered Service network. The image
 	// is on a public mirror, reached through a forward proxy (the image
 	// server): a tenant's download never connects to loopback.
-	tenant := netguard.New(netguard.Options{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}})
+	tenant := netguard.New(netguard.Options{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}, ContentAllowed: []netip.Prefix{mirrorRange}})
 	for _, reported := range []string{"168.63.129.16", "100.100.100.200", "10.96.0.1", "10.96.0.10"} {
 		for _, guard := range []*netguard.Guard{tenant, nil} {
 			name := fmt.Sprintf("tenant=%v/%s", guard != nil, reported)
