@@ -102,10 +102,12 @@ type Options struct {
 
 // LoopbackAllowed is the tenant guard of the harness by default: as the
 // provider's, with loopback and the netnshost hosts' network allowed for
-// tenants (--tenant-endpoint-allowed-cidrs=127.0.0.0/8,::1,198.18.0.0/15).
+// tenants (--tenant-endpoint-allowed-cidrs=127.0.0.0/8,::1,198.18.0.0/15),
+// and the netnshost hosts' network for their downloads, where those hosts
+// stand for public mirrors (--tenant-content-allowed-cidrs=198.18.0.0/15).
 var LoopbackAllowed = netguard.New(netguard.Options{Allowed: []netip.Prefix{
 	netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netnshost.Net,
-}})
+}, ContentAllowed: []netip.Prefix{netnshost.Net}})
 
 // Env is the provider's controllers running on a control plane, until the
 // test ends.
