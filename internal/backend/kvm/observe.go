@@ -11,6 +11,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -179,7 +180,7 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	switch {
 	case inst.State == proxy.StateRunning:
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
-		pr := d.b.prober.Check(ctx, d.cfg.Guard.Reported(), inst.ID, addr, squid.Expected(inst.Mark), ca)
+		pr := d.b.prober.Check(ctx, d.reportedGuard(meta).Reported(), inst.ID, addr, squid.Expected(inst.Mark), ca)
 		inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			inst.ProxyAddress = addr
@@ -203,6 +204,16 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	d.logAbout(ctx, h.Name, dom.Name).V(1).Info("kvm domain fetched", "state", inst.State, "ip", inst.IP, "uid", inst.Mark.UID)
 	d.logAbout(ctx, h.Name, dom.Name).V(telemetry.VDetail).Info("kvm domain metadata", "metadata", meta.element(true), "libvirtState", int(state), "libvirtReason", reason)
 	return inst, nil
+}
+
+// reportedGuard is the guard of the addresses a domain's guest reports:
+// the config's, or, for a domain booted from an image a proxy names by
+// URL, URLGuard's, since its guest agent is then the tenant's to write.
+func (d *Driver) reportedGuard(meta instanceMeta) *netguard.Guard {
+	if meta.Image == "url" && d.cfg.URLGuard != nil {
+		return d.cfg.URLGuard
+	}
+	return d.cfg.Guard
 }
 
 // mapState maps libvirt's state. A shut-off domain that never ran (reason
