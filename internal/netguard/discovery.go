@@ -24,8 +24,9 @@ import (
 
 // Discovery finds the networks of the cluster the provider runs in: the
 // kubernetes Service's cluster IPs and its endpoints (the API server),
-// the ServiceCIDRs, every node's addresses and spec.podCIDRs, the API
-// server the provider was configured with, and, in a pod, the networks of
+// the ServiceCIDRs, every node's addresses and spec.podCIDRs, the
+// Services' external and load balancer addresses, the API server the
+// provider was configured with, and, in a pod, the networks of
 // its own interfaces (its node's pod network). What it may not read (no
 // rights, an older cluster) is left out: name it with Options.Denied.
 type Discovery struct {
@@ -35,6 +36,10 @@ type Discovery struct {
 	APIServer string
 	// InCluster adds the networks of the process's own interfaces.
 	InCluster bool
+	// Services adds the Services' external and load balancer addresses
+	// (ReadServices): the provider's own cluster's, for tenants'
+	// endpoints.
+	Services bool
 	// TTL is how long what was read is reused; 30 s when zero.
 	TTL time.Duration
 	// Retry is how soon a read that failed on the way is tried again; 1 s
@@ -57,10 +62,10 @@ type Discovery struct {
 }
 
 // NewDiscovery returns the Discovery of the cluster reader reads, whose
-// API server is at apiServer; in a pod (KUBERNETES_SERVICE_HOST set) it
-// adds the pod's own networks.
+// API server is at apiServer, with its Services' addresses; in a pod
+// (KUBERNETES_SERVICE_HOST set) it adds the pod's own networks.
 func NewDiscovery(reader client.Reader, apiServer string) *Discovery {
-	return &Discovery{Reader: reader, APIServer: apiServer, InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != ""}
+	return &Discovery{Reader: reader, APIServer: apiServer, InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "", Services: true}
 }
 
 // Networks implements Networks. A read that fails on the way keeps what
@@ -76,7 +81,7 @@ func (d *Discovery) Networks(ctx context.Context) []netip.Prefix {
 // configured address and the process's own interfaces: what the provider
 // sees of its host is no network of the proxies it runs in the cluster
 // (a provider on the host's network would otherwise deny every network
-// of the host to them).
+// of the host to them), and without the Services' external addresses.
 func (d *Discovery) Cluster() Networks { return clusterOnly{d} }
 
 type clusterOnly struct{ d *Discovery }
@@ -147,7 +152,7 @@ func (d *Discovery) networks(ctx context.Context, static bool) []netip.Prefix {
 	}
 	var out []netip.Prefix
 	for source, ps := range d.last {
-		if static || source != "static" {
+		if static || (source != "static" && source != servicesSource) {
 			out = append(out, ps...)
 		}
 	}
@@ -177,7 +182,11 @@ func (d *Discovery) read(ctx context.Context) bool {
 	settled := true
 	before := d.unreadable
 	d.unknown, d.unreadable = nil, nil
-	for _, src := range ReadCluster(ctx, d.Reader) {
+	sources := ReadCluster(ctx, d.Reader)
+	if d.Services {
+		sources = append(sources, ReadServices(ctx, d.Reader))
+	}
+	for _, src := range sources {
 		switch {
 		case src.Err == nil:
 			d.last[src.Name] = src.Prefixes
@@ -337,8 +346,36 @@ func ReadCluster(ctx context.Context, r client.Reader) []Source {
 	if err == nil && unstated {
 		out = append(out, Source{Name: podNetworkSource, Err: errPodNetworkUnstated})
 	}
+
 	return out
 }
+
+// ReadServices reads every Service's external IPs and load balancer
+// addresses ("services"), one list through r from the watch cache:
+// kube-proxy sends a pod's connection to them straight to the Service's
+// pods, so they are the cluster's own, public or not.
+func ReadServices(ctx context.Context, r client.Reader) Source {
+	svcs := &corev1.ServiceList{}
+	err := r.List(ctx, svcs, fromWatchCache())
+	var ext []string
+	for _, sv := range svcs.Items {
+		ext = append(ext, sv.Spec.ExternalIPs...)
+		if sv.Spec.LoadBalancerIP != "" {
+			ext = append(ext, sv.Spec.LoadBalancerIP)
+		}
+		for _, in := range sv.Status.LoadBalancer.Ingress {
+			if in.IP != "" {
+				ext = append(ext, in.IP)
+			}
+		}
+	}
+	return Source{Name: servicesSource, Err: err, Prefixes: parse(ext)}
+}
+
+// servicesSource names the Services' external and load balancer
+// addresses: refused to tenants' endpoints, not written into a PodProxy's
+// denials (Cluster), which would change with every load balancer.
+const servicesSource = "services"
 
 // fromWatchCache has a list answered from the API server's watch cache.
 // A new one each time: the client writes the list's selectors into Raw.

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,5 +88,74 @@ func TestUnknownServiceNetworkStaysRefused(t *testing.T) {
 	}
 	if err := named.Check(ctx, netip.MustParseAddr("172.20.3.4")); err != nil {
 		t.Errorf("with the Service network named, Check of a private address outside the cluster = %v; want nil", err)
+	}
+}
+
+// TestServicesExternalAddressesRefused: a tenant's endpoint at a platform
+// Service's load balancer or external IP (kube-proxy sends the provider's
+// connection there straight to the Service's pods) is refused as the
+// provider's own cluster, though every other read answers; a PodProxy's
+// denials (Cluster) leave them out. Without the right to list Services,
+// the provider says so and refuses every private range.
+func TestServicesExternalAddressesRefused(t *testing.T) {
+	ctx := context.Background()
+	d := &Discovery{Reader: platformCluster(t, false), Services: true}
+	g := New(Options{Cluster: d})
+	for _, a := range []string{"10.0.1.200", "10.0.1.201"} {
+		if err := g.Check(ctx, netip.MustParseAddr(a)); !IsRefused(err) || !strings.Contains(err.Error(), "own cluster") {
+			t.Errorf("a tenant's endpoint at a platform Service's address %s: %v; want refused as the cluster's", a, err)
+		}
+	}
+	if err := g.Check(ctx, netip.MustParseAddr("10.0.1.6")); err != nil {
+		t.Errorf("a private address outside the cluster: %v; want nil", err)
+	}
+	for _, p := range d.Cluster().Networks(ctx) {
+		if p.Contains(netip.MustParseAddr("10.0.1.200")) {
+			t.Errorf("a PodProxy's denials hold the load balancer address (%s)", p)
+		}
+	}
+
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	noServices := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := l.(*corev1.ServiceList); ok {
+				return kerrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", nil)
+			}
+			return c.List(ctx, l, opts...)
+		},
+	}).Build()
+	forbidden := New(Options{Cluster: &Discovery{Reader: noServices, Services: true}})
+	if err := forbidden.Check(ctx, netip.MustParseAddr("10.0.1.200")); !IsRefused(err) || !strings.Contains(err.Error(), "(services)") {
+		t.Errorf("without the right to list Services: %v; want every private range refused, naming services", err)
+	}
+}
+
+// TestReadServicesListsFromTheWatchCache: the Services' addresses are one
+// list of every namespace's Services from the API server's watch cache.
+func TestReadServicesListsFromTheWatchCache(t *testing.T) {
+	var calls []client.ListOptions
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	r := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "platform", Name: "ingress"}, Spec: corev1.ServiceSpec{LoadBalancerIP: "203.0.113.40"}},
+	).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+			var lo client.ListOptions
+			lo.ApplyOptions(opts)
+			calls = append(calls, lo)
+			return c.List(ctx, l, opts...)
+		},
+	}).Build()
+	src := ReadServices(context.Background(), r)
+	if src.Err != nil || len(src.Prefixes) != 1 || src.Prefixes[0] != netip.MustParsePrefix("203.0.113.40/32") {
+		t.Errorf("ReadServices = %+v; want 203.0.113.40/32", src)
+	}
+	if len(calls) != 1 || calls[0].Namespace != "" || calls[0].Raw == nil || calls[0].Raw.ResourceVersion != "0" {
+		t.Errorf("lists %+v; want one of every namespace from the watch cache", calls)
 	}
 }
