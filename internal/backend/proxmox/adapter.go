@@ -152,7 +152,6 @@ func (p *Transports) get(ca []byte, insecure bool, guard *netguard.Guard) (*http
 		p.used[key] = now()
 		return t, nil
 	}
-	p.used[key] = now()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // Only when the config asks for it; the health check warns.
 	if len(ca) > 0 {
 		pool := x509.NewCertPool()
@@ -177,7 +176,10 @@ func (p *Transports) get(ca []byte, insecure bool, guard *netguard.Guard) (*http
 	if p.m == nil {
 		p.m = map[string]*http.Transport{}
 	}
+	// Noted only once pooled: eviction walks keys, so a refused CA's
+	// entry would stay for ever.
 	p.m[key] = t
+	p.used[key] = now()
 	p.keys = append(p.keys, key)
 	if len(p.keys) > maxTransports {
 		p.evict(p.keys[0])

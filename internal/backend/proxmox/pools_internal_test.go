@@ -1,6 +1,7 @@
 package proxmox
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -45,5 +46,25 @@ func TestFactsOfGoneVMsAreDropped(t *testing.T) {
 	}
 	if got := s.factCount(); got != 2 {
 		t.Errorf("%d facts kept; want 2 (VM 101 here, VM 100 of the other cluster)", got)
+	}
+}
+
+// TestRefusedCAsLeaveNothingPooled: a CA Secret that holds no certificate
+// (a tenant's caSecretRef, rewritten at will) is refused and leaves
+// nothing in the pool, however many distinct ones come.
+func TestRefusedCAsLeaveNothingPooled(t *testing.T) {
+	p := &Transports{}
+	for i := range 100 {
+		if _, err := p.get(fmt.Appendf(nil, "not a certificate %d", i), false, nil); err == nil {
+			t.Fatal("a CA holding no certificate was accepted")
+		}
+	}
+	if _, err := p.get(nil, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.used) != 1 || len(p.m) != 1 || len(p.keys) != 1 {
+		t.Errorf("after 100 refused CAs and one good config: %d used, %d transports, %d keys; want 1 each", len(p.used), len(p.m), len(p.keys))
 	}
 }
