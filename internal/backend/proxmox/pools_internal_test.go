@@ -68,3 +68,21 @@ func TestRefusedCAsLeaveNothingPooled(t *testing.T) {
 		t.Errorf("after 100 refused CAs and one good config: %d used, %d transports, %d keys; want 1 each", len(p.used), len(p.m), len(p.keys))
 	}
 }
+
+// TestInsecureWarningsAreBounded: the warning that a config skips TLS
+// verification is logged once per config, and what remembers it does
+// not grow with every config ever named.
+func TestInsecureWarningsAreBounded(t *testing.T) {
+	var s Shared
+	if !s.warnOnce("insecure team-a/pve") || s.warnOnce("insecure team-a/pve") {
+		t.Error("the warning of one config is not logged exactly once")
+	}
+	for i := range 3 * warnedKept {
+		s.warnOnce(fmt.Sprintf("insecure team-%d/pve", i))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.warned) > warnedKept {
+		t.Errorf("%d configs remembered as warned about; want at most %d", len(s.warned), warnedKept)
+	}
+}

@@ -254,14 +254,19 @@ func (s *Shared) setFact(k factKey, f facts) {
 	s.facts[k] = f
 }
 
+// warnedKept bounds Shared.warned: configs come and go (a tenant's too),
+// and nothing says when one went.
+const warnedKept = 1024
+
 // warnOnce reports whether key was not warned about yet, and records it.
+// Past warnedKept keys it forgets them all: a config then warns once more.
 func (s *Shared) warnOnce(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.warned[key] {
 		return false
 	}
-	if s.warned == nil {
+	if s.warned == nil || len(s.warned) >= warnedKept {
 		s.warned = map[string]bool{}
 	}
 	s.warned[key] = true
