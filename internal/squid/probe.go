@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -153,7 +154,8 @@ func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr st
 	if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
 		return "", err
 	}
-	r := bufio.NewReader(c)
+	// Whatever answers at addr may send a line that never ends.
+	r := bufio.NewReader(io.LimitReader(c, maxAnswerHead))
 	status, err := r.ReadString('\n')
 	if err != nil || !strings.HasPrefix(status, "HTTP/") {
 		return "", &plainError{err: fmt.Errorf("%s does not answer HTTP", addr)}
@@ -175,6 +177,10 @@ func AskTLS(ctx context.Context, dial func(ctx context.Context, network, addr st
 	}
 	return "", &plainError{err: fmt.Errorf("%s answers HTTP, but not as Squid", addr)}
 }
+
+// maxAnswerHead is the most of an answer Ask reads: a status line and 64
+// header lines. Squid's whole answer head is under 2 KiB.
+const maxAnswerHead = 16 << 10
 
 // plainError is an error of the probe in its own words, quoting nothing
 // the endpoint answered: a failed dial (the guard's refusal, a lookup, a

@@ -159,6 +159,74 @@ func TestAskReadsXCache(t *testing.T) {
 	}
 }
 
+// countingConn counts the bytes read from it.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestAskReadsAFewKiBOfAnAnswer: whatever answers at a proxy's address
+// (a tenant's VM or pod) may send a line that never ends; the probe reads
+// a few KiB of it and says the address does not answer as Squid, well
+// within its timeout.
+func TestAskReadsAFewKiBOfAnAnswer(t *testing.T) {
+	for name, head := range map[string]string{
+		"EndlessStatusLine": "HTTP/1.1 200 ",
+		"EndlessHeader":     "HTTP/1.1 200 OK\r\nX-Pad: ",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = ln.Close() }()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer func() { _ = c.Close() }()
+				_, _ = c.Read(make([]byte, 64))
+				if _, err := c.Write([]byte(head)); err != nil {
+					return
+				}
+				chunk := []byte(strings.Repeat("a", 64<<10))
+				for {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+			var read atomic.Int64
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return countingConn{Conn: c, n: &read}, nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // the Prober's default timeout
+			defer cancel()
+			got, err := Ask(ctx, dial, ln.Addr().String())
+			if err == nil || got != "" {
+				t.Errorf("Ask = %q, %v; want an error", got, err)
+			}
+			if ctx.Err() != nil {
+				t.Errorf("Ask returned at its deadline (%v); want at once", err)
+			}
+			if n := read.Load(); n > 64<<10 {
+				t.Errorf("Ask read %d KiB of an endless line; want a few KiB", n>>10)
+			}
+		})
+	}
+}
+
 // TestProberServesTheLastSuccessWhileRenewing: a Ready proxy whose result
 // is renewed over a slow link stays Serving until the renewal says
 // otherwise.
