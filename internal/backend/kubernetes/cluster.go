@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -131,10 +132,21 @@ func NewCluster(cfg *rest.Config, hc *http.Client, c client.Client, live client.
 			return v.GitVersion, nil
 		},
 		PodLog: func(ctx context.Context, namespace, pod, container string, tailLines, limitBytes int64) ([]byte, error) {
-			return rc.Get().AbsPath("/api/v1/namespaces", namespace, "pods", pod, "log").
+			body, err := rc.Get().AbsPath("/api/v1/namespaces", namespace, "pods", pod, "log").
 				Param("container", container).Param("timestamps", "true").
 				Param("tailLines", strconv.FormatInt(tailLines, 10)).Param("limitBytes", strconv.FormatInt(limitBytes, 10)).
-				Do(ctx).Raw()
+				Stream(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = body.Close() }()
+			// limitBytes is the kubelet's to honour; a server that does
+			// not is cut off where the kubelet would cut.
+			r := io.Reader(body)
+			if limitBytes > 0 {
+				r = io.LimitReader(body, limitBytes)
+			}
+			return io.ReadAll(r)
 		},
 	}, nil
 }
@@ -218,6 +230,8 @@ type Remote struct {
 	pool  map[remoteKey]*remoteCluster
 	build func(kubeconfig []byte, guard *netguard.Guard) (*Cluster, error)
 	now   func() time.Time
+	// maxAnswer bounds one answer's body (tests); maxAnswer when 0.
+	maxAnswer int64
 }
 
 // remoteKey is a pooled Cluster's: the kubeconfig's digest and the guard
@@ -311,6 +325,12 @@ func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster,
 		// platform team's, dialled as it is.
 		cfg.Proxy, cfg.Dial = guard.Via(nil, nil)
 	}
+	limit := r.maxAnswer
+	if limit <= 0 {
+		limit = maxAnswer
+	}
+	server := cfg.Host
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return capAnswers(rt, limit, server) })
 	cfg = Observed(cfg)
 	// One HTTP client of its own, so its connections can be closed when
 	// the Cluster leaves the pool.
