@@ -261,7 +261,8 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 		return nil, &dialError{stageSocket, t.quiet(err)}
 	}
 	// streamOrder: go-libvirt misreads a download whose data comes first.
-	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(newStreamOrder(sock)))
+	order := newStreamOrder(sock)
+	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(order))
 	connected := make(chan error, 1)
 	go func() { connected <- l.ConnectToURI(libvirt.QEMUSystem) }()
 	select {
@@ -285,7 +286,11 @@ func (d *sshDialer) dial(ctx context.Context, t Target) (c *conn, err error) {
 	go func() {
 		select {
 		case <-l.Disconnected():
-			lk.close("libvirt disconnected")
+			reason := "libvirt disconnected"
+			if err := order.failure(); err != nil {
+				reason = err.Error()
+			}
+			lk.close(reason)
 		case <-lk.done:
 		}
 	}()
