@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,6 +117,15 @@ func NewClient(c client.Client, secretCache client.Reader, synced func() bool) *
 		sc.secrets = &connectionSecrets{cache: secretCache, synced: synced, now: time.Now, created: map[types.NamespacedName]time.Time{}}
 	}
 	return sc
+}
+
+// noted reports whether the client notes obj: a managed resource, whose
+// reconciles read and write it again until it is gone. Anything else
+// read through the client (the config a finalizer records a release in,
+// a Secret) may never be read again, and its entry would stay for ever.
+func noted(obj client.Object) bool {
+	_, ok := obj.(resource.Managed)
+	return ok
 }
 
 func seenKey(obj client.Object) objectKey {
@@ -258,6 +268,9 @@ func (c *Client) wrote(obj client.Object, from string) {
 	if c.OnWrite != nil {
 		c.OnWrite()
 	}
+	if !noted(obj) {
+		return
+	}
 	o, s, err := digests(obj)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -316,7 +329,7 @@ func (c *Client) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 		err = c.catchUp(ctx, key, obj, opts...)
 	}
 	switch {
-	case err == nil:
+	case err == nil && noted(obj):
 		c.read(obj)
 	case kerrors.IsNotFound(err):
 		// Gone: forget it.

@@ -2,6 +2,7 @@ package writes
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	nsproxy "github.com/egressproxy/provider-egressproxy/apis/namespaced/proxy/v1alpha1"
+	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 )
 
 // counted returns a fake API server holding objs and a counter of the
@@ -545,5 +547,38 @@ func TestDigestOfATypedObject(t *testing.T) {
 	other.SetAnnotations(map[string]string{"keep": "y"})
 	if d, _, _ := digests(other); d == base {
 		t.Error("the digest does not see an annotation's change")
+	}
+}
+
+// TestClientNotesOnlyManagedResources: a finalizer reads and patches the
+// status of a tenant's ProviderConfig through the client (recording a
+// release); nothing reads it again once its namespace is gone, so the
+// client keeps nothing of it. A managed resource read is still noted.
+func TestClientNotesOnlyManagedResources(t *testing.T) {
+	ctx := context.Background()
+	pc := &nsv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "kvm"}}
+	live := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(pc, kvmProxy()).WithStatusSubresource(pc).Build()
+	c := NewClient(live, nil, nil)
+	got := &nsv1alpha1.ProviderConfig{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pc), got); err != nil {
+		t.Fatal(err)
+	}
+	orig := got.DeepCopy()
+	got.Status.Users = 1
+	if err := c.Status().Patch(ctx, got, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(kvmProxy()), &nsproxy.KVMProxy{}); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.seen {
+		if k.t != reflect.TypeFor[*nsproxy.KVMProxy]() {
+			t.Errorf("the client keeps %s %s/%s, which no reconcile reads again", k.t, k.namespace, k.name)
+		}
+	}
+	if len(c.seen) != 1 {
+		t.Errorf("the client notes %d objects; want the managed resource read", len(c.seen))
 	}
 }
