@@ -32,10 +32,45 @@ const (
 	// Squid's group only.
 	TLSCertPath = squid.DefaultTLSCertPath
 	TLSKeyPath  = squid.DefaultTLSKeyPath
-	// OwnAddressesPath lists the guest's own addresses, written at first
-	// boot before Squid starts; squid.conf denies them as destinations.
-	OwnAddressesPath = "/etc/squid/egressproxy-own-addresses"
+	// OwnAddressesPath is the guest's own addresses as squid.conf's
+	// own_dst ACL, which squid.conf includes and denies as destinations:
+	// RefreshOwnAddresses writes it before every start of Squid.
+	OwnAddressesPath = "/etc/squid/egressproxy-own-addresses.conf"
 )
+
+// RefreshOwnAddresses is the shell command that lists the guest's own
+// addresses (loopback at least) in OwnAddressesPath, replacing the list
+// whole. A guest's addresses change after its first boot (a new lease, a
+// NIC or SLAAC address added), so every script that installs squid.conf
+// or (re)starts Squid runs it first, and systemd before every start
+// (OwnAddressesFiles). One command, so that it fails as a whole in an
+// && list too; its temporary file is the shell's own, since a GCP
+// guest's startup script may run it beside the first boot's cloud-init.
+var RefreshOwnAddresses = "{ { echo 127.0.0.1; echo ::1; ip -o addr show | awk '$3 == \"inet\" || $3 == \"inet6\" { split($4, a, \"/\"); print a[1] }'; } | " +
+	"sort -u | awk '{ print \"acl own_dst dst \" $1 }' > " + OwnAddressesPath + ".$$ && chmod 0644 " + OwnAddressesPath + ".$$ && " +
+	"mv -f " + OwnAddressesPath + ".$$ " + OwnAddressesPath + "; }"
+
+// Where systemd runs RefreshOwnAddresses before every start of Squid (a
+// reboot's among them).
+const (
+	ownAddressesScriptPath = "/usr/local/lib/egressproxy/own-addresses"
+	ownAddressesDropInPath = "/etc/systemd/system/squid.service.d/egressproxy-own-addresses.conf"
+)
+
+// OwnAddressesFiles are the script that runs RefreshOwnAddresses and the
+// drop-in that has systemd run it before every start of Squid, after the
+// distribution's own steps. Every script that configures a guest writes
+// them, then reloads systemd.
+func OwnAddressesFiles() []GuestFile {
+	return []GuestFile{
+		{Path: ownAddressesScriptPath, Mode: "0755", Content: "#!/bin/sh\n# Written by provider-egressproxy: the guest's own addresses, which\n# squid.conf denies as destinations.\nset -e\n" + RefreshOwnAddresses + "\n"},
+		{Path: ownAddressesDropInPath, Mode: "0644", Content: "# Written by provider-egressproxy: the guest's own addresses, listed\n# before every start of Squid (squid.conf includes them).\n[Service]\nExecStartPre=" + ownAddressesScriptPath + "\n"},
+	}
+}
+
+// SystemdReload is the shell command that has systemd read the units
+// again, where there is systemd; it never fails.
+const SystemdReload = "{ if command -v systemctl >/dev/null; then systemctl daemon-reload || true; fi; }"
 
 // HtpasswdFiles are the guest's copies of the htpasswd: installed, and
 // staged by cloud-init or the guest agent.
@@ -415,7 +450,7 @@ func generated(o Options) string {
 		writeFile(&b, stageDir+"/tls.crt", o.Squid.TLSCert)
 		writeFile(&b, stageDir+"/tls.key", o.Squid.TLSKey)
 	}
-	for _, f := range EgressCheckFiles(o.EgressReport) {
+	for _, f := range append(OwnAddressesFiles(), EgressCheckFiles(o.EgressReport)...) {
 		writeFileMode(&b, f.Path, f.Mode, f.Content)
 	}
 	b.WriteString("runcmd:\n")
@@ -428,9 +463,8 @@ func generated(o Options) string {
 	}
 	script = append(script,
 		"command -v squid >/dev/null || egp_install squid",
-		// The guest's own addresses (loopback at least), for squid.conf's
-		// own_dst: the proxy never reaches its own host's services.
-		"{ echo 127.0.0.1; echo ::1; ip -o addr show | awk '{split($4, a, \"/\"); print a[1]}'; } | sort -u > "+OwnAddressesPath,
+		// Before squid.conf, which does not load without it.
+		RefreshOwnAddresses,
 		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+SquidConfPath)
 	if o.Squid.Htpasswd != "" {
 		script = append(script, "egp_auth_helper", "install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/htpasswd "+HtpasswdPath)
@@ -443,7 +477,7 @@ func generated(o Options) string {
 		// A seed run again (Proxmox) with a feature turned off.
 		script = append(script, rm)
 	}
-	script = append(script, "egp_enable squid", "egp_restart squid")
+	script = append(script, SystemdReload, "egp_enable squid", "egp_restart squid")
 	if o.EgressReport != nil {
 		script = append(script, EgressCheckStart)
 	} else {

@@ -35,6 +35,35 @@ import (
 
 const installHint = "squid not found in PATH or at /usr/sbin/squid: run hack/install-squid.sh (installs Debian's squid package)"
 
+// TestOwnAddressesMissingStopsSquid: squid.conf includes the machine's
+// own addresses, so Squid refuses a configuration whose list is missing
+// or empty, where a missing list file would have been an empty ACL, and
+// the machine's own addresses open.
+func TestOwnAddressesMissingStopsSquid(t *testing.T) {
+	bin := squidBinary(t)
+	dir := worldReadableDir(t)
+	own := filepath.Join(dir, "own-addresses.conf")
+	f, err := Render(proxy.Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedDestinationCIDRs: []string{"10.0.0.0/8"}},
+		Options{ListenAddress: "127.0.0.1", OwnAddressesFile: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "squid.conf")
+	writeReadable(t, conf, f.SquidConf)
+	parse := func() error { return exec.Command(bin, "-k", "parse", "-f", conf).Run() }
+	if err := parse(); err == nil {
+		t.Error("Squid accepts the configuration without the list of its own addresses")
+	}
+	writeReadable(t, own, "")
+	if err := parse(); err == nil {
+		t.Error("Squid accepts the configuration with an empty list of its own addresses")
+	}
+	writeReadable(t, own, "acl own_dst dst 127.0.0.1\nacl own_dst dst ::1\nacl own_dst dst 10.0.0.5\n")
+	if out, err := exec.Command(bin, "-k", "parse", "-f", conf).CombinedOutput(); err != nil {
+		t.Errorf("squid -k parse with the list: %v\n%s", err, out)
+	}
+}
+
 // squidBinary finds squid. Without it, the test skips on a developer's
 // machine but fails in CI (CI set) or when EGRESSPROXY_REQUIRE_SQUID=1, so
 // that a CI machine without Squid never passes by skipping.
@@ -798,7 +827,7 @@ func TestRealSquidDeniesPivots(t *testing.T) {
 		// As a VM lists them at boot (cloudinit): denied even inside a
 		// range the resource opened.
 		own := filepath.Join(worldReadableDir(t), "own-addresses")
-		writeReadable(t, own, "127.0.0.1\n::1\n"+private[2].String()+"\n")
+		writeReadable(t, own, "acl own_dst dst 127.0.0.1\nacl own_dst dst ::1\nacl own_dst dst "+private[2].String()+"\n")
 		o2 := o
 		o2.OwnAddressesFile = own
 		s := settings

@@ -116,11 +116,14 @@ type Options struct {
 	// network the proxy stands in (a cluster's Service and Pod networks,
 	// its API server, the proxy's own addresses). CIDRs or bare addresses.
 	DeniedDestinationCIDRs []string
-	// OwnAddressesFile, when set, is a file of the proxy machine's own
-	// addresses, one a line, written where Squid runs before it starts (a
-	// VM's interface addresses at boot): they are denied as destinations,
-	// so the proxy never reaches the services of its own host by an
-	// address of its own. It must exist and list at least one address.
+	// OwnAddressesFile, when set, is a squid.conf fragment of the proxy
+	// machine's own addresses, one "acl own_dst dst ADDRESS" line each,
+	// written where Squid runs before it starts (a VM's interface
+	// addresses): they are denied as destinations, so the proxy never
+	// reaches the services of its own host by an address of its own.
+	// squid.conf includes it, so Squid refuses to start without it or
+	// with no address in it, where a missing list file would be an empty
+	// ACL.
 	OwnAddressesFile string
 	// HostsFile is Squid's hosts_file, names resolved before DNS; empty
 	// keeps Squid's /etc/hosts. Tests point it at names of their own.
@@ -284,8 +287,9 @@ func Render(s proxy.Settings, o Options) (Files, error) {
 		"")
 	dstACLs, dstRules := destinationACLs(s, o)
 	if o.OwnAddressesFile != "" {
-		dstACLs = append(dstACLs, "# The proxy machine's own addresses, listed at its start.",
-			`acl own_dst dst "`+o.OwnAddressesFile+`"`)
+		dstACLs = append(dstACLs, "# The proxy machine's own addresses (acl own_dst), listed before each",
+			"# start; Squid does not start without them.",
+			"include "+o.OwnAddressesFile)
 		dstRules = append([]string{"http_access deny own_dst"}, dstRules...)
 	}
 	w(dstACLs...)

@@ -121,7 +121,7 @@ func StartGuest(bin, ip string, port int, f squid.Files) (stop func(), err error
 		"htpasswd":      f.Htpasswd,
 		"tls.crt":       f.TLSCert,
 		"tls.key":       f.TLSKey,
-		"own-addresses": "127.0.0.1\n::1\n" + ip + "\n",
+		"own-addresses": "acl own_dst dst 127.0.0.1\nacl own_dst dst ::1\nacl own_dst dst " + ip + "\n",
 		"access.log":    "",
 		"cache.log":     "",
 	} {

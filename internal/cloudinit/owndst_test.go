@@ -1,0 +1,86 @@
+package cloudinit_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit/guesttest"
+)
+
+// TestOwnAddressesBeforeEveryStart: the first boot lists the guest's own
+// addresses as the ACL squid.conf includes (so Squid does not start
+// without them) and has systemd list them again before every start of
+// Squid; a seed run again (a Proxmox update) lists the addresses the guest
+// has then, not those of its first boot.
+func TestOwnAddressesBeforeEveryStart(t *testing.T) {
+	g := guesttest.New(t)
+	ud, f := userData(t, false, false)
+	g.Boot(ud)
+	want := "acl own_dst dst 10.0.0.5\nacl own_dst dst 127.0.0.1\nacl own_dst dst ::1\n"
+	if got, _ := g.ReadFile(cloudinit.OwnAddressesPath); got != want {
+		t.Errorf("%s after the first boot:\n%s\nwant:\n%s", cloudinit.OwnAddressesPath, got, want)
+	}
+	for p := range g.Files() {
+		if strings.HasPrefix(p, cloudinit.OwnAddressesPath+".") {
+			t.Errorf("%s stays on the guest", p)
+		}
+	}
+	if !strings.Contains(f.SquidConf, "\ninclude "+cloudinit.OwnAddressesPath+"\n") {
+		t.Errorf("squid.conf does not include %s:\n%s", cloudinit.OwnAddressesPath, f.SquidConf)
+	}
+	files := cloudinit.OwnAddressesFiles()
+	for _, gf := range files {
+		if got, _ := g.ReadFile(gf.Path); got != gf.Content {
+			t.Errorf("%s after the first boot:\n%s\nwant:\n%s", gf.Path, got, gf.Content)
+		}
+	}
+	if !strings.Contains(files[0].Content, cloudinit.RefreshOwnAddresses) || !strings.Contains(files[1].Content, "\nExecStartPre="+files[0].Path+"\n") {
+		t.Errorf("systemd does not list the addresses before Squid starts:\n%s\n%s", files[0].Content, files[1].Content)
+	}
+
+	t.Run("SquidReadsThem", func(t *testing.T) {
+		bin := squidBinary(t)
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // Squid drops to its own user.
+			t.Fatal(err)
+		}
+		own, _ := g.ReadFile(cloudinit.OwnAddressesPath)
+		conf, _ := g.ReadFile(cloudinit.SquidConfPath)
+		for name, content := range map[string]string{"own.conf": own, "squid.conf": strings.ReplaceAll(conf, cloudinit.OwnAddressesPath, filepath.Join(dir, "own.conf"))} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil { //nolint:gosec // Squid's to read.
+				t.Fatal(err)
+			}
+		}
+		if out, err := exec.Command(bin, "-k", "parse", "-f", filepath.Join(dir, "squid.conf")).CombinedOutput(); err != nil {
+			t.Errorf("squid -k parse of the guest's squid.conf and addresses: %v\n%s", err, out)
+		}
+	})
+
+	g.Tool("ip", `echo "1: lo    inet 127.0.0.1/8 scope host lo"; echo "2: ens4    inet 10.0.0.9/24 brd 10.0.0.255 scope global dynamic ens4"; `+
+		`echo "2: ens4    inet6 2001:db8::9/64 scope global dynamic mngtmpaddr"`)
+	g.Boot(ud)
+	want = "acl own_dst dst 10.0.0.9\nacl own_dst dst 127.0.0.1\nacl own_dst dst 2001:db8::9\nacl own_dst dst ::1\n"
+	if got, _ := g.ReadFile(cloudinit.OwnAddressesPath); got != want {
+		t.Errorf("%s after the seed ran again:\n%s\nwant:\n%s", cloudinit.OwnAddressesPath, got, want)
+	}
+}
+
+// squidBinary is Debian's squid; without it the test skips, but under CI,
+// where it must be installed (hack/install-squid.sh), it fails.
+func squidBinary(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"squid", "/usr/sbin/squid"} {
+		if bin, err := exec.LookPath(p); err == nil {
+			return bin
+		}
+	}
+	if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+		t.Fatal("squid not found: run hack/install-squid.sh (CI is set, so this test does not skip)")
+	}
+	t.Skip("squid not found: run hack/install-squid.sh")
+	return ""
+}
