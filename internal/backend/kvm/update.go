@@ -87,7 +87,19 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 // (report, nil when off) through the guest agent and reloads Squid. The
 // agent not answering yet is Transient.
 func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Files, report *cloudinit.EgressReport) error {
-	script := []string{"install -m 0644 -o root -g root " + stageDir + "/squid.conf " + cloudinit.SquidConfPath}
+	// The guest's own addresses first: they may have changed since its
+	// boot, and squid.conf does not load without them. A guest first
+	// booted by an earlier version gets systemd's refresh at start too.
+	var script []string
+	for _, gf := range cloudinit.OwnAddressesFiles() {
+		staged := cloudinit.StagedPath(gf)
+		if err := agentWrite(ctx, api, dom, staged, gf.Content); err != nil {
+			return err
+		}
+		script = append(script, "mkdir -p "+path.Dir(gf.Path), "install -m "+gf.Mode+" -o root -g root "+staged+" "+gf.Path, "rm -f "+staged)
+	}
+	script = append(script, cloudinit.SystemdReload, cloudinit.RefreshOwnAddresses,
+		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+cloudinit.SquidConfPath)
 	if err := agentWrite(ctx, api, dom, stageDir+"/squid.conf", f.SquidConf); err != nil {
 		return err
 	}
