@@ -110,6 +110,9 @@ get() { curl -sf -H 'Metadata-Flavor: Google' "$md/$1"; }
 # off; a server that does not answer leaves the files as they are.
 absent() { [ "$(curl -s -o /dev/null -w '%%{http_code}' -H 'Metadata-Flavor: Google' "$md/$1")" = 404 ]; }
 %[11]s
+# The guest's own addresses, as they are at this boot: squid.conf denies
+# them, and does not load without them.
+%[15]s
 get %[1]s > %[2]s.new && install -m 0644 -o root -g root %[2]s.new %[2]s
 rm -f %[2]s.new
 if get %[3]s > %[4]s.new; then install -m 0640 -o root -g "$(egp_squid_group)" %[4]s.new %[4]s; elif absent %[3]s; then rm -f %[9]s; fi
@@ -124,7 +127,7 @@ if [ -f %[14]s ]; then rm -f %[13]s; fi
 `, MetadataSquidConf, cloudinit.SquidConfPath, MetadataHtpasswd, cloudinit.HtpasswdPath,
 		MetadataTLSCert, cloudinit.TLSCertPath, MetadataTLSKey, cloudinit.TLSKeyPath,
 		strings.Join(cloudinit.HtpasswdFiles(), " "), strings.Join(cloudinit.TLSFiles(), " "), cloudinit.GuestFunctions,
-		egressCheckScript(), strings.Join(cloudinit.StagedCredentials(), " "), cloudinit.BootFinishedPath)
+		egressCheckScript(), strings.Join(cloudinit.StagedCredentials(), " "), cloudinit.BootFinishedPath, cloudinit.RefreshOwnAddresses)
 }
 
 // egressCheckKey is the metadata key that holds the file at guest path p
