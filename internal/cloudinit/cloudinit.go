@@ -6,11 +6,15 @@ package cloudinit
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"mime/multipart"
+	"net"
+	"net/netip"
 	"net/textproto"
 	"path/filepath"
 	"regexp"
@@ -19,6 +23,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -114,8 +119,11 @@ func RemoveUnnamed(f squid.Files) string {
 // (logrotate reopens them through /run/squid.pid), the htpasswd next to
 // the config. uid is the managed resource's: Squid names itself after it
 // (squid.Identity), and it seeds the htpasswd salt so a render is
-// reproducible.
-func SquidOptions(uid string) squid.Options {
+// reproducible. hypervisor are the addresses of the machine the guest
+// runs on (HostAddresses): denied, and never opened by
+// allowedDestinationCIDRs, since its sshd, libvirtd or API often trust
+// the guests' network.
+func SquidOptions(uid string, hypervisor ...string) squid.Options {
 	return squid.Options{
 		HtpasswdPath:   HtpasswdPath,
 		TLSCertPath:    TLSCertPath,
@@ -127,8 +135,39 @@ func SquidOptions(uid string) squid.Options {
 		HtpasswdSalt:   uid,
 		UID:            uid,
 
-		OwnAddressesFile: OwnAddressesPath,
+		OwnAddressesFile:       OwnAddressesPath,
+		DeniedDestinationCIDRs: hypervisor,
 	}
+}
+
+// HostAddresses are the addresses of host, a config's hypervisor (a name
+// or an address, with or without a port), for SquidOptions: a name is
+// resolved with r. A name that resolves to nothing is an error naming
+// field, Transient: without its addresses the guest's Squid would not
+// deny it. The error gives the resolver's verdict, never its server.
+func HostAddresses(ctx context.Context, r netguard.Resolver, field, host string) ([]string, error) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []string{a.WithZone("").String()}, nil
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	if err == nil && len(addrs) == 0 {
+		err = errors.New("no address")
+	}
+	if err != nil {
+		if de := (*net.DNSError)(nil); errors.As(err, &de) {
+			err = errors.New(de.Err)
+		}
+		return nil, proxy.Transientf("%s: cannot resolve %q, which the proxy's Squid must deny so that the guest cannot reach its hypervisor: %v", field, host, err)
+	}
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.WithZone("").String()
+	}
+	return out, nil
 }
 
 // Options are what the user-data is made of.

@@ -35,7 +35,7 @@ type plan struct {
 func (p *plan) key() string { return Target{Host: p.host}.endpoint() + "/" + p.req.Name }
 
 // plan checks the request against the config before any backend call.
-func (d *Driver) plan(req proxy.Request) (*plan, error) {
+func (d *Driver) plan(ctx context.Context, req proxy.Request) (*plan, error) {
 	if !validName.MatchString(req.Name) {
 		return nil, proxy.Permanentf("instance name %q is not a valid domain name (lowercase letters, digits, dashes, at most 63)", req.Name)
 	}
@@ -57,7 +57,11 @@ func (d *Driver) plan(req proxy.Request) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID))
+	hv, err := d.hypervisor(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID, hv...))
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +106,7 @@ func (d *Driver) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 }
 
 func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance, error) {
-	p, err := d.plan(req)
+	p, err := d.plan(ctx, req)
 	if err != nil {
 		return proxy.Instance{}, err
 	}

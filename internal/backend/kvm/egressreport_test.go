@@ -1,6 +1,7 @@
 package kvm
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -26,7 +27,7 @@ func unreachedGuest(t *testing.T, mutate ...func(*testEnv)) (e *testEnv, inst pr
 	e.host.mu.Lock()
 	e.host.squid = map[string]string{} // the provider's probe finds nothing
 	e.host.mu.Unlock()
-	if p, err := e.d.plan(req); err != nil || cloudinit.EgressRequestOf(p.userData) == "" {
+	if p, err := e.d.plan(context.Background(), req); err != nil || cloudinit.EgressRequestOf(p.userData) == "" {
 		t.Fatalf("the seed's user-data has no egress check (%v)", err)
 	}
 	return e, inst, func(line string) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -112,11 +114,24 @@ type testEnv struct {
 	d       *Driver
 	dialErr error
 	dials   atomic.Int32
+	// resolver answers for the hosts' names.
+	resolver fakeResolver
+}
+
+// fakeResolver resolves the names it holds; any other is not found.
+type fakeResolver map[string][]netip.Addr
+
+func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, Server: "10.96.0.10:53", IsNotFound: true}
 }
 
 func newTestEnv(t *testing.T, mutate ...func(*testEnv)) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, host: newFakeHost(), images: newImageServer(t, 3<<20), logs: &testenv.Buffer{}, spans: tracetest.NewSpanRecorder()}
+	e := &testEnv{t: t, host: newFakeHost(), images: newImageServer(t, 3<<20), logs: &testenv.Buffer{}, spans: tracetest.NewSpanRecorder(),
+		resolver: fakeResolver{"fakehost": {netip.MustParseAddr("192.0.2.10")}, "fakehost2": {netip.MustParseAddr("192.0.2.11")}}}
 	e.cfg = Config{
 		Name:        testProvider,
 		Credentials: Credentials{Key: []byte(sentinelKey), KnownHosts: []byte(sentinelKnownHosts)},
@@ -141,8 +156,9 @@ func (e *testEnv) start() {
 	log := funcr.New(func(prefix, args string) { e.logs.Line(prefix + " " + args) }, funcr.Options{Verbosity: 10})
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	e.b = NewBackend(Options{
-		Log:    &log,
-		Tracer: tp.Tracer("test"),
+		Resolver: e.resolver,
+		Log:      &log,
+		Tracer:   tp.Tracer("test"),
 		// Results kept for no time, and every check waits for its probe (the fake answers at once): every Get sees the fake's Squid as it is.
 		Prober: &squid.Prober{Ask: e.host.squidAsk, Wait: time.Minute, PositiveTTL: time.Nanosecond, NegativeTTL: time.Nanosecond},
 		dial: func(ctx context.Context, t Target) (*conn, error) {

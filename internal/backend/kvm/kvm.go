@@ -13,6 +13,8 @@ package kvm
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -143,6 +146,9 @@ type Options struct {
 	// Prober checks that Squid with the instance's own configuration
 	// answers; default a squid.Prober of its own.
 	Prober *squid.Prober
+	// Resolver resolves the hosts' names, whose addresses each guest's
+	// Squid denies; default net.DefaultResolver.
+	Resolver netguard.Resolver
 
 	// dial replaces the SSH dialer (tests).
 	dial dialFunc
@@ -152,13 +158,14 @@ type Options struct {
 // connections, the per-name and per-image locks, the image cache and the
 // creates waiting on it. Build one per process; Driver is cheap.
 type Backend struct {
-	budgets Budgets
-	tracer  trace.Tracer
-	logOpt  *logr.Logger
-	http    *http.Client
-	pool    *connPool
-	prober  *squid.Prober
-	images  *imageCache
+	budgets  Budgets
+	tracer   trace.Tracer
+	logOpt   *logr.Logger
+	http     *http.Client
+	pool     *connPool
+	prober   *squid.Prober
+	resolver netguard.Resolver
+	images   *imageCache
 	// downloads bounds the image downloads running per host.
 	downloads *slots
 
@@ -198,6 +205,10 @@ func NewBackend(o Options) *Backend {
 		// layer's quick rechecks (about a second apart): a refusal is not
 		// kept longer than that.
 		b.prober = &squid.Prober{NegativeTTL: 500 * time.Millisecond}
+	}
+	b.resolver = o.Resolver
+	if b.resolver == nil {
+		b.resolver = net.DefaultResolver
 	}
 	b.images = newImageCache()
 	b.downloads = newSlots()
@@ -307,6 +318,17 @@ func (d *Driver) host(name string) (Host, error) {
 		return Host{}, proxy.Unresolvedf("placement: a host is required: the config has several (%s)", strings.Join(names, ", "))
 	}
 	return Host{}, proxy.Unresolvedf("placement: host %q is not in the config's kvm.hosts (%s)", name, strings.Join(names, ", "))
+}
+
+// hypervisor are the addresses of h, which its guests' Squid denies.
+func (d *Driver) hypervisor(ctx context.Context, h Host) ([]string, error) {
+	field := "kvm.hosts[].address"
+	for i, c := range d.cfg.Hosts {
+		if c.Name == h.Name {
+			field = fmt.Sprintf("kvm.hosts[%d].address", i)
+		}
+	}
+	return cloudinit.HostAddresses(ctx, d.b.resolver, field, h.Address)
 }
 
 func (d *Driver) target(h Host) Target {

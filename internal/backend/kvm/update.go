@@ -37,7 +37,11 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID))
+	hv, err := d.hypervisor(ctx, h)
+	if err != nil {
+		return proxy.Instance{}, err
+	}
+	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID, hv...))
 	if err != nil {
 		return proxy.Instance{}, err
 	}

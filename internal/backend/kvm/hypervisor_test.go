@@ -1,0 +1,130 @@
+package kvm
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+)
+
+// neverDenies reports whether squid.conf denies a in its never_dst ACL,
+// which no allowedDestinationCIDRs opens.
+func neverDenies(conf string, a netip.Addr) bool {
+	for _, l := range strings.Split(conf, "\n") {
+		rest, ok := strings.CutPrefix(l, "acl never_dst dst ")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) {
+			if p, err := netip.ParsePrefix(f); err == nil && p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestGuestsDenyTheirHypervisor: a guest's Squid denies the addresses of
+// the host it runs on (its sshd, libvirtd), on create and on update,
+// whatever ports the proxy allows and also where the proxy opens the
+// host's private range; a host named by name is denied at the addresses
+// the name resolves to.
+func TestGuestsDenyTheirHypervisor(t *testing.T) {
+	for name, tc := range map[string]struct {
+		address, want string
+		opened        []string
+	}{
+		"PublicAddress":       {address: "203.0.113.10:22", want: "203.0.113.10"},
+		"PrivateRangeOpened":  {address: "10.20.0.2:22", want: "10.20.0.2", opened: []string{"10.20.0.0/24"}},
+		"IPv6":                {address: "[2001:db8::5]:22", want: "2001:db8::5"},
+		"Name":                {address: "fakehost:22", want: "192.0.2.10"},
+		"NameOfAPrivateRange": {address: "lab.internal:2222", want: "10.20.0.3", opened: []string{"10.20.0.0/16"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, func(e *testEnv) {
+				e.cfg.Hosts[0].Address = tc.address
+				e.resolver["lab.internal"] = []netip.Addr{netip.MustParseAddr("10.20.0.3")}
+			})
+			want := netip.MustParseAddr(tc.want)
+			req := e.request("web", "uid-1")
+			req.Proxy.AllowedPorts = []int32{443, 22, 16509}
+			req.Proxy.AllowedDestinationCIDRs = tc.opened
+			p, err := e.d.plan(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if conf := cloudinit.SquidConfOf(p.userData); !neverDenies(conf, want) {
+				t.Errorf("the seed's squid.conf does not deny the host at %s:\n%s", want, conf)
+			}
+
+			inst := createAndBootReq(t, e, req)
+			req.Proxy.AllowedPorts = []int32{443, 22, 16509, 8006}
+			r := ref(inst)
+			r.Mark = req.Mark
+			if _, err := e.d.Update(context.Background(), r, req); err != nil {
+				t.Fatal(err)
+			}
+			e.host.mu.Lock()
+			staged := e.host.guestFiles[stageDir+"/squid.conf"]
+			e.host.mu.Unlock()
+			conf, err := base64.StdEncoding.DecodeString(staged)
+			if err != nil || len(conf) == 0 {
+				t.Fatalf("the update wrote no squid.conf (%v)", err)
+			}
+			if !neverDenies(string(conf), want) {
+				t.Errorf("the updated squid.conf does not deny the host at %s:\n%s", want, conf)
+			}
+		})
+	}
+}
+
+// TestHypervisorThatDoesNotResolveFailsClosed: a host whose name does
+// not resolve stops a create before anything is made on the host, and an
+// update before anything is written in the guest, with a Transient error
+// naming the config's field and the name, never the resolver's server.
+func TestHypervisorThatDoesNotResolveFailsClosed(t *testing.T) {
+	e := newTestEnv(t)
+	req := e.request("web", "uid-1")
+	inst := createAndBootReq(t, e, req)
+	delete(e.resolver, "fakehost")
+
+	check := func(op string, err error) {
+		t.Helper()
+		var pe *proxy.Error
+		if !errors.As(err, &pe) || pe.Class != proxy.ClassTransient {
+			t.Fatalf("%s: %v; want a Transient error", op, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "kvm.hosts[0].address") || !strings.Contains(msg, `"fakehost"`) || strings.Contains(msg, "10.96.0.10") {
+			t.Errorf("%s: %q does not name the field and the host, or names the resolver", op, msg)
+		}
+	}
+	other := e.request("other", "uid-2")
+	_, err := e.d.Create(context.Background(), other)
+	check("create", err)
+	e.host.mu.Lock()
+	_, made := e.host.domains["other"]
+	e.host.mu.Unlock()
+	if made {
+		t.Error("the create defined a domain")
+	}
+
+	req.Proxy.AllowedPorts = []int32{443, 8443}
+	r := ref(inst)
+	r.Mark = req.Mark
+	e.host.mu.Lock()
+	e.host.guestFiles = map[string]string{}
+	e.host.mu.Unlock()
+	_, err = e.d.Update(context.Background(), r, req)
+	check("update", err)
+	e.host.mu.Lock()
+	written := len(e.host.guestFiles)
+	e.host.mu.Unlock()
+	if written != 0 {
+		t.Error("the update wrote files in the guest")
+	}
+}
