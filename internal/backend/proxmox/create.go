@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -556,7 +557,7 @@ func (d *Driver) net0(cur string) (string, error) {
 // uploadSeed builds the seed ISO for req and uploads it over any earlier
 // one (never trusting a copy from an attempt that may have been cut off).
 func (d *Driver) uploadSeed(ctx context.Context, node string, req proxy.Request, vmid int) (string, error) {
-	iso, err := d.seed(req, vmid)
+	iso, err := d.seed(ctx, req, vmid)
 	if err != nil {
 		return "", err
 	}
@@ -568,9 +569,18 @@ func (d *Driver) uploadSeed(ctx context.Context, node string, req proxy.Request,
 // guest agent unless turned off. cloud-init runs a seed once per instance
 // ID, and never one whose ID it ran before (its semaphores are on the
 // disk): the ID names the spec hash and the time of the seed, so a spec
-// changed back to an earlier one runs too.
-func (d *Driver) seed(req proxy.Request, vmid int) ([]byte, error) {
-	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID))
+// changed back to an earlier one runs too. The guest's Squid denies the
+// API's host, often the node the VM runs on (its API, sshd).
+func (d *Driver) seed(ctx context.Context, req proxy.Request, vmid int) ([]byte, error) {
+	host := d.cfg.URL
+	if u, err := url.Parse(d.cfg.URL); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	hv, err := cloudinit.HostAddresses(ctx, d.resolver, "proxmox.url", host)
+	if err != nil {
+		return nil, err
+	}
+	files, err := squid.Render(req.Proxy, cloudinit.SquidOptions(req.Mark.UID, hv...))
 	if err != nil {
 		return nil, proxy.Classify(proxy.ClassPermanent, err)
 	}

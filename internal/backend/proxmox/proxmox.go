@@ -103,6 +103,9 @@ type Options struct {
 	// Prober checks that Squid with the VM's own configuration answers;
 	// default Shared's.
 	Prober *squid.Prober
+	// Resolver resolves the API URL's host, whose addresses each guest's
+	// Squid denies; default net.DefaultResolver.
+	Resolver netguard.Resolver
 	// Log, when set, receives the driver's log lines; otherwise they go to
 	// the logger in the call's context.
 	Log *logr.Logger
@@ -284,6 +287,7 @@ type Driver struct {
 	now      func() time.Time
 	retry    time.Duration
 	creds    CredentialsFunc
+	resolver netguard.Resolver
 }
 
 var _ proxy.Driver = (*Driver)(nil)
@@ -291,7 +295,10 @@ var _ proxy.Driver = (*Driver)(nil)
 // New returns a driver for o. It makes no request.
 func New(o Options) (*Driver, error) {
 	d := &Driver{provider: o.Provider, cfg: o.Config, shared: o.Shared, prober: o.Prober, log: o.Log, now: o.Now,
-		retry: o.RetryFailedTaskAfter, creds: o.Credentials}
+		retry: o.RetryFailedTaskAfter, creds: o.Credentials, resolver: o.Resolver}
+	if d.resolver == nil {
+		d.resolver = net.DefaultResolver
+	}
 	if d.shared == nil {
 		d.shared = &Shared{}
 	}
