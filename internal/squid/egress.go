@@ -146,11 +146,18 @@ func ParseEcho(body []byte) (string, error) {
 
 // source is a, unmapped, when it can be the source address of a
 // connection the echo endpoint saw: not unspecified, multicast or a
-// zone's link-local address, which no allow-list could use.
+// zone's link-local address, which no allow-list could use. Loopback and
+// link-local are refused too: an echo beside the proxy (or one that lies)
+// saw no address a vendor could allow-list.
 func source(a netip.Addr) (string, error) {
 	a = a.Unmap()
-	if a.IsUnspecified() || a.IsMulticast() || a.Zone() != "" {
+	switch {
+	case a.IsUnspecified() || a.IsMulticast() || a.Zone() != "":
 		return "", fmt.Errorf("the echo endpoint answered %s, which cannot be the address a connection comes from", a.WithZone(""))
+	case a.IsLoopback():
+		return "", errors.New("the echo endpoint answered a loopback address: it stands beside the proxy, not where a vendor sees the proxy's traffic from")
+	case a.IsLinkLocalUnicast():
+		return "", errors.New("the echo endpoint answered a link-local address, which does not leave its network: not where a vendor sees the proxy's traffic from")
 	}
 	return a.String(), nil
 }

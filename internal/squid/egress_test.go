@@ -121,6 +121,27 @@ func TestValidateEgressCheck(t *testing.T) {
 	}
 }
 
+// TestAnEchoAnsweringLoopbackOrLinkLocalVerifiesNothing: an echo endpoint
+// beside the proxy (or one that lies) answering a loopback or link-local
+// address, plain or in JSON, gives no egress address, and the error says
+// why without quoting the answer.
+func TestAnEchoAnsweringLoopbackOrLinkLocalVerifiesNothing(t *testing.T) {
+	for _, body := range []string{"127.0.0.1", "127.8.9.10\n", "::1", "::ffff:127.0.0.1", "169.254.169.254", "fe80::1",
+		`{"ip":"127.0.0.1"}`, `{"origin":"169.254.1.2, 203.0.113.7"}`, `{"address":"fe80::1"}`} {
+		got, err := ParseEcho([]byte(body))
+		if err == nil || got != "" {
+			t.Errorf("ParseEcho(%q) = %q, %v; want no address and an error", body, got, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "loopback") && !strings.Contains(err.Error(), "link-local") {
+			t.Errorf("ParseEcho(%q): %v; want it to say loopback or link-local", body, err)
+		}
+		if strings.Contains(err.Error(), strings.Trim(body, "\n")) {
+			t.Errorf("ParseEcho(%q): %v quotes the answer", body, err)
+		}
+	}
+}
+
 func TestParseEcho(t *testing.T) {
 	for body, want := range map[string]string{
 		"203.0.113.7\n":                       "203.0.113.7",
