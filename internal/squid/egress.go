@@ -162,10 +162,13 @@ func source(a netip.Addr) (string, error) {
 	return a.String(), nil
 }
 
+// maxEchoAnswer is the most AskEgress reads of an echo endpoint's answer.
+const maxEchoAnswer = 4096
+
 // AskEgress sends the egress check through the proxy at proxyAddr: one GET
 // of c.URL with the check's credential (inside a CONNECT tunnel for
 // https), and returns the address the endpoint saw. It follows no
-// redirect and reads at most 4 KiB of the answer. With c.ProxyCA set the
+// redirect and fails on an answer longer than 4 KiB. With c.ProxyCA set the
 // connection to the proxy is TLS, its certificate verified against that CA
 // (ClientTLS).
 func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxyAddr string, c proxy.EgressCheck) (string, error) {
@@ -226,10 +229,16 @@ func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr
 		return "", fmt.Errorf("no answer through the proxy at %s: %w", proxyAddr, unquoted(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), 4096))
+	// One byte over the cap tells a long answer from one that fits: a
+	// cut-off answer could end in another address (203.0.113.71 read as
+	// 203.0.113.7).
+	body, _ := io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), maxEchoAnswer+1))
 	if resp.StatusCode != http.StatusOK {
 		// The code, never the status text: what answers chose it.
 		return "", fmt.Errorf("%s answered %d %s through the proxy at %s", u.host, resp.StatusCode, http.StatusText(resp.StatusCode), proxyAddr)
+	}
+	if len(body) > maxEchoAnswer {
+		return "", fmt.Errorf("the echo endpoint's answer is longer than %d bytes; an address takes a few dozen", maxEchoAnswer)
 	}
 	return ParseEcho(body)
 }

@@ -3,6 +3,9 @@ package squid
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,6 +141,33 @@ func TestAnEchoAnsweringLoopbackOrLinkLocalVerifiesNothing(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), strings.Trim(body, "\n")) {
 			t.Errorf("ParseEcho(%q): %v quotes the answer", body, err)
+		}
+	}
+}
+
+// TestAnEchoAnswerOverTheCapVerifiesNothing: an answer longer than the
+// 4 KiB read is refused, not cut off and read as another address; one
+// that fits is read.
+func TestAnEchoAnswerOverTheCapVerifiesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{strings.Repeat(" ", maxEchoAnswer-len("203.0.113.7")) + "203.0.113.7", "203.0.113.7"},
+		{strings.Repeat(" ", maxEchoAnswer+1-len("203.0.113.71")) + "203.0.113.71", ""},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A proxy that answers every request with the echo's body.
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, tc.body)
+		})}
+		go func() { _ = srv.Serve(ln) }()
+		got, err := AskEgress(t.Context(), nil, ln.Addr().String(), proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "p"})
+		_ = srv.Close()
+		if got != tc.want || (tc.want == "") != (err != nil) {
+			t.Errorf("an answer of %d bytes: AskEgress = %q, %v; want %q", len(tc.body), got, err, tc.want)
 		}
 	}
 }
