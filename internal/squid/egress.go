@@ -439,12 +439,20 @@ func (e *EgressChecker) Forget(key string) {
 	delete(e.entries, key)
 }
 
-func (e *EgressChecker) run(en *egressEntry, c proxy.EgressCheck, guard Guard) {
-	timeout := e.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
+// CheckTimeout is the longest one check takes: a check in flight has
+// answered, or failed, within it.
+func (e *EgressChecker) CheckTimeout() time.Duration {
+	if e.Timeout > 0 {
+		return e.Timeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	return defaultCheckTimeout
+}
+
+// defaultCheckTimeout is EgressChecker.Timeout's default.
+const defaultCheckTimeout = 10 * time.Second
+
+func (e *EgressChecker) run(en *egressEntry, c proxy.EgressCheck, guard Guard) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.CheckTimeout())
 	defer cancel()
 	dial := e.Dial
 	if guard != nil {

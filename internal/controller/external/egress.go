@@ -196,14 +196,19 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// move (squid.EgressChecker.Check).
 		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + backendIP + "#" + inst.SpecHash
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
-		if !r.Next.IsZero() {
-			// Looked at when the next check is due, not up to a poll late:
-			// the hint counts only when sooner than the poll (retryAfter).
+		// Looked at when the next check is due, or when the check in
+		// flight has answered, not up to a poll late: the hint counts
+		// only when sooner than the poll (retryAfter).
+		if r.Next.IsZero() {
+			e.hints.noteSoon(cr, e.egress.CheckTimeout())
+		} else {
 			e.hints.noteSoon(cr, max(time.Until(r.Next), time.Second))
 		}
 		switch {
 		case r.IP == "" && r.Error == "":
-			keep()
+			if !r.Moved {
+				keep()
+			}
 			c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "checking the egress address through the proxy with "+check.URL)
 		case r.IP == "":
 			if !r.Moved {
@@ -230,8 +235,9 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 // of its replicas where the provider reaches several (each under a key of
 // its own, the first the resource's UID as for one replica), and merges
 // what they saw: IP the first of the sorted addresses, At the oldest
-// check, Error the first failure naming its replica; no IP while a
-// replica has none yet. ips are every address seen, sorted.
+// check, Error the first failure naming its replica, Next zero while a
+// replica's check is in flight; no IP while a replica has none yet. ips
+// are every address seen, sorted.
 func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst proxy.Instance, check proxy.EgressCheck) (squid.Egress, []string) {
 	if len(inst.Replicas) < 2 {
 		r := e.egress.Check(ctx, e.cfg.Guard.Reported(), uid, version, inst.ProxyAddress, check, e.egressInterval())
@@ -251,7 +257,9 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 	wg.Wait()
 	var merged squid.Egress
 	var ips []string
+	inFlight := false
 	for i, r := range results {
+		inFlight = inFlight || r.Next.IsZero()
 		if !r.Next.IsZero() && (merged.Next.IsZero() || r.Next.Before(merged.Next)) {
 			merged.Next = r.Next
 		}
@@ -267,6 +275,9 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 		if merged.At.IsZero() || r.At.Before(merged.At) {
 			merged.At = r.At
 		}
+	}
+	if inFlight {
+		merged.Next = time.Time{}
 	}
 	if len(ips) < len(results) {
 		return squid.Egress{Error: merged.Error, Moved: merged.Moved, Next: merged.Next}, nil

@@ -396,3 +396,55 @@ func TestAnEgressCheckDueSoonIsLookedAtWhenDue(t *testing.T) {
 		t.Errorf("two notes, 4s then 10s: looked at again in %v; want 4s", d)
 	}
 }
+
+// TestAMovedProxysCheckInFlight: while the check through a moved proxy
+// (a pod on another node) is slower than a reconcile waits, the address
+// checked through the old one is not published, and the resource is
+// looked at again within the check's timeout, not at the next poll.
+func TestAMovedProxysCheckInFlight(t *testing.T) {
+	running := proxy.Instance{Name: testName, State: proxy.StateRunning, IP: "10.0.0.5", ProxyReachable: true, ProxyAddress: "10.0.0.5:3128"}
+	moved := running
+	moved.IP, moved.ProxyAddress = "10.1.0.7", "10.1.0.7:3128"
+	e := newExternal(egressKind(), nil, nil)
+	e.hints = newRetryHints(0)
+	slow := make(chan struct{})
+	t.Cleanup(func() { close(slow) })
+	e.egress = &squid.EgressChecker{Wait: 10 * time.Millisecond, Timeout: 3 * time.Second, Ask: func(_ context.Context, addr string, _ proxy.EgressCheck) (string, error) {
+		if addr == moved.ProxyAddress {
+			<-slow
+		}
+		return "203.0.113.7", nil
+	}}
+	cr := proxyResource()
+	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
+	observe := func(inst proxy.Instance) {
+		t.Helper()
+		req, err := e.request(context.Background(), cr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := egressOf(cr.Observation())
+		setObservation(cr.Observation(), inst, req, nil)
+		e.setEgress(context.Background(), cr, &inst, req, before)
+	}
+	observe(running)
+	// The first check may outlast Wait too: look again until it answered.
+	for i := 0; cr.Status.AtProvider.EgressIP == "" && i < 100; i++ {
+		time.Sleep(10 * time.Millisecond)
+		observe(running)
+	}
+	if o := cr.Status.AtProvider; o.EgressIP != "203.0.113.7" || o.EgressIPSource != spec.EgressIPVerified {
+		t.Fatalf("egressIP %q (%s); want 203.0.113.7 Verified", o.EgressIP, o.EgressIPSource)
+	}
+	e.hints.takeSoon(key)
+
+	observe(moved)
+	o := cr.Status.AtProvider
+	c := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
+	if o.EgressIP != "" || o.EgressIPSource != "" || c.Reason != reasonEgressPending {
+		t.Errorf("the moved proxy's check in flight: egressIP %q (%s), EgressVerified %s %q; want no address, Checking", o.EgressIP, o.EgressIPSource, c.Reason, c.Message)
+	}
+	if d, ok := e.hints.takeSoon(key); !ok || d > 3*time.Second {
+		t.Errorf("with the check in flight, looked at again in %v (noted: %v); want within the check's 3s timeout", d, ok)
+	}
+}
