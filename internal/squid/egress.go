@@ -277,12 +277,16 @@ type Egress struct {
 	IP string
 	// At is when IP was seen.
 	At time.Time
+	// URL is the echo URL the check that saw IP (or failed with Error)
+	// asked: a result is that URL's word alone.
+	URL string
 	// Error says why the latest check failed (no secret in it); empty
 	// when it succeeded or none finished yet.
 	Error string
 	// Moved is true while no check through this instance and proxy
-	// address has succeeded, and the checker's last success was through
-	// another: an address published from it is not this proxy's.
+	// address, with this URL, has succeeded, and the checker's last
+	// success was through another or with another URL: an address
+	// published from it is not this proxy's by this URL.
 	Moved bool
 	// Next is when the next check of the same instance is due; zero while
 	// one is in flight.
@@ -341,7 +345,8 @@ type egressEntry struct {
 // changes when the instance does: its identity before a '#', its version
 // after), address and URL, or the latest is older than interval. A failed
 // check keeps the address last seen only through the same identity and
-// address (Moved otherwise).
+// address, and with the same URL (Moved otherwise): what another URL
+// answered is never returned as this one's.
 //
 // guard, when not nil, checks proxyAddr (an address the backend reported)
 // and dials it (the config's netguard.Guard); a refused address is never
@@ -370,9 +375,10 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 		}
 	}
 	if start {
-		if moved {
+		if en != nil && (moved || en.url != c.URL) {
 			// Another instance, or the proxy elsewhere: what was seen
-			// through the last one says nothing of this one's address.
+			// through the last one says nothing of this one's address;
+			// nor is another URL's answer this one's word.
 			prev = Egress{Moved: en.result.IP != "" || en.result.Moved}
 		}
 		en = &egressEntry{instance: instance, addr: proxyAddr, url: c.URL, ca: c.ProxyCA, done: make(chan struct{}), result: prev}
@@ -395,6 +401,12 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r := en.result
+	r.URL = en.url
+	if en.url != c.URL {
+		// The URL changed and its own check waits for the gap (or the
+		// old URL's to finish).
+		r = Egress{URL: c.URL, Moved: r.IP != "" || r.Moved}
+	}
 	select {
 	case <-en.done:
 		r.Next = e.due(en, instance, c, interval)

@@ -214,11 +214,11 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 			if !r.Moved {
 				keep()
 			}
-			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", check.URL, r.Error))
+			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", r.URL, r.Error))
 		default:
 			at := metav1.NewTime(r.At)
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = r.IP, ips, spec.EgressIPVerified, &at
-			c = e.verified(cr, r, ips, check.URL, backendIP, before)
+			c = e.verified(cr, r, ips, backendIP, before)
 		}
 	}
 	inst.EgressIP = o.EgressIP
@@ -255,7 +255,8 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 		})
 	}
 	wg.Wait()
-	var merged squid.Egress
+	// Every replica's check asks the same URL.
+	merged := squid.Egress{URL: results[0].URL}
 	var ips []string
 	inFlight := false
 	for i, r := range results {
@@ -280,7 +281,7 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 		merged.Next = time.Time{}
 	}
 	if len(ips) < len(results) {
-		return squid.Egress{Error: merged.Error, Moved: merged.Moved, Next: merged.Next}, nil
+		return squid.Egress{URL: merged.URL, Error: merged.Error, Moved: merged.Moved, Next: merged.Next}, nil
 	}
 	slices.Sort(ips)
 	ips = slices.Compact(ips)
@@ -288,11 +289,12 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 	return merged, ips
 }
 
-// verified is the condition of a check that saw ips (r.IP the first).
-func (e *external[P]) verified(cr Resource[P], r squid.Egress, ips []string, url, backendIP string, before egressBefore) xpv2.Condition {
-	seen := fmt.Sprintf("%s saw %s through the proxy at %s", url, r.IP, r.At.UTC().Format(time.RFC3339))
+// verified is the condition of a check that saw ips (r.IP the first),
+// naming the URL that saw them.
+func (e *external[P]) verified(cr Resource[P], r squid.Egress, ips []string, backendIP string, before egressBefore) xpv2.Condition {
+	seen := fmt.Sprintf("%s saw %s through the proxy at %s", r.URL, r.IP, r.At.UTC().Format(time.RFC3339))
 	if len(ips) > 1 {
-		seen = fmt.Sprintf("%s saw %s through the proxy's replicas (on several nodes: put every one on the allow-list) at %s", url, strings.Join(ips, ", "), r.At.UTC().Format(time.RFC3339))
+		seen = fmt.Sprintf("%s saw %s through the proxy's replicas (on several nodes: put every one on the allow-list) at %s", r.URL, strings.Join(ips, ", "), r.At.UTC().Format(time.RFC3339))
 	}
 	if r.Error != "" {
 		return egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the latest egress check failed (%s); %s", r.Error, seen))

@@ -448,3 +448,52 @@ func TestAMovedProxysCheckInFlight(t *testing.T) {
 		t.Errorf("with the check in flight, looked at again in %v (noted: %v); want within the check's 3s timeout", d, ok)
 	}
 }
+
+// TestAnEchoURLChangeKeepsNothingTheOldURLSaw: after the config names
+// another echo URL (a team's echo replaced by the platform's), what the
+// old URL saw is neither shown as the new URL's word nor kept when the
+// new URL's check fails; the condition names the URL that answered.
+func TestAnEchoURLChangeKeepsNothingTheOldURLSaw(t *testing.T) {
+	const teamEcho, platformEcho = "http://echo.team.example/ip", "http://echo.platform.example/ip"
+	url := teamEcho
+	k := testKind(nil)
+	k.Backend.Block = func(s *spec.ProviderConfigSpec) (Block, bool) {
+		return Block{EgressCheck: &spec.EgressCheck{URL: url}}, s.KVM != nil
+	}
+	e := newExternal(k, nil, nil)
+	var elapsed time.Duration
+	start := time.Now()
+	e.egress = &squid.EgressChecker{Ask: func(_ context.Context, _ string, c proxy.EgressCheck) (string, error) {
+		if c.URL == teamEcho {
+			return "203.0.113.7", nil
+		}
+		return "", errors.New("refused")
+	}, Now: func() time.Time { return start.Add(elapsed) }}
+	cr := proxyResource()
+	running := proxy.Instance{Name: testName, State: proxy.StateRunning, IP: "10.0.0.5", ProxyReachable: true, ProxyAddress: "10.0.0.5:3128"}
+	observe := func() (string, xpv2.Condition) {
+		t.Helper()
+		req, err := e.request(context.Background(), cr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst := running
+		before := egressOf(cr.Observation())
+		setObservation(cr.Observation(), inst, req, nil)
+		e.setEgress(context.Background(), cr, &inst, req, before)
+		return cr.Status.AtProvider.EgressIP, cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
+	}
+	if ip, c := observe(); ip != "203.0.113.7" || c.Reason != reasonEgressVerified || !strings.HasPrefix(c.Message, teamEcho+" saw 203.0.113.7") {
+		t.Fatalf("egressIP %q, EgressVerified %s %q; want 203.0.113.7 verified by %s", ip, c.Reason, c.Message, teamEcho)
+	}
+
+	url = platformEcho
+	elapsed += 5 * time.Second // the new URL's check waits for Squid's idle connection to go
+	if ip, c := observe(); ip != "" || strings.Contains(c.Message, "203.0.113.7") || c.Reason != reasonEgressPending || !strings.Contains(c.Message, platformEcho) {
+		t.Errorf("right after the URL changed: egressIP %q, EgressVerified %s %q; want no address, Checking with %s", ip, c.Reason, c.Message, platformEcho)
+	}
+	elapsed += squid.IdleConnectionGap
+	if ip, c := observe(); ip != "" || c.Reason != reasonEgressFailed || !strings.Contains(c.Message, platformEcho+" failed") {
+		t.Errorf("the new URL's check failed: egressIP %q (%s), EgressVerified %s %q; want no address, CheckFailed naming %s", ip, cr.Status.AtProvider.EgressIPSource, c.Reason, c.Message, platformEcho)
+	}
+}
