@@ -214,6 +214,13 @@ type ProxyObservation struct {
 	// EgressIPVerifiedAt is when the egress check last saw EgressIP.
 	// +optional
 	EgressIPVerifiedAt *metav1.Time `json:"egressIPVerifiedAt,omitempty"`
+	// EgressIPCheckedThrough is the route of the check that saw a Verified
+	// or Reported EgressIP: the instance's address, its pod, and the
+	// backend's own figure of its egress address ("10.0.0.5 pod p-1").
+	// A failed or pending check keeps EgressIP only through the same
+	// route, also after a provider restart.
+	// +optional
+	EgressIPCheckedThrough string `json:"egressIPCheckedThrough,omitempty"`
 	// Placement actually used.
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`

@@ -75,13 +75,58 @@ type egressBefore struct {
 	ip, source string
 	ips        []string
 	at         *metav1.Time
+	// through is the route the address was checked through (egressRoute).
+	through string
 	// id and created are the instance status described.
 	id      string
 	created *metav1.Time
 }
 
 func egressOf(o *spec.ProxyObservation) egressBefore {
-	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, id: o.ID, created: o.CreatedAt}
+	through := o.EgressIPCheckedThrough
+	if through == "" && o.EgressIP != "" {
+		// A status written before the route was: the instance as it
+		// described it then, without the backend's figure.
+		through = routeOf(o.IP, o.Details[detailPod], "")
+	}
+	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, through: through, id: o.ID, created: o.CreatedAt}
+}
+
+// detailPod is the Details key of a PodProxy's serving pod.
+const detailPod = "pod"
+
+// egressRoute is what an egress check of inst goes through, and what its
+// answer holds for; another route's answer says nothing of inst's address.
+// A VM's (KVM, Proxmox) is its guest address, where the probe and the
+// check connect; a GCP instance's its external NAT IP, which is both its
+// address and the backend's figure; a PodProxy's the pod (its address, or
+// the Service's in front of it, and its name: a pod replaced behind a
+// Service or load balancer is another route).
+func egressRoute(inst proxy.Instance) string {
+	backend := inst.BackendEgressIP
+	if backend == inst.IP {
+		backend = ""
+	}
+	return routeOf(inst.IP, inst.Details[detailPod], backend)
+}
+
+func routeOf(ip, pod, backend string) string {
+	r := ip
+	if pod != "" {
+		r += " pod " + pod
+	}
+	if backend != "" {
+		r += " backend " + backend
+	}
+	return r
+}
+
+// sameRoute reports whether the address status held was checked through
+// inst as it stands (egressRoute): only then does a failed or pending
+// check leave it published. The checker remembers this too, but not
+// across a restart of the provider.
+func (b egressBefore) sameRoute(inst proxy.Instance) bool {
+	return b.sameInstance(inst) && b.through == egressRoute(inst)
 }
 
 // sameInstance reports whether status described inst: an address checked
@@ -158,13 +203,17 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	// verified, so that the next check tells whether it changed; unless it
 	// was verified of another instance. (A check that failed after the
 	// backend's own figure changed keeps nothing either: squid's Moved.)
+	// A failed or pending check keeps it only when it was checked through
+	// the same route (sameRoute).
 	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
-	keep := func() {
-		if checked && before.sameInstance(*inst) {
+	keepIf := func(ok bool) {
+		if checked && ok {
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
+			o.EgressIPCheckedThrough = before.through
 			inst.EgressIP = o.EgressIP
 		}
 	}
+	keep := func() { keepIf(before.sameRoute(*inst)) }
 	var c xpv2.Condition
 	switch {
 	case !ready && checked && !before.sameInstance(*inst):
@@ -172,17 +221,20 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// last one's.
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "a new instance replaced the one whose egress address was checked; its own is checked once its proxy answers")
 	case !ready:
-		keep()
+		// A probe that fails says nothing of a move: the next check
+		// compares with the route the address was checked through.
+		keepIf(before.sameInstance(*inst))
 		return
 	case inst.ProxyAddress == "" && inst.EgressFailure != "":
 		keep()
 		c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check from inside the instance with %s failed%s: %s", check.URL, reportedAt(inst), inst.EgressFailure))
 	case inst.ProxyAddress == "" && inst.EgressSource == proxy.EgressReported:
+		o.EgressIPCheckedThrough = egressRoute(*inst)
 		c = e.reported(cr, inst, backendIP, before)
 		if c.Reason == reasonEgressDiffers {
 			// The instance's word does not stand against the backend's
 			// own figure: that stays published.
-			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = backendIP, nil, spec.EgressIPBackend, nil
+			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough = backendIP, nil, spec.EgressIPBackend, nil, ""
 		}
 	case inst.ProxyAddress == "":
 		keep()
@@ -194,7 +246,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// as soon as squid.IdleConnectionGap allows.
 		// Before the '#': the instance and its address, whose change is a
 		// move (squid.EgressChecker.Check).
-		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + backendIP + "#" + inst.SpecHash
+		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + egressRoute(*inst) + "#" + inst.SpecHash
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
 		// Looked at when the next check is due, or when the check in
 		// flight has answered, not up to a poll late: the hint counts
@@ -218,6 +270,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		default:
 			at := metav1.NewTime(r.At)
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = r.IP, ips, spec.EgressIPVerified, &at
+			o.EgressIPCheckedThrough = egressRoute(*inst)
 			c = e.verified(cr, r, ips, backendIP, before)
 		}
 	}

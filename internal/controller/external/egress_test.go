@@ -116,6 +116,25 @@ func TestSetEgress(t *testing.T) {
 	natBlip := natBehind
 	natBlip.ProxyReachable, natBlip.ProxyAddress = false, ""
 
+	// A GCP instance reached at its external address, and the same after
+	// a stop and start that gave it another ephemeral address; a pod
+	// moved to another node; a remote pod replaced, reporting a failed
+	// check or none yet.
+	gcp := running
+	gcp.ProxyAddress, gcp.BackendEgressIP = "203.0.113.9:3128", "203.0.113.9"
+	gcpRestarted := gcp
+	gcpRestarted.ProxyAddress, gcpRestarted.BackendEgressIP = "203.0.113.10:3128", "203.0.113.10"
+	podMoved := running
+	podMoved.IP, podMoved.ProxyAddress = "10.1.0.7", "10.1.0.7:3128"
+	remotePod := remote
+	remotePod.Details = map[string]string{"pod": "p-1"}
+	replacedFailed := failedInside
+	replacedFailed.Details = map[string]string{"pod": "p-2"}
+	replacedSilent := unreached
+	replacedSilent.Details = map[string]string{"pod": "p-2"}
+	sameFailed := replacedFailed
+	sameFailed.Details = remotePod.Details
+
 	type step struct {
 		inst   proxy.Instance
 		answer string // the echo's answer; "" fails the check
@@ -123,6 +142,7 @@ func TestSetEgress(t *testing.T) {
 	cases := map[string]struct {
 		kind        Kind[spec.KVMProxyParameters]
 		steps       []step
+		restartAt   int  // the provider restarts before this step (a checker with no memory); 0 for never
 		lastNoCheck bool // the last step's config names no check
 		wantIP      string
 		wantSource  string
@@ -182,9 +202,34 @@ func TestSetEgress(t *testing.T) {
 			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
 		"ReportedFromInside": {kind: egressKind(), steps: []step{{remote, ""}},
 			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
-		"ReportedChangeAfterANewPodReports": {kind: egressKind(), steps: []step{{remote, ""}, {remoteNew, ""}, {remoteMoved, ""}},
+		// The new pod reported nothing at first: no address was published
+		// in between, so its report is no change.
+		"ANewPodsReportAfterItsSilence": {kind: egressKind(), steps: []step{{remote, ""}, {remoteNew, ""}, {remoteMoved, ""}},
+			wantIP: "203.0.113.4", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
+		"ReportedChangeAfterANewPodReports": {kind: egressKind(), steps: []step{{remote, ""}, {remoteMoved, ""}},
 			wantIP: "203.0.113.4", wantSource: spec.EgressIPReported, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
 			wantEvents: []string{"Warning EgressIPChanged"}},
+		// After a restart the checker remembers nothing: status says
+		// through what the address was checked.
+		"AfterARestartAFailedCheckThroughANewEphemeralAddressKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: gcp, answer: "203.0.113.9"}, {inst: gcpRestarted}}, restartAt: 1,
+			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"AfterARestartAMovedPodsFailedCheckKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: podMoved}}, restartAt: 1,
+			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"AfterARestartAMovedPodBootingThenFailingKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: blip}, {inst: podMoved}}, restartAt: 1,
+			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"AfterARestartAFailedCheckThroughTheSameProxyKeepsTheAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: running}}, restartAt: 1,
+			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
+		"AReplacedPodsFailedReportKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: replacedFailed}},
+			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
+		"AReplacedPodNotReportingYetKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: replacedSilent}},
+			wantCond: reasonEgressNoPath, wantStatus: corev1.ConditionUnknown},
+		"TheSamePodsFailedReportKeepsTheAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: sameFailed}},
+			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Warning EgressCheckFailed"}},
 		"Unreachable": {kind: egressKind(), steps: []step{{unreached, ""}},
 			wantCond: reasonEgressNoPath, wantStatus: corev1.ConditionUnknown},
 		"CheckFailedInsideKeepsTheReportedAddress": {kind: egressKind(), steps: []step{{remote, ""}, {failedInside, ""}},
@@ -223,17 +268,23 @@ func TestSetEgress(t *testing.T) {
 			// connection from its check is gone.
 			var elapsed time.Duration
 			start := time.Now()
-			e.egress = &squid.EgressChecker{Ask: func(_ context.Context, _ string, c proxy.EgressCheck) (string, error) {
-				if answer == "" {
-					return "", errors.New("refused")
-				}
-				return answer, nil
-			}, Now: func() time.Time { return start.Add(elapsed) }}
+			checker := func() *squid.EgressChecker {
+				return &squid.EgressChecker{Ask: func(_ context.Context, _ string, c proxy.EgressCheck) (string, error) {
+					if answer == "" {
+						return "", errors.New("refused")
+					}
+					return answer, nil
+				}, Now: func() time.Time { return start.Add(elapsed) }}
+			}
+			e.egress = checker()
 			cr := proxyResource()
 			var inst proxy.Instance
 			for i, s := range tc.steps {
 				if i > 0 {
 					elapsed += squid.IdleConnectionGap
+				}
+				if tc.restartAt > 0 && i == tc.restartAt {
+					e.egress = checker()
 				}
 				answer, inst = s.answer, s.inst
 				if tc.lastNoCheck && i == len(tc.steps)-1 {
