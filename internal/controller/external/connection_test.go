@@ -21,7 +21,9 @@ func TestConnectionDetails(t *testing.T) {
 		noProxy []string
 		want    map[string]string
 	}{
-		"NoAddressYet": {inst: proxy.Instance{State: proxy.StateProvisioning}, req: plain},
+		// Keys without a value: removed from the Secret, which is not
+		// made for them.
+		"NoAddressYet": {inst: proxy.Instance{State: proxy.StateProvisioning}, req: plain, want: map[string]string{"egressIP": "", "egressIPs": ""}},
 		"AddressOnly": {inst: proxy.Instance{IP: "10.0.0.5"}, req: plain, want: map[string]string{
 			"url": "http://10.0.0.5:3128", "endpoint": "10.0.0.5:3128", "host": "10.0.0.5", "port": "3128",
 			"HTTP_PROXY": "http://10.0.0.5:3128", "HTTPS_PROXY": "http://10.0.0.5:3128", "http_proxy": "http://10.0.0.5:3128", "https_proxy": "http://10.0.0.5:3128",

@@ -925,6 +925,12 @@ func withProgress(msg, progress string) string {
 // published only with a password: for an import, passwordSecretRef's
 // alone.
 func connectionDetails(inst proxy.Instance, req proxy.Request, noProxy []string) managed.ConnectionDetails {
+	if inst.IP == "" && inst.EgressIP == "" {
+		// The other details stay as last published, but an egress
+		// address no longer known leaves: keys without a value are
+		// removed (the writes client), and make no Secret.
+		return managed.ConnectionDetails{spec.ConnectionEgressIP: nil, spec.ConnectionEgressIPs: nil}
+	}
 	if inst.IP == "" {
 		return nil
 	}

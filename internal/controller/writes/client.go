@@ -388,6 +388,10 @@ func (c *Client) catchUp(ctx context.Context, key client.ObjectKey, obj client.O
 // Create implements client.Writer; an empty connection Secret is not
 // created, and one created carries the label the watch selects.
 func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if s, ok := isConnectionSecret(obj); ok {
+		// Keys to remove from a Secret that is not there yet.
+		withoutRemovals(s)
+	}
 	if c.secrets != nil && c.secrets.empty(obj) {
 		return nil
 	}

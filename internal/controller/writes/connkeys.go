@@ -3,6 +3,8 @@ package writes
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,10 @@ func withoutStaleKeys(obj client.Object, patch client.Patch, keys []string) clie
 	return editMerge(obj, patch, func(p map[string]any) bool {
 		data, ok := p["data"].(map[string]any)
 		if !ok || len(data) == 0 {
+			return false
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Values(data)), func(v any) bool { return v != nil }) {
+			// Only keys to remove (removals): the others stay as they are.
 			return false
 		}
 		for _, k := range keys {
@@ -65,6 +71,14 @@ func editMerge(obj client.Object, patch client.Patch, edit func(p map[string]any
 type keysClient struct {
 	client.Client
 	keys []string
+}
+
+// Create makes no key of obj's data without a value (removals).
+func (c keysClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if s, ok := isConnectionSecret(obj); ok {
+		withoutRemovals(s)
+	}
+	return c.Client.Create(ctx, obj, opts...)
 }
 
 func (c keysClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,11 @@ func ConnectionSecretCache(cfg *rest.Config, s *runtime.Scheme) (cache.Cache, er
 // only, the digest of the data it had; it is never written.
 const annotationDataDigest = "egressproxy.io/cached-data-digest"
 
+// annotationDataKeys holds, beside annotationDataDigest, the names of the
+// keys the data had (no values), comma-separated: whether a key is there
+// to remove.
+const annotationDataKeys = "egressproxy.io/cached-data-keys"
+
 // DataDigest is the digest of a Secret's data: its keys and values in
 // key order, each length-prefixed.
 func DataDigest(data map[string][]byte) string {
@@ -95,7 +101,38 @@ func digestOnly(s *corev1.Secret) {
 		a = map[string]string{}
 	}
 	a[annotationDataDigest] = DataDigest(s.Data)
+	a[annotationDataKeys] = strings.Join(slices.Sorted(maps.Keys(s.Data)), ",")
 	s.Annotations, s.Data, s.StringData = a, nil, nil
+}
+
+// holdsAny reports whether s, read through the Client, holds any of keys.
+func holdsAny(s *corev1.Secret, keys []string) bool {
+	if _, cached := s.Annotations[annotationDataDigest]; cached {
+		held := strings.Split(s.Annotations[annotationDataKeys], ",")
+		return slices.ContainsFunc(keys, func(k string) bool { return slices.Contains(held, k) })
+	}
+	return slices.ContainsFunc(keys, func(k string) bool { _, ok := s.Data[k]; return ok })
+}
+
+// removals are the keys of data that have no value: details naming a key
+// without a value remove it from the Secret (a merge patch's null), and
+// no Secret is made for them.
+func removals(data map[string][]byte) (keys []string, only bool) {
+	for k, v := range data {
+		if v == nil {
+			keys = append(keys, k)
+		}
+	}
+	return keys, len(keys) > 0 && len(keys) == len(data)
+}
+
+// withoutRemovals drops from s's data the keys without a value
+// (removals), in a copy: the data is the caller's details.
+func withoutRemovals(s *corev1.Secret) {
+	if gone, _ := removals(s.Data); len(gone) > 0 {
+		s.Data = maps.Clone(s.Data)
+		maps.DeleteFunc(s.Data, func(_ string, v []byte) bool { return v == nil })
+	}
 }
 
 // HeldData reports whether s, read through the Client, holds exactly data:
@@ -216,6 +253,10 @@ func (cs *connectionSecrets) heldPatch(ctx context.Context, obj client.Object, p
 		return false
 	}
 	wc, cc := metav1.GetControllerOf(want), metav1.GetControllerOf(cur)
+	if gone, only := removals(want.Data); only {
+		// Keys to remove: held when none is there.
+		return wc != nil && cc != nil && wc.UID == cc.UID && !holdsAny(cur, gone)
+	}
 	return wc != nil && cc != nil && wc.UID == cc.UID && HeldData(cur, want.Data)
 }
 
