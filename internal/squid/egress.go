@@ -327,9 +327,14 @@ type EgressChecker struct {
 	RetryInterval time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// ForgetAfter drops a key no Check has asked about for this long (a
+	// proxy deleted without a last look, a check turned off, a replica
+	// gone); default 24 h.
+	ForgetAfter time.Duration
 
 	mu      sync.Mutex
 	entries map[string]*egressEntry
+	swept   time.Time
 }
 
 type egressEntry struct {
@@ -338,6 +343,7 @@ type egressEntry struct {
 	done                chan struct{}
 	result              Egress
 	finished            time.Time
+	asked               time.Time
 }
 
 // Check returns key's latest egress result for a proxy at proxyAddr, and
@@ -356,6 +362,7 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 	if e.entries == nil {
 		e.entries = map[string]*egressEntry{}
 	}
+	e.sweep()
 	en := e.entries[key]
 	var prev Egress
 	start := en == nil
@@ -385,6 +392,7 @@ func (e *EgressChecker) Check(ctx context.Context, guard Guard, key, instance, p
 		e.entries[key] = en
 		go e.run(en, c, guard) //nolint:gosec // The check outlives the reconcile that started it; a later Check reads its result.
 	}
+	en.asked = e.now()
 	e.mu.Unlock()
 
 	wait := e.Wait
@@ -442,6 +450,29 @@ func (e *EgressChecker) now() time.Time {
 func identity(instance string) string {
 	id, _, _ := strings.Cut(instance, "#")
 	return id
+}
+
+// sweep drops, at most every tenth of ForgetAfter, the finished entries
+// no Check asked about within ForgetAfter. Called with e.mu held.
+func (e *EgressChecker) sweep() {
+	after := e.ForgetAfter
+	if after <= 0 {
+		after = 24 * time.Hour
+	}
+	now := e.now()
+	if now.Sub(e.swept) < after/10 {
+		return
+	}
+	e.swept = now
+	for k, en := range e.entries {
+		select {
+		case <-en.done:
+			if now.Sub(en.asked) > after {
+				delete(e.entries, k)
+			}
+		default: // in flight: its run still writes to it
+		}
+	}
 }
 
 // Forget drops key (a proxy that is gone).

@@ -300,3 +300,34 @@ func TestEgressCheckerLeavesSquidsIdleConnectionToExpire(t *testing.T) {
 		t.Errorf("a retry 2s after a failure: %d checks; want it held back to the gap", calls.Load())
 	}
 }
+
+// TestEgressCheckerForgetsKeysNoOneAsksAbout: a proxy deleted without a
+// last look, a check turned off or a replica gone leaves a key no Check
+// asks about again; it is dropped after ForgetAfter, and a key still
+// asked about stays.
+func TestEgressCheckerForgetsKeysNoOneAsksAbout(t *testing.T) {
+	var elapsed atomic.Int64
+	start := time.Now()
+	c := &EgressChecker{ForgetAfter: time.Hour, Ask: func(context.Context, string, proxy.EgressCheck) (string, error) {
+		return "203.0.113.7", nil
+	}, Now: func() time.Time { return start.Add(time.Duration(elapsed.Load())) }}
+	check := proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "pw"}
+	ctx := t.Context()
+	for _, k := range []string{"gone", "kept"} {
+		if got := c.Check(ctx, nil, k, "i1", "10.0.0.5:3128", check, time.Hour); got.IP == "" {
+			t.Fatalf("Check(%s) = %+v; want an address", k, got)
+		}
+	}
+	for range 4 {
+		elapsed.Add(int64(20 * time.Minute))
+		c.Check(ctx, nil, "kept", "i1", "10.0.0.5:3128", check, time.Hour)
+	}
+	c.mu.Lock()
+	_, gone := c.entries["gone"]
+	_, kept := c.entries["kept"]
+	n := len(c.entries)
+	c.mu.Unlock()
+	if gone || !kept || n != 1 {
+		t.Errorf("after 80 minutes: the unasked key kept %v, the asked one kept %v, %d keys; want only the asked one", gone, kept, n)
+	}
+}
