@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"mime/multipart"
 	"net"
@@ -45,14 +44,18 @@ const (
 
 // RefreshOwnAddresses is the shell command that lists the guest's own
 // addresses (loopback at least) in OwnAddressesPath, replacing the list
-// whole. A guest's addresses change after its first boot (a new lease, a
-// NIC or SLAAC address added), so every script that installs squid.conf
+// whole; it fails, leaving the list as it was, when ip cannot list them
+// (missing, not on the PATH): a list of loopback alone would leave the
+// guest's addresses open. A guest's addresses change after its first
+// boot (a new lease, a NIC or SLAAC address added), so every script that
+// installs squid.conf
 // or (re)starts Squid runs it first, and systemd before every start
 // (OwnAddressesFiles). One command, so that it fails as a whole in an
 // && list too; its temporary file is the shell's own, since a GCP
 // guest's startup script may run it beside the first boot's cloud-init.
-var RefreshOwnAddresses = "{ { echo 127.0.0.1; echo ::1; ip -o addr show | awk '$3 == \"inet\" || $3 == \"inet6\" { split($4, a, \"/\"); print a[1] }'; } | " +
-	"sort -u | awk '{ print \"acl own_dst dst \" $1 }' > " + OwnAddressesPath + ".$$ && chmod 0644 " + OwnAddressesPath + ".$$ && " +
+var RefreshOwnAddresses = "{ { ip -o addr show > " + OwnAddressesPath + ".$$.ip || { rm -f " + OwnAddressesPath + ".$$.ip; false; }; } && " +
+	"{ echo 127.0.0.1; echo ::1; awk '$3 == \"inet\" || $3 == \"inet6\" { split($4, a, \"/\"); print a[1] }' " + OwnAddressesPath + ".$$.ip; } | " +
+	"sort -u | awk '{ print \"acl own_dst dst \" $1 }' > " + OwnAddressesPath + ".$$ && rm -f " + OwnAddressesPath + ".$$.ip && chmod 0644 " + OwnAddressesPath + ".$$ && " +
 	"mv -f " + OwnAddressesPath + ".$$ " + OwnAddressesPath + "; }"
 
 // Where systemd runs RefreshOwnAddresses before every start of Squid (a
@@ -154,14 +157,14 @@ func HostAddresses(ctx context.Context, r netguard.Resolver, field, host string)
 		return []string{a.WithZone("").String()}, nil
 	}
 	addrs, err := r.LookupNetIP(ctx, "ip", host)
-	if err == nil && len(addrs) == 0 {
-		err = errors.New("no address")
-	}
+	const why = "the proxy's Squid must deny the hypervisor's addresses so that the guest cannot reach it"
 	if err != nil {
-		if de := (*net.DNSError)(nil); errors.As(err, &de) {
-			err = errors.New(de.Err)
-		}
-		return nil, proxy.Transientf("%s: cannot resolve %q, which the proxy's Squid must deny so that the guest cannot reach its hypervisor: %v", field, host, err)
+		// In netguard's words: the lookup's own name the provider's DNS
+		// server (in a pod, the cluster DNS Service).
+		return nil, proxy.Transientf("%s: %v; %s", field, &netguard.UnresolvedError{Host: strconv.Quote(host), Err: err}, why)
+	}
+	if len(addrs) == 0 {
+		return nil, proxy.Transientf("%s: %q resolves to no address; %s", field, host, why)
 	}
 	out := make([]string, len(addrs))
 	for i, a := range addrs {

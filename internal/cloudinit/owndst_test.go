@@ -84,3 +84,38 @@ func squidBinary(t *testing.T) string {
 	t.Skip("squid not found: run hack/install-squid.sh")
 	return ""
 }
+
+// TestOwnAddressesWithoutIPFail: where ip cannot list the guest's
+// addresses (missing, not on the PATH), the refresh fails and leaves the
+// list as it was, rather than write one of loopback alone that would leave
+// the guest's own addresses open.
+func TestOwnAddressesWithoutIPFail(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "own.conf")
+	const before = "acl own_dst dst 10.0.0.5\n"
+	if err := os.WriteFile(list, []byte(before), 0o644); err != nil { //nolint:gosec // A test's file.
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	for _, c := range []string{"sort", "awk", "chmod", "mv", "rm"} {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("/bin/sh", "-ec", strings.ReplaceAll(cloudinit.RefreshOwnAddresses, cloudinit.OwnAddressesPath, list))
+	cmd.Env = []string{"PATH=" + bin}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Errorf("the refresh without ip succeeded (%s)", out)
+	}
+	if b, _ := os.ReadFile(list); string(b) != before {
+		t.Errorf("the list became %q; want it as it was", b)
+	}
+	if left, _ := filepath.Glob(list + ".*"); len(left) != 0 {
+		t.Errorf("temporary files stay: %v", left)
+	}
+}
