@@ -215,10 +215,11 @@ type ProxyObservation struct {
 	// +optional
 	EgressIPVerifiedAt *metav1.Time `json:"egressIPVerifiedAt,omitempty"`
 	// EgressIPCheckedThrough is the route of the check that saw a Verified
-	// or Reported EgressIP: the instance's address, its pod, and the
-	// backend's own figure of its egress address ("10.0.0.5 pod p-1").
-	// A failed or pending check keeps EgressIP only through the same
-	// route, also after a provider restart.
+	// or Reported EgressIP: the address clients reach the instance at (a
+	// PodProxy's Service, not its pod) and the backend's own figure of its
+	// egress address where it differs ("10.96.0.10", "10.0.0.5 backend
+	// 203.0.113.9"). A failed or pending check keeps EgressIP only through
+	// the same route, also after a provider restart.
 	// +optional
 	EgressIPCheckedThrough string `json:"egressIPCheckedThrough,omitempty"`
 	// Placement actually used.

@@ -87,34 +87,29 @@ func egressOf(o *spec.ProxyObservation) egressBefore {
 	if through == "" && o.EgressIP != "" {
 		// A status written before the route was: the instance as it
 		// described it then, without the backend's figure.
-		through = routeOf(o.IP, o.Details[detailPod], "")
+		through = routeOf(o.IP, "")
 	}
 	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, through: through, id: o.ID, created: o.CreatedAt}
 }
-
-// detailPod is the Details key of a PodProxy's serving pod.
-const detailPod = "pod"
 
 // egressRoute is what an egress check of inst goes through, and what its
 // answer holds for; another route's answer says nothing of inst's address.
 // A VM's (KVM, Proxmox) is its guest address, where the probe and the
 // check connect; a GCP instance's its external NAT IP, which is both its
-// address and the backend's figure; a PodProxy's the pod (its address, or
-// the Service's in front of it, and its name: a pod replaced behind a
-// Service or load balancer is another route).
+// address and the backend's figure; a PodProxy's the address clients use,
+// its Service's (or the pod's, without one). A pod replaced behind its
+// Service is the same route: a rollout keeps the address checked until a
+// check says otherwise, as the clients behind the Service see it.
 func egressRoute(inst proxy.Instance) string {
 	backend := inst.BackendEgressIP
 	if backend == inst.IP {
 		backend = ""
 	}
-	return routeOf(inst.IP, inst.Details[detailPod], backend)
+	return routeOf(inst.IP, backend)
 }
 
-func routeOf(ip, pod, backend string) string {
+func routeOf(ip, backend string) string {
 	r := ip
-	if pod != "" {
-		r += " pod " + pod
-	}
 	if backend != "" {
 		r += " backend " + backend
 	}

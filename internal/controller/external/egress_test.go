@@ -128,12 +128,18 @@ func TestSetEgress(t *testing.T) {
 	podMoved.IP, podMoved.ProxyAddress = "10.1.0.7", "10.1.0.7:3128"
 	remotePod := remote
 	remotePod.Details = map[string]string{"pod": "p-1"}
+	// Another pod behind the same Service (a rollout): the same route.
 	replacedFailed := failedInside
 	replacedFailed.Details = map[string]string{"pod": "p-2"}
 	replacedSilent := unreached
 	replacedSilent.Details = map[string]string{"pod": "p-2"}
 	sameFailed := replacedFailed
 	sameFailed.Details = remotePod.Details
+	// A pod clients reach at another address (no Service in front).
+	movedFailed := replacedFailed
+	movedFailed.IP = "10.0.0.6"
+	movedSilent := replacedSilent
+	movedSilent.IP = "10.0.0.6"
 
 	type step struct {
 		inst   proxy.Instance
@@ -223,10 +229,17 @@ func TestSetEgress(t *testing.T) {
 		"AfterARestartAFailedCheckThroughTheSameProxyKeepsTheAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: running}}, restartAt: 1,
 			wantIP: "203.0.113.7", wantSource: spec.EgressIPVerified, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
 			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
-		"AReplacedPodsFailedReportKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: replacedFailed}},
+		"APodAtANewAddressWhoseReportFailedKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: movedFailed}},
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse, wantEvents: []string{"Warning EgressCheckFailed"}},
-		"AReplacedPodNotReportingYetKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: replacedSilent}},
+		"APodAtANewAddressNotReportingYetKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: movedSilent}},
 			wantCond: reasonEgressNoPath, wantStatus: corev1.ConditionUnknown},
+		// A rollout behind the Service: the address stays published, in
+		// status and the connection Secret, until a check says otherwise.
+		"APodReplacedBehindItsServiceWhoseReportFailedKeepsTheAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: replacedFailed}},
+			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
+			wantEvents: []string{"Warning EgressCheckFailed"}},
+		"APodReplacedBehindItsServiceNotReportingYetKeepsTheAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: replacedSilent}},
+			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressNoPath, wantStatus: corev1.ConditionUnknown},
 		"TheSamePodsFailedReportKeepsTheAddress": {kind: egressKind(), steps: []step{{inst: remotePod}, {inst: sameFailed}},
 			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
 			wantEvents: []string{"Warning EgressCheckFailed"}},
