@@ -7,10 +7,11 @@ import (
 	"net/url"
 )
 
-// maxAnswer bounds the body of one answer of a kubeconfig's API server
-// read into memory. The largest the driver asks for is an unpaginated
-// List of its own objects in the config's namespace (Deployments, pods,
-// Secrets): some 16 KiB an object, so 4000 proxies fit.
+// maxAnswer bounds the body of one answer of a tenant's kubeconfig's API
+// server read into memory. The largest the driver asks for is an
+// unpaginated List: its own objects in the config's namespace
+// (Deployments, pods, Secrets; some 16 KiB an object, so 4000 proxies
+// fit) or the cluster's nodes (some 20 KiB a node: 3000).
 const maxAnswer = 64 << 20
 
 // capAnswers wraps rt so that an answer of more than limit bytes fails with

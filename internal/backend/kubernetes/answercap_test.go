@@ -99,3 +99,26 @@ func TestPodLogReadsAtMostLimitBytes(t *testing.T) {
 		t.Errorf("PodLog read %d bytes with limitBytes 4096; want 4096", len(b))
 	}
 }
+
+// TestPlatformClusterAnswersAreReadWhole: the cap is for tenants' servers;
+// a platform config's cluster is read whole, since a List of a big
+// cluster's nodes (its networks) is one unpaginated answer.
+func TestPlatformClusterAnswersAreReadWhole(t *testing.T) {
+	const limit, size = 1 << 20, 2 << 20
+	var sent atomic.Int64
+	srv := endless(t, size, false, &sent)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	r := &Remote{Scheme: scheme, maxAnswer: limit}
+	cl, err := r.Cluster(tenantKubeconfig(srv.URL), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Driver("ClusterProviderConfig c", Config{Namespace: "proxies"}, nil).Get(context.Background(), proxy.Ref{Name: "p", Deleting: true, Live: true})
+	if err != nil && strings.Contains(err.Error(), "is larger than") {
+		t.Errorf("Get = %.300v; want the platform's cluster read whole", err)
+	}
+	if n := sent.Load(); n < size {
+		t.Errorf("the provider read %d of %d bytes", n, size)
+	}
+}

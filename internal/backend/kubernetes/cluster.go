@@ -325,12 +325,17 @@ func (r *Remote) newCluster(kubeconfig []byte, guard *netguard.Guard) (*Cluster,
 		// platform team's, dialled as it is.
 		cfg.Proxy, cfg.Dial = guard.Via(nil, nil)
 	}
-	limit := r.maxAnswer
-	if limit <= 0 {
-		limit = maxAnswer
+	if guard != nil {
+		// A tenant's server may answer without end. The platform's own
+		// clusters are read whole: a List of a big cluster's nodes (the
+		// cluster's networks) is one unpaginated answer.
+		limit := r.maxAnswer
+		if limit <= 0 {
+			limit = maxAnswer
+		}
+		server := cfg.Host
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return capAnswers(rt, limit, server) })
 	}
-	server := cfg.Host
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return capAnswers(rt, limit, server) })
 	cfg = Observed(cfg)
 	// One HTTP client of its own, so its connections can be closed when
 	// the Cluster leaves the pool.
