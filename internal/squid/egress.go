@@ -232,10 +232,14 @@ func AskEgress(ctx context.Context, dial func(ctx context.Context, network, addr
 	// One byte over the cap tells a long answer from one that fits: a
 	// cut-off answer could end in another address (203.0.113.71 read as
 	// 203.0.113.7).
-	body, _ := io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), maxEchoAnswer+1))
+	body, readErr := io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), maxEchoAnswer+1))
 	if resp.StatusCode != http.StatusOK {
 		// The code, never the status text: what answers chose it.
 		return "", fmt.Errorf("%s answered %d %s through the proxy at %s", u.host, resp.StatusCode, http.StatusText(resp.StatusCode), proxyAddr)
+	}
+	if readErr != nil {
+		// Cut off, it could end in another address as well.
+		return "", fmt.Errorf("the echo endpoint's answer was cut off through the proxy at %s (what arrived is not read)", proxyAddr)
 	}
 	if len(body) > maxEchoAnswer {
 		return "", fmt.Errorf("the echo endpoint's answer is longer than %d bytes; an address takes a few dozen", maxEchoAnswer)

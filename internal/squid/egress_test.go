@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -329,5 +330,31 @@ func TestEgressCheckerForgetsKeysNoOneAsksAbout(t *testing.T) {
 	c.mu.Unlock()
 	if gone || !kept || n != 1 {
 		t.Errorf("after 80 minutes: the unasked key kept %v, the asked one kept %v, %d keys; want only the asked one", gone, kept, n)
+	}
+}
+
+// TestACutOffEchoAnswerVerifiesNothing: an answer whose connection drops
+// before its declared length (203.0.113.71 cut to 203.0.113.7) is a
+// failed check, never another address.
+func TestACutOffEchoAnswerVerifiesNothing(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("no hijacker")
+			return
+		}
+		conn, buf, err := hj.Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n203.0.113.7")
+		_ = buf.Flush()
+		_ = conn.Close()
+	}))
+	defer srv.Close()
+	ip, err := AskEgress(t.Context(), nil, strings.TrimPrefix(srv.URL, "http://"), proxy.EgressCheck{URL: "http://echo.example/ip", Username: CheckUsername, Password: "pw"})
+	if err == nil || strings.Contains(err.Error(), "203.0.113.7") {
+		t.Errorf("AskEgress = %q, %v; want an error quoting nothing of the answer", ip, err)
 	}
 }
