@@ -119,6 +119,20 @@ func (g *stallGuard) suspect(c *configCalls, now time.Time) bool {
 	return c != nil && (g.stalled(c, now) || g.recent(c.stalledAt, now))
 }
 
+// counted are a group's calls in flight that count against it: all but
+// those started free (their config's last call ended quickly), and those
+// too once they have run stallAfter, so that a config whose server went
+// silent after a quick answer does not hold workers outside the count.
+func (g *stallGuard) counted(grp *configCalls, now time.Time) int {
+	n := 0
+	for id, start := range grp.started {
+		if !grp.free[id] || now.Sub(start) >= g.stallAfter {
+			n++
+		}
+	}
+	return n
+}
+
 func (g *stallGuard) entry(key string) *configCalls {
 	c := g.configs[key]
 	if c == nil {
@@ -142,7 +156,7 @@ func (g *stallGuard) enter(k guardKey) (func(), error) {
 	if k.group != "" {
 		free = c != nil && !g.suspect(c, now) && g.recent(c.quickAt, now)
 		if grp := g.configs[k.group]; !free && g.suspect(grp, now) {
-			if counted := len(grp.started) - len(grp.free); counted >= g.allowance {
+			if counted := g.counted(grp, now); counted >= g.allowance {
 				return nil, g.refusal(k.key, k.group, counted, g.stalled(grp, now))
 			}
 		}

@@ -302,3 +302,33 @@ func TestGuardedDriverCarriesTheNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestQuickConfigsThatStallCountForTheNamespace: a tenant's configs whose
+// server answered quickly, then went silent, start their calls free of
+// the namespace's count; once those have run the stall time they count,
+// and the namespace gets no more calls in.
+func TestQuickConfigsThatStallCountForTheNamespace(t *testing.T) {
+	g, c := guardAt()
+	tenant := func(name string) guardKey {
+		return stallKey(&Config{Name: "ProviderConfig team-a/" + name, Namespaced: true}, "team-a")
+	}
+	for i := range 5 {
+		endAll(enterAll(t, g, tenant(fmt.Sprint("pve-", i)), 1)) // quick
+	}
+	var stalled []func()
+	for i := range 5 {
+		stalled = append(stalled, enterAll(t, g, tenant(fmt.Sprint("pve-", i)), 2)...)
+	}
+	defer endAll(stalled)
+	c.Step(defaultStallAfter)
+	admitted := 0
+	for i := range 7 {
+		if done, err := g.enter(tenant(fmt.Sprint("pve-", i))); err == nil {
+			defer done()
+			admitted++
+		}
+	}
+	if admitted != 0 {
+		t.Errorf("with %d of its calls stalled, namespace team-a got %d more in; want none", len(stalled), admitted)
+	}
+}
