@@ -187,8 +187,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	defer cancel()
 	ctx, span := telemetry.Tracer().Start(ctx, "egressproxy.CheckConfig", trace.WithAttributes(
 		attribute.String("egressproxy.provider_config", cfg.Name), attribute.String("egressproxy.backend", backend)))
-	h := r.check(ctx, cfg)
-	end()
+	h := func() proxy.Health {
+		// Deferred: a check that panics still leaves the guard.
+		defer end()
+		return r.check(ctx, cfg)
+	}()
 	if !h.Healthy() {
 		span.SetStatus(codes.Error, "unhealthy")
 	}

@@ -178,8 +178,11 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := s.sweep(sctx, pc, cfg, backend)
-	end()
+	res, err := func() (result, error) {
+		// Deferred: a sweep that panics still leaves the guard.
+		defer end()
+		return s.sweep(sctx, pc, cfg, backend)
+	}()
 	if err != nil {
 		// Nothing is reported as an orphan when the sweep cannot tell.
 		s.Log.Info("cannot sweep for orphans", "config", cfg.Name, "error", err.Error())
