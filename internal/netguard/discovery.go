@@ -91,8 +91,11 @@ var _ Partial = clusterOnly{}
 func (c clusterOnly) Networks(ctx context.Context) []netip.Prefix { return c.d.networks(ctx, false) }
 
 // Unreadable implements Partial: what cannot be read of the cluster is
-// as unknown to its proxies as to the guard.
-func (c clusterOnly) Unreadable(ctx context.Context) []string { return c.d.Unreadable(ctx) }
+// as unknown to its proxies as to the guard, but for the Services'
+// external addresses, which proxies are not denied (Networks).
+func (c clusterOnly) Unreadable(ctx context.Context) []string {
+	return slices.DeleteFunc(c.d.Unreadable(ctx), func(s string) bool { return s == servicesSource })
+}
 
 // Complete implements Complete.
 func (c clusterOnly) Complete(ctx context.Context) ([]netip.Prefix, error) {

@@ -3,6 +3,7 @@ package netguard
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,9 +128,15 @@ func TestServicesExternalAddressesRefused(t *testing.T) {
 			return c.List(ctx, l, opts...)
 		},
 	}).Build()
-	forbidden := New(Options{Cluster: &Discovery{Reader: noServices, Services: true}})
+	noList := &Discovery{Reader: noServices, Services: true}
+	forbidden := New(Options{Cluster: noList})
 	if err := forbidden.Check(ctx, netip.MustParseAddr("10.0.1.200")); !IsRefused(err) || !strings.Contains(err.Error(), "(services)") {
 		t.Errorf("without the right to list Services: %v; want every private range refused, naming services", err)
+	}
+	// The proxies are not denied the Services' addresses, so a list they
+	// do not use is nothing unknown to them.
+	if p, ok := noList.Cluster().(Partial); !ok || slices.Contains(p.Unreadable(ctx), servicesSource) {
+		t.Errorf("the proxies' view of the cluster counts the Services' list as unknown")
 	}
 }
 
