@@ -166,7 +166,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		}
 	}
 	o := cr.Observation()
-	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = inst.EgressIP, nil, "", nil
+	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough = inst.EgressIP, nil, "", nil, ""
 	defer func() {
 		if len(o.EgressIPs) == 0 && o.EgressIP != "" {
 			o.EgressIPs = []string{o.EgressIP}
