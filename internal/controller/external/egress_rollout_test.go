@@ -35,16 +35,7 @@ func TestARolloutBehindTheServiceKeepsTheEgressAddress(t *testing.T) {
 			return "203.0.113.7", nil
 		}}
 		cr := proxyResource()
-		observe := func(inst proxy.Instance) {
-			t.Helper()
-			req, err := e.request(context.Background(), cr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before := egressOf(cr.Observation())
-			setObservation(cr.Observation(), inst, req, nil)
-			e.setEgress(context.Background(), cr, &inst, req, before)
-		}
+		observe := func(inst proxy.Instance) { t.Helper(); observeEgress(t, e, cr, inst) }
 		observe(running)
 		for i := 0; cr.Status.AtProvider.EgressIP == "" && i < 100; i++ {
 			time.Sleep(10 * time.Millisecond)

@@ -481,16 +481,7 @@ func TestAMovedProxysCheckInFlight(t *testing.T) {
 	}}
 	cr := proxyResource()
 	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
-	observe := func(inst proxy.Instance) {
-		t.Helper()
-		req, err := e.request(context.Background(), cr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := egressOf(cr.Observation())
-		setObservation(cr.Observation(), inst, req, nil)
-		e.setEgress(context.Background(), cr, &inst, req, before)
-	}
+	observe := func(inst proxy.Instance) { t.Helper(); observeEgress(t, e, cr, inst) }
 	observe(running)
 	// The first check may outlast Wait too: look again until it answered.
 	for i := 0; cr.Status.AtProvider.EgressIP == "" && i < 100; i++ {
@@ -560,4 +551,17 @@ func TestAnEchoURLChangeKeepsNothingTheOldURLSaw(t *testing.T) {
 	if ip, c := observe(); ip != "" || c.Reason != reasonEgressFailed || !strings.Contains(c.Message, platformEcho+" failed") {
 		t.Errorf("the new URL's check failed: egressIP %q (%s), EgressVerified %s %q; want no address, CheckFailed naming %s", ip, cr.Status.AtProvider.EgressIPSource, c.Reason, c.Message, platformEcho)
 	}
+}
+
+// observeEgress is one Observe's egress part for cr with inst: status as
+// setObservation fills it, then setEgress with what status said before.
+func observeEgress(t *testing.T, e *external[spec.KVMProxyParameters], cr *nsproxy.KVMProxy, inst proxy.Instance) {
+	t.Helper()
+	req, err := e.request(context.Background(), cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := egressOf(cr.Observation())
+	setObservation(cr.Observation(), inst, req, nil)
+	e.setEgress(context.Background(), cr, &inst, req, before)
 }
