@@ -57,7 +57,7 @@ func (d *Driver) plan(ctx context.Context, req proxy.Request) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	hv, err := d.hypervisor(ctx, h)
+	hv, err := d.hypervisors(ctx)
 	if err != nil {
 		return nil, err
 	}

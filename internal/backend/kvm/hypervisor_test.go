@@ -128,3 +128,55 @@ func TestHypervisorThatDoesNotResolveFailsClosed(t *testing.T) {
 		t.Error("the update wrote files in the guest")
 	}
 }
+
+// TestGuestsDenyEveryHostOfTheConfig: a guest's Squid denies the other
+// hosts of its config too (they trust the same network and the provider's
+// keys), on create and on update; one whose name does not resolve stops
+// the create, naming its own field.
+func TestGuestsDenyEveryHostOfTheConfig(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) {
+		e.cfg.Hosts = append(e.cfg.Hosts, Host{Name: "lab2", Address: "fakehost2:22", User: "proxy", Bridge: "br0"},
+			Host{Name: "lab3", Address: "[2001:db8::7]:22", User: "proxy", Bridge: "br0"})
+	})
+	req := e.request("web", "uid-1")
+	req.Proxy.AllowedPorts = []int32{443, 22, 16509}
+	hosts := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("2001:db8::7")}
+	p, err := e.d.plan(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := cloudinit.SquidConfOf(p.userData)
+	for _, a := range hosts {
+		if !neverDenies(conf, a) {
+			t.Errorf("the seed's squid.conf of a guest on lab does not deny the config's host at %s:\n%s", a, conf)
+		}
+	}
+
+	inst := createAndBootReq(t, e, req)
+	r := ref(inst)
+	r.Mark = req.Mark
+	req.Proxy.AllowedPorts = []int32{443, 22}
+	if _, err := e.d.Update(context.Background(), r, req); err != nil {
+		t.Fatal(err)
+	}
+	e.host.mu.Lock()
+	staged := e.host.guestFiles[stageDir+"/squid.conf"]
+	e.host.mu.Unlock()
+	b, err := base64.StdEncoding.DecodeString(staged)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("the update wrote no squid.conf (%v)", err)
+	}
+	for _, a := range hosts {
+		if !neverDenies(string(b), a) {
+			t.Errorf("the updated squid.conf does not deny the config's host at %s", a)
+		}
+	}
+
+	e.cfg.Hosts = append(e.cfg.Hosts, Host{Name: "lab4", Address: "gone.internal:22", User: "proxy", Bridge: "br0"})
+	d := e.b.Driver(e.cfg)
+	_, err = d.Create(context.Background(), e.request("other", "uid-2"))
+	var pe *proxy.Error
+	if !errors.As(err, &pe) || pe.Class != proxy.ClassTransient || !strings.Contains(err.Error(), "kvm.hosts[3].address") {
+		t.Errorf("create with a host that does not resolve: %v; want a Transient error naming kvm.hosts[3].address", err)
+	}
+}

@@ -320,15 +320,19 @@ func (d *Driver) host(name string) (Host, error) {
 	return Host{}, proxy.Unresolvedf("placement: host %q is not in the config's kvm.hosts (%s)", name, strings.Join(names, ", "))
 }
 
-// hypervisor are the addresses of h, which its guests' Squid denies.
-func (d *Driver) hypervisor(ctx context.Context, h Host) ([]string, error) {
-	field := "kvm.hosts[].address"
-	for i, c := range d.cfg.Hosts {
-		if c.Name == h.Name {
-			field = fmt.Sprintf("kvm.hosts[%d].address", i)
+// hypervisors are the addresses of every host of the config, which a
+// guest's Squid denies: its own host (sshd, libvirtd) and the others,
+// which trust the same network and the provider's keys alike.
+func (d *Driver) hypervisors(ctx context.Context) ([]string, error) {
+	var out []string
+	for i, h := range d.cfg.Hosts {
+		a, err := cloudinit.HostAddresses(ctx, d.b.resolver, fmt.Sprintf("kvm.hosts[%d].address", i), h.Address)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, a...)
 	}
-	return cloudinit.HostAddresses(ctx, d.b.resolver, field, h.Address)
+	return out, nil
 }
 
 func (d *Driver) target(h Host) Target {

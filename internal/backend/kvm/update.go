@@ -37,7 +37,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	hv, err := d.hypervisor(ctx, h)
+	hv, err := d.hypervisors(ctx)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
