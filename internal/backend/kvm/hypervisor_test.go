@@ -10,24 +10,8 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid/squidtest"
 )
-
-// neverDenies reports whether squid.conf denies a in its never_dst ACL,
-// which no allowedDestinationCIDRs opens.
-func neverDenies(conf string, a netip.Addr) bool {
-	for _, l := range strings.Split(conf, "\n") {
-		rest, ok := strings.CutPrefix(l, "acl never_dst dst ")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Fields(rest) {
-			if p, err := netip.ParsePrefix(f); err == nil && p.Contains(a) {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // TestGuestsDenyTheirHypervisor: a guest's Squid denies the addresses of
 // the host it runs on (its sshd, libvirtd), on create and on update,
@@ -58,7 +42,7 @@ func TestGuestsDenyTheirHypervisor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if conf := cloudinit.SquidConfOf(p.userData); !neverDenies(conf, want) {
+			if conf := cloudinit.SquidConfOf(p.userData); !squidtest.NeverDenies(conf, want) {
 				t.Errorf("the seed's squid.conf does not deny the host at %s:\n%s", want, conf)
 			}
 
@@ -76,7 +60,7 @@ func TestGuestsDenyTheirHypervisor(t *testing.T) {
 			if err != nil || len(conf) == 0 {
 				t.Fatalf("the update wrote no squid.conf (%v)", err)
 			}
-			if !neverDenies(string(conf), want) {
+			if !squidtest.NeverDenies(string(conf), want) {
 				t.Errorf("the updated squid.conf does not deny the host at %s:\n%s", want, conf)
 			}
 		})
@@ -147,7 +131,7 @@ func TestGuestsDenyEveryHostOfTheConfig(t *testing.T) {
 	}
 	conf := cloudinit.SquidConfOf(p.userData)
 	for _, a := range hosts {
-		if !neverDenies(conf, a) {
+		if !squidtest.NeverDenies(conf, a) {
 			t.Errorf("the seed's squid.conf of a guest on lab does not deny the config's host at %s:\n%s", a, conf)
 		}
 	}
@@ -167,7 +151,7 @@ func TestGuestsDenyEveryHostOfTheConfig(t *testing.T) {
 		t.Fatalf("the update wrote no squid.conf (%v)", err)
 	}
 	for _, a := range hosts {
-		if !neverDenies(string(b), a) {
+		if !squidtest.NeverDenies(string(b), a) {
 			t.Errorf("the updated squid.conf does not deny the config's host at %s", a)
 		}
 	}

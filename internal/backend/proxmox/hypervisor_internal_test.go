@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/squid/squidtest"
 )
 
 // nameResolver resolves the names it holds; any other is not found.
@@ -24,6 +25,18 @@ func (r nameResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 		return a, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, Server: "10.96.0.10:53", IsNotFound: true}
+}
+
+// nodesAPI answers the reads of the cluster's nodes: a cluster of one
+// node whose network states no address.
+type nodesAPI struct{ API }
+
+func (nodesAPI) Resources(context.Context, string) ([]Resource, error) {
+	return []Resource{{ID: "node/pve1", Type: "node", Node: "pve1", Status: "online"}}, nil
+}
+
+func (nodesAPI) NodeNetwork(context.Context, string) ([]NodeInterface, error) {
+	return []NodeInterface{{Iface: "vmbr0"}}, nil
 }
 
 // seedSquidConf is the squid.conf the seed ISO iso installs.
@@ -54,23 +67,6 @@ func seedSquidConf(t *testing.T, iso []byte) string {
 	return ""
 }
 
-// neverDenies reports whether squid.conf denies a in its never_dst ACL,
-// which no allowedDestinationCIDRs opens.
-func neverDenies(conf string, a netip.Addr) bool {
-	for _, l := range strings.Split(conf, "\n") {
-		rest, ok := strings.CutPrefix(l, "acl never_dst dst ")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Fields(rest) {
-			if p, err := netip.ParsePrefix(f); err == nil && p.Contains(a) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // TestSeedDeniesTheAPIHost: a guest's Squid denies the host of the
 // config's API URL (often the node it runs on: its API on 8006, its
 // sshd), whatever ports the proxy allows and also where the proxy opens
@@ -81,7 +77,7 @@ func TestSeedDeniesTheAPIHost(t *testing.T) {
 	resolver := nameResolver{"pve.example": {netip.MustParseAddr("10.30.0.4"), netip.MustParseAddr("fd30::4")}}
 	driver := func(t *testing.T, url string) *Driver {
 		t.Helper()
-		d, err := New(Options{Provider: "ClusterProviderConfig home-pve", Config: Config{URL: url}, API: struct{ API }{}, Resolver: resolver})
+		d, err := New(Options{Provider: "ClusterProviderConfig home-pve", Config: Config{URL: url}, API: nodesAPI{}, Resolver: resolver})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +101,7 @@ func TestSeedDeniesTheAPIHost(t *testing.T) {
 			}
 			conf := seedSquidConf(t, iso)
 			for _, w := range want {
-				if !neverDenies(conf, netip.MustParseAddr(w)) {
+				if !squidtest.NeverDenies(conf, netip.MustParseAddr(w)) {
 					t.Errorf("the seed's squid.conf does not deny the API's host at %s:\n%s", w, conf)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,4 +187,21 @@ func ReportPortOf(conf string, proxyPort int) int {
 		}
 	}
 	return proxyPort
+}
+
+// NeverDenies reports whether squid.conf denies a in its never_dst ACL,
+// which no allowedDestinationCIDRs opens.
+func NeverDenies(conf string, a netip.Addr) bool {
+	for _, l := range strings.Split(conf, "\n") {
+		rest, ok := strings.CutPrefix(l, "acl never_dst dst ")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) {
+			if p, err := netip.ParsePrefix(f); err == nil && p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
 }
