@@ -402,6 +402,12 @@ func (c *Client) NodeStatus(ctx context.Context, node string) (NodeStatus, error
 	return s, c.do(ctx, request{method: http.MethodGet, path: "/nodes/" + seg(node) + "/status"}, &s)
 }
 
+// NodeNetwork implements API.
+func (c *Client) NodeNetwork(ctx context.Context, node string) ([]NodeInterface, error) {
+	var out []NodeInterface
+	return out, c.do(ctx, request{method: http.MethodGet, path: "/nodes/" + seg(node) + "/network"}, &out)
+}
+
 // StorageStatus implements API.
 func (c *Client) StorageStatus(ctx context.Context, node, storage string) (StorageStatus, error) {
 	var s StorageStatus

@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -570,13 +571,9 @@ func (d *Driver) uploadSeed(ctx context.Context, node string, req proxy.Request,
 // ID, and never one whose ID it ran before (its semaphores are on the
 // disk): the ID names the spec hash and the time of the seed, so a spec
 // changed back to an earlier one runs too. The guest's Squid denies the
-// API's host, often the node the VM runs on (its API, sshd).
+// cluster's hypervisors (hypervisors).
 func (d *Driver) seed(ctx context.Context, req proxy.Request, vmid int) ([]byte, error) {
-	host := d.cfg.URL
-	if u, err := url.Parse(d.cfg.URL); err == nil && u.Host != "" {
-		host = u.Host
-	}
-	hv, err := cloudinit.HostAddresses(ctx, d.resolver, "proxmox.url", host)
+	hv, err := d.hypervisors(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -595,4 +592,43 @@ func (d *Driver) seed(ctx context.Context, req proxy.Request, vmid int) ([]byte,
 		return nil, err
 	}
 	return iso, nil
+}
+
+// hypervisors are the addresses a guest's Squid denies: the API's host
+// and every online node's own addresses, as the nodes' network
+// configuration states them (their API on 8006, sshd, the bridge the
+// guests use), which trust the guests' network. An offline node cannot
+// say; it is denied from the next create or update after it is back.
+func (d *Driver) hypervisors(ctx context.Context) ([]string, error) {
+	host := d.cfg.URL
+	if u, err := url.Parse(d.cfg.URL); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	out, err := cloudinit.HostAddresses(ctx, d.resolver, "proxmox.url", host)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := d.api.Resources(ctx, "node")
+	if err != nil {
+		return nil, d.wrap(err, "list the cluster's nodes, whose addresses the proxy's Squid denies")
+	}
+	for _, n := range nodes {
+		if n.Type != "node" || n.Status != "online" {
+			continue
+		}
+		ifaces, err := d.api.NodeNetwork(ctx, n.Node)
+		if err != nil {
+			return nil, d.wrap(err, fmt.Sprintf("read node %s's network, whose addresses the proxy's Squid denies", n.Node))
+		}
+		for _, i := range ifaces {
+			for _, a := range []string{i.Address, i.Address6, i.CIDR, i.CIDR6} {
+				a, _, _ = strings.Cut(a, "/")
+				if ip, err := netip.ParseAddr(a); err == nil {
+					out = append(out, ip.WithZone("").String())
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

@@ -96,6 +96,10 @@ func (o *observed) NodeStatus(ctx context.Context, node string) (NodeStatus, err
 	return read(o, ctx, "NodeStatus", node, 0, func(ctx context.Context) (NodeStatus, error) { return o.next.NodeStatus(ctx, node) })
 }
 
+func (o *observed) NodeNetwork(ctx context.Context, node string) ([]NodeInterface, error) {
+	return read(o, ctx, "NodeNetwork", node, 0, func(ctx context.Context) ([]NodeInterface, error) { return o.next.NodeNetwork(ctx, node) })
+}
+
 func (o *observed) StorageStatus(ctx context.Context, node, storage string) (StorageStatus, error) {
 	return read(o, ctx, "StorageStatus", node, 0, func(ctx context.Context) (StorageStatus, error) { return o.next.StorageStatus(ctx, node, storage) })
 }

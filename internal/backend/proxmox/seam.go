@@ -24,6 +24,9 @@ type API interface {
 	Resources(ctx context.Context, typ string) ([]Resource, error)
 	// NodeStatus is GET /nodes/{node}/status.
 	NodeStatus(ctx context.Context, node string) (NodeStatus, error)
+	// NodeNetwork is GET /nodes/{node}/network, the node's interfaces as
+	// its network configuration states them.
+	NodeNetwork(ctx context.Context, node string) ([]NodeInterface, error)
 	// StorageStatus is GET /nodes/{node}/storage/{storage}/status.
 	StorageStatus(ctx context.Context, node, storage string) (StorageStatus, error)
 	// ISOs is GET /nodes/{node}/storage/{storage}/content?content=iso.
@@ -106,6 +109,16 @@ type NodeStatus struct {
 	CurrentKernel struct {
 		Release string `json:"release"`
 	} `json:"current-kernel"`
+}
+
+// NodeInterface is the part of one entry of /nodes/{node}/network that
+// states the node's own addresses.
+type NodeInterface struct {
+	Iface    string `json:"iface"`
+	Address  string `json:"address"`
+	Address6 string `json:"address6"`
+	CIDR     string `json:"cidr"`
+	CIDR6    string `json:"cidr6"`
 }
 
 // StorageStatus is /nodes/{node}/storage/{storage}/status.

@@ -58,6 +58,7 @@ func TestEveryCallMatchesTheSchema(t *testing.T) {
 		"Version":       func() { _, err := api.Version(ctx); must("Version", err) },
 		"Resources":     func() { _, err := api.Resources(ctx, "vm"); must("Resources", err) },
 		"NodeStatus":    func() { _, err := api.NodeStatus(ctx, "pve1"); must("NodeStatus", err) },
+		"NodeNetwork":   func() { _, err := api.NodeNetwork(ctx, "pve1"); must("NodeNetwork", err) },
 		"StorageStatus": func() { _, err := api.StorageStatus(ctx, "pve1", "local"); must("StorageStatus", err) },
 		"ISOs":          func() { _, err := api.ISOs(ctx, "pve1", "local"); must("ISOs", err) },
 		"Upload": func() {
@@ -114,10 +115,11 @@ func TestEveryCallMatchesTheSchema(t *testing.T) {
 	if diff := cmp.Diff(methods, called); diff != "" {
 		t.Fatalf("methods of API vs methods this test calls (-API +test):\n%s", diff)
 	}
-	order := []string{"Version", "Resources", "NodeStatus", "StorageStatus", "Upload", "ISOs", "DeleteVolume", "VMConfig",
+	order := []string{"Version", "Resources", "NodeStatus", "NodeNetwork", "StorageStatus", "Upload", "ISOs", "DeleteVolume", "VMConfig",
 		"SetVMConfig", "AgentInterfaces", "AgentFileRead", "VMStatus", "Resize", "Clone", "Start", "Reboot", "Stop", "Tasks", "TaskLog", "Destroy"}
 	want := map[string]string{
 		"Version": "GET /version", "Resources": "GET /cluster/resources", "NodeStatus": "GET /nodes/{node}/status",
+		"NodeNetwork":   "GET /nodes/{node}/network",
 		"StorageStatus": "GET /nodes/{node}/storage/{storage}/status", "ISOs": "GET /nodes/{node}/storage/{storage}/content",
 		"Upload": "POST /nodes/{node}/storage/{storage}/upload", "DeleteVolume": "DELETE /nodes/{node}/storage/{storage}/content/{volume}",
 		"VMConfig": "GET /nodes/{node}/qemu/{vmid}/config", "SetVMConfig": "PUT /nodes/{node}/qemu/{vmid}/config",

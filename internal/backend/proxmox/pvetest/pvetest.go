@@ -108,6 +108,9 @@ type Node struct {
 	// Offline nodes are listed with status offline, their guests with
 	// status unknown, and their endpoints answer 595.
 	Offline bool
+	// Addresses are the node's own, as its network configuration states
+	// them on vmbr0 (IPv4 or IPv6); nil means 198.51.100.(10+its index).
+	Addresses []string
 }
 
 // Storage is one storage of the datacenter.
@@ -292,6 +295,9 @@ func Start(o Options) (*Server, error) {
 		pid: 0x1f00, failTasks: map[string][]failure{}}
 	for i := range o.Nodes {
 		n := o.Nodes[i]
+		if n.Addresses == nil {
+			n.Addresses = []string{fmt.Sprintf("198.51.100.%d", 10+i)}
+		}
 		s.nodes[n.Name] = &n
 	}
 	for _, st := range o.Storages {

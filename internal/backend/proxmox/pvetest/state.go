@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -362,6 +363,8 @@ func (s *Server) route(m *MethodInfo, p map[string]string) answer {
 		a = ok(s.resources(p["type"]))
 	case "GET /nodes/{node}/status":
 		a = ok(s.nodeStatus(p["node"]))
+	case "GET /nodes/{node}/network":
+		a = ok(s.nodeNetwork(p["node"]))
 	case "GET /nodes/{node}/storage/{storage}/status":
 		a, err = s.storageStatus(p)
 	case "GET /nodes/{node}/storage/{storage}/content":
@@ -582,6 +585,30 @@ func (s *Server) nodeStatus(string) map[string]any {
 		// server sends them.
 		"uptime":   86400,
 		"kversion": "Linux 6.14.8-2-pve #1 SMP PREEMPT_DYNAMIC PMX 6.14.8-2 (2025-07-22T10:04Z) x86_64",
+	}
+}
+
+// nodeNetwork is what a node's /etc/network/interfaces states: its
+// uplink without an address and the bridge its guests use, holding the
+// node's addresses.
+func (s *Server) nodeNetwork(node string) []map[string]any {
+	bridge := map[string]any{"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "method": "static", "method6": "manual",
+		"bridge_ports": "eno1", "priority": 4}
+	var families []string
+	for _, a := range s.nodes[node].Addresses {
+		ip := netip.MustParseAddr(a)
+		if ip.Is4() {
+			bridge["address"], bridge["netmask"], bridge["cidr"] = a, "255.255.255.0", a+"/24"
+			families = append(families, "inet")
+		} else {
+			bridge["address6"], bridge["netmask6"], bridge["cidr6"], bridge["method6"] = a, 64, a+"/64", "static"
+			families = append(families, "inet6")
+		}
+	}
+	bridge["families"] = families
+	return []map[string]any{
+		{"iface": "eno1", "type": "eth", "active": 1, "exists": 1, "method": "manual", "method6": "manual", "families": []string{"inet"}, "priority": 3},
+		bridge,
 	}
 }
 
