@@ -43,20 +43,31 @@ const (
 )
 
 // RefreshOwnAddresses is the shell command that lists the guest's own
-// addresses (loopback at least) in OwnAddressesPath, replacing the list
-// whole; it fails, leaving the list as it was, when ip cannot list them
-// (missing, not on the PATH): a list of loopback alone would leave the
-// guest's addresses open. A guest's addresses change after its first
-// boot (a new lease, a NIC or SLAAC address added), so every script that
-// installs squid.conf
-// or (re)starts Squid runs it first, and systemd before every start
-// (OwnAddressesFiles). One command, so that it fails as a whole in an
-// && list too; its temporary file is the shell's own, since a GCP
-// guest's startup script may run it beside the first boot's cloud-init.
-var RefreshOwnAddresses = "{ { ip -o addr show > " + OwnAddressesPath + ".$$.ip || { rm -f " + OwnAddressesPath + ".$$.ip; false; }; } && " +
-	"{ echo 127.0.0.1; echo ::1; awk '$3 == \"inet\" || $3 == \"inet6\" { split($4, a, \"/\"); print a[1] }' " + OwnAddressesPath + ".$$.ip; } | " +
+// addresses (loopback at least) and its default gateways in
+// OwnAddressesPath, replacing the list whole: a gateway is the host on a
+// NAT network or the router of the network the guest stands in, which
+// trust their guests. It fails, leaving the list as it was, when ip
+// cannot list addresses or IPv4 routes (missing, not on the PATH): a list
+// of loopback alone would leave the guest's addresses open; a guest
+// without IPv6 lists no IPv6 route. A guest's addresses change after its
+// first boot (a new lease, a NIC or SLAAC address added), so every script
+// that installs squid.conf or (re)starts Squid runs it first, and systemd
+// before every start (OwnAddressesFiles). One command, so that it fails
+// as a whole in an && list too; its temporary file is the shell's own,
+// since a GCP guest's startup script may run it beside the first boot's
+// cloud-init.
+var RefreshOwnAddresses = "{ { { ip -o addr show && ip route show default && { ip -6 route show default 2>/dev/null || true; }; } > " + OwnAddressesPath + ".$$.ip || { rm -f " + OwnAddressesPath + ".$$.ip; false; }; } && " +
+	"{ echo 127.0.0.1; echo ::1; awk '" + ownAddressesAwk + "' " + OwnAddressesPath + ".$$.ip; } | " +
 	"sort -u | awk '{ print \"acl own_dst dst \" $1 }' > " + OwnAddressesPath + ".$$ && rm -f " + OwnAddressesPath + ".$$.ip && chmod 0644 " + OwnAddressesPath + ".$$ && " +
 	"mv -f " + OwnAddressesPath + ".$$ " + OwnAddressesPath + "; }"
+
+// ownAddressesAwk prints the addresses of `ip -o addr show` and the
+// gateways (via, possibly of another family: "via inet6 fe80::1") of
+// `ip route show default`, multipath nexthops among them; only what reads
+// as an address, since Squid does not start on a list it cannot parse.
+const ownAddressesAwk = `$3 == "inet" || $3 == "inet6" { split($4, a, "/"); print a[1] } ` +
+	`$1 == "default" || $1 == "nexthop" { for (i = 2; i < NF; i++) if ($i == "via") { v = $(i+1); ` +
+	`if (v == "inet" || v == "inet6") v = $(i+2); if (v ~ /^[0-9A-Fa-f:.]+$/ && v ~ /[.:]/) print v } }`
 
 // Where systemd runs RefreshOwnAddresses before every start of Squid (a
 // reboot's among them).
@@ -71,7 +82,7 @@ const (
 // them, then reloads systemd.
 func OwnAddressesFiles() []GuestFile {
 	return []GuestFile{
-		{Path: ownAddressesScriptPath, Mode: "0755", Content: "#!/bin/sh\n# Written by provider-egressproxy: the guest's own addresses, which\n# squid.conf denies as destinations.\nset -e\n" + RefreshOwnAddresses + "\n"},
+		{Path: ownAddressesScriptPath, Mode: "0755", Content: "#!/bin/sh\n# Written by provider-egressproxy: the guest's own addresses and its\n# gateways, which squid.conf denies as destinations.\nset -e\n" + RefreshOwnAddresses + "\n"},
 		{Path: ownAddressesDropInPath, Mode: "0644", Content: "# Written by provider-egressproxy: the guest's own addresses, listed\n# before every start of Squid (squid.conf includes them).\n[Service]\nExecStartPre=" + ownAddressesScriptPath + "\n"},
 	}
 }

@@ -67,7 +67,8 @@ func New(t testing.TB) *Guest {
 		}
 	}
 	g.SquidGroup("proxy")
-	g.Tool("ip", `echo "1: lo    inet 127.0.0.1/8 scope host lo"; echo "2: ens4    inet 10.0.0.5/24 brd 10.0.0.255 scope global ens4"`)
+	g.Tool("ip", `case "$*" in *route*) case "$1" in -6) ;; *) echo "default via 10.0.0.1 dev ens4 proto dhcp src 10.0.0.5 metric 100";; esac;; `+
+		`*) echo "1: lo    inet 127.0.0.1/8 scope host lo"; echo "2: ens4    inet 10.0.0.5/24 brd 10.0.0.255 scope global ens4";; esac`)
 	for _, tool := range []string{"squid", "qemu-ga"} {
 		g.Tool(tool, "exit 0")
 	}
