@@ -78,7 +78,7 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 // connections by the material they were built from, so a rotated Secret
 // takes effect on the next dial. A Secret that cannot be read fails
 // Connect naming the field and the Secret, as on every backend (the health
-// check then reports CannotConnect).
+// check then reports Unhealthy, reason CredentialsUnavailable).
 func connect(ctx context.Context, cfg *external.Config, b *kvmbackend.Backend) (proxy.Driver, error) {
 	k := cfg.Spec.KVM
 	if k == nil {
