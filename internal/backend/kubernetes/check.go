@@ -101,6 +101,19 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 		}
 		t.Details[DetailOptionalMissing] = strings.Join(s, "; ")
 	}
+	// What a proxy would be refused for, said before one is: while some of
+	// the cluster's networks are unknown and the config names none in
+	// their place, a proxy may open no private range.
+	if len(d.cfg.ClusterNetworks) == 0 {
+		if _, unknown, err := d.clusterNetworks(ctx); err == nil && len(unknown) > 0 {
+			why, grants := whyUnknown(unknown)
+			way := "name the cluster's pod, Service and node networks in spec.kubernetes.clusterNetworks"
+			if grants {
+				way = "grant the reads (cluster/rbac/podproxy.yaml), or " + way
+			}
+			t.Details[DetailNetworksUnknown] = why + "; so PodProxies that open a private range (allowedDestinationCIDRs) are refused: " + way
+		}
+	}
 	t.Healthy = true
 	return proxy.Health{Targets: []proxy.TargetHealth{t}}
 }
@@ -109,6 +122,11 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 // OptionalPermissions the identity lacks: a proxy's deletion then leaves
 // its Secret and NetworkPolicy to the garbage collector.
 const DetailOptionalMissing = "optionalPermissionsMissing"
+
+// DetailNetworksUnknown is the health detail that says which of the
+// cluster's own networks cannot be read, and what PodProxies are refused
+// for it (deniedNetworks).
+const DetailNetworksUnknown = "clusterNetworksUnknown"
 
 // checkReason maps a failed check onto a health reason.
 func checkReason(ctx context.Context, err error) string {
