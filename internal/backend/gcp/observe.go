@@ -209,7 +209,8 @@ func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool
 		port := labels[LabelPort]
 		if _, err := strconv.Atoi(port); err == nil {
 			addr := net.JoinHostPort(v.IP, port)
-			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), v.ID, addr, squid.Expected(v.Mark), ca)
+			// The prober is every config's: an ID names no project.
+			pr := d.o.Prober.Check(ctx, d.o.guard.Reported(), d.o.Provider+"/"+v.ID, addr, squid.Expected(v.Mark), ca)
 			v.ProxyReachable = pr.Serving
 			if pr.Serving {
 				v.ProxyAddress = addr

@@ -180,7 +180,9 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 	switch {
 	case inst.State == proxy.StateRunning:
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
-		pr := d.b.prober.Check(ctx, d.reportedGuard(meta).Reported(), inst.ID, addr, squid.Expected(inst.Mark), ca)
+		// The prober is every config's: an ID names the host as the
+		// config does.
+		pr := d.b.prober.Check(ctx, d.reportedGuard(meta).Reported(), d.cfg.Name+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
 		inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			inst.ProxyAddress = addr
