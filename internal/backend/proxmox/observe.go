@@ -376,7 +376,9 @@ func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, 
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.cfg.URL+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
+	// The prober is every config's, and configs of one cluster may see
+	// each other's VMs.
+	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.provider+"/"+d.cfg.URL+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
 	inst.ProxyReachable = pr.Serving
 	if pr.Serving {
 		inst.ProxyAddress = addr
