@@ -12,7 +12,8 @@
 // (status.orphans.released), and their entry goes once no instance carries
 // the UID any more. A tenant's release on a ClusterProviderConfig (its
 // entry names the namespace) counts only while the config sets
-// allowTenantRelease; otherwise its instance is an orphan.
+// allowTenantRelease; otherwise its instance is an orphan. So is, reported
+// only, an instance whose resource exists but records another one.
 package orphans
 
 import (
@@ -219,7 +220,7 @@ func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	if len(found) > 0 && int32(len(found)) != prev { //nolint:gosec // Far fewer than 2^31 instances.
 		s.Events.Event(pc, event.Warning(ReasonOrphansFound, errors.Errorf(
-			"%d instance(s) carry this installation's mark but their managed resource no longer exists: %s (see status.orphans; spec.orphans.policy Delete removes them)",
+			"%d instance(s) carry this installation's mark but their managed resource no longer exists, or records another instance: %s (see status.orphans; spec.orphans.policy Delete removes those whose resource is gone)",
 			len(found), names(found))))
 	}
 	for _, d := range deleted {
@@ -326,7 +327,17 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 			}
 			continue
 		}
-		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID || uids[inst.Mark.UID] {
+		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID {
+			continue
+		}
+		if id, live := uids[inst.Mark.UID]; live {
+			// Its resource's, unless that records another instance: one
+			// it left behind (made anew elsewhere under a changed
+			// external name), which it never looks at again. Reported
+			// only: its resource is live.
+			if leftBehind(id, inst) && !tooYoung(inst, now) {
+				res.found = append(res.found, inst)
+			}
 			continue
 		}
 		if releasedUIDs[inst.Mark.UID] {
@@ -424,9 +435,17 @@ func (s *Sweeper) prune(ctx context.Context, pc config, keep *spec.ReleasedStatu
 	return errors.Wrap(client.IgnoreNotFound(s.Kube.Status().Patch(ctx, pc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))), "cannot write status.released")
 }
 
+// leftBehind tells whether inst, carrying a live resource's UID, is not
+// the instance that resource records (recorded, its
+// status.atProvider.id; "" when it records none). Pieces without their
+// instance are the resource's to delete.
+func leftBehind(recorded string, inst proxy.Instance) bool {
+	return recorded != "" && inst.ID != "" && inst.ID != recorded && len(inst.Leftovers) == 0
+}
+
 // hasPrefix tells whether a UID in uids, without its dashes, starts with
 // prefix.
-func hasPrefix(uids map[string]bool, prefix string) bool {
+func hasPrefix[V any](uids map[string]V, prefix string) bool {
 	for u := range uids {
 		if strings.HasPrefix(strings.ReplaceAll(u, "-", ""), prefix) {
 			return true
@@ -441,15 +460,16 @@ func tooYoung(inst proxy.Instance, now time.Time) bool {
 }
 
 // liveUIDs returns the UIDs of every managed resource of the backend's
-// kinds, both scopes. A kind that cannot be listed (not active yet under
-// safe start, no permission) fails the sweep: without it, its instances
-// would all look orphaned.
-func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]bool, error) {
+// kinds, both scopes, each with the instance ID it records ("" when
+// none). A kind that cannot be listed (not active yet under safe start,
+// no permission) fails the sweep: without it, its instances would all
+// look orphaned.
+func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]string, error) {
 	kinds := s.Kinds[backend]
 	if len(kinds) == 0 {
 		return nil, errors.Errorf("no managed resource kind is known for the %s backend", backend)
 	}
-	uids := map[string]bool{}
+	uids := map[string]string{}
 	for _, gvk := range kinds {
 		// The typed kind, which the manager's cache already holds for the
 		// kind's controller: a list of metadata would be a second informer
@@ -468,7 +488,11 @@ func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]bool
 		}
 		if err := apimeta.EachListItem(l, func(o runtime.Object) error {
 			if m, ok := o.(metav1.Object); ok {
-				uids[string(m.GetUID())] = true
+				var id string
+				if r, ok := o.(interface{ Observation() *spec.ProxyObservation }); ok {
+					id = r.Observation().ID
+				}
+				uids[string(m.GetUID())] = id
 			}
 			return nil
 		}); err != nil {

@@ -696,3 +696,69 @@ func releasedUIDs(r *spec.ReleasedStatus) []string {
 	}
 	return out
 }
+
+// A live resource that records another instance than one carrying its UID
+// left that one behind: a tenant who points its proxy's providerConfigRef
+// at a config of its own, has the instance made anew there under a
+// changed external name, and points it back, makes a second instance on
+// the platform's backend each time. The one it left is reported, never
+// deleted, even under policy Delete (its resource is live); the one it
+// records is not reported, nor is either while it records none.
+func TestSweepReportsAnInstanceALiveResourceLeftBehind(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		// recorded is ns-live's status.atProvider.id, by instance name.
+		recorded string
+		want     []string
+	}{
+		"RecordsTheFirst": {
+			reason:   "The instance made anew, which the resource does not record, is reported.",
+			recorded: "ns-live",
+			want:     []string{"ns-live-again=uid-ns-live"},
+		},
+		"RecordsTheSecond": {
+			reason:   "The instance the resource left behind is reported.",
+			recorded: "ns-live-again",
+			want:     []string{"ns-live=uid-ns-live"},
+		},
+		"RecordsNone": {
+			reason: "A resource that records no instance may be making one: nothing of it is reported.",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			st := newSetup(t, &spec.OrphanPolicy{Policy: spec.OrphanPolicyDelete, MinAge: &metav1.Duration{Duration: time.Hour}}, bothScopes)
+			ctx := context.Background()
+			// The instance made anew, back on this config's backend.
+			req := st.backend.Request("ns-live-again", "uid-ns-live")
+			req.Mark.InstallationID = installation
+			if _, err := st.backend.Create(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			ids := map[string]string{}
+			for _, i := range st.backend.Instances() {
+				ids[i.Name] = i.ID
+			}
+			mr := &nsproxy.KVMProxy{}
+			if err := st.kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "live"}, mr); err != nil {
+				t.Fatal(err)
+			}
+			mr.Status.AtProvider.ID = ids[tc.recorded]
+			if err := st.kube.Update(ctx, mr); err != nil {
+				t.Fatal(err)
+			}
+
+			got := st.sweep(t)
+			// gone-3h, whose resource is gone, is deleted under Delete.
+			if diff := cmp.Diff(tc.want, orphanNames(got)); diff != "" {
+				t.Errorf("%s\norphans (-want +got):\n%s", tc.reason, diff)
+			}
+			left := st.names()
+			for _, keep := range []string{"ns-live", "ns-live-again", "cl-live"} {
+				if !slices.Contains(left, keep) {
+					t.Errorf("%s\nthe sweep deleted %s, whose resource is live (backend holds %v)", tc.reason, keep, left)
+				}
+			}
+		})
+	}
+}
