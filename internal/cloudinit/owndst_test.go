@@ -102,16 +102,7 @@ func TestOwnAddressesWithoutIPFail(t *testing.T) {
 	if err := os.WriteFile(list, []byte(before), 0o644); err != nil { //nolint:gosec // A test's file.
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	for _, c := range []string{"sort", "awk", "chmod", "mv", "rm"} {
-		p, err := exec.LookPath(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(p, filepath.Join(bin, c)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := refreshTools(t)
 	cmd := exec.Command("/bin/sh", "-ec", strings.ReplaceAll(cloudinit.RefreshOwnAddresses, cloudinit.OwnAddressesPath, list))
 	cmd.Env = []string{"PATH=" + bin}
 	out, err := cmd.CombinedOutput()
@@ -148,16 +139,7 @@ func TestOwnAddressesNeedIPv4Routes(t *testing.T) {
 			if err := os.WriteFile(list, []byte(before), 0o644); err != nil { //nolint:gosec // A test's file.
 				t.Fatal(err)
 			}
-			bin := t.TempDir()
-			for _, c := range []string{"sort", "awk", "chmod", "mv", "rm"} {
-				p, err := exec.LookPath(c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Symlink(p, filepath.Join(bin, c)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			bin := refreshTools(t)
 			if err := os.WriteFile(filepath.Join(bin, "ip"), []byte("#!/bin/sh\n"+tc.ip+"\n"), 0o755); err != nil { //nolint:gosec // The test's tool.
 				t.Fatal(err)
 			}
@@ -175,4 +157,20 @@ func TestOwnAddressesNeedIPv4Routes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refreshTools is a PATH of the tools RefreshOwnAddresses runs but ip.
+func refreshTools(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	for _, c := range []string{"sort", "awk", "chmod", "mv", "rm"} {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
 }
