@@ -61,6 +61,9 @@ type Cluster struct {
 	// taken are the names whose Create was refused, for every driver of
 	// the Cluster (drivers are made per reconcile).
 	taken taken
+	// unfinished are the proxies whose Create made the Deployment but not
+	// all its children, for every driver of the Cluster.
+	unfinished taken
 	// refused are where a deletecollection was refused, for every driver
 	// of the Cluster.
 	refused refused
@@ -208,6 +211,7 @@ func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Dr
 	d.podIndex = cl.podIndex.Load()
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
+	d.unfinished = &cl.unfinished
 	d.refused = &cl.refused
 	d.quiet, d.guard = cl.quiet, cl.guard
 	return d

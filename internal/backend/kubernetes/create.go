@@ -73,13 +73,18 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		d.logger(ctx).V(1).Info("created Deployment", "namespace", dep.Namespace, "name", dep.Name, "uid", req.Mark.UID)
 		// A crash before the children exist leaves a Deployment whose pod
 		// never starts: Get notices (missingChildren) and reports it out of
-		// date, and Update completes it.
+		// date, and Update completes it. A child whose write failed is
+		// remembered (unfinished): the Deployment carries the spec hash
+		// already, and a pod that serves without its NetworkPolicy would
+		// otherwise read as up to date.
 		if err := d.children(ctx, dep, req, files, nets, true); err != nil {
 			if proxy.IsPermanent(err) {
 				// A name taken by what is not ours: nothing of the proxy
 				// stays (its children that were made go with it).
 				d.taken.add(key)
 				d.undo(ctx, dep)
+			} else {
+				d.unfinished.add(key)
 			}
 			return proxy.Instance{}, err
 		}
@@ -385,6 +390,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	if err := d.children(ctx, dep, req, files, nets, false); err != nil {
 		return proxy.Instance{}, err
 	}
+	d.unfinished.drop(client.ObjectKeyFromObject(dep))
 	if current {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}

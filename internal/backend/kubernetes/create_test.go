@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -265,5 +266,56 @@ func TestLoadBalancerServesTheClientsFamiliesOnly(t *testing.T) {
 	_, err = d.Update(ctx, ref, req)
 	if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "in IPv6 only") || !strings.Contains(err.Error(), "add the clients' ranges of the cluster's family") {
 		t.Errorf("Update on a cluster refusing IPv6 Services = %v; want Permanent, naming the family", err)
+	}
+}
+
+// A Create whose child could not be written (the API server refused the
+// NetworkPolicy once) leaves a Deployment that already carries the spec
+// hash: Get must report it out of date until an Update has written every
+// child, or the proxy would serve without its NetworkPolicy for good.
+func TestCreateWithAFailedChildIsCompletedByUpdate(t *testing.T) {
+	ctx := context.Background()
+	req := testRequest()
+	failNP := true
+	fc := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*networkingv1.NetworkPolicy); ok && failNP {
+				failNP = false
+				return kerrors.NewInternalError(fmt.Errorf("etcdserver: request timed out"))
+			}
+			obj.SetCreationTimestamp(metav1.Now())
+			return cl.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	d := New(Options{Provider: "ClusterProviderConfig pods", Config: Config{Namespace: "egress", NetworkPolicy: true}, Client: fc, Live: fc})
+	d.taken = &taken{}
+	if _, err := d.Create(ctx, req); err == nil || !strings.Contains(err.Error(), "NetworkPolicy egress/"+req.Name) {
+		t.Fatalf("Create with the NetworkPolicy refused = %v; want an error naming it", err)
+	}
+	ref := proxy.Ref{Name: req.Name, Mark: req.Mark}
+	key := types.NamespacedName{Namespace: "egress", Name: req.Name}
+	for _, step := range []struct {
+		name         string
+		update       bool
+		wantUpToDate bool
+		wantPolicy   bool
+	}{
+		{name: "after the failed Create", wantUpToDate: false, wantPolicy: false},
+		{name: "after Update", update: true, wantUpToDate: true, wantPolicy: true},
+	} {
+		if step.update {
+			if _, err := d.Update(ctx, ref, req); err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+		}
+		inst, err := d.Get(ctx, ref)
+		if err != nil {
+			t.Fatalf("%s: Get: %v", step.name, err)
+		}
+		got := struct{ UpToDate, Policy bool }{inst.SpecHash == proxy.Hash(req), fc.Get(ctx, key, &networkingv1.NetworkPolicy{}) == nil}
+		want := struct{ UpToDate, Policy bool }{step.wantUpToDate, step.wantPolicy}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", step.name, diff)
+		}
 	}
 }

@@ -132,6 +132,9 @@ type Driver struct {
 	gone *gone
 	// taken are the names whose Create was refused (the Cluster's).
 	taken *taken
+	// unfinished are the proxies whose Create made the Deployment but not
+	// all its children (the Cluster's; the driver's own when made by New).
+	unfinished *taken
 	// refused are where the cluster refused a deletecollection (the
 	// Cluster's; the driver's own when made by New).
 	refused *refused
@@ -148,20 +151,21 @@ var defaultResolver netguard.Resolver = net.DefaultResolver
 // New returns a driver for o.
 func New(o Options) *Driver {
 	d := &Driver{
-		provider: o.Provider,
-		cfg:      o.Config.withDefaults(),
-		client:   o.Client,
-		live:     o.Live,
-		version:  o.Version,
-		host:     o.Host,
-		prober:   o.Prober,
-		dialPods: o.DialPods,
-		podLog:   o.PodLog,
-		networks: o.Networks,
-		resolver: defaultResolver,
-		log:      o.Log,
-		now:      o.Now,
-		refused:  &refused{},
+		provider:   o.Provider,
+		cfg:        o.Config.withDefaults(),
+		client:     o.Client,
+		live:       o.Live,
+		version:    o.Version,
+		host:       o.Host,
+		prober:     o.Prober,
+		dialPods:   o.DialPods,
+		podLog:     o.PodLog,
+		networks:   o.Networks,
+		resolver:   defaultResolver,
+		log:        o.Log,
+		now:        o.Now,
+		refused:    &refused{},
+		unfinished: &taken{},
 	}
 	if d.live == nil {
 		d.live = o.Client

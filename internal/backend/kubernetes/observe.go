@@ -141,6 +141,11 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		// which creates them again.
 		o.inst.SpecHash = childrenMissing
 		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
+	} else if o.inst.SpecHash != "" && dep.DeletionTimestamp == nil && d.unfinished.has(client.ObjectKeyFromObject(dep)) {
+		// Its Create failed to write a child (its NetworkPolicy, say):
+		// Update writes them all.
+		o.inst.SpecHash = childrenMissing
+		o.inst.Progress = "the Secret, NetworkPolicy or Service of the proxy could not be created; they are written again"
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
 		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Expected(markOf(dep)), ca)
