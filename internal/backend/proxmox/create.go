@@ -437,7 +437,14 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 		return current("applying new proxy settings: new seed uploaded, a reboot follows", upid)
 	}
 	if e.Status != "running" {
-		// A stopped VM reads the new seed when it next boots.
+		// A stopped VM reads the new seed when it next boots: complete once
+		// it is there, as an upload can fail after its task started.
+		if ok, err := d.seedLanded(ctx, e.Node, e.VMID, seedVol, desc, cfg); !ok || err != nil {
+			if err != nil {
+				return proxy.Instance{}, err
+			}
+			return current("applying new proxy settings: waiting for the seed upload", "")
+		}
 		return d.complete(ctx, f, cfg, t, desc, req, "proxmox vm updated")
 	}
 	var reboot *Task
@@ -454,17 +461,9 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 		return proxy.Instance{}, d.taskError(ctx, *reboot, fmt.Sprintf("rebooting VM %d to apply new proxy settings", e.VMID))
 	}
 	// The reboot must find the new seed.
-	vols, err := d.api.ISOs(ctx, e.Node, d.cfg.ISOStorage)
-	if err != nil {
-		return proxy.Instance{}, err
-	}
-	if !slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == seedVol && v.CTime >= desc.applyingSince }) {
-		if d.now().Unix()-desc.applyingSince > int64(d.retry/time.Second) {
-			// The upload did not land: forget it, and upload again next.
-			desc.applying, desc.applyingSince, desc.rebootedBefore = "", 0, nil
-			if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: map[string]string{"description": desc.String()}, Digest: cfg["digest"]}); err != nil {
-				return proxy.Instance{}, err
-			}
+	if ok, err := d.seedLanded(ctx, e.Node, e.VMID, seedVol, desc, cfg); !ok || err != nil {
+		if err != nil {
+			return proxy.Instance{}, err
 		}
 		return current("applying new proxy settings: waiting for the seed upload", "")
 	}
@@ -473,6 +472,27 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 		return proxy.Instance{}, err
 	}
 	return current("applying new proxy settings: rebooting", upid)
+}
+
+// seedLanded reports whether the seed of the update desc records is on
+// node's ISO storage (VM vmid's). One that did not land within RetryFailedTaskAfter is
+// forgotten (the description written with cfg's digest), so the next call
+// uploads it again.
+func (d *Driver) seedLanded(ctx context.Context, node string, vmid int, seedVol string, desc description, cfg VMConfig) (bool, error) {
+	vols, err := d.api.ISOs(ctx, node, d.cfg.ISOStorage)
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == seedVol && v.CTime >= desc.applyingSince }) {
+		return true, nil
+	}
+	if d.now().Unix()-desc.applyingSince > int64(d.retry/time.Second) {
+		desc.applying, desc.applyingSince, desc.rebootedBefore = "", 0, nil
+		if err := d.api.SetVMConfig(ctx, node, vmid, ConfigUpdate{Set: map[string]string{"description": desc.String()}, Digest: cfg["digest"]}); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // configured reports whether the configure step is done.

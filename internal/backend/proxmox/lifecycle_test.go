@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
+	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
@@ -277,5 +278,56 @@ func TestUpdateAppliesSettingsByReboot(t *testing.T) {
 	}
 	if strings.Contains(after.Description, "egressproxy-applying") {
 		t.Errorf("description still records the update: %q", after.Description)
+	}
+}
+
+// TestUpdateOfAStoppedVMWaitsForItsSeed: a stopped VM takes changed
+// settings from the seed it reads at its next boot, so the spec tag names
+// the new request only once that seed is on storage. An upload that
+// failed is retried; the tag never claims settings the VM would not get.
+func TestUpdateOfAStoppedVMWaitsForItsSeed(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	r := &reconciler{t: t, f: f, drv: f.drv, req: f.request("pt-stopped", "6b7c8d9e-4444-4a5e-9d55-0a9c1f1e2b3c")}
+	r.converge(ctx, 20)
+	if err := f.fake.PowerOff(vmidOf(t, r.status.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// Seeds are dated in seconds: the new one must not share the old one's.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+
+	r.req.Proxy.AllowedClientCIDRs = []string{"192.0.2.0/24"}
+	f.fake.FailNextTask("imgcopy", "command 'cp' failed: No space left on device")
+	seedHolds := func() bool {
+		for _, v := range f.fake.Volumes() {
+			if strings.Contains(v.VolID, r.req.Name) && strings.Contains(cloudinit.SquidConfOf(v.Seed.UserData), "192.0.2.0/24") {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range 8 {
+		if i == 4 {
+			// Past RetryFailedTaskAfter: the upload that never landed is redone.
+			f.advance(2 * time.Minute)
+		}
+		_, _ = r.reconcile(ctx)
+		f.fake.FinishTasks()
+		vm := vmNamed(t, f.fake, r.req.Name)
+		if tagged := strings.Contains(vm.Tags, proxmox.TagSpecPrefix+proxy.Hash(r.req)); tagged && !seedHolds() {
+			t.Fatalf("round %d: tags %q name the new settings, but the seed on storage does not hold them", i, vm.Tags)
+		}
+	}
+	vm := vmNamed(t, f.fake, r.req.Name)
+	got := struct {
+		Tagged, Seeded bool
+		Status         string
+	}{strings.Contains(vm.Tags, proxmox.TagSpecPrefix+proxy.Hash(r.req)), seedHolds(), vm.Status}
+	want := struct {
+		Tagged, Seeded bool
+		Status         string
+	}{true, true, "stopped"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the stopped VM after the update (-want +got):\n%s", diff)
 	}
 }

@@ -1350,6 +1350,16 @@ func (s *Server) Lock(vmid int, lock string) error {
 	})
 }
 
+// PowerOff stops a guest as a shutdown from inside it would: stopped,
+// unlocked, its agent and Squid gone.
+func (s *Server) PowerOff(vmid int) error {
+	return s.poke(vmid, func(v *vm) {
+		v.status, v.qmp = "stopped", ""
+		v.agentAt, v.agentHeld = time.Time{}, false
+		v.closeListener()
+	})
+}
+
 // Hibernate suspends a guest to disk: stopped, locked "suspended", its
 // RAM in a vmstate volume.
 func (s *Server) Hibernate(vmid int) error {
