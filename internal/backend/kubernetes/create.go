@@ -89,6 +89,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 			return proxy.Instance{}, err
 		}
 		d.taken.drop(key)
+		d.unfinished.drop(key)
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	case kerrors.IsAlreadyExists(err):
 		existing := &appsv1.Deployment{}

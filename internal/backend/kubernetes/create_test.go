@@ -319,3 +319,45 @@ func TestCreateWithAFailedChildIsCompletedByUpdate(t *testing.T) {
 		}
 	}
 }
+
+// A proxy whose Create failed a child, deleted and created again in full,
+// reads as up to date at once: no Update for a failure of the past.
+func TestCreateAfterAnUnfinishedOneIsUpToDate(t *testing.T) {
+	ctx := context.Background()
+	req := testRequest()
+	failNP := true
+	fc := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*networkingv1.NetworkPolicy); ok && failNP {
+				failNP = false
+				return kerrors.NewInternalError(fmt.Errorf("etcdserver: request timed out"))
+			}
+			obj.SetCreationTimestamp(metav1.Now())
+			return cl.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	d := New(Options{Provider: "ClusterProviderConfig pods", Config: Config{Namespace: "egress", NetworkPolicy: true}, Client: fc, Live: fc})
+	d.taken = &taken{}
+	if _, err := d.Create(ctx, req); err == nil {
+		t.Fatal("Create with the NetworkPolicy refused succeeded")
+	}
+	key := types.NamespacedName{Namespace: "egress", Name: req.Name}
+	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Secret{}} {
+		if err := fc.Get(ctx, key, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := fc.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Create(ctx, req); err != nil {
+		t.Fatalf("the second Create: %v", err)
+	}
+	inst, err := d.Get(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(proxy.Hash(req), inst.SpecHash); diff != "" {
+		t.Errorf("spec hash after a full Create (-want +got):\n%s", diff)
+	}
+}
