@@ -104,6 +104,15 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 			return proxy.Instance{}, err
 		}
 		ops = appendOp(ops, op)
+	} else {
+		// An earlier attempt, made while the rule was managed, may have
+		// left it: the instance made now reads as up to date, so no
+		// Update would remove it.
+		op, err := d.dropFirewall(ctx, req.Name, req.Mark, false)
+		if err != nil {
+			return proxy.Instance{}, err
+		}
+		ops = appendOp(ops, op)
 	}
 	natIP := ""
 	if s.addressType == AddressStatic {

@@ -280,3 +280,31 @@ func TestFaults_heldDeletionIsNeverNotFound(t *testing.T) {
 	r.converge(t, "the create after the deletion")
 	wantPieces(t, f, "recreated", "instance "+testZone+"/"+req.Name)
 }
+
+// TestFaults_ruleOfAnEarlierAttemptGoesWhenNoLongerManaged: a Create
+// whose insert was refused left its firewall rule; the resource then
+// turns firewall.manage off before its instance exists. The Create that
+// makes the instance removes the rule, as an Update would: the proxy
+// comes up without a rule the spec no longer asks for.
+func TestFaults_ruleOfAnEarlierAttemptGoesWhenNoLongerManaged(t *testing.T) {
+	f := newFixture(t)
+	f.srv.AutoComplete(1)
+	req := fullProxy()
+	r := &reconciler{f: f, drv: f.driver, req: req}
+	f.srv.FailNext("POST", "/instances", http.StatusForbidden, "quotaExceeded", "Quota 'CPUS' exceeded.  Limit: 8.0 in region europe-west1.")
+	var quota error
+	for range 5 {
+		f.srv.SettleAll()
+		if _, err := r.reconcile(context.Background()); err != nil {
+			quota = err
+			break
+		}
+	}
+	if !proxy.IsQuota(quota) {
+		t.Fatalf("the refused insert = %v; want Quota", quota)
+	}
+	wantPieces(t, f, "after the refused insert", "address "+testRegion+"/"+req.Name, "firewall "+req.Name)
+	r.req.Extension = gcp.Exposure{AddressType: gcp.AddressStatic}
+	r.converge(t, "the create without a managed rule")
+	wantPieces(t, f, "created", "address "+testRegion+"/"+req.Name, "instance "+testZone+"/"+req.Name)
+}
