@@ -306,6 +306,7 @@ func (d *Driver) provision(ctx context.Context, f found, cfg VMConfig, t tags, d
 		if err != nil {
 			return proxy.Instance{}, err
 		}
+		desc.applying, desc.applyingSince = proxy.Hash(req), uploadStart(upid)
 		set, err := d.configParams(cfg, t, desc, req, mt, e.Node, seedVol)
 		if err != nil {
 			return proxy.Instance{}, err
@@ -340,16 +341,30 @@ func (d *Driver) provision(ctx context.Context, f found, cfg VMConfig, t tags, d
 		if err != nil {
 			return proxy.Instance{}, err
 		}
-		if !slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == seedVol }) {
+		// The seed must be the current settings' (applying names what it
+		// was built from; a VM of an earlier version records none), and
+		// on storage since its upload started.
+		want := proxy.Hash(req)
+		i := slices.IndexFunc(vols, func(v Volume) bool { return v.VolID == seedVol })
+		landed := i >= 0 && (desc.applying == "" || (desc.applying == want && vols[i].CTime >= desc.applyingSince))
+		if !landed {
+			if desc.applying == want && d.now().Unix()-desc.applyingSince <= int64(d.retry/time.Second) {
+				return withCreated(d.step(f, req, "waiting for the seed ISO upload to storage "+d.cfg.ISOStorage+" of node "+e.Node, "")), nil
+			}
 			upid, err := d.uploadSeed(ctx, e.Node, req, e.VMID)
 			if err != nil {
 				return proxy.Instance{}, err
 			}
+			progress := "the seed ISO is not on storage " + d.cfg.ISOStorage + " of node " + e.Node + " yet: uploading it"
+			if i >= 0 && desc.applying != want {
+				progress = "the proxy settings changed since the seed ISO was uploaded: uploading it again"
+			}
 			desc.seedNode, desc.seedVolID = e.Node, seedVol
+			desc.applying, desc.applyingSince = want, uploadStart(upid)
 			if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: map[string]string{"description": desc.String()}, Digest: cfg["digest"]}); err != nil {
 				return proxy.Instance{}, err
 			}
-			return withCreated(d.step(f, req, "the seed ISO is not on storage "+d.cfg.ISOStorage+" of node "+e.Node+" yet: uploading it", upid)), nil
+			return withCreated(d.step(f, req, progress, upid)), nil
 		}
 		upid, err := d.api.Start(ctx, e.Node, e.VMID)
 		if err != nil {
@@ -358,17 +373,30 @@ func (d *Driver) provision(ctx context.Context, f found, cfg VMConfig, t tags, d
 		return withCreated(d.step(f, req, "starting the VM", upid)), nil
 	}
 
-	// 4. Running: provisioning is complete.
-	return d.complete(ctx, f, cfg, t, desc, req, "proxmox vm provisioned")
+	// 4. Running: provisioning is complete, with the settings the guest
+	// booted with; settings changed since are then applied as an update.
+	spec := proxy.Hash(req)
+	if desc.applying != "" {
+		spec = desc.applying
+	}
+	return d.complete(ctx, f, cfg, t, desc, req, spec, "proxmox vm provisioned")
 }
 
-// complete records that the VM matches req: the spec-hash tag (and the
-// port, and no update in progress, in the description).
-func (d *Driver) complete(ctx context.Context, f found, cfg VMConfig, t tags, desc description, req proxy.Request, msg string) (proxy.Instance, error) {
+// uploadStart is the start time of upload task upid, on the server's clock.
+func uploadStart(upid string) int64 {
+	u, _ := ParseUPID(upid)
+	return u.StartTime
+}
+
+// complete records that the VM runs with spec: the spec-hash tag (and,
+// when spec is req's, its port; no update in progress, in the description).
+func (d *Driver) complete(ctx context.Context, f found, cfg VMConfig, t tags, desc description, req proxy.Request, spec, msg string) (proxy.Instance, error) {
 	e := f.res
 	t.mark = req.Mark
-	t.spec = proxy.Hash(req)
-	desc.port = int(req.Proxy.Port)
+	t.spec = spec
+	if spec == proxy.Hash(req) {
+		desc.port = int(req.Proxy.Port)
+	}
 	desc.applying, desc.applyingSince, desc.rebootedBefore = "", 0, nil
 	set := map[string]string{"tags": t.String(), "description": desc.String()}
 	if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: set, Digest: cfg["digest"]}); err != nil {
@@ -445,7 +473,7 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 			}
 			return current("applying new proxy settings: waiting for the seed upload", "")
 		}
-		return d.complete(ctx, f, cfg, t, desc, req, "proxmox vm updated")
+		return d.complete(ctx, f, cfg, t, desc, req, proxy.Hash(req), "proxmox vm updated")
 	}
 	var reboot *Task
 	for i := range tasks {
@@ -456,7 +484,7 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 	}
 	switch {
 	case reboot != nil && !reboot.Failed():
-		return d.complete(ctx, f, cfg, t, desc, req, "proxmox vm updated")
+		return d.complete(ctx, f, cfg, t, desc, req, proxy.Hash(req), "proxmox vm updated")
 	case reboot != nil && d.recent(*reboot):
 		return proxy.Instance{}, d.taskError(ctx, *reboot, fmt.Sprintf("rebooting VM %d to apply new proxy settings", e.VMID))
 	}

@@ -331,3 +331,38 @@ func TestUpdateOfAStoppedVMWaitsForItsSeed(t *testing.T) {
 		t.Errorf("the stopped VM after the update (-want +got):\n%s", diff)
 	}
 }
+
+// TestSpecChangedWhileProvisioningReachesTheGuest: settings changed while
+// the VM is still being provisioned (its seed already uploaded, or the VM
+// already started with it) reach the guest: the spec tag never names
+// settings the guest did not boot with.
+func TestSpecChangedWhileProvisioningReachesTheGuest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rounds int
+		status string
+	}{
+		{name: "seed uploaded, not started", rounds: 2, status: "stopped"},
+		{name: "started, not complete", rounds: 4, status: "running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			r := &reconciler{t: t, f: f, drv: f.drv, req: f.request("pt-midway", "6b7c8d9e-5555-4a5e-9d55-0a9c1f1e2b3c")}
+			for range tc.rounds {
+				_, _ = r.reconcile(ctx)
+				f.fake.FinishTasks()
+			}
+			if v := vmNamed(t, f.fake, r.req.Name); !strings.Contains(v.Config["ide2"], "egressproxy-") || v.Status != tc.status || strings.Contains(v.Tags, proxmox.TagSpecPrefix) {
+				t.Fatalf("after %d rounds: status %s, ide2 %q, tags %q; want %s, its seed attached, no spec tag", tc.rounds, v.Status, v.Config["ide2"], v.Tags, tc.status)
+			}
+			r.req.Proxy.AllowedClientCIDRs = []string{"192.0.2.0/24"}
+			r.converge(ctx, 20)
+			vm := vmNamed(t, f.fake, r.req.Name)
+			got := struct{ Tagged, Booted bool }{strings.Contains(vm.Tags, proxmox.TagSpecPrefix+proxy.Hash(r.req)), strings.Contains(cloudinit.SquidConfOf(vm.Seed.UserData), "192.0.2.0/24")}
+			if diff := cmp.Diff(struct{ Tagged, Booted bool }{true, true}, got); diff != "" {
+				t.Errorf("settings changed mid-provisioning (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
