@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -514,5 +516,33 @@ func TestDelete_afterACrashAtEveryCreateStepLeavesNothing(t *testing.T) {
 	}
 	if !sawLeftovers {
 		t.Error("no crash point left volumes without a domain: the test proves nothing")
+	}
+}
+
+// TestDelete_ofADomainThatNeverStarts: a domain whose start keeps failing
+// (the host's bridge is gone) is deleted with its resource: a Get of the
+// resource being deleted does not try to start it, so its error does not
+// hold the deletion, and nothing is left.
+func TestDelete_ofADomainThatNeverStarts(t *testing.T) {
+	e := newTestEnv(t)
+	warm(t, e)
+	noBridge := lverr(libvirt.ErrSystemError, "Cannot get interface MTU on 'br0': No such device")
+	e.host.mu.Lock()
+	e.host.failNext["DomainCreate"] = []error{noBridge, noBridge, noBridge, noBridge, noBridge, noBridge, noBridge, noBridge}
+	e.host.mu.Unlock()
+	req := e.request("web", "uid-1")
+	if _, err := e.observeOrCreate(req); err == nil || !strings.Contains(err.Error(), "No such device") {
+		t.Fatalf("Create with the start failing = %v; want its error", err)
+	}
+	e.waitBackgroundDone()
+	if diff := cmp.Diff([]string{"web"}, e.host.domainNames()); diff != "" {
+		t.Fatalf("domains after the failed start (-want +got):\n%s", diff)
+	}
+	e.deleteAsTheController(proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement})
+	base := imageOf(e).volume()
+	got := struct{ Domains, Volumes []string }{e.host.domainNames(), e.host.volNames()}
+	want := struct{ Domains, Volumes []string }{nil, []string{base, base + ".sha256"}}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("after the deletion (-want +got):\n%s", diff)
 	}
 }

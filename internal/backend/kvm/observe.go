@@ -90,8 +90,12 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	if err := d.resumeStart(ctx, api, h, dom, meta, ref.Mark); err != nil {
-		return proxy.Instance{}, err
+	if !ref.Deleting {
+		// A resource being deleted needs no start: a start that fails
+		// would hold its deletion.
+		if err := d.resumeStart(ctx, api, h, dom, meta, ref.Mark); err != nil {
+			return proxy.Instance{}, err
+		}
 	}
 	return d.read(ctx, api, h, dom, meta, ref.ProxyCA)
 }
@@ -99,8 +103,8 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 // resumeStart starts a domain of this resource that was defined but never
 // started: the provider stopped between define and start. Observe finds
 // it (so Create is not called again) and must not leave it waiting
-// forever. Only for the resource's own mark, and never while a Create or
-// Delete of the name is running.
+// forever. Only for the resource's own mark, never for a resource being
+// deleted, and never while a Create or Delete of the name is running.
 func (d *Driver) resumeStart(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta, mark proxy.Mark) error {
 	if mark.UID == "" || meta.mark() != mark {
 		return nil
