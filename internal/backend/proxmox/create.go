@@ -503,9 +503,9 @@ func (d *Driver) apply(ctx context.Context, f found, cfg VMConfig, t tags, desc 
 }
 
 // seedLanded reports whether the seed of the update desc records is on
-// node's ISO storage (VM vmid's). One that did not land within RetryFailedTaskAfter is
-// forgotten (the description written with cfg's digest), so the next call
-// uploads it again.
+// node's ISO storage (VM vmid's). One that did not land within
+// RetryFailedTaskAfter is forgotten (the description written with cfg's
+// digest), so the next call uploads it again.
 func (d *Driver) seedLanded(ctx context.Context, node string, vmid int, seedVol string, desc description, cfg VMConfig) (bool, error) {
 	vols, err := d.api.ISOs(ctx, node, d.cfg.ISOStorage)
 	if err != nil {
