@@ -205,7 +205,8 @@ func redactBody(contentType string, b []byte, size int64) string {
 
 // redactJSON redacts the secret fields of v, the value of every
 // key/value pair (Compute Engine's metadata items, where cloud-init is,
-// and guest attribute entries) and what a guest wrote (guestText).
+// and guest attribute entries), what a guest wrote (guestText) and the
+// metadata a refusal quotes (WithoutMetadataValues).
 func redactJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
@@ -223,6 +224,9 @@ func redactJSON(v any) any {
 			x[i] = redactJSON(e)
 		}
 		return x
+	case string:
+		// An error answer's message may quote the metadata sent.
+		return WithoutMetadataValues(x)
 	default:
 		return v
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/gcp/computeapi"
 	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
+	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
 )
 
 // quotaReasons are the reasons of a synchronous 403 that mean "out of quota
@@ -127,6 +128,8 @@ func (e apiError) Error() string {
 	if msg == "" {
 		msg = http.StatusText(e.code)
 	}
+	// A refused insert or setMetadata may quote the metadata sent.
+	msg = telemetry.WithoutMetadataValues(msg)
 	if e.reason != "" {
 		return fmt.Sprintf("googleapi: %d %s: %s", e.code, e.reason, msg)
 	}
@@ -197,7 +200,8 @@ func operationError(scoped string, op *computeapi.Operation) *OperationError {
 	}
 	for _, e := range op.GetError().GetErrors() {
 		oe.Codes = append(oe.Codes, e.GetCode())
-		oe.Messages = append(oe.Messages, e.GetMessage())
+		// A failed insert may quote the metadata it was sent.
+		oe.Messages = append(oe.Messages, telemetry.WithoutMetadataValues(e.GetMessage()))
 	}
 	if t, err := time.Parse(time.RFC3339Nano, op.GetEndTime()); err == nil {
 		oe.Ended = t
