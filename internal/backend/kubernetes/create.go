@@ -137,7 +137,7 @@ func (d *Driver) children(ctx context.Context, dep *appsv1.Deployment, req proxy
 	writes := []func() error{
 		func() error {
 			if err := d.writeChild(ctx, dep, req.Mark, d.buildSecret(dep, req, files), &corev1.Secret{}, fresh); err != nil {
-				return fmt.Errorf("cannot write Secret %s/%s: %w", dep.Namespace, dep.Name, err)
+				return &secretWriteError{key: types.NamespacedName{Namespace: dep.Namespace, Name: dep.Name}, err: err}
 			}
 			return nil
 		},

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -133,3 +134,39 @@ func (e *deploymentWriteError) Error() string {
 }
 
 func (e *deploymentWriteError) Unwrap() error { return e.err }
+
+// secretWriteError is a failed write of a proxy's Secret. An API
+// server's answer is shown by its status, reason and the fields it
+// refused, never its message: a validation error or an admission
+// webhook's denial may quote the Secret's data (the htpasswd, the TLS
+// key). Errors of the provider's own (a name taken) show as they are.
+type secretWriteError struct {
+	key types.NamespacedName
+	err error
+}
+
+func (e *secretWriteError) Error() string {
+	var status kerrors.APIStatus
+	if !errors.As(e.err, &status) {
+		return fmt.Sprintf("cannot write Secret %s: %v", e.key, e.err)
+	}
+	s := status.Status()
+	msg := fmt.Sprintf("cannot write Secret %s: the server answered %d %s (its message is not shown: it may quote the Secret's data)", e.key, s.Code, s.Reason)
+	if proxy.IsQuota(classifyAPI(e.err)) {
+		msg += ": exceeded quota, a ResourceQuota of the namespace refused it"
+	}
+	if s.Details != nil {
+		fields := make([]string, 0, len(s.Details.Causes))
+		for _, c := range s.Details.Causes {
+			if c.Field != "" && !slices.Contains(fields, c.Field) {
+				fields = append(fields, c.Field)
+			}
+		}
+		if len(fields) > 0 {
+			msg += " for " + strings.Join(fields, ", ")
+		}
+	}
+	return msg
+}
+
+func (e *secretWriteError) Unwrap() error { return e.err }
