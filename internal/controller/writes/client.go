@@ -405,7 +405,7 @@ func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.C
 		err = adopt(ctx, c.Client, obj, c.ConnectionKeys, err)
 	}
 	if err != nil {
-		return err
+		return secretRefusal(obj, err)
 	}
 	if conn {
 		c.secrets.noteCreated(obj)
@@ -424,7 +424,7 @@ func (c *Client) Patch(ctx context.Context, obj client.Object, patch client.Patc
 	if c.secrets != nil {
 		patch = labelled(obj, patch)
 	}
-	return c.Client.Patch(ctx, obj, patch, opts...)
+	return secretRefusal(obj, c.Client.Patch(ctx, obj, patch, opts...))
 }
 
 // Update implements client.Writer; an update changing nothing but the

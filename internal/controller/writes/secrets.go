@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -373,3 +374,40 @@ func (cs *connectionSecrets) prune() {
 		cs.created = map[types.NamespacedName]time.Time{}
 	}
 }
+
+// secretRefusal is err, a failed write of obj, without the API server's
+// message when obj is a connection Secret: a validation error or an
+// admission webhook's denial may quote its data (a proxy's password, its
+// URL with the password). What the answer was (status, reason, the
+// fields refused) stays, and so does err for errors.As and kerrors.
+func secretRefusal(obj client.Object, err error) error {
+	var status kerrors.APIStatus
+	if _, ok := isConnectionSecret(obj); !ok || err == nil || !errors.As(err, &status) {
+		return err
+	}
+	return &refusedSecretError{key: client.ObjectKeyFromObject(obj), status: status.Status(), err: err}
+}
+
+type refusedSecretError struct {
+	key    client.ObjectKey
+	status metav1.Status
+	err    error
+}
+
+func (e *refusedSecretError) Error() string {
+	msg := fmt.Sprintf("connection Secret %s: the API server answered %d %s (its message is not shown: it may quote the Secret's data)", e.key, e.status.Code, e.status.Reason)
+	if d := e.status.Details; d != nil {
+		fields := make([]string, 0, len(d.Causes))
+		for _, c := range d.Causes {
+			if c.Field != "" && !slices.Contains(fields, c.Field) {
+				fields = append(fields, c.Field)
+			}
+		}
+		if len(fields) > 0 {
+			msg += " for " + strings.Join(fields, ", ")
+		}
+	}
+	return msg
+}
+
+func (e *refusedSecretError) Unwrap() error { return e.err }
