@@ -71,7 +71,12 @@ func parseCheckURL(raw string) (checkURL, string) {
 func checkEgressCheck(s proxy.Settings, c *proxy.EgressCheck) fieldErrors {
 	var errs fieldErrors
 	if _, msg := parseCheckURL(c.URL); msg != "" {
-		errs = append(errs, &FieldError{Field: "egressCheck.url", Detail: fmt.Sprintf("%q %s", c.URL, msg)})
+		detail := fmt.Sprintf("%q %s", c.URL, msg)
+		if strings.ContainsAny(c.URL, "@?#") {
+			// User info, a query or a fragment may be credentials.
+			detail = msg + " (the URL is not shown: it holds user info, a query or a fragment)"
+		}
+		errs = append(errs, &FieldError{Field: "egressCheck.url", Detail: detail})
 	} else if n := len(slices.MaxFunc(egressCheckACLs(c), func(a, b string) int { return len(a) - len(b) })); n > maxLine {
 		errs = append(errs, &FieldError{Field: "egressCheck.url", Detail: fmt.Sprintf("is too long: escaped for Squid it takes %d bytes of a squid.conf line, over the %d Squid reads whole; use a shorter URL, with fewer characters such as . ? + ( ) that a pattern escapes", n, maxLine)})
 	}

@@ -223,6 +223,32 @@ func TestValidateRejects(t *testing.T) {
 			},
 			want: []string{"egressCheck.username: must not be REQUIRED…"},
 		},
+		// A URL stored before the CRD refused user info and queries: its
+		// credentials are not quoted.
+		"egress check URL with user info": {
+			mod: func(s *proxy.Settings) {
+				s.EgressCheck = &proxy.EgressCheck{URL: "https://echo-user:S3NT1NEL-url-pw@echo.example.com/ip", Username: CheckUsername, Password: "pw"}
+			},
+			want: []string{"egressCheck.url: must not hold user info (the URL is not shown: it holds user info, a query or a fragment)"},
+		},
+		"egress check URL with user info that does not parse": {
+			mod: func(s *proxy.Settings) {
+				s.EgressCheck = &proxy.EgressCheck{URL: "https://echo-user:S3NT1NEL-url-pw%zz@echo.example.com/ip", Username: CheckUsername, Password: "pw"}
+			},
+			want: []string{"egressCheck.url: is not a URL (the URL is not shown: it holds user info, a query or a fragment)"},
+		},
+		"egress check URL with a token in its query": {
+			mod: func(s *proxy.Settings) {
+				s.EgressCheck = &proxy.EgressCheck{URL: "https://echo.example.com/ip?token=S3NT1NEL-url-pw", Username: CheckUsername, Password: "pw"}
+			},
+			want: []string{"egressCheck.url: must have no query or fragment (the URL is not shown: it holds user info, a query or a fragment)"},
+		},
+		"egress check URL refused otherwise": {
+			mod: func(s *proxy.Settings) {
+				s.EgressCheck = &proxy.EgressCheck{URL: "ftp://echo.example.com/ip", Username: CheckUsername, Password: "pw"}
+			},
+			want: []string{`egressCheck.url: "ftp://echo.example.com/ip" has scheme "ftp"; want http or https`},
+		},
 		"password with newline": {mod: withAuth("a", "p\nw"), want: []string{"auth.passwordSecretRef: the password must not contain control characters (a trailing newline, say)"}},
 		"short password for every IPv4 client": {
 			mod: func(s *proxy.Settings) {
