@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egressproxy/provider-egressproxy/internal/controller/writes"
 )
 
 const (
@@ -99,7 +101,7 @@ func (p *Passwords) loadKey(ctx context.Context) ([]byte, error) {
 		}
 		if err := p.Kube.Create(ctx, s); err != nil {
 			if !kerrors.IsAlreadyExists(err) {
-				return nil, errors.Wrapf(err, "cannot create Secret %s/%s", p.Namespace, KeySecretName)
+				return nil, errors.Wrapf(writes.WithoutAnswerText(err), "cannot create Secret %s/%s", p.Namespace, KeySecretName)
 			}
 			// Another replica won the race: use its key.
 			if err := p.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: KeySecretName}, s); err != nil {

@@ -376,26 +376,42 @@ func (cs *connectionSecrets) prune() {
 }
 
 // secretRefusal is err, a failed write of obj, without the API server's
-// message when obj is a connection Secret: a validation error or an
-// admission webhook's denial may quote its data (a proxy's password, its
-// URL with the password). What the answer was (status, reason, the
-// fields refused) stays, and so does err for errors.As and kerrors.
+// message when obj is a connection Secret (WithoutAnswerText), naming the
+// Secret.
 func secretRefusal(obj client.Object, err error) error {
-	var status kerrors.APIStatus
-	if _, ok := isConnectionSecret(obj); !ok || err == nil || !errors.As(err, &status) {
+	if _, ok := isConnectionSecret(obj); !ok {
 		return err
 	}
-	return &refusedSecretError{key: client.ObjectKeyFromObject(obj), status: status.Status(), err: err}
+	if r, ok := WithoutAnswerText(err).(*refusedSecretError); ok {
+		r.what = "connection Secret " + client.ObjectKeyFromObject(obj).String() + ": "
+		return r
+	}
+	return err
+}
+
+// WithoutAnswerText is err, a failed write of a Secret, without the API
+// server's message: a validation error or an admission webhook's denial
+// may quote the Secret's data (a password, a key). What the answer was
+// (status, reason, the fields refused) stays, and so does err for
+// errors.As and kerrors. An error that is no API server's answer is
+// returned as it is.
+func WithoutAnswerText(err error) error {
+	var status kerrors.APIStatus
+	if err == nil || !errors.As(err, &status) {
+		return err
+	}
+	return &refusedSecretError{status: status.Status(), err: err}
 }
 
 type refusedSecretError struct {
-	key    client.ObjectKey
+	// what names the Secret, when the error's wrapper does not.
+	what   string
 	status metav1.Status
 	err    error
 }
 
 func (e *refusedSecretError) Error() string {
-	msg := fmt.Sprintf("connection Secret %s: the API server answered %d %s (its message is not shown: it may quote the Secret's data)", e.key, e.status.Code, e.status.Reason)
+	msg := fmt.Sprintf("%sthe API server answered %d %s (its message is not shown: it may quote the Secret's data)", e.what, e.status.Code, e.status.Reason)
 	if d := e.status.Details; d != nil {
 		fields := make([]string, 0, len(d.Causes))
 		for _, c := range d.Causes {
