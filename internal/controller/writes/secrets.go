@@ -382,11 +382,11 @@ func secretRefusal(obj client.Object, err error) error {
 	if _, ok := isConnectionSecret(obj); !ok {
 		return err
 	}
-	if r, ok := WithoutAnswerText(err).(*refusedSecretError); ok {
-		r.what = "connection Secret " + client.ObjectKeyFromObject(obj).String() + ": "
-		return r
+	var status kerrors.APIStatus
+	if err == nil || !errors.As(err, &status) {
+		return err
 	}
-	return err
+	return &refusedSecretError{what: "connection Secret " + client.ObjectKeyFromObject(obj).String() + ": ", status: status.Status(), err: err}
 }
 
 // WithoutAnswerText is err, a failed write of a Secret, without the API
