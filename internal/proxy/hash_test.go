@@ -23,10 +23,12 @@ type legacy struct {
 
 func (l legacy) HashInput() any { return l }
 
-// TestHashIsStable pins Hash to the digests it gave (at RenderVersion 2)
-// before the per-kind block left the contract: a change here makes every
-// existing instance read as changed, and so be updated once; raise
-// RenderVersion for that, and the digests here with it.
+// TestHashIsStable pins Hash to the digests it gave at each RenderVersion
+// (those of version 2 from before the per-kind block left the contract):
+// a change here makes every existing instance read as changed, and so be
+// updated once; raise RenderVersion for that, and pin its digests here.
+// The digests of earlier versions never change: RenderedEarlier finds
+// instances by them.
 func TestHashIsStable(t *testing.T) {
 	base := Request{Name: "n", Mark: Mark{UID: "u", InstallationID: "i"}, Placement: Placement{Location: "zone-a", MachineType: "small", Image: "debian"},
 		Proxy:     Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}, AllowedPorts: []int32{443}, Auth: Auth{Enabled: true, Username: "proxy", Password: "pw"}},
@@ -34,17 +36,55 @@ func TestHashIsStable(t *testing.T) {
 	with := func(e Extension) Request { r := base; r.Extension = e; return r }
 	cases := map[string]struct {
 		req  Request
-		want string
+		want map[int]string // by RenderVersion
 	}{
-		"NoExtension":      {req: base, want: "e39ed18a4acc7296"},
-		"EmptyLegacyBlock": {req: with(legacy{}), want: "e39ed18a4acc7296"},
-		"GCPExposure":      {req: with(legacy{AddressType: "Static", RetainAddress: true, ManageFirewall: true}), want: "9384b65166624d06"},
-		"PodService":       {req: with(legacy{ServiceType: "LoadBalancer"}), want: "74cfc763a118e988"},
+		"NoExtension":      {req: base, want: map[int]string{2: "e39ed18a4acc7296"}},
+		"EmptyLegacyBlock": {req: with(legacy{}), want: map[int]string{2: "e39ed18a4acc7296"}},
+		"GCPExposure":      {req: with(legacy{AddressType: "Static", RetainAddress: true, ManageFirewall: true}), want: map[int]string{2: "9384b65166624d06"}},
+		"PodService":       {req: with(legacy{ServiceType: "LoadBalancer"}), want: map[int]string{2: "74cfc763a118e988"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, Hash(tc.req)); diff != "" {
-				t.Errorf("Hash(...): -want, +got:\n%s", diff)
+			if _, ok := tc.want[RenderVersion]; !ok {
+				t.Fatalf("no digest pinned for RenderVersion %d: pin Hash's digest of this request", RenderVersion)
+			}
+			got := map[int]string{}
+			for v := range tc.want {
+				got[v] = HashAt(tc.req, v)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Hash(...) by RenderVersion: -want, +got:\n%s", diff)
+			}
+			if h := Hash(tc.req); h != tc.want[RenderVersion] {
+				t.Errorf("Hash(...) = %s, want the digest of RenderVersion %d, %s", h, RenderVersion, tc.want[RenderVersion])
+			}
+		})
+	}
+}
+
+// TestRenderedEarlier: an instance whose stored hash is the same request's
+// at an earlier RenderVersion was made by a provider that rendered
+// differently; one made from another request, or at this version, was not.
+func TestRenderedEarlier(t *testing.T) {
+	req := Request{Name: "web", Proxy: Settings{Port: 3128, AllowedClientCIDRs: []string{"10.0.0.0/8"}}}
+	other := req
+	other.Proxy.Port = 8080
+	cases := map[string]struct {
+		stored string
+		want   bool
+	}{
+		"Version1":              {stored: HashAt(req, 1), want: true},
+		"PreviousVersion":       {stored: HashAt(req, RenderVersion-1), want: true},
+		"ThisVersion":           {stored: Hash(req), want: false},
+		"AnotherRequestBefore":  {stored: HashAt(other, RenderVersion-1), want: false},
+		"AnotherRequestNow":     {stored: Hash(other), want: false},
+		"NoHashStored":          {stored: "", want: false},
+		"NextVersionIsNotEarly": {stored: HashAt(req, RenderVersion+1), want: false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := RenderedEarlier(tc.stored, req); got != tc.want {
+				t.Errorf("RenderedEarlier(%q, req) = %v, want %v", tc.stored, got, tc.want)
 			}
 		})
 	}

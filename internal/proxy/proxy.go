@@ -441,7 +441,25 @@ const RenderVersion = 2
 // can tell whether an Update is needed without re-reading every setting.
 // It is written where backend readers can see it, so secrets enter it only
 // through SecretDigest (keyed by the controller), never in the clear.
-func Hash(req Request) string {
+func Hash(req Request) string { return HashAt(req, RenderVersion) }
+
+// RenderedEarlier reports whether specHash, as stored on an instance, is
+// the Hash of req at an earlier RenderVersion: the instance was made from
+// the same request, and only the provider's rendering has changed since.
+// A driver whose update costs more than rewriting files (a restart that
+// gives up an address) may then apply it more gently.
+func RenderedEarlier(specHash string, req Request) bool {
+	for v := 1; v < RenderVersion; v++ {
+		if specHash == HashAt(req, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// HashAt is Hash as a provider that rendered at version gave it: what an
+// instance that provider made stores.
+func HashAt(req Request, version int) string {
 	h := sha256.New()
 	// nil and empty mean the same and must hash the same.
 	for _, l := range []*[]string{&req.Proxy.AllowedClientCIDRs, &req.Proxy.AllowedDestinations, &req.Proxy.AllowedDestinationCIDRs} {
@@ -472,10 +490,10 @@ func Hash(req Request) string {
 	b, _ := json.Marshal(hashInput{ //nolint:errchkjson // plain structs always marshal.
 		Placement: req.Placement, Proxy: req.Proxy, Extension: ext, Labels: req.Labels, SecretDigest: req.SecretDigest,
 	})
-	if RenderVersion > 1 {
+	if version > 1 {
 		// Version 1 hashed the request alone; its hashes stay as they were
 		// so that only a change of rendering updates instances.
-		_, _ = fmt.Fprintf(h, "render %d\n", RenderVersion)
+		_, _ = fmt.Fprintf(h, "render %d\n", version)
 	}
 	_, _ = h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]

@@ -17,7 +17,9 @@ import (
 // Squid files (the TLS certificate and key among them) changed the update
 // restarts the VM, whose startup script
 // installs them from metadata (cloud-init runs once) and removes those
-// of a feature turned off.
+// of a feature turned off; an Ephemeral instance whose request is
+// unchanged since an earlier provider rendered it is not restarted (see
+// proxy.RenderedEarlier) and installs them at its next boot.
 func (d *Driver) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (proxy.Instance, error) {
 	return proxy.Run(ctx, proxy.OpUpdate, d.wrap, func(ctx context.Context) (proxy.Instance, error) { return d.update(ctx, ref, req) })
 }
@@ -89,6 +91,13 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	restart := oldMD[MetadataSquidConf] != s.squidConf
 	for _, k := range guestFiles {
 		restart = restart || oldMD[k] != want[k]
+	}
+	if restart && s.addressType == AddressEphemeral && proxy.RenderedEarlier(inst.GetLabels()[LabelSpec], req) {
+		// Only the provider's rendering changed since the instance was
+		// made (an upgrade): a restart would give up its ephemeral external
+		// address, which clients and destinations may allow-list, so the
+		// new files wait in metadata for the instance's next boot.
+		restart = false
 	}
 	labels := s.labels()
 	if restart || !maps.Equal(inst.GetLabels(), labels) || !maps.Equal(oldMD, md) {
