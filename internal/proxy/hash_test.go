@@ -38,10 +38,10 @@ func TestHashIsStable(t *testing.T) {
 		req  Request
 		want map[int]string // by RenderVersion
 	}{
-		"NoExtension":      {req: base, want: map[int]string{2: "e39ed18a4acc7296"}},
-		"EmptyLegacyBlock": {req: with(legacy{}), want: map[int]string{2: "e39ed18a4acc7296"}},
-		"GCPExposure":      {req: with(legacy{AddressType: "Static", RetainAddress: true, ManageFirewall: true}), want: map[int]string{2: "9384b65166624d06"}},
-		"PodService":       {req: with(legacy{ServiceType: "LoadBalancer"}), want: map[int]string{2: "74cfc763a118e988"}},
+		"NoExtension":      {req: base, want: map[int]string{2: "e39ed18a4acc7296", 3: "04ade1111cb4ab16"}},
+		"EmptyLegacyBlock": {req: with(legacy{}), want: map[int]string{2: "e39ed18a4acc7296", 3: "04ade1111cb4ab16"}},
+		"GCPExposure":      {req: with(legacy{AddressType: "Static", RetainAddress: true, ManageFirewall: true}), want: map[int]string{2: "9384b65166624d06", 3: "62cef5fc233e6828"}},
+		"PodService":       {req: with(legacy{ServiceType: "LoadBalancer"}), want: map[int]string{2: "74cfc763a118e988", 3: "0733242935ff8be8"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

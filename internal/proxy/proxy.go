@@ -434,7 +434,18 @@ const (
 //
 //	2  Squid names itself after the resource (visible_hostname
 //	   egress-proxy-<uid>), which the readiness probe reads
-const RenderVersion = 2
+//	3  KVM and Proxmox guests deny their hypervisor's addresses; a VM
+//	   guest's own addresses are a squid.conf include, refreshed before
+//	   every Squid start (a systemd drop-in, GCP's startup script);
+//	   private ranges are denied less what allowedDestinationCIDRs
+//	   opens, so a name resolving to an opened and an unopened address
+//	   is refused; local-use NAT64 (64:ff9b:1::/48) is never opened;
+//	   list ACLs split to lines a Squid built on musl reads whole; a
+//	   PodProxy denies its cluster's nodes
+//
+// The tests named TestRenderingIsPinned pin what each backend renders
+// together with this version, and fail when the rendering changes.
+const RenderVersion = 3
 
 // Hash is the stable digest of the parts of a Request that an instance is
 // built from, and of RenderVersion. Drivers store it on the instance (SpecHash) so the controller
