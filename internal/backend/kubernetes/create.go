@@ -381,7 +381,7 @@ func kindOf(obj client.Object) string {
 // when a hash differs.
 func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, nets []string, force bool) (proxy.Instance, error) {
 	want := proxy.Hash(req)
-	configHash := squid.Hash(files)
+	configHash := ConfigHash(files, req)
 	current := dep.Annotations[AnnotationSpecHash] == want &&
 		dep.Annotations[AnnotationTemplateHash] == d.cfg.templateHash() &&
 		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -54,7 +55,7 @@ const (
 	// the proxy, absent without one, so Get reads a Service only when one
 	// should exist.
 	AnnotationService = "egressproxy.io/service"
-	// AnnotationConfigHash (pod template) is squid.Hash of the files in the
+	// AnnotationConfigHash (pod template) is ConfigHash of the files in the
 	// Secret: a changed squid.conf or htpasswd changes the template and so
 	// rolls the pods.
 	AnnotationConfigHash = "egressproxy.io/config-hash"
@@ -72,8 +73,12 @@ const (
 	KeyHtpasswd  = "htpasswd"
 	// KeyTLSCert and KeyTLSKey are the proxy's certificate chain and key
 	// when it listens with TLS.
-	KeyTLSCert = "tls.crt"
-	KeyTLSKey  = "tls.key"
+	// KeyConfigHash is the Secret's copy of its pod template's
+	// AnnotationConfigHash, so that what reads the Secret can tell which
+	// template its files are for; the pods do not mount it.
+	KeyConfigHash = "config-hash"
+	KeyTLSCert    = "tls.crt"
+	KeyTLSKey     = "tls.key"
 	// FileOwner is the file in the pod that holds the resource's UID,
 	// from the Secret's OwnerKey.
 	FileOwner = "owner"
@@ -320,7 +325,7 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      markLabels(req),
-					Annotations: map[string]string{AnnotationConfigHash: squid.Hash(files)},
+					Annotations: map[string]string{AnnotationConfigHash: ConfigHash(files, req)},
 				},
 				Spec: corev1.PodSpec{
 					// Squid needs no Kubernetes API access, and a namespace
@@ -455,6 +460,19 @@ func ownerRef(dep *appsv1.Deployment) metav1.OwnerReference {
 	}
 }
 
+// ConfigHash is the pod template's AnnotationConfigHash: a digest of the
+// files the Secret holds, keyed with the request's SecretDigest (itself
+// keyed by the controller, from the proxy's password, TLS key and check
+// credential). It changes exactly when a file does, and whoever may read
+// Deployments but not Secrets (Kubernetes' view role) gets nothing to test
+// password guesses against: squid.Hash of the files would be checked with
+// one sha512crypt per guess.
+func ConfigHash(files squid.Files, req proxy.Request) string {
+	mac := hmac.New(sha256.New, []byte(req.SecretDigest))
+	mac.Write([]byte(squid.Hash(files)))
+	return hex.EncodeToString(mac.Sum(nil))[:16]
+}
+
 // OwnerKey is the key of the proxy's Secret that only a Secret written
 // for the resource uid has. The pod mounts it (configItems), and the
 // kubelet starts no container whose Secret lacks a listed key: a
@@ -480,7 +498,8 @@ func configItems(req proxy.Request, files squid.Files) []corev1.KeyToPath {
 
 // buildSecret holds Squid's files and the owner key, owned by dep.
 func buildSecret(dep *appsv1.Deployment, req proxy.Request, files squid.Files) *corev1.Secret {
-	data := map[string][]byte{KeySquidConf: []byte(files.SquidConf), OwnerKey(req.Mark.UID): []byte(req.Mark.UID)}
+	data := map[string][]byte{KeySquidConf: []byte(files.SquidConf), OwnerKey(req.Mark.UID): []byte(req.Mark.UID),
+		KeyConfigHash: []byte(ConfigHash(files, req))}
 	if files.Htpasswd != "" {
 		data[KeyHtpasswd] = []byte(files.Htpasswd)
 	}

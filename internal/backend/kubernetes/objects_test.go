@@ -70,8 +70,8 @@ func TestBuildDeploymentMarkAndAnnotations(t *testing.T) {
 	if diff := cmp.Diff(wantAnn, dep.Annotations); diff != "" {
 		t.Errorf("annotations (-want +got):\n%s", diff)
 	}
-	if got := dep.Spec.Template.Annotations[AnnotationConfigHash]; got != squid.Hash(files) {
-		t.Errorf("pod template config hash %q; want squid.Hash %q", got, squid.Hash(files))
+	if got := dep.Spec.Template.Annotations[AnnotationConfigHash]; got != ConfigHash(files, req) || got == squid.Hash(files) {
+		t.Errorf("pod template config hash %q; want ConfigHash %q, keyed (not squid.Hash %q)", got, ConfigHash(files, req), squid.Hash(files))
 	}
 	if dep.Namespace != "egress" || dep.Name != req.Name {
 		t.Errorf("Deployment %s/%s; want egress/%s", dep.Namespace, dep.Name, req.Name)
@@ -201,8 +201,8 @@ func TestBuildSecret(t *testing.T) {
 		t.Errorf("Secret labels %v; want the mark", s.Labels)
 	}
 	noAuth := testRequest()
-	if s := buildSecret(dep, noAuth, render(t, noAuth)); len(s.Data) != 2 || s.Data[OwnerKey(noAuth.Mark.UID)] == nil {
-		t.Errorf("Secret without auth holds %d keys; want squid.conf and the owner key only", len(s.Data))
+	if s := buildSecret(dep, noAuth, render(t, noAuth)); len(s.Data) != 3 || s.Data[OwnerKey(noAuth.Mark.UID)] == nil || s.Data[KeyConfigHash] == nil {
+		t.Errorf("Secret without auth holds %d keys; want squid.conf, the config hash and the owner key only", len(s.Data))
 	}
 }
 
@@ -315,5 +315,27 @@ func TestNetworkPolicySaysWhatSquidDenies(t *testing.T) {
 	}
 	if ex, ok := blocks["10.30.0.0/16"]; !ok || len(ex) != 0 {
 		t.Errorf("opened 10.30.0.0/16: %v, %v; want it allowed", ok, ex)
+	}
+}
+
+// TestConfigHashIsKeyed: the pod template's config hash, which whoever may
+// read Deployments sees, changes with the password as the htpasswd does,
+// but cannot be computed from the files alone: without the request's
+// SecretDigest, a guessed password's htpasswd tells nothing.
+func TestConfigHashIsKeyed(t *testing.T) {
+	req := testRequest()
+	req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "pw-S3NT1NEL-guessable"}
+	req.SecretDigest = "digest-of-the-password"
+	files := render(t, req)
+	guessed := req
+	guessed.SecretDigest = ""
+	if ConfigHash(files, req) == ConfigHash(files, guessed) || ConfigHash(files, req) == squid.Hash(files) {
+		t.Error("the config hash can be computed from the files without the request's SecretDigest")
+	}
+	other := req
+	other.Proxy.Auth.Password = "pw-S3NT1NEL-another"
+	other.SecretDigest = "digest-of-another-password"
+	if ConfigHash(render(t, other), other) == ConfigHash(files, req) {
+		t.Error("the config hash did not change with the password")
 	}
 }

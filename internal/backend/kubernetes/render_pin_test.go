@@ -19,9 +19,9 @@ import (
 // alone that pods must get raises templateVersion instead).
 func TestRenderingIsPinned(t *testing.T) {
 	pins := map[string]proxytest.RenderPin{
-		"Narrow":              {Version: 3, Digest: "3c844bdfc0f04640"},
-		"AuthAllowListOpened": {Version: 3, Digest: "78f9478f2f64b52a"},
-		"EgressCheck":         {Version: 3, Digest: "e4b88aa262ef5db3"},
+		"Narrow":              {Version: 3, Digest: "995e028269cd691a"},
+		"AuthAllowListOpened": {Version: 3, Digest: "15a66149a0d07657"},
+		"EgressCheck":         {Version: 3, Digest: "a0c23a2017b099af"},
 	}
 	nets := []string{"10.96.0.0/12", "10.244.0.0/16", "192.168.1.10"}
 	d := New(Options{Config: Config{Namespace: "egress", Image: "registry.example/squid:pin", EgressCheck: true}, Now: func() time.Time { return now }})

@@ -93,8 +93,8 @@ func TestCredentialsTurnedOffLeaveTheSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := next.(*corev1.Secret).Data //nolint:forcetypeassert // rewritten keeps the type.
-	if len(data) != 2 || data[KeySquidConf] == nil || data[OwnerKey(off.Mark.UID)] == nil {
-		t.Errorf("the rewritten Secret holds %v; want squid.conf and the owner key only", slices.Sorted(maps.Keys(data)))
+	if len(data) != 3 || data[KeySquidConf] == nil || data[OwnerKey(off.Mark.UID)] == nil || data[KeyConfigHash] == nil {
+		t.Errorf("the rewritten Secret holds %v; want squid.conf, the config hash and the owner key only", slices.Sorted(maps.Keys(data)))
 	}
 	for _, v := range depOff.Spec.Template.Spec.Volumes {
 		if v.Secret == nil {

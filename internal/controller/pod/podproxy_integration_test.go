@@ -314,8 +314,8 @@ func (e *env) checkObjects(t *testing.T, mg resource.Managed, service bool) {
 		t.Errorf("Deployment annotations %v; want the spec hash and the creation time", dep.Annotations)
 	}
 	files := squid.Files{SquidConf: string(sec.Data[kubernetes.KeySquidConf]), Htpasswd: string(sec.Data[kubernetes.KeyHtpasswd])}
-	if got, want := dep.Spec.Template.Annotations[kubernetes.AnnotationConfigHash], squid.Hash(files); got != want {
-		t.Errorf("pod template config hash %q; want squid.Hash of the Secret %q", got, want)
+	if got, want := dep.Spec.Template.Annotations[kubernetes.AnnotationConfigHash], string(sec.Data[kubernetes.KeyConfigHash]); got != want || got == squid.Hash(files) {
+		t.Errorf("pod template config hash %q; want the Secret's %q, keyed (not squid.Hash of its files)", got, want)
 	}
 	sc := dep.Spec.Template.Spec.SecurityContext
 	c := dep.Spec.Template.Spec.Containers[0]

@@ -492,7 +492,7 @@ func Substitute(conf, dir, ip string) string {
 }
 
 // podFiles reads the pod's configuration Secret, waiting until it holds the
-// files whose hash the pod's template carries.
+// files whose hash the pod's template carries (the Secret's copy of it).
 func (k *Kubelet) podFiles(ctx context.Context, p *corev1.Pod) (squid.Files, error) {
 	secret := ""
 	for _, v := range p.Spec.Volumes {
@@ -511,7 +511,7 @@ func (k *Kubelet) podFiles(ctx context.Context, p *corev1.Pod) (squid.Files, err
 		if err == nil {
 			f := squid.Files{SquidConf: string(s.Data[kubernetes.KeySquidConf]), Htpasswd: string(s.Data[kubernetes.KeyHtpasswd]),
 				TLSCert: string(s.Data[kubernetes.KeyTLSCert]), TLSKey: string(s.Data[kubernetes.KeyTLSKey])}
-			if want == "" || squid.Hash(f) == want {
+			if want == "" || string(s.Data[kubernetes.KeyConfigHash]) == want {
 				return f, nil
 			}
 		} else if !kerrors.IsNotFound(err) {
