@@ -14,9 +14,9 @@ import (
 // change of it is a decision: raise RenderVersion, or repin deliberately.
 func TestRenderingIsPinned(t *testing.T) {
 	pins := map[string]proxytest.RenderPin{
-		"Narrow":              {Version: 3, Digest: "9b7091ebc0465378"},
-		"AuthAllowListOpened": {Version: 3, Digest: "2cb24ca3c0508650"},
-		"EgressCheck":         {Version: 3, Digest: "8dae3f4789f4639a"},
+		"Narrow":              {Version: 3, Digest: "43636dd75754b9e3"},
+		"AuthAllowListOpened": {Version: 3, Digest: "975b6d58afcdca47"},
+		"EgressCheck":         {Version: 3, Digest: "cff38c4c9a363f84"},
 	}
 	d := New(Options{Provider: "ClusterProviderConfig gcp-pin", Config: Config{Project: "pin", Network: "default",
 		Images: map[string]string{"ubuntu": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}, MachineTypes: map[string]string{"small": "e2-small"}}})

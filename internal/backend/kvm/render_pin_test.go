@@ -13,9 +13,9 @@ import (
 // raise RenderVersion, or repin deliberately.
 func TestRenderingIsPinned(t *testing.T) {
 	pins := map[string]proxytest.RenderPin{
-		"Narrow":              {Version: 3, Digest: "6782306b7eb84d44"},
-		"AuthAllowListOpened": {Version: 3, Digest: "774e92ceb2f0f477"},
-		"EgressCheck":         {Version: 3, Digest: "baf91f14797a0304"},
+		"Narrow":              {Version: 3, Digest: "444813ce2623130e"},
+		"AuthAllowListOpened": {Version: 3, Digest: "40c5fac2acc32c6d"},
+		"EgressCheck":         {Version: 3, Digest: "5b1b9ceccbd41d18"},
 	}
 	e := newTestEnv(t)
 	for name, req := range proxytest.RenderRequests() {

@@ -47,12 +47,12 @@ func seedFiles(t *testing.T, iso []byte) map[string]string {
 // raise RenderVersion, or repin deliberately.
 func TestRenderingIsPinned(t *testing.T) {
 	pins := map[string]proxytest.RenderPin{
-		"Narrow":              {Version: 3, Digest: "5c3e915fc1ef2409"},
-		"AuthAllowListOpened": {Version: 3, Digest: "e20fd36b8eaf3e0b"},
-		"EgressCheck":         {Version: 3, Digest: "d030aa4552e75903"},
+		"Narrow":              {Version: 3, Digest: "f261bf3224ce5dd3"},
+		"AuthAllowListOpened": {Version: 3, Digest: "d50606cc3f2ae5ef"},
+		"EgressCheck":         {Version: 3, Digest: "362d9d47e3f1491d"},
 	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	d, err := New(Options{Provider: "ClusterProviderConfig home-pve", Config: Config{URL: "https://pve.example:8006", InstallGuestAgent: true}, API: struct{ API }{},
+	d, err := New(Options{Provider: "ClusterProviderConfig home-pve", Config: Config{URL: "https://pve.example:8006", InstallGuestAgent: true}, API: nodesAPI{},
 		Resolver: nameResolver{"pve.example": {netip.MustParseAddr("10.30.0.4")}}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
