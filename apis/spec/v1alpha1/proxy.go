@@ -222,6 +222,13 @@ type ProxyObservation struct {
 	// the same route, also after a provider restart.
 	// +optional
 	EgressIPCheckedThrough string `json:"egressIPCheckedThrough,omitempty"`
+	// EgressIPCheckedWith is the echo URL of the check that saw a Verified
+	// or Reported EgressIP (the config's egressCheck.url, which holds no
+	// credentials). A failed or pending check keeps EgressIP only while
+	// the config names the same URL, also after a provider restart; a
+	// status without it keeps nothing a check has not seen again.
+	// +optional
+	EgressIPCheckedWith string `json:"egressIPCheckedWith,omitempty"`
 	// Placement actually used.
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`

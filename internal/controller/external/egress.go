@@ -77,6 +77,8 @@ type egressBefore struct {
 	at         *metav1.Time
 	// through is the route the address was checked through (egressRoute).
 	through string
+	// with is the echo URL that saw it; empty when status did not say.
+	with string
 	// id and created are the instance status described.
 	id      string
 	created *metav1.Time
@@ -89,7 +91,7 @@ func egressOf(o *spec.ProxyObservation) egressBefore {
 		// described it then, without the backend's figure.
 		through = routeOf(o.IP, "")
 	}
-	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, through: through, id: o.ID, created: o.CreatedAt}
+	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, through: through, with: o.EgressIPCheckedWith, id: o.ID, created: o.CreatedAt}
 }
 
 // egressRoute is what an egress check of inst goes through, and what its
@@ -122,6 +124,13 @@ func routeOf(ip, backend string) string {
 // across a restart of the provider.
 func (b egressBefore) sameRoute(inst proxy.Instance) bool {
 	return b.sameInstance(inst) && b.through == egressRoute(inst)
+}
+
+// sameURL reports whether the address status held was seen by url, the
+// echo URL the config names now: another URL's answer is not this one's
+// word, and a status that does not say which URL saw it cannot tell.
+func (b egressBefore) sameURL(url string) bool {
+	return b.with != "" && b.with == url
 }
 
 // sameInstance reports whether status described inst: an address checked
@@ -166,7 +175,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		}
 	}
 	o := cr.Observation()
-	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough = inst.EgressIP, nil, "", nil, ""
+	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough, o.EgressIPCheckedWith = inst.EgressIP, nil, "", nil, "", ""
 	defer func() {
 		if len(o.EgressIPs) == 0 && o.EgressIP != "" {
 			o.EgressIPs = []string{o.EgressIP}
@@ -199,12 +208,13 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	// was verified of another instance. (A check that failed after the
 	// backend's own figure changed keeps nothing either: squid's Moved.)
 	// A failed or pending check keeps it only when it was checked through
-	// the same route (sameRoute).
+	// the same route (sameRoute) with the URL the config names now
+	// (sameURL).
 	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
 	keepIf := func(ok bool) {
-		if checked && ok {
+		if checked && ok && before.sameURL(check.URL) {
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
-			o.EgressIPCheckedThrough = before.through
+			o.EgressIPCheckedThrough, o.EgressIPCheckedWith = before.through, before.with
 			inst.EgressIP = o.EgressIP
 		}
 	}
@@ -224,12 +234,12 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		keep()
 		c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check from inside the instance with %s failed%s: %s", check.URL, reportedAt(inst), inst.EgressFailure))
 	case inst.ProxyAddress == "" && inst.EgressSource == proxy.EgressReported:
-		o.EgressIPCheckedThrough = egressRoute(*inst)
+		o.EgressIPCheckedThrough, o.EgressIPCheckedWith = egressRoute(*inst), check.URL
 		c = e.reported(cr, inst, backendIP, before)
 		if c.Reason == reasonEgressDiffers {
 			// The instance's word does not stand against the backend's
 			// own figure: that stays published.
-			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough = backendIP, nil, spec.EgressIPBackend, nil, ""
+			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough, o.EgressIPCheckedWith = backendIP, nil, spec.EgressIPBackend, nil, "", ""
 		}
 	case inst.ProxyAddress == "":
 		keep()
@@ -265,7 +275,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		default:
 			at := metav1.NewTime(r.At)
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = r.IP, ips, spec.EgressIPVerified, &at
-			o.EgressIPCheckedThrough = egressRoute(*inst)
+			o.EgressIPCheckedThrough, o.EgressIPCheckedWith = egressRoute(*inst), r.URL
 			c = e.verified(cr, r, ips, backendIP, before)
 		}
 	}

@@ -565,3 +565,89 @@ func observeEgress(t *testing.T, e *external[spec.KVMProxyParameters], cr *nspro
 	setObservation(cr.Observation(), inst, req, nil)
 	e.setEgress(context.Background(), cr, &inst, req, before)
 }
+
+// TestARestartKeepsOnlyAnAddressTheSameURLSaw: after a provider restart
+// (a checker with no memory) the address status holds stays published
+// by a failed, pending or unreachable check only when the config still
+// names the echo URL that saw it, as egressIPCheckedWith says; after the
+// URL changed with the restart, or in a status that does not say, none
+// is published until the URL named now answers.
+func TestARestartKeepsOnlyAnAddressTheSameURLSaw(t *testing.T) {
+	const oldEcho, newEcho = "http://echo.team.example/ip", "http://echo.platform.example/ip"
+	running := proxy.Instance{Name: testName, State: proxy.StateRunning, IP: "10.0.0.5", ProxyReachable: true, ProxyAddress: "10.0.0.5:3128"}
+	blip := running
+	blip.ProxyReachable, blip.ProxyAddress = false, ""
+	unreached := running
+	unreached.ProxyAddress = ""
+	failedInside := unreached
+	failedInside.EgressFailure, failedInside.EgressCheckedAt = "the check through the instance's own Squid was answered 502", time.Now()
+	remote := unreached
+	remote.EgressIP, remote.EgressSource, remote.EgressCheckedAt = "203.0.113.7", proxy.EgressReported, time.Now()
+
+	cases := map[string]struct {
+		first      proxy.Instance // checked with oldEcho, before the restart
+		after      proxy.Instance // observed after the restart
+		url        string         // the config's URL after the restart
+		hang       bool           // the check after the restart does not answer yet
+		legacy     bool           // the status was written without egressIPCheckedWith
+		wantIP     string
+		wantWith   string
+		wantReason xpv2.ConditionReason
+	}{
+		"SameURLFailedCheckKeeps":         {first: running, after: running, url: oldEcho, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressFailed},
+		"OtherURLFailedCheckDrops":        {first: running, after: running, url: newEcho, wantReason: reasonEgressFailed},
+		"SameURLPendingCheckKeeps":        {first: running, after: running, url: oldEcho, hang: true, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressPending},
+		"OtherURLPendingCheckDrops":       {first: running, after: running, url: newEcho, hang: true, wantReason: reasonEgressPending},
+		"SameURLProbeBlipKeeps":           {first: running, after: blip, url: oldEcho, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressVerified},
+		"OtherURLProbeBlipDrops":          {first: running, after: blip, url: newEcho, wantReason: reasonEgressVerified},
+		"OtherURLUnreachableDrops":        {first: running, after: unreached, url: newEcho, wantReason: reasonEgressNoPath},
+		"SameURLFailedReportKeeps":        {first: remote, after: failedInside, url: oldEcho, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressFailed},
+		"OtherURLFailedReportDrops":       {first: remote, after: failedInside, url: newEcho, wantReason: reasonEgressFailed},
+		"AStatusNotNamingItsURLKeepsNone": {first: running, after: running, url: oldEcho, legacy: true, wantReason: reasonEgressFailed},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			url := oldEcho
+			k := testKind(nil)
+			k.Backend.Block = func(s *spec.ProviderConfigSpec) (Block, bool) {
+				return Block{EgressCheck: &spec.EgressCheck{URL: url}}, s.KVM != nil
+			}
+			e := newExternal(k, nil, nil)
+			e.hints = newRetryHints(0)
+			e.egress = &squid.EgressChecker{Ask: func(context.Context, string, proxy.EgressCheck) (string, error) { return "203.0.113.7", nil }}
+			cr := proxyResource()
+			observeEgress(t, e, cr, tc.first)
+			if o := cr.Status.AtProvider; o.EgressIP != "203.0.113.7" || o.EgressIPCheckedWith != oldEcho {
+				t.Fatalf("before the restart: egressIP %q checked with %q; want 203.0.113.7 with %s", o.EgressIP, o.EgressIPCheckedWith, oldEcho)
+			}
+			if tc.legacy {
+				cr.Status.AtProvider.EgressIPCheckedWith = ""
+			}
+
+			url = tc.url
+			hang := make(chan struct{})
+			t.Cleanup(func() { close(hang) })
+			e.egress = &squid.EgressChecker{Wait: 10 * time.Millisecond, Ask: func(context.Context, string, proxy.EgressCheck) (string, error) {
+				if tc.hang {
+					<-hang
+				}
+				return "", errors.New("refused")
+			}}
+			observeEgress(t, e, cr, tc.after)
+			if !tc.hang {
+				// The failed check answers within the checker's timeout.
+				for i := 0; i < 100 && cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified)).Reason == reasonEgressPending; i++ {
+					time.Sleep(10 * time.Millisecond)
+					observeEgress(t, e, cr, tc.after)
+				}
+			}
+			o := cr.Status.AtProvider
+			c := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
+			got := struct{ IP, With, Reason string }{o.EgressIP, o.EgressIPCheckedWith, string(c.Reason)}
+			want := struct{ IP, With, Reason string }{tc.wantIP, tc.wantWith, string(tc.wantReason)}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("after the restart (%s): -want, +got:\n%s", c.Message, diff)
+			}
+		})
+	}
+}
