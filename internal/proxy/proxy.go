@@ -288,6 +288,15 @@ type Instance struct {
 	CreatedAt time.Time
 	// ProxyReachable is true once the proxy answered on its port.
 	ProxyReachable bool
+	// ReachableOnReport says ProxyReachable rests on the instance's report
+	// of its egress check (its own Squid answered it), not on the
+	// provider's probe: it stands only while the report does.
+	ReachableOnReport bool
+	// StartedAt is when the instance last started, zero when the backend
+	// does not say. An update that changes a VM's settings restarts it, so
+	// a report from inside older than this was made with the settings
+	// before and is not read (ReportPredatesStart).
+	StartedAt time.Time
 	// Progress describes long-running work (an image download, a clone,
 	// an operation), for the Ready condition's message.
 	Progress string
@@ -309,6 +318,18 @@ type Instance struct {
 	// prefix) lists them with an empty Mark and the prefix in
 	// Details[DetailUIDPrefix]: they are reported, never deleted.
 	Leftovers []string
+}
+
+// ReportStartSlack is how much earlier than the instance's last start
+// (StartedAt) a report from inside may say it was made and still be of
+// this start: its whole seconds and the guest's clock. A report of the
+// settings before predates the stop too, which takes longer.
+const ReportStartSlack = 5 * time.Second
+
+// ReportPredatesStart reports whether a report from inside made at was
+// made before the instance's last start.
+func (i Instance) ReportPredatesStart(at time.Time) bool {
+	return !i.StartedAt.IsZero() && at.Before(i.StartedAt.Add(-ReportStartSlack))
 }
 
 // Replica is one serving replica of an instance.

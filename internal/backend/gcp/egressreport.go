@@ -76,6 +76,6 @@ func (d *Driver) readReport(ctx context.Context, zone, name string, v *proxy.Ins
 		d.log(ctx).V(1).Info("the guest's egress check report predates the VM's last start", "zone", zone, "name", name)
 		return
 	}
-	v.ProxyReachable, v.Progress = true, ""
+	v.ProxyReachable, v.ReachableOnReport, v.Progress = true, true, ""
 	r.Publish(v)
 }

@@ -278,3 +278,44 @@ func TestReportFromBeforeTheRestartIsNotRead(t *testing.T) {
 		t.Errorf("Get after the new boot's report = %v, reachable %v, egress %q; want Reported", err, got.ProxyReachable, got.EgressSource)
 	}
 }
+
+// TestGetDatesTheInstancesLastStart: Get says when the instance last
+// started (lastStartTimestamp), later after the restart an update of the
+// check makes, and that its reachability rests on the guest's report, so
+// that the controller reads no report of the settings before.
+func TestGetDatesTheInstancesLastStart(t *testing.T) {
+	f := newFixture(t)
+	f.srv.SetSquidDown(true)
+	ctx := context.Background()
+	req := request("started", "uid-started")
+	req.Proxy.EgressCheck = &proxy.EgressCheck{URL: "http://echo-one.example/ip", Username: squid.CheckUsername, Password: "check-pw"}
+	inst, err := f.driver.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	key := testZone + "/" + req.Name
+	f.srv.Age(key, time.Hour)
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	f.srv.SetGuestAttribute(key, cloudinit.GuestAttributeKey, squid.ReportMarker+" "+fmt.Sprint(time.Now().Unix())+" 200 203.0.113.3")
+	first, err := f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.StartedAt.IsZero() || first.StartedAt.After(time.Now().Add(-30*time.Minute)) || !first.ReachableOnReport || first.ReportPredatesStart(first.EgressCheckedAt) {
+		t.Errorf("Get = started %v, reachable on the report %v, report at %v; want the start an hour ago, reachable on a report of this start", first.StartedAt, first.ReachableOnReport, first.EgressCheckedAt)
+	}
+
+	req.Proxy.EgressCheck.URL = "http://echo-two.example/ip"
+	if _, err := f.driver.Update(ctx, ref, req); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Settle(req.Name)
+	got, err := f.driver.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.StartedAt.After(first.StartedAt) {
+		t.Errorf("Get after the update's restart = started %v; want later than %v", got.StartedAt, first.StartedAt)
+	}
+}

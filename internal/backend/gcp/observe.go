@@ -171,6 +171,9 @@ func (d *Driver) view(ctx context.Context, inst *computeapi.Instance, probe bool
 	if t, err := time.Parse(time.RFC3339Nano, inst.GetCreationTimestamp()); err == nil {
 		v.CreatedAt = t.UTC()
 	}
+	if t, err := time.Parse(time.RFC3339Nano, inst.GetLastStartTimestamp()); err == nil {
+		v.StartedAt = t.UTC()
+	}
 	var natIP, internalIP string
 	if nics := inst.GetNetworkInterfaces(); len(nics) > 0 {
 		internalIP = nics[0].GetNetworkIP()

@@ -70,6 +70,6 @@ func (d *Driver) readReport(ctx context.Context, api Libvirt, dom libvirt.Domain
 	if !ok {
 		return
 	}
-	inst.ProxyReachable, inst.Progress = true, ""
+	inst.ProxyReachable, inst.ReachableOnReport, inst.Progress = true, true, ""
 	r.Publish(inst)
 }

@@ -51,9 +51,9 @@ func TestGet_readsTheGuestsOwnEgressCheck(t *testing.T) {
 	now := time.Now().Unix()
 	write(fmt.Sprintf("%s %d 200 198.51.100.4\n", squid.ReportMarker, now))
 	got := e.mustGet(ref(inst))
-	if !got.ProxyReachable || got.ProxyAddress != "" || got.Progress != "" || got.EgressIP != "198.51.100.4" || got.EgressSource != proxy.EgressReported || got.EgressCheckedAt.Unix() != now {
-		t.Errorf("Get = reachable %v, address %q, progress %q, egress %q %q at %v; want reachable on the guest's word, 198.51.100.4 Reported",
-			got.ProxyReachable, got.ProxyAddress, got.Progress, got.EgressIP, got.EgressSource, got.EgressCheckedAt)
+	if !got.ProxyReachable || !got.ReachableOnReport || got.ProxyAddress != "" || got.Progress != "" || got.EgressIP != "198.51.100.4" || got.EgressSource != proxy.EgressReported || got.EgressCheckedAt.Unix() != now {
+		t.Errorf("Get = reachable %v (on the report: %v), address %q, progress %q, egress %q %q at %v; want reachable on the guest's word, 198.51.100.4 Reported",
+			got.ProxyReachable, got.ReachableOnReport, got.ProxyAddress, got.Progress, got.EgressIP, got.EgressSource, got.EgressCheckedAt)
 	}
 	write(fmt.Sprintf("%s %d 502 sentinel-guest-text\n", squid.ReportMarker, now))
 	got = e.mustGet(ref(inst))

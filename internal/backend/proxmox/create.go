@@ -45,6 +45,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		"machineType", req.Placement.MachineType, "cores", mt.Cores, "memoryMiB", mt.MemoryMiB, "diskGiB", d.cfg.DiskGiB, "isoStorage", d.cfg.ISOStorage,
 		"bridge", d.cfg.Bridge, "vlanTag", d.cfg.VLANTag, "port", req.Proxy.Port, "allowedClientCIDRs", req.Proxy.AllowedClientCIDRs,
 		"allowedPorts", req.Proxy.AllowedPorts, "auth", req.Proxy.Auth.Username != "", "cloudInitBytes", len(req.CloudInit))
+	listed := time.Now()
 	res, err := d.api.Resources(ctx, "vm")
 	if err != nil {
 		return proxy.Instance{}, err
@@ -54,6 +55,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	if f, ok, err := d.locate(idx, proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement, ProxyCA: req.Proxy.ProxyCA()}); err != nil {
 		return proxy.Instance{}, err
 	} else if ok {
+		f.listed = listed
 		return d.adopt(ctx, f, req)
 	}
 

@@ -37,7 +37,7 @@ func (d *Driver) reachableOrReported(ctx context.Context, e Resource, inst proxy
 	}
 	// Squid answered inside the guest (whether the check succeeded or
 	// not): the guest's word stands for the probe.
-	inst.ProxyReachable, inst.Progress = true, before
+	inst.ProxyReachable, inst.ReachableOnReport, inst.Progress = true, true, before
 	r.Publish(&inst)
 	return inst
 }

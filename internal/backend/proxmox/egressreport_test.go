@@ -89,3 +89,50 @@ func TestGuestReportsItsEgressCheck(t *testing.T) {
 		t.Errorf("schema violations: %v", v)
 	}
 }
+
+// TestGetDatesTheVMsLastStart: Get says when the VM last started (from
+// its uptime), so that a guest's report from before it (an update's
+// reboot, the report file outliving it) is not read as the word of the
+// settings the VM now runs; and that reachability rests on the report.
+func TestGetDatesTheVMsLastStart(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := f.request("pt-started", "6b7c8d9e-4444-4a5e-9d55-0a9c1f1e2b3c")
+	before := time.Now()
+	inst, err := f.rec.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.settle(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	ref := proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement}
+	got, err := f.drv.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StartedAt.Before(before.Add(-time.Second)) || got.StartedAt.After(after.Add(time.Second)) {
+		t.Errorf("StartedAt %v; want the VM's start, between %v and %v (uptimes are whole seconds)", got.StartedAt, before, after)
+	}
+
+	f.fake.BlockProbes(true)
+	vm := vmNamed(t, f.fake, req.Name)
+	for name, tc := range map[string]struct {
+		at       time.Time
+		predates bool
+	}{
+		"FromBeforeTheStart": {at: got.StartedAt.Add(-30 * time.Second), predates: true},
+		"FromThisStart":      {at: time.Now()},
+	} {
+		f.fake.SetGuestFile(vm.VMID, cloudinit.ReportPath, fmt.Sprintf("%s %d 200 203.0.113.3\n", squid.ReportMarker, tc.at.Unix()))
+		r, err := f.drv.Get(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.ProxyReachable || !r.ReachableOnReport || r.EgressSource != proxy.EgressReported || r.ReportPredatesStart(r.EgressCheckedAt) != tc.predates {
+			t.Errorf("%s: reachable %v (on the report: %v), egress %q %q at %v, started %v; want reachable on the report, predating the start: %v",
+				name, r.ProxyReachable, r.ReachableOnReport, r.EgressIP, r.EgressSource, r.EgressCheckedAt, r.StartedAt, tc.predates)
+		}
+	}
+}

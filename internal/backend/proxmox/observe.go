@@ -74,6 +74,9 @@ type found struct {
 	// proxyCA is the proxy's CA when it listens with TLS (Ref.ProxyCA):
 	// the probe verifies against it.
 	proxyCA string
+	// listed is when the listing res comes from was asked for (zero when
+	// unknown): with res.Uptime, it dates the VM's last start.
+	listed time.Time
 }
 
 // locate resolves ref against the cluster's guests: by the VMID and name
@@ -176,6 +179,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if !ok && ref.Deleting {
 		return d.leftovers(ctx, idx, ref)
 	}
+	f.listed = taken
 	if ok && ref.ID != "" {
 		// A direct read: a snapshot must be newer to answer the next Get.
 		k := vmKey{d.cfg.URL, f.res.VMID}
@@ -298,6 +302,11 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 	}
 	switch e.Status {
 	case "running":
+		if !f.listed.IsZero() {
+			// Uptime counts from the VM's start; an update's reboot
+			// (shutdown and start) starts it again.
+			inst.StartedAt = f.listed.Add(-time.Duration(e.Uptime) * time.Second).UTC()
+		}
 		port := fc.port
 		if port == 0 {
 			port = 3128

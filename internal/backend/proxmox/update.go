@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"context"
+	"time"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
@@ -27,6 +28,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 			return proxy.Instance{}, err
 		}
 	}
+	listed := time.Now()
 	res, err := d.api.Resources(ctx, "vm")
 	if err != nil {
 		return proxy.Instance{}, err
@@ -42,5 +44,6 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	if !ok {
 		return proxy.Instance{}, proxy.NotFoundf("no VM named %q", ref.Name)
 	}
+	f.listed = listed
 	return d.adopt(ctx, f, req)
 }

@@ -166,14 +166,6 @@ func (b egressBefore) addresses() []string {
 // reserved address), and removes it when the config names no check.
 func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy.Instance, req proxy.Request, before egressBefore) {
 	check := req.Proxy.EgressCheck
-	if inst.EgressSource == proxy.EgressReported && check == nil {
-		// What a check turned off left behind on the instance: not the
-		// instance's word on the settings it now runs.
-		inst.EgressIP, inst.EgressSource, inst.EgressCheckedAt = "", "", time.Time{}
-		if inst.BackendEgressIP != "" {
-			inst.EgressIP, inst.EgressSource = inst.BackendEgressIP, proxy.EgressBackend
-		}
-	}
 	o := cr.Observation()
 	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough, o.EgressIPCheckedWith = inst.EgressIP, nil, "", nil, "", ""
 	defer func() {
@@ -287,6 +279,47 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		}
 	}
 	e.setEgressCondition(cr, c)
+}
+
+// standingReport drops from inst the report from inside it of its egress
+// check that is not the instance's word on the settings req names, for
+// every backend, before status is filled (a driver may refuse such a
+// report itself too). A report left behind by a check the config no
+// longer names, or made before the instance's last start (an update
+// restarts a VM, and its report may outlive that until the guest writes
+// the next), goes with the reachability resting on it. One read while
+// the instance does not run req's settings (an update pending or in this
+// very call, changing) may be of another echo URL: its address and
+// failure go, and Squid's answer inside still stands for the probe.
+func standingReport(inst *proxy.Instance, req proxy.Request, changing bool) {
+	if inst.EgressSource != proxy.EgressReported && inst.EgressFailure == "" && !inst.ReachableOnReport {
+		return
+	}
+	why := ""
+	switch {
+	case req.Proxy.EgressCheck == nil:
+		why = "the config names no egress check"
+	case inst.ReportPredatesStart(inst.EgressCheckedAt):
+		why = "its report of the egress check predates the instance's last start"
+	case changing || (inst.SpecHash != "" && inst.SpecHash != proxy.Hash(req)):
+	default:
+		return
+	}
+	if inst.EgressSource == proxy.EgressReported {
+		inst.EgressIP, inst.EgressSource = "", ""
+		if inst.BackendEgressIP != "" {
+			inst.EgressIP, inst.EgressSource = inst.BackendEgressIP, proxy.EgressBackend
+		}
+	}
+	inst.EgressCheckedAt, inst.EgressFailure = time.Time{}, ""
+	if inst.ReachableOnReport && why != "" {
+		inst.ProxyReachable, inst.ReachableOnReport = false, false
+		msg := "waiting for Squid to answer: the provider's probe finds none, and " + why
+		if inst.Progress != "" {
+			msg = inst.Progress + "; " + msg
+		}
+		inst.Progress = msg
+	}
 }
 
 // checkEgress runs the egress check through inst's proxy, or through each

@@ -308,6 +308,7 @@ func TestSetEgress(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := egressOf(cr.Observation())
+				standingReport(&inst, req, false)
 				setObservation(cr.Observation(), inst, req, nil)
 				e.setEgress(context.Background(), cr, &inst, req, before)
 			}
@@ -562,6 +563,7 @@ func observeEgress(t *testing.T, e *external[spec.KVMProxyParameters], cr *nspro
 		t.Fatal(err)
 	}
 	before := egressOf(cr.Observation())
+	standingReport(&inst, req, false)
 	setObservation(cr.Observation(), inst, req, nil)
 	e.setEgress(context.Background(), cr, &inst, req, before)
 }
@@ -647,6 +649,134 @@ func TestARestartKeepsOnlyAnAddressTheSameURLSaw(t *testing.T) {
 			want := struct{ IP, With, Reason string }{tc.wantIP, tc.wantWith, string(tc.wantReason)}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("after the restart (%s): -want, +got:\n%s", c.Message, diff)
+			}
+		})
+	}
+}
+
+// reportDriver is a driver whose Get changes what the wrapped driver
+// reports (the instance's last start, the settings it runs).
+type reportDriver struct {
+	proxy.Driver
+	mod func(*proxy.Instance)
+}
+
+func (d reportDriver) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error) {
+	inst, err := d.Driver.Get(ctx, ref)
+	if err == nil {
+		d.mod(&inst)
+	}
+	return inst, err
+}
+
+// TestAReportNotOfTheCurrentCheckDoesNotStand: a proxy the provider
+// cannot reach, whose instance holds a report of its own egress check,
+// is Ready on it and publishes its address only while the report is the
+// instance's word on the settings the config names: not once the config
+// names no check, not when it predates the instance's last start (an
+// update's restart), and its address not while the instance runs other
+// settings (an update pending, maybe of the echo URL).
+func TestAReportNotOfTheCurrentCheckDoesNotStand(t *testing.T) {
+	reported := time.Now().Add(-20 * time.Second).Truncate(time.Second)
+	cases := map[string]struct {
+		noCheck      bool
+		mod          func(*proxy.Instance)
+		wantReady    bool
+		wantIP       string
+		wantReason   xpv2.ConditionReason
+		wantProgress string // in status.atProvider.progress
+	}{
+		"AReportOfThisStartStands": {mod: func(i *proxy.Instance) { i.StartedAt = reported.Add(-10 * time.Second) },
+			wantReady: true, wantIP: "203.0.113.3", wantReason: reasonEgressReported},
+		"ACheckTurnedOffLeavesNoReportStanding": {noCheck: true, mod: func(*proxy.Instance) {}},
+		"AReportFromBeforeTheLastStartDoesNotStand": {mod: func(i *proxy.Instance) { i.StartedAt = reported.Add(15 * time.Second) },
+			wantProgress: "predates the instance's last start"},
+		"AReportOfOtherSettingsPublishesNoAddress": {mod: func(i *proxy.Instance) { i.SpecHash = "other-settings" },
+			wantReady: true, wantReason: reasonEgressNoPath},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			mem := proxytest.NewMemory("memory", testInstallation)
+			e := newExternal(egressKind(), reportDriver{Driver: mem, mod: tc.mod}, nil)
+			e.egress = &squid.EgressChecker{}
+			ours(t, mem, e)
+			if tc.noCheck {
+				e.kind = testKind(nil)
+			}
+			line := fmt.Sprintf("%s %d 200 203.0.113.3\n", squid.ReportMarker, reported.Unix())
+			if err := mem.ReportEgress(proxytest.MemoryIDPrefix+testName, line); err != nil {
+				t.Fatal(err)
+			}
+			cr := proxyResource()
+			if _, err := e.Observe(ctx, cr); err != nil {
+				t.Fatal(err)
+			}
+			o := cr.Status.AtProvider
+			ready := cr.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue
+			c := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
+			got := struct {
+				Ready, Reachable bool
+				IP, Reason       string
+			}{ready, o.ProxyReachable, o.EgressIP, string(c.Reason)}
+			want := struct {
+				Ready, Reachable bool
+				IP, Reason       string
+			}{tc.wantReady, tc.wantReady, tc.wantIP, string(tc.wantReason)}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("-want, +got (progress %q, EgressVerified %q):\n%s", o.Progress, c.Message, diff)
+			}
+			if !strings.Contains(o.Progress, tc.wantProgress) {
+				t.Errorf("progress %q; want it to say %q", o.Progress, tc.wantProgress)
+			}
+		})
+	}
+}
+
+// TestAnUpdateTakesNoReportOfTheSettingsBefore: the instance an Update
+// returns may still hold the report its check made with the settings
+// before (another echo URL): the Update publishes no address from it,
+// and keeps one checked before only while the config names the URL that
+// saw it.
+func TestAnUpdateTakesNoReportOfTheSettingsBefore(t *testing.T) {
+	const oldEcho, newEcho = "http://echo.team.example/ip", "http://echo.platform.example/ip"
+	for name, tc := range map[string]struct {
+		url    string
+		wantIP string
+	}{
+		"AnotherURL": {url: newEcho},
+		"TheSameURL": {url: oldEcho, wantIP: "203.0.113.3"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			url := oldEcho
+			k := testKind(nil)
+			k.Backend.Block = func(s *spec.ProviderConfigSpec) (Block, bool) {
+				return Block{EgressCheck: &spec.EgressCheck{URL: url}}, s.KVM != nil
+			}
+			mem := proxytest.NewMemory("memory", testInstallation)
+			e := newExternal(k, mem, nil)
+			e.egress = &squid.EgressChecker{}
+			ours(t, mem, e)
+			line := fmt.Sprintf("%s %d 200 203.0.113.3\n", squid.ReportMarker, time.Now().Unix())
+			if err := mem.ReportEgress(proxytest.MemoryIDPrefix+testName, line); err != nil {
+				t.Fatal(err)
+			}
+			cr := proxyResource()
+			if _, err := e.Observe(ctx, cr); err != nil {
+				t.Fatal(err)
+			}
+			if o := cr.Status.AtProvider; o.EgressIP != "203.0.113.3" || o.EgressIPCheckedWith != oldEcho {
+				t.Fatalf("before the update: egressIP %q with %q; want 203.0.113.3 Reported with %s", o.EgressIP, o.EgressIPCheckedWith, oldEcho)
+			}
+			url = tc.url
+			cr.Spec.ForProvider.Proxy.AllowedClientCIDRs = []string{"10.1.0.0/16"}
+			if _, err := e.Update(ctx, cr); err != nil {
+				t.Fatal(err)
+			}
+			o := cr.Status.AtProvider
+			if o.EgressIP != tc.wantIP || (tc.wantIP != "" && o.EgressIPCheckedWith != oldEcho) {
+				t.Errorf("after the update: egressIP %q (%s) with %q; want %q", o.EgressIP, o.EgressIPSource, o.EgressIPCheckedWith, tc.wantIP)
 			}
 		})
 	}

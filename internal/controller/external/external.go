@@ -387,6 +387,7 @@ func (e *external[P]) Observe(ctx context.Context, mg resource.Managed) (obs man
 		return managed.ExternalObservation{}, foreign
 	}
 	before := egressOf(status)
+	standingReport(&inst, req, false)
 	setObservation(status, inst, req, e.kind.Location)
 	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)
@@ -503,6 +504,7 @@ func (e *external[P]) write(ctx context.Context, cr Resource[P], what string, ca
 		return proxy.Instance{}, nil, e.describe(err, what)
 	}
 	before := egressOf(cr.Observation())
+	standingReport(&inst, req, true)
 	setObservation(cr.Observation(), inst, req, e.kind.Location)
 	e.setEgress(ctx, cr, &inst, req, before)
 	e.setReadiness(cr, inst)

@@ -688,7 +688,7 @@ func (m *Memory) view(in *memInstance) proxy.Instance {
 		// check, when valid, stands for it.
 		inst.ProxyReachable, inst.Progress = false, "waiting for Squid to answer: unreachable"
 		if r, ok, _ := squid.GuestReport([]byte(in.report), in.createdAt, time.Now()); ok {
-			inst.ProxyReachable, inst.Progress = true, ""
+			inst.ProxyReachable, inst.ReachableOnReport, inst.Progress = true, true, ""
 			r.Publish(&inst)
 		}
 	}
