@@ -218,8 +218,10 @@ type ProxyObservation struct {
 	// or Reported EgressIP: the address clients reach the instance at (a
 	// PodProxy's Service, not its pod) and the backend's own figure of its
 	// egress address where it differs ("10.96.0.10", "10.0.0.5 backend
-	// 203.0.113.9"). A failed or pending check keeps EgressIP only through
-	// the same route, also after a provider restart.
+	// 203.0.113.9"), and where the check goes through each of a PodProxy's
+	// replicas their addresses ("10.96.0.10 replicas
+	// 10.1.0.5:3128,10.1.1.6:3128"). A failed or pending check keeps
+	// EgressIP only through the same route, also after a provider restart.
 	// +optional
 	EgressIPCheckedThrough string `json:"egressIPCheckedThrough,omitempty"`
 	// EgressIPCheckedWith is the echo URL of the check that saw a Verified

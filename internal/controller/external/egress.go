@@ -101,8 +101,27 @@ func egressOf(o *spec.ProxyObservation) egressBefore {
 // address and the backend's figure; a PodProxy's the address clients use,
 // its Service's (or the pod's, without one). A pod replaced behind its
 // Service is the same route: a rollout keeps the address checked until a
-// check says otherwise, as the clients behind the Service see it.
+// check says otherwise, as the clients behind the Service see it. Where
+// the check goes through each replica (a PodProxy's pods, reached one by
+// one), their addresses are part of it too: the answer holds for those
+// pods alone, and pods replaced on other nodes may leave from others.
 func egressRoute(inst proxy.Instance) string {
+	r := instanceRoute(inst)
+	if len(inst.Replicas) > 1 {
+		replicas := inst.Replicas[:min(len(inst.Replicas), maxEgressReplicas)]
+		addrs := make([]string, len(replicas))
+		for i, rep := range replicas {
+			addrs[i] = rep.ProxyAddress
+		}
+		slices.Sort(addrs)
+		r += " replicas " + strings.Join(addrs, ",")
+	}
+	return r
+}
+
+// instanceRoute is egressRoute without the replicas: what names the
+// instance and its address to the checker, whose keys are per replica.
+func instanceRoute(inst proxy.Instance) string {
 	backend := inst.BackendEgressIP
 	if backend == inst.IP {
 		backend = ""
@@ -243,7 +262,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// as soon as squid.IdleConnectionGap allows.
 		// Before the '#': the instance and its address, whose change is a
 		// move (squid.EgressChecker.Check).
-		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + egressRoute(*inst) + "#" + inst.SpecHash
+		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + instanceRoute(*inst) + "#" + inst.SpecHash
 		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
 		// Looked at when the next check is due, or when the check in
 		// flight has answered, not up to a poll late: the hint counts

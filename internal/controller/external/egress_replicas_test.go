@@ -156,3 +156,45 @@ func TestForgetEgressForgetsEveryReplica(t *testing.T) {
 		t.Errorf("%d checks after the proxy was forgotten; want 6: every replica's result forgotten", n)
 	}
 }
+
+// TestARestartKeepsNoAddressOfReplacedReplicas: after a provider restart
+// (a checker with no memory), a failed check through a proxy's replicas
+// keeps the addresses checked before only when it goes through the same
+// replicas: pods replaced behind the same Service (on other nodes, while
+// the provider was down) may leave from addresses none of the old ones
+// did, as the checker would have said (Moved) without the restart.
+func TestARestartKeepsNoAddressOfReplacedReplicas(t *testing.T) {
+	replicas := func(addrs ...string) proxy.Instance {
+		inst := proxy.Instance{Name: testName, State: proxy.StateRunning, IP: "10.96.0.10", ProxyReachable: true, ProxyAddress: addrs[0]}
+		for i, a := range addrs {
+			inst.Replicas = append(inst.Replicas, proxy.Replica{Name: "pod-" + string(rune('a'+i)), ProxyAddress: a})
+		}
+		return inst
+	}
+	for name, tc := range map[string]struct {
+		after   proxy.Instance
+		wantIPs []string
+	}{
+		"TheSameReplicas":     {after: replicas("10.1.1.7:3128", "10.1.1.6:3128"), wantIPs: []string{"203.0.113.10"}},
+		"ReplicasReplaced":    {after: replicas("10.1.2.8:3128", "10.1.2.9:3128")},
+		"AReplicaOnANewNode":  {after: replicas("10.1.1.6:3128", "10.1.2.9:3128")},
+		"ScaledUpOntoNewNode": {after: replicas("10.1.1.6:3128", "10.1.1.7:3128", "10.1.2.9:3128")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newExternal(egressKind(), nil, nil)
+			e.egress = &squid.EgressChecker{Ask: func(context.Context, string, proxy.EgressCheck) (string, error) { return "203.0.113.10", nil }}
+			cr := proxyResource()
+			observeEgress(t, e, cr, replicas("10.1.1.6:3128", "10.1.1.7:3128"))
+			if got := cr.Status.AtProvider.EgressIPs; !cmp.Equal(got, []string{"203.0.113.10"}) {
+				t.Fatalf("before the restart: egressIPs %v; want [203.0.113.10]", got)
+			}
+			e.egress = &squid.EgressChecker{Ask: func(context.Context, string, proxy.EgressCheck) (string, error) { return "", errors.New("refused") }}
+			observeEgress(t, e, cr, tc.after)
+			o := cr.Status.AtProvider
+			c := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
+			if !cmp.Equal(o.EgressIPs, tc.wantIPs, cmpopts.EquateEmpty()) || c.Reason != reasonEgressFailed {
+				t.Errorf("after the restart: egressIPs %v, EgressVerified %s %q; want %v, CheckFailed", o.EgressIPs, c.Reason, c.Message, tc.wantIPs)
+			}
+		})
+	}
+}
