@@ -145,6 +145,15 @@ func (b egressBefore) sameRoute(inst proxy.Instance) bool {
 	return b.sameInstance(inst) && b.through == egressRoute(inst)
 }
 
+// sameAddress reports whether the address status held was checked
+// through inst at the address, and with the backend's figure, inst has
+// now (instanceRoute): replicas aside, which a proxy that does not answer
+// may not list.
+func (b egressBefore) sameAddress(inst proxy.Instance) bool {
+	through, _, _ := strings.Cut(b.through, " replicas ")
+	return through == instanceRoute(inst)
+}
+
 // sameURL reports whether the address status held was seen by url, the
 // echo URL the config names now: another URL's answer is not this one's
 // word, and a status that does not say which URL saw it cannot tell.
@@ -236,6 +245,11 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// A recreated instance booting: the address checked was the
 		// last one's.
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "a new instance replaced the one whose egress address was checked; its own is checked once its proxy answers")
+	case !ready && checked && inst.IP != "" && !before.sameAddress(*inst):
+		// Booting where the backend names another address (an
+		// ephemeral address after a stop, a pod on another node): the
+		// address checked was the old one's.
+		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "the instance's address changed since its egress address was checked; the new one is checked once its proxy answers")
 	case !ready:
 		// A probe that fails says nothing of a move: the next check
 		// compares with the route the address was checked through.

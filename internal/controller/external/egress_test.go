@@ -126,6 +126,12 @@ func TestSetEgress(t *testing.T) {
 	gcpRestarted.ProxyAddress, gcpRestarted.BackendEgressIP = "203.0.113.10:3128", "203.0.113.10"
 	podMoved := running
 	podMoved.IP, podMoved.ProxyAddress = "10.1.0.7", "10.1.0.7:3128"
+	// The same, booting: the backend names the new address before the
+	// proxy answers there.
+	gcpRestartedBooting := gcpRestarted
+	gcpRestartedBooting.ProxyReachable, gcpRestartedBooting.ProxyAddress = false, ""
+	podMovedBooting := podMoved
+	podMovedBooting.ProxyReachable, podMovedBooting.ProxyAddress = false, ""
 	remotePod := remote
 	remotePod.Details = map[string]string{"pod": "p-1"}
 	// Another pod behind the same Service (a rollout): the same route.
@@ -217,6 +223,15 @@ func TestSetEgress(t *testing.T) {
 			wantEvents: []string{"Warning EgressIPChanged"}},
 		// After a restart the checker remembers nothing: status says
 		// through what the address was checked.
+		// The address checked is the old address's: the instance no
+		// longer has it (an ephemeral address released at the stop).
+		"AnInstanceBootingAtANewAddressKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: gcp, answer: "203.0.113.9"}, {inst: gcpRestartedBooting}},
+			wantCond: reasonEgressPending, wantStatus: corev1.ConditionUnknown,
+			wantMsg:    []string{"the instance's address changed since its egress address was checked"},
+			wantEvents: []string{"Normal EgressIPVerified"}},
+		"AMovedPodBootingKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: podMovedBooting}},
+			wantCond: reasonEgressPending, wantStatus: corev1.ConditionUnknown,
+			wantEvents: []string{"Normal EgressIPVerified"}},
 		"AfterARestartAFailedCheckThroughANewEphemeralAddressKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: gcp, answer: "203.0.113.9"}, {inst: gcpRestarted}}, restartAt: 1,
 			wantCond: reasonEgressFailed, wantStatus: corev1.ConditionFalse,
 			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressCheckFailed"}},
