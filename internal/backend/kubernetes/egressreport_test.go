@@ -11,6 +11,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
@@ -168,4 +171,61 @@ func TestReadReport(t *testing.T) {
 		return nil, nil
 	}})
 	d.readReport(context.Background(), &appsv1.Deployment{}, &proxy.Instance{Details: map[string]string{"pod": "p"}})
+}
+
+// TestNoReportOfAPodOfThePreviousConfiguration: while a new configuration
+// rolls out (another echo URL) and only a pod of the one before serves,
+// Get reads no report: the old pod's check was made with the settings
+// before, and its answer is not the current check's word. Once a pod of
+// the current configuration serves, its report is read.
+func TestNoReportOfAPodOfThePreviousConfiguration(t *testing.T) {
+	req := withCheck("http://echo.example.com/ip")
+	for name, tc := range map[string]struct {
+		podHash string // the serving pod's config hash; "" for the Deployment's
+		wantIP  string
+	}{
+		"APodOfThePreviousConfiguration": {podHash: "older"},
+		"APodOfTheCurrentConfiguration":  {wantIP: "203.0.113.9"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fc := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()
+			var asked []string
+			d := New(Options{Provider: "ClusterProviderConfig pods", Config: Config{Namespace: "egress", EgressCheck: true}, Client: fc, Live: fc,
+				Now: func() time.Time { return now },
+				PodLog: func(_ context.Context, _, pod, _ string, _, _ int64) ([]byte, error) {
+					asked = append(asked, pod)
+					return []byte(now.Add(-time.Minute).Format(time.RFC3339) + " " + squid.ReportMarker + " 1 200 203.0.113.9\n"), nil
+				}})
+			d.taken = &taken{}
+			inst, err := d.Create(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dep := &appsv1.Deployment{}
+			if err := fc.Get(ctx, client.ObjectKey{Namespace: "egress", Name: req.Name}, dep); err != nil {
+				t.Fatal(err)
+			}
+			hash := tc.podHash
+			if hash == "" {
+				hash = dep.Spec.Template.Annotations[AnnotationConfigHash]
+			}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: "p-1", Labels: map[string]string{LabelName: req.Name, LabelUID: req.Mark.UID},
+				Annotations: map[string]string{AnnotationConfigHash: hash}}}
+			if err := fc.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.5", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+			if err := fc.Status().Update(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			got, err := d.Get(ctx, proxy.Ref{ID: inst.ID, Name: req.Name, Mark: req.Mark})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != proxy.StateRunning || got.EgressIP != tc.wantIP || (tc.wantIP == "" && (got.EgressSource != "" || len(asked) > 0)) {
+				t.Errorf("Get = %s, egress %q %q (logs read: %v); want Running, egress %q", got.State, got.EgressIP, got.EgressSource, asked, tc.wantIP)
+			}
+		})
+	}
 }

@@ -172,7 +172,9 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		// check.
 		o.inst.ProxyReachable = true
 	}
-	if o.inst.State == proxy.StateRunning && o.inst.ProxyAddress == "" {
+	if o.inst.State == proxy.StateRunning && o.inst.ProxyAddress == "" && !o.previous {
+		// A pod of the configuration before reports what its check saw
+		// with those settings: not the current check's word.
 		d.readReport(ctx, dep, &o.inst)
 	}
 	o.inst.ServingReplicas = seenOneAtATime(o.serving, o.inst.Replicas)

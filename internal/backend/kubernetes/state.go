@@ -28,6 +28,10 @@ type observation struct {
 	// of any configuration (while a new one rolls out, the old pods still
 	// send traffic from their addresses), sorted by name.
 	serving []*corev1.Pod
+	// previous says the serving pod runs a configuration before the
+	// Deployment's (a rollout in progress): what it reports of its egress
+	// check was made with those settings (another echo URL, maybe).
+	previous bool
 }
 
 // observeFor maps a proxy's Deployment, its pods and its Service (nil when
@@ -148,6 +152,7 @@ func observeFor(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, 
 			probe:    net.JoinHostPort(pod.Status.PodIP, formatPort(portOf(dep))),
 			probeKey: string(pod.UID),
 		}
+		o.previous = len(currents) == 0
 		if desired > 1 {
 			o.serving = slices.SortedFunc(slices.Values(append(slices.Clone(currents), olds...)), func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 		}
