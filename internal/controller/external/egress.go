@@ -250,6 +250,10 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// ephemeral address after a stop, a pod on another node): the
 		// address checked was the old one's.
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "the instance's address changed since its egress address was checked; the new one is checked once its proxy answers")
+	case !ready && checked && !before.sameURL(check.URL):
+		// The address was another URL's word (or status does not say
+		// whose): neither it nor its condition stays.
+		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "the egress address was not checked with "+check.URL+", which the config names now; it is checked once the proxy answers")
 	case !ready:
 		// A probe that fails says nothing of a move: the next check
 		// compares with the route the address was checked through.

@@ -616,7 +616,7 @@ func TestARestartKeepsOnlyAnAddressTheSameURLSaw(t *testing.T) {
 		"SameURLPendingCheckKeeps":        {first: running, after: running, url: oldEcho, hang: true, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressPending},
 		"OtherURLPendingCheckDrops":       {first: running, after: running, url: newEcho, hang: true, wantReason: reasonEgressPending},
 		"SameURLProbeBlipKeeps":           {first: running, after: blip, url: oldEcho, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressVerified},
-		"OtherURLProbeBlipDrops":          {first: running, after: blip, url: newEcho, wantReason: reasonEgressVerified},
+		"OtherURLProbeBlipDrops":          {first: running, after: blip, url: newEcho, wantReason: reasonEgressPending},
 		"OtherURLUnreachableDrops":        {first: running, after: unreached, url: newEcho, wantReason: reasonEgressNoPath},
 		"SameURLFailedReportKeeps":        {first: remote, after: failedInside, url: oldEcho, wantIP: "203.0.113.7", wantWith: oldEcho, wantReason: reasonEgressFailed},
 		"OtherURLFailedReportDrops":       {first: remote, after: failedInside, url: newEcho, wantReason: reasonEgressFailed},
