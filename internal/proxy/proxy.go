@@ -182,6 +182,13 @@ type Request struct {
 	// cloud-init) computed by the controller, so Hash changes when they do
 	// without exposing them.
 	SecretDigest string
+	// TenantGuest says a tenant writes what the instance's guest runs (its
+	// cloud-init, an image by URL, or the whole config) on a backend that
+	// learns the instance's address from the guest: the guest can report
+	// any address, so the driver dials what it reports through the tenant
+	// guard and quotes nothing it answered, as for a namespaced config.
+	// Decided by the controller layer; not hashed.
+	TenantGuest bool
 }
 
 // Ref identifies an existing instance for Get and Delete.
@@ -222,6 +229,9 @@ type Ref struct {
 	// the readiness probe speaks TLS and verifies the proxy's certificate
 	// against this PEM certificate (Settings.TLS.CA).
 	ProxyCA string
+	// TenantGuest is Request.TenantGuest: the probe of the address the
+	// guest reports goes through the tenant guard.
+	TenantGuest bool
 }
 
 // Instance is what a driver reports about one backend instance.

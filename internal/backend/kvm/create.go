@@ -261,7 +261,7 @@ func (d *Driver) adopt(ctx context.Context, api Libvirt, p *plan, dom libvirt.Do
 			return proxy.Instance{}, err
 		}
 	}
-	return d.read(ctx, api, p.host, dom, meta, p.req.Proxy.ProxyCA())
+	return d.read(ctx, api, p.host, dom, meta, p.req.Proxy.ProxyCA(), p.req.TenantGuest)
 }
 
 // finish creates the overlay (reused when complete and right), the seed

@@ -97,7 +97,7 @@ func (d *Driver) get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 			return proxy.Instance{}, err
 		}
 	}
-	return d.read(ctx, api, h, dom, meta, ref.ProxyCA)
+	return d.read(ctx, api, h, dom, meta, ref.ProxyCA, ref.TenantGuest)
 }
 
 // resumeStart starts a domain of this resource that was defined but never
@@ -150,8 +150,9 @@ func readMeta(ctx context.Context, api Libvirt, dom libvirt.Domain) (instanceMet
 }
 
 // read builds the Instance of an existing domain; ca is the proxy's CA
-// when it listens with TLS (the probe verifies against it).
-func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta, ca string) (proxy.Instance, error) {
+// when it listens with TLS (the probe verifies against it); tenantGuest
+// is Ref.TenantGuest (reportedGuard).
+func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Domain, meta instanceMeta, ca string, tenantGuest bool) (proxy.Instance, error) {
 	state, reason, err := api.DomainGetState(ctx, dom)
 	if err != nil {
 		return proxy.Instance{}, err
@@ -186,7 +187,7 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 		addr := net.JoinHostPort(inst.IP, strconv.Itoa(int(port)))
 		// The prober is every config's: an ID names the host as the
 		// config does.
-		pr := d.b.prober.Check(ctx, d.reportedGuard(meta).Reported(), d.cfg.Name+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
+		pr := d.b.prober.Check(ctx, d.reportedGuard(meta, tenantGuest).Reported(), d.cfg.Name+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
 		inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			inst.ProxyAddress = addr
@@ -213,10 +214,12 @@ func (d *Driver) read(ctx context.Context, api Libvirt, h Host, dom libvirt.Doma
 }
 
 // reportedGuard is the guard of the addresses a domain's guest reports:
-// the config's, or, for a domain booted from an image a proxy names by
-// URL, URLGuard's, since its guest agent is then the tenant's to write.
-func (d *Driver) reportedGuard(meta instanceMeta) *netguard.Guard {
-	if meta.Image == "url" && d.cfg.URLGuard != nil {
+// the config's, or URLGuard's (the tenant guard) for a domain booted from
+// an image a proxy names by URL or whose guest a tenant writes otherwise
+// (Ref.TenantGuest: its cloud-init), since its guest agent and DHCP
+// client are then the tenant's to write.
+func (d *Driver) reportedGuard(meta instanceMeta, tenantGuest bool) *netguard.Guard {
+	if (meta.Image == "url" || tenantGuest) && d.cfg.URLGuard != nil {
 		return d.cfg.URLGuard
 	}
 	return d.cfg.Guard

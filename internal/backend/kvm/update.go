@@ -84,7 +84,7 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 		}
 		d.log(ctx).V(1).Info("kvm proxy settings applied", "host", h.Name, "name", name)
 	}
-	return d.read(ctx, api, h, dom, meta, req.Proxy.ProxyCA())
+	return d.read(ctx, api, h, dom, meta, req.Proxy.ProxyCA(), req.TenantGuest || ref.TenantGuest)
 }
 
 // applyFiles writes Squid's files and the guest's own egress check

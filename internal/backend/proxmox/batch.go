@@ -88,7 +88,7 @@ func (d *Driver) getSteady(ctx context.Context, ref proxy.Ref) (inst proxy.Insta
 		d.shared.steady.Delete(k)
 		return proxy.Instance{}, false, nil
 	}
-	inst, err = d.describe(ctx, found{res: e, name: name, knownIP: sv.ip, proxyCA: ref.ProxyCA, listed: taken}, ref.Placement, ref.Mark, ref.Operation, nil)
+	inst, err = d.describe(ctx, found{res: e, name: name, knownIP: sv.ip, proxyCA: ref.ProxyCA, listed: taken, tenantGuest: ref.TenantGuest}, ref.Placement, ref.Mark, ref.Operation, nil)
 	if err != nil || inst.State != proxy.StateRunning || !inst.ProxyReachable {
 		// No longer Ready: this Get reads the VM itself, which says why.
 		d.shared.steady.Delete(k)

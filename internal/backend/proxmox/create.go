@@ -52,7 +52,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 	d.shared.forgetClones(d.cfg.URL, res)
 	idx := indexVMs(res)
-	if f, ok, err := d.locate(idx, proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement, ProxyCA: req.Proxy.ProxyCA()}); err != nil {
+	if f, ok, err := d.locate(idx, proxy.Ref{Name: req.Name, Mark: req.Mark, Placement: req.Placement, ProxyCA: req.Proxy.ProxyCA(), TenantGuest: req.TenantGuest}); err != nil {
 		return proxy.Instance{}, err
 	} else if ok {
 		f.listed = listed

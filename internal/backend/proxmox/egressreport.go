@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -18,9 +19,9 @@ import (
 
 // reachableOrReported is reachable, with the guest's own check read when
 // the probe found no Squid.
-func (d *Driver) reachableOrReported(ctx context.Context, e Resource, inst proxy.Instance, ip string, port int, ca string) proxy.Instance {
+func (d *Driver) reachableOrReported(ctx context.Context, e Resource, inst proxy.Instance, ip string, port int, ca string, guard *netguard.Guard) proxy.Instance {
 	before := inst.Progress
-	inst = d.reachable(ctx, inst, ip, port, ca)
+	inst = d.reachable(ctx, inst, ip, port, ca, guard)
 	if inst.ProxyReachable || !strings.Contains(inst.Progress, "waiting for Squid to answer: ") {
 		return inst
 	}

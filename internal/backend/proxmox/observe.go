@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 	"github.com/egressproxy/provider-egressproxy/internal/telemetry"
@@ -77,6 +78,9 @@ type found struct {
 	// listed is when the listing res comes from was asked for (zero when
 	// unknown): with res.Uptime, it dates the VM's last start.
 	listed time.Time
+	// tenantGuest is Ref.TenantGuest: the guest agent's address is the
+	// tenant's word (reportedGuard).
+	tenantGuest bool
 }
 
 // locate resolves ref against the cluster's guests: by the VMID and name
@@ -85,7 +89,7 @@ type found struct {
 // a restart) by the ID or the resource's probe window.
 func (d *Driver) locate(idx vmIndex, ref proxy.Ref) (found, bool, error) {
 	f, ok, err := d.locateVM(idx, ref)
-	f.proxyCA = ref.ProxyCA
+	f.proxyCA, f.tenantGuest = ref.ProxyCA, ref.TenantGuest
 	return f, ok, err
 }
 
@@ -311,7 +315,7 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 		if port == 0 {
 			port = 3128
 		}
-		return d.address(ctx, e, inst, port, f.knownIP, f.proxyCA)
+		return d.address(ctx, e, inst, port, f.knownIP, f.proxyCA, d.reportedGuard(f.tenantGuest))
 	default: // stopped, and states this driver does not know
 		inst.State = proxy.StateStopped
 		return inst, nil
@@ -325,9 +329,9 @@ func (d *Driver) describe(ctx context.Context, f found, placement proxy.Placemen
 //
 // knownIP, when set, is the address the agent reported at a steady Get
 // (batch.go); it is used instead of asking the agent.
-func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int, knownIP, ca string) (proxy.Instance, error) {
+func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, port int, knownIP, ca string, guard *netguard.Guard) (proxy.Instance, error) {
 	if knownIP != "" {
-		return d.reachableOrReported(ctx, e, inst, knownIP, port, ca), nil
+		return d.reachableOrReported(ctx, e, inst, knownIP, port, ca, guard), nil
 	}
 	ifs, err := d.api.AgentInterfaces(ctx, e.Node, e.VMID)
 	if err != nil {
@@ -375,19 +379,29 @@ func (d *Driver) address(ctx context.Context, e Resource, inst proxy.Instance, p
 		inst.Progress = joinProgress(inst.Progress, "the guest agent reports no usable address yet")
 		return inst, nil
 	}
-	return d.reachableOrReported(ctx, e, inst, ip, port, ca), nil
+	return d.reachableOrReported(ctx, e, inst, ip, port, ca, guard), nil
+}
+
+// reportedGuard is the guard of the address a VM's guest agent reports:
+// the config's, or TenantGuard's for a guest a tenant writes on the
+// platform's config (Ref.TenantGuest).
+func (d *Driver) reportedGuard(tenantGuest bool) *netguard.Guard {
+	if d.cfg.Guard == nil && tenantGuest {
+		return d.cfg.TenantGuard
+	}
+	return d.cfg.Guard
 }
 
 // reachable reports inst Running at ip and probes the proxy's port (with
-// TLS, verified against ca, when ca is set).
-func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, port int, ca string) proxy.Instance {
+// TLS, verified against ca, when ca is set) through guard.
+func (d *Driver) reachable(ctx context.Context, inst proxy.Instance, ip string, port int, ca string, guard *netguard.Guard) proxy.Instance {
 	inst.State, inst.IP = proxy.StateRunning, ip
 	// Keyed by the API too: one process serves several clusters, whose
 	// VMIDs overlap.
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	// The prober is every config's, and configs of one cluster may see
 	// each other's VMs.
-	pr := d.prober.Check(ctx, d.cfg.Guard.Reported(), d.provider+"/"+d.cfg.URL+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
+	pr := d.prober.Check(ctx, guard.Reported(), d.provider+"/"+d.cfg.URL+"/"+inst.ID, addr, squid.Expected(inst.Mark), ca)
 	inst.ProxyReachable = pr.Serving
 	if pr.Serving {
 		inst.ProxyAddress = addr

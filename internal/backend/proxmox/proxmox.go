@@ -56,6 +56,10 @@ type Config struct {
 	// config's): it refuses the provider's own network, and the API's
 	// answers are not quoted in errors. Nil for the platform's configs.
 	Guard *netguard.Guard
+	// TenantGuard dials the address the guest agent reports of a VM whose
+	// guest a tenant writes (Ref.TenantGuest: its cloud-init) on the
+	// platform's config, and quiets what it answered. Nil: Guard.
+	TenantGuard *netguard.Guard
 	// InsecureSkipTLSVerify turns off certificate verification.
 	InsecureSkipTLSVerify bool
 	// Nodes proxies may run on.

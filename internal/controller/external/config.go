@@ -112,6 +112,41 @@ func (c *Config) Allows(req proxy.Request) error {
 	return nil
 }
 
+// TenantGuest says req's guest runs what a tenant wrote and the backend
+// takes the instance's address from the guest (Block.GuestReportsAddress):
+// any proxy of a namespaced config, and a namespaced proxy on a
+// ClusterProviderConfig with its own cloud-init or an image by URL. The
+// addresses reported for such an instance are dialled through
+// ReportedGuard(true) (proxy.Request.TenantGuest).
+func (c *Config) TenantGuest(req proxy.Request) bool {
+	img := req.Placement.Image
+	return c.Namespaced || (c.TenantMayWriteGuest() && (req.CloudInit != "" || strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")))
+}
+
+// TenantMayWriteGuest says a proxy on the config may run a guest a tenant
+// wrote whose address the backend takes from it: TenantGuest of a request
+// not known in full.
+func (c *Config) TenantMayWriteGuest() bool {
+	if c.Namespaced {
+		return true
+	}
+	if !c.Tenant || c.Backend == nil {
+		return false
+	}
+	b, _ := c.Backend.Block(&c.Spec)
+	return b.GuestReportsAddress
+}
+
+// ReportedGuard is the guard of the addresses reported for an instance
+// (its probe, the egress check): the config's Guard, or TenantGuard for
+// a tenant's guest (TenantGuest) on the platform's config.
+func (c *Config) ReportedGuard(tenantGuest bool) *netguard.Guard {
+	if c.Guard == nil && tenantGuest {
+		return c.TenantGuard
+	}
+	return c.Guard
+}
+
 // BackendName is the name of the config's backend block (the API's
 // spelling, also for a block this build has no backend for), "" when it
 // holds none.

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/squid"
 )
@@ -281,7 +282,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		// Before the '#': the instance and its address, whose change is a
 		// move (squid.EgressChecker.Check).
 		version := inst.ID + "@" + inst.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + instanceRoute(*inst) + "#" + inst.SpecHash
-		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check)
+		r, ips := e.checkEgress(ctx, string(cr.GetUID()), version, *inst, *check, e.cfg.ReportedGuard(req.TenantGuest))
 		// Looked at when the next check is due, or when the check in
 		// flight has answered, not up to a poll late: the hint counts
 		// only when sooner than the poll (retryAfter).
@@ -366,9 +367,9 @@ func standingReport(inst *proxy.Instance, req proxy.Request, changing bool) {
 // check, Error the first failure naming its replica, Next zero while a
 // replica's check is in flight; no IP while a replica has none yet. ips
 // are every address seen, sorted.
-func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst proxy.Instance, check proxy.EgressCheck) (squid.Egress, []string) {
+func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst proxy.Instance, check proxy.EgressCheck, guard *netguard.Guard) (squid.Egress, []string) {
 	if len(inst.Replicas) < 2 {
-		r := e.egress.Check(ctx, e.cfg.Guard.Reported(), uid, version, inst.ProxyAddress, check, e.egressInterval())
+		r := e.egress.Check(ctx, guard.Reported(), uid, version, inst.ProxyAddress, check, e.egressInterval())
 		if r.IP == "" {
 			return r, nil
 		}
@@ -379,7 +380,7 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 	var wg sync.WaitGroup
 	for i, rep := range replicas {
 		wg.Go(func() {
-			results[i] = e.egress.Check(ctx, e.cfg.Guard.Reported(), replicaKey(uid, i), version, rep.ProxyAddress, check, e.egressInterval())
+			results[i] = e.egress.Check(ctx, guard.Reported(), replicaKey(uid, i), version, rep.ProxyAddress, check, e.egressInterval())
 		})
 	}
 	wg.Wait()

@@ -577,8 +577,11 @@ func (e *external[P]) deletionRef(cr Resource[P]) proxy.Ref {
 	req := proxy.Request{Name: meta.GetExternalName(cr), Mark: proxy.Mark{UID: string(cr.GetUID()), InstallationID: e.cfg.InstallationID}}
 	recorded := Recorded(cr.Observation(), e.kind.Location)
 	req.Placement = recorded
+	req.TenantGuest = e.cfg.TenantMayWriteGuest()
 	if err := e.kind.Request(e.cfg, cr.Parameters(), &req); err != nil {
 		req.Placement = orRecorded(req.Placement, recorded)
+	} else {
+		req.TenantGuest = e.cfg.TenantGuest(req)
 	}
 	return ref(cr, req, cr.Observation())
 }
@@ -691,6 +694,7 @@ func (e *external[P]) request(ctx context.Context, cr Resource[P]) (proxy.Reques
 	if err := e.cfg.Allows(req); err != nil {
 		return proxy.Request{}, err
 	}
+	req.TenantGuest = e.cfg.TenantGuest(req)
 	secrets := []string{req.Proxy.Auth.Password, req.CloudInit}
 	if c := req.Proxy.EgressCheck; c != nil {
 		// Only then: every other instance's digest stays as it was.
@@ -809,7 +813,8 @@ func observeOnly(p xpv2.ManagementPolicies) bool {
 // the driver is asked to read the backend itself (Live).
 func ref(mg resource.Managed, req proxy.Request, status *spec.ProxyObservation) proxy.Ref {
 	return proxy.Ref{ID: status.ID, Name: req.Name, Mark: req.Mark, Placement: req.Placement, Operation: status.Operation,
-		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg), Deleting: meta.WasDeleted(mg), ProxyCA: req.Proxy.ProxyCA()}
+		Live: !creates(mg.GetManagementPolicies()) || meta.WasDeleted(mg), Deleting: meta.WasDeleted(mg), ProxyCA: req.Proxy.ProxyCA(),
+		TenantGuest: req.TenantGuest}
 }
 
 // creates reports whether management policies p let the resource create

@@ -114,6 +114,10 @@ type Block struct {
 	// namespaced proxy on this config as a ClusterProviderConfig may bring
 	// its own cloud-init (Config.Tenant).
 	AllowTenantCloudInit bool
+	// GuestReportsAddress says the backend learns an instance's address
+	// from its guest (a guest agent, a DHCP lease): a guest running a
+	// tenant's content can name any address there (Config.TenantGuest).
+	GuestReportsAddress bool
 	// ImagesByURL, when set, is whether the block allows images by URL
 	// (a backend that takes them), and the catalogue named otherwise.
 	ImagesByURL *ImagesByURL

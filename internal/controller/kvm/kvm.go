@@ -63,6 +63,8 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 		ImagesByURL:          &external.ImagesByURL{Allowed: k.AllowImageURLs, TenantAllowed: k.AllowTenantImageURLs, Keys: external.Keys(k.Images)},
 		EgressCheck:          k.EgressCheck,
 		Hosts:                map[string]string{},
+		// The qemu guest agent and the DHCP lease.
+		GuestReportsAddress: true,
 	}
 	for _, h := range k.Hosts {
 		b.Hosts[h.Name] = h.Address

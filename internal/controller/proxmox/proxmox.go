@@ -51,7 +51,8 @@ func block(s *spec.ProviderConfigSpec) (external.Block, bool) {
 	if p == nil {
 		return external.Block{}, false
 	}
-	b := external.Block{AllowUserCloudInit: p.AllowUserCloudInit, AllowTenantCloudInit: p.AllowTenantCloudInit, EgressCheck: p.EgressCheck}
+	// The address is the guest agent's (network-get-interfaces).
+	b := external.Block{AllowUserCloudInit: p.AllowUserCloudInit, AllowTenantCloudInit: p.AllowTenantCloudInit, EgressCheck: p.EgressCheck, GuestReportsAddress: true}
 	if p.InsecureSkipTLSVerify {
 		b.Insecure = "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"
 	}
@@ -106,7 +107,7 @@ func (c *connector) connect(ctx context.Context, cfg *external.Config) (proxy.Dr
 	}
 	creds := backend.Credentials{Token: string(token), CA: ca}
 	bc := Config(p)
-	bc.Guard = cfg.Guard
+	bc.Guard, bc.TenantGuard = cfg.Guard, cfg.TenantGuard
 	o := backend.Options{
 		Provider:    cfg.Name,
 		Config:      bc,

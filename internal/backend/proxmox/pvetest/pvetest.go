@@ -823,6 +823,17 @@ func (s *Server) SetGuestFile(vmid int, path, content string) {
 	})
 }
 
+// SetGuestAddress makes the guest agent of vmid report addr as its
+// address (agent/network-get-interfaces): what a guest a tenant writes
+// may claim.
+func (s *Server) SetGuestAddress(vmid int, addr string) {
+	s.do(func() {
+		if v := s.vms[vmid]; v != nil {
+			v.addr = addr
+		}
+	})
+}
+
 // BlockProbes makes AskSquid refuse every guest (a firewall between the
 // provider and the guests), or answer again.
 func (s *Server) BlockProbes(blocked bool) {
