@@ -66,7 +66,9 @@ func TestConformance(t *testing.T) {
 				f.srv.SetGuestAttribute(strings.TrimPrefix(strings.Replace(id, "/instances/", "/", 1), "zones/"), cloudinit.GuestAttributeKey, strings.TrimRight(line, "\n"))
 				return nil
 			},
-			LogOutput: f.logs.String,
+			// The addresses are Compute Engine's, not the guest's.
+			GuestReportsAddress: func(context.Context, string, string) error { return proxytest.ErrAddressNotGuests },
+			LogOutput:           f.logs.String,
 			MalformedIDs: []string{
 				"pt-alpha",                              // a name, not an ID
 				"zones/europe-west1-b/instances/",       // no name

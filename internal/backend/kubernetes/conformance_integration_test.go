@@ -186,7 +186,9 @@ func (e *env) fixture(cached bool) func(t *testing.T) proxytest.Fixture {
 			// provider cannot reach it runs on the real node
 			// (TestPodProxyRealNodeIntegration/EgressAddressReportedFromInsideThePod).
 			ReportEgress: func(context.Context, string, string) error { return proxytest.ErrAlwaysReached },
-			LogOutput:    logs.String,
+			// Pod and Service addresses are the cluster's.
+			GuestReportsAddress: func(context.Context, string, string) error { return proxytest.ErrAddressNotGuests },
+			LogOutput:           logs.String,
 			MalformedIDs: []string{
 				"pt-alpha",                 // a name, not an ID
 				ns + "/",                   // no name

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
@@ -18,7 +21,10 @@ import (
 // background download and the background finish.
 func TestConformance(t *testing.T) {
 	proxytest.Run(t, proxytest.Harness{Complete: true, New: func(t *testing.T) proxytest.Fixture {
-		e := newTestEnv(t)
+		e := newTestEnv(t, func(e *testEnv) {
+			// The tenant guard (the controller's TenantGuard).
+			e.cfg.URLGuard = netguard.New(netguard.Options{Denied: []netip.Prefix{proxytest.TenantRefused}})
+		})
 		return proxytest.Fixture{
 			Driver:   e.d,
 			Provider: testProvider,
@@ -87,6 +93,27 @@ func TestConformance(t *testing.T) {
 				defer e.host.mu.Unlock()
 				e.host.squid = map[string]string{}
 				e.host.guestFiles[cloudinit.ReportPath] = base64.StdEncoding.EncodeToString([]byte(line))
+				return nil
+			},
+			GuestReportsAddress: func(_ context.Context, id, ip string) error {
+				_, name, err := parseID(id)
+				if err != nil {
+					return err
+				}
+				e.host.mu.Lock()
+				defer e.host.mu.Unlock()
+				d := e.host.domains[name]
+				if d == nil {
+					return fmt.Errorf("no domain %q", name)
+				}
+				// The guest agent's answer, and its Squid there too: only
+				// the guard keeps the probe from it.
+				for addr, identity := range e.host.squid {
+					if host, port, _ := net.SplitHostPort(addr); host == d.agentIP {
+						e.host.squid[net.JoinHostPort(ip, port)] = identity
+					}
+				}
+				d.agentIP = ip
 				return nil
 			},
 			LogOutput:    e.logs.String,

@@ -3,6 +3,7 @@ package proxmox_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox"
 	"github.com/egressproxy/provider-egressproxy/internal/backend/proxmox/pvetest"
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
+	"github.com/egressproxy/provider-egressproxy/internal/netguard"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy/proxytest"
 )
@@ -19,7 +21,11 @@ import (
 // driver take its next steps, as reconciles would).
 func TestConformance(t *testing.T) {
 	proxytest.Run(t, proxytest.Harness{Complete: true, New: func(t *testing.T) proxytest.Fixture {
-		f := newFixture(t)
+		f := newFixture(t, withConfig(func(c *proxmox.Config) {
+			// The tenant guard (the controller's TenantGuard); the fake's
+			// guests are on loopback.
+			c.TenantGuard = netguard.New(netguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Denied: []netip.Prefix{proxytest.TenantRefused}})
+		}))
 		token := f.fake.Token()
 		return proxytest.Fixture{
 			Driver:   f.rec,
@@ -75,6 +81,10 @@ func TestConformance(t *testing.T) {
 				}
 				f.fake.BlockProbes(true)
 				f.fake.SetGuestFile(vmid, cloudinit.ReportPath, line)
+				return nil
+			},
+			GuestReportsAddress: func(_ context.Context, id, ip string) error {
+				f.fake.SetGuestAddress(vmidOf(t, id), ip)
 				return nil
 			},
 			LogOutput: f.logs.String,

@@ -76,6 +76,7 @@ func checks() []check {
 		check{"CheckReturnsTargets", checkCheck},
 		check{"ErrorsAreClassifiedWithProvider", checkErrorsClassified},
 		check{"EgressReportedOnlyFromAValidLineWhenUnreached", checkEgressReport},
+		check{"TenantGuestsReportedAddressIsRefused", checkTenantGuest},
 	)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"sort"
@@ -82,6 +83,9 @@ type memInstance struct {
 	// check wrote.
 	unreached bool
 	report    string
+	// guestSaid: GuestReportsAddress set ip; tenantGuest: the last
+	// Request or Ref said TenantGuest.
+	guestSaid, tenantGuest bool
 }
 
 // The operations of proxy.Driver, as they appear in Calls, FailNext and
@@ -134,19 +138,20 @@ func MemoryHarness() Harness {
 // Fixture is m with all its pokes, for Run.
 func (m *Memory) Fixture() Fixture {
 	return Fixture{
-		Driver:          m,
-		Provider:        m.provider,
-		Request:         m.Request,
-		Settle:          func(_ context.Context, id string) error { return m.Settle(id) },
-		Foreign:         func(_ context.Context, name string) error { return m.Foreign(name) },
-		ForeignMarked:   func(_ context.Context, name, uid string) error { return m.ForeignMarked(name, uid) },
-		SetUnknownState: func(_ context.Context, id string) error { return m.SetUnknownState(id) },
-		SetBusy:         func(_ context.Context, busy bool) { m.SetBusy(busy) },
-		HoldDelete:      func(_ context.Context, id string) func() { return m.HoldDelete(id) },
-		PartialCreate:   func(_ context.Context, name, uid string) error { return m.PartialCreate(name, uid) },
-		Leftovers:       func(_ context.Context, name string) ([]string, error) { return m.Leftovers(name), nil },
-		ReportEgress:    func(_ context.Context, id, line string) error { return m.ReportEgress(id, line) },
-		LogOutput:       m.Logs,
+		Driver:              m,
+		Provider:            m.provider,
+		Request:             m.Request,
+		Settle:              func(_ context.Context, id string) error { return m.Settle(id) },
+		Foreign:             func(_ context.Context, name string) error { return m.Foreign(name) },
+		ForeignMarked:       func(_ context.Context, name, uid string) error { return m.ForeignMarked(name, uid) },
+		SetUnknownState:     func(_ context.Context, id string) error { return m.SetUnknownState(id) },
+		SetBusy:             func(_ context.Context, busy bool) { m.SetBusy(busy) },
+		HoldDelete:          func(_ context.Context, id string) func() { return m.HoldDelete(id) },
+		PartialCreate:       func(_ context.Context, name, uid string) error { return m.PartialCreate(name, uid) },
+		Leftovers:           func(_ context.Context, name string) ([]string, error) { return m.Leftovers(name), nil },
+		ReportEgress:        func(_ context.Context, id, line string) error { return m.ReportEgress(id, line) },
+		GuestReportsAddress: func(_ context.Context, id, ip string) error { return m.GuestReportsAddress(id, ip) },
+		LogOutput:           m.Logs,
 		MalformedIDs: []string{
 			"pt-alpha",              // a name, not an ID
 			"memory/",               // no name
@@ -215,6 +220,8 @@ func (m *Memory) Create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		state:     memProvisioning,
 		createdAt: time.Now().UTC().Round(0),
 		specHash:  proxy.Hash(req),
+		// Its guest is as the request says.
+		tenantGuest: req.TenantGuest,
 	}
 	m.instances[in.name] = in
 	m.log.Info("created instance", "id", MemoryIDPrefix+in.name, "uid", in.mark.UID, "specHash", in.specHash)
@@ -239,6 +246,7 @@ func (m *Memory) Get(ctx context.Context, ref proxy.Ref) (proxy.Instance, error)
 	if m.settleAfter > 0 && in.state == memProvisioning && !in.deleting && time.Since(in.createdAt) >= m.settleAfter {
 		m.setState(in, memRunning)
 	}
+	in.tenantGuest = ref.TenantGuest
 	return m.view(in), nil
 }
 
@@ -262,6 +270,7 @@ func (m *Memory) Update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 	}
 	in.spec, in.hasSpec = cloneRequest(req), true
 	in.spec.Name = in.name
+	in.tenantGuest = req.TenantGuest
 	in.specHash = proxy.Hash(req)
 	m.log.Info("updated instance", "id", MemoryIDPrefix+in.name, "specHash", in.specHash)
 	return m.view(in), nil
@@ -479,6 +488,14 @@ func (m *Memory) ReportEgress(id, line string) error {
 	return nil
 }
 
+// GuestReportsAddress makes the guest of instance id report ip as its
+// address: an instance whose last Request or Ref said TenantGuest is then
+// unreachable when ip is in TenantRefused, as the tenant guard would
+// have it.
+func (m *Memory) GuestReportsAddress(id, ip string) error {
+	return m.poke(id, func(in *memInstance) { in.ip, in.guestSaid = ip, true })
+}
+
 // SetUnknownState makes the backend report a state drivers do not know.
 func (m *Memory) SetUnknownState(id string) error {
 	return m.poke(id, func(in *memInstance) { m.setState(in, memUnknown) })
@@ -682,6 +699,13 @@ func (m *Memory) view(in *memInstance) proxy.Instance {
 		inst.State = proxy.StateTerminated
 	default: // stopped, and states a driver does not know
 		inst.State = proxy.StateStopped
+	}
+	if in.guestSaid && in.tenantGuest && inst.State == proxy.StateRunning {
+		if a, err := netip.ParseAddr(in.ip); err != nil || TenantRefused.Contains(a) {
+			// The tenant guard refuses what a tenant's guest names.
+			inst.ProxyReachable, inst.Progress = false, "the backend reports the proxy's address as "+in.ip+", and the tenant guard refuses it"
+			return inst
+		}
 	}
 	if in.unreached && inst.State == proxy.StateRunning {
 		// The provider's probe cannot reach the proxy: the guest's own

@@ -101,6 +101,12 @@ type Fixture struct {
 	// pod's log). It returns ErrAlwaysReached for a backend the provider
 	// always reaches (its own cluster's pods), which never reads reports.
 	ReportEgress func(ctx context.Context, id, line string) error
+	// GuestReportsAddress makes the guest of the instance with this
+	// driver ID report ip (TenantRefusedIP) as its address, as a guest a
+	// tenant writes may (its guest agent). The fixture's tenant guard
+	// refuses TenantRefused. It returns ErrAddressNotGuests for a backend
+	// whose addresses are not the guest's word.
+	GuestReportsAddress func(ctx context.Context, id, ip string) error
 	// LogOutput returns everything the driver logged so far.
 	LogOutput func() string
 	// Secrets are secret values configured for this fixture (keys, tokens,
@@ -169,6 +175,7 @@ type check struct {
 //	CheckReturnsTargets
 //	ErrorsAreClassifiedWithProvider
 //	EgressReportedOnlyFromAValidLineWhenUnreached     (ReportEgress)
+//	TenantGuestsReportedAddressIsRefused              (GuestReportsAddress)
 //
 // A subtest whose fixture field (in parentheses) is missing is skipped,
 // or fails under Harness.Complete.

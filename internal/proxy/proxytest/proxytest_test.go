@@ -159,6 +159,7 @@ func TestMissingPokesSkip(t *testing.T) {
 		"ListExcludesUnmarkedInstances",
 		"ListReportsWhatACutShortCreateLeft",
 		"MalformedIDsArePermanent",
+		"TenantGuestsReportedAddressIsRefused",
 		"UnknownBackendStateReadsAsStopped",
 		"UpdateRefusesForeignMarkedInstance",
 		"UpdateRefusesUnmarkedInstance",
@@ -332,7 +333,19 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 					}
 				})
 			},
-			want: []string{"EgressReportedOnlyFromAValidLineWhenUnreached"},
+			// A refused address reads as reachable too.
+			want: []string{"EgressReportedOnlyFromAValidLineWhenUnreached", "TenantGuestsReportedAddressIsRefused"},
+		},
+		{
+			name: "Get probes what a tenant's guest names",
+			wrap: func(m *Memory) proxy.Driver {
+				return mapInstances(m, func(i *proxy.Instance) {
+					if i.IP == TenantRefusedIP {
+						i.ProxyReachable, i.ProxyAddress, i.Progress = true, i.IP+":3128", ""
+					}
+				})
+			},
+			want: []string{"TenantGuestsReportedAddressIsRefused"},
 		},
 		{
 			name: "Get says NotFound when the backend is busy",
