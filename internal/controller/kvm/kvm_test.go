@@ -45,3 +45,13 @@ func TestRequestKeepsTheRecordedPlacement(t *testing.T) {
 		t.Errorf("without a record: %v; want spec.forProvider.host is required", err)
 	}
 }
+
+// TestBlockSaysTheAddressIsTheGuests: the address comes from the guest
+// agent or the DHCP lease, so the controller marks a request whose guest
+// a tenant writes (external.Config.TenantGuest).
+func TestBlockSaysTheAddressIsTheGuests(t *testing.T) {
+	b, ok := New(nil, Options{}).Backend.Block(&spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}})
+	if !ok || !b.GuestReportsAddress {
+		t.Errorf("Block() = GuestReportsAddress %v, %v; want true", b.GuestReportsAddress, ok)
+	}
+}
