@@ -35,27 +35,27 @@ func TestBlocks(t *testing.T) {
 		"KVM/Defaults": {
 			backend: kvmBackend,
 			spec:    spec.ProviderConfigSpec{KVM: &spec.KVMConfig{Images: map[string]spec.KVMImage{"debian-12": {}}}},
-			want:    external.Block{ImagesByURL: &external.ImagesByURL{Keys: []string{"debian-12"}}},
+			want:    external.Block{GuestReportsAddress: true, ImagesByURL: &external.ImagesByURL{Keys: []string{"debian-12"}}},
 			wantOK:  true,
 		},
 		"KVM/InsecureAndRestricted": {
 			backend: kvmBackend,
 			spec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{AllowImageURLs: true, AllowUserCloudInit: ptr.To(false),
 				Credentials: spec.KVMCredentials{InsecureIgnoreHostKey: true}}},
-			want: external.Block{AllowUserCloudInit: ptr.To(false), ImagesByURL: &external.ImagesByURL{Allowed: true, Keys: []string{}},
+			want: external.Block{AllowUserCloudInit: ptr.To(false), GuestReportsAddress: true, ImagesByURL: &external.ImagesByURL{Allowed: true, Keys: []string{}},
 				Insecure: "kvm.credentials.insecureIgnoreHostKey is true: SSH host keys are not verified, so a host can be impersonated"},
 			wantOK: true,
 		},
 		"KVM/TenantCloudInit": {
 			backend: kvmBackend,
 			spec:    spec.ProviderConfigSpec{KVM: &spec.KVMConfig{AllowTenantCloudInit: true}},
-			want:    external.Block{AllowTenantCloudInit: true, ImagesByURL: &external.ImagesByURL{Keys: []string{}}},
+			want:    external.Block{AllowTenantCloudInit: true, GuestReportsAddress: true, ImagesByURL: &external.ImagesByURL{Keys: []string{}}},
 			wantOK:  true,
 		},
 		"Proxmox/TenantCloudInit": {
 			backend: proxmoxBackend,
 			spec:    spec.ProviderConfigSpec{Proxmox: &spec.ProxmoxConfig{AllowTenantCloudInit: true}},
-			want:    external.Block{AllowTenantCloudInit: true},
+			want:    external.Block{AllowTenantCloudInit: true, GuestReportsAddress: true},
 			wantOK:  true,
 		},
 		"GCP/TenantCloudInit": {
@@ -68,13 +68,13 @@ func TestBlocks(t *testing.T) {
 		"Proxmox/Verified": {
 			backend: proxmoxBackend,
 			spec:    spec.ProviderConfigSpec{Proxmox: &spec.ProxmoxConfig{AllowUserCloudInit: ptr.To(false)}},
-			want:    external.Block{AllowUserCloudInit: ptr.To(false)},
+			want:    external.Block{AllowUserCloudInit: ptr.To(false), GuestReportsAddress: true},
 			wantOK:  true,
 		},
 		"Proxmox/TLSOff": {
 			backend: proxmoxBackend,
 			spec:    spec.ProviderConfigSpec{Proxmox: &spec.ProxmoxConfig{InsecureSkipTLSVerify: true}},
-			want:    external.Block{Insecure: "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"},
+			want:    external.Block{GuestReportsAddress: true, Insecure: "proxmox.insecureSkipTLSVerify is true: the API's certificate is not verified, so the token can be intercepted"},
 			wantOK:  true,
 		},
 		"GCP/NotItsBlock": {backend: gcpBackend, spec: spec.ProviderConfigSpec{KVM: &spec.KVMConfig{}}},
