@@ -29,6 +29,8 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	clusterv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/cluster/v1alpha1"
 	nsv1alpha1 "github.com/egressproxy/provider-egressproxy/apis/namespaced/v1alpha1"
 	spec "github.com/egressproxy/provider-egressproxy/apis/spec/v1alpha1"
 	configctl "github.com/egressproxy/provider-egressproxy/internal/controller/config"
@@ -252,7 +255,7 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 	if err := cfg.CheckTenancy(); err != nil {
 		return res, err
 	}
-	uids, err := s.liveUIDs(ctx, backend)
+	uids, err := s.liveUIDs(ctx, backend, pc)
 	if err != nil {
 		return res, err
 	}
@@ -330,12 +333,12 @@ func (s *Sweeper) sweep(ctx context.Context, pc config, cfg *external.Config, ba
 		if inst.Mark.UID == "" || inst.Mark.InstallationID != cfg.InstallationID {
 			continue
 		}
-		if id, live := uids[inst.Mark.UID]; live {
+		if r, live := uids[inst.Mark.UID]; live {
 			// Its resource's, unless that records another instance: one
 			// it left behind (made anew elsewhere under a changed
 			// external name), which it never looks at again. Reported
 			// only: its resource is live.
-			if leftBehind(id, inst) && !tooYoung(inst, now) {
+			if leftBehind(r, inst) && !tooYoung(inst, now) {
 				res.found = append(res.found, inst)
 			}
 			continue
@@ -435,12 +438,53 @@ func (s *Sweeper) prune(ctx context.Context, pc config, keep *spec.ReleasedStatu
 	return errors.Wrap(client.IgnoreNotFound(s.Kube.Status().Patch(ctx, pc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))), "cannot write status.released")
 }
 
+// liveResource is what the sweep reads of a live managed resource.
+type liveResource struct {
+	// id is the instance it records (status.atProvider.id; "" when none).
+	id string
+	// name is its external name, the name of the instance it looks at.
+	name string
+	// here: it uses the config being swept, whose IDs id is in.
+	here bool
+}
+
 // leftBehind tells whether inst, carrying a live resource's UID, is not
-// the instance that resource records (recorded, its
-// status.atProvider.id; "" when it records none). Pieces without their
+// the instance that resource records. A resource of another config is
+// compared by name only: that config may reach the same instance under
+// another ID (a KVM host it names otherwise). Pieces without their
 // instance are the resource's to delete.
-func leftBehind(recorded string, inst proxy.Instance) bool {
-	return recorded != "" && inst.ID != "" && inst.ID != recorded && len(inst.Leftovers) == 0
+func leftBehind(r liveResource, inst proxy.Instance) bool {
+	if r.id == "" || inst.ID == "" || inst.ID == r.id || len(inst.Leftovers) > 0 {
+		return false
+	}
+	return r.here || r.name != "" && inst.Name != r.name
+}
+
+// uses tells whether the managed resource o names pc as its config.
+func uses(o runtime.Object, pc config) bool {
+	switch m := o.(type) {
+	case interface {
+		metav1.Object
+		GetProviderConfigReference() *xpv2.ProviderConfigReference
+	}:
+		ref := m.GetProviderConfigReference()
+		if ref == nil || ref.Name != pc.GetName() {
+			return false
+		}
+		switch pc.(type) {
+		case *nsv1alpha1.ClusterProviderConfig:
+			return ref.Kind == "ClusterProviderConfig"
+		case *nsv1alpha1.ProviderConfig:
+			return ref.Kind == "ProviderConfig" && m.GetNamespace() == pc.GetNamespace()
+		}
+	case interface {
+		GetProviderConfigReference() *xpv2.Reference
+	}:
+		ref := m.GetProviderConfigReference()
+		_, legacy := pc.(*clusterv1alpha1.ProviderConfig)
+		return legacy && ref != nil && ref.Name == pc.GetName()
+	}
+	return false
 }
 
 // hasPrefix tells whether a UID in uids, without its dashes, starts with
@@ -460,16 +504,16 @@ func tooYoung(inst proxy.Instance, now time.Time) bool {
 }
 
 // liveUIDs returns the UIDs of every managed resource of the backend's
-// kinds, both scopes, each with the instance ID it records ("" when
-// none). A kind that cannot be listed (not active yet under safe start,
-// no permission) fails the sweep: without it, its instances would all
-// look orphaned.
-func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]string, error) {
+// kinds, both scopes, each with what it records and whether it uses pc.
+// A kind that cannot be listed (not active yet under safe start, no
+// permission) fails the sweep: without it, its instances would all look
+// orphaned.
+func (s *Sweeper) liveUIDs(ctx context.Context, backend string, pc config) (map[string]liveResource, error) {
 	kinds := s.Kinds[backend]
 	if len(kinds) == 0 {
 		return nil, errors.Errorf("no managed resource kind is known for the %s backend", backend)
 	}
-	uids := map[string]string{}
+	uids := map[string]liveResource{}
 	for _, gvk := range kinds {
 		// The typed kind, which the manager's cache already holds for the
 		// kind's controller: a list of metadata would be a second informer
@@ -488,11 +532,11 @@ func (s *Sweeper) liveUIDs(ctx context.Context, backend string) (map[string]stri
 		}
 		if err := apimeta.EachListItem(l, func(o runtime.Object) error {
 			if m, ok := o.(metav1.Object); ok {
-				var id string
-				if r, ok := o.(interface{ Observation() *spec.ProxyObservation }); ok {
-					id = r.Observation().ID
+				r := liveResource{name: meta.GetExternalName(m), here: uses(o, pc)}
+				if mr, ok := o.(interface{ Observation() *spec.ProxyObservation }); ok {
+					r.id = mr.Observation().ID
 				}
-				uids[string(m.GetUID())] = id
+				uids[string(m.GetUID())] = r
 			}
 			return nil
 		}); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -703,26 +704,45 @@ func releasedUIDs(r *spec.ReleasedStatus) []string {
 // changed external name, and points it back, makes a second instance on
 // the platform's backend each time. The one it left is reported, never
 // deleted, even under policy Delete (its resource is live); the one it
-// records is not reported, nor is either while it records none.
+// records is not reported, nor is either while it records none. A
+// resource of another config, which may reach this backend's instance
+// under an ID of its own (a KVM host it names otherwise), leaves behind
+// only what is not named as it is.
 func TestSweepReportsAnInstanceALiveResourceLeftBehind(t *testing.T) {
+	here := &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "home"}
+	other := &xpv2.ProviderConfigReference{Kind: "ClusterProviderConfig", Name: "lab"}
 	cases := map[string]struct {
 		reason string
-		// recorded is ns-live's status.atProvider.id, by instance name.
+		ref    *xpv2.ProviderConfigReference
+		// recorded is ns-live's status.atProvider.id, by instance name,
+		// or as it is when it names no instance of this backend.
 		recorded string
-		want     []string
+		// externalName is ns-live's; none when empty.
+		externalName string
+		want         []string
 	}{
 		"RecordsTheFirst": {
 			reason:   "The instance made anew, which the resource does not record, is reported.",
+			ref:      here,
 			recorded: "ns-live",
 			want:     []string{"ns-live-again=uid-ns-live"},
 		},
 		"RecordsTheSecond": {
 			reason:   "The instance the resource left behind is reported.",
+			ref:      here,
 			recorded: "ns-live-again",
 			want:     []string{"ns-live=uid-ns-live"},
 		},
 		"RecordsNone": {
 			reason: "A resource that records no instance may be making one: nothing of it is reported.",
+			ref:    here,
+		},
+		"AnotherConfigsIDOfTheSameInstances": {
+			reason:       "A resource of another config that records the instance of its name under that config's ID (its host named otherwise) leaves nothing of that name behind.",
+			ref:          other,
+			recorded:     "hosts/lab-1/domains/ns-live-again",
+			externalName: "ns-live-again",
+			want:         []string{"ns-live=uid-ns-live"},
 		},
 	}
 	for name, tc := range cases {
@@ -743,7 +763,14 @@ func TestSweepReportsAnInstanceALiveResourceLeftBehind(t *testing.T) {
 			if err := st.kube.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "live"}, mr); err != nil {
 				t.Fatal(err)
 			}
+			mr.Spec.ProviderConfigReference = tc.ref
+			if tc.externalName != "" {
+				meta.SetExternalName(mr, tc.externalName)
+			}
 			mr.Status.AtProvider.ID = ids[tc.recorded]
+			if _, ok := ids[tc.recorded]; !ok {
+				mr.Status.AtProvider.ID = tc.recorded
+			}
 			if err := st.kube.Update(ctx, mr); err != nil {
 				t.Fatal(err)
 			}
