@@ -148,7 +148,9 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		o.inst.Progress = "the Secret, NetworkPolicy or Service of the proxy could not be created; they are written again"
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
-		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey, target, squid.Expected(markOf(dep)), ca)
+		// The prober is every config's, and configs of one cluster may
+		// read each other's pods; the UID leads (the binding's Notify).
+		pr := d.prober.Check(ctx, d.guard.Reported(), dep.Labels[LabelUID]+"/"+o.probeKey+"/"+d.provider, target, squid.Expected(markOf(dep)), ca)
 		o.inst.ProxyReachable = pr.Serving
 		if pr.Serving {
 			o.inst.ProxyAddress = target
