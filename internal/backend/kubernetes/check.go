@@ -103,7 +103,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 	}
 	// What a proxy would be refused for, said before one is: while some of
 	// the cluster's networks are unknown and the config names none in
-	// their place, a proxy may open no private range.
+	// their place, a proxy may open no destination range (deniedNetworks).
 	if len(d.cfg.ClusterNetworks) == 0 {
 		if _, unknown, err := d.clusterNetworks(ctx); err == nil && len(unknown) > 0 {
 			why, grants := whyUnknown(unknown)
@@ -111,7 +111,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 			if grants {
 				way = "grant the reads (cluster/rbac/podproxy.yaml), or " + way
 			}
-			t.Details[DetailNetworksUnknown] = why + "; so PodProxies that open a private range (allowedDestinationCIDRs) are refused: " + way
+			t.Details[DetailNetworksUnknown] = why + "; so PodProxies that set allowedDestinationCIDRs are refused: " + way
 		}
 	}
 	t.Healthy = true
