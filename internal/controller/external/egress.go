@@ -254,7 +254,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	case !ready && checked && !before.sameURL(check.URL):
 		// The address was another URL's word (or status does not say
 		// whose): neither it nor its condition stays.
-		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "the egress address was not checked with "+check.URL+", which the config names now; it is checked once the proxy answers")
+		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "the egress address was not checked with "+shownURL(check.URL)+", which the config names now; it is checked once the proxy answers")
 	case !ready:
 		// A probe that fails says nothing of a move: the next check
 		// compares with the route the address was checked through.
@@ -262,7 +262,7 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		return
 	case inst.ProxyAddress == "" && inst.EgressFailure != "":
 		keep()
-		c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check from inside the instance with %s failed%s: %s", check.URL, reportedAt(inst), inst.EgressFailure))
+		c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check from inside the instance with %s failed%s: %s", shownURL(check.URL), reportedAt(inst), inst.EgressFailure))
 	case inst.ProxyAddress == "" && inst.EgressSource == proxy.EgressReported:
 		o.EgressIPCheckedThrough, o.EgressIPCheckedWith = egressRoute(*inst), check.URL
 		c = e.reported(cr, inst, backendIP, before)
@@ -296,12 +296,12 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 			if !r.Moved {
 				keep()
 			}
-			c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "checking the egress address through the proxy with "+check.URL)
+			c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "checking the egress address through the proxy with "+shownURL(check.URL))
 		case r.IP == "":
 			if !r.Moved {
 				keep()
 			}
-			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", r.URL, r.Error))
+			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", shownURL(r.URL), r.Error))
 		default:
 			at := metav1.NewTime(r.At)
 			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = r.IP, ips, spec.EgressIPVerified, &at
@@ -317,6 +317,17 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		}
 	}
 	e.setEgressCondition(cr, c)
+}
+
+// shownURL is an echo URL as a condition quotes it: not at all when it
+// holds user info, a query or a fragment, which may be a credential (a
+// config stored before admission refused them; squid.Validate refuses
+// them too).
+func shownURL(url string) string {
+	if strings.ContainsAny(url, "@?#") {
+		return "the config's egressCheck.url (not shown: it holds user info, a query or a fragment, which are refused; remove them)"
+	}
+	return url
 }
 
 // standingReport drops from inst the report from inside it of its egress
@@ -421,9 +432,9 @@ func (e *external[P]) checkEgress(ctx context.Context, uid, version string, inst
 // verified is the condition of a check that saw ips (r.IP the first),
 // naming the URL that saw them.
 func (e *external[P]) verified(cr Resource[P], r squid.Egress, ips []string, backendIP string, before egressBefore) xpv2.Condition {
-	seen := fmt.Sprintf("%s saw %s through the proxy at %s", r.URL, r.IP, r.At.UTC().Format(time.RFC3339))
+	seen := fmt.Sprintf("%s saw %s through the proxy at %s", shownURL(r.URL), r.IP, r.At.UTC().Format(time.RFC3339))
 	if len(ips) > 1 {
-		seen = fmt.Sprintf("%s saw %s through the proxy's replicas (on several nodes: put every one on the allow-list) at %s", r.URL, strings.Join(ips, ", "), r.At.UTC().Format(time.RFC3339))
+		seen = fmt.Sprintf("%s saw %s through the proxy's replicas (on several nodes: put every one on the allow-list) at %s", shownURL(r.URL), strings.Join(ips, ", "), r.At.UTC().Format(time.RFC3339))
 	}
 	if r.Error != "" {
 		return egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the latest egress check failed (%s); %s", r.Error, seen))
