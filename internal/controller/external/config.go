@@ -114,13 +114,29 @@ func (c *Config) Allows(req proxy.Request) error {
 
 // TenantGuest says req's guest runs what a tenant wrote and the backend
 // takes the instance's address from the guest (Block.GuestReportsAddress):
-// any proxy of a namespaced config, and a namespaced proxy on a
-// ClusterProviderConfig with its own cloud-init or an image by URL. The
-// addresses reported for such an instance are dialled through
-// ReportedGuard(true) (proxy.Request.TenantGuest).
+// any proxy of a namespaced config, a namespaced proxy on a
+// ClusterProviderConfig with its own cloud-init, and a proxy of either
+// scope booted from an image by URL (whose image, as its download, is
+// treated as a tenant's on every config: proxies are composed from
+// claims). The addresses reported for such an instance are dialled
+// through ReportedGuard(true) (proxy.Request.TenantGuest).
 func (c *Config) TenantGuest(req proxy.Request) bool {
+	if c.Namespaced {
+		return true
+	}
 	img := req.Placement.Image
-	return c.Namespaced || (c.TenantMayWriteGuest() && (req.CloudInit != "" || strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")))
+	byURL := strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")
+	return byURL && c.guestReportsAddress() || c.TenantMayWriteGuest() && req.CloudInit != ""
+}
+
+// guestReportsAddress says the config's backend takes an instance's
+// address from its guest (Block.GuestReportsAddress).
+func (c *Config) guestReportsAddress() bool {
+	if c.Backend == nil {
+		return false
+	}
+	b, _ := c.Backend.Block(&c.Spec)
+	return b.GuestReportsAddress
 }
 
 // TenantMayWriteGuest says a proxy on the config may run a guest a tenant
@@ -130,11 +146,7 @@ func (c *Config) TenantMayWriteGuest() bool {
 	if c.Namespaced {
 		return true
 	}
-	if !c.Tenant || c.Backend == nil {
-		return false
-	}
-	b, _ := c.Backend.Block(&c.Spec)
-	return b.GuestReportsAddress
+	return c.Tenant && c.guestReportsAddress()
 }
 
 // ReportedGuard is the guard of the addresses reported for an instance

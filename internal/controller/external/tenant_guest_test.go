@@ -36,12 +36,13 @@ func TestATenantsGuestIsCheckedThroughTheTenantGuard(t *testing.T) {
 		image        string
 		want         bool
 	}{
-		"tenant's cloud-init":                 {guestReports: true, tenant: true, cloudInit: cloudInit, want: true},
-		"tenant's image by URL":               {guestReports: true, tenant: true, image: "https://tenant.example/i.qcow2", want: true},
-		"namespaced config":                   {guestReports: true, namespaced: true, want: true},
-		"tenant on the platform's guest":      {guestReports: true, tenant: true},
-		"address not the guest's word":        {tenant: true, cloudInit: cloudInit},
-		"cluster-scoped resource's cloudInit": {guestReports: true, cloudInit: cloudInit},
+		"tenant's cloud-init":                    {guestReports: true, tenant: true, cloudInit: cloudInit, want: true},
+		"tenant's image by URL":                  {guestReports: true, tenant: true, image: "https://tenant.example/i.qcow2", want: true},
+		"namespaced config":                      {guestReports: true, namespaced: true, want: true},
+		"tenant on the platform's guest":         {guestReports: true, tenant: true},
+		"address not the guest's word":           {tenant: true, cloudInit: cloudInit},
+		"cluster-scoped resource's cloudInit":    {guestReports: true, cloudInit: cloudInit},
+		"cluster-scoped resource's image by URL": {guestReports: true, image: "https://images.example/i.qcow2", want: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k := testKind(nil)
