@@ -31,6 +31,10 @@ func TestRefusedConnectionSecretShowsNoData(t *testing.T) {
 				field.Invalid(field.NewPath("data").Key("password"), string(s.Data["password"]), "refused by policy"),
 			})
 		},
+		"ResourceQuota refusal": func(s *corev1.Secret) error {
+			return kerrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, s.Name,
+				&webhookDenial{"exceeded quota: tenant-quota, requested: secrets=1, used: secrets=10, limited: secrets=10"})
+		},
 		"webhook denial quoting the object": func(s *corev1.Secret) error {
 			return kerrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, s.Name,
 				&webhookDenial{"admission webhook \"policy.example\" denied the request: url " + string(s.Data["url"])})
@@ -39,6 +43,7 @@ func TestRefusedConnectionSecretShowsNoData(t *testing.T) {
 	want := map[string]string{
 		"422 Invalid quoting a value":       "connection Secret team-a/p-conn: the API server answered 422 Invalid (its message is not shown: it may quote the Secret's data) for data[password]",
 		"webhook denial quoting the object": "connection Secret team-a/p-conn: the API server answered 403 Forbidden (its message is not shown: it may quote the Secret's data)",
+		"ResourceQuota refusal":             "connection Secret team-a/p-conn: the API server answered 403 Forbidden (its message is not shown: it may quote the Secret's data): exceeded quota, a ResourceQuota of the namespace refused it",
 	}
 	for name, refuse := range refusals {
 		t.Run(name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -412,6 +413,11 @@ type refusedSecretError struct {
 
 func (e *refusedSecretError) Error() string {
 	msg := fmt.Sprintf("%sthe API server answered %d %s (its message is not shown: it may quote the Secret's data)", e.what, e.status.Code, e.status.Reason)
+	if e.status.Code == http.StatusForbidden && strings.Contains(e.status.Message, "exceeded quota") {
+		// The quota plugin's words quote no data, and a tenant cannot read
+		// the API server's log to tell a full quota from RBAC.
+		msg += ": exceeded quota, a ResourceQuota of the namespace refused it"
+	}
 	if d := e.status.Details; d != nil {
 		fields := make([]string, 0, len(d.Causes))
 		for _, c := range d.Causes {
