@@ -20,13 +20,13 @@ const MetadataValueNotShown = "(the value is not shown: metadata holds secrets)"
 // field's name stays. Other fields' values (a machine type, a zone) are
 // the config's and stay.
 func WithoutMetadataValues(msg string) string {
-	m := invalidField.FindStringSubmatchIndex(msg)
-	if m == nil {
-		return msg
+	// Every refusal the message holds: one of another field may come
+	// first.
+	for _, m := range invalidField.FindAllStringSubmatchIndex(msg, -1) {
+		field := msg[m[2]:m[3]]
+		if strings.Contains(strings.ToLower(field), "metadata") || strings.HasPrefix(field, "resource.items") {
+			return msg[:m[1]] + MetadataValueNotShown
+		}
 	}
-	field := msg[m[2]:m[3]]
-	if !strings.Contains(strings.ToLower(field), "metadata") && !strings.HasPrefix(field, "resource.items") {
-		return msg
-	}
-	return msg[:m[1]] + MetadataValueNotShown
+	return msg
 }

@@ -31,6 +31,10 @@ func TestWithoutMetadataValues(t *testing.T) {
 			in:   "Invalid value for field 'resource.machineType': 'zones/z/machineTypes/x'. Machine type not found.",
 			want: "Invalid value for field 'resource.machineType': 'zones/z/machineTypes/x'. Machine type not found.",
 		},
+		"metadata after another field": {
+			in:   "Invalid value for field 'resource.machineType': 'zones/z/machineTypes/x'. Invalid value for field 'resource.metadata': 'secret'.",
+			want: "Invalid value for field 'resource.machineType': 'zones/z/machineTypes/x'. Invalid value for field 'resource.metadata': " + MetadataValueNotShown,
+		},
 		"no field": {
 			in:   "Quota 'CPUS' exceeded.",
 			want: "Quota 'CPUS' exceeded.",
