@@ -363,6 +363,9 @@ func (d *Driver) provision(ctx context.Context, f found, cfg VMConfig, t tags, d
 			}
 			desc.seedNode, desc.seedVolID = e.Node, seedVol
 			desc.applying, desc.applyingSince = want, uploadStart(upid)
+			// The guest listens where this seed says (complete keeps it
+			// when the settings change again before the tag).
+			desc.port = int(req.Proxy.Port)
 			if err := d.api.SetVMConfig(ctx, e.Node, e.VMID, ConfigUpdate{Set: map[string]string{"description": desc.String()}, Digest: cfg["digest"]}); err != nil {
 				return proxy.Instance{}, err
 			}

@@ -366,3 +366,39 @@ func TestSpecChangedWhileProvisioningReachesTheGuest(t *testing.T) {
 		})
 	}
 }
+
+// TestPortChangedBeforeTheFirstStartIsRecorded: a port changed after the
+// seed's upload and before the first start goes into the seed uploaded
+// again, and the VM records the port its guest booted with even when the
+// settings change again before provisioning completes: the probe and the
+// proxy's address use it until the update that follows.
+func TestPortChangedBeforeTheFirstStartIsRecorded(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	r := &reconciler{t: t, f: f, drv: f.drv, req: f.request("pt-port", "6b7c8d9e-6666-4a5e-9d55-0a9c1f1e2b3c")}
+	for range 2 {
+		_, _ = r.reconcile(ctx)
+		f.fake.FinishTasks()
+	}
+	if v := vmNamed(t, f.fake, r.req.Name); v.Status != "stopped" {
+		t.Fatalf("after the seed's upload: status %s; want stopped", v.Status)
+	}
+	r.req.Proxy.Port = 8080
+	for i := 0; vmNamed(t, f.fake, r.req.Name).Status != "running"; i++ {
+		if i == 10 {
+			t.Fatal("the VM did not start")
+		}
+		_, _ = r.reconcile(ctx)
+		f.fake.FinishTasks()
+	}
+	r.req.Proxy.AllowedClientCIDRs = []string{"192.0.2.0/24"}
+	_, _ = r.reconcile(ctx)
+	vm := vmNamed(t, f.fake, r.req.Name)
+	got := struct{ Booted, Recorded bool }{
+		strings.Contains(cloudinit.SquidConfOf(vm.Seed.UserData), "http_port 8080"),
+		strings.Contains(vm.Description, "egressproxy-port: 8080"),
+	}
+	if diff := cmp.Diff(struct{ Booted, Recorded bool }{true, true}, got); diff != "" {
+		t.Errorf("port changed before the first start (-want +got):\n%s\ndescription:\n%s", diff, vm.Description)
+	}
+}
