@@ -400,12 +400,13 @@ func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.C
 	if conn {
 		markOwn(obj)
 	}
-	err := c.Client.Create(ctx, obj, opts...)
+	// The API server's words go before adopt adds the provider's own.
+	err := secretRefusal(obj, c.Client.Create(ctx, obj, opts...))
 	if conn && kerrors.IsAlreadyExists(err) {
 		err = adopt(ctx, c.Client, obj, c.ConnectionKeys, err)
 	}
 	if err != nil {
-		return secretRefusal(obj, err)
+		return err
 	}
 	if conn {
 		c.secrets.noteCreated(obj)

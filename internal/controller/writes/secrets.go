@@ -340,7 +340,7 @@ func adopt(ctx context.Context, live client.Client, obj client.Object, keys []st
 	maps.Copy(data, want.Data)
 	cur.Data = data
 	if err := live.Patch(ctx, cur, client.MergeFrom(orig)); err != nil {
-		return err
+		return secretRefusal(obj, err)
 	}
 	cur.DeepCopyInto(want)
 	return nil
