@@ -1,16 +1,12 @@
 package proxmox
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
-
-	"github.com/kdomanski/iso9660"
 
 	"github.com/egressproxy/provider-egressproxy/internal/cloudinit"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
@@ -42,25 +38,9 @@ func (nodesAPI) NodeNetwork(context.Context, string) ([]NodeInterface, error) {
 // seedSquidConf is the squid.conf the seed ISO iso installs.
 func seedSquidConf(t *testing.T, iso []byte) string {
 	t.Helper()
-	img, err := iso9660.OpenImage(bytes.NewReader(iso))
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := img.RootDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kids, err := root.GetChildren()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range kids {
-		if strings.HasPrefix(strings.ToLower(f.Name()), "user") {
-			b, err := io.ReadAll(f.Reader())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return cloudinit.SquidConfOf(string(b))
+	for name, content := range seedFiles(t, iso) {
+		if strings.HasPrefix(name, "user") {
+			return cloudinit.SquidConfOf(content)
 		}
 	}
 	t.Fatal("the seed has no user-data")
