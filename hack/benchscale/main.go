@@ -111,9 +111,13 @@ func slicesCompact(s []int) []int {
 
 // stage is what was measured at one count.
 type stage struct {
-	n       int
-	ready   time.Duration
-	peakKiB int
+	n     int
+	ready time.Duration
+	// readyCPU is the provider's CPU seconds from the stage's first create
+	// until all were Ready: the managed-resource machinery without a
+	// backend's own objects, beside bench-podproxy's figure.
+	readyCPU float64
+	peakKiB  int
 	// peakAnonKiB and peakFileKiB split the sampled peak RSS so far.
 	peakAnonKiB, peakFileKiB int
 	// pages is the binary's resident sections when all were Ready.
@@ -178,6 +182,7 @@ func run(ctx context.Context, o options) error {
 	for _, target := range stages {
 		benchutil.Logf("creating KVMProxies %d to %d (%d in parallel)", created, target-1, o.Creators)
 		t0 := time.Now()
+		cpu0, _ := benchutil.CPUSeconds(prov.PID)
 		from := created
 		if err := benchutil.InParallel(target-from, o.Creators, func(i int) error {
 			return kube.Create(ctx, benchutil.MemoryProxy(fmt.Sprintf("s-%05d", from+i), o.secrets))
@@ -190,6 +195,9 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		st := stage{n: target, ready: time.Since(t0), load: benchutil.Load()}
+		if cpu1, err := benchutil.CPUSeconds(prov.PID); err == nil {
+			st.readyCPU = cpu1 - cpu0
+		}
 		st.peakKiB, _ = benchutil.PeakRSS(prov.PID)
 		st.peakAnonKiB, st.peakFileKiB = rss.Peak()
 		st.pages = benchutil.BinaryPagesLine(prov.PID)
@@ -213,7 +221,7 @@ func run(ctx context.Context, o options) error {
 			heapTops = append(heapTops, fmt.Sprintf("provider heap at %d after the steady state (%s), top holders of live memory:\n%s", target, heap, benchutil.Indent(top, "  ")))
 		}
 		if _, err := benchutil.AppendResult("scale", map[string]any{
-			"at": time.Now().UTC().Format(time.RFC3339), "n": target, "load": st.load, "stageReadySeconds": st.ready.Seconds(),
+			"at": time.Now().UTC().Format(time.RFC3339), "n": target, "load": st.load, "stageReadySeconds": st.ready.Seconds(), "stageCPUSeconds": st.readyCPU,
 			"peakRSSMiB": float64(st.peakKiB) / 1024, "peakAnonMiB": float64(st.peakAnonKiB) / 1024, "peakFileMiB": float64(st.peakFileKiB) / 1024,
 			"steadyAnonMiB": float64(st.anonKiB) / 1024, "steadyFileMiB": float64(st.fileKiB) / 1024, "cpuPerResourcePerPollMs": 1000 * st.cpuPerPoll, "writesAtRest": st.writes,
 		}); err != nil {
@@ -250,6 +258,13 @@ func run(ctx context.Context, o options) error {
 			float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, slope, 1000*st.cpuPerPoll, 100*st.reconciles/st.expected, st.reads, st.writes, st.load)
 	}
 	fmt.Printf("\n  all Ready: from the stage's first create until this program saw every resource of the stage Ready=True\n")
+	for i, st := range results {
+		made := st.n
+		if i > 0 {
+			made -= results[i-1].n
+		}
+		fmt.Printf("  provider CPU from the first create of the stage at %d until all Ready: %.2f s (%.2f ms per resource created)\n", st.n, st.readyCPU, 1000*st.readyCPU/float64(made))
+	}
 	fmt.Printf("  steady RSS: after one poll interval at rest; CPU: the provider's CPU over that poll divided by its reconciles\n")
 	fmt.Printf("  (each Ready resource is observed once a poll; %% polled is those reconciles against N x window / poll)\n")
 	fmt.Printf("  GETs, writes: the provider's GET and other requests over that window (target 0 writes)\n")
@@ -285,8 +300,8 @@ func run(ctx context.Context, o options) error {
 }
 
 func printStage(st stage) {
-	benchutil.Logf("N=%d: all Ready %.1f s, peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (%s; load %s)",
-		st.n, st.ready.Seconds(), float64(st.peakKiB)/1024, float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, 1000*st.cpuPerPoll, st.writes, formatCounts(st.writesBy), st.load)
+	benchutil.Logf("N=%d: all Ready %.1f s (provider CPU %.2f s), peak RSS %.1f MiB, steady anon %.1f + file %.1f MiB, %.3f ms CPU per resource per poll, %.0f writes (%s; load %s)",
+		st.n, st.ready.Seconds(), st.readyCPU, float64(st.peakKiB)/1024, float64(st.anonKiB)/1024, float64(st.fileKiB)/1024, 1000*st.cpuPerPoll, st.writes, formatCounts(st.writesBy), st.load)
 }
 
 func formatCounts(m map[string]float64) string {
