@@ -76,7 +76,8 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		// date, and Update completes it. A child whose write failed is
 		// remembered (unfinished): the Deployment carries the spec hash
 		// already, and a pod that serves without its NetworkPolicy would
-		// otherwise read as up to date.
+		// otherwise read as up to date. What a restart forgets of it, the
+		// orphan sweep's List finds (noteUnfenced).
 		if err := d.children(ctx, dep, req, files, nets, true); err != nil {
 			if proxy.IsPermanent(err) {
 				// A name taken by what is not ours: nothing of the proxy
@@ -90,6 +91,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		}
 		d.taken.drop(key)
 		d.unfinished.drop(key)
+		d.unfenced.drop(key)
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	case kerrors.IsAlreadyExists(err):
 		existing := &appsv1.Deployment{}
@@ -392,6 +394,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 		return proxy.Instance{}, err
 	}
 	d.unfinished.drop(client.ObjectKeyFromObject(dep))
+	d.unfenced.drop(client.ObjectKeyFromObject(dep))
 	if current {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}

@@ -59,7 +59,7 @@ const FieldOwner = "provider-egressproxy"
 const secretCheckAfter = 30 * time.Second
 
 // childrenMissing is the SpecHash Get reports for a proxy missing its
-// Secret or Service: it matches no request's hash.
+// Secret, Service or NetworkPolicy: it matches no request's hash.
 const childrenMissing = "children-missing"
 
 // Options configure a Driver.
@@ -135,6 +135,9 @@ type Driver struct {
 	// unfinished are the proxies whose Create made the Deployment but not
 	// all its children (the Cluster's; the driver's own when made by New).
 	unfinished *taken
+	// unfenced are the proxies List found without their NetworkPolicy
+	// (the Cluster's; the driver's own when made by New).
+	unfenced *taken
 	// refused are where the cluster refused a deletecollection (the
 	// Cluster's; the driver's own when made by New).
 	refused *refused
@@ -166,6 +169,7 @@ func New(o Options) *Driver {
 		now:        o.Now,
 		refused:    &refused{},
 		unfinished: &taken{},
+		unfenced:   &taken{},
 	}
 	if d.live == nil {
 		d.live = o.Client

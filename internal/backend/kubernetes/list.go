@@ -13,7 +13,10 @@ import (
 
 // List implements proxy.Driver: the Deployments in the config's namespace
 // carrying installationID's mark, and what of a proxy stands there
-// without its Deployment (listLeftovers).
+// without its Deployment (listLeftovers). From the same lists it marks
+// the proxies without their NetworkPolicy (noteUnfenced): List is the
+// orphan sweep's, which runs for every config at the provider's start
+// and then at its interval.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
 	return proxy.RunList(ctx, installationID, d.wrap, d.list)
 }
@@ -43,9 +46,12 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 		}
 		lg.Info("kubernetes Deployments listed: names", "ids", ids)
 	}
-	left, err := d.listLeftovers(ctx, installationID, deps)
+	left, policies, err := d.listLeftovers(ctx, installationID, deps)
 	if err != nil {
 		return nil, err
+	}
+	if d.cfg.NetworkPolicy && policies != nil {
+		d.noteUnfenced(ctx, l.Items, policies.Items)
 	}
 	return append(out, left...), nil
 }

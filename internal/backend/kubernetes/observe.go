@@ -123,6 +123,11 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 			return proxy.Instance{}, fmt.Errorf("cannot get Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 	}
+	if d.cfg.NetworkPolicy && dep.DeletionTimestamp == nil && d.unfenced.has(client.ObjectKeyFromObject(dep)) {
+		// Found so by the orphan sweep's List: read from what it listed,
+		// not here, so that Get sends no request for it.
+		missing = append(missing, "NetworkPolicy")
+	}
 	o := d.observe(dep, pods, svc)
 	if o.probe == "" && dep.DeletionTimestamp == nil && d.now().Sub(dep.CreationTimestamp.Time) > secretCheckAfter {
 		// No pod serves long after creation: a Secret that was never

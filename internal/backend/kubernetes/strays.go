@@ -99,9 +99,12 @@ func (d *Driver) deleteStrays(ctx context.Context, strays []client.Object) error
 // nothing, and stray ReplicaSets and pods; one entry per proxy name and
 // UID. Objects with an owner are the garbage collector's. Secrets and
 // NetworkPolicies are listed only where the config's identity may list
-// them (a Forbidden list is skipped).
-func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps map[string]bool) ([]proxy.Instance, error) {
+// them (a Forbidden list is skipped). It returns besides every
+// NetworkPolicy listed, owned or not (noteUnfenced reads them); nil where
+// that list was refused.
+func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps map[string]bool) ([]proxy.Instance, *networkingv1.NetworkPolicyList, error) {
 	ns := d.cfg.Namespace
+	var policies *networkingv1.NetworkPolicyList
 	sel := client.MatchingLabels{LabelManagedBy: ManagedBy, LabelInstallation: installationID}
 	type key struct{ name, uid string }
 	byKey := map[key]*proxy.Instance{}
@@ -137,7 +140,7 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("cannot list in %s: %w", ns, err)
+			return nil, nil, fmt.Errorf("cannot list in %s: %w", ns, err)
 		}
 		var objs []client.Object
 		switch l := l.(type) {
@@ -146,6 +149,7 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 				objs = append(objs, &l.Items[i])
 			}
 		case *networkingv1.NetworkPolicyList:
+			policies = l
 			for i := range l.Items {
 				objs = append(objs, &l.Items[i])
 			}
@@ -164,7 +168,7 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 	// only for those.
 	pods := &corev1.PodList{}
 	if err := d.client.List(ctx, pods, client.InNamespace(ns), sel); err != nil {
-		return nil, fmt.Errorf("cannot list the pods in %s: %w", ns, err)
+		return nil, nil, fmt.Errorf("cannot list the pods in %s: %w", ns, err)
 	}
 	done := map[key]bool{}
 	for i := range pods.Items {
@@ -181,7 +185,7 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, o := range strays {
 			add(o, k.name)
@@ -194,5 +198,5 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 		e.Progress = "the Deployment is gone; " + strings.Join(e.Leftovers, ", ") + " remain without it"
 		out = append(out, *e)
 	}
-	return out, nil
+	return out, policies, nil
 }
