@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,8 +47,15 @@ func newFenceServer(t *testing.T) *fenceServer {
 				return cl.Get(ctx, key, obj, opts...)
 			},
 			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if _, ok := obj.(*networkingv1.NetworkPolicy); ok && s.failPolicy {
-					return kerrors.NewInternalError(errors.New("etcdserver: request timed out"))
+				switch r := obj.(type) {
+				case *networkingv1.NetworkPolicy:
+					if s.failPolicy {
+						return kerrors.NewInternalError(errors.New("etcdserver: request timed out"))
+					}
+				case *authzv1.SelfSubjectAccessReview:
+					a := r.Spec.ResourceAttributes
+					r.Status.Allowed = !(s.refuseList && a.Resource == "networkpolicies" && a.Verb == "list")
+					return nil
 				}
 				obj.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-s.age)))
 				return cl.Create(ctx, obj, opts...)
@@ -185,7 +193,7 @@ func TestSweepFindsAMissingNetworkPolicy(t *testing.T) {
 // What the sweep does not call missing: the NetworkPolicy of a proxy
 // created a moment ago (its Create may be writing it as the list is
 // read), any of a config without NetworkPolicies, and nothing where the
-// list is refused.
+// list is refused, which the config's health names instead.
 func TestSweepLeavesAloneWhatItCannotTell(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
@@ -219,6 +227,24 @@ func TestSweepLeavesAloneWhatItCannotTell(t *testing.T) {
 			if ok, progress := upToDate(t, drivers(), req); !ok {
 				t.Errorf("after the sweep the proxy reads out of date (%q); want it left as it reads", progress)
 			}
+			if !tc.refuseList {
+				return
+			}
+			h := drivers().Check(ctx)
+			want := "list networkpolicies.networking.k8s.io in egress"
+			if got := h.Targets[0].Details[DetailOptionalMissing]; !h.Healthy() || !strings.Contains(got, want) {
+				t.Errorf("Check = healthy %t, %s %q; want healthy, naming %q", h.Healthy(), DetailOptionalMissing, got, want)
+			}
 		})
+	}
+}
+
+// The config's health names no missing list when the identity may list
+// NetworkPolicies.
+func TestCheckNamesNoListWhenGranted(t *testing.T) {
+	s := newFenceServer(t)
+	h := s.provider()().Check(context.Background())
+	if got := h.Targets[0].Details[DetailOptionalMissing]; !h.Healthy() || got != "" {
+		t.Errorf("Check of an identity granted everything = healthy %t, %s %q; want healthy, nothing named", h.Healthy(), DetailOptionalMissing, got)
 	}
 }

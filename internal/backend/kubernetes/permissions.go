@@ -110,11 +110,15 @@ func Permissions(namespace string, cached bool) []Permission {
 // target cluster grants it, and does without otherwise, so the health
 // check does not ask for them: deletecollection of a proxy's Secret and
 // NetworkPolicy by its mark (deleteChildren), without which the garbage
-// collector deletes them.
+// collector deletes them; and the list of NetworkPolicies by the
+// installation's mark (List), without which a proxy whose NetworkPolicy
+// is missing is not found (noteUnfenced) nor one left without its
+// Deployment reported.
 func OptionalPermissions(namespace string) []Permission {
 	return []Permission{
 		{Resource: "secrets", Verb: "deletecollection", Namespace: namespace},
 		{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "deletecollection", Namespace: namespace},
+		{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "list", Namespace: namespace},
 	}
 }
 
