@@ -198,7 +198,7 @@ func TestIntegrationLibvirt_backgroundWorkInTheCreatesTrace(t *testing.T) {
 	// server's port), and no other volume of the shared pool.
 	var vols []string
 	for key, im := range map[string]string{"empty": url, "missing": strings.TrimSuffix(url, "empty.qcow2") + "missing.qcow2"} {
-		vols = append(vols, kvm.BaseVolumes(key, im, "", "qcow2")...)
+		vols = append(vols, kvm.BaseVolumes(key, im, "", "qcow2", false)...)
 	}
 	h.DeleteVolumes(t, vols...)
 }

@@ -43,18 +43,31 @@ type resolvedImage struct {
 // volume is the base volume's name. It holds a digest of the URL, the
 // configured sha256 and the format, so that two configs using one key for
 // different images, or an edited entry, never share (or overwrite) a base
-// file that running overlays back onto.
-func (i resolvedImage) volume() string { return BaseVolumes(i.Key, i.URL, i.SHA256, i.Format)[0] }
+// file that running overlays back onto; and of whether the tenant guard
+// fetched it, so that a tenant never boots from (nor joins the download
+// of) a file the platform's unguarded download read from an address the
+// tenant's guard refuses.
+func (i resolvedImage) volume() string {
+	return BaseVolumes(i.Key, i.URL, i.SHA256, i.Format, i.guard != nil)[0]
+}
 
 // marker is the sidecar volume holding the digest of the verified upload,
 // written last: a base without it is incomplete.
-func (i resolvedImage) marker() string { return BaseVolumes(i.Key, i.URL, i.SHA256, i.Format)[1] }
+func (i resolvedImage) marker() string {
+	return BaseVolumes(i.Key, i.URL, i.SHA256, i.Format, i.guard != nil)[1]
+}
 
 // BaseVolumes are the names of the base volume of the catalogue entry key
 // (its URL, configured sha256 and format) and of its marker, as a host's
-// pool holds them: what a test deletes of its own, and no other.
-func BaseVolumes(key, url, sha256Hex, format string) []string {
-	h := sha256.Sum256([]byte(url + "\n" + strings.ToLower(sha256Hex) + "\n" + format))
+// pool holds them: what a test deletes of its own, and no other. tenant
+// is true for an image downloaded through the tenant guard (a namespaced
+// config's catalogue, a proxy's image URL on any config).
+func BaseVolumes(key, url, sha256Hex, format string, tenant bool) []string {
+	id := url + "\n" + strings.ToLower(sha256Hex) + "\n" + format
+	if tenant {
+		id += "\ntenant"
+	}
+	h := sha256.Sum256([]byte(id))
 	v := fmt.Sprintf("egressproxy-base-%s-%s.%s", key, hex.EncodeToString(h[:])[:12], format)
 	return []string{v, v + ".sha256"}
 }
@@ -70,7 +83,10 @@ func (i resolvedImage) label() string {
 }
 
 // imageCache runs one background download per (host, pool, base volume),
-// shared by every Create that needs it. A finished download is forgotten
+// shared by every Create that needs it. The volume's name tells the
+// platform's downloads from those through the tenant guard (of which a
+// process has one), so a job, its progress and its error are shared only
+// by requests through the same guard. A finished download is forgotten
 // (the marker on the host is the truth); a failed one is remembered for
 // failedTTL so that Creates report its error instead of retrying at once.
 type imageCache struct {

@@ -262,7 +262,7 @@ func TestIntegrationLibvirt_lifecycle(t *testing.T) {
 	// pool is shared with other test binaries running now (another
 	// package's bases, overlays and seeds): only this test's own names
 	// are looked at and deleted.
-	own := slices.Concat(kvm.BaseVolumes("empty", url, "", "qcow2"), kvm.BaseVolumes("empty-uefi", url, "", "qcow2"))
+	own := slices.Concat(kvm.BaseVolumes("empty", url, "", "qcow2", false), kvm.BaseVolumes("empty-uefi", url, "", "qcow2", false))
 	have := h.Volumes(t)
 	for _, v := range own {
 		if !slices.Contains(have, v) {

@@ -84,7 +84,7 @@ func TestIntegrationKVMProxyEndToEnd(t *testing.T) {
 	// name (it holds a digest of the URL): remove this run's base, so runs
 	// do not pile up half-GiB bases. Only that one: the pool is shared with
 	// concurrent runs, whose volumes are theirs.
-	t.Cleanup(func() { h.DeleteVolumes(t, kvmbackend.BaseVolumes("debian-12", imageURL, sum, "qcow2")...) })
+	t.Cleanup(func() { h.DeleteVolumes(t, kvmbackend.BaseVolumes("debian-12", imageURL, sum, "qcow2", false)...) })
 
 	t0 = time.Now()
 	// The KVMProxy controllers with the production binding (kvm.New, its

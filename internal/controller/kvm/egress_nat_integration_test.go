@@ -130,7 +130,7 @@ func TestIntegrationKVMProxyEgressBehindNAT(t *testing.T) {
 	// domain, should its Delete not have run. No other volume.
 	var instance string // the domain's name, once the KVMProxy is made
 	t.Cleanup(func() {
-		vols := kvmbackend.BaseVolumes("debian-12", imageURL, sum, "qcow2")
+		vols := kvmbackend.BaseVolumes("debian-12", imageURL, sum, "qcow2", false)
 		if instance != "" && !slices.Contains(h.Domains(t), instance) {
 			vols = append(vols, instanceVolumes(instance)...)
 		}

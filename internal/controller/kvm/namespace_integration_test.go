@@ -208,7 +208,7 @@ func TestKVMProxyNamespaceDeletionRealLibvirtIntegration(t *testing.T) {
 	imageURL := "http://" + img.String() + "/empty.qcow2"
 	// The base volume's name holds a digest of the URL, new each run: this
 	// run's base goes, and no other volume of the shared pool.
-	t.Cleanup(func() { h.DeleteVolumes(t, kvmbackend.BaseVolumes("empty", imageURL, "", "qcow2")...) })
+	t.Cleanup(func() { h.DeleteVolumes(t, kvmbackend.BaseVolumes("empty", imageURL, "", "qcow2", true)...) })
 	// What a killed run of this test left on the host.
 	sweepDeadRuns(t, h, "kvm-ns-real")
 
