@@ -508,7 +508,7 @@ func generated(o Options) string {
 	}
 	b.WriteString("runcmd:\n")
 	// The staging folder root's alone: files the guest agent writes there
-	// later (a KVM update) are created 0644.
+	// later (a KVM update, which locks it again first) are created 0666.
 	script := []string{GuestFunctions, "chmod 0700 " + stageDir}
 	if o.InstallGuestAgent {
 		script = append(script, "command -v qemu-ga >/dev/null || egp_install qemu-guest-agent",

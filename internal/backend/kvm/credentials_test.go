@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"maps"
+	"io"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,30 +127,90 @@ func TestUpdateOnAnotherFamily(t *testing.T) {
 	}
 }
 
+// TestUpdateLocksTheStagingFolder: whatever the guest had, an Update
+// through the guest agent leaves the staging folder 0700 and the staged
+// htpasswd 0600. A guest first booted by an earlier rendering has the
+// folder 0755 and the staged htpasswd 0644, which a process of the guest
+// holds open: that process reads nothing of the new htpasswd. A guest
+// whose auth is turned on after its first boot gets the staged htpasswd
+// as a new file, which the agent creates 0666.
+func TestUpdateLocksTheStagingFolder(t *testing.T) {
+	staged := stageDir + "/htpasswd"
+	for name, earlier := range map[string]bool{"BootedByAnEarlierRendering": true, "AuthTurnedOn": false} {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t)
+			req := e.request("web", "uid-1")
+			if earlier {
+				req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "u", Password: "first-password"}
+			}
+			inst := createAndBootReq(t, e, req)
+			g := guesttest.New(t)
+			g.Boot(e.seedUserData(seedName("web")))
+			var held *os.File
+			if earlier {
+				for p, mode := range map[string]os.FileMode{stageDir: 0o755, staged: 0o644} {
+					if err := os.Chmod(g.Path(p), mode); err != nil {
+						t.Fatal(err)
+					}
+				}
+				f, err := os.Open(g.Path(staged))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = f.Close() })
+				held = f
+			}
+
+			req.Proxy.Auth = proxy.Auth{Enabled: true, Username: "v", Password: "second-password"}
+			r := ref(inst)
+			r.Mark = req.Mark
+			update(t, e, g, r, req)
+
+			if mode, _ := g.Mode(stageDir); mode != 0o700 {
+				t.Errorf("the staging folder is %04o after the update; want 0700", mode)
+			}
+			installed, _ := g.ReadFile(cloudinit.HtpasswdPath)
+			if got, ok := g.ReadFile(staged); !ok || got != installed || !strings.HasPrefix(got, "v:") {
+				t.Fatal("the staged htpasswd is not the one the update installed")
+			}
+			if mode, _ := g.Mode(staged); mode != 0o600 {
+				t.Errorf("the staged htpasswd is %04o after the update; want 0600", mode)
+			}
+			if held != nil {
+				if b, err := io.ReadAll(held); err != nil || strings.Contains(string(b), "v:") {
+					t.Errorf("a process holding the earlier staged htpasswd open reads the new one (%v)", err)
+				}
+			}
+		})
+	}
+}
+
 // runAgentUpdate plays on g what the guest agent did on e's host for an
-// update: the files it wrote (path: content, returned), then its one
-// guest-exec, which it returns too.
+// update, in its order: the files it wrote (path: content, returned) and
+// its guest-execs (returned too).
 func runAgentUpdate(t *testing.T, e *testEnv, g *guesttest.Guest) (map[string]string, [][]string) {
 	t.Helper()
 	e.host.mu.Lock()
-	written, execs := maps.Clone(e.host.guestFiles), e.host.execArgv
+	ops := slices.Clone(e.host.agentOps)
 	e.host.mu.Unlock()
 	files := map[string]string{}
-	for p, b64 := range written {
-		if strings.HasPrefix(p, "handle:") {
+	var execs [][]string
+	for _, op := range ops {
+		if op.argv != nil {
+			g.Exec(op.argv...)
+			execs = append(execs, op.argv)
 			continue
 		}
-		b, err := base64.StdEncoding.DecodeString(b64)
+		b, err := base64.StdEncoding.DecodeString(op.b64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.WriteFile(p, string(b))
-		files[p] = string(b)
+		g.AgentWrite(op.path, string(b))
+		files[op.path] = string(b)
 	}
-	if len(execs) != 1 {
-		t.Fatalf("guest-exec ran %d times; want once", len(execs))
+	if len(execs) == 0 {
+		t.Fatal("the update ran nothing in the guest")
 	}
-	g.Exec(execs[0]...)
 	return files, execs
 }
 
@@ -199,7 +261,7 @@ func TestEgressCheckFollowsTheSettings(t *testing.T) {
 func update(t *testing.T, e *testEnv, g *guesttest.Guest, r proxy.Ref, req proxy.Request) {
 	t.Helper()
 	e.host.mu.Lock()
-	e.host.guestFiles, e.host.execArgv = map[string]string{}, nil
+	e.host.guestFiles, e.host.execArgv, e.host.agentOps = map[string]string{}, nil, nil
 	e.host.mu.Unlock()
 	if _, err := e.d.Update(context.Background(), r, req); err != nil {
 		t.Fatal(err)

@@ -290,8 +290,8 @@ func TestUpdate_appliesProxySettingsThroughTheGuestAgent(t *testing.T) {
 	e.host.mu.Lock()
 	files, execs := e.host.guestFiles, e.host.execs
 	e.host.mu.Unlock()
-	if files[stageDir+"/squid.conf"] == "" || files[stageDir+"/htpasswd"] == "" || len(execs) != 1 || !strings.Contains(execs[0], "egp_reload squid") {
-		t.Errorf("guest files %v, execs %v", keys(files), execs)
+	if files[stageDir+"/squid.conf"] == "" || files[stageDir+"/htpasswd"] == "" || len(execs) != 2 || !strings.Contains(execs[1], "egp_reload squid") {
+		t.Errorf("guest files %v, execs %v; want the staging folder locked, then the files written and applied", keys(files), execs)
 	}
 	// The agent not up yet is Transient.
 	e.host.mu.Lock()

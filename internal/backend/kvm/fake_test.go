@@ -53,9 +53,18 @@ type fakeHost struct {
 	execs        []string
 	// execArgv are the guest-exec commands: the path, then the args.
 	execArgv [][]string
+	// agentOps are the guest agent's file writes and guest-execs, in order.
+	agentOps []agentOp
 	// onCall runs, outside the host's lock, when a call of the method
 	// begins (a fault in the middle of a call).
 	onCall map[string]func()
+}
+
+// agentOp is a guest-file-write of path (content in base64), or, with
+// argv, a guest-exec.
+type agentOp struct {
+	path, b64 string
+	argv      []string
 }
 
 type fakeCall struct {
@@ -522,6 +531,7 @@ func (c *fakeConn) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domai
 	case "guest-file-write":
 		b, _ := in.Arguments["buf-b64"].(string)
 		c.h.guestFiles[c.h.guestFiles["handle:1"]] = b
+		c.h.agentOps = append(c.h.agentOps, agentOp{path: c.h.guestFiles["handle:1"], b64: b})
 		return `{"return":{"count":1,"eof":false}}`, nil
 	case "guest-file-close":
 		return `{"return":{}}`, nil
@@ -535,6 +545,7 @@ func (c *fakeConn) QEMUDomainAgentCommand(ctx context.Context, dom libvirt.Domai
 			argv = append(argv, s)
 		}
 		c.h.execArgv = append(c.h.execArgv, argv)
+		c.h.agentOps = append(c.h.agentOps, agentOp{argv: argv})
 		return `{"return":{"pid":42}}`, nil
 	case "guest-exec-status":
 		return `{"return":{"exited":true,"exitcode":0}}`, nil

@@ -98,8 +98,8 @@ func TestTLSInTheSeedAndThroughTheAgent(t *testing.T) {
 	if files[stageDir+"/tls.crt"] != b64(renewed.Chain) || files[stageDir+"/tls.key"] != b64(renewed.Key) {
 		t.Errorf("the agent did not write the renewed certificate and key: %v", keys(files))
 	}
-	if len(execs) != 1 || !strings.Contains(execs[0], `install -m 0640 -o root -g "$(egp_squid_group)" `+stageDir+"/tls.key "+cloudinit.TLSKeyPath) ||
-		!strings.Contains(execs[0], "rm -f "+stageDir+"/tls.key") || !strings.Contains(execs[0], "egp_reload squid") {
+	if len(execs) != 2 || !strings.Contains(execs[1], `install -m 0640 -o root -g "$(egp_squid_group)" `+stageDir+"/tls.key "+cloudinit.TLSKeyPath) ||
+		!strings.Contains(execs[1], "rm -f "+stageDir+"/tls.key") || !strings.Contains(execs[1], "egp_reload squid") {
 		t.Errorf("execs %v; want the key installed for Squid's group, the staged copy removed and Squid reloaded", execs)
 	}
 	if line := strings.Split(renewed.Key, "\n")[1]; strings.Contains(e.logs.String(), line) || strings.Contains(e.logs.String(), strings.Split(certs.Key, "\n")[1]) {

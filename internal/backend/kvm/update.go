@@ -90,37 +90,38 @@ func (d *Driver) update(ctx context.Context, ref proxy.Ref, req proxy.Request) (
 // applyFiles writes Squid's files and the guest's own egress check
 // (report, nil when off) through the guest agent and reloads Squid. The
 // agent not answering yet is Transient.
+//
+// The agent writes a file in place when it exists (a process of the guest
+// holding it open reads what is written) and creates a new one 0666; a
+// guest first booted by an earlier rendering may have the staging folder
+// 0755. So before writing, a first script makes the folder root's alone
+// and removes the files about to be written: each is then a new file that
+// only root can reach, made root's 0600 before anything installs it.
 func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Files, report *cloudinit.EgressReport) error {
+	var staged, contents []string
+	stage := func(p, content string) {
+		staged, contents = append(staged, p), append(contents, content)
+	}
 	// The guest's own addresses first: they may have changed since its
 	// boot, and squid.conf does not load without them. A guest first
 	// booted by an earlier version gets systemd's refresh at start too.
 	var script []string
 	for _, gf := range cloudinit.OwnAddressesFiles() {
-		staged := cloudinit.StagedPath(gf)
-		if err := agentWrite(ctx, api, dom, staged, gf.Content); err != nil {
-			return err
-		}
-		script = append(script, "mkdir -p "+path.Dir(gf.Path), "install -m "+gf.Mode+" -o root -g root "+staged+" "+gf.Path, "rm -f "+staged)
+		p := cloudinit.StagedPath(gf)
+		stage(p, gf.Content)
+		script = append(script, "mkdir -p "+path.Dir(gf.Path), "install -m "+gf.Mode+" -o root -g root "+p+" "+gf.Path, "rm -f "+p)
 	}
 	script = append(script, cloudinit.SystemdReload, cloudinit.RefreshOwnAddresses,
 		"install -m 0644 -o root -g root "+stageDir+"/squid.conf "+cloudinit.SquidConfPath)
-	if err := agentWrite(ctx, api, dom, stageDir+"/squid.conf", f.SquidConf); err != nil {
-		return err
-	}
+	stage(stageDir+"/squid.conf", f.SquidConf)
 	if f.Htpasswd != "" {
-		if err := agentWrite(ctx, api, dom, stageDir+"/htpasswd", f.Htpasswd); err != nil {
-			return err
-		}
+		stage(stageDir+"/htpasswd", f.Htpasswd)
 		script = append(script, "install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/htpasswd "+cloudinit.HtpasswdPath)
 	}
 	if f.TLSCert != "" {
-		if err := agentWrite(ctx, api, dom, stageDir+"/tls.crt", f.TLSCert); err != nil {
-			return err
-		}
-		if err := agentWrite(ctx, api, dom, stageDir+"/tls.key", f.TLSKey); err != nil {
-			return err
-		}
-		// The staged key goes at once: the agent wrote it 0644.
+		stage(stageDir+"/tls.crt", f.TLSCert)
+		stage(stageDir+"/tls.key", f.TLSKey)
+		// The staged key goes at once: installed is the one copy.
 		script = append(script, "install -m 0644 -o root -g root "+stageDir+"/tls.crt "+cloudinit.TLSCertPath,
 			"install -m 0640 -o root -g \"$(egp_squid_group)\" "+stageDir+"/tls.key "+cloudinit.TLSKeyPath, "rm -f "+stageDir+"/tls.key")
 	}
@@ -135,15 +136,24 @@ func applyFiles(ctx context.Context, api Libvirt, dom libvirt.Domain, f squid.Fi
 		script = append(script, "{ "+cloudinit.EgressCheckStop+"; }")
 	}
 	for _, gf := range cloudinit.EgressCheckFiles(report) {
-		staged := cloudinit.StagedPath(gf)
-		if err := agentWrite(ctx, api, dom, staged, gf.Content); err != nil {
-			return err
-		}
-		script = append(script, "mkdir -p "+path.Dir(gf.Path), "install -m "+gf.Mode+" -o root -g root "+staged+" "+gf.Path, "rm -f "+staged)
+		p := cloudinit.StagedPath(gf)
+		stage(p, gf.Content)
+		script = append(script, "mkdir -p "+path.Dir(gf.Path), "install -m "+gf.Mode+" -o root -g root "+p+" "+gf.Path, "rm -f "+p)
 	}
 	if report != nil {
 		script = append(script, "{ "+cloudinit.EgressCheckStart+"; }")
 	}
+
+	names := strings.Join(staged, " ")
+	if err := agentRun(ctx, api, dom, "mkdir -p "+stageDir+" && chown root:root "+stageDir+" && chmod 0700 "+stageDir+" && rm -f "+names); err != nil {
+		return err
+	}
+	for i, p := range staged {
+		if err := agentWrite(ctx, api, dom, p, contents[i]); err != nil {
+			return err
+		}
+	}
+	script = append([]string{"chown root:root " + names, "chmod 0600 " + names}, script...)
 	// The guest families cloud-init provisions differ in Squid's group and
 	// service manager: the same functions answer for each.
 	return agentRun(ctx, api, dom, cloudinit.GuestFunctions+"; "+strings.Join(script, " && "))

@@ -27,9 +27,9 @@ var dirs = []string{"/etc/squid", "/var/lib/egressproxy", "/var/lib/cloud", "/us
 	"/etc/init.d", "/etc/runlevels/default"}
 
 // hostTools are the commands the scripts use that run as they are (the
-// egress check's among them); the rest (install, which sets owners,
-// systemctl, ip, getent, squid, qemu-ga) are stand-ins, and anything else
-// is not found.
+// egress check's among them); the rest (install and chown, which set
+// owners, systemctl, ip, getent, squid, qemu-ga) are stand-ins, and
+// anything else is not found.
 var hostTools = []string{"sh", "bash", "rm", "cp", "mv", "chmod", "mkdir", "ln", "dirname", "awk", "sort", "cat", "seq", "sleep",
 	"timeout", "head", "tr", "date"}
 
@@ -67,6 +67,10 @@ func New(t testing.TB) *Guest {
 		}
 	}
 	g.SquidGroup("proxy")
+	// Owners are not kept, as install's are not: it refuses any but root,
+	// and a missing path.
+	g.Tool("chown", `case "$1" in root|root:root) ;; *) echo "chown: invalid user: '$1'" >&2; exit 1;; esac; shift
+for p; do [ -e "$p" ] || { echo "chown: cannot access '$p': No such file or directory" >&2; exit 1; }; done`)
 	g.Tool("ip", `case "$*" in *route*) case "$1" in -6) ;; *) echo "default via 10.0.0.1 dev ens4 proto dhcp src 10.0.0.5 metric 100";; esac;; `+
 		`*) echo "1: lo    inet 127.0.0.1/8 scope host lo"; echo "2: ens4    inet 10.0.0.5/24 brd 10.0.0.255 scope global ens4";; esac`)
 	for _, tool := range []string{"squid", "qemu-ga"} {
@@ -175,6 +179,44 @@ func (g *Guest) WriteFile(p, content string) {
 	if err := os.WriteFile(q, []byte(content), 0o600); err != nil {
 		g.t.Fatal(err)
 	}
+}
+
+// AgentWrite writes guest path p as qemu-guest-agent's guest-file-open
+// (mode "w") and guest-file-write do: an existing file is truncated and
+// written in place, keeping its mode (a process holding it open reads the
+// new content), a new one is created 0666 whatever the umask (qga's
+// DEFAULT_NEW_FILE_MODE), and a missing folder fails.
+func (g *Guest) AgentWrite(p, content string) {
+	g.t.Helper()
+	q := g.inside(p)
+	_, err := os.Lstat(q)
+	created := os.IsNotExist(err)
+	f, err := os.OpenFile(q, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	if err != nil {
+		g.t.Fatalf("guest agent: guest-file-open %s: %v", p, err)
+	}
+	if created {
+		if err := f.Chmod(0o666); err != nil { //nolint:gosec // The agent's mode, modelled.
+			g.t.Fatal(err)
+		}
+	}
+	if _, err := f.WriteString(content); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// Mode is the permission bits of guest path p (a file or a folder); ok is
+// false when there is no such path.
+func (g *Guest) Mode(p string) (mode fs.FileMode, ok bool) {
+	g.t.Helper()
+	fi, err := os.Stat(g.inside(p))
+	if err != nil {
+		return 0, false
+	}
+	return fi.Mode().Perm(), true
 }
 
 // ReadFile is the content of guest path p; ok is false when there is no
