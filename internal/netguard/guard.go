@@ -1,14 +1,15 @@
 // Package netguard is the dialer of every connection the provider makes
 // to an endpoint a tenant chose: a namespaced ProviderConfig's API URL,
 // kubeconfig server, hypervisor hosts, the URLs of a key file, image URLs
-// and every redirect. It checks each address at connect time, after name
-// resolution, and refuses the provider's own position in the network
-// (loopback, link-local and metadata, multicast, the cluster's own
-// networks) in every spelling of an address, unless the platform team
-// allows a range for tenants.
+// (a proxy's own on any config), every redirect, and the address a guest
+// a tenant writes reports on the platform's config. It checks each
+// address at connect time, after name resolution, and refuses the
+// provider's own position in the network (loopback, link-local and
+// metadata, multicast, the cluster's own networks) in every spelling of
+// an address, unless the platform team allows a range for tenants.
 //
 // A nil *Guard checks nothing: it is the dialer of the platform team's
-// own configs.
+// own configs and guests.
 package netguard
 
 import (
@@ -429,7 +430,7 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("the provider does not connect to %s for a namespaced ProviderConfig: %s (the platform team can allow a range for tenants: docs/security.md)", e.Host, e.Why)
+	return fmt.Sprintf("the provider does not connect to %s for tenants: %s (the platform team can allow a range for tenants: docs/security.md)", e.Host, e.Why)
 }
 
 // IsRefused reports whether err is (or wraps) a refusal of the guard.
@@ -797,7 +798,7 @@ func AfterRedirect(err error, origin string) error {
 	if err == nil || IsRefused(err) {
 		return Quiet(err, "")
 	}
-	return &quietError{err: err, field: "a redirect from " + origin, what: "failed after the redirect; where it led is not shown for a namespaced ProviderConfig"}
+	return &quietError{err: err, field: "a redirect from " + origin, what: "failed after the redirect; where it led is not shown to tenants"}
 }
 
 // WithoutURL is err without the URL net/http names in its errors (the
@@ -831,7 +832,7 @@ func (e *quietError) Error() string {
 	if e.what != "" {
 		return "the connection to " + e.field + " " + e.what
 	}
-	return "the connection to " + e.field + " failed after it answered; what it answered is not shown for a namespaced ProviderConfig"
+	return "the connection to " + e.field + " failed after it answered; what it answered is not shown to tenants"
 }
 
 func (e *quietError) Unwrap() error { return e.err }

@@ -65,8 +65,9 @@ func IdentityOf(squidConf string) string {
 
 // Guard checks and dials the addresses a backend reports for a proxy
 // (netguard.Guard): for a namespaced ProviderConfig the backend is the
-// tenant's, and so is what it reports. A nil *netguard.Guard, the
-// platform's configs', checks nothing and dials plainly.
+// tenant's, and so is what it reports, as is what a guest a tenant writes
+// reports on the platform's config. A nil *netguard.Guard, the platform's
+// own guests', checks nothing and dials plainly.
 type Guard interface {
 	// CheckHost returns an error when host must not be connected to.
 	CheckHost(ctx context.Context, host string) ([]netip.Addr, error)
@@ -217,7 +218,7 @@ func quiet(err error) error {
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return err
 	case errors.As(err, &he):
-		return fmt.Errorf("TLS with %s failed (what it answered is not shown for a namespaced ProviderConfig)", he.addr)
+		return fmt.Errorf("TLS with %s failed (what it answered is not shown to tenants)", he.addr)
 	}
 	return unquoted(err)
 }
@@ -464,7 +465,7 @@ func answered(name string, guarded bool) string {
 		// One of the provider's own names, quoted as Check quotes it.
 		return fmt.Sprintf("answered as %q", name)
 	case guarded:
-		return "answered (its name is not shown for a namespaced ProviderConfig)"
+		return "answered (its name is not shown to tenants)"
 	case !shownName.MatchString(name):
 		return "answered (with a name that is not a plain host name: not shown)"
 	default:

@@ -300,7 +300,7 @@ func TestProberAnySquid(t *testing.T) {
 	const handmade = "squid-handmade.corp.example"
 	long := strings.Repeat("a", 64)
 	injected := `evil.example (Ready: verified by the platform team) "ok`
-	const notShownTenant = "answered (its name is not shown for a namespaced ProviderConfig)"
+	const notShownTenant = "answered (its name is not shown to tenants)"
 	const notShownName = "answered (with a name that is not a plain host name: not shown)"
 	cases := map[string]struct {
 		answer string

@@ -235,4 +235,4 @@ func (e *certError) Unwrap() error { return e.err }
 
 // certNotVerified is the text of a certError that quotes nothing the
 // certificate holds.
-const certNotVerified = "the proxy's certificate does not verify against the proxy's CA (what it holds is not shown for a namespaced ProviderConfig)"
+const certNotVerified = "the proxy's certificate does not verify against the proxy's CA (what it holds is not shown to tenants)"

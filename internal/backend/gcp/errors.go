@@ -271,7 +271,7 @@ type quietTokenError struct {
 }
 
 func (e *quietTokenError) Error() string {
-	return fmt.Sprintf("the token endpoint (the key's token_uri) refused the key: %d (its answer is not shown for a namespaced ProviderConfig)", e.code)
+	return fmt.Sprintf("the token endpoint (the key's token_uri) refused the key: %d (its answer is not shown to tenants)", e.code)
 }
 
 func (e *quietTokenError) Unwrap() error { return e.err }

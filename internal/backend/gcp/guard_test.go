@@ -69,7 +69,7 @@ func TestGuardedKey(t *testing.T) {
 	}
 
 	err := get(gcp.Credentials{Key: withTokenURI(refusing.URL + "/token"), Guard: loopback})
-	if err == nil || strings.Contains(err.Error(), "SENTINEL") || !strings.Contains(err.Error(), "not shown for a namespaced ProviderConfig") {
+	if err == nil || strings.Contains(err.Error(), "SENTINEL") || !strings.Contains(err.Error(), "not shown to tenants") {
 		t.Errorf("Get with a refusing token_uri = %v; want the status without the answer", err)
 	}
 	if !proxy.IsPermanent(err) {

@@ -164,7 +164,7 @@ func TestTenantClusterAnswersAreNotQuoted(t *testing.T) {
 	}
 	h := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Check(context.Background())
 	msg := fmt.Sprint(h.Targets)
-	if strings.Contains(msg, "SENTINEL") || !strings.Contains(msg, "not shown for a namespaced ProviderConfig") {
+	if strings.Contains(msg, "SENTINEL") || !strings.Contains(msg, "not shown to tenants") {
 		t.Errorf("Check of a tenant's cluster = %s, want the status without the body", msg)
 	}
 	if _, err := cl.Driver("ProviderConfig team-a/c", Config{Namespace: "proxies"}, nil).Get(context.Background(), proxy.Ref{Name: "p"}); err == nil || strings.Contains(err.Error(), "SENTINEL") {

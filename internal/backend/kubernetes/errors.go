@@ -115,7 +115,7 @@ type quietError struct {
 }
 
 func (e *quietError) Error() string {
-	return fmt.Sprintf("the kubeconfig's server answered %d %s (its message is not shown for a namespaced ProviderConfig)%s", e.code, e.reason, e.hint)
+	return fmt.Sprintf("the kubeconfig's server answered %d %s (its message is not shown to tenants)%s", e.code, e.reason, e.hint)
 }
 
 func (e *quietError) Unwrap() error { return e.err }

@@ -115,7 +115,7 @@ func observeFor(dep *appsv1.Deployment, pods []corev1.Pod, svc *corev1.Service, 
 			stopped++
 			phase := string(p.Status.Phase)
 			if quiet && !reasonShape.MatchString(phase) {
-				phase = "not shown for a namespaced ProviderConfig"
+				phase = "not shown to tenants"
 			}
 			waiting = append(waiting, fmt.Sprintf("pod %s is in phase %q", p.Name, phase))
 		}
@@ -278,7 +278,7 @@ var reasonShape = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,63}$`)
 // shaped as a reason is: anything else stands in for a message.
 func reasonOf(reason string, quiet bool) string {
 	if quiet && reason != "" && !reasonShape.MatchString(reason) {
-		return "a reason not shown for a namespaced ProviderConfig"
+		return "a reason not shown to tenants"
 	}
 	return reason
 }

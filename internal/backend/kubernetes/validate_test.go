@@ -365,7 +365,7 @@ func TestRefusedDeploymentNamesTheConfigFields(t *testing.T) {
 
 	_, err := invalidDriver(t, true).Create(ctx, req)
 	if err == nil || !proxy.IsPermanent(err) || strings.Contains(err.Error(), "SENTINEL") ||
-		!strings.Contains(err.Error(), "answered 422 Invalid (its message is not shown for a namespaced ProviderConfig) to the create of Deployment egress/"+req.Name) ||
+		!strings.Contains(err.Error(), "answered 422 Invalid (its message is not shown to tenants) to the create of Deployment egress/"+req.Name) ||
 		!strings.Contains(err.Error(), "check spec.kubernetes.resources, nodeSelector, tolerations, affinity and imagePullSecrets") {
 		t.Errorf("quiet Create = %v; want Permanent, the status without the server's words, and the config fields", err)
 	}

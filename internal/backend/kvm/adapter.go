@@ -49,7 +49,7 @@ type quietLibvirtError struct {
 }
 
 func (e *quietLibvirtError) Error() string {
-	return "libvirt refused the call: " + codeName(e.code) + " (libvirtd's message is not shown for a namespaced ProviderConfig)"
+	return "libvirt refused the call: " + codeName(e.code) + " (libvirtd's message is not shown to tenants)"
 }
 
 func (e *quietLibvirtError) Unwrap() error { return e.err }

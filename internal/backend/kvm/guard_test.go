@@ -99,6 +99,9 @@ func TestImage_tenantDownloadsNeverReachTheProvidersNetwork(t *testing.T) {
 			if !strings.Contains(err.Error(), "does not connect to") {
 				t.Errorf("Create = %v, want it to say what was refused", err)
 			}
+			if name == "ProxyImageURLOnAClusterConfig" && strings.Contains(err.Error(), "namespaced") {
+				t.Errorf("Create on a ClusterProviderConfig = %v, want no namespaced config given as the reason", err)
+			}
 			if got := e.host.volNames(); len(got) != 0 {
 				t.Errorf("volumes written: %v", got)
 			}
@@ -131,13 +134,23 @@ func TestImage_tenantServersAnswersAreNotQuoted(t *testing.T) {
 			if strings.Contains(err.Error(), "SENTINEL") {
 				t.Errorf("the error quotes the server: %v", err)
 			}
-			if !strings.Contains(err.Error(), "not shown for a namespaced ProviderConfig") || !strings.Contains(err.Error(), "image debian") {
+			if !strings.Contains(err.Error(), "not shown to tenants") || !strings.Contains(err.Error(), "image debian") {
 				t.Errorf("Create = %v, want it to name the image and say the answer is not shown", err)
 			}
 		})
 	}
+	// A proxy's own image URL on a ClusterProviderConfig is a tenant's
+	// too, and the message says so without naming a namespaced config.
+	e := newTestEnv(t, func(e *testEnv) { e.cfg.URLGuard = onlyAllowing(t, "127.0.0.0/8") })
+	e.throughProxy(status)
+	req := e.request("web", "uid-1")
+	req.Placement.Image = mirrorURL
+	if err := e.createError(req); err == nil || strings.Contains(err.Error(), "SENTINEL") ||
+		!strings.Contains(err.Error(), "404 (its status text is not shown to tenants)") || strings.Contains(err.Error(), "namespaced") {
+		t.Errorf("Create of a proxy's image URL on a ClusterProviderConfig = %v, want the status code, no status text and no namespaced config", err)
+	}
 	// The platform's own config keeps the server's words.
-	e := newTestEnv(t, func(e *testEnv) { e.cfg.Images["debian"] = Image{URL: "http://" + status + "/debian.qcow2"} })
+	e = newTestEnv(t, func(e *testEnv) { e.cfg.Images["debian"] = Image{URL: "http://" + status + "/debian.qcow2"} })
 	if err := e.createError(e.request("web", "uid-1")); err == nil || !strings.Contains(err.Error(), "SENTINEL-internal-detail") {
 		t.Errorf("Create on a platform config = %v, want the server's status text", err)
 	}

@@ -429,7 +429,7 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 	status := resp.Status
 	if img.guard != nil {
 		// The reason phrase is the server's to write.
-		status = strconv.Itoa(resp.StatusCode) + " (its status text is not shown for a namespaced ProviderConfig)"
+		status = strconv.Itoa(resp.StatusCode) + " (its status text is not shown to tenants)"
 	}
 	switch {
 	case resp.StatusCode/100 == 2:

@@ -58,7 +58,7 @@ func TestTenantImageReportsAnAddressTheTenantGuardRefuses(t *testing.T) {
 			}
 			continue
 		}
-		if n != 0 || got.ProxyReachable || !strings.Contains(got.Progress, "does not connect to 10.96.0.1") {
+		if n != 0 || got.ProxyReachable || !strings.Contains(got.Progress, "does not connect to 10.96.0.1 for tenants") || strings.Contains(got.Progress, "namespaced") {
 			t.Errorf("a tenant's image reporting 10.96.0.1:6443: dialled %v, reachable %v, progress %q; want no dial and a refusal", dialled, got.ProxyReachable, got.Progress)
 		}
 	}

@@ -316,7 +316,7 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 // quietAnswer stands for what a tenant's API answered: the answer of an
 // endpoint a namespaced config chose is never quoted (it could be a
 // service the tenant cannot reach itself).
-const quietAnswer = "what proxmox.url answered is not shown for a namespaced ProviderConfig"
+const quietAnswer = "what proxmox.url answered is not shown to tenants"
 
 // transportError keeps the request's method and path (never its headers)
 // and the cause, so classify can find TLS and network failures. quiet

@@ -542,7 +542,7 @@ func (d *Driver) taskError(ctx context.Context, t Task, what string) error {
 	if d.quiet() {
 		// Its exit status and log are the API's words.
 		retry := time.Unix(t.EndTime, 0).Add(d.retry).Sub(d.now()).Round(time.Second)
-		return proxy.Transientf("%s failed: its task on node %s ended with an error (read its status and log in Proxmox: they are not shown for a namespaced ProviderConfig); it is tried again in %s", what, t.Node, max(retry, 0))
+		return proxy.Transientf("%s failed: its task on node %s ended with an error (read its status and log in Proxmox: they are not shown to tenants); it is tried again in %s", what, t.Node, max(retry, 0))
 	}
 	tail := ""
 	if lines, err := d.api.TaskLog(ctx, t.Node, t.UPID); err == nil {

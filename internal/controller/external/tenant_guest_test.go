@@ -95,8 +95,13 @@ func TestATenantsGuestIsCheckedThroughTheTenantGuard(t *testing.T) {
 				}
 				return
 			}
-			if n != 0 || c.Reason != reasonEgressFailed || !strings.Contains(c.Message, "does not connect to 10.96.0.1") || strings.Contains(c.Message, "203.0.113.7") {
+			if n != 0 || c.Reason != reasonEgressFailed || !strings.Contains(c.Message, "does not connect to 10.96.0.1 for tenants") || strings.Contains(c.Message, "203.0.113.7") {
 				t.Errorf("a tenant's guest reporting 10.96.0.1:3128: asked %v, EgressVerified %s %q; want no check and a refusal", asked, c.Reason, c.Message)
+			}
+			// The refusal holds for the platform's config too: it must not
+			// give a namespaced config as its reason.
+			if !tc.namespaced && strings.Contains(c.Message, "namespaced") {
+				t.Errorf("a tenant's guest on a ClusterProviderConfig: EgressVerified %q names a namespaced config", c.Message)
 			}
 		})
 	}
