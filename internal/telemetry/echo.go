@@ -9,24 +9,56 @@ import (
 // quote the value refused: "Invalid value for field 'F': 'V'. Why.".
 var invalidField = regexp.MustCompile(`Invalid value for field '([^']*)': `)
 
+// valueEnd is where a quoted value may end: its closing quote, then the
+// period and the space (or the end) that start Compute Engine's reason.
+var valueEnd = regexp.MustCompile(`'\.(?:\s|$)`)
+
 // MetadataValueNotShown stands for an instance metadata value a message
 // of Compute Engine quoted.
 const MetadataValueNotShown = "(the value is not shown: metadata holds secrets)"
 
 // WithoutMetadataValues is msg, a message of Compute Engine, with the
-// value it quotes of a refused metadata field cut, along with all that
-// follows it: the value (cloud-init, the htpasswd, a TLS key) may hold
-// any text, so nothing after its start can be told apart from it. The
-// field's name stays. Other fields' values (a machine type, a zone) are
-// the config's and stay.
+// value it quotes of a refused metadata field replaced by
+// MetadataValueNotShown. The field's name, the reason after the value and
+// the refusals of other fields before it stay; so do other fields' values
+// (a machine type, a zone), which are the config's.
+//
+// Compute Engine quotes the value as it is ('V'. Why), so the value
+// (cloud-init, the htpasswd, a TLS key) may hold quotes, newlines and
+// the closing quote and period themselves: it is taken to end at the
+// last closing quote and period of the message. Nothing of it can then
+// show; a reason that itself quotes a value this way loses its part up
+// to that quote, and a value with no such end hides all that follows.
 func WithoutMetadataValues(msg string) string {
-	// Every refusal the message holds: one of another field may come
-	// first.
+	var out strings.Builder
+	for {
+		// Every refusal the message holds: one of another field may
+		// come first.
+		m := metadataRefusal(msg)
+		if m == nil {
+			out.WriteString(msg)
+			return out.String()
+		}
+		out.WriteString(msg[:m[1]])
+		out.WriteString(MetadataValueNotShown)
+		rest := msg[m[1]:]
+		ends := valueEnd.FindAllStringIndex(rest, -1)
+		if !strings.HasPrefix(rest, "'") || len(ends) == 0 || ends[len(ends)-1][0] == 0 {
+			return out.String()
+		}
+		// From the period on: the reason.
+		msg = rest[ends[len(ends)-1][0]+1:]
+	}
+}
+
+// metadataRefusal is the index pairs (invalidField's) of the first
+// refusal of a metadata field in msg, or nil.
+func metadataRefusal(msg string) []int {
 	for _, m := range invalidField.FindAllStringSubmatchIndex(msg, -1) {
 		field := msg[m[2]:m[3]]
 		if strings.Contains(strings.ToLower(field), "metadata") || strings.HasPrefix(field, "resource.items") {
-			return msg[:m[1]] + MetadataValueNotShown
+			return m
 		}
 	}
-	return msg
+	return nil
 }

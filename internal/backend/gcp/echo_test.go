@@ -21,8 +21,9 @@ func echoedMetadata(field, value string) string {
 // TestRefusalQuotingMetadataShowsNoSecret: an insert refused with a 400
 // that quotes the instance's metadata, or an insert operation that fails
 // quoting it, gives an error (a condition's message) without the
-// secrets of the request, still naming the field and GCP's reason; and
-// no log line holds them either.
+// secrets of the request, even where the value holds the quote and
+// period that end it, still naming the field and GCP's reason; and no
+// log line holds them either.
 func TestRefusalQuotingMetadataShowsNoSecret(t *testing.T) {
 	cases := map[string]struct {
 		fail func(f *fixture, msg string)
@@ -40,7 +41,7 @@ func TestRefusalQuotingMetadataShowsNoSecret(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
 			req, secrets := proxytest.WithSentinels(request("pt-echo", "0c8f6a1e-6666-4e2a-9c3f-00000000000a"))
-			tc.fail(f, echoedMetadata("resource.metadata", req.CloudInit+"\n"+secrets["Proxy.Auth.Password"]))
+			tc.fail(f, echoedMetadata("resource.metadata", req.CloudInit+"'. \n"+secrets["Proxy.Auth.Password"]))
 			inst, err := f.driver.Create(context.Background(), req)
 			if tc.afterSettle {
 				if err != nil {
@@ -58,8 +59,8 @@ func TestRefusalQuotingMetadataShowsNoSecret(t *testing.T) {
 					t.Errorf("the error holds %s: %v", label, err)
 				}
 			}
-			if !strings.Contains(err.Error(), "resource.metadata") {
-				t.Errorf("the error does not name the refused field: %v", err)
+			if !strings.Contains(err.Error(), "resource.metadata") || !strings.Contains(err.Error(), "Metadata has duplicate keys.") {
+				t.Errorf("the error does not name the refused field and GCP's reason: %v", err)
 			}
 			proxytest.CheckLogTiers(t, f.logs.String(), secrets, nil)
 		})
