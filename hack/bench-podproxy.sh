@@ -15,6 +15,7 @@
 #   hack/bench-podproxy.sh 1000       1000, an instant kubelet
 #   hack/bench-podproxy.sh 200 3s -- -only provider    the provider only
 #   hack/bench-podproxy.sh 200 3s -- -floor            the floor only
+#   hack/bench-podproxy.sh 1000 -- -network-policy=false   without the proxies' NetworkPolicies (what they cost)
 #
 # KUBELET_DELAY is a Go duration (3s, 500ms) or a number of seconds.
 # Each run appends its figures to BENCH_DATA/podproxy.jsonl (default

@@ -111,7 +111,7 @@ func oneRound(ctx context.Context, proxies int, provider, image, ref string) (r 
 	total := time.Since(start)
 	r.node, r.imports, r.controlPlane = cp.Node.ReadyIn, cp.Node.ImportIn, total-cp.Node.ReadyIn
 
-	if err := benchutil.CreatePodsConfig(ctx, kube, ref); err != nil {
+	if err := benchutil.CreatePodsConfig(ctx, kube, ref, true); err != nil {
 		return r, err
 	}
 	// Its controllers running before the first create, so that

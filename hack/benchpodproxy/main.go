@@ -69,6 +69,9 @@ type options struct {
 	provHeap    string
 	floor       bool
 	only        string
+	// networkPolicy false leaves each proxy's NetworkPolicy out: what
+	// that piece costs, as the same run without it.
+	networkPolicy bool
 }
 
 func main() {
@@ -84,6 +87,7 @@ func main() {
 	flag.StringVar(&o.provHeap, "provider-heap", "", "Write the heap profile of the provider, taken when all are Ready, to this file instead.")
 	flag.StringVar(&o.only, "only", "", "Run one side only: provider, or floor (no provider and no PodProxies; this program creates the N proxies' Deployments and Secrets with the kubernetes driver itself, and times until all their pods are Ready: what kube-controller-manager, the stand-in and the API server take on their own). By default the floor, then the provider, each on a fresh control plane, then a summary of both.")
 	flag.BoolVar(&o.floor, "floor", false, "Measure the floor only (-only floor).")
+	flag.BoolVar(&o.networkPolicy, "network-policy", true, "Give each proxy its NetworkPolicy (the config's kubernetes.networkPolicy); false measures the same run without that piece.")
 	flag.BoolVar(&o.debug, "provider-debug", false, "Run the provider with --debug (slower: it logs every reconcile).")
 	flag.Parse()
 	benchutil.Main("benchpodproxy", func(ctx context.Context) error { return run(ctx, o) })
@@ -158,7 +162,7 @@ func onCluster[R any](ctx context.Context, o options, measure func(context.Conte
 	pids := cl.CP.PIDs()
 	pids["kube-controller-manager"] = kcmPID
 	pids["benchpodproxy (kubelet stand-in, watches)"] = os.Getpid()
-	if err := benchutil.CreatePodsConfig(ctx, cl.Client, ""); err != nil {
+	if err := benchutil.CreatePodsConfig(ctx, cl.Client, "", o.networkPolicy); err != nil {
 		return r, l, err
 	}
 	r, err = measure(ctx, o, side{cl: cl, pids: pids})
@@ -436,7 +440,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 		slowest = slowest[:3]
 	}
 
-	fmt.Printf("\nPodProxy benchmark: %d PodProxies (namespaced, ClusterProviderConfig, connection Secret), kubelet stand-in delay %v\n", o.n, o.delay)
+	fmt.Printf("\nPodProxy benchmark: %d PodProxies (namespaced, ClusterProviderConfig, connection Secret%s), kubelet stand-in delay %v\n", o.n, map[bool]string{true: "", false: ", no NetworkPolicy"}[o.networkPolicy], o.delay)
 	fmt.Printf("kubelet stand-in: %s; one status write per pod\n", mode)
 	fmt.Printf("provider: %s --max-reconcile-rate %d --max-concurrent-reconciles %d --poll-not-ready 30s (Ready comes from watches, not polls)\n", o.Provider, o.Rate, o.Concurrent)
 	if o.Env != "" {
@@ -644,7 +648,7 @@ func measureProvider(ctx context.Context, o options, sd side) (providerResult, e
 		}
 	}
 	if _, err := benchutil.AppendResult("podproxy", map[string]any{
-		"at": time.Now().UTC().Format(time.RFC3339), "side": "provider", "n": o.n, "delaySeconds": o.delay.Seconds(), "load": loadAtReady,
+		"at": time.Now().UTC().Format(time.RFC3339), "side": "provider", "n": o.n, "delaySeconds": o.delay.Seconds(), "load": loadAtReady, "networkPolicy": o.networkPolicy,
 		"readySeconds": took.Seconds(), "timedOut": timedOut, "peakRSSMiB": float64(peakRSS) / 1024,
 		"peakAnonMiB": float64(peakAnon) / 1024, "peakFileMiB": float64(peakFile) / 1024, "providerCPUSeconds": provCPU,
 		"requestsPerProxy": perMR, "afterReadyPerProxy": res.afterReady, "eventsSent": res.events.Sent, "eventsDropped": res.events.Dropped,

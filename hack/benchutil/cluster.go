@@ -121,13 +121,14 @@ func clusterOf(ctx context.Context, cp *controlplane.ControlPlane, namespaces []
 // CreatePodsConfig creates the ClusterProviderConfig "pods": the
 // kubernetes backend on the provider's own cluster, proxies in the
 // namespace egress-proxies, with image as the Squid image ("" for the
-// provider's default).
-func CreatePodsConfig(ctx context.Context, kube client.Client, image string) error {
+// provider's default), and a NetworkPolicy per proxy unless networkPolicy
+// is false (what that piece costs, measured by leaving it out).
+func CreatePodsConfig(ctx context.Context, kube client.Client, image string, networkPolicy bool) error {
 	return kube.Create(ctx, &nsv1alpha1.ClusterProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "pods"},
 		Spec: nsv1alpha1.ClusterProviderConfigSpec{ProviderConfigSpec: spec.ProviderConfigSpec{Kubernetes: &spec.KubernetesConfig{
 			Credentials: spec.KubernetesCredentials{Source: xpv2.CredentialsSourceInjectedIdentity},
-			Namespace:   "egress-proxies", Image: image,
+			Namespace:   "egress-proxies", Image: image, NetworkPolicy: &networkPolicy,
 		}}},
 	})
 }
