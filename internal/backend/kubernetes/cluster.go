@@ -64,9 +64,9 @@ type Cluster struct {
 	// unfinished are the proxies whose Create made the Deployment but not
 	// all its children, for every driver of the Cluster.
 	unfinished taken
-	// unfenced are the proxies the orphan sweep found without their
-	// NetworkPolicy, for every driver of the Cluster.
-	unfenced taken
+	// absent are the children the orphan sweep found missing, per proxy,
+	// for every driver of the Cluster.
+	absent absent
 	// refused are where a deletecollection was refused, for every driver
 	// of the Cluster.
 	refused refused
@@ -215,7 +215,7 @@ func (cl *Cluster) Driver(provider string, cfg Config, prober *squid.Prober) *Dr
 	d.gone = cl.gone.Load()
 	d.taken = &cl.taken
 	d.unfinished = &cl.unfinished
-	d.unfenced = &cl.unfenced
+	d.absent = &cl.absent
 	d.refused = &cl.refused
 	d.quiet, d.guard = cl.quiet, cl.guard
 	return d

@@ -77,7 +77,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		// remembered (unfinished): the Deployment carries the spec hash
 		// already, and a pod that serves without its NetworkPolicy would
 		// otherwise read as up to date. What a restart forgets of it, the
-		// orphan sweep's List finds (noteUnfenced).
+		// orphan sweep's List finds (noteAbsent).
 		if err := d.children(ctx, dep, req, files, nets, true); err != nil {
 			if proxy.IsPermanent(err) {
 				// A name taken by what is not ours: nothing of the proxy
@@ -91,7 +91,7 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		}
 		d.taken.drop(key)
 		d.unfinished.drop(key)
-		d.unfenced.drop(key)
+		d.absent.drop(key)
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	case kerrors.IsAlreadyExists(err):
 		existing := &appsv1.Deployment{}
@@ -394,7 +394,7 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 		return proxy.Instance{}, err
 	}
 	d.unfinished.drop(client.ObjectKeyFromObject(dep))
-	d.unfenced.drop(client.ObjectKeyFromObject(dep))
+	d.absent.drop(client.ObjectKeyFromObject(dep))
 	if current {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}

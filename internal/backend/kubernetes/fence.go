@@ -2,33 +2,96 @@ package kubernetes
 
 import (
 	"context"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// fenceCheckAfter is how old a Deployment must be before List calls its
-// NetworkPolicy missing: its Create writes the NetworkPolicy just after
-// it, and the list of NetworkPolicies may be read in between.
-const fenceCheckAfter = time.Minute
+// childCheckAfter is how old a Deployment must be before List calls one
+// of its children missing: its Create writes them just after it, and the
+// lists may be read in between.
+const childCheckAfter = time.Minute
 
-// maxUnfencedLogged bounds the names one log line of noteUnfenced gives.
-const maxUnfencedLogged = 10
+// maxAbsentLogged bounds the names one log line of noteAbsent gives.
+const maxAbsentLogged = 10
 
-// noteUnfenced marks, among deps (the config's Deployments, as List read
-// them), the proxies that policies (the NetworkPolicies of the
-// installation in their namespace, as List read them) hold none of their
-// own for: deleted by hand, or never written by a Create the provider did
-// not live to finish, which nothing else remembers. Get reads a marked
-// proxy out of date and Update writes its children again, so it is
-// fenced again within a poll. A proxy found with its NetworkPolicy is
-// unmarked. It sends no request: List has read both lists already.
-func (d *Driver) noteUnfenced(ctx context.Context, deps []appsv1.Deployment, policies []networkingv1.NetworkPolicy) {
-	byName := make(map[string]*networkingv1.NetworkPolicy, len(policies))
-	for i := range policies {
-		byName[policies[i].Name] = &policies[i]
+// childOrder is the order children writes the children List looks for,
+// in which a progress names them.
+var childOrder = []string{"Secret", "NetworkPolicy", "Service"}
+
+// absent are, per proxy (its Deployment's namespace and name), the
+// children the orphan sweep's List found missing: "Secret",
+// "NetworkPolicy". One set per Cluster (its zero value is empty), bounded
+// like taken: past the bound it starts again empty and the next sweep
+// marks them again. A nil set remembers nothing.
+type absent struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName][]string
+}
+
+// of are the children of k found missing.
+func (a *absent) of(k types.NamespacedName) []string {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.m[k])
+}
+
+// note records whether kind, a child of k, is missing.
+func (a *absent) note(k types.NamespacedName, kind string, missing bool) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kinds := slices.DeleteFunc(slices.Clone(a.m[k]), func(s string) bool { return s == kind })
+	if missing {
+		kinds = append(kinds, kind)
+	}
+	if len(kinds) == 0 {
+		delete(a.m, k)
+		return
+	}
+	if a.m == nil || len(a.m) >= maxTaken {
+		a.m = map[types.NamespacedName][]string{}
+	}
+	a.m[k] = kinds
+}
+
+// drop forgets every child of k: they were all written.
+func (a *absent) drop(k types.NamespacedName) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, k)
+}
+
+// noteAbsent marks, among deps (the config's Deployments, as List read
+// them), the proxies that children (per kind, every object of the
+// installation of that kind in their namespace, as List read them; a
+// kind left out is not looked at) hold none of their own for: deleted by
+// hand (a Secret while the pod serves, which only the next pod misses),
+// or never written by a Create the provider did not live to finish,
+// which nothing else remembers. Get reads a marked proxy out of date and
+// Update writes its children again, so it is whole again within a poll.
+// A child found is unmarked. It sends no request: List has read the
+// lists already.
+func (d *Driver) noteAbsent(ctx context.Context, deps []appsv1.Deployment, children map[string][]client.Object) {
+	byName := make(map[string]map[string]client.Object, len(children))
+	for kind, objs := range children {
+		byName[kind] = make(map[string]client.Object, len(objs))
+		for _, o := range objs {
+			byName[kind][o.GetName()] = o
+		}
 	}
 	var found []string
 	for i := range deps {
@@ -37,19 +100,43 @@ func (d *Driver) noteUnfenced(ctx context.Context, deps []appsv1.Deployment, pol
 			continue
 		}
 		key := client.ObjectKeyFromObject(dep)
-		// Another resource's of the name, or one being deleted, fences
-		// nothing of this proxy: Update names the first.
-		if p := byName[dep.Name]; p != nil && p.DeletionTimestamp == nil && childOwned(p, dep, markOf(dep)) == nil {
-			d.unfenced.drop(key)
-			continue
+		young := d.now().Sub(dep.CreationTimestamp.Time) < childCheckAfter
+		var lost []string
+		for _, kind := range childOrder {
+			objs, ok := byName[kind]
+			if !ok {
+				continue
+			}
+			// Another resource's of the name, or one being deleted, is
+			// nothing of this proxy: Update names the first.
+			if o := objs[dep.Name]; o != nil && o.GetDeletionTimestamp() == nil && childOwned(o, dep, markOf(dep)) == nil {
+				d.absent.note(key, kind, false)
+				continue
+			}
+			if young {
+				continue
+			}
+			d.absent.note(key, kind, true)
+			lost = append(lost, kind)
 		}
-		if d.now().Sub(dep.CreationTimestamp.Time) < fenceCheckAfter {
-			continue
+		if len(lost) > 0 {
+			found = append(found, key.String()+" ("+strings.Join(lost, ", ")+")")
 		}
-		d.unfenced.add(key)
-		found = append(found, key.String())
 	}
 	if len(found) > 0 {
-		d.logger(ctx).Info("proxies found without their NetworkPolicy; their next reconcile writes it again", "count", len(found), "proxies", found[:min(len(found), maxUnfencedLogged)])
+		d.logger(ctx).Info("proxies found without some of their children; their next reconcile writes them again", "count", len(found), "proxies", found[:min(len(found), maxAbsentLogged)])
 	}
+}
+
+// missingProgress is the progress of a proxy whose children named in
+// missing are missing, named in the order they are written.
+func missingProgress(missing []string) string {
+	slices.SortStableFunc(missing, func(a, b string) int {
+		return slices.Index(childOrder, a) - slices.Index(childOrder, b)
+	})
+	if len(missing) == 1 {
+		return "the " + missing[0] + " of the proxy is missing; it is created again"
+	}
+	last := len(missing) - 1
+	return "the " + strings.Join(missing[:last], ", ") + " and " + missing[last] + " of the proxy are missing; they are created again"
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -23,15 +24,17 @@ import (
 )
 
 // fenceServer is a fake API server for the sweep's search for missing
-// NetworkPolicies: what it creates is age old, a NetworkPolicy create
-// fails while failPolicy, and the list of NetworkPolicies is Forbidden
-// while refuseList. gets counts the reads of single objects.
+// children: what it creates is age old, a NetworkPolicy create fails
+// while failPolicy, the list of NetworkPolicies is Forbidden while
+// refuseList and that of Secrets while refuseSecrets. gets counts the
+// reads of single objects.
 type fenceServer struct {
 	client.WithWatch
-	age        time.Duration
-	failPolicy bool
-	refuseList bool
-	gets       int
+	age           time.Duration
+	failPolicy    bool
+	refuseList    bool
+	refuseSecrets bool
+	gets          int
 }
 
 func newFenceServer(t *testing.T) *fenceServer {
@@ -63,6 +66,9 @@ func newFenceServer(t *testing.T) *fenceServer {
 			List: func(ctx context.Context, cl client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
 				if _, ok := l.(*networkingv1.NetworkPolicyList); ok && s.refuseList {
 					return kerrors.NewForbidden(schema.GroupResource{Group: "networking.k8s.io", Resource: "networkpolicies"}, "", errors.New("RBAC"))
+				}
+				if _, ok := l.(*corev1.SecretList); ok && s.refuseSecrets {
+					return kerrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("RBAC"))
 				}
 				return cl.List(ctx, l, opts...)
 			},
@@ -246,5 +252,251 @@ func TestCheckNamesNoListWhenGranted(t *testing.T) {
 	h := s.provider()().Check(context.Background())
 	if got := h.Targets[0].Details[DetailOptionalMissing]; !h.Healthy() || got != "" {
 		t.Errorf("Check of an identity granted everything = healthy %t, %s %q; want healthy, nothing named", h.Healthy(), DetailOptionalMissing, got)
+	}
+}
+
+// secret is the proxy's Secret, or nil.
+func (s *fenceServer) secret(t *testing.T, req proxy.Request) *corev1.Secret {
+	t.Helper()
+	sec := &corev1.Secret{}
+	err := s.Get(context.Background(), types.NamespacedName{Namespace: "egress", Name: req.Name}, sec)
+	if kerrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sec
+}
+
+// serve starts the proxy's pod, Running and Ready: Get then no longer
+// reads its Secret (it has no reason to while a pod serves).
+func (s *fenceServer) serve(t *testing.T, req proxy.Request) {
+	t.Helper()
+	ctx := context.Background()
+	dep := &appsv1.Deployment{}
+	if err := s.Get(ctx, types.NamespacedName{Namespace: "egress", Name: req.Name}, dep); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: req.Name + "-p", Labels: dep.Spec.Template.Labels,
+		Annotations: map[string]string{AnnotationConfigHash: dep.Spec.Template.Annotations[AnnotationConfigHash]}}}
+	if err := s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.5", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A proxy whose Secret is deleted by hand while its pod serves keeps
+// serving, but the next pod (a drain, a restart, a rollout) cannot start.
+// Get reads the Secret only while no pod serves, so the proxy reads up
+// to date until the sweep's List finds it; from then on Get reads it out
+// of date, naming what is missing, and Update writes the Secret again.
+// The List sends no request per proxy for it.
+func TestSweepFindsAMissingSecret(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		lose         func(t *testing.T, s *fenceServer, req proxy.Request)
+		wantProgress string
+	}{
+		"DeletedByHand": {
+			lose: func(t *testing.T, s *fenceServer, req proxy.Request) {
+				if err := s.Delete(ctx, s.secret(t, req)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantProgress: "the Secret of the proxy is missing; it is created again",
+		},
+		"DeletedWithTheNetworkPolicy": {
+			lose: func(t *testing.T, s *fenceServer, req proxy.Request) {
+				if err := s.Delete(ctx, s.policy(t, req)); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Delete(ctx, s.secret(t, req)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantProgress: "the Secret and NetworkPolicy of the proxy are missing; they are created again",
+		},
+		"NetworkPolicyListRefused": {
+			lose: func(t *testing.T, s *fenceServer, req proxy.Request) {
+				s.refuseList = true
+				if err := s.Delete(ctx, s.secret(t, req)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantProgress: "the Secret of the proxy is missing; it is created again",
+		},
+		"AnotherResourcesOfTheName": {
+			lose: func(t *testing.T, s *fenceServer, req proxy.Request) {
+				sec := s.secret(t, req)
+				sec.Labels[LabelUID] = "another-uid"
+				if err := s.Update(ctx, sec); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantProgress: "the Secret of the proxy is missing; it is created again",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newFenceServer(t)
+			req := testRequest()
+			drivers := s.provider()
+			if _, err := drivers().Create(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			s.serve(t, req)
+			tc.lose(t, s, req)
+			if ok, _ := upToDate(t, drivers(), req); !ok {
+				t.Fatalf("before any sweep the proxy reads out of date; the case does not show the gap")
+			}
+			s.gets = 0
+			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			if s.gets != 0 {
+				t.Errorf("List sent %d reads of single objects; want none (no request per proxy)", s.gets)
+			}
+			if ok, progress := upToDate(t, drivers(), req); ok || progress != tc.wantProgress {
+				t.Fatalf("after the sweep: up to date %t, progress %q; want out of date, %q", ok, progress, tc.wantProgress)
+			}
+			s.refuseList = false
+			_, err := drivers().Update(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark}, req)
+			if name == "AnotherResourcesOfTheName" {
+				// Never written over: the resource says whose it is.
+				if !proxy.IsPermanent(err) || !strings.Contains(err.Error(), "Secret egress/"+req.Name) {
+					t.Errorf("Update over another resource's Secret = %v; want Permanent, naming it", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+			if sec := s.secret(t, req); sec == nil || sec.Labels[LabelUID] != req.Mark.UID || len(sec.Data) == 0 {
+				t.Fatalf("after Update the Secret is %v; want the proxy's, written again", sec)
+			}
+			if p := s.policy(t, req); p == nil {
+				t.Fatalf("after Update the NetworkPolicy is missing")
+			}
+			if ok, progress := upToDate(t, drivers(), req); !ok {
+				t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
+			}
+			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			if ok, progress := upToDate(t, drivers(), req); !ok {
+				t.Errorf("a sweep after Update reads the proxy out of date (%q); want up to date", progress)
+			}
+		})
+	}
+}
+
+// What the sweep does not call a missing Secret: that of a proxy created
+// a moment ago (its Create may be writing it as the list is read), and
+// none where the list of Secrets is refused; a NetworkPolicy missing
+// beside it is still found.
+func TestSweepLeavesAloneASecretItCannotTell(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		age           time.Duration
+		refuseSecrets bool
+	}{
+		"CreatedAMomentAgo": {age: 0},
+		"ListRefused":       {age: time.Hour, refuseSecrets: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newFenceServer(t)
+			s.age = tc.age
+			req := testRequest()
+			drivers := s.provider()
+			if _, err := drivers().Create(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			s.serve(t, req)
+			if err := s.Delete(ctx, s.secret(t, req)); err != nil {
+				t.Fatal(err)
+			}
+			s.refuseSecrets = tc.refuseSecrets
+			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
+				t.Fatalf("List: %v; want the sweep to go on", err)
+			}
+			if ok, progress := upToDate(t, drivers(), req); !ok {
+				t.Errorf("after the sweep the proxy reads out of date (%q); want it left as it reads", progress)
+			}
+			if !tc.refuseSecrets {
+				return
+			}
+			if err := s.Delete(ctx, s.policy(t, req)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			want := "the NetworkPolicy of the proxy is missing; it is created again"
+			if ok, progress := upToDate(t, drivers(), req); ok || progress != want {
+				t.Errorf("with the Secrets' list refused, a sweep after the NetworkPolicy's deletion: up to date %t, %q; want out of date, %q", ok, progress, want)
+			}
+		})
+	}
+}
+
+// The progress of a proxy missing two children names both, in the order
+// they are written, and says they are created again.
+func TestProgressNamesEveryMissingChild(t *testing.T) {
+	ctx := context.Background()
+	s := newFenceServer(t)
+	req := testRequest()
+	req.Extension = Exposure{ServiceType: string(corev1.ServiceTypeClusterIP)}
+	drivers := s.provider()
+	if _, err := drivers().Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// No pod serves: Get reads the Secret itself, and the Service always.
+	if err := s.Delete(ctx, s.secret(t, req)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: req.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "the Secret and Service of the proxy are missing; they are created again"
+	if ok, progress := upToDate(t, drivers(), req); ok || progress != want {
+		t.Errorf("Get: up to date %t, progress %q; want out of date, %q", ok, progress, want)
+	}
+	// Found by the sweep as well, the Secret is named once.
+	if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if ok, progress := upToDate(t, drivers(), req); ok || progress != want {
+		t.Errorf("Get after the sweep: up to date %t, progress %q; want out of date, %q", ok, progress, want)
+	}
+}
+
+// A Service deleted by hand while the pod serves needs no sweep: Get
+// reads the Service with the Deployment, finds it missing and Update
+// creates it again.
+func TestGetFindsAMissingServiceItself(t *testing.T) {
+	ctx := context.Background()
+	s := newFenceServer(t)
+	req := testRequest()
+	req.Extension = Exposure{ServiceType: string(corev1.ServiceTypeClusterIP)}
+	drivers := s.provider()
+	if _, err := drivers().Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	s.serve(t, req)
+	if err := s.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "egress", Name: req.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "the Service of the proxy is missing; it is created again"
+	if ok, progress := upToDate(t, drivers(), req); ok || progress != want {
+		t.Fatalf("Get: up to date %t, progress %q; want out of date, %q", ok, progress, want)
+	}
+	if _, err := drivers().Update(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark}, req); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if ok, progress := upToDate(t, drivers(), req); !ok {
+		t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
 	}
 }

@@ -135,9 +135,9 @@ type Driver struct {
 	// unfinished are the proxies whose Create made the Deployment but not
 	// all its children (the Cluster's; the driver's own when made by New).
 	unfinished *taken
-	// unfenced are the proxies List found without their NetworkPolicy
-	// (the Cluster's; the driver's own when made by New).
-	unfenced *taken
+	// absent are the children List found missing, per proxy (the
+	// Cluster's; the driver's own when made by New).
+	absent *absent
 	// refused are where the cluster refused a deletecollection (the
 	// Cluster's; the driver's own when made by New).
 	refused *refused
@@ -169,7 +169,7 @@ func New(o Options) *Driver {
 		now:        o.Now,
 		refused:    &refused{},
 		unfinished: &taken{},
-		unfenced:   &taken{},
+		absent:     &absent{},
 	}
 	if d.live == nil {
 		d.live = o.Client

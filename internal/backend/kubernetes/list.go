@@ -14,9 +14,9 @@ import (
 // List implements proxy.Driver: the Deployments in the config's namespace
 // carrying installationID's mark, and what of a proxy stands there
 // without its Deployment (listLeftovers). From the same lists it marks
-// the proxies without their NetworkPolicy (noteUnfenced): List is the
-// orphan sweep's, which runs for every config at the provider's start
-// and then at its interval.
+// the proxies without their Secret or NetworkPolicy (noteAbsent): List
+// is the orphan sweep's, which runs for every config at the provider's
+// start and then at its interval.
 func (d *Driver) List(ctx context.Context, installationID string) ([]proxy.Instance, error) {
 	return proxy.RunList(ctx, installationID, d.wrap, d.list)
 }
@@ -46,12 +46,13 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 		}
 		lg.Info("kubernetes Deployments listed: names", "ids", ids)
 	}
-	left, policies, err := d.listLeftovers(ctx, installationID, deps)
+	left, children, err := d.listLeftovers(ctx, installationID, deps)
 	if err != nil {
 		return nil, err
 	}
-	if d.cfg.NetworkPolicy && policies != nil {
-		d.noteUnfenced(ctx, l.Items, policies.Items)
+	if !d.cfg.NetworkPolicy {
+		delete(children, "NetworkPolicy")
 	}
+	d.noteAbsent(ctx, l.Items, children)
 	return append(out, left...), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -123,13 +124,18 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 			return proxy.Instance{}, fmt.Errorf("cannot get Service %s/%s: %w", dep.Namespace, dep.Name, err)
 		}
 	}
-	if d.cfg.NetworkPolicy && dep.DeletionTimestamp == nil && d.unfenced.has(client.ObjectKeyFromObject(dep)) {
+	if dep.DeletionTimestamp == nil {
 		// Found so by the orphan sweep's List: read from what it listed,
-		// not here, so that Get sends no request for it.
-		missing = append(missing, "NetworkPolicy")
+		// not here, so that Get sends no request for them (a Secret
+		// deleted while the pod serves is missed only by the next pod).
+		for _, kind := range d.absent.of(client.ObjectKeyFromObject(dep)) {
+			if kind != "NetworkPolicy" || d.cfg.NetworkPolicy {
+				missing = append(missing, kind)
+			}
+		}
 	}
 	o := d.observe(dep, pods, svc)
-	if o.probe == "" && dep.DeletionTimestamp == nil && d.now().Sub(dep.CreationTimestamp.Time) > secretCheckAfter {
+	if o.probe == "" && dep.DeletionTimestamp == nil && !slices.Contains(missing, "Secret") && d.now().Sub(dep.CreationTimestamp.Time) > secretCheckAfter {
 		// No pod serves long after creation: a Secret that was never
 		// created (a crash right after the Deployment) or was deleted keeps
 		// it from starting. One read, only for a proxy in this state.
@@ -145,7 +151,7 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		// Out of date whatever the hashes say: the controller calls Update,
 		// which creates them again.
 		o.inst.SpecHash = childrenMissing
-		o.inst.Progress = fmt.Sprintf("the %s of the proxy is missing; it is created again", strings.Join(missing, " and "))
+		o.inst.Progress = missingProgress(missing)
 	} else if o.inst.SpecHash != "" && dep.DeletionTimestamp == nil && d.unfinished.has(client.ObjectKeyFromObject(dep)) {
 		// Its Create failed to write a child (its NetworkPolicy, say):
 		// Update writes them all.

@@ -112,7 +112,7 @@ func Permissions(namespace string, cached bool) []Permission {
 // NetworkPolicy by its mark (deleteChildren), without which the garbage
 // collector deletes them; and the list of NetworkPolicies by the
 // installation's mark (List), without which a proxy whose NetworkPolicy
-// is missing is not found (noteUnfenced) nor one left without its
+// is missing is not found (noteAbsent) nor one left without its
 // Deployment reported.
 func OptionalPermissions(namespace string) []Permission {
 	return []Permission{

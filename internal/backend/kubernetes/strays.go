@@ -99,12 +99,12 @@ func (d *Driver) deleteStrays(ctx context.Context, strays []client.Object) error
 // nothing, and stray ReplicaSets and pods; one entry per proxy name and
 // UID. Objects with an owner are the garbage collector's. Secrets and
 // NetworkPolicies are listed only where the config's identity may list
-// them (a Forbidden list is skipped). It returns besides every
-// NetworkPolicy listed, owned or not (noteUnfenced reads them); nil where
-// that list was refused.
-func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps map[string]bool) ([]proxy.Instance, *networkingv1.NetworkPolicyList, error) {
+// them (a Forbidden list is skipped). It returns besides every Secret and
+// NetworkPolicy listed, owned or not, by kind (noteAbsent reads them); a
+// kind whose list was refused is left out.
+func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps map[string]bool) ([]proxy.Instance, map[string][]client.Object, error) {
 	ns := d.cfg.Namespace
-	var policies *networkingv1.NetworkPolicyList
+	children := map[string][]client.Object{}
 	sel := client.MatchingLabels{LabelManagedBy: ManagedBy, LabelInstallation: installationID}
 	type key struct{ name, uid string }
 	byKey := map[key]*proxy.Instance{}
@@ -148,11 +148,12 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 			for i := range l.Items {
 				objs = append(objs, &l.Items[i])
 			}
+			children["Secret"] = objs
 		case *networkingv1.NetworkPolicyList:
-			policies = l
 			for i := range l.Items {
 				objs = append(objs, &l.Items[i])
 			}
+			children["NetworkPolicy"] = objs
 		case *corev1.ServiceList:
 			for i := range l.Items {
 				objs = append(objs, &l.Items[i])
@@ -198,5 +199,5 @@ func (d *Driver) listLeftovers(ctx context.Context, installationID string, deps 
 		e.Progress = "the Deployment is gone; " + strings.Join(e.Leftovers, ", ") + " remain without it"
 		out = append(out, *e)
 	}
-	return out, policies, nil
+	return out, children, nil
 }
