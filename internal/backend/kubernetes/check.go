@@ -121,7 +121,7 @@ func (d *Driver) Check(ctx context.Context) proxy.Health {
 // DetailOptionalMissing is the health detail that names the
 // OptionalPermissions the identity lacks: a proxy's deletion then leaves
 // its Secret and NetworkPolicy to the garbage collector, or the orphan
-// sweep finds no proxy whose NetworkPolicy is missing.
+// sweep finds no proxy whose Secret or NetworkPolicy is missing.
 const DetailOptionalMissing = "optionalPermissionsMissing"
 
 // DetailNetworksUnknown is the health detail that says which of the

@@ -57,7 +57,7 @@ func newFenceServer(t *testing.T) *fenceServer {
 					}
 				case *authzv1.SelfSubjectAccessReview:
 					a := r.Spec.ResourceAttributes
-					r.Status.Allowed = !(s.refuseList && a.Resource == "networkpolicies" && a.Verb == "list")
+					r.Status.Allowed = a.Verb != "list" || !(s.refuseList && a.Resource == "networkpolicies" || s.refuseSecrets && a.Resource == "secrets")
 					return nil
 				}
 				obj.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-s.age)))
@@ -395,8 +395,8 @@ func TestSweepFindsAMissingSecret(t *testing.T) {
 
 // What the sweep does not call a missing Secret: that of a proxy created
 // a moment ago (its Create may be writing it as the list is read), and
-// none where the list of Secrets is refused; a NetworkPolicy missing
-// beside it is still found.
+// none where the list of Secrets is refused, which the config's health
+// names instead; a NetworkPolicy missing beside it is still found.
 func TestSweepLeavesAloneASecretItCannotTell(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
@@ -437,6 +437,11 @@ func TestSweepLeavesAloneASecretItCannotTell(t *testing.T) {
 			want := "the NetworkPolicy of the proxy is missing; it is created again"
 			if ok, progress := upToDate(t, drivers(), req); ok || progress != want {
 				t.Errorf("with the Secrets' list refused, a sweep after the NetworkPolicy's deletion: up to date %t, %q; want out of date, %q", ok, progress, want)
+			}
+			h := drivers().Check(ctx)
+			wantMissing := "list secrets in egress"
+			if got := h.Targets[0].Details[DetailOptionalMissing]; !h.Healthy() || !strings.Contains(got, wantMissing) {
+				t.Errorf("Check = healthy %t, %s %q; want healthy, naming %q", h.Healthy(), DetailOptionalMissing, got, wantMissing)
 			}
 		})
 	}

@@ -110,13 +110,14 @@ func Permissions(namespace string, cached bool) []Permission {
 // target cluster grants it, and does without otherwise, so the health
 // check does not ask for them: deletecollection of a proxy's Secret and
 // NetworkPolicy by its mark (deleteChildren), without which the garbage
-// collector deletes them; and the list of NetworkPolicies by the
-// installation's mark (List), without which a proxy whose NetworkPolicy
-// is missing is not found (noteAbsent) nor one left without its
-// Deployment reported.
+// collector deletes them; and the lists of Secrets and NetworkPolicies by
+// the installation's mark (List), without which a proxy whose Secret or
+// NetworkPolicy is missing is not found (noteAbsent) nor one left without
+// its Deployment reported.
 func OptionalPermissions(namespace string) []Permission {
 	return []Permission{
 		{Resource: "secrets", Verb: "deletecollection", Namespace: namespace},
+		{Resource: "secrets", Verb: "list", Namespace: namespace},
 		{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "deletecollection", Namespace: namespace},
 		{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "list", Namespace: namespace},
 	}

@@ -29,6 +29,8 @@ func TestPermissions(t *testing.T) {
 		{"a proxy's NetworkPolicy goes by its mark where granted", OptionalPermissions("proxies"), Permission{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "deletecollection", Namespace: "proxies"}, false},
 		{"a proxy's missing NetworkPolicy is found where granted", OptionalPermissions("proxies"), Permission{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "list", Namespace: "proxies"}, false},
 		{"listing NetworkPolicies is not asked for by the health check", remote, Permission{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "list", Namespace: "proxies"}, true},
+		{"a proxy's missing Secret is found where granted", OptionalPermissions("proxies"), Permission{Resource: "secrets", Verb: "list", Namespace: "proxies"}, false},
+		{"listing Secrets is not asked for by the health check", remote, Permission{Resource: "secrets", Verb: "list", Namespace: "proxies"}, true},
 	} {
 		if got := has(tc.ps, tc.want); got == tc.not {
 			t.Errorf("%s: %v in the list = %t; want %t", tc.name, tc.want, got, !tc.not)
