@@ -194,15 +194,15 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 			"host %s has %d MiB of memory available; machine type %s needs %d MiB", p.host.Name, mem.Available()>>20, p.req.Placement.MachineType, want>>20)}
 	}
 	if !ready {
-		job, started := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, &d.b.wg, func(j *imageJob) func() error {
-			return d.b.backgroundFetch(ctx, d.target(p.host), p.image, j, limits{maxBytes: d.cfg.maxImageBytes(), perHost: d.cfg.maxDownloadsPerHost(),
-				reserve: uint64(d.cfg.DiskSizeGB)<<30 + seedReserve})
+		lim := d.limits()
+		job, started := d.b.images.start(Target{Host: p.host}.endpoint()+"/"+pool.Name+"/"+p.image.volume(), p.image, lim, &d.b.wg, func(j *imageJob) func() error {
+			return d.b.backgroundFetch(ctx, d.target(p.host), p.image, j)
 		})
 		if !started {
 			// Another create's download: this create's span leads to it.
 			trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: job.span})
 		}
-		done, jerr := job.finished()
+		done, jerr := job.result(lim, p.host.Name)
 		switch {
 		case done && jerr != nil:
 			return proxy.Instance{}, jerr
@@ -217,6 +217,11 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 	}
 	log.V(1).Info("kvm domain defined and started")
 	return d.provisioning(p, ""), nil
+}
+
+// limits are the config's download limits, for a proxy's image.
+func (d *Driver) limits() limits {
+	return limits{maxBytes: d.cfg.maxImageBytes(), perHost: d.cfg.maxDownloadsPerHost(), reserve: uint64(d.cfg.DiskSizeGB)<<30 + seedReserve}
 }
 
 // provisioning is the view of an instance Create just started.
@@ -449,9 +454,19 @@ func (pe *pending) view() proxy.Instance {
 	return pe.d.provisioning(pe.plan, progress)
 }
 
+// failure is the error of pe's background work, or its config's refusal
+// as soon as the download it waits for shows the image is above that
+// config's limits: pe then stops waiting, and the download goes on for
+// the others.
 func (pe *pending) failure() error {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
+	if pe.err == nil {
+		if err := pe.job.refusal(pe.d.limits(), pe.plan.host.Name); err != nil {
+			pe.err = pe.d.wrap(err, proxy.OpCreate)
+			pe.cancel()
+		}
+	}
 	return pe.err
 }
 
@@ -503,7 +518,7 @@ func (b *Backend) addPending(ctx context.Context, d *Driver, p *plan, job *image
 		fctx, span := b.tracer.Start(ctx, spanFinish, trace.WithLinks(links...),
 			trace.WithAttributes(attribute.String(attrHost, p.host.Name), attribute.String(attrDomain, p.req.Name)))
 		defer span.End()
-		err := job.err
+		_, err := job.result(d.limits(), p.host.Name)
 		if err == nil {
 			err = d.finishPending(fctx, pe)
 		}

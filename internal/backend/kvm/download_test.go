@@ -133,10 +133,10 @@ func TestImage_failedJobsAreForgotten(t *testing.T) {
 	c.failedTTL = 0
 	var wg sync.WaitGroup
 	for _, u := range []string{"http://a.example/1", "http://a.example/2", "http://a.example/3"} {
-		j, _ := c.start(u, resolvedImage{Key: "url", URL: u}, &wg, func(*imageJob) func() error { return func() error { return proxy.Permanentf("404") } })
+		j, _ := c.start(u, resolvedImage{Key: "url", URL: u}, limits{}, &wg, func(*imageJob) func() error { return func() error { return proxy.Permanentf("404") } })
 		<-j.done
 	}
-	c.start("http://a.example/ok", resolvedImage{Key: "url"}, &wg, func(*imageJob) func() error { return func() error { return nil } })
+	c.start("http://a.example/ok", resolvedImage{Key: "url"}, limits{}, &wg, func(*imageJob) func() error { return func() error { return nil } })
 	wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -89,6 +89,8 @@ func (i resolvedImage) label() string {
 // by requests through the same guard. A finished download is forgotten
 // (the marker on the host is the truth); a failed one is remembered for
 // failedTTL so that Creates report its error instead of retrying at once.
+// A job downloads under the limits of the config that started it; every
+// request that joins it holds it to its own (imageJob.result).
 type imageCache struct {
 	failedTTL time.Duration
 
@@ -97,12 +99,25 @@ type imageCache struct {
 }
 
 type imageJob struct {
-	image   resolvedImage
+	image resolvedImage
+	// lim are the limits of the config that started the job, which the
+	// download stops at.
+	lim     limits
 	done    chan struct{}
 	err     error
 	total   atomic.Int64
 	written atomic.Int64
-	ended   time.Time
+	// declared is the size the GET declared, once it answered; 0 while
+	// unknown or when it declared none.
+	declared atomic.Int64
+	// overCap is set when the download stopped at lim.maxBytes.
+	overCap atomic.Bool
+	// available is what pool had once the size was known; checked is
+	// set after both. Each request's own need is held to it.
+	available uint64
+	pool      string
+	checked   atomic.Bool
+	ended     time.Time
 	// queued is set while the job waits for a download slot on its host.
 	queued atomic.Bool
 	// span is the download's span (a child of the create that started
@@ -110,7 +125,10 @@ type imageJob struct {
 	span trace.SpanContext
 }
 
-// limits are the download limits of the config that started a job.
+// limits are a config's download limits. The job runs under those of
+// the config that started it; every request that joins it is held to
+// its own cap and reserve (imageJob.refusal). perHost is not: the job is
+// one download on the host, whoever joins it.
 type limits struct {
 	// maxBytes caps the image's size.
 	maxBytes int64
@@ -131,6 +149,24 @@ func tooLarge(img resolvedImage, size, limit int64) error {
 	return proxy.Permanentf("image %s is %d MiB, more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), size>>20, limit>>20)
 }
 
+// poolFull is the error of a pool whose available bytes do not cover
+// an image of size and the reserve of the proxy waiting for it. A
+// tenant's (img.guard set) does not say the size its server declared.
+func poolFull(img resolvedImage, pool, host string, available uint64, size int64, reserve uint64) error {
+	if img.guard != nil {
+		return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
+			"storage pool %s on host %s has %d MiB available, less than image %s and the proxy need", pool, host, available>>20, img.label())}
+	}
+	return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
+		"storage pool %s on host %s has %d MiB available; image %s (%d MiB) and the proxy need %d MiB", pool, host, available>>20, img.label(), size>>20, (uint64(size)+reserve)>>20)}
+}
+
+// streamsMore is the error of an image without a declared size that
+// streams past the cap.
+func streamsMore(img resolvedImage, limit int64) error {
+	return proxy.Permanentf("image %s streams more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), limit>>20)
+}
+
 func newImageCache() *imageCache {
 	return &imageCache{failedTTL: 30 * time.Second, jobs: map[string]*imageJob{}}
 }
@@ -147,6 +183,58 @@ func (j *imageJob) progress() string {
 	return fmt.Sprintf("downloading image %s: %d%% (%d of %d MiB)", j.image.label(), written*100/total, written>>20, total>>20)
 }
 
+// refusal is the error of a request with the limits lim, for a proxy
+// on host, as soon as j shows the image is above lim's cap (the size its
+// GET declared, or what it streamed without one) or the pool it checked
+// lacks room for the image and lim's reserve; nil before: the refusal the
+// request would have had downloading the image alone. The job goes on
+// for the requests it fits.
+func (j *imageJob) refusal(lim limits, host string) error {
+	declared := j.declared.Load()
+	switch {
+	case declared > lim.maxBytes:
+		return tooLarge(j.image, declared, lim.maxBytes)
+	case declared <= 0 && (j.written.Load() > lim.maxBytes || (j.overCap.Load() && j.lim.maxBytes > lim.maxBytes)):
+		return streamsMore(j.image, lim.maxBytes)
+	}
+	if j.checked.Load() {
+		if size := j.total.Load(); j.available < uint64(size)+lim.reserve {
+			return poolFull(j.image, j.pool, host, j.available, size, lim.reserve)
+		}
+	}
+	return nil
+}
+
+// result is j's outcome for a request with the limits lim, for a proxy
+// on host: its refusal, else whether j ended and its error. A job
+// stopped at a limit the request's are above is not the request's
+// failure: it is Transient, and the request's next Create downloads the
+// image again under its own limits (imageCache.start).
+func (j *imageJob) result(lim limits, host string) (bool, error) {
+	if err := j.refusal(lim, host); err != nil {
+		return true, err
+	}
+	done, err := j.finished()
+	if done && err != nil && j.stoppedShortOf(lim) {
+		return true, proxy.Transientf("image %s: the download another config started stopped at that config's limits (kvm.maxImageSizeGiB, or the pool space its proxy's disk needs), which this config's are above; this config's own download starts on the next attempt", j.image.label())
+	}
+	return done, err
+}
+
+// stoppedShortOf reports whether j stopped at a limit of the config that
+// started it that lim would have let it pass: its smaller cap, or its
+// larger reserve on a pool with room for lim's.
+func (j *imageJob) stoppedShortOf(lim limits) bool {
+	if j.overCap.Load() {
+		return j.lim.maxBytes < lim.maxBytes
+	}
+	if !j.checked.Load() {
+		return false
+	}
+	size := uint64(j.total.Load())
+	return j.available < size+j.lim.reserve && j.available >= size+lim.reserve
+}
+
 func (j *imageJob) finished() (bool, error) {
 	select {
 	case <-j.done:
@@ -158,9 +246,10 @@ func (j *imageJob) finished() (bool, error) {
 
 // start returns the job for key, and whether this call started it, which
 // it does when there is none (or the last one failed longer than
-// failedTTL ago): begin, called at once, prepares the new job and returns
-// its work, which runs in the background.
-func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, begin func(j *imageJob) (run func() error)) (*imageJob, bool) {
+// failedTTL ago, or stopped short of lim, the caller's): begin, called at
+// once, prepares the new job and returns its work, which runs in the
+// background under lim.
+func (c *imageCache) start(key string, img resolvedImage, lim limits, wg *sync.WaitGroup, begin func(j *imageJob) (run func() error)) (*imageJob, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Failures are forgotten after failedTTL, whether or not anyone asks
@@ -172,11 +261,11 @@ func (c *imageCache) start(key string, img resolvedImage, wg *sync.WaitGroup, be
 		}
 	}
 	if j := c.jobs[key]; j != nil {
-		if done, err := j.finished(); !done || (err != nil && time.Since(j.ended) < c.failedTTL) {
+		if done, err := j.finished(); !done || (err != nil && time.Since(j.ended) < c.failedTTL && !j.stoppedShortOf(lim)) {
 			return j, false
 		}
 	}
-	j := &imageJob{image: img, done: make(chan struct{})}
+	j := &imageJob{image: img, lim: lim, done: make(chan struct{})}
 	c.jobs[key] = j
 	run := begin(j)
 	wg.Add(1)
@@ -252,7 +341,7 @@ func (b *Backend) imageSize(ctx context.Context, img resolvedImage) int64 {
 // ctx (its logger and instance scope), in the span kvm.image.fetch, a
 // child of the create's, under which the download's dial, libvirt calls
 // and HTTP request are.
-func (b *Backend) backgroundFetch(ctx context.Context, t Target, img resolvedImage, j *imageJob, lim limits) func() error {
+func (b *Backend) backgroundFetch(ctx context.Context, t Target, img resolvedImage, j *imageJob) func() error {
 	bg, stop := b.background(ctx)
 	bg, span := b.tracer.Start(bg, spanFetch, trace.WithAttributes(attribute.String(attrHost, t.Host.Name),
 		attribute.String(attrPool, t.Host.pool()), attribute.String(attrVolume, img.volume())))
@@ -261,7 +350,7 @@ func (b *Backend) backgroundFetch(ctx context.Context, t Target, img resolvedIma
 		defer stop()
 		defer span.End()
 		t0 := time.Now()
-		err := b.fetchImage(bg, t, img, j, lim)
+		err := b.fetchImage(bg, t, img, j)
 		kv := []any{"image", img.label(), "volume", img.volume(), "bytes", j.written.Load(), "duration", time.Since(t0).Round(time.Millisecond).String()}
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -277,7 +366,8 @@ func (b *Backend) backgroundFetch(ctx context.Context, t Target, img resolvedIma
 // anyone's calls), streaming from the URL into StorageVolUpload with a
 // running sha256: memory stays constant whatever the image's size. A base
 // left without a marker by an earlier attempt is deleted and redone.
-func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j *imageJob, lim limits) (err error) {
+func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j *imageJob) (err error) {
+	lim := j.lim
 	// One tenant's images cannot take every download of a host: wait for
 	// a slot (outside the upload budget, which starts with the download).
 	owner := downloadOwner(ctx, img)
@@ -313,7 +403,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	// libvirt calls keep their own budgets.
 	wctx, watch := newIdleWatch(ctx, b.budgets.ImageIdle)
 	defer watch.stop()
-	body, size, err := b.download(wctx, img, j, lim.maxBytes, watch)
+	body, size, err := b.download(wctx, img, j, watch)
 	if err != nil {
 		return err
 	}
@@ -325,14 +415,10 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	if err != nil {
 		return classify(proxy.OpCreate, err)
 	}
-	if need := uint64(size) + lim.reserve; info.Available < need {
-		if img.guard != nil {
-			// Not the image's size: its server declared it.
-			return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
-				"storage pool %s on host %s has %d MiB available, less than image %s and the proxy need", pool.Name, t.Host.Name, info.Available>>20, img.label())}
-		}
-		return &proxy.Error{Class: proxy.ClassQuota, Reason: "PoolFull", Err: proxy.Quotaf(
-			"storage pool %s on host %s has %d MiB available; image %s (%d MiB) and the proxy need %d MiB", pool.Name, t.Host.Name, info.Available>>20, img.label(), size>>20, need>>20)}
+	j.available, j.pool = info.Available, pool.Name
+	j.checked.Store(true)
+	if info.Available < uint64(size)+lim.reserve {
+		return poolFull(img, pool.Name, t.Host.Name, info.Available, size, lim.reserve)
 	}
 
 	x, err := volumeXML(img.volume(), uint64(size), "raw", "", "")
@@ -387,7 +473,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 // the body of a platform's image is spooled to a temporary file first,
 // since the volume's size must be declared before the upload; memory
 // stays constant either way. A tenant's image needs a Content-Length.
-func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, maxBytes int64, watch *idleWatch) (body io.ReadCloser, size int64, err error) {
+func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, watch *idleWatch) (body io.ReadCloser, size int64, err error) {
 	u, _ := url.Parse(img.URL)
 	host := ""
 	if u != nil {
@@ -440,9 +526,13 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		_ = resp.Body.Close()
 		return nil, 0, proxy.Permanentf("image %s: the server answered %s", img.label(), status)
 	}
-	if resp.ContentLength > maxBytes {
+	if resp.ContentLength > 0 {
+		j.declared.Store(resp.ContentLength)
+	}
+	if resp.ContentLength > j.lim.maxBytes {
 		_ = resp.Body.Close()
-		return nil, 0, tooLarge(img, resp.ContentLength, maxBytes)
+		j.overCap.Store(true)
+		return nil, 0, tooLarge(img, resp.ContentLength, j.lim.maxBytes)
 	}
 	switch {
 	case resp.ContentLength > 0:
@@ -457,7 +547,7 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 		_ = resp.Body.Close()
 		return nil, 0, proxy.Permanentf("image %s: its server sends no Content-Length, and the image of a namespaced ProviderConfig or of a proxy's image URL is downloaded only with one: serve it with a Content-Length", img.label())
 	}
-	body, size, err = spoolBody(resp.Body, img, j, maxBytes)
+	body, size, err = spoolBody(resp.Body, img, j)
 	if idle := watch.err(img); err != nil && idle != nil {
 		return nil, 0, idle
 	}
@@ -467,19 +557,21 @@ func (b *Backend) download(ctx context.Context, img resolvedImage, j *imageJob, 
 // spoolBody copies the body of an image without a Content-Length into an
 // unlinked temporary file, within the process's spool budget
 // (imageSpool), and returns the file, rewound, and its size.
-func spoolBody(body io.ReadCloser, img resolvedImage, j *imageJob, maxBytes int64) (io.ReadCloser, int64, error) {
+func spoolBody(body io.ReadCloser, img resolvedImage, j *imageJob) (io.ReadCloser, int64, error) {
 	defer func() { _ = body.Close() }()
 	f, err := imageSpool.create()
 	if err != nil {
 		return nil, 0, proxy.Transientf("image %s: spooling: %v", img.label(), err)
 	}
 	// The spool stops one byte past the cap: disk use is bounded too.
-	n, err := io.Copy(f, &countingReader{r: io.LimitReader(body, maxBytes+1), n: &j.written})
-	j.written.Store(0)
-	if err == nil && n > maxBytes {
+	n, err := io.Copy(f, &countingReader{r: io.LimitReader(body, j.lim.maxBytes+1), n: &j.written})
+	if err == nil && n > j.lim.maxBytes {
 		_ = f.Close()
-		return nil, 0, proxy.Permanentf("image %s streams more than the %d MiB the config allows (kvm.maxImageSizeGiB)", img.label(), maxBytes>>20)
+		j.overCap.Store(true)
+		j.written.Store(0)
+		return nil, 0, streamsMore(img, j.lim.maxBytes)
 	}
+	j.written.Store(0)
 	if err != nil {
 		_ = f.Close()
 		return nil, 0, spoolError(img, err)
