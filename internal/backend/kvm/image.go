@@ -171,14 +171,20 @@ func newImageCache() *imageCache {
 	return &imageCache{failedTTL: 30 * time.Second, jobs: map[string]*imageJob{}}
 }
 
-// progress is the job's progress for the Ready condition.
+// progress is the job's progress for the Ready condition. A tenant's
+// (image.guard set) says how far it is, not the size its server
+// declared, as its size and pool errors do not: what a tenant's endpoint
+// answers the provider is not quoted back.
 func (j *imageJob) progress() string {
 	if j.queued.Load() {
 		return fmt.Sprintf("downloading image %s: waiting for the downloads running on the host to finish", j.image.label())
 	}
 	total, written := j.total.Load(), j.written.Load()
-	if total <= 0 {
+	switch {
+	case total <= 0:
 		return fmt.Sprintf("downloading image %s: starting", j.image.label())
+	case j.image.guard != nil:
+		return fmt.Sprintf("downloading image %s: %d%%", j.image.label(), written*100/total)
 	}
 	return fmt.Sprintf("downloading image %s: %d%% (%d of %d MiB)", j.image.label(), written*100/total, written>>20, total>>20)
 }
