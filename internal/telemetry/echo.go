@@ -13,6 +13,14 @@ var invalidField = regexp.MustCompile(`Invalid value for field '([^']*)': `)
 // period and the space (or the end) that start Compute Engine's reason.
 var valueEnd = regexp.MustCompile(`'\.(?:\s|$)`)
 
+// knownReason is what may follow a hidden value, from its period on:
+// nothing, or one of the reasons Compute Engine gives for a metadata
+// field, exactly. The value may hold its own closing quote and period
+// and go on (and Compute Engine may close it with a bare quote, or cut
+// it), so text after the last of them is kept only when it is one of
+// these: anything else could be the rest of the value.
+var knownReason = regexp.MustCompile(`^\.(?:\s+(?:Metadata has duplicate keys\.|Must be at most \d+ bytes\.|Must be a match of regex '\[a-zA-Z0-9-_\]\{1,128\}'\.?))?\s*$`)
+
 // MetadataValueNotShown stands for an instance metadata value a message
 // of Compute Engine quoted.
 const MetadataValueNotShown = "(the value is not shown: metadata holds secrets)"
@@ -26,9 +34,10 @@ const MetadataValueNotShown = "(the value is not shown: metadata holds secrets)"
 // Compute Engine quotes the value as it is ('V'. Why), so the value
 // (cloud-init, the htpasswd, a TLS key) may hold quotes, newlines and
 // the closing quote and period themselves: it is taken to end at the
-// last closing quote and period of the message. Nothing of it can then
-// show; a reason that itself quotes a value this way loses its part up
-// to that quote, and a value with no such end hides all that follows.
+// last closing quote and period of the message, and what follows is
+// kept only when it is a reason Compute Engine gives (knownReason);
+// otherwise all that follows the field's name is hidden. Nothing of the
+// value can then show.
 func WithoutMetadataValues(msg string) string {
 	var out strings.Builder
 	for {
@@ -46,8 +55,11 @@ func WithoutMetadataValues(msg string) string {
 		if !strings.HasPrefix(rest, "'") || len(ends) == 0 || ends[len(ends)-1][0] == 0 {
 			return out.String()
 		}
-		// From the period on: the reason.
+		// From the period on: the reason, if it is one.
 		msg = rest[ends[len(ends)-1][0]+1:]
+		if !knownReason.MatchString(msg) {
+			return out.String()
+		}
 	}
 }
 

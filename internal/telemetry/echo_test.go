@@ -53,6 +53,12 @@ func TestWithoutMetadataValues(t *testing.T) {
 			in:   "Quota 'CPUS' exceeded.",
 			want: "Quota 'CPUS' exceeded.",
 		},
+		// A reason not known to be Compute Engine's may be the rest of
+		// the value: it goes with it.
+		"an unknown reason": {
+			in:   "Invalid value for field 'resource.metadata': 'secret'. Something else went wrong.",
+			want: "Invalid value for field 'resource.metadata': " + MetadataValueNotShown,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -96,6 +102,28 @@ func TestWithoutMetadataValuesSentinels(t *testing.T) {
 		"after another field": func(v string) string {
 			return "Invalid value for field 'resource.machineType': 'zones/z/machineTypes/x'. Invalid value for field 'resource.metadata.items[0].value': '" + v + "'. " + why
 		},
+	}
+	// Closed otherwise than by a quote and a period, or cut: what follows
+	// a closing quote and period inside the value is the value's.
+	unknownEnds := map[string]func(v string) string{
+		"a bare closing quote": func(v string) string {
+			return "Invalid value for field 'resource.metadata.items[0].value': '" + v + "'"
+		},
+		"a quote and a comma": func(v string) string {
+			return "Invalid value for field 'resource.metadata.items[0].value': '" + v + "', must be at most 262144 bytes"
+		},
+		"cut": func(v string) string {
+			return "Invalid value for field 'resource.metadata.items[0].value': '" + v[:len(v)-1]
+		},
+	}
+	for fn, form := range unknownEnds {
+		for vn, v := range map[string]string{"closing inside": "echo 'hi'. " + s + "'", "closing, then words": "a'. " + s + " b'. c"} {
+			t.Run(fn+"/"+vn, func(t *testing.T) {
+				if got := WithoutMetadataValues(form(v)); strings.Contains(got, s) {
+					t.Errorf("the value shows: %q", got)
+				}
+			})
+		}
 	}
 	for fn, form := range forms {
 		for vn, v := range values {
