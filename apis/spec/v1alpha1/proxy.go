@@ -231,6 +231,15 @@ type ProxyObservation struct {
 	// status without it keeps nothing a check has not seen again.
 	// +optional
 	EgressIPCheckedWith string `json:"egressIPCheckedWith,omitempty"`
+	// EgressIPsBefore are the egress addresses last checked while the
+	// instance that had them is replaced or moved to another address (a
+	// new pod, a recreated VM) and its own are not checked yet: EgressIP
+	// is empty then, and the first check of the new instance is compared
+	// with these, so that a new address is reported as a change (the
+	// EgressVerified condition Changed, an EgressIPChanged event).
+	// +optional
+	// +listType=atomic
+	EgressIPsBefore []string `json:"egressIPsBefore,omitempty"`
 	// Placement actually used.
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`

@@ -822,6 +822,11 @@ func (in *ProxyObservation) DeepCopyInto(out *ProxyObservation) {
 		in, out := &in.EgressIPVerifiedAt, &out.EgressIPVerifiedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.EgressIPsBefore != nil {
+		in, out := &in.EgressIPsBefore, &out.EgressIPsBefore
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Placement != nil {
 		in, out := &in.Placement, &out.Placement
 		*out = new(Placement)

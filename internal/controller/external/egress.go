@@ -83,6 +83,9 @@ type egressBefore struct {
 	// id and created are the instance status described.
 	id      string
 	created *metav1.Time
+	// replaced are the addresses checked of an instance since replaced
+	// or moved (egressIPsBefore), while its own are not checked yet.
+	replaced []string
 }
 
 func egressOf(o *spec.ProxyObservation) egressBefore {
@@ -92,7 +95,8 @@ func egressOf(o *spec.ProxyObservation) egressBefore {
 		// described it then, without the backend's figure.
 		through = routeOf(o.IP, "")
 	}
-	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, through: through, with: o.EgressIPCheckedWith, id: o.ID, created: o.CreatedAt}
+	return egressBefore{ip: o.EgressIP, ips: o.EgressIPs, source: o.EgressIPSource, at: o.EgressIPVerifiedAt, through: through, with: o.EgressIPCheckedWith, id: o.ID, created: o.CreatedAt,
+		replaced: o.EgressIPsBefore}
 }
 
 // egressRoute is what an egress check of inst goes through, and what its
@@ -197,7 +201,17 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	check := req.Proxy.EgressCheck
 	o := cr.Observation()
 	o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt, o.EgressIPCheckedThrough, o.EgressIPCheckedWith = inst.EgressIP, nil, "", nil, "", ""
+	// The addresses of a replaced instance stay until its successor's are
+	// checked (or the check is turned off): see replacedBy.
+	o.EgressIPsBefore = nil
+	if check != nil {
+		o.EgressIPsBefore = before.replaced
+	}
 	defer func() {
+		if o.EgressIPSource == spec.EgressIPVerified || o.EgressIPSource == spec.EgressIPReported {
+			// Checked: a change from them is told now or never.
+			o.EgressIPsBefore = nil
+		}
 		if len(o.EgressIPs) == 0 && o.EgressIP != "" {
 			o.EgressIPs = []string{o.EgressIP}
 		}
@@ -233,23 +247,32 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 	// (sameURL).
 	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
 	keepIf := func(ok bool) {
-		if checked && ok && before.sameURL(check.URL) {
-			o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
-			o.EgressIPCheckedThrough, o.EgressIPCheckedWith = before.through, before.with
-			inst.EgressIP = o.EgressIP
+		if !checked || !before.sameURL(check.URL) {
+			return
 		}
+		if !ok {
+			// Not this instance's, or not through its route, any more:
+			// its successor's first check is compared with it.
+			o.EgressIPsBefore = replacedBy(before, check.URL)
+			return
+		}
+		o.EgressIP, o.EgressIPs, o.EgressIPSource, o.EgressIPVerifiedAt = before.ip, before.ips, before.source, before.at
+		o.EgressIPCheckedThrough, o.EgressIPCheckedWith = before.through, before.with
+		inst.EgressIP = o.EgressIP
 	}
 	keep := func() { keepIf(before.sameRoute(*inst)) }
 	var c xpv2.Condition
 	switch {
 	case !ready && checked && !before.sameInstance(*inst):
 		// A recreated instance booting: the address checked was the
-		// last one's.
+		// last one's, kept to compare its successor's with.
+		o.EgressIPsBefore = replacedBy(before, check.URL)
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "a new instance replaced the one whose egress address was checked; its own is checked once its proxy answers")
 	case !ready && checked && inst.IP != "" && !before.sameAddress(*inst):
 		// Booting where the backend names another address (an
 		// ephemeral address after a stop, a pod on another node): the
 		// address checked was the old one's.
+		o.EgressIPsBefore = replacedBy(before, check.URL)
 		c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "the instance's address changed since its egress address was checked; the new one is checked once its proxy answers")
 	case !ready && checked && !before.sameURL(check.URL):
 		// The address was another URL's word (or status does not say
@@ -293,14 +316,10 @@ func (e *external[P]) setEgress(ctx context.Context, cr Resource[P], inst *proxy
 		}
 		switch {
 		case r.IP == "" && r.Error == "":
-			if !r.Moved {
-				keep()
-			}
+			keepIf(!r.Moved && before.sameRoute(*inst))
 			c = egressCondition(corev1.ConditionUnknown, reasonEgressPending, "checking the egress address through the proxy with "+shownURL(check.URL))
 		case r.IP == "":
-			if !r.Moved {
-				keep()
-			}
+			keepIf(!r.Moved && before.sameRoute(*inst))
 			c = egressCondition(corev1.ConditionFalse, reasonEgressFailed, fmt.Sprintf("the egress check through the proxy with %s failed: %s", shownURL(r.URL), r.Error))
 		default:
 			at := metav1.NewTime(r.At)
@@ -462,13 +481,28 @@ func (e *external[P]) reported(cr Resource[P], inst *proxy.Instance, backendIP s
 	return egressCondition(corev1.ConditionTrue, reasonEgressReported, seen)
 }
 
+// replacedBy are the addresses status checked (before) of an instance
+// being replaced, which its successor's first check is compared with:
+// none when another echo URL saw them, whose word is not this one's.
+func replacedBy(before egressBefore, url string) []string {
+	if !before.sameURL(url) {
+		return nil
+	}
+	return slices.Clone(before.addresses())
+}
+
 // changed is the Changed condition when ips are not the addresses checked
-// before, or kept for an interval after a change, so that the change can
-// be read: the checks an instance's changes bring (a rollout brings
+// before (of this instance, or of the one it replaced: egressIPsBefore),
+// or kept for an interval after a change, so that the change can be
+// read: the checks an instance's changes bring (a rollout brings
 // several) do not hide it at once.
 func (e *external[P]) changed(cr Resource[P], ips []string, seen string, before egressBefore) (xpv2.Condition, bool) {
 	was := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
 	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
+	if before.ip == "" && len(before.replaced) > 0 {
+		// The first check of a replacement: against its predecessor's.
+		before.ip, before.ips, checked = before.replaced[0], before.replaced, true
+	}
 	switch {
 	case len(ips) == 1 && len(before.addresses()) < 2 && before.ip != "" && before.ip != ips[0] && checked:
 		return egressCondition(corev1.ConditionTrue, reasonEgressChanged, fmt.Sprintf("the egress address changed from %s to %s: %s", before.ip, ips[0], seen)), true

@@ -214,10 +214,15 @@ func TestSetEgress(t *testing.T) {
 			wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
 		"ReportedFromInside": {kind: egressKind(), steps: []step{{remote, ""}},
 			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
-		// The new pod reported nothing at first: no address was published
-		// in between, so its report is no change.
+		// The new pod reported nothing at first: no address is published
+		// in between, and its report is compared with the old pod's
+		// (egressIPsBefore), a change whether or not the provider saw
+		// the silence.
 		"ANewPodsReportAfterItsSilence": {kind: egressKind(), steps: []step{{remote, ""}, {remoteNew, ""}, {remoteMoved, ""}},
-			wantIP: "203.0.113.4", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
+			wantIP: "203.0.113.4", wantSource: spec.EgressIPReported, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
+			wantMsg: []string{"changed from 203.0.113.3 to 203.0.113.4"}, wantEvents: []string{"Warning EgressIPChanged"}},
+		"ANewPodsSameReportAfterItsSilence": {kind: egressKind(), steps: []step{{remote, ""}, {remoteNew, ""}, {remote, ""}},
+			wantIP: "203.0.113.3", wantSource: spec.EgressIPReported, wantCond: reasonEgressReported, wantStatus: corev1.ConditionTrue},
 		"ReportedChangeAfterANewPodReports": {kind: egressKind(), steps: []step{{remote, ""}, {remoteMoved, ""}},
 			wantIP: "203.0.113.4", wantSource: spec.EgressIPReported, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
 			wantEvents: []string{"Warning EgressIPChanged"}},
