@@ -260,9 +260,11 @@ type KVMConfig struct {
 	// +listType=map
 	// +listMapKey=name
 	Hosts []KVMHost `json:"hosts"`
-	// MaxImageSizeGiB caps every image download, as the server declares it
-	// and as it streams: a larger image fails the proxies that need it and
-	// leaves nothing in the pool.
+	// MaxImageSizeGiB is the largest image this config's proxies boot
+	// from, whether they download it, join another config's download of
+	// it, or find it in the pool already: a larger image fails them. A
+	// download is held to it as the server declares the size and as it
+	// streams, and one this config starts leaves nothing in the pool.
 	// +optional
 	// +kubebuilder:default=20
 	// +kubebuilder:validation:Minimum=1

@@ -155,13 +155,24 @@ func (d *Driver) create(ctx context.Context, req proxy.Request) (proxy.Instance,
 		return proxy.Instance{}, proxy.Permanentf("storage pool %s on host %s is not active", pool.Name, p.host.Name)
 	}
 	need := uint64(d.cfg.DiskSizeGB)<<30 + seedReserve
-	ready, err := imageReady(ctx, api, pool, p.image)
+	base, ready, err := imageReady(ctx, api, pool, p.image)
 	if err != nil {
 		return proxy.Instance{}, err
 	}
-	if !ready {
+	limit := d.cfg.maxImageBytes()
+	if ready {
+		// The cap is the largest image the config's proxies boot from,
+		// whichever config's download put it in the pool.
+		size, err := baseSize(ctx, api, p.image, base)
+		if err != nil {
+			return proxy.Instance{}, err
+		}
+		if size > limit {
+			return proxy.Instance{}, tooLarge(p.image, size, limit)
+		}
+	} else {
 		size := max(d.b.imageSize(ctx, p.image), 0)
-		if limit := d.cfg.maxImageBytes(); size > limit {
+		if size > limit {
 			return proxy.Instance{}, tooLarge(p.image, size, limit)
 		}
 		need += uint64(size)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -290,36 +291,51 @@ func (c *imageCache) start(key string, img resolvedImage, lim limits, wg *sync.W
 }
 
 // imageReady reports whether the base volume and a marker matching the
-// configured digest are in the pool. A marker whose digest differs from
-// the configured sha256 is Permanent: replacing the base would corrupt the
-// overlays backed by it.
-func imageReady(ctx context.Context, api Libvirt, pool libvirt.StoragePool, img resolvedImage) (bool, error) {
+// configured digest are in the pool, and the base volume when they are. A
+// marker whose digest differs from the configured sha256 is Permanent:
+// replacing the base would corrupt the overlays backed by it.
+func imageReady(ctx context.Context, api Libvirt, pool libvirt.StoragePool, img resolvedImage) (libvirt.StorageVol, bool, error) {
 	m, err := api.StorageVolLookupByName(ctx, pool, img.marker())
 	if isCode(err, libvirt.ErrNoStorageVol) {
-		return false, nil
+		return libvirt.StorageVol{}, false, nil
 	}
 	if err != nil {
-		return false, err
+		return libvirt.StorageVol{}, false, err
 	}
 	var buf bytes.Buffer
 	if err := api.StorageVolDownload(ctx, m, &buf, 64); err != nil {
-		return false, err
+		return libvirt.StorageVol{}, false, err
 	}
 	got := strings.TrimSpace(buf.String())
 	if len(got) != 64 {
-		return false, nil // a marker cut short: redo
+		return libvirt.StorageVol{}, false, nil // a marker cut short: redo
 	}
 	if img.SHA256 != "" && got != img.SHA256 {
-		return false, proxy.Permanentf("base image %s in pool %s holds sha256 %s, but the config says %s; it is not replaced because overlays back onto it: add a new image key",
+		return libvirt.StorageVol{}, false, proxy.Permanentf("base image %s in pool %s holds sha256 %s, but the config says %s; it is not replaced because overlays back onto it: add a new image key",
 			img.volume(), pool.Name, got, img.SHA256)
 	}
-	if _, err := api.StorageVolLookupByName(ctx, pool, img.volume()); err != nil {
+	base, err := api.StorageVolLookupByName(ctx, pool, img.volume())
+	if err != nil {
 		if isCode(err, libvirt.ErrNoStorageVol) {
-			return false, nil
+			return libvirt.StorageVol{}, false, nil
 		}
-		return false, err
+		return libvirt.StorageVol{}, false, err
 	}
-	return true, nil
+	return base, true, nil
+}
+
+// baseSize is the size of the image in base, a ready base volume: its
+// capacity, which the download declared as the image's size.
+func baseSize(ctx context.Context, api Libvirt, img resolvedImage, base libvirt.StorageVol) (int64, error) {
+	x, err := api.StorageVolGetXMLDesc(ctx, base)
+	if err != nil {
+		return 0, err
+	}
+	desc, err := parseVolDesc(x)
+	if err != nil {
+		return 0, proxy.Transientf("base image %s: cannot read its size from its volume's XML: %v", img.volume(), err)
+	}
+	return int64(min(desc.Capacity, math.MaxInt64)), nil //nolint:gosec // Capped at MaxInt64 above.
 }
 
 // imageSize asks the server for the image's size (HEAD), for the pool
@@ -396,7 +412,7 @@ func (b *Backend) fetchImage(ctx context.Context, t Target, img resolvedImage, j
 	if err != nil {
 		return classify(proxy.OpCreate, err)
 	}
-	if ok, err := imageReady(ctx, api, pool, img); err != nil || ok {
+	if _, ok, err := imageReady(ctx, api, pool, img); err != nil || ok {
 		return err
 	}
 	for _, name := range []string{img.marker(), img.volume()} {

@@ -34,7 +34,8 @@ func joinerError(t *testing.T, d *Driver, req proxy.Request, then func()) error 
 // size, so the small config's Create joins that download; it is refused
 // as it would have been downloading alone (Permanent, naming the field
 // and its own cap), while the download goes on for the other config,
-// whose proxy boots, and the small config's proxy is never defined.
+// whose proxy boots, and the small config's proxy is never defined, not
+// even by its next Create, which finds the image in the pool.
 func TestImage_joinerKeepsItsOwnSizeCap(t *testing.T) {
 	const declared = "image debian is 3 MiB, more than the 1 MiB the config allows (kvm.maxImageSizeGiB)"
 	const streamed = "image debian streams more than the 1 MiB the config allows (kvm.maxImageSizeGiB)"
@@ -81,9 +82,65 @@ func TestImage_joinerKeepsItsOwnSizeCap(t *testing.T) {
 			if slices.Contains(e.host.domainNames(), "small") {
 				t.Error("the small config's proxy was defined from an image above its cap")
 			}
+			_, err = e.b.Driver(small).Create(context.Background(), e.request("small", "uid-small"))
+			e.waitBackgroundDone()
+			if proxy.ClassOf(err) != proxy.ClassPermanent || err == nil || !strings.Contains(err.Error(), "(kvm.maxImageSizeGiB)") {
+				t.Errorf("the small config's next Create = %v (%s); want Permanent, naming kvm.maxImageSizeGiB", err, proxy.ClassOf(err))
+			}
+			if slices.Contains(e.host.domainNames(), "small") {
+				t.Error("the small config's next Create defined its proxy from the image in the pool, above its cap")
+			}
 			if n := e.images.gets.Load(); n != 1 {
 				t.Errorf("the image was downloaded %d times; want once, for the big config", n)
 			}
+		})
+	}
+}
+
+// TestImage_baseInThePoolIsHeldToTheCap: the 3 MiB image is in the pool,
+// downloaded for a config with the default cap. A config capping images
+// at 1 MiB that names it is refused as if it downloaded it (Permanent,
+// naming the field and its cap; a tenant's config without the image's
+// size), without downloading it again, and its proxy is never defined; a
+// config whose cap the image fits boots from it.
+func TestImage_baseInThePoolIsHeldToTheCap(t *testing.T) {
+	cases := []struct {
+		name   string
+		tenant bool
+		want   string
+	}{
+		{"Platform", false, "image debian is 3 MiB, more than the 1 MiB the config allows (kvm.maxImageSizeGiB)"},
+		{"Tenant", true, "image debian is larger than the 1 MiB the config allows (kvm.maxImageSizeGiB)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, func(e *testEnv) {
+				if tc.tenant {
+					e.cfg.Guard = onlyAllowing(t, "127.0.0.0/8")
+					e.cfg.Images["debian"] = Image{URL: mirrorURL, SHA256: e.images.sha()}
+				}
+			})
+			if tc.tenant {
+				e.throughProxy(e.images.Listener.Addr().String())
+			}
+			createAndBoot(t, e, "big", "uid-big")
+			small := e.cfg
+			small.MaxImageBytes = 1 << 20
+			_, err := e.b.Driver(small).Create(context.Background(), e.request("small", "uid-small"))
+			e.waitBackgroundDone()
+			if proxy.ClassOf(err) != proxy.ClassPermanent || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("the small config's Create = %v (%s); want Permanent %q", err, proxy.ClassOf(err), tc.want)
+			}
+			if slices.Contains(e.host.domainNames(), "small") {
+				t.Error("the small config's proxy was defined from an image in the pool above its cap")
+			}
+			if n := e.images.gets.Load(); n != 1 {
+				t.Errorf("the image was downloaded %d times; want once, for the big config", n)
+			}
+			fits := e.cfg
+			fits.MaxImageBytes = 3 << 20
+			e.d = e.b.Driver(fits)
+			createAndBoot(t, e, "fits", "uid-fits")
 		})
 	}
 }

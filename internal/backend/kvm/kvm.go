@@ -57,9 +57,10 @@ type Config struct {
 	MachineTypes map[string]MachineType
 	// Hosts in config order.
 	Hosts []Host
-	// MaxImageBytes caps an image download; DefaultMaxImageBytes when 0.
-	// A larger image (as the server declares it, or as it streams) fails
-	// Permanent and leaves nothing in the pool.
+	// MaxImageBytes is the largest image the config's proxies boot from,
+	// downloaded or already in the pool; DefaultMaxImageBytes when 0. A
+	// larger image fails them Permanent; a download of one (as the server
+	// declares it, or as it streams) leaves nothing in the pool.
 	MaxImageBytes int64
 	// MaxDownloadsPerHost is how many images download at once to one
 	// host; DefaultMaxDownloadsPerHost when 0. More wait their turn.
