@@ -380,13 +380,15 @@ func kindOf(obj client.Object) string {
 // with req. force rewrites the children even when dep's hashes say they are
 // current (a repeated Create may follow one that stopped half-way; Update
 // is also called for a missing child). The Deployment is rewritten only
-// when a hash differs.
+// when a hash differs or it does not say whether the config writes a
+// NetworkPolicy (AnnotationNetworkPolicy), which changes no pod.
 func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, nets []string, force bool) (proxy.Instance, error) {
 	want := proxy.Hash(req)
 	configHash := ConfigHash(files, req)
 	current := dep.Annotations[AnnotationSpecHash] == want &&
 		dep.Annotations[AnnotationTemplateHash] == d.cfg.templateHash() &&
-		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash
+		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash &&
+		fenced(dep) == d.cfg.NetworkPolicy
 	if current && !force {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}
@@ -412,6 +414,9 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	next.OwnerReferences = withResourceOwner(dep.OwnerReferences, req.Mark.UID, desired.OwnerReferences)
 	if serviceType(req) == "" {
 		delete(next.Annotations, AnnotationService)
+	}
+	if !d.cfg.NetworkPolicy {
+		delete(next.Annotations, AnnotationNetworkPolicy)
 	}
 	desired.Spec.Selector = dep.Spec.Selector // immutable
 	next.Spec = desired.Spec

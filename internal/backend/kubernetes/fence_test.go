@@ -20,6 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/egressproxy/provider-egressproxy/internal/devenv/testenv"
 	"github.com/egressproxy/provider-egressproxy/internal/proxy"
 )
 
@@ -502,6 +506,140 @@ func TestGetFindsAMissingServiceItself(t *testing.T) {
 		t.Fatalf("Update: %v", err)
 	}
 	if ok, progress := upToDate(t, drivers(), req); !ok {
+		t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
+	}
+}
+
+// Configs sharing a namespace and a Cluster, one with NetworkPolicies and
+// one without: the first's sweeps mark none of the second's proxies
+// (nothing would ever unmark them), and log nothing for them, while a
+// proxy of its own whose NetworkPolicy was deleted is still found, logged
+// once however many sweeps find it again, and forgotten once gone.
+func TestSweepMarksOnlyProxiesWrittenWithAPolicy(t *testing.T) {
+	ctx := context.Background()
+	s := newFenceServer(t)
+	cl := &Cluster{Client: s, Live: s}
+	with := func() *Driver {
+		return cl.Driver("ClusterProviderConfig pods", Config{Namespace: "egress", NetworkPolicy: true}, nil)
+	}
+	without := cl.Driver("ClusterProviderConfig open", Config{Namespace: "egress"}, nil)
+	open := testRequest()
+	if _, err := without.Create(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	fenced := testRequest()
+	fenced.Name, fenced.Mark.UID = "team-b-egress-5e6f7a8b", "0c8f6a1e-5b7d-4e2a-9c3f-00000000000b"
+	if _, err := with().Create(ctx, fenced); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, s.policy(t, fenced)); err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.Buffer
+	log := funcr.New(func(prefix, args string) { logs.Line(prefix + " " + args) }, funcr.Options{})
+	for range 3 {
+		d := with()
+		d.log = &log
+		if _, err := d.List(ctx, open.Mark.InstallationID); err != nil {
+			t.Fatalf("List: %v", err)
+		}
+	}
+	if got := cl.absent.of(types.NamespacedName{Namespace: "egress", Name: open.Name}); len(got) != 0 {
+		t.Errorf("the proxy of the config without NetworkPolicies is marked missing %v; want nothing", got)
+	}
+	if got := cl.absent.of(types.NamespacedName{Namespace: "egress", Name: fenced.Name}); len(got) != 1 || got[0] != "NetworkPolicy" {
+		t.Errorf("the proxy whose NetworkPolicy was deleted is marked missing %v; want [NetworkPolicy]", got)
+	}
+	if n := strings.Count(logs.String(), "proxies found without some of their children"); n != 1 || strings.Contains(logs.String(), open.Name) {
+		t.Errorf("three sweeps logged %d lines of missing children; want one, naming only %s:\n%s", n, fenced.Name, logs.String())
+	}
+	if ok, progress := upToDate(t, without, open); !ok {
+		t.Errorf("the proxy of the config without NetworkPolicies reads out of date (%q); want up to date", progress)
+	}
+	// A proxy gone is forgotten by the next sweep.
+	dep := &appsv1.Deployment{}
+	if err := s.Get(ctx, types.NamespacedName{Namespace: "egress", Name: fenced.Name}, dep); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := with().List(ctx, open.Mark.InstallationID); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if got := cl.absent.of(types.NamespacedName{Namespace: "egress", Name: fenced.Name}); len(got) != 0 {
+		t.Errorf("the proxy whose Deployment is gone is still marked missing %v; want nothing", got)
+	}
+}
+
+// A Deployment written before it said whether it has a NetworkPolicy
+// (no AnnotationNetworkPolicy), of a config with NetworkPolicies, reads
+// out of date to its own config, which the sweep does not mark it for:
+// one Update writes its NetworkPolicy and the annotation, without a new
+// pod, and from then on it reads up to date. The same when the config
+// stops writing NetworkPolicies: one Update drops the annotation.
+func TestUpdateRecordsWhetherTheProxyHasAPolicy(t *testing.T) {
+	ctx := context.Background()
+	s := newFenceServer(t)
+	drivers := s.provider()
+	req := testRequest()
+	if _, err := drivers().Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	dep := &appsv1.Deployment{}
+	key := types.NamespacedName{Namespace: "egress", Name: req.Name}
+	if err := s.Get(ctx, key, dep); err != nil {
+		t.Fatal(err)
+	}
+	if dep.Annotations[AnnotationNetworkPolicy] != "true" {
+		t.Fatalf("Create wrote annotations %v; want %s", dep.Annotations, AnnotationNetworkPolicy)
+	}
+	delete(dep.Annotations, AnnotationNetworkPolicy)
+	if err := s.Update(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, s.policy(t, req)); err != nil {
+		t.Fatal(err)
+	}
+	ok, progress := upToDate(t, drivers(), req)
+	if ok || !strings.Contains(progress, "NetworkPolicy") {
+		t.Fatalf("an older Deployment without its NetworkPolicy: up to date %t, progress %q; want out of date, naming the NetworkPolicy", ok, progress)
+	}
+	if _, err := drivers().Update(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark}, req); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if p := s.policy(t, req); p == nil || p.Labels[LabelUID] != req.Mark.UID {
+		t.Fatalf("after Update the NetworkPolicy is %v; want the proxy's, written again", p)
+	}
+	after := &appsv1.Deployment{}
+	if err := s.Get(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Annotations[AnnotationNetworkPolicy] != "true" {
+		t.Errorf("after Update the Deployment's annotations are %v; want %s", after.Annotations, AnnotationNetworkPolicy)
+	}
+	if diff := cmp.Diff(dep.Spec.Template, after.Spec.Template); diff != "" {
+		t.Errorf("Update changed the pod template (its pods roll):\n%s", diff)
+	}
+	if ok, progress := upToDate(t, drivers(), req); !ok {
+		t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
+	}
+	// The config's networkPolicy turned off: one Update drops the
+	// annotation, so that no other config's sweep looks for the policy.
+	open := func() *Driver { d := drivers(); d.cfg.NetworkPolicy = false; return d }
+	if ok, _ := upToDate(t, open(), req); ok {
+		t.Fatalf("a Deployment written with a NetworkPolicy reads up to date to its config without; want out of date")
+	}
+	if _, err := open().Update(ctx, proxy.Ref{Name: req.Name, Mark: req.Mark}, req); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := s.Get(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := after.Annotations[AnnotationNetworkPolicy]; ok {
+		t.Errorf("after Update by the config without NetworkPolicies the annotations are %v; want no %s", after.Annotations, AnnotationNetworkPolicy)
+	}
+	if ok, progress := upToDate(t, open(), req); !ok {
 		t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
 	}
 }

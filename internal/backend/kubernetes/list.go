@@ -53,6 +53,6 @@ func (d *Driver) list(ctx context.Context, installationID string) ([]proxy.Insta
 	if !d.cfg.NetworkPolicy {
 		delete(children, "NetworkPolicy")
 	}
-	d.noteAbsent(ctx, l.Items, children)
+	d.noteAbsent(ctx, d.cfg.Namespace, l.Items, children)
 	return append(out, left...), nil
 }

@@ -55,6 +55,11 @@ const (
 	// the proxy, absent without one, so Get reads a Service only when one
 	// should exist.
 	AnnotationService = "egressproxy.io/service"
+	// AnnotationNetworkPolicy (Deployment) is "true" when the proxy was
+	// written with a NetworkPolicy, absent without one, so that the
+	// orphan sweep of any config calls missing only a NetworkPolicy that
+	// the proxy's own config wants (configs of one namespace may differ).
+	AnnotationNetworkPolicy = "egressproxy.io/network-policy"
 	// AnnotationConfigHash (pod template) is ConfigHash of the files in the
 	// Secret: a changed squid.conf or htpasswd changes the template and so
 	// rolls the pods.
@@ -255,6 +260,9 @@ func buildDeployment(c Config, req proxy.Request, files squid.Files, specHash st
 	}
 	if serviceType(req) != "" {
 		annotations[AnnotationService] = serviceType(req)
+	}
+	if c.NetworkPolicy {
+		annotations[AnnotationNetworkPolicy] = "true"
 	}
 	pullSecrets := make([]corev1.LocalObjectReference, 0, len(c.ImagePullSecrets))
 	for _, s := range c.ImagePullSecrets {

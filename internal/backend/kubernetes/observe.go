@@ -157,6 +157,13 @@ func (d *Driver) view(ctx context.Context, dep *appsv1.Deployment, ca string) (p
 		// Update writes them all.
 		o.inst.SpecHash = childrenMissing
 		o.inst.Progress = "the Secret, NetworkPolicy or Service of the proxy could not be created; they are written again"
+	} else if o.inst.SpecHash != "" && dep.DeletionTimestamp == nil && fenced(dep) != d.cfg.NetworkPolicy {
+		// Written before the Deployment said so, or by the config before
+		// its networkPolicy changed: the sweep would look for the wrong
+		// NetworkPolicy. Update writes the children and the annotation,
+		// not the pod template.
+		o.inst.SpecHash = childrenMissing
+		o.inst.Progress = "the Deployment does not record whether the proxy has a NetworkPolicy as spec.kubernetes.networkPolicy sets it; it is written again with its children"
 	}
 	if target := d.probeTarget(o, svc, dep); target != "" {
 		// The prober is every config's, and configs of one cluster may
