@@ -234,9 +234,10 @@ type ProxyObservation struct {
 	// EgressIPsBefore are the egress addresses last checked while the
 	// instance that had them is replaced or moved to another address (a
 	// new pod, a recreated VM) and its own are not checked yet: EgressIP
-	// is empty then, and the first check of the new instance is compared
-	// with these, so that a new address is reported as a change (the
-	// EgressVerified condition Changed, an EgressIPChanged event).
+	// is then empty, or the backend's own figure (EgressIPSource Backend),
+	// and the first check of the new instance is compared with these, so
+	// that a new address is reported as a change (the EgressVerified
+	// condition Changed, an EgressIPChanged event).
 	// +optional
 	// +listType=atomic
 	EgressIPsBefore []string `json:"egressIPsBefore,omitempty"`

@@ -234,6 +234,11 @@ func TestSetEgress(t *testing.T) {
 			wantCond: reasonEgressPending, wantStatus: corev1.ConditionUnknown,
 			wantMsg:    []string{"the instance's address changed since its egress address was checked"},
 			wantEvents: []string{"Normal EgressIPVerified"}},
+		// Its first check is compared with the address checked before
+		// it booted there: a change, though none was published between.
+		"AnInstanceBootingAtANewAddressThenCheckedIsAChange": {kind: egressKind(), steps: []step{{inst: gcp, answer: "203.0.113.9"}, {inst: gcpRestartedBooting}, {inst: gcpRestarted, answer: "203.0.113.10"}},
+			wantIP: "203.0.113.10", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
+			wantMsg: []string{"changed from 203.0.113.9 to 203.0.113.10"}, wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
 		"AMovedPodBootingKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: podMovedBooting}},
 			wantCond: reasonEgressPending, wantStatus: corev1.ConditionUnknown,
 			wantEvents: []string{"Normal EgressIPVerified"}},
