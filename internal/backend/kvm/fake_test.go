@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/digitalocean/go-libvirt"
@@ -627,7 +628,13 @@ func (c *fakeConn) StorageVolGetXMLDesc(ctx context.Context, v libvirt.StorageVo
 		return "", err
 	}
 	defer unlock()
-	return volumeXML(fv.name, fv.capacity, fv.format, fv.backing, "qcow2")
+	x, err := volumeXML(fv.name, fv.capacity, fv.format, fv.backing, "qcow2")
+	if err != nil {
+		return "", err
+	}
+	// As libvirt reports a file's size beside its capacity (which, for
+	// a qcow2 file after a refresh, is its virtual size).
+	return strings.Replace(x, "</capacity>", "</capacity><physical unit=\"bytes\">"+strconv.Itoa(len(fv.content))+"</physical>", 1), nil
 }
 
 func (c *fakeConn) StorageVolCreateXML(ctx context.Context, p libvirt.StoragePool, x string) (libvirt.StorageVol, error) {

@@ -324,8 +324,12 @@ func imageReady(ctx context.Context, api Libvirt, pool libvirt.StoragePool, img 
 	return base, true, nil
 }
 
-// baseSize is the size of the image in base, a ready base volume: its
-// capacity, which the download declared as the image's size.
+// baseSize is the size of the image in base, a ready base volume: the
+// bytes of its file (libvirt's physical size), which are those the
+// download wrote. Not its capacity: once the pool is refreshed, libvirt
+// reads a qcow2 file's virtual size there, which may be many times the
+// image's. 0 where libvirt reports no physical size (then the base is not
+// held to the cap).
 func baseSize(ctx context.Context, api Libvirt, img resolvedImage, base libvirt.StorageVol) (int64, error) {
 	x, err := api.StorageVolGetXMLDesc(ctx, base)
 	if err != nil {
@@ -335,7 +339,7 @@ func baseSize(ctx context.Context, api Libvirt, img resolvedImage, base libvirt.
 	if err != nil {
 		return 0, proxy.Transientf("base image %s: cannot read its size from its volume's XML: %v", img.volume(), err)
 	}
-	return int64(min(desc.Capacity, math.MaxInt64)), nil //nolint:gosec // Capped at MaxInt64 above.
+	return int64(min(desc.Physical, math.MaxInt64)), nil //nolint:gosec // Capped at MaxInt64 above.
 }
 
 // imageSize asks the server for the image's size (HEAD), for the pool

@@ -213,3 +213,21 @@ func TestImage_joinerKeepsItsOwnPoolNeed(t *testing.T) {
 		t.Error("the 20 GB config's proxy was defined on a pool without room for it")
 	}
 }
+
+// TestImage_baseHeldToTheCapByItsFileNotItsVirtualSize: after a pool
+// refresh libvirt reads a qcow2 base's virtual size as its capacity, many
+// times the image's bytes; the cap holds the bytes the download wrote, so
+// a config whose cap the file fits boots from it.
+func TestImage_baseHeldToTheCapByItsFileNotItsVirtualSize(t *testing.T) {
+	e := newTestEnv(t)
+	createAndBoot(t, e, "big", "uid-big")
+	for name, v := range e.host.pools["default"].vols {
+		if strings.HasPrefix(name, "egressproxy-base-") && !strings.HasSuffix(name, ".sha256") {
+			v.format, v.capacity = "qcow2", 2<<30
+		}
+	}
+	fits := e.cfg
+	fits.MaxImageBytes = 4 << 20
+	e.d = e.b.Driver(fits)
+	createAndBoot(t, e, "fits", "uid-fits")
+}

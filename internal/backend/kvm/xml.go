@@ -217,6 +217,8 @@ func volumeXML(name string, capacityBytes uint64, format, backingPath, backingFo
 // volDesc is the part of a volume's XML the overlay reuse check reads.
 type volDesc struct {
 	Capacity uint64 `xml:"capacity"`
+	// Physical is the size of a file-backed volume's file.
+	Physical uint64 `xml:"physical"`
 	Target   struct {
 		Format struct {
 			Type string `xml:"type,attr"`
