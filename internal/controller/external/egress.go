@@ -499,8 +499,9 @@ func replacedBy(before egressBefore, url string) []string {
 func (e *external[P]) changed(cr Resource[P], ips []string, seen string, before egressBefore) (xpv2.Condition, bool) {
 	was := cr.GetCondition(xpv2.ConditionType(spec.TypeEgressVerified))
 	checked := before.source == spec.EgressIPVerified || before.source == spec.EgressIPReported
-	if before.ip == "" && len(before.replaced) > 0 {
-		// The first check of a replacement: against its predecessor's.
+	if !checked && len(before.replaced) > 0 {
+		// The first check of a replacement (status holds none, or the
+		// backend's figure): against its predecessor's.
 		before.ip, before.ips, checked = before.replaced[0], before.replaced, true
 	}
 	switch {

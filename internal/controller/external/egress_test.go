@@ -130,6 +130,10 @@ func TestSetEgress(t *testing.T) {
 	// proxy answers there.
 	gcpRestartedBooting := gcpRestarted
 	gcpRestartedBooting.ProxyReachable, gcpRestartedBooting.ProxyAddress = false, ""
+	// Booting at another ephemeral address that the backend gives as the
+	// egress address meanwhile.
+	reservedMovedBooting := reservedMoved
+	reservedMovedBooting.ProxyReachable, reservedMovedBooting.ProxyAddress = false, ""
 	podMovedBooting := podMoved
 	podMovedBooting.ProxyReachable, podMovedBooting.ProxyAddress = false, ""
 	remotePod := remote
@@ -237,6 +241,9 @@ func TestSetEgress(t *testing.T) {
 		// Its first check is compared with the address checked before
 		// it booted there: a change, though none was published between.
 		"AnInstanceBootingAtANewAddressThenCheckedIsAChange": {kind: egressKind(), steps: []step{{inst: gcp, answer: "203.0.113.9"}, {inst: gcpRestartedBooting}, {inst: gcpRestarted, answer: "203.0.113.10"}},
+			wantIP: "203.0.113.10", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
+			wantMsg: []string{"changed from 203.0.113.9 to 203.0.113.10"}, wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
+		"AnInstanceBootingAtTheBackendsNewFigureThenCheckedIsAChange": {kind: egressKind(), steps: []step{{inst: reserved, answer: "203.0.113.9"}, {inst: reservedMovedBooting}, {inst: reservedMoved, answer: "203.0.113.10"}},
 			wantIP: "203.0.113.10", wantSource: spec.EgressIPVerified, wantCond: reasonEgressChanged, wantStatus: corev1.ConditionTrue,
 			wantMsg: []string{"changed from 203.0.113.9 to 203.0.113.10"}, wantEvents: []string{"Normal EgressIPVerified", "Warning EgressIPChanged"}},
 		"AMovedPodBootingKeepsNoAddress": {kind: egressKind(), steps: []step{{inst: running, answer: "203.0.113.7"}, {inst: podMovedBooting}},
