@@ -244,7 +244,7 @@ func (e *env) driverTests(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return got.SpecHash != proxy.Hash(req) && strings.Contains(got.Progress, "Service and Secret"), got.SpecHash + ": " + got.Progress
+			return got.SpecHash != proxy.Hash(req) && strings.Contains(got.Progress, "Secret and Service"), got.SpecHash + ": " + got.Progress
 		})
 		if _, err := dl.Update(ctx, proxy.Ref{ID: inst.ID}, req); err != nil {
 			t.Fatal(err)
