@@ -385,10 +385,10 @@ func kindOf(obj client.Object) string {
 func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy.Request, files squid.Files, nets []string, force bool) (proxy.Instance, error) {
 	want := proxy.Hash(req)
 	configHash := ConfigHash(files, req)
-	current := dep.Annotations[AnnotationSpecHash] == want &&
+	specCurrent := dep.Annotations[AnnotationSpecHash] == want &&
 		dep.Annotations[AnnotationTemplateHash] == d.cfg.templateHash() &&
-		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash &&
-		fenced(dep) == d.cfg.NetworkPolicy
+		dep.Spec.Template.Annotations[AnnotationConfigHash] == configHash
+	current := specCurrent && fenced(dep) == d.cfg.NetworkPolicy
 	if current && !force {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
 	}
@@ -399,6 +399,9 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	d.absent.drop(client.ObjectKeyFromObject(dep))
 	if current {
 		return d.view(ctx, dep, req.Proxy.ProxyCA())
+	}
+	if specCurrent {
+		return d.recordFence(ctx, dep, req)
 	}
 	// Read-modify-write of the whole spec, keeping what others added to the
 	// metadata (the Deployment controller's revision annotation).
@@ -426,6 +429,32 @@ func (d *Driver) complete(ctx context.Context, dep *appsv1.Deployment, req proxy
 	}
 	d.logger(ctx).V(1).Info("updated Deployment", "namespace", dep.Namespace, "name", dep.Name, "specHash", want, "configHash", configHash)
 	return d.view(ctx, next, req.Proxy.ProxyCA())
+}
+
+// recordFence writes to dep, whose spec is current, only whether it was
+// written with a NetworkPolicy (AnnotationNetworkPolicy), on the
+// Deployment as the API server holds it (the cache's is stripped): its
+// pod template, and what others added to it (kubectl rollout restart's
+// annotation), stay and no pod rolls. An update, not a patch: patch is
+// not among the verbs a config's identity is granted.
+func (d *Driver) recordFence(ctx context.Context, dep *appsv1.Deployment, req proxy.Request) (proxy.Instance, error) {
+	key := client.ObjectKeyFromObject(dep)
+	cur := &appsv1.Deployment{}
+	if err := d.live.Get(ctx, key, cur); err != nil {
+		return proxy.Instance{}, fmt.Errorf("cannot get Deployment %s: %w", key, err)
+	}
+	if cur.UID != dep.UID {
+		return proxy.Instance{}, proxy.Transientf("Deployment %s was replaced while it was read; it is read again", key)
+	}
+	if d.cfg.NetworkPolicy {
+		cur.Annotations = merged(cur.Annotations, map[string]string{AnnotationNetworkPolicy: "true"})
+	} else {
+		delete(cur.Annotations, AnnotationNetworkPolicy)
+	}
+	if err := d.client.Update(ctx, cur, client.FieldOwner(FieldOwner)); err != nil {
+		return proxy.Instance{}, &deploymentWriteError{verb: "update", key: key, err: err}
+	}
+	return d.view(ctx, cur, req.Proxy.ProxyCA())
 }
 
 // ensureService applies the Service req wants, or deletes the one it no

@@ -595,6 +595,9 @@ func TestUpdateRecordsWhetherTheProxyHasAPolicy(t *testing.T) {
 		t.Fatalf("Create wrote annotations %v; want %s", dep.Annotations, AnnotationNetworkPolicy)
 	}
 	delete(dep.Annotations, AnnotationNetworkPolicy)
+	// What kubectl rollout restart adds to the template: a write of the
+	// record alone keeps it, and the pods do not roll.
+	dep.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-12-06T21:00:00Z"
 	if err := s.Update(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
