@@ -115,6 +115,38 @@ func upToDate(t *testing.T, d *Driver, req proxy.Request) (bool, string) {
 	return inst.SpecHash == proxy.Hash(req), inst.Progress
 }
 
+// sweepFindingTheGap checks that the proxy of req reads up to date before
+// a sweep (the case shows the gap), then runs the sweep's List, which
+// must send no read of a single object (no request per proxy).
+func (s *fenceServer) sweepFindingTheGap(t *testing.T, drivers func() *Driver, req proxy.Request) {
+	t.Helper()
+	if ok, _ := upToDate(t, drivers(), req); !ok {
+		t.Fatalf("before any sweep the proxy reads out of date; the case does not show the gap")
+	}
+	s.gets = 0
+	if _, err := drivers().List(context.Background(), req.Mark.InstallationID); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if s.gets != 0 {
+		t.Errorf("List sent %d reads of single objects; want none (no request per proxy)", s.gets)
+	}
+}
+
+// wholeAfterUpdate checks that the proxy of req reads up to date after
+// its Update, and still after the next sweep.
+func wholeAfterUpdate(t *testing.T, drivers func() *Driver, req proxy.Request) {
+	t.Helper()
+	if ok, progress := upToDate(t, drivers(), req); !ok {
+		t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
+	}
+	if _, err := drivers().List(context.Background(), req.Mark.InstallationID); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if ok, progress := upToDate(t, drivers(), req); !ok {
+		t.Errorf("a sweep after Update reads the proxy out of date (%q); want up to date", progress)
+	}
+}
+
 // A proxy whose NetworkPolicy is missing (deleted by hand, or never
 // written: the provider restarted between the Deployment and its
 // children) reads up to date until the sweep's List finds it; from then
@@ -159,16 +191,7 @@ func TestSweepFindsAMissingNetworkPolicy(t *testing.T) {
 			s := newFenceServer(t)
 			req := testRequest()
 			drivers := lose(t, s, req)
-			if ok, _ := upToDate(t, drivers(), req); !ok {
-				t.Fatalf("before any sweep the proxy reads out of date; the case does not show the gap")
-			}
-			s.gets = 0
-			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
-				t.Fatalf("List: %v", err)
-			}
-			if s.gets != 0 {
-				t.Errorf("List sent %d reads of single objects; want none (no request per proxy)", s.gets)
-			}
+			s.sweepFindingTheGap(t, drivers, req)
 			ok, progress := upToDate(t, drivers(), req)
 			if ok || !strings.Contains(progress, "NetworkPolicy") {
 				t.Fatalf("after the sweep: up to date %t, progress %q; want out of date, naming the NetworkPolicy", ok, progress)
@@ -187,15 +210,7 @@ func TestSweepFindsAMissingNetworkPolicy(t *testing.T) {
 			if p := s.policy(t, req); p == nil || p.Labels[LabelUID] != req.Mark.UID || len(p.Spec.Egress) == 0 {
 				t.Fatalf("after Update the NetworkPolicy is %v; want the proxy's, written again", p)
 			}
-			if ok, progress := upToDate(t, drivers(), req); !ok {
-				t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
-			}
-			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
-				t.Fatalf("List: %v", err)
-			}
-			if ok, progress := upToDate(t, drivers(), req); !ok {
-				t.Errorf("a sweep after Update reads the proxy out of date (%q); want up to date", progress)
-			}
+			wholeAfterUpdate(t, drivers, req)
 		})
 	}
 }
@@ -353,16 +368,7 @@ func TestSweepFindsAMissingSecret(t *testing.T) {
 			}
 			s.serve(t, req)
 			tc.lose(t, s, req)
-			if ok, _ := upToDate(t, drivers(), req); !ok {
-				t.Fatalf("before any sweep the proxy reads out of date; the case does not show the gap")
-			}
-			s.gets = 0
-			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
-				t.Fatalf("List: %v", err)
-			}
-			if s.gets != 0 {
-				t.Errorf("List sent %d reads of single objects; want none (no request per proxy)", s.gets)
-			}
+			s.sweepFindingTheGap(t, drivers, req)
 			if ok, progress := upToDate(t, drivers(), req); ok || progress != tc.wantProgress {
 				t.Fatalf("after the sweep: up to date %t, progress %q; want out of date, %q", ok, progress, tc.wantProgress)
 			}
@@ -384,15 +390,7 @@ func TestSweepFindsAMissingSecret(t *testing.T) {
 			if p := s.policy(t, req); p == nil {
 				t.Fatalf("after Update the NetworkPolicy is missing")
 			}
-			if ok, progress := upToDate(t, drivers(), req); !ok {
-				t.Errorf("after Update the proxy reads out of date (%q); want up to date", progress)
-			}
-			if _, err := drivers().List(ctx, req.Mark.InstallationID); err != nil {
-				t.Fatalf("List: %v", err)
-			}
-			if ok, progress := upToDate(t, drivers(), req); !ok {
-				t.Errorf("a sweep after Update reads the proxy out of date (%q); want up to date", progress)
-			}
+			wholeAfterUpdate(t, drivers, req)
 		})
 	}
 }
